@@ -1,0 +1,102 @@
+"""runifold_sync: durable workflows for synchronous Python.
+
+Progress is checkpointed in a store (SQLite on one machine, PostgreSQL for many
+processes and hosts), so any compatible worker continues a task after a crash, a deploy,
+a timer or a human approval.
+"""
+
+from .context import StepContext, WorkflowContext
+from .definition import WorkflowDefinition, WorkflowRegistry
+from .effects import EffectEvidence, EffectStatus
+from .errors import (
+    AmbiguousEffect,
+    CheckpointError,
+    CheckpointTooLarge,
+    DefinitionConflict,
+    EnqueueConflict,
+    FingerprintMismatch,
+    InvalidArgument,
+    InvalidState,
+    LeaseLostError,
+    NonDeterminism,
+    OutputNotSerializable,
+    RunifoldError,
+    SchemaTooNew,
+    StoreUnavailable,
+    TaskNotFound,
+)
+from .models import (
+    Budget,
+    BudgetUsage,
+    CapabilitySet,
+    DefinitionIdentity,
+    LeaseDuration,
+    RetryPolicy,
+    TaskOutcome,
+    TaskState,
+    WorkerId,
+    WorkflowTask,
+)
+from .outcomes import (
+    Completed,
+    DefinitionUnavailable,
+    Failed,
+    Idle,
+    LeaseLost,
+    Retried,
+    RunOutcome,
+    Suspended,
+    Yielded,
+)
+from .store.base import Lease, TaskEvent, TaskRecord, WorkflowStore
+from .worker import WorkflowWorker
+from .workflow import Workflow
+
+__all__ = [
+    "AmbiguousEffect",
+    "Budget",
+    "BudgetUsage",
+    "CapabilitySet",
+    "CheckpointError",
+    "CheckpointTooLarge",
+    "Completed",
+    "DefinitionConflict",
+    "DefinitionIdentity",
+    "DefinitionUnavailable",
+    "EffectEvidence",
+    "EffectStatus",
+    "EnqueueConflict",
+    "Failed",
+    "FingerprintMismatch",
+    "Idle",
+    "InvalidArgument",
+    "InvalidState",
+    "Lease",
+    "LeaseDuration",
+    "LeaseLost",
+    "LeaseLostError",
+    "NonDeterminism",
+    "OutputNotSerializable",
+    "Retried",
+    "RetryPolicy",
+    "RunOutcome",
+    "RunifoldError",
+    "SchemaTooNew",
+    "StepContext",
+    "StoreUnavailable",
+    "Suspended",
+    "TaskEvent",
+    "TaskNotFound",
+    "TaskOutcome",
+    "TaskRecord",
+    "TaskState",
+    "WorkerId",
+    "Workflow",
+    "WorkflowContext",
+    "WorkflowDefinition",
+    "WorkflowRegistry",
+    "WorkflowStore",
+    "WorkflowTask",
+    "WorkflowWorker",
+    "Yielded",
+]

@@ -1,0 +1,70 @@
+"""The checkpoint: semantic progress of one task, replayed step by step.
+
+A checkpoint is a journal of calls in the order the main function made them. Replay walks
+the journal with a cursor; the first call past its end runs for real. Outputs are kept in
+their JSON form and structured back by the step's return annotation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import cattrs
+
+from .codec import converter, from_json, to_json
+from .errors import CheckpointError, CheckpointTooLarge
+from .models import BudgetUsage, DefinitionIdentity
+
+FORMAT_VERSION = 1
+DEFAULT_MAX_CHECKPOINT_BYTES = 1 << 20
+
+
+@attrs.define
+class JournalEntry:
+    """One call of the main function. ``status`` is ``done`` for completed calls,
+    ``intent`` for an effect that was called but has no recorded result, and
+    ``pending`` for a timer that has not fired."""
+
+    call_id: str
+    kind: str  # "step", "effect" or "timer"
+    status: str
+    output: Any = None
+    key: str | None = None  # effect idempotency key
+    due: float | None = None  # timer deadline, store time in epoch seconds
+    evidence: str | None = None  # how an effect's result became known
+
+
+@attrs.define
+class Checkpoint:
+    definition: DefinitionIdentity
+    format_version: int = FORMAT_VERSION
+    phase: str = "running"
+    journal: list[JournalEntry] = attrs.Factory(list)
+    usage: BudgetUsage = attrs.Factory(BudgetUsage)
+    step_failures: dict[str, int] = attrs.Factory(dict)
+
+    def encode(self, task_id: str, limit_bytes: int) -> str:
+        text = to_json(self)
+        size = len(text.encode())
+        if size > limit_bytes:
+            raise CheckpointTooLarge(task_id, size, limit_bytes)
+        return text
+
+    @classmethod
+    def decode(cls, task_id: str, text: str) -> Checkpoint:
+        """Parse a stored checkpoint; anything unreadable fails closed, never resets."""
+        try:
+            raw = from_json(text)
+            version = raw.get("format_version") if isinstance(raw, dict) else None
+            if version != FORMAT_VERSION:
+                raise CheckpointError(
+                    f"checkpoint of task {task_id!r} has format version {version!r}; "
+                    f"this runifold_sync reads version {FORMAT_VERSION}"
+                )
+            result: Checkpoint = converter.structure(raw, cls)
+            return result
+        except CheckpointError:
+            raise
+        except (ValueError, TypeError, KeyError, cattrs.BaseValidationError) as exc:
+            raise CheckpointError(f"checkpoint of task {task_id!r} is corrupt: {exc}") from exc

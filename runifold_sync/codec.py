@@ -1,0 +1,46 @@
+"""The one cattrs converter used for inputs, step outputs, results and checkpoints.
+
+Everything that reaches the store goes through here, so a value that cannot become
+strict JSON (no NaN, no arbitrary objects) is caught at the call that produced it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from cattrs.preconf.json import make_converter
+
+T = TypeVar("T")
+
+converter = make_converter()
+
+
+class NotJsonable(TypeError):
+    """Raised by :func:`to_json` with a description of what could not be encoded."""
+
+
+def unstructure(value: Any) -> Any:
+    """Turn attrs classes, dataclasses, enums and datetimes into JSON-ready values."""
+    return converter.unstructure(value)
+
+
+def structure(raw: Any, type_: Any) -> Any:
+    """Rebuild a value of ``type_`` from its JSON form; ``Any`` returns ``raw`` as is."""
+    if type_ is Any or type_ is None or type_ is type(None):
+        return raw
+    return converter.structure(raw, type_)
+
+
+def to_json(value: Any) -> str:
+    """Encode a value canonically (sorted keys, compact) so equal values give equal text."""
+    try:
+        return json.dumps(
+            unstructure(value), sort_keys=True, separators=(",", ":"), allow_nan=False
+        )
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise NotJsonable(f"{type(exc).__name__}: {exc}") from exc
+
+
+def from_json(text: str) -> Any:
+    return json.loads(text)

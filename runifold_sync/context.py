@@ -1,0 +1,327 @@
+"""The replay engine behind ``ctx`` in workflow code.
+
+The main function runs from the top on every claim. Each step, effect or timer call
+takes the next position in the checkpoint journal: a recorded call returns its recorded
+output, the first unrecorded one runs and is committed (fenced, revision-checked) before
+the function goes on. Control leaves the main function through ``_Interrupt``
+exceptions, which derive from ``BaseException`` so that ``except Exception`` in workflow
+code cannot swallow a suspension or a lost lease.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .checkpoint import Checkpoint, JournalEntry
+from .codec import NotJsonable, from_json, structure, to_json, unstructure
+from .effects import EffectStatus
+from .errors import (
+    AmbiguousEffect,
+    CheckpointError,
+    InvalidArgument,
+    LeaseLostError,
+    NonDeterminism,
+    OutputNotSerializable,
+)
+from .store.base import ClaimedTask, Lease, WorkflowStore
+
+if TYPE_CHECKING:
+    from .definition import WorkflowDefinition
+    from .workflow import StepSpec
+
+
+class _Interrupt(BaseException):
+    """Ends the main function early; the worker turns it into a store transition."""
+
+
+class SuspendRequested(_Interrupt):
+    def __init__(self, wake_at: datetime, reason: str) -> None:
+        self.wake_at = wake_at
+        self.reason = reason
+
+
+class RetryRequested(_Interrupt):
+    def __init__(self, delay_s: float, reason: str) -> None:
+        self.delay_s = delay_s
+        self.reason = reason
+
+
+class FailRequested(_Interrupt):
+    def __init__(self, reason: str, ambiguous_effect: str | None = None) -> None:
+        self.reason = reason
+        self.ambiguous_effect = ambiguous_effect
+
+
+class YieldRequested(_Interrupt):
+    """The per-claim step slice is used up."""
+
+
+class LeaseGone(_Interrupt):
+    def __init__(self, error: LeaseLostError) -> None:
+        self.error = error
+
+
+@attrs.define
+class StepContext:
+    """What a step or effect body receives: identity for logs and idempotency, the
+    fencing token for conditional writes of its own, and cost accounting."""
+
+    task_id: str
+    call_id: str
+    attempt: int
+    fence: int
+    idempotency_key: str | None
+    cost: float = 0.0
+
+    def charge(self, cost: float) -> None:
+        """Add ``cost`` units (tokens, cents...) to the task's budget usage."""
+        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not cost >= 0:
+            raise InvalidArgument(f"charge must be a non-negative number, got {cost!r}")
+        self.cost += cost
+
+
+class WorkflowContext:
+    """``ctx`` in a workflow's main function. Only the calls made through it are
+    durable; everything else in the main function must be deterministic."""
+
+    def __init__(
+        self,
+        *,
+        claimed: ClaimedTask,
+        definition: WorkflowDefinition,
+        checkpoint: Checkpoint,
+        store: WorkflowStore,
+        lease_lost: Any,
+        max_steps_per_claim: int | None,
+        max_checkpoint_bytes: int,
+    ) -> None:
+        self.task_id = claimed.lease.task_id
+        self.tenant = claimed.lease.tenant
+        self._claimed = claimed
+        self._definition = definition
+        self.checkpoint = checkpoint
+        self.revision = claimed.revision
+        self._store = store
+        self._lease_lost = lease_lost  # threading.Event set by the heartbeat thread
+        self._max_steps_per_claim = max_steps_per_claim
+        self._max_checkpoint_bytes = max_checkpoint_bytes
+        self._cursor = 0
+        self._occurrences: Counter[str] = Counter()
+        self._executed = 0
+
+    @property
+    def lease(self) -> Lease:
+        return self._claimed.lease
+
+    @property
+    def fence(self) -> int:
+        """The lease's fencing token: make the application's own writes conditional on it."""
+        return self._claimed.lease.fencing_token
+
+    # --- checkpoint plumbing -------------------------------------------------------
+
+    def encode(self) -> str:
+        return self.checkpoint.encode(self.task_id, self._max_checkpoint_bytes)
+
+    def commit(self) -> None:
+        try:
+            text = self.encode()
+        except CheckpointError as exc:
+            raise FailRequested(str(exc)) from exc
+        try:
+            self.revision = self._store.commit_checkpoint(self.lease, self.revision, text)
+        except LeaseLostError as exc:
+            raise LeaseGone(exc) from exc
+
+    def _next(self, base: str, kind: str) -> tuple[str, JournalEntry | None]:
+        """The call id for this call and its recorded entry, if any."""
+        self._occurrences[base] += 1
+        call_id = f"{base}#{self._occurrences[base]}"
+        journal = self.checkpoint.journal
+        position = self._cursor
+        if position < len(journal):
+            entry = journal[position]
+            if entry.call_id != call_id or entry.kind != kind:
+                raise FailRequested(
+                    str(NonDeterminism(self.task_id, position, entry.call_id, call_id))
+                )
+            return call_id, entry
+        return call_id, None
+
+    def _check_lease(self) -> None:
+        if self._lease_lost.is_set():
+            raise LeaseGone(LeaseLostError(self.task_id, self.fence, "next step"))
+
+    def _boundary(self) -> None:
+        """Checks made before a step or effect body runs: lease, slice and budget."""
+        self._check_lease()
+        if self._max_steps_per_claim is not None and self._executed >= self._max_steps_per_claim:
+            raise YieldRequested()
+        over = self._definition.budget.exceeded(self.checkpoint.usage.add(steps=1))
+        if over:
+            raise FailRequested(over)
+
+    def _encode_output(self, call_id: str, value: Any) -> Any:
+        try:
+            to_json(value)
+        except NotJsonable as exc:
+            raise FailRequested(str(OutputNotSerializable(call_id, str(exc)))) from exc
+        return unstructure(value)
+
+    def _structure(self, spec: StepSpec, raw: Any) -> Any:
+        try:
+            return structure(raw, spec.output_type)
+        except Exception as exc:
+            raise FailRequested(
+                f"recorded output of {spec.step_id!r} no longer fits its return type "
+                f"{spec.output_type!r}: {exc}"
+            ) from exc
+
+    # --- steps and effects ---------------------------------------------------------
+
+    def call(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        call_id, entry = self._next(spec.step_id, spec.kind)
+        if entry is not None and entry.status == "done":
+            self._cursor += 1
+            return self._structure(spec, entry.output)
+        if spec.kind == "effect":
+            return self._effect(spec, call_id, entry, args, kwargs)
+        self._boundary()
+        output = self._execute(spec, call_id, None, args, kwargs)
+        self.checkpoint.journal.append(JournalEntry(call_id, "step", "done", output))
+        self._cursor += 1
+        self.commit()
+        return self._structure(spec, output)
+
+    def _effect(
+        self,
+        spec: StepSpec,
+        call_id: str,
+        entry: JournalEntry | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        if entry is None:
+            self._boundary()
+            entry = JournalEntry(call_id, "effect", "intent", key=f"{self.task_id}/{call_id}")
+            self.checkpoint.journal.append(entry)
+            self.commit()  # the intent is durable before the outside world is touched
+        else:
+            self._boundary()
+            known = self._known_outcome(spec, entry, args, kwargs)
+            if known is not None:
+                evidence, output = known
+                return self._finish_effect(spec, entry, output, evidence)
+        output = self._execute(spec, call_id, entry.key, args, kwargs)
+        return self._finish_effect(spec, entry, output, "ran")
+
+    def _known_outcome(
+        self, spec: StepSpec, entry: JournalEntry, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[str, Any] | None:
+        """For an effect interrupted mid-call: (evidence, output) when it is known to have
+        happened, None when it is safe to run again; fails closed when unknown."""
+        assert entry.key is not None
+        resolution = self._claimed.resolutions.get(entry.key)
+        if resolution is not None:
+            if not resolution.applied:
+                return None
+            raw = None if resolution.result_json is None else from_json(resolution.result_json)
+            return f"resolved by {resolution.actor}: {resolution.reason}", raw
+        if spec.idempotent:
+            return None
+        if spec.reconcile is not None:
+            context = StepContext(self.task_id, entry.call_id, 0, self.fence, entry.key)
+            evidence = spec.reconcile(context, *args, **kwargs)
+            if evidence.status is EffectStatus.APPLIED:
+                return "reconciled", self._encode_output(entry.call_id, evidence.result)
+            if evidence.status is EffectStatus.NOT_APPLIED:
+                return None
+        error = AmbiguousEffect(self.task_id, spec.step_id, entry.key)
+        raise FailRequested(str(error), ambiguous_effect=entry.key)
+
+    def _finish_effect(self, spec: StepSpec, entry: JournalEntry, output: Any, evidence: str) -> Any:
+        entry.status = "done"
+        entry.output = output
+        entry.evidence = evidence
+        self._cursor += 1
+        self.commit()
+        return self._structure(spec, output)
+
+    def _execute(
+        self,
+        spec: StepSpec,
+        call_id: str,
+        key: str | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """Run a body for real, account for it, and turn its failure into a retry or a
+        terminal failure according to its retry policy."""
+        failures = self.checkpoint.step_failures.get(call_id, 0)
+        context = StepContext(self.task_id, call_id, failures + 1, self.fence, key)
+        started = time.monotonic()
+        try:
+            value = spec.fn(context, *args, **kwargs)
+        except Exception as exc:
+            usage = self.checkpoint.usage.add(
+                cost=context.cost, elapsed_s=time.monotonic() - started
+            )
+            self.checkpoint.usage = usage
+            failures += 1
+            self.checkpoint.step_failures[call_id] = failures
+            description = f"{spec.kind} {spec.step_id!r} raised {type(exc).__name__}: {exc}"
+            if failures < spec.retry.max_attempts:
+                raise RetryRequested(
+                    spec.retry.backoff_s(failures),
+                    f"{description} (attempt {failures} of {spec.retry.max_attempts})",
+                ) from exc
+            raise FailRequested(f"{description}; gave up after {failures} attempts") from exc
+        finally:
+            if self._lease_lost.is_set():
+                raise LeaseGone(LeaseLostError(self.task_id, self.fence, f"result of {call_id}"))
+        output = self._encode_output(call_id, value)
+        self.checkpoint.usage = self.checkpoint.usage.add(
+            steps=1, cost=context.cost, elapsed_s=time.monotonic() - started
+        )
+        self.checkpoint.step_failures.pop(call_id, None)
+        self._executed += 1
+        return output
+
+    # --- timers ------------------------------------------------------------------
+
+    def sleep(self, duration: timedelta) -> None:
+        """Wait durably for ``duration`` of store time; the worker is freed meanwhile."""
+        if not isinstance(duration, timedelta) or duration < timedelta(0):
+            raise InvalidArgument(f"sleep duration must be a non-negative timedelta, got {duration!r}")
+        self._timer(lambda now: now + duration)
+
+    def sleep_until(self, deadline: datetime) -> None:
+        """Wait durably until ``deadline`` in store time."""
+        if not isinstance(deadline, datetime) or deadline.tzinfo is None:
+            raise InvalidArgument(f"sleep_until needs a timezone-aware datetime, got {deadline!r}")
+        self._timer(lambda _now: deadline)
+
+    def _timer(self, deadline: Any) -> None:
+        call_id, entry = self._next("timer", "timer")
+        if entry is not None and entry.status == "done":
+            self._cursor += 1
+            return
+        now = self._store.now()
+        if entry is None:
+            self._check_lease()
+            due = deadline(now)
+            entry = JournalEntry(call_id, "timer", "pending", due=due.timestamp())
+            self.checkpoint.journal.append(entry)
+        assert entry.due is not None
+        due_at = datetime.fromtimestamp(entry.due, timezone.utc)
+        if now >= due_at:
+            entry.status = "done"  # persisted with the next commit; replay re-derives it
+            self._cursor += 1
+            return
+        raise SuspendRequested(due_at, f"waiting for timer {call_id} until {due_at.isoformat()}")
+

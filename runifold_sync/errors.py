@@ -1,0 +1,121 @@
+"""One root exception and the conditions a caller can act on.
+
+Errors carry structured fields (task id, effect id, key) so an operator tool can act on
+them without parsing the message. Invalid arguments are also ``ValueError`` so that
+generic input handling keeps working.
+"""
+
+from __future__ import annotations
+
+
+class RunifoldError(Exception):
+    """Root of every error raised by runifold_sync."""
+
+
+class InvalidArgument(RunifoldError, ValueError):
+    """An argument was rejected at the call that received it."""
+
+
+class DefinitionConflict(InvalidArgument):
+    """The same name and version was registered with a different step graph."""
+
+
+class EnqueueConflict(RunifoldError):
+    """A task with this checkpoint identity exists with different content."""
+
+    def __init__(self, task_id: str, differences: list[str]) -> None:
+        self.task_id = task_id
+        self.differences = differences
+        super().__init__(
+            f"task {task_id!r} already exists with a different {', '.join(differences)}; "
+            "enqueue is idempotent only for identical tasks"
+        )
+
+
+class TaskNotFound(RunifoldError, LookupError):
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        super().__init__(f"no task with id {task_id!r}")
+
+
+class LeaseLostError(RunifoldError):
+    """A fenced write changed no row: another worker owns the task or the lease expired."""
+
+    def __init__(self, task_id: str, fencing_token: int, operation: str) -> None:
+        self.task_id = task_id
+        self.fencing_token = fencing_token
+        self.operation = operation
+        super().__init__(
+            f"lease on task {task_id!r} with fencing token {fencing_token} is no longer "
+            f"held; {operation} was refused"
+        )
+
+
+class StoreUnavailable(RunifoldError):
+    """The store could not be reached or answered with a driver error."""
+
+
+class SchemaTooNew(RunifoldError):
+    """The database was migrated by a newer runifold_sync than this one."""
+
+
+class InvalidState(RunifoldError):
+    """An operator action does not apply to the task in its current state."""
+
+
+class CheckpointError(RunifoldError):
+    """A checkpoint cannot be used to continue the task; the task fails closed."""
+
+
+class CheckpointTooLarge(CheckpointError):
+    def __init__(self, task_id: str, size_bytes: int, limit_bytes: int) -> None:
+        self.task_id = task_id
+        self.size_bytes = size_bytes
+        self.limit_bytes = limit_bytes
+        super().__init__(
+            f"checkpoint of task {task_id!r} is {size_bytes} bytes, over the limit of "
+            f"{limit_bytes} bytes; keep large artifacts outside and store their ids"
+        )
+
+
+class NonDeterminism(CheckpointError):
+    def __init__(self, task_id: str, position: int, recorded: str, requested: str) -> None:
+        self.task_id = task_id
+        self.position = position
+        self.recorded = recorded
+        self.requested = requested
+        super().__init__(
+            f"task {task_id!r} replay diverged at call {position}: the checkpoint recorded "
+            f"{recorded!r} but the workflow asked for {requested!r}"
+        )
+
+
+class FingerprintMismatch(CheckpointError):
+    def __init__(self, task_id: str, recorded: str, registered: str) -> None:
+        self.task_id = task_id
+        self.recorded = recorded
+        self.registered = registered
+        super().__init__(
+            f"task {task_id!r} was checkpointed by a definition with fingerprint "
+            f"{recorded} but the registered one has {registered}; register the original "
+            "steps under this version or give the changed workflow a new version"
+        )
+
+
+class AmbiguousEffect(RunifoldError):
+    """A non-idempotent effect may or may not have happened; nothing is guessed."""
+
+    def __init__(self, task_id: str, effect_id: str, key: str) -> None:
+        self.task_id = task_id
+        self.effect_id = effect_id
+        self.key = key
+        super().__init__(
+            f"effect {effect_id!r} of task {task_id!r} (idempotency key {key}) was "
+            "interrupted and its outcome is unknown; resolve it with resolve_effect"
+        )
+
+
+class OutputNotSerializable(RunifoldError, TypeError):
+    def __init__(self, call_id: str, detail: str) -> None:
+        self.call_id = call_id
+        super().__init__(f"output of {call_id!r} cannot be stored as JSON: {detail}")

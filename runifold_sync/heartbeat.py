@@ -1,0 +1,97 @@
+"""Keeps the current lease alive from a background thread.
+
+Step bodies block the worker thread (a model call, a slow query), so lease extension runs
+beside them in a named daemon thread with its own store connection. When the lease cannot
+be extended the thread sets the lease's ``lost`` event; the workflow context checks it at
+every step boundary and stops without writing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from .errors import LeaseLostError
+from .models import LeaseDuration
+from .store.base import Lease, WorkflowStore
+
+log = logging.getLogger("runifold_sync.heartbeat")
+
+
+class LeaseKeeper:
+    def __init__(
+        self, store: WorkflowStore, duration: LeaseDuration, interval_s: float, name: str
+    ) -> None:
+        self._store = store
+        self._duration = duration
+        self._interval_s = interval_s
+        self._name = name
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = False
+        self._lease: Lease | None = None
+        self._lost = threading.Event()
+        self._deadline = 0.0  # monotonic time by which the lease surely expired
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    def watch(self, lease: Lease) -> threading.Event:
+        """Start extending ``lease``; returns the event set if it is lost."""
+        if self._pid != os.getpid():
+            raise RuntimeError("a LeaseKeeper cannot be used across fork; build the worker after fork")
+        with self._lock:
+            self._lease = lease
+            self._lost = threading.Event()
+            self._deadline = time.monotonic() + self._duration.seconds
+            lost = self._lost
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+                self._thread.start()
+        return lost
+
+    def unwatch(self) -> None:
+        with self._lock:
+            self._lease = None
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        with self._lock:
+            self._stop = True
+            self._lease = None
+            thread, self._thread = self._thread, None
+        self._wake.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait(self._interval_s)
+            with self._lock:
+                if self._stop:
+                    return
+                lease, lost = self._lease, self._lost
+            if lease is None:
+                continue
+            started = time.monotonic()
+            try:
+                renewed = self._store.heartbeat(lease, self._duration)
+            except LeaseLostError:
+                log.warning("lease lost", extra=_fields(lease))
+                lost.set()
+                continue
+            except Exception:
+                log.exception("heartbeat failed", extra=_fields(lease))
+                with self._lock:
+                    expired = time.monotonic() >= self._deadline
+                if expired:
+                    lost.set()
+                continue
+            with self._lock:
+                if self._lease is lease:
+                    self._lease = renewed
+                    self._deadline = started + self._duration.seconds
+
+
+def _fields(lease: Lease) -> dict[str, object]:
+    return {"task_id": lease.task_id, "worker_id": lease.worker_id, "fencing_token": lease.fencing_token}

@@ -1,0 +1,251 @@
+"""Validated value types shared by authoring code, workers and stores.
+
+Each constructor rejects bad input with :class:`InvalidArgument` naming the value, so a
+mistake surfaces where it was made instead of later inside a worker.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import re
+import uuid
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+import attrs
+
+from .codec import NotJsonable, to_json
+from .errors import InvalidArgument
+
+MAX_INPUT_BYTES = 1 << 20
+_NAME_MAX = 200
+_WORKER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
+
+
+def check_name(kind: str, value: object) -> str:
+    """Names become database keys and log fields: printable, trimmed, bounded."""
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{kind} must be a string, got {value!r}")
+    if not value or value != value.strip():
+        raise InvalidArgument(f"{kind} must be non-empty without surrounding spaces, got {value!r}")
+    if len(value) > _NAME_MAX:
+        raise InvalidArgument(f"{kind} is longer than {_NAME_MAX} characters: {value[:40]!r}...")
+    if any(not ch.isprintable() for ch in value):
+        raise InvalidArgument(f"{kind} contains control characters: {value!r}")
+    return value
+
+
+def check_version(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgument(f"version must be an integer >= 1, got {value!r}")
+    return value
+
+
+def check_positive_timedelta(kind: str, value: object) -> timedelta:
+    if not isinstance(value, timedelta):
+        raise InvalidArgument(f"{kind} must be a datetime.timedelta, got {value!r}")
+    if value <= timedelta(0):
+        raise InvalidArgument(f"{kind} must be positive, got {value!r}")
+    return value
+
+
+class TaskState(str, enum.Enum):
+    QUEUED = "queued"
+    LEASED = "leased"
+    WAITING = "waiting"
+    TERMINAL = "terminal"
+    CANCELLED = "cancelled"
+
+
+class TaskOutcome(str, enum.Enum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+@attrs.frozen
+class DefinitionIdentity:
+    """What a checkpoint was written by; a checkpoint is only continued by the same."""
+
+    name: str
+    version: int
+    fingerprint: str
+
+
+@attrs.frozen
+class WorkerId:
+    value: str
+
+    @classmethod
+    def parse(cls, text: str) -> WorkerId:
+        if not isinstance(text, str) or not _WORKER_ID.fullmatch(text):
+            raise InvalidArgument(
+                "worker id must be 1-128 characters of letters, digits and ._:@- "
+                f"starting with a letter or digit, got {text!r}"
+            )
+        return cls(text)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@attrs.frozen
+class LeaseDuration:
+    value: timedelta = attrs.field(
+        validator=lambda _i, _a, v: check_positive_timedelta("lease duration", v)
+    )
+
+    @property
+    def seconds(self) -> float:
+        return self.value.total_seconds()
+
+
+def _optional_positive(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, timedelta):
+        check_positive_timedelta(f"Budget.{attribute.name}", value)
+    elif isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise InvalidArgument(f"Budget.{attribute.name} must be positive or None, got {value!r}")
+
+
+@attrs.frozen
+class BudgetUsage:
+    """What a task has consumed so far; every field only ever grows."""
+
+    steps: int = 0
+    cost: float = 0.0
+    elapsed_s: float = 0.0
+    claims: int = 0
+
+    def add(
+        self, *, steps: int = 0, cost: float = 0.0, elapsed_s: float = 0.0, claims: int = 0
+    ) -> BudgetUsage:
+        return BudgetUsage(
+            self.steps + steps,
+            self.cost + cost,
+            self.elapsed_s + max(elapsed_s, 0.0),
+            self.claims + claims,
+        )
+
+    def covers(self, other: BudgetUsage) -> bool:
+        """True when no field of ``self`` is below ``other``'s (usage never decreased)."""
+        return (
+            self.steps >= other.steps
+            and self.cost >= other.cost
+            and self.elapsed_s >= other.elapsed_s
+            and self.claims >= other.claims
+        )
+
+
+@attrs.frozen
+class Budget:
+    """Limits on one task's run. ``max_attempts`` counts claims that made no progress,
+    which is how a task that crashes its worker every time (a poison task) is stopped."""
+
+    max_steps: int | None = attrs.field(default=None, validator=_optional_positive)
+    max_cost: float | None = attrs.field(default=None, validator=_optional_positive)
+    max_duration: timedelta | None = attrs.field(default=None, validator=_optional_positive)
+    max_attempts: int = attrs.field(default=5, validator=_optional_positive)
+
+    def exceeded(self, usage: BudgetUsage) -> str | None:
+        """The limit ``usage`` is over, described for a failure reason, or None."""
+        if self.max_steps is not None and usage.steps > self.max_steps:
+            return f"budget max_steps={self.max_steps} exceeded ({usage.steps} steps)"
+        if self.max_cost is not None and usage.cost > self.max_cost:
+            return f"budget max_cost={self.max_cost} exceeded (cost {usage.cost:g})"
+        if self.max_duration is not None and usage.elapsed_s > self.max_duration.total_seconds():
+            return (
+                f"budget max_duration={self.max_duration} exceeded "
+                f"({usage.elapsed_s:.3f}s of execution)"
+            )
+        return None
+
+
+def _capability_names(names: Iterable[str]) -> frozenset[str]:
+    if isinstance(names, str):
+        raise InvalidArgument(f"capabilities must be an iterable of names, got the string {names!r}")
+    return frozenset(check_name("capability", n) for n in names)
+
+
+@attrs.frozen
+class CapabilitySet:
+    names: frozenset[str] = attrs.field(default=frozenset(), converter=_capability_names)
+
+    def missing(self, needed: Iterable[str]) -> list[str]:
+        return sorted(set(needed) - self.names)
+
+
+@attrs.frozen
+class RetryPolicy:
+    """How often a failing step is retried, with exponential backoff and jitter."""
+
+    max_attempts: int = attrs.field(default=3, validator=_optional_positive)
+    initial_backoff: timedelta = attrs.field(
+        default=timedelta(seconds=1),
+        validator=lambda _i, _a, v: check_positive_timedelta("initial_backoff", v),
+    )
+    max_backoff: timedelta = attrs.field(
+        default=timedelta(minutes=5),
+        validator=lambda _i, _a, v: check_positive_timedelta("max_backoff", v),
+    )
+    multiplier: float = attrs.field(default=2.0, validator=_optional_positive)
+    jitter: float = 0.2
+
+    def __attrs_post_init__(self) -> None:
+        if not 0 <= self.jitter < 1:
+            raise InvalidArgument(f"jitter must be in [0, 1), got {self.jitter!r}")
+
+    def backoff_s(self, failures: int) -> float:
+        """Delay before the attempt after ``failures`` failures; jitter spreads a herd."""
+        base = self.initial_backoff.total_seconds() * self.multiplier ** max(failures - 1, 0)
+        base = min(base, self.max_backoff.total_seconds())
+        return base * random.uniform(1 - self.jitter, 1 + self.jitter)
+
+
+@attrs.frozen
+class WorkflowTask:
+    """A request to run one definition version on one input, identified by its
+    checkpoint identity (``task_id``)."""
+
+    task_id: str
+    definition_name: str
+    definition_version: int
+    input_json: str
+    tenant: str
+    priority: int
+    not_before: datetime | None
+
+    @classmethod
+    def new(
+        cls,
+        name: str,
+        version: int,
+        input: Any,
+        *,
+        tenant: str = "default",
+        checkpoint_id: str | None = None,
+        priority: int = 0,
+        not_before: datetime | None = None,
+    ) -> WorkflowTask:
+        check_name("workflow name", name)
+        check_version(version)
+        check_name("tenant", tenant)
+        task_id = uuid.uuid4().hex if checkpoint_id is None else check_name("checkpoint id", checkpoint_id)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise InvalidArgument(f"priority must be an integer, got {priority!r}")
+        if not_before is not None and (
+            not isinstance(not_before, datetime) or not_before.tzinfo is None
+        ):
+            raise InvalidArgument(f"not_before must be a timezone-aware datetime, got {not_before!r}")
+        try:
+            input_json = to_json(input)
+        except NotJsonable as exc:
+            raise InvalidArgument(f"workflow input {input!r} is not JSON-serializable: {exc}") from exc
+        if len(input_json.encode()) > MAX_INPUT_BYTES:
+            raise InvalidArgument(
+                f"workflow input is {len(input_json.encode())} bytes encoded, over the "
+                f"limit of {MAX_INPUT_BYTES}; store large data outside and pass its id"
+            )
+        return cls(task_id, name, version, input_json, tenant, priority, not_before)

@@ -1,0 +1,84 @@
+"""What one claim-and-execute cycle (``WorkflowWorker.run_once``) ended with."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+import attrs
+
+
+@attrs.frozen
+class RunOutcome:
+    kind: ClassVar[str] = "outcome"
+
+
+@attrs.frozen
+class Idle(RunOutcome):
+    """No task was ready to claim."""
+
+    kind: ClassVar[str] = "idle"
+
+
+@attrs.frozen
+class Completed(RunOutcome):
+    kind: ClassVar[str] = "completed"
+    task_id: str
+    result: Any
+
+
+@attrs.frozen
+class Retried(RunOutcome):
+    """A step failed and the task was requeued with backoff at store time."""
+
+    kind: ClassVar[str] = "retried"
+    task_id: str
+    reason: str
+    retry_at: datetime
+
+
+@attrs.frozen
+class Suspended(RunOutcome):
+    """The task waits durably (timer, signal) and its worker is free."""
+
+    kind: ClassVar[str] = "suspended"
+    task_id: str
+    reason: str
+    wake_at: datetime | None
+
+
+@attrs.frozen
+class Yielded(RunOutcome):
+    """The per-claim step limit was reached; progress is committed and the task requeued."""
+
+    kind: ClassVar[str] = "yielded"
+    task_id: str
+
+
+@attrs.frozen
+class Failed(RunOutcome):
+    """Terminal failure. ``recoverable`` tasks (ambiguous effects) wait for resolve_effect."""
+
+    kind: ClassVar[str] = "failed"
+    task_id: str
+    reason: str
+    recoverable: bool = False
+
+
+@attrs.frozen
+class DefinitionUnavailable(RunOutcome):
+    """This worker lacks the exact definition version; the task went back to the queue."""
+
+    kind: ClassVar[str] = "definition_unavailable"
+    task_id: str
+    name: str
+    version: int
+
+
+@attrs.frozen
+class LeaseLost(RunOutcome):
+    """Another worker owns the task now; nothing more was written for it."""
+
+    kind: ClassVar[str] = "lease_lost"
+    task_id: str
+    fencing_token: int

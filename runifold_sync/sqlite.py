@@ -1,0 +1,5 @@
+"""Public import path of the embedded SQLite store."""
+
+from .store.sqlite import SqliteWorkflowStore
+
+__all__ = ["SqliteWorkflowStore"]

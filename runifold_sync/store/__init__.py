@@ -1,0 +1,1 @@
+"""Stores: the durable control plane. ``base`` is the contract both backends honour."""

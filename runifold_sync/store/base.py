@@ -1,0 +1,212 @@
+"""The ``WorkflowStore`` contract.
+
+The store owns time and every state transition. Each write that a worker makes under a
+lease names the lease's fencing token; the store applies it only while that token still
+holds an unexpired lease, and raises :class:`LeaseLostError` otherwise. Checkpoint
+writes also name the revision they extend, so two writers can never interleave progress.
+"""
+
+from __future__ import annotations
+
+import abc
+from datetime import datetime, timedelta
+from typing import Any
+
+import attrs
+
+from ..codec import from_json
+from ..models import LeaseDuration, TaskOutcome, TaskState, WorkerId, WorkflowTask
+
+
+@attrs.frozen
+class Lease:
+    """Proof of ownership. Writes carry ``fencing_token``; a newer claim has a higher one."""
+
+    task_id: str
+    tenant: str
+    worker_id: str
+    fencing_token: int
+    expires_at: datetime
+
+
+@attrs.frozen
+class EffectResolution:
+    """An operator's or application's audited decision about an ambiguous effect."""
+
+    key: str
+    applied: bool
+    result_json: str | None
+    actor: str
+    reason: str
+
+
+@attrs.frozen
+class ClaimedTask:
+    lease: Lease
+    definition_name: str
+    definition_version: int
+    input_json: str
+    revision: int
+    checkpoint_json: str | None
+    claims_since_progress: int
+    resolutions: dict[str, EffectResolution]
+
+
+@attrs.frozen
+class EnqueueResult:
+    task_id: str
+    created: bool
+
+
+@attrs.frozen
+class TaskRecord:
+    """A snapshot of one task row; ``reason`` says why an unfinished task is not running
+    (or why a failed one failed)."""
+
+    task_id: str
+    definition_name: str
+    definition_version: int
+    tenant: str
+    input_json: str
+    priority: int
+    state: TaskState
+    outcome: TaskOutcome | None
+    reason: str | None
+    ambiguous_effect: str | None
+    ready_at: datetime | None
+    worker_id: str | None
+    fencing_token: int
+    lease_expires: datetime | None
+    claims_since_progress: int
+    revision: int
+    checkpoint_json: str | None
+    result_json: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def input(self) -> Any:
+        return from_json(self.input_json)
+
+    @property
+    def result(self) -> Any:
+        return None if self.result_json is None else from_json(self.result_json)
+
+
+@attrs.frozen
+class TaskEvent:
+    """One transition in a task's history, stamped with store time."""
+
+    event_id: int
+    task_id: str
+    at: datetime
+    kind: str
+    worker_id: str | None
+    fencing_token: int | None
+    detail: dict[str, Any]
+
+
+class WorkflowStore(abc.ABC):
+    """Semantic operations of the control plane. Implementations are thread-safe: the
+    worker's heartbeat thread shares the store with the thread running steps."""
+
+    # --- producers and operators -------------------------------------------------
+
+    @abc.abstractmethod
+    def enqueue(self, task: WorkflowTask) -> EnqueueResult:
+        """Insert ``task``; an identical task with the same id is returned as it is, a
+        different one raises :class:`EnqueueConflict`."""
+
+    @abc.abstractmethod
+    def resolve_effect(
+        self,
+        task_id: str,
+        effect_key: str,
+        *,
+        applied: bool,
+        result_json: str | None,
+        actor: str,
+        reason: str,
+    ) -> None:
+        """Record a decision about the ambiguous effect a recoverable task failed on,
+        and requeue the task. The decision and who made it go into the history."""
+
+    @abc.abstractmethod
+    def get_task(self, task_id: str) -> TaskRecord: ...
+
+    @abc.abstractmethod
+    def history(self, task_id: str) -> list[TaskEvent]: ...
+
+    # --- workers -----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def claim(
+        self, worker_id: WorkerId, lease: LeaseDuration, *, limit: int = 1
+    ) -> list[ClaimedTask]:
+        """Lease up to ``limit`` ready tasks (queued or waiting and due, or leased with an
+        expired lease), raising each one's fencing token and claim count."""
+
+    @abc.abstractmethod
+    def heartbeat(self, lease: Lease, duration: LeaseDuration) -> Lease:
+        """Extend a held lease from store now; raises LeaseLostError if it is not held."""
+
+    @abc.abstractmethod
+    def commit_checkpoint(self, lease: Lease, revision: int, checkpoint_json: str) -> int:
+        """Store progress that extends ``revision``; returns the new revision."""
+
+    @abc.abstractmethod
+    def suspend(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str,
+        *,
+        wake_at: datetime | None,
+        reason: str,
+    ) -> None:
+        """Move to ``waiting`` until ``wake_at`` (store time) or until woken."""
+
+    @abc.abstractmethod
+    def retry(
+        self, lease: Lease, revision: int, checkpoint_json: str, *, delay: timedelta, reason: str
+    ) -> datetime:
+        """Requeue after ``delay`` counted from store now; returns when it is due."""
+
+    @abc.abstractmethod
+    def release(self, lease: Lease, *, delay: timedelta, reason: str) -> None:
+        """Hand the task back unchanged; the claim does not count as an attempt."""
+
+    @abc.abstractmethod
+    def complete(self, lease: Lease, revision: int, checkpoint_json: str, result_json: str) -> None: ...
+
+    @abc.abstractmethod
+    def fail(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str | None,
+        *,
+        reason: str,
+        ambiguous_effect: str | None = None,
+    ) -> None:
+        """End the task as failed. With ``ambiguous_effect`` (an effect key) the task is
+        recoverable through :meth:`resolve_effect`."""
+
+    # --- time and lifecycle ------------------------------------------------------
+
+    @abc.abstractmethod
+    def now(self) -> datetime:
+        """Store time, the only clock that decides expiry, timers and backoff."""
+
+    @abc.abstractmethod
+    def set_clock_offset(self, offset: timedelta) -> None:
+        """Shift store time for every process using this database (tests and drills)."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> WorkflowStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,123 @@
+-- Named queries for the SQLite store. {now} is store time in epoch seconds.
+-- Every write under a lease checks task id, fencing token, state and expiry in its
+-- WHERE clause; checkpoint writes also check the revision they extend.
+
+-- name: now
+SELECT {now};
+
+-- name: insert_task
+INSERT INTO runifold_tasks (
+    task_id, definition_name, definition_version, tenant, input, priority, state,
+    ready_at, created_at, updated_at
+) VALUES (
+    :task_id, :definition_name, :definition_version, :tenant, :input, :priority, 'queued',
+    MAX(:now, COALESCE(:not_before, :now)), :now, :now
+)
+ON CONFLICT (task_id) DO NOTHING;
+
+-- name: select_task
+SELECT * FROM runifold_tasks WHERE task_id = :task_id;
+
+-- name: claimable_tasks
+SELECT task_id, state, worker_id FROM runifold_tasks
+WHERE state IN ('queued', 'waiting', 'leased') AND ready_at <= :now
+ORDER BY priority DESC, ready_at
+LIMIT :limit;
+
+-- name: lease_task
+UPDATE runifold_tasks
+SET state = 'leased', worker_id = :worker_id, fencing_token = fencing_token + 1,
+    lease_expires = :now + :lease_s, ready_at = :now + :lease_s,
+    claims_since_progress = claims_since_progress + 1, reason = NULL, updated_at = :now
+WHERE task_id = :task_id
+RETURNING task_id, tenant, definition_name, definition_version, input, revision,
+    checkpoint, fencing_token, lease_expires, claims_since_progress;
+
+-- name: resolutions_for_task
+SELECT effect_key, applied, result, actor, reason
+FROM runifold_effect_resolutions WHERE task_id = :task_id;
+
+-- name: heartbeat
+UPDATE runifold_tasks
+SET lease_expires = {now} + :lease_s, ready_at = {now} + :lease_s
+WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
+    AND lease_expires > {now}
+RETURNING lease_expires;
+
+-- name: commit_checkpoint
+UPDATE runifold_tasks
+SET checkpoint = :checkpoint, revision = revision + 1, claims_since_progress = 0,
+    updated_at = {now}
+WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
+    AND lease_expires > {now} AND revision = :revision
+RETURNING revision;
+
+-- name: suspend
+UPDATE runifold_tasks
+SET state = 'waiting', checkpoint = :checkpoint, revision = revision + 1,
+    claims_since_progress = 0, ready_at = :wake_at, lease_expires = NULL,
+    reason = :reason, updated_at = :now
+WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
+    AND lease_expires > :now AND revision = :revision
+RETURNING task_id;
+
+-- name: retry
+UPDATE runifold_tasks
+SET state = 'queued', checkpoint = :checkpoint, revision = revision + 1,
+    claims_since_progress = 0, ready_at = :now + :delay_s, lease_expires = NULL,
+    reason = :reason, updated_at = :now
+WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
+    AND lease_expires > :now AND revision = :revision
+RETURNING ready_at;
+
+-- name: release
+UPDATE runifold_tasks
+SET state = 'queued', ready_at = :now + :delay_s, lease_expires = NULL,
+    claims_since_progress = MAX(claims_since_progress - 1, 0), reason = :reason,
+    updated_at = :now
+WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
+    AND lease_expires > :now
+RETURNING task_id;
+
+-- name: complete
+UPDATE runifold_tasks
+SET state = 'terminal', outcome = 'completed', checkpoint = :checkpoint,
+    revision = revision + 1, result = :result, ready_at = NULL, lease_expires = NULL,
+    reason = NULL, updated_at = :now
+WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
+    AND lease_expires > :now AND revision = :revision
+RETURNING task_id;
+
+-- name: fail
+UPDATE runifold_tasks
+SET state = 'terminal', outcome = 'failed', checkpoint = COALESCE(:checkpoint, checkpoint),
+    revision = revision + 1, ready_at = NULL, lease_expires = NULL, reason = :reason,
+    ambiguous_effect = :ambiguous_effect, updated_at = :now
+WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
+    AND lease_expires > :now AND revision = :revision
+RETURNING task_id;
+
+-- name: requeue_resolved
+UPDATE runifold_tasks
+SET state = 'queued', outcome = NULL, ambiguous_effect = NULL, reason = NULL,
+    claims_since_progress = 0, ready_at = :now, updated_at = :now
+WHERE task_id = :task_id AND state = 'terminal' AND ambiguous_effect = :effect_key
+RETURNING task_id;
+
+-- name: insert_resolution
+INSERT INTO runifold_effect_resolutions
+    (task_id, effect_key, applied, result, actor, reason, resolved_at)
+VALUES (:task_id, :effect_key, :applied, :result, :actor, :reason, :now)
+ON CONFLICT (task_id, effect_key) DO UPDATE SET
+    applied = excluded.applied, result = excluded.result, actor = excluded.actor,
+    reason = excluded.reason, resolved_at = excluded.resolved_at;
+
+-- name: insert_event
+INSERT INTO runifold_events (task_id, at, kind, worker_id, fencing_token, detail)
+VALUES (:task_id, :now, :kind, :worker_id, :token, :detail);
+
+-- name: task_events
+SELECT * FROM runifold_events WHERE task_id = :task_id ORDER BY event_id;
+
+-- name: set_clock_offset
+UPDATE runifold_clock SET offset_s = :offset_s WHERE id = 1;

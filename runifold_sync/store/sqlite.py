@@ -1,0 +1,475 @@
+"""SQLite store: the embedded default for one machine.
+
+Each thread gets its own connection (the heartbeat thread never shares the step thread's
+connection), each connection remembers the pid that opened it, and every multi-statement
+write starts with ``BEGIN IMMEDIATE`` so two processes can never both read a task as
+claimable. WAL with ``synchronous=FULL`` keeps a commit durable across power loss, which
+the ambiguous-effect promise relies on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from ..errors import (
+    EnqueueConflict,
+    InvalidArgument,
+    InvalidState,
+    LeaseLostError,
+    SchemaTooNew,
+    StoreUnavailable,
+    TaskNotFound,
+)
+from ..models import LeaseDuration, TaskOutcome, TaskState, WorkerId, WorkflowTask, check_name
+from .base import (
+    ClaimedTask,
+    EffectResolution,
+    EnqueueResult,
+    Lease,
+    TaskEvent,
+    TaskRecord,
+    WorkflowStore,
+)
+from .queries import load_migrations, load_queries
+
+_NOW = "((julianday('now') - 2440587.5) * 86400.0 + (SELECT offset_s FROM runifold_clock))"
+_Q = load_queries("sqlite", _NOW)
+_SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
+
+
+def _to_datetime(epoch_s: float | None) -> datetime | None:
+    return None if epoch_s is None else datetime.fromtimestamp(epoch_s, timezone.utc)
+
+
+def _at(epoch_s: float) -> datetime:
+    return datetime.fromtimestamp(epoch_s, timezone.utc)
+
+
+class _Connection:
+    """A sqlite3 connection bound to the process that opened it."""
+
+    def __init__(self, path: str, synchronous: str, busy_timeout_s: float) -> None:
+        self.pid = os.getpid()
+        self.raw = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None)
+        self.raw.row_factory = sqlite3.Row
+        self.raw.execute("PRAGMA journal_mode=WAL")
+        self.raw.execute(f"PRAGMA synchronous={synchronous}")
+        self.raw.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+
+    def check_pid(self) -> None:
+        if self.pid != os.getpid():
+            raise StoreUnavailable(
+                f"this store's SQLite connection was opened in process {self.pid} and "
+                f"cannot be used in forked process {os.getpid()}; open a new store after fork"
+            )
+
+
+class SqliteWorkflowStore(WorkflowStore):
+    def __init__(self, path: str, *, synchronous: str, busy_timeout: timedelta) -> None:
+        self.path = path
+        self._synchronous = synchronous
+        self._busy_timeout_s = busy_timeout.total_seconds()
+        self._local = threading.local()
+        self._all: list[_Connection] = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        busy_timeout: timedelta = timedelta(seconds=30),
+    ) -> SqliteWorkflowStore:
+        """Open (creating if needed) and migrate the database at ``path``."""
+        text = os.fspath(path)
+        if not text:
+            raise InvalidArgument("SQLite path must not be empty")
+        if synchronous.upper() not in _SYNCHRONOUS:
+            raise InvalidArgument(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
+        if not isinstance(busy_timeout, timedelta) or busy_timeout < timedelta(0):
+            raise InvalidArgument(f"busy_timeout must be a non-negative timedelta, got {busy_timeout!r}")
+        if text != ":memory:" and not Path(text).parent.exists():
+            raise InvalidArgument(f"directory of SQLite path {text!r} does not exist")
+        store = cls(text, synchronous=synchronous.upper(), busy_timeout=busy_timeout)
+        store.migrate()
+        return store
+
+    # --- connections and transactions ----------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreUnavailable(f"store {self.path!r} is closed")
+        conn: _Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._pid != os.getpid():
+                raise StoreUnavailable(
+                    f"store {self.path!r} was opened in process {self._pid} and cannot be "
+                    f"used in forked process {os.getpid()}; open a new store after fork"
+                )
+            try:
+                conn = _Connection(self.path, self._synchronous, self._busy_timeout_s)
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        conn.check_pid()
+        return conn.raw
+
+    @contextmanager
+    def _write(self) -> Iterator[tuple[sqlite3.Connection, float]]:
+        """One ``BEGIN IMMEDIATE`` transaction and the store time it runs at."""
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                now = conn.execute(_Q["now"]).fetchone()[0]
+                yield conn, now
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"SQLite write to {self.path!r} failed: {exc}") from exc
+
+    def _run(self, name: str, params: dict[str, Any]) -> list[sqlite3.Row]:
+        """One statement in autocommit mode: its own atomic transaction."""
+        conn = self._conn()
+        try:
+            return conn.execute(_Q[name], params).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"SQLite query {name} on {self.path!r} failed: {exc}") from exc
+
+    def migrate(self) -> int:
+        """Apply pending numbered migrations; returns the schema version."""
+        migrations = load_migrations("sqlite")
+        latest = migrations[-1][0]
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS runifold_schema "
+                    "(version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+                )
+                current = conn.execute("SELECT MAX(version) FROM runifold_schema").fetchone()[0] or 0
+                if current > latest:
+                    raise SchemaTooNew(
+                        f"database {self.path!r} has schema version {current}; this "
+                        f"runifold_sync knows up to {latest}. Upgrade runifold_sync."
+                    )
+                for version, script in migrations:
+                    if version > current:
+                        for statement in _statements(script):
+                            conn.execute(statement)
+                        conn.execute(
+                            "INSERT INTO runifold_schema VALUES (?, datetime('now'))", (version,)
+                        )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"migrating {self.path!r} failed: {exc}") from exc
+        return latest
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conns, self._all = self._all, []
+        for conn in conns:
+            if conn.pid == os.getpid():
+                try:
+                    conn.raw.close()
+                except sqlite3.ProgrammingError:
+                    pass  # opened by another thread that already went away
+
+    # --- producers and operators -------------------------------------------------
+
+    def enqueue(self, task: WorkflowTask) -> EnqueueResult:
+        not_before = None if task.not_before is None else task.not_before.timestamp()
+        with self._write() as (conn, now):
+            cursor = conn.execute(
+                _Q["insert_task"],
+                {
+                    "task_id": task.task_id,
+                    "definition_name": task.definition_name,
+                    "definition_version": task.definition_version,
+                    "tenant": task.tenant,
+                    "input": task.input_json,
+                    "priority": task.priority,
+                    "not_before": not_before,
+                    "now": now,
+                },
+            )
+            if cursor.rowcount == 1:
+                _event(conn, now, task.task_id, "enqueued", None, None,
+                       {"definition": task.definition_name, "version": task.definition_version})
+                return EnqueueResult(task.task_id, created=True)
+            row = conn.execute(_Q["select_task"], {"task_id": task.task_id}).fetchone()
+        differences = [
+            label
+            for label, stored, given in (
+                ("definition name", row["definition_name"], task.definition_name),
+                ("definition version", row["definition_version"], task.definition_version),
+                ("tenant", row["tenant"], task.tenant),
+                ("input", row["input"], task.input_json),
+            )
+            if stored != given
+        ]
+        if differences:
+            raise EnqueueConflict(task.task_id, differences)
+        return EnqueueResult(task.task_id, created=False)
+
+    def resolve_effect(
+        self,
+        task_id: str,
+        effect_key: str,
+        *,
+        applied: bool,
+        result_json: str | None,
+        actor: str,
+        reason: str,
+    ) -> None:
+        check_name("actor", actor)
+        check_name("reason", reason)
+        if applied is not True and applied is not False:
+            raise InvalidArgument(f"applied must be True or False, got {applied!r}")
+        with self._write() as (conn, now):
+            params = {"task_id": task_id, "effect_key": effect_key, "now": now}
+            if conn.execute(_Q["requeue_resolved"], params).fetchone() is None:
+                record = self._record(conn.execute(_Q["select_task"], params).fetchone(), task_id)
+                raise InvalidState(
+                    f"task {task_id!r} is {record.state.value} "
+                    f"(ambiguous effect: {record.ambiguous_effect!r}); only a task failed on "
+                    f"ambiguous effect {effect_key!r} can have it resolved"
+                )
+            conn.execute(
+                _Q["insert_resolution"],
+                params | {"applied": applied, "result": result_json, "actor": actor, "reason": reason},
+            )
+            _event(conn, now, task_id, "effect_resolved", None, None,
+                   {"effect_key": effect_key, "applied": applied, "actor": actor, "reason": reason})
+
+    def get_task(self, task_id: str) -> TaskRecord:
+        rows = self._run("select_task", {"task_id": task_id})
+        return self._record(rows[0] if rows else None, task_id)
+
+    def history(self, task_id: str) -> list[TaskEvent]:
+        return [
+            TaskEvent(row["event_id"], row["task_id"], _at(row["at"]), row["kind"],
+                      row["worker_id"], row["fencing_token"], json.loads(row["detail"]))
+            for row in self._run("task_events", {"task_id": task_id})
+        ]
+
+    @staticmethod
+    def _record(row: sqlite3.Row | None, task_id: str) -> TaskRecord:
+        if row is None:
+            raise TaskNotFound(task_id)
+        return TaskRecord(
+            task_id=row["task_id"],
+            definition_name=row["definition_name"],
+            definition_version=row["definition_version"],
+            tenant=row["tenant"],
+            input_json=row["input"],
+            priority=row["priority"],
+            state=TaskState(row["state"]),
+            outcome=None if row["outcome"] is None else TaskOutcome(row["outcome"]),
+            reason=row["reason"],
+            ambiguous_effect=row["ambiguous_effect"],
+            ready_at=_to_datetime(row["ready_at"]),
+            worker_id=row["worker_id"],
+            fencing_token=row["fencing_token"],
+            lease_expires=_to_datetime(row["lease_expires"]),
+            claims_since_progress=row["claims_since_progress"],
+            revision=row["revision"],
+            checkpoint_json=row["checkpoint"],
+            result_json=row["result"],
+            created_at=_at(row["created_at"]),
+            updated_at=_at(row["updated_at"]),
+        )
+
+    # --- workers -----------------------------------------------------------------
+
+    def claim(
+        self, worker_id: WorkerId, lease: LeaseDuration, *, limit: int = 1
+    ) -> list[ClaimedTask]:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidArgument(f"claim limit must be an integer in 1..1000, got {limit!r}")
+        claimed = []
+        with self._write() as (conn, now):
+            candidates = conn.execute(_Q["claimable_tasks"], {"now": now, "limit": limit}).fetchall()
+            for candidate in candidates:
+                row = conn.execute(
+                    _Q["lease_task"],
+                    {"task_id": candidate["task_id"], "worker_id": worker_id.value,
+                     "now": now, "lease_s": lease.seconds},
+                ).fetchone()
+                detail: dict[str, Any] = {"from_state": candidate["state"]}
+                if candidate["state"] == "leased":
+                    detail["expired_owner"] = candidate["worker_id"]
+                _event(conn, now, row["task_id"], "claimed", worker_id.value, row["fencing_token"], detail)
+                resolutions = {
+                    r["effect_key"]: EffectResolution(
+                        r["effect_key"], bool(r["applied"]), r["result"], r["actor"], r["reason"]
+                    )
+                    for r in conn.execute(_Q["resolutions_for_task"], {"task_id": row["task_id"]})
+                }
+                claimed.append(
+                    ClaimedTask(
+                        lease=Lease(row["task_id"], row["tenant"], worker_id.value,
+                                    row["fencing_token"], _at(row["lease_expires"])),
+                        definition_name=row["definition_name"],
+                        definition_version=row["definition_version"],
+                        input_json=row["input"],
+                        revision=row["revision"],
+                        checkpoint_json=row["checkpoint"],
+                        claims_since_progress=row["claims_since_progress"],
+                        resolutions=resolutions,
+                    )
+                )
+        return claimed
+
+    def heartbeat(self, lease: Lease, duration: LeaseDuration) -> Lease:
+        rows = self._run(
+            "heartbeat",
+            {"task_id": lease.task_id, "token": lease.fencing_token, "lease_s": duration.seconds},
+        )
+        if not rows:
+            raise LeaseLostError(lease.task_id, lease.fencing_token, "heartbeat")
+        return Lease(lease.task_id, lease.tenant, lease.worker_id, lease.fencing_token,
+                     _at(rows[0]["lease_expires"]))
+
+    def commit_checkpoint(self, lease: Lease, revision: int, checkpoint_json: str) -> int:
+        rows = self._run(
+            "commit_checkpoint",
+            {"task_id": lease.task_id, "token": lease.fencing_token, "revision": revision,
+             "checkpoint": checkpoint_json},
+        )
+        if not rows:
+            raise LeaseLostError(lease.task_id, lease.fencing_token, "checkpoint commit")
+        new_revision: int = rows[0]["revision"]
+        return new_revision
+
+    def _fenced_transition(
+        self, name: str, lease: Lease, params: dict[str, Any], event: str, detail: dict[str, Any]
+    ) -> sqlite3.Row:
+        with self._write() as (conn, now):
+            row = conn.execute(
+                _Q[name],
+                params | {"task_id": lease.task_id, "token": lease.fencing_token, "now": now},
+            ).fetchone()
+            if row is None:
+                raise LeaseLostError(lease.task_id, lease.fencing_token, event)
+            _event(conn, now, lease.task_id, event, lease.worker_id, lease.fencing_token, detail)
+            result: sqlite3.Row = row
+            return result
+
+    def suspend(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str,
+        *,
+        wake_at: datetime | None,
+        reason: str,
+    ) -> None:
+        wake_s = None if wake_at is None else wake_at.timestamp()
+        self._fenced_transition(
+            "suspend", lease,
+            {"revision": revision, "checkpoint": checkpoint_json, "wake_at": wake_s, "reason": reason},
+            "suspended", {"reason": reason},
+        )
+
+    def retry(
+        self, lease: Lease, revision: int, checkpoint_json: str, *, delay: timedelta, reason: str
+    ) -> datetime:
+        row = self._fenced_transition(
+            "retry", lease,
+            {"revision": revision, "checkpoint": checkpoint_json,
+             "delay_s": delay.total_seconds(), "reason": reason},
+            "retried", {"reason": reason, "delay_s": delay.total_seconds()},
+        )
+        return _at(row["ready_at"])
+
+    def release(self, lease: Lease, *, delay: timedelta, reason: str) -> None:
+        self._fenced_transition(
+            "release", lease, {"delay_s": delay.total_seconds(), "reason": reason},
+            "released", {"reason": reason},
+        )
+
+    def complete(self, lease: Lease, revision: int, checkpoint_json: str, result_json: str) -> None:
+        self._fenced_transition(
+            "complete", lease,
+            {"revision": revision, "checkpoint": checkpoint_json, "result": result_json},
+            "completed", {},
+        )
+
+    def fail(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str | None,
+        *,
+        reason: str,
+        ambiguous_effect: str | None = None,
+    ) -> None:
+        detail: dict[str, Any] = {"reason": reason}
+        if ambiguous_effect is not None:
+            detail["ambiguous_effect"] = ambiguous_effect
+        self._fenced_transition(
+            "fail", lease,
+            {"revision": revision, "checkpoint": checkpoint_json, "reason": reason,
+             "ambiguous_effect": ambiguous_effect},
+            "failed", detail,
+        )
+
+    # --- time ----------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        return _at(self._run("now", {})[0][0])
+
+    def set_clock_offset(self, offset: timedelta) -> None:
+        self._run("set_clock_offset", {"offset_s": offset.total_seconds()})
+
+
+def _event(
+    conn: sqlite3.Connection,
+    now: float,
+    task_id: str,
+    kind: str,
+    worker_id: str | None,
+    token: int | None,
+    detail: dict[str, Any],
+) -> None:
+    conn.execute(
+        _Q["insert_event"],
+        {"task_id": task_id, "now": now, "kind": kind, "worker_id": worker_id, "token": token,
+         "detail": json.dumps(detail, sort_keys=True)},
+    )
+
+
+def _statements(script: str) -> Iterator[str]:
+    """Split a migration script into complete statements (sqlite3 runs one at a time)."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            if pending.strip():
+                yield pending
+            pending = ""
+    if pending.strip() and not all(
+        ln.strip().startswith("--") or not ln.strip() for ln in pending.splitlines()
+    ):
+        raise RuntimeError(f"incomplete statement at end of migration: {pending!r}")

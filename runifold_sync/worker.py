@@ -1,0 +1,265 @@
+"""``WorkflowWorker``: one claim-and-execute cycle at a time.
+
+A cycle claims a task, rebuilds its exact definition version, replays the checkpoint and
+ends with exactly one store transition (complete, suspend, retry, release or fail), all
+fenced by the lease. Workflow failures become outcomes; only programming errors and an
+unreachable store raise.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TypeVar
+
+from .checkpoint import DEFAULT_MAX_CHECKPOINT_BYTES, Checkpoint
+from .codec import NotJsonable, from_json, structure, to_json
+from .context import (
+    FailRequested,
+    LeaseGone,
+    RetryRequested,
+    SuspendRequested,
+    WorkflowContext,
+    YieldRequested,
+)
+from .definition import WorkflowDefinition, WorkflowRegistry
+from .errors import CheckpointError, FingerprintMismatch, InvalidArgument, LeaseLostError
+from .heartbeat import LeaseKeeper
+from .models import LeaseDuration, WorkerId
+from .outcomes import (
+    Completed,
+    DefinitionUnavailable,
+    Failed,
+    Idle,
+    LeaseLost,
+    Retried,
+    RunOutcome,
+    Suspended,
+    Yielded,
+)
+from .store.base import ClaimedTask, WorkflowStore
+
+log = logging.getLogger("runifold_sync.worker")
+T = TypeVar("T")
+
+
+class WorkflowWorker:
+    def __init__(
+        self,
+        store: WorkflowStore,
+        registry: WorkflowRegistry,
+        worker_id: WorkerId,
+        lease_duration: LeaseDuration,
+        heartbeat_interval: timedelta,
+        *,
+        max_steps_per_claim: int | None = None,
+        max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
+        unavailable_delay: timedelta = timedelta(seconds=5),
+    ) -> None:
+        if not isinstance(store, WorkflowStore):
+            raise InvalidArgument(f"store must be a WorkflowStore, got {store!r}")
+        if not isinstance(registry, WorkflowRegistry):
+            raise InvalidArgument(f"registry must be a WorkflowRegistry, got {registry!r}")
+        if not isinstance(worker_id, WorkerId):
+            raise InvalidArgument(f"worker_id must be a WorkerId (use WorkerId.parse), got {worker_id!r}")
+        if not isinstance(lease_duration, LeaseDuration):
+            raise InvalidArgument(f"lease_duration must be a LeaseDuration, got {lease_duration!r}")
+        if not isinstance(heartbeat_interval, timedelta) or heartbeat_interval <= timedelta(0):
+            raise InvalidArgument(f"heartbeat interval must be a positive timedelta, got {heartbeat_interval!r}")
+        if heartbeat_interval * 2 > lease_duration.value:
+            raise InvalidArgument(
+                f"heartbeat interval {heartbeat_interval} must be at most half the lease "
+                f"duration {lease_duration.value}, so one missed beat does not lose the lease"
+            )
+        if max_steps_per_claim is not None and (
+            isinstance(max_steps_per_claim, bool)
+            or not isinstance(max_steps_per_claim, int)
+            or max_steps_per_claim < 1
+        ):
+            raise InvalidArgument(f"max_steps_per_claim must be None or >= 1, got {max_steps_per_claim!r}")
+        if isinstance(max_checkpoint_bytes, bool) or not isinstance(max_checkpoint_bytes, int) or max_checkpoint_bytes < 1024:
+            raise InvalidArgument(f"max_checkpoint_bytes must be an integer >= 1024, got {max_checkpoint_bytes!r}")
+        self.store = store
+        self.registry = registry
+        self.worker_id = worker_id
+        self.lease_duration = lease_duration
+        self._max_steps_per_claim = max_steps_per_claim
+        self._max_checkpoint_bytes = max_checkpoint_bytes
+        self._unavailable_delay = unavailable_delay
+        self._keeper = LeaseKeeper(
+            store, lease_duration, heartbeat_interval.total_seconds(), f"runifold-heartbeat-{worker_id}"
+        )
+
+    def close(self) -> None:
+        """Stop the heartbeat thread. The store belongs to the caller."""
+        self._keeper.close()
+
+    def run_once(self) -> RunOutcome:
+        """Claim one ready task and run it until it completes, waits, fails or yields."""
+        claimed = self.store.claim(self.worker_id, self.lease_duration, limit=1)
+        if not claimed:
+            return Idle()
+        return self._run(claimed[0])
+
+    def _run(self, claimed: ClaimedTask) -> RunOutcome:
+        lease = claimed.lease
+        definition = self.registry.get(claimed.definition_name, claimed.definition_version)
+        if definition is None:
+            reason = (
+                f"definition unavailable: {claimed.definition_name!r} version "
+                f"{claimed.definition_version} is not registered on worker {self.worker_id}"
+            )
+            log.warning(reason, extra=_fields(claimed))
+            return self._transition(
+                claimed,
+                lambda: self.store.release(lease, delay=self._unavailable_delay, reason=reason),
+                lambda _: DefinitionUnavailable(
+                    lease.task_id, claimed.definition_name, claimed.definition_version
+                ),
+            )
+        try:
+            checkpoint = self._load_checkpoint(claimed, definition)
+        except CheckpointError as exc:
+            return self._fail(claimed, claimed.revision, None, str(exc))
+        if claimed.claims_since_progress > definition.budget.max_attempts:
+            reason = (
+                f"claimed {claimed.claims_since_progress} times without progress, over "
+                f"max_attempts={definition.budget.max_attempts}: a step keeps crashing its worker"
+            )
+            return self._fail(claimed, claimed.revision, None, reason)
+        checkpoint.usage = checkpoint.usage.add(claims=1)
+        lost = self._keeper.watch(lease)
+        try:
+            ctx = WorkflowContext(
+                claimed=claimed,
+                definition=definition,
+                checkpoint=checkpoint,
+                store=self.store,
+                lease_lost=lost,
+                max_steps_per_claim=self._max_steps_per_claim,
+                max_checkpoint_bytes=self._max_checkpoint_bytes,
+            )
+            return self._execute(claimed, definition, ctx)
+        finally:
+            self._keeper.unwatch()
+
+    def _load_checkpoint(self, claimed: ClaimedTask, definition: WorkflowDefinition) -> Checkpoint:
+        identity = definition.identity
+        if claimed.checkpoint_json is None:
+            return Checkpoint(identity)
+        checkpoint = Checkpoint.decode(claimed.lease.task_id, claimed.checkpoint_json)
+        if checkpoint.definition != identity:
+            raise FingerprintMismatch(
+                claimed.lease.task_id, checkpoint.definition.fingerprint, identity.fingerprint
+            )
+        return checkpoint
+
+    def _execute(
+        self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: WorkflowContext
+    ) -> RunOutcome:
+        lease = claimed.lease
+        try:
+            return self._drive(claimed, definition, ctx)
+        except FailRequested as failure:
+            ctx.checkpoint.phase = "failed"
+            try:
+                text: str | None = ctx.encode()
+            except CheckpointError:
+                text = None
+            return self._fail(claimed, ctx.revision, text, failure.reason, failure.ambiguous_effect)
+        except LeaseGone as gone:
+            log.warning("lease lost: %s", gone.error, extra=_fields(claimed))
+            return LeaseLost(lease.task_id, lease.fencing_token)
+
+    def _drive(
+        self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: WorkflowContext
+    ) -> RunOutcome:
+        """Run the main function and make the transition it ended in."""
+        lease = claimed.lease
+        workflow = definition.workflow
+        assert workflow.main_fn is not None
+        try:
+            try:
+                workflow_input = structure(from_json(claimed.input_json), workflow.input_type())
+            except Exception as exc:
+                raise FailRequested(f"input does not fit {workflow.input_type()!r}: {exc}") from exc
+            try:
+                value = workflow.main_fn(ctx, workflow_input)
+            except Exception as exc:
+                raise FailRequested(f"workflow main raised {type(exc).__name__}: {exc}") from exc
+            try:
+                result_json = to_json(value)
+            except NotJsonable as exc:
+                raise FailRequested(f"workflow result cannot be stored as JSON: {exc}") from exc
+            ctx.checkpoint.phase = "completed"
+            text = self._encode_or_fail(ctx)
+            return self._transition(
+                claimed,
+                lambda: self.store.complete(lease, ctx.revision, text, result_json),
+                lambda _: Completed(lease.task_id, from_json(result_json)),
+            )
+        except SuspendRequested as wait:
+            ctx.checkpoint.phase = "waiting"
+            text = self._encode_or_fail(ctx)
+            return self._transition(
+                claimed,
+                lambda: self.store.suspend(
+                    lease, ctx.revision, text, wake_at=wait.wake_at, reason=wait.reason
+                ),
+                lambda _: Suspended(lease.task_id, wait.reason, wait.wake_at),
+            )
+        except RetryRequested as retry:
+            text = self._encode_or_fail(ctx)
+            delay = timedelta(seconds=retry.delay_s)
+            return self._transition(
+                claimed,
+                lambda: self.store.retry(lease, ctx.revision, text, delay=delay, reason=retry.reason),
+                lambda retry_at: Retried(lease.task_id, retry.reason, retry_at),
+            )
+        except YieldRequested:
+            return self._transition(
+                claimed,
+                lambda: self.store.release(lease, delay=timedelta(0), reason="step slice used up; requeued"),
+                lambda _: Yielded(lease.task_id),
+            )
+
+    def _encode_or_fail(self, ctx: WorkflowContext) -> str:
+        try:
+            return ctx.encode()
+        except CheckpointError as exc:
+            raise FailRequested(str(exc)) from exc
+
+    def _fail(
+        self,
+        claimed: ClaimedTask,
+        revision: int,
+        checkpoint_json: str | None,
+        reason: str,
+        ambiguous_effect: str | None = None,
+    ) -> RunOutcome:
+        lease = claimed.lease
+        log.error("task failed: %s", reason, extra=_fields(claimed))
+        return self._transition(
+            claimed,
+            lambda: self.store.fail(
+                lease, revision, checkpoint_json, reason=reason, ambiguous_effect=ambiguous_effect
+            ),
+            lambda _: Failed(lease.task_id, reason, recoverable=ambiguous_effect is not None),
+        )
+
+    def _transition(
+        self, claimed: ClaimedTask, write: Callable[[], T], outcome: Callable[[T], RunOutcome]
+    ) -> RunOutcome:
+        """Make the cycle's final fenced write; a refused write means the lease was lost."""
+        try:
+            written = write()
+        except LeaseLostError:
+            log.warning("final write refused: lease lost", extra=_fields(claimed))
+            return LeaseLost(claimed.lease.task_id, claimed.lease.fencing_token)
+        return outcome(written)
+
+
+def _fields(claimed: ClaimedTask) -> dict[str, object]:
+    lease = claimed.lease
+    return {"task_id": lease.task_id, "worker_id": lease.worker_id, "fencing_token": lease.fencing_token}

@@ -1,0 +1,171 @@
+"""Authoring: a ``Workflow`` is a main function built from named steps and effects.
+
+Step ids are schema: they are written into checkpoints, so the decorators fix them at
+import time and the fingerprint of a definition is computed from them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import typing
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+
+import attrs
+
+from .context import StepContext, WorkflowContext
+from .errors import InvalidArgument
+from .models import RetryPolicy, check_name, check_version
+
+if TYPE_CHECKING:
+    from .effects import EffectEvidence
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _return_type(fn: Callable[..., Any]) -> Any:
+    try:
+        return typing.get_type_hints(fn).get("return", Any)
+    except Exception as exc:  # unresolvable forward reference: say which function
+        raise InvalidArgument(f"cannot resolve type hints of {fn.__qualname__}: {exc}") from exc
+
+
+@attrs.frozen
+class StepSpec:
+    """One declared step or effect. ``output_type`` is resolved lazily so annotations may
+    name classes defined after the decorator ran."""
+
+    step_id: str
+    kind: str  # "step" or "effect"
+    fn: Callable[..., Any]
+    retry: RetryPolicy
+    capabilities: frozenset[str]
+    idempotent: bool = True
+    reconcile: Callable[..., EffectEvidence] | None = None
+
+    @property
+    def output_type(self) -> Any:
+        return _return_type(self.fn)
+
+    def schema(self) -> dict[str, Any]:
+        return {"id": self.step_id, "kind": self.kind, "idempotent": self.idempotent}
+
+
+class Workflow:
+    """A named, versioned workflow. Create one per version; old versions stay importable
+    while tasks still reference them."""
+
+    def __init__(self, name: str, version: int) -> None:
+        self.name = check_name("workflow name", name)
+        self.version = check_version(version)
+        self.steps: dict[str, StepSpec] = {}
+        self.main_fn: Callable[..., Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"Workflow({self.name!r}, version={self.version})"
+
+    def step(
+        self,
+        step_id: str | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        capabilities: Iterable[str] = (),
+    ) -> Callable[
+        [Callable[Concatenate[StepContext, P], R]], Callable[Concatenate[WorkflowContext, P], R]
+    ]:
+        """Declare a deterministic step; its output is checkpointed and replayed."""
+        return self._declare("step", step_id, retry, capabilities, True, None)
+
+    def effect(
+        self,
+        effect_id: str | None = None,
+        *,
+        idempotent: bool,
+        reconcile: Callable[..., EffectEvidence] | None = None,
+        retry: RetryPolicy | None = None,
+        capabilities: Iterable[str] = (),
+    ) -> Callable[
+        [Callable[Concatenate[StepContext, P], R]], Callable[Concatenate[WorkflowContext, P], R]
+    ]:
+        """Declare an external write. ``idempotent`` must be stated: it decides whether an
+        interrupted call may run again or must be reconciled."""
+        if not isinstance(idempotent, bool):
+            raise InvalidArgument(f"idempotent must be True or False, got {idempotent!r}")
+        if reconcile is not None and not callable(reconcile):
+            raise InvalidArgument(f"reconcile must be callable, got {reconcile!r}")
+        return self._declare("effect", effect_id, retry, capabilities, idempotent, reconcile)
+
+    def main(self, fn: Callable[..., R]) -> Callable[..., R]:
+        """Declare the entry point ``fn(ctx, input)``; it is replayed from the top on
+        every claim, so it must only branch on step outputs and its input."""
+        params = list(inspect.signature(fn).parameters.values())
+        if len(params) != 2:
+            raise InvalidArgument(
+                f"workflow main {fn.__qualname__} must take (ctx, input), got {len(params)} parameters"
+            )
+        if self.main_fn is not None:
+            raise InvalidArgument(f"{self!r} already has a main function")
+        self.main_fn = fn
+        return fn
+
+    def input_type(self) -> Any:
+        assert self.main_fn is not None
+        name = list(inspect.signature(self.main_fn).parameters)[1]
+        try:
+            return typing.get_type_hints(self.main_fn).get(name, Any)
+        except Exception as exc:
+            raise InvalidArgument(f"cannot resolve type hints of {self.main_fn.__qualname__}: {exc}") from exc
+
+    def fingerprint(self) -> str:
+        """Hash of the declared step graph; changes whenever a checkpoint of this
+        version could be misread."""
+        schema = {
+            "name": self.name,
+            "version": self.version,
+            "steps": sorted((s.schema() for s in self.steps.values()), key=lambda s: s["id"]),
+        }
+        digest = hashlib.sha256(json.dumps(schema, sort_keys=True).encode())
+        return digest.hexdigest()[:16]
+
+    def _declare(
+        self,
+        kind: str,
+        step_id: str | None,
+        retry: RetryPolicy | None,
+        capabilities: Iterable[str],
+        idempotent: bool,
+        reconcile: Callable[..., EffectEvidence] | None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        if callable(step_id):
+            raise InvalidArgument(f"use @workflow.{kind}() with parentheses")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise InvalidArgument(f"retry must be a RetryPolicy, got {retry!r}")
+        caps = frozenset(check_name("capability", c) for c in capabilities)
+
+        def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+            sid = check_name(f"{kind} id", step_id if step_id is not None else fn.__name__)
+            if "#" in sid or "/" in sid:
+                raise InvalidArgument(f"{kind} id may not contain '#' or '/', got {sid!r}")
+            if sid in self.steps:
+                raise InvalidArgument(f"{self!r} already declares a step or effect {sid!r}")
+            spec = StepSpec(sid, kind, fn, retry or RetryPolicy(), caps, idempotent, reconcile)
+            self.steps[sid] = spec
+
+            def call(ctx: WorkflowContext, *args: Any, **kwargs: Any) -> Any:
+                if not isinstance(ctx, WorkflowContext):
+                    raise TypeError(
+                        f"{kind} {sid!r} must be called from a workflow main function with "
+                        f"its ctx as first argument, got {ctx!r}"
+                    )
+                return ctx.call(spec, args, kwargs)
+
+            call.__name__ = fn.__name__
+            call.__qualname__ = fn.__qualname__
+            call.__doc__ = fn.__doc__
+            call.__wrapped__ = fn  # type: ignore[attr-defined]
+            return call
+
+        return decorate
