@@ -35,9 +35,7 @@ def structure(raw: Any, type_: Any) -> Any:
 def to_json(value: Any) -> str:
     """Encode a value canonically (sorted keys, compact) so equal values give equal text."""
     try:
-        return json.dumps(
-            unstructure(value), sort_keys=True, separators=(",", ":"), allow_nan=False
-        )
+        return json.dumps(unstructure(value), sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise NotJsonable(f"{type(exc).__name__}: {exc}") from exc
 

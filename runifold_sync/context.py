@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -147,9 +147,7 @@ class WorkflowContext:
         if position < len(journal):
             entry = journal[position]
             if entry.call_id != call_id or entry.kind != kind:
-                raise FailRequested(
-                    str(NonDeterminism(self.task_id, position, entry.call_id, call_id))
-                )
+                raise FailRequested(str(NonDeterminism(self.task_id, position, entry.call_id, call_id)))
             return call_id, entry
         return call_id, None
 
@@ -268,9 +266,7 @@ class WorkflowContext:
         try:
             value = spec.fn(context, *args, **kwargs)
         except Exception as exc:
-            usage = self.checkpoint.usage.add(
-                cost=context.cost, elapsed_s=time.monotonic() - started
-            )
+            usage = self.checkpoint.usage.add(cost=context.cost, elapsed_s=time.monotonic() - started)
             self.checkpoint.usage = usage
             failures += 1
             self.checkpoint.step_failures[call_id] = failures
@@ -318,10 +314,9 @@ class WorkflowContext:
             entry = JournalEntry(call_id, "timer", "pending", due=due.timestamp())
             self.checkpoint.journal.append(entry)
         assert entry.due is not None
-        due_at = datetime.fromtimestamp(entry.due, timezone.utc)
+        due_at = datetime.fromtimestamp(entry.due, UTC)
         if now >= due_at:
             entry.status = "done"  # persisted with the next commit; replay re-derives it
             self._cursor += 1
             return
         raise SuspendRequested(due_at, f"waiting for timer {call_id} until {due_at.isoformat()}")
-

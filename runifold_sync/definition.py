@@ -10,6 +10,7 @@ from .errors import DefinitionConflict, InvalidArgument
 from .models import Budget, CapabilitySet, DefinitionIdentity
 from .workflow import Workflow
 
+
 @attrs.frozen
 class WorkflowDefinition:
     """A workflow with the budget and capabilities it runs under. Construction checks

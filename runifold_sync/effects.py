@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 
 
-class EffectStatus(str, enum.Enum):
+class EffectStatus(enum.StrEnum):
     APPLIED = "applied"
     NOT_APPLIED = "not_applied"
     UNKNOWN = "unknown"

@@ -21,9 +21,7 @@ log = logging.getLogger("runifold_sync.heartbeat")
 
 
 class LeaseKeeper:
-    def __init__(
-        self, store: WorkflowStore, duration: LeaseDuration, interval_s: float, name: str
-    ) -> None:
+    def __init__(self, store: WorkflowStore, duration: LeaseDuration, interval_s: float, name: str) -> None:
         self._store = store
         self._duration = duration
         self._interval_s = interval_s

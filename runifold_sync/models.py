@@ -51,7 +51,7 @@ def check_positive_timedelta(kind: str, value: object) -> timedelta:
     return value
 
 
-class TaskState(str, enum.Enum):
+class TaskState(enum.StrEnum):
     QUEUED = "queued"
     LEASED = "leased"
     WAITING = "waiting"
@@ -59,7 +59,7 @@ class TaskState(str, enum.Enum):
     CANCELLED = "cancelled"
 
 
-class TaskOutcome(str, enum.Enum):
+class TaskOutcome(enum.StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
 
@@ -92,9 +92,7 @@ class WorkerId:
 
 @attrs.frozen
 class LeaseDuration:
-    value: timedelta = attrs.field(
-        validator=lambda _i, _a, v: check_positive_timedelta("lease duration", v)
-    )
+    value: timedelta = attrs.field(validator=lambda _i, _a, v: check_positive_timedelta("lease duration", v))
 
     @property
     def seconds(self) -> float:
@@ -156,10 +154,7 @@ class Budget:
         if self.max_cost is not None and usage.cost > self.max_cost:
             return f"budget max_cost={self.max_cost} exceeded (cost {usage.cost:g})"
         if self.max_duration is not None and usage.elapsed_s > self.max_duration.total_seconds():
-            return (
-                f"budget max_duration={self.max_duration} exceeded "
-                f"({usage.elapsed_s:.3f}s of execution)"
-            )
+            return f"budget max_duration={self.max_duration} exceeded ({usage.elapsed_s:.3f}s of execution)"
         return None
 
 
@@ -235,9 +230,7 @@ class WorkflowTask:
         task_id = uuid.uuid4().hex if checkpoint_id is None else check_name("checkpoint id", checkpoint_id)
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise InvalidArgument(f"priority must be an integer, got {priority!r}")
-        if not_before is not None and (
-            not isinstance(not_before, datetime) or not_before.tzinfo is None
-        ):
+        if not_before is not None and (not isinstance(not_before, datetime) or not_before.tzinfo is None):
             raise InvalidArgument(f"not_before must be a timezone-aware datetime, got {not_before!r}")
         try:
             input_json = to_json(input)

@@ -9,9 +9,7 @@ unreachable store raise.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import timedelta
-from typing import TypeVar
 
 from .checkpoint import DEFAULT_MAX_CHECKPOINT_BYTES, Checkpoint
 from .codec import NotJsonable, from_json, structure, to_json
@@ -41,7 +39,6 @@ from .outcomes import (
 from .store.base import ClaimedTask, WorkflowStore
 
 log = logging.getLogger("runifold_sync.worker")
-T = TypeVar("T")
 
 
 class WorkflowWorker:
@@ -66,7 +63,9 @@ class WorkflowWorker:
         if not isinstance(lease_duration, LeaseDuration):
             raise InvalidArgument(f"lease_duration must be a LeaseDuration, got {lease_duration!r}")
         if not isinstance(heartbeat_interval, timedelta) or heartbeat_interval <= timedelta(0):
-            raise InvalidArgument(f"heartbeat interval must be a positive timedelta, got {heartbeat_interval!r}")
+            raise InvalidArgument(
+                f"heartbeat interval must be a positive timedelta, got {heartbeat_interval!r}"
+            )
         if heartbeat_interval * 2 > lease_duration.value:
             raise InvalidArgument(
                 f"heartbeat interval {heartbeat_interval} must be at most half the lease "
@@ -78,8 +77,14 @@ class WorkflowWorker:
             or max_steps_per_claim < 1
         ):
             raise InvalidArgument(f"max_steps_per_claim must be None or >= 1, got {max_steps_per_claim!r}")
-        if isinstance(max_checkpoint_bytes, bool) or not isinstance(max_checkpoint_bytes, int) or max_checkpoint_bytes < 1024:
-            raise InvalidArgument(f"max_checkpoint_bytes must be an integer >= 1024, got {max_checkpoint_bytes!r}")
+        if (
+            isinstance(max_checkpoint_bytes, bool)
+            or not isinstance(max_checkpoint_bytes, int)
+            or max_checkpoint_bytes < 1024
+        ):
+            raise InvalidArgument(
+                f"max_checkpoint_bytes must be an integer >= 1024, got {max_checkpoint_bytes!r}"
+            )
         self.store = store
         self.registry = registry
         self.worker_id = worker_id
@@ -111,13 +116,11 @@ class WorkflowWorker:
                 f"{claimed.definition_version} is not registered on worker {self.worker_id}"
             )
             log.warning(reason, extra=_fields(claimed))
-            return self._transition(
-                claimed,
-                lambda: self.store.release(lease, delay=self._unavailable_delay, reason=reason),
-                lambda _: DefinitionUnavailable(
-                    lease.task_id, claimed.definition_name, claimed.definition_version
-                ),
-            )
+            try:
+                self.store.release(lease, delay=self._unavailable_delay, reason=reason)
+            except LeaseLostError as error:
+                return self._lease_lost(claimed, error)
+            return DefinitionUnavailable(lease.task_id, claimed.definition_name, claimed.definition_version)
         try:
             checkpoint = self._load_checkpoint(claimed, definition)
         except CheckpointError as exc:
@@ -158,7 +161,6 @@ class WorkflowWorker:
     def _execute(
         self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: WorkflowContext
     ) -> RunOutcome:
-        lease = claimed.lease
         try:
             return self._drive(claimed, definition, ctx)
         except FailRequested as failure:
@@ -169,8 +171,9 @@ class WorkflowWorker:
                 text = None
             return self._fail(claimed, ctx.revision, text, failure.reason, failure.ambiguous_effect)
         except LeaseGone as gone:
-            log.warning("lease lost: %s", gone.error, extra=_fields(claimed))
-            return LeaseLost(lease.task_id, lease.fencing_token)
+            return self._lease_lost(claimed, gone.error)
+        except LeaseLostError as error:  # the final write was refused
+            return self._lease_lost(claimed, error)
 
     def _drive(
         self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: WorkflowContext
@@ -193,36 +196,21 @@ class WorkflowWorker:
             except NotJsonable as exc:
                 raise FailRequested(f"workflow result cannot be stored as JSON: {exc}") from exc
             ctx.checkpoint.phase = "completed"
-            text = self._encode_or_fail(ctx)
-            return self._transition(
-                claimed,
-                lambda: self.store.complete(lease, ctx.revision, text, result_json),
-                lambda _: Completed(lease.task_id, from_json(result_json)),
-            )
+            self.store.complete(lease, ctx.revision, self._encode_or_fail(ctx), result_json)
+            return Completed(lease.task_id, from_json(result_json))
         except SuspendRequested as wait:
             ctx.checkpoint.phase = "waiting"
             text = self._encode_or_fail(ctx)
-            return self._transition(
-                claimed,
-                lambda: self.store.suspend(
-                    lease, ctx.revision, text, wake_at=wait.wake_at, reason=wait.reason
-                ),
-                lambda _: Suspended(lease.task_id, wait.reason, wait.wake_at),
-            )
+            self.store.suspend(lease, ctx.revision, text, wake_at=wait.wake_at, reason=wait.reason)
+            return Suspended(lease.task_id, wait.reason, wait.wake_at)
         except RetryRequested as retry:
             text = self._encode_or_fail(ctx)
             delay = timedelta(seconds=retry.delay_s)
-            return self._transition(
-                claimed,
-                lambda: self.store.retry(lease, ctx.revision, text, delay=delay, reason=retry.reason),
-                lambda retry_at: Retried(lease.task_id, retry.reason, retry_at),
-            )
+            retry_at = self.store.retry(lease, ctx.revision, text, delay=delay, reason=retry.reason)
+            return Retried(lease.task_id, retry.reason, retry_at)
         except YieldRequested:
-            return self._transition(
-                claimed,
-                lambda: self.store.release(lease, delay=timedelta(0), reason="step slice used up; requeued"),
-                lambda _: Yielded(lease.task_id),
-            )
+            self.store.release(lease, delay=timedelta(0), reason="step slice used up; requeued")
+            return Yielded(lease.task_id)
 
     def _encode_or_fail(self, ctx: WorkflowContext) -> str:
         try:
@@ -240,24 +228,17 @@ class WorkflowWorker:
     ) -> RunOutcome:
         lease = claimed.lease
         log.error("task failed: %s", reason, extra=_fields(claimed))
-        return self._transition(
-            claimed,
-            lambda: self.store.fail(
-                lease, revision, checkpoint_json, reason=reason, ambiguous_effect=ambiguous_effect
-            ),
-            lambda _: Failed(lease.task_id, reason, recoverable=ambiguous_effect is not None),
-        )
-
-    def _transition(
-        self, claimed: ClaimedTask, write: Callable[[], T], outcome: Callable[[T], RunOutcome]
-    ) -> RunOutcome:
-        """Make the cycle's final fenced write; a refused write means the lease was lost."""
         try:
-            written = write()
-        except LeaseLostError:
-            log.warning("final write refused: lease lost", extra=_fields(claimed))
-            return LeaseLost(claimed.lease.task_id, claimed.lease.fencing_token)
-        return outcome(written)
+            self.store.fail(
+                lease, revision, checkpoint_json, reason=reason, ambiguous_effect=ambiguous_effect
+            )
+        except LeaseLostError as error:
+            return self._lease_lost(claimed, error)
+        return Failed(lease.task_id, reason, recoverable=ambiguous_effect is not None)
+
+    def _lease_lost(self, claimed: ClaimedTask, error: LeaseLostError) -> RunOutcome:
+        log.warning("%s", error, extra=_fields(claimed))
+        return LeaseLost(claimed.lease.task_id, claimed.lease.fencing_token)
 
 
 def _fields(claimed: ClaimedTask) -> dict[str, object]:

@@ -73,9 +73,7 @@ class Workflow:
         *,
         retry: RetryPolicy | None = None,
         capabilities: Iterable[str] = (),
-    ) -> Callable[
-        [Callable[Concatenate[StepContext, P], R]], Callable[Concatenate[WorkflowContext, P], R]
-    ]:
+    ) -> Callable[[Callable[Concatenate[StepContext, P], R]], Callable[Concatenate[WorkflowContext, P], R]]:
         """Declare a deterministic step; its output is checkpointed and replayed."""
         return self._declare("step", step_id, retry, capabilities, True, None)
 
@@ -87,9 +85,7 @@ class Workflow:
         reconcile: Callable[..., EffectEvidence] | None = None,
         retry: RetryPolicy | None = None,
         capabilities: Iterable[str] = (),
-    ) -> Callable[
-        [Callable[Concatenate[StepContext, P], R]], Callable[Concatenate[WorkflowContext, P], R]
-    ]:
+    ) -> Callable[[Callable[Concatenate[StepContext, P], R]], Callable[Concatenate[WorkflowContext, P], R]]:
         """Declare an external write. ``idempotent`` must be stated: it decides whether an
         interrupted call may run again or must be reconciled."""
         if not isinstance(idempotent, bool):

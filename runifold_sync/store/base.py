@@ -140,9 +140,7 @@ class WorkflowStore(abc.ABC):
     # --- workers -----------------------------------------------------------------
 
     @abc.abstractmethod
-    def claim(
-        self, worker_id: WorkerId, lease: LeaseDuration, *, limit: int = 1
-    ) -> list[ClaimedTask]:
+    def claim(self, worker_id: WorkerId, lease: LeaseDuration, *, limit: int = 1) -> list[ClaimedTask]:
         """Lease up to ``limit`` ready tasks (queued or waiting and due, or leased with an
         expired lease), raising each one's fencing token and claim count."""
 

@@ -17,7 +17,7 @@ def load_queries(dialect: str, now_expression: str) -> dict[str, str]:
     text = resources.files(__package__).joinpath(f"sql/{dialect}.sql").read_text()
     parts = _HEADER.split(text)
     queries: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2]):
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in queries:
             raise RuntimeError(f"query {name!r} is defined twice in {dialect}.sql")
         queries[name] = body.strip().rstrip(";").replace("{now}", now_expression)

@@ -15,7 +15,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +46,11 @@ _SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
 
 
 def _to_datetime(epoch_s: float | None) -> datetime | None:
-    return None if epoch_s is None else datetime.fromtimestamp(epoch_s, timezone.utc)
+    return None if epoch_s is None else datetime.fromtimestamp(epoch_s, UTC)
 
 
 def _at(epoch_s: float) -> datetime:
-    return datetime.fromtimestamp(epoch_s, timezone.utc)
+    return datetime.fromtimestamp(epoch_s, UTC)
 
 
 class _Connection:
@@ -173,9 +173,7 @@ class SqliteWorkflowStore(WorkflowStore):
                     if version > current:
                         for statement in _statements(script):
                             conn.execute(statement)
-                        conn.execute(
-                            "INSERT INTO runifold_schema VALUES (?, datetime('now'))", (version,)
-                        )
+                        conn.execute("INSERT INTO runifold_schema VALUES (?, datetime('now'))", (version,))
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
@@ -214,8 +212,15 @@ class SqliteWorkflowStore(WorkflowStore):
                 },
             )
             if cursor.rowcount == 1:
-                _event(conn, now, task.task_id, "enqueued", None, None,
-                       {"definition": task.definition_name, "version": task.definition_version})
+                _event(
+                    conn,
+                    now,
+                    task.task_id,
+                    "enqueued",
+                    None,
+                    None,
+                    {"definition": task.definition_name, "version": task.definition_version},
+                )
                 return EnqueueResult(task.task_id, created=True)
             row = conn.execute(_Q["select_task"], {"task_id": task.task_id}).fetchone()
         differences = [
@@ -259,8 +264,15 @@ class SqliteWorkflowStore(WorkflowStore):
                 _Q["insert_resolution"],
                 params | {"applied": applied, "result": result_json, "actor": actor, "reason": reason},
             )
-            _event(conn, now, task_id, "effect_resolved", None, None,
-                   {"effect_key": effect_key, "applied": applied, "actor": actor, "reason": reason})
+            _event(
+                conn,
+                now,
+                task_id,
+                "effect_resolved",
+                None,
+                None,
+                {"effect_key": effect_key, "applied": applied, "actor": actor, "reason": reason},
+            )
 
     def get_task(self, task_id: str) -> TaskRecord:
         rows = self._run("select_task", {"task_id": task_id})
@@ -268,8 +280,15 @@ class SqliteWorkflowStore(WorkflowStore):
 
     def history(self, task_id: str) -> list[TaskEvent]:
         return [
-            TaskEvent(row["event_id"], row["task_id"], _at(row["at"]), row["kind"],
-                      row["worker_id"], row["fencing_token"], json.loads(row["detail"]))
+            TaskEvent(
+                row["event_id"],
+                row["task_id"],
+                _at(row["at"]),
+                row["kind"],
+                row["worker_id"],
+                row["fencing_token"],
+                json.loads(row["detail"]),
+            )
             for row in self._run("task_events", {"task_id": task_id})
         ]
 
@@ -302,9 +321,7 @@ class SqliteWorkflowStore(WorkflowStore):
 
     # --- workers -----------------------------------------------------------------
 
-    def claim(
-        self, worker_id: WorkerId, lease: LeaseDuration, *, limit: int = 1
-    ) -> list[ClaimedTask]:
+    def claim(self, worker_id: WorkerId, lease: LeaseDuration, *, limit: int = 1) -> list[ClaimedTask]:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise InvalidArgument(f"claim limit must be an integer in 1..1000, got {limit!r}")
         claimed = []
@@ -313,8 +330,12 @@ class SqliteWorkflowStore(WorkflowStore):
             for candidate in candidates:
                 row = conn.execute(
                     _Q["lease_task"],
-                    {"task_id": candidate["task_id"], "worker_id": worker_id.value,
-                     "now": now, "lease_s": lease.seconds},
+                    {
+                        "task_id": candidate["task_id"],
+                        "worker_id": worker_id.value,
+                        "now": now,
+                        "lease_s": lease.seconds,
+                    },
                 ).fetchone()
                 detail: dict[str, Any] = {"from_state": candidate["state"]}
                 if candidate["state"] == "leased":
@@ -328,8 +349,13 @@ class SqliteWorkflowStore(WorkflowStore):
                 }
                 claimed.append(
                     ClaimedTask(
-                        lease=Lease(row["task_id"], row["tenant"], worker_id.value,
-                                    row["fencing_token"], _at(row["lease_expires"])),
+                        lease=Lease(
+                            row["task_id"],
+                            row["tenant"],
+                            worker_id.value,
+                            row["fencing_token"],
+                            _at(row["lease_expires"]),
+                        ),
                         definition_name=row["definition_name"],
                         definition_version=row["definition_version"],
                         input_json=row["input"],
@@ -348,14 +374,19 @@ class SqliteWorkflowStore(WorkflowStore):
         )
         if not rows:
             raise LeaseLostError(lease.task_id, lease.fencing_token, "heartbeat")
-        return Lease(lease.task_id, lease.tenant, lease.worker_id, lease.fencing_token,
-                     _at(rows[0]["lease_expires"]))
+        return Lease(
+            lease.task_id, lease.tenant, lease.worker_id, lease.fencing_token, _at(rows[0]["lease_expires"])
+        )
 
     def commit_checkpoint(self, lease: Lease, revision: int, checkpoint_json: str) -> int:
         rows = self._run(
             "commit_checkpoint",
-            {"task_id": lease.task_id, "token": lease.fencing_token, "revision": revision,
-             "checkpoint": checkpoint_json},
+            {
+                "task_id": lease.task_id,
+                "token": lease.fencing_token,
+                "revision": revision,
+                "checkpoint": checkpoint_json,
+            },
         )
         if not rows:
             raise LeaseLostError(lease.task_id, lease.fencing_token, "checkpoint commit")
@@ -387,33 +418,46 @@ class SqliteWorkflowStore(WorkflowStore):
     ) -> None:
         wake_s = None if wake_at is None else wake_at.timestamp()
         self._fenced_transition(
-            "suspend", lease,
+            "suspend",
+            lease,
             {"revision": revision, "checkpoint": checkpoint_json, "wake_at": wake_s, "reason": reason},
-            "suspended", {"reason": reason},
+            "suspended",
+            {"reason": reason},
         )
 
     def retry(
         self, lease: Lease, revision: int, checkpoint_json: str, *, delay: timedelta, reason: str
     ) -> datetime:
         row = self._fenced_transition(
-            "retry", lease,
-            {"revision": revision, "checkpoint": checkpoint_json,
-             "delay_s": delay.total_seconds(), "reason": reason},
-            "retried", {"reason": reason, "delay_s": delay.total_seconds()},
+            "retry",
+            lease,
+            {
+                "revision": revision,
+                "checkpoint": checkpoint_json,
+                "delay_s": delay.total_seconds(),
+                "reason": reason,
+            },
+            "retried",
+            {"reason": reason, "delay_s": delay.total_seconds()},
         )
         return _at(row["ready_at"])
 
     def release(self, lease: Lease, *, delay: timedelta, reason: str) -> None:
         self._fenced_transition(
-            "release", lease, {"delay_s": delay.total_seconds(), "reason": reason},
-            "released", {"reason": reason},
+            "release",
+            lease,
+            {"delay_s": delay.total_seconds(), "reason": reason},
+            "released",
+            {"reason": reason},
         )
 
     def complete(self, lease: Lease, revision: int, checkpoint_json: str, result_json: str) -> None:
         self._fenced_transition(
-            "complete", lease,
+            "complete",
+            lease,
             {"revision": revision, "checkpoint": checkpoint_json, "result": result_json},
-            "completed", {},
+            "completed",
+            {},
         )
 
     def fail(
@@ -429,10 +473,16 @@ class SqliteWorkflowStore(WorkflowStore):
         if ambiguous_effect is not None:
             detail["ambiguous_effect"] = ambiguous_effect
         self._fenced_transition(
-            "fail", lease,
-            {"revision": revision, "checkpoint": checkpoint_json, "reason": reason,
-             "ambiguous_effect": ambiguous_effect},
-            "failed", detail,
+            "fail",
+            lease,
+            {
+                "revision": revision,
+                "checkpoint": checkpoint_json,
+                "reason": reason,
+                "ambiguous_effect": ambiguous_effect,
+            },
+            "failed",
+            detail,
         )
 
     # --- time ----------------------------------------------------------------------
@@ -455,8 +505,14 @@ def _event(
 ) -> None:
     conn.execute(
         _Q["insert_event"],
-        {"task_id": task_id, "now": now, "kind": kind, "worker_id": worker_id, "token": token,
-         "detail": json.dumps(detail, sort_keys=True)},
+        {
+            "task_id": task_id,
+            "now": now,
+            "kind": kind,
+            "worker_id": worker_id,
+            "token": token,
+            "detail": json.dumps(detail, sort_keys=True),
+        },
     )
 
 
