@@ -54,12 +54,16 @@ def demo(database: Path, orders: int) -> None:
     click.echo(f"demo database: {database} (SQLite, synchronous=FULL)")
     rows = run_demo(database, orders, report)
     click.echo("")
-    header = f"{'task':<10} {'state':<10} {'steps done':>10} {'bodies started':>15} {'fencing token':>14}  last worker"
+    header = (
+        f"{'task':<10} {'state':<10} {'steps done':>10} {'bodies started':>15} "
+        f"{'fencing token':>14}  last worker"
+    )
     click.echo(header)
     click.echo("-" * len(header))
     for r in rows:
         click.echo(
-            f"{r.task_id:<10} {r.state:<10} {r.steps_done:>10} {r.step_runs:>15} {r.fencing_token:>14}  {r.last_worker}"
+            f"{r.task_id:<10} {r.state:<10} {r.steps_done:>10} {r.step_runs:>15} "
+            f"{r.fencing_token:>14}  {r.last_worker}"
         )
     repeated = sum(r.step_runs - r.steps_done for r in rows)
     click.echo(
@@ -72,7 +76,9 @@ def demo(database: Path, orders: int) -> None:
 
 
 @main.command()
-@click.option("--database", type=click.Path(dir_okay=False, path_type=Path), required=True, help="SQLite file.")
+@click.option(
+    "--database", type=click.Path(dir_okay=False, path_type=Path), required=True, help="SQLite file."
+)
 def migrate(database: Path) -> None:
     """Create or upgrade the schema of a store."""
     try:
@@ -85,7 +91,9 @@ def migrate(database: Path) -> None:
 
 @main.command()
 @click.argument("task_id")
-@click.option("--database", type=click.Path(dir_okay=False, path_type=Path), required=True, help="SQLite file.")
+@click.option(
+    "--database", type=click.Path(dir_okay=False, path_type=Path), required=True, help="SQLite file."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the task and its history as JSON.")
 def show(task_id: str, database: Path, as_json: bool) -> None:
     """Show a task's state, why it is not running, its checkpoint and its history."""
@@ -100,19 +108,41 @@ def show(task_id: str, database: Path, as_json: bool) -> None:
     if record.checkpoint_json:
         checkpoint = Checkpoint.decode(task_id, record.checkpoint_json)
         journal = [f"{e.call_id} ({e.kind}, {e.status})" for e in checkpoint.journal]
-        usage = {"steps": checkpoint.usage.steps, "cost": checkpoint.usage.cost,
-                 "claims": checkpoint.usage.claims}
+        usage = {
+            "steps": checkpoint.usage.steps,
+            "cost": checkpoint.usage.cost,
+            "claims": checkpoint.usage.claims,
+        }
     if as_json:
-        click.echo(json.dumps({
-            "task_id": record.task_id, "definition": record.definition_name,
-            "version": record.definition_version, "state": record.state.value,
-            "outcome": None if record.outcome is None else record.outcome.value,
-            "reason": record.reason, "ambiguous_effect": record.ambiguous_effect,
-            "revision": record.revision, "fencing_token": record.fencing_token,
-            "journal": journal, "usage": usage, "result": record.result,
-            "history": [{"at": e.at.isoformat(), "kind": e.kind, "worker": e.worker_id,
-                         "token": e.fencing_token, "detail": e.detail} for e in events],
-        }, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "task_id": record.task_id,
+                    "definition": record.definition_name,
+                    "version": record.definition_version,
+                    "state": record.state.value,
+                    "outcome": None if record.outcome is None else record.outcome.value,
+                    "reason": record.reason,
+                    "ambiguous_effect": record.ambiguous_effect,
+                    "revision": record.revision,
+                    "fencing_token": record.fencing_token,
+                    "journal": journal,
+                    "usage": usage,
+                    "result": record.result,
+                    "history": [
+                        {
+                            "at": e.at.isoformat(),
+                            "kind": e.kind,
+                            "worker": e.worker_id,
+                            "token": e.fencing_token,
+                            "detail": e.detail,
+                        }
+                        for e in events
+                    ],
+                },
+                indent=2,
+            )
+        )
         return
     click.echo(f"task {record.task_id}: {record.definition_name} v{record.definition_version}")
     click.echo(f"state: {record.state.value}" + (f" ({record.outcome.value})" if record.outcome else ""))

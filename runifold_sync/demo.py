@@ -132,9 +132,7 @@ class DemoRow:
     last_worker: str | None
 
 
-def run_demo(
-    db_path: Path, orders: int, report: Callable[[str, list[DemoRow]], None]
-) -> list[DemoRow]:
+def run_demo(db_path: Path, orders: int, report: Callable[[str, list[DemoRow]], None]) -> list[DemoRow]:
     """Enqueue ``orders`` tasks, kill the first worker mid-step, recover with a second.
     ``report`` is called with a phase label and the current rows as things change."""
     ledger = db_path.with_suffix(".ledger")

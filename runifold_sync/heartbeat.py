@@ -75,8 +75,11 @@ class LeaseKeeper:
             try:
                 renewed = self._store.heartbeat(lease, self._duration)
             except LeaseLostError:
-                log.warning("lease lost", extra=_fields(lease))
                 lost.set()
+                with self._lock:
+                    current = self._lease is lease
+                if current:  # otherwise the cycle already ended and released the lease
+                    log.warning("lease lost", extra=_fields(lease))
                 continue
             except Exception:
                 log.exception("heartbeat failed", extra=_fields(lease))

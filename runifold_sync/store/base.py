@@ -201,6 +201,11 @@ class WorkflowStore(abc.ABC):
         """Shift store time for every process using this database (tests and drills)."""
 
     @abc.abstractmethod
+    def migrate(self) -> int:
+        """Apply pending schema migrations (safe when several processes start at once);
+        returns the schema version."""
+
+    @abc.abstractmethod
     def close(self) -> None: ...
 
     def __enter__(self) -> WorkflowStore:

@@ -58,7 +58,11 @@ class _Connection:
 
     def __init__(self, path: str, synchronous: str, busy_timeout_s: float) -> None:
         self.pid = os.getpid()
-        self.raw = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None)
+        # Each connection serves one thread (see _conn); check_same_thread=False only lets
+        # close() release connections of threads that have finished.
+        self.raw = sqlite3.connect(
+            path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
         self.raw.row_factory = sqlite3.Row
         self.raw.execute("PRAGMA journal_mode=WAL")
         self.raw.execute(f"PRAGMA synchronous={synchronous}")
@@ -188,10 +192,7 @@ class SqliteWorkflowStore(WorkflowStore):
             conns, self._all = self._all, []
         for conn in conns:
             if conn.pid == os.getpid():
-                try:
-                    conn.raw.close()
-                except sqlite3.ProgrammingError:
-                    pass  # opened by another thread that already went away
+                conn.raw.close()
 
     # --- producers and operators -------------------------------------------------
 

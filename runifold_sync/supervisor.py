@@ -1,0 +1,297 @@
+"""``WorkflowSupervisor``: a parent process that forks a bounded pool of workers.
+
+The parent holds no store connection and starts no thread, so nothing crosses a fork:
+each child calls the worker factory after it starts and opens its own store. Children
+report each outcome kind over a pipe. Shutdown (the token, SIGINT or SIGTERM) reaches
+children as SIGTERM, which only cancels their token: a started cycle finishes its lease
+protocol before the child exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import selectors
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from types import FrameType
+
+import attrs
+
+from .errors import InvalidArgument
+from .models import WorkerId, check_positive_timedelta
+from .outcomes import Idle, Yielded
+from .worker import WorkflowWorker
+
+log = logging.getLogger("runifold_sync.supervisor")
+
+_EXIT_DONE = 0
+_EXIT_RECYCLE = 75
+_EXIT_CRASHED = 70
+
+
+class CancellationToken:
+    """A one-way stop flag that signal handlers may set (they only call ``cancel``)."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Sleep up to ``timeout_s``; True as soon as the token is cancelled."""
+        return self._event.wait(timeout_s)
+
+
+def _check_concurrency(_inst: object, _attr: object, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgument(f"concurrency must be an integer >= 1, got {value!r}")
+
+
+@attrs.frozen
+class WorkflowSupervisorConfig:
+    """``concurrency`` is the number of worker processes. It bounds claim-and-execute
+    cycles on this host only; it is no substitute for tenant admission or pool limits."""
+
+    concurrency: int = attrs.field(validator=_check_concurrency)
+    min_backoff: timedelta = timedelta(milliseconds=25)
+    max_backoff: timedelta = timedelta(seconds=5)
+    shutdown_grace: timedelta = timedelta(seconds=60)
+    recycle_after_tasks: int | None = None
+
+    def with_backoff(self, minimum: timedelta, maximum: timedelta) -> WorkflowSupervisorConfig:
+        check_positive_timedelta("minimum backoff", minimum)
+        check_positive_timedelta("maximum backoff", maximum)
+        if minimum > maximum:
+            raise InvalidArgument(f"minimum backoff {minimum} is above maximum backoff {maximum}")
+        return attrs.evolve(self, min_backoff=minimum, max_backoff=maximum)
+
+    def with_shutdown_grace(self, grace: timedelta) -> WorkflowSupervisorConfig:
+        return attrs.evolve(self, shutdown_grace=check_positive_timedelta("shutdown grace", grace))
+
+    def with_recycling(self, tasks: int) -> WorkflowSupervisorConfig:
+        if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1:
+            raise InvalidArgument(f"recycle_after_tasks must be an integer >= 1, got {tasks!r}")
+        return attrs.evolve(self, recycle_after_tasks=tasks)
+
+
+@attrs.frozen
+class SupervisorReport:
+    outcomes: dict[str, int]
+    per_worker: dict[str, dict[str, int]]
+    restarts: int
+    recycled: int
+
+
+class IdleBackoff:
+    """Exponential idle delay between min and max with full jitter in the upper half,
+    so idle workers do not poll the store in lockstep."""
+
+    def __init__(self, minimum: timedelta, maximum: timedelta) -> None:
+        self._min_s = minimum.total_seconds()
+        self._max_s = maximum.total_seconds()
+        self._current_s = self._min_s
+
+    def reset(self) -> None:
+        self._current_s = self._min_s
+
+    def next_s(self) -> float:
+        delay = random.uniform(max(self._min_s, self._current_s / 2), self._current_s)
+        self._current_s = min(self._current_s * 2, self._max_s)
+        return delay
+
+
+class WorkflowSupervisor:
+    def __init__(
+        self,
+        worker_factory: Callable[[WorkerId], WorkflowWorker],
+        config: WorkflowSupervisorConfig,
+        *,
+        base_id: str = "worker",
+    ) -> None:
+        if not callable(worker_factory):
+            raise InvalidArgument(f"worker_factory must be callable, got {worker_factory!r}")
+        if not isinstance(config, WorkflowSupervisorConfig):
+            raise InvalidArgument(f"config must be a WorkflowSupervisorConfig, got {config!r}")
+        WorkerId.parse(f"{base_id}-{config.concurrency}")  # validates the base id
+        self._factory = worker_factory
+        self._config = config
+        self._base_id = base_id
+
+    def run(self, token: CancellationToken) -> SupervisorReport:
+        """Run the pool until ``token`` is cancelled (or SIGINT/SIGTERM arrives in the
+        main thread), then wait for children to finish their started cycles."""
+        counts: dict[str, Counter[str]] = {}
+        children: dict[int, _Child] = {}
+        selector = selectors.DefaultSelector()
+        restarts = recycled = 0
+        with _stop_signals(token):
+            for slot in range(self._config.concurrency):
+                self._spawn(slot, children, selector)
+            while children:
+                if token.cancelled:
+                    self._stop_children(children, selector, counts)
+                    break
+                self._read_reports(selector, counts, timeout_s=0.1)
+                for pid, child, status in _reap(children):
+                    self._drain(child, selector, counts)
+                    code = os.waitstatus_to_exitcode(status)
+                    if token.cancelled:
+                        continue
+                    if code == _EXIT_RECYCLE:
+                        recycled += 1
+                    else:
+                        restarts += 1
+                        log.warning(
+                            "worker %s (pid %d) exited with %d; restarting", child.worker_id, pid, code
+                        )
+                    self._spawn(child.slot, children, selector)
+        selector.close()
+        per_worker = {wid: dict(c) for wid, c in sorted(counts.items())}
+        total: Counter[str] = Counter()
+        for c in counts.values():
+            total.update(c)
+        return SupervisorReport(dict(total), per_worker, restarts, recycled)
+
+    def _spawn(self, slot: int, children: dict[int, _Child], selector: selectors.BaseSelector) -> None:
+        worker_id = WorkerId.parse(f"{self._base_id}-{slot}")
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: never returns into the parent's stack
+            code = _EXIT_CRASHED
+            try:
+                os.close(read_fd)
+                code = _child_main(self._factory, worker_id, self._config, write_fd)
+            except BaseException:
+                log.exception("worker %s crashed", worker_id)
+            finally:
+                os._exit(code)
+        os.close(write_fd)
+        child = _Child(slot, worker_id.value, read_fd)
+        children[pid] = child
+        selector.register(read_fd, selectors.EVENT_READ, child)
+
+    def _read_reports(
+        self, selector: selectors.BaseSelector, counts: dict[str, Counter[str]], timeout_s: float
+    ) -> None:
+        for key, _ in selector.select(timeout_s):
+            child: _Child = key.data
+            data = os.read(child.fd, 65536)
+            if data:
+                child.take(data, counts)
+
+    def _drain(
+        self, child: _Child, selector: selectors.BaseSelector, counts: dict[str, Counter[str]]
+    ) -> None:
+        while data := os.read(child.fd, 65536):
+            child.take(data, counts)
+        selector.unregister(child.fd)
+        os.close(child.fd)
+
+    def _stop_children(
+        self, children: dict[int, _Child], selector: selectors.BaseSelector, counts: dict[str, Counter[str]]
+    ) -> None:
+        for pid in children:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + self._config.shutdown_grace.total_seconds()
+        while children and time.monotonic() < deadline:
+            self._read_reports(selector, counts, timeout_s=0.05)
+            for _pid, child, _status in _reap(children):
+                self._drain(child, selector, counts)
+        for pid, child in list(children.items()):
+            log.error("worker %s did not stop within the grace period; killing it", child.worker_id)
+            _signal(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            self._drain(child, selector, counts)
+            del children[pid]
+
+
+@attrs.define
+class _Child:
+    slot: int
+    worker_id: str
+    fd: int
+    partial: bytes = b""
+
+    def take(self, data: bytes, counts: dict[str, Counter[str]]) -> None:
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        counts.setdefault(self.worker_id, Counter()).update(ln.decode() for ln in lines if ln)
+
+
+def _reap(children: dict[int, _Child]) -> Iterator[tuple[int, _Child, int]]:
+    for pid in list(children):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            yield pid, children.pop(pid), status
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+@contextmanager
+def _stop_signals(token: CancellationToken) -> Iterator[None]:
+    """SIGINT and SIGTERM cancel the token while the supervisor runs (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        token.cancel()
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _child_main(
+    factory: Callable[[WorkerId], WorkflowWorker],
+    worker_id: WorkerId,
+    config: WorkflowSupervisorConfig,
+    report_fd: int,
+) -> int:
+    token = CancellationToken()
+    signal.signal(signal.SIGTERM, lambda _s, _f: token.cancel())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into SIGTERM
+    worker = factory(worker_id)
+    backoff = IdleBackoff(config.min_backoff, config.max_backoff)
+    tasks = 0
+    try:
+        while not token.cancelled:
+            try:
+                outcome = worker.run_once()
+            except Exception:
+                log.exception("worker %s: cycle failed; backing off", worker_id)
+                token.wait(config.max_backoff.total_seconds())
+                continue
+            os.write(report_fd, f"{outcome.kind}\n".encode())
+            if isinstance(outcome, Idle):
+                token.wait(backoff.next_s())
+                continue
+            backoff.reset()
+            if not isinstance(outcome, Yielded):
+                tasks += 1
+            if config.recycle_after_tasks is not None and tasks >= config.recycle_after_tasks:
+                return _EXIT_RECYCLE
+        return _EXIT_DONE
+    finally:
+        worker.close()
+        os.close(report_fd)
