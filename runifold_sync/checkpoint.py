@@ -32,7 +32,8 @@ class JournalEntry:
     output: Any = None
     key: str | None = None  # effect idempotency key
     due: float | None = None  # timer deadline, store time in epoch seconds
-    evidence: str | None = None  # how an effect's result became known
+    evidence: str | None = None  # how an effect's result became known; on an intent,
+    # the not-applied resolution it was already re-run on (so it is not reused)
 
 
 @attrs.define

@@ -224,9 +224,14 @@ class WorkflowContext:
         """For an effect interrupted mid-call: (evidence, output) when it is known to have
         happened, None when it is safe to run again; fails closed when unknown."""
         assert entry.key is not None
-        resolution = self._claimed.resolutions.get(entry.key)
+        # A resolution answers for the interruption it was made about. Once the effect has
+        # been re-run on it, a later interruption needs new evidence, not the same answer.
+        used = entry.evidence is not None
+        resolution = None if used else self._claimed.resolutions.get(entry.key)
         if resolution is not None:
             if not resolution.applied:
+                entry.evidence = f"re-run as not applied, resolved by {resolution.actor}: {resolution.reason}"
+                self.commit()  # durable before the outside world is touched again
                 return None
             raw = None if resolution.result_json is None else from_json(resolution.result_json)
             return f"resolved by {resolution.actor}: {resolution.reason}", raw
@@ -239,6 +244,7 @@ class WorkflowContext:
                 return "reconciled", self._encode_output(entry.call_id, evidence.result)
             if evidence.status is EffectStatus.NOT_APPLIED:
                 return None
+        entry.evidence = None  # the next resolution of this key answers this interruption
         error = AmbiguousEffect(self.task_id, spec.step_id, entry.key)
         raise FailRequested(str(error), ambiguous_effect=entry.key)
 

@@ -1,0 +1,123 @@
+"""The codec: step outputs round-trip to their annotated type, encoding is canonical."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from runifold_sync.codec import NotJsonable, from_json, structure, to_json
+
+
+@attrs.frozen
+class Reservation:
+    order_id: str
+    sku: str
+    quantity: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Charge:
+    charge_id: str
+    amount_cents: int
+    captured: bool
+
+
+@attrs.frozen
+class Shipment:
+    reservations: list[Reservation]
+    charge: Charge
+    shipped_at: datetime
+
+
+def round_trip(value: Any, type_: Any) -> Any:
+    """What a replayed step returns: the stored JSON text structured by the annotation."""
+    return structure(from_json(to_json(value)), type_)
+
+
+@pytest.mark.parametrize(
+    ("value", "type_"),
+    [
+        (Reservation("o1", "sku-1", 2), Reservation),
+        (Charge("ch_1", 1250, True), Charge),
+        ("text", str),
+        (42, int),
+        (2.5, float),
+        (True, bool),
+        (None, type(None)),
+        ([Reservation("o1", "a", 1), Reservation("o2", "b", 3)], list[Reservation]),
+        ({"first": Charge("ch_1", 1, False), "second": Charge("ch_2", 2, True)}, dict[str, Charge]),
+        ((1, "two", 3.0), tuple[int, str, float]),
+        (datetime(2030, 5, 17, 8, 30, 15, 123456, tzinfo=UTC), datetime),
+        (
+            datetime(2030, 5, 17, 8, 30, tzinfo=timezone(timedelta(hours=2))),
+            datetime,
+        ),
+        (
+            Shipment(
+                [Reservation("o1", "a", 1)],
+                Charge("ch_9", 900, True),
+                datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC),
+            ),
+            Shipment,
+        ),
+    ],
+    ids=lambda v: type(v).__name__,
+)
+def test_step_output_round_trips_to_its_annotated_type(value: Any, type_: Any) -> None:
+    restored = round_trip(value, type_)
+    assert restored == value
+    assert type(restored) is type(value)
+
+
+def test_nested_containers_structure_their_elements_not_just_dicts() -> None:
+    restored = round_trip({"a": [Reservation("o1", "s", 1)]}, dict[str, list[Reservation]])
+    assert isinstance(restored["a"][0], Reservation)
+
+
+def test_any_annotation_returns_the_json_value_unchanged() -> None:
+    raw = from_json(to_json({"k": [1, 2, {"n": None}]}))
+    assert structure(raw, Any) is raw
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(), children, max_size=5),
+    max_leaves=30,
+)
+
+
+@given(json_values)
+def test_json_like_values_round_trip_unchanged(value: Any) -> None:
+    assert from_json(to_json(value)) == value
+    assert structure(from_json(to_json(value)), Any) == value
+
+
+@given(st.dictionaries(st.text(), st.integers(), min_size=2, max_size=8))
+def test_equal_dicts_in_any_key_order_encode_identically(mapping: dict[str, int]) -> None:
+    reordered = dict(reversed(list(mapping.items())))
+    assert list(reordered) != list(mapping)
+    assert to_json(reordered) == to_json(mapping)
+
+
+def test_nested_dicts_are_encoded_canonically_and_compactly() -> None:
+    first = {"b": {"y": 1, "x": [2, {"q": 1, "p": 0}]}, "a": None}
+    second = {"a": None, "b": {"x": [2, {"p": 0, "q": 1}], "y": 1}}
+    assert to_json(first) == to_json(second) == '{"a":null,"b":{"x":[2,{"p":0,"q":1}],"y":1}}'
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), object(), {"k": [1, float("nan")]}])
+def test_values_that_are_not_strict_json_raise_not_jsonable(value: Any) -> None:
+    with pytest.raises(NotJsonable):
+        to_json(value)
+
+
+def test_encoded_text_is_standard_json() -> None:
+    text = to_json(Shipment([], Charge("c", 1, False), datetime(2030, 1, 1, tzinfo=UTC)))
+    assert json.loads(text)["charge"] == {"amount_cents": 1, "captured": False, "charge_id": "c"}

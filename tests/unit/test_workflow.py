@@ -1,0 +1,201 @@
+"""Authoring: step ids, fingerprints, the registry and definition checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runifold_sync import (
+    CapabilitySet,
+    DefinitionConflict,
+    InvalidArgument,
+    StepContext,
+    Workflow,
+    WorkflowContext,
+    WorkflowDefinition,
+    WorkflowRegistry,
+)
+
+
+def build(
+    name: str = "orders", version: int = 1, *, extra_step: bool = False, idempotent: bool = False
+) -> Workflow:
+    """A fresh Workflow object; two calls with the same arguments declare the same graph."""
+    wf = Workflow(name, version)
+
+    @wf.step()
+    def reserve(ctx: StepContext, order_id: str) -> str:
+        return order_id
+
+    @wf.effect("charge", idempotent=idempotent)
+    def charge_card(ctx: StepContext, order_id: str) -> str:
+        return order_id
+
+    if extra_step:
+
+        @wf.step()
+        def notify(ctx: StepContext) -> None:
+            return None
+
+    @wf.main
+    def main(ctx: WorkflowContext, order: dict[str, Any]) -> str:
+        return charge_card(ctx, reserve(ctx, order["id"]))
+
+    return wf
+
+
+# --- step ids -----------------------------------------------------------------------------
+
+
+def test_default_step_id_is_the_function_name() -> None:
+    assert "reserve" in build().steps
+    assert build().steps["reserve"].kind == "step"
+
+
+def test_explicit_step_id_replaces_the_function_name() -> None:
+    steps = build().steps
+    assert "charge" in steps
+    assert "charge_card" not in steps
+    assert steps["charge"].kind == "effect"
+
+
+def test_duplicate_step_id_is_refused_naming_it() -> None:
+    wf = Workflow("orders", 1)
+
+    @wf.step("reserve")
+    def first(ctx: StepContext) -> None: ...
+
+    with pytest.raises(InvalidArgument, match="'reserve'"):
+
+        @wf.step("reserve")
+        def second(ctx: StepContext) -> None: ...
+
+    with pytest.raises(InvalidArgument, match="'reserve'"):
+
+        @wf.effect("reserve", idempotent=True)
+        def third(ctx: StepContext) -> None: ...
+
+
+def test_decorated_step_keeps_the_function_name() -> None:
+    wf = Workflow("orders", 1)
+
+    @wf.step("reserve")
+    def reserve_stock(ctx: StepContext) -> None: ...
+
+    assert reserve_stock.__name__ == "reserve_stock"
+
+
+# --- fingerprints ---------------------------------------------------------------------------
+
+
+def test_fingerprint_is_stable_across_identical_workflow_objects() -> None:
+    first, second = build(), build()
+    assert first is not second
+    assert first.fingerprint() == second.fingerprint()
+
+
+def test_fingerprint_changes_when_a_step_is_added() -> None:
+    assert build().fingerprint() != build(extra_step=True).fingerprint()
+
+
+def test_fingerprint_changes_when_an_effect_idempotent_flag_changes() -> None:
+    assert build(idempotent=False).fingerprint() != build(idempotent=True).fingerprint()
+
+
+def test_fingerprint_differs_between_versions() -> None:
+    assert build(version=1).fingerprint() != build(version=2).fingerprint()
+
+
+# --- registry -------------------------------------------------------------------------------
+
+
+def test_same_name_and_version_with_another_fingerprint_is_a_definition_conflict() -> None:
+    registry = WorkflowRegistry()
+    original = WorkflowDefinition(build())
+    registry.register(original)
+    changed = WorkflowDefinition(build(extra_step=True))
+    with pytest.raises(DefinitionConflict) as info:
+        registry.register(changed)
+    assert isinstance(info.value, ValueError)
+    assert original.identity.fingerprint in str(info.value)
+    assert changed.identity.fingerprint in str(info.value)
+    assert registry.get("orders", 1) is original
+
+
+def test_registering_the_same_fingerprint_again_is_accepted() -> None:
+    registry = WorkflowRegistry()
+    registry.register(WorkflowDefinition(build()))
+    again = WorkflowDefinition(build())
+    registry.register(again)
+    assert len(registry) == 1
+    assert registry.get("orders", 1) is again
+
+
+def test_registry_get_returns_the_exact_version_only() -> None:
+    registry = WorkflowRegistry()
+    v1, v2 = WorkflowDefinition(build(version=1)), WorkflowDefinition(build(version=2))
+    registry.register(v1)
+    registry.register(v2)
+    assert registry.get("orders", 1) is v1
+    assert registry.get("orders", 2) is v2
+    assert registry.get("orders", 3) is None
+    assert registry.get("other", 1) is None
+
+
+# --- definitions ----------------------------------------------------------------------------
+
+
+def _needs_network() -> Workflow:
+    wf = Workflow("fetcher", 1)
+
+    @wf.step(capabilities=["network"])
+    def fetch(ctx: StepContext) -> str:
+        return "page"
+
+    @wf.main
+    def main(ctx: WorkflowContext, _input: None) -> str:
+        return fetch(ctx)
+
+    return wf
+
+
+def test_definition_refuses_a_step_whose_capability_is_not_granted() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        WorkflowDefinition(_needs_network(), capabilities=CapabilitySet(["filesystem"]))
+    assert "'fetch'" in str(info.value)
+    assert "network" in str(info.value)
+
+
+def test_definition_accepts_a_step_whose_capability_is_granted() -> None:
+    definition = WorkflowDefinition(_needs_network(), capabilities=CapabilitySet(["network"]))
+    assert definition.identity.name == "fetcher"
+
+
+def test_workflow_without_main_is_refused() -> None:
+    wf = Workflow("headless", 1)
+
+    @wf.step()
+    def only(ctx: StepContext) -> None: ...
+
+    with pytest.raises(InvalidArgument, match="no @main"):
+        WorkflowDefinition(wf)
+
+
+def test_second_main_is_refused() -> None:
+    wf = build()
+    with pytest.raises(InvalidArgument, match="already has a main"):
+        wf.main(lambda ctx, value: value)
+
+
+def test_calling_a_step_outside_a_workflow_raises_type_error_naming_it() -> None:
+    wf = Workflow("orders", 1)
+
+    @wf.step()
+    def reserve(ctx: StepContext, order_id: str) -> str:
+        return order_id
+
+    with pytest.raises(TypeError, match="'reserve'"):
+        reserve(None, "o1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="'reserve'"):
+        reserve(StepContext("t", "reserve#1", 1, 1, None), "o1")  # type: ignore[arg-type]
