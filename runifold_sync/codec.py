@@ -16,6 +16,17 @@ T = TypeVar("T")
 converter = make_converter()
 
 
+def _unstructure_set(values: set[Any] | frozenset[Any]) -> list[Any]:
+    # Sets iterate in hash order, which differs between processes for strings; sorting
+    # by encoded form keeps equal values equal in text (enqueue idempotency relies on it).
+    items = [converter.unstructure(v) for v in values]
+    return sorted(items, key=lambda v: json.dumps(v, sort_keys=True, default=repr))
+
+
+converter.register_unstructure_hook(set, _unstructure_set)
+converter.register_unstructure_hook(frozenset, _unstructure_set)
+
+
 class NotJsonable(TypeError):
     """Raised by :func:`to_json` with a description of what could not be encoded."""
 

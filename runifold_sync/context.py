@@ -272,6 +272,7 @@ class WorkflowContext:
         try:
             value = spec.fn(context, *args, **kwargs)
         except Exception as exc:
+            self._check_lease()  # a lost lease outranks the failure: record nothing
             usage = self.checkpoint.usage.add(cost=context.cost, elapsed_s=time.monotonic() - started)
             self.checkpoint.usage = usage
             failures += 1
@@ -283,9 +284,7 @@ class WorkflowContext:
                     f"{description} (attempt {failures} of {spec.retry.max_attempts})",
                 ) from exc
             raise FailRequested(f"{description}; gave up after {failures} attempts") from exc
-        finally:
-            if self._lease_lost.is_set():
-                raise LeaseGone(LeaseLostError(self.task_id, self.fence, f"result of {call_id}"))
+        self._check_lease()
         output = self._encode_output(call_id, value)
         self.checkpoint.usage = self.checkpoint.usage.add(
             steps=1, cost=context.cost, elapsed_s=time.monotonic() - started

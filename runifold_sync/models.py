@@ -99,6 +99,11 @@ class LeaseDuration:
         return self.value.total_seconds()
 
 
+def _check_count(kind: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgument(f"{kind} must be an integer >= 1, got {value!r}")
+
+
 def _optional_positive(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is None:
         return
@@ -120,6 +125,8 @@ class BudgetUsage:
     def add(
         self, *, steps: int = 0, cost: float = 0.0, elapsed_s: float = 0.0, claims: int = 0
     ) -> BudgetUsage:
+        if min(steps, cost, claims) < 0:
+            raise InvalidArgument(f"usage only grows; got steps={steps} cost={cost} claims={claims}")
         return BudgetUsage(
             self.steps + steps,
             self.cost + cost,
@@ -145,7 +152,9 @@ class Budget:
     max_steps: int | None = attrs.field(default=None, validator=_optional_positive)
     max_cost: float | None = attrs.field(default=None, validator=_optional_positive)
     max_duration: timedelta | None = attrs.field(default=None, validator=_optional_positive)
-    max_attempts: int = attrs.field(default=5, validator=_optional_positive)
+    max_attempts: int = attrs.field(
+        default=5, validator=lambda _i, _a, v: _check_count(f"{type(_i).__name__}.max_attempts", v)
+    )
 
     def exceeded(self, usage: BudgetUsage) -> str | None:
         """The limit ``usage`` is over, described for a failure reason, or None."""
@@ -176,7 +185,9 @@ class CapabilitySet:
 class RetryPolicy:
     """How often a failing step is retried, with exponential backoff and jitter."""
 
-    max_attempts: int = attrs.field(default=3, validator=_optional_positive)
+    max_attempts: int = attrs.field(
+        default=3, validator=lambda _i, _a, v: _check_count(f"{type(_i).__name__}.max_attempts", v)
+    )
     initial_backoff: timedelta = attrs.field(
         default=timedelta(seconds=1),
         validator=lambda _i, _a, v: check_positive_timedelta("initial_backoff", v),
@@ -189,8 +200,12 @@ class RetryPolicy:
     jitter: float = 0.2
 
     def __attrs_post_init__(self) -> None:
-        if not 0 <= self.jitter < 1:
-            raise InvalidArgument(f"jitter must be in [0, 1), got {self.jitter!r}")
+        if (
+            isinstance(self.jitter, bool)
+            or not isinstance(self.jitter, (int, float))
+            or not 0 <= self.jitter < 1
+        ):
+            raise InvalidArgument(f"jitter must be a number in [0, 1), got {self.jitter!r}")
 
     def backoff_s(self, failures: int) -> float:
         """Delay before the attempt after ``failures`` failures; jitter spreads a herd."""

@@ -85,6 +85,10 @@ class WorkflowWorker:
             raise InvalidArgument(
                 f"max_checkpoint_bytes must be an integer >= 1024, got {max_checkpoint_bytes!r}"
             )
+        if not isinstance(unavailable_delay, timedelta) or unavailable_delay < timedelta(0):
+            raise InvalidArgument(
+                f"unavailable_delay must be a non-negative timedelta, got {unavailable_delay!r}"
+            )
         self.store = store
         self.registry = registry
         self.worker_id = worker_id
@@ -131,6 +135,7 @@ class WorkflowWorker:
                 f"max_attempts={definition.budget.max_attempts}: a step keeps crashing its worker"
             )
             return self._fail(claimed, claimed.revision, None, reason)
+        checkpoint.phase = "running"
         checkpoint.usage = checkpoint.usage.add(claims=1)
         lost = self._keeper.watch(lease)
         try:

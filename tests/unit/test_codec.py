@@ -121,3 +121,10 @@ def test_values_that_are_not_strict_json_raise_not_jsonable(value: Any) -> None:
 def test_encoded_text_is_standard_json() -> None:
     text = to_json(Shipment([], Charge("c", 1, False), datetime(2030, 1, 1, tzinfo=UTC)))
     assert json.loads(text)["charge"] == {"amount_cents": 1, "captured": False, "charge_id": "c"}
+
+
+def test_sets_encode_in_sorted_order_so_equal_sets_give_equal_text() -> None:
+    forward = {f"item-{n}" for n in range(50)}
+    backward = set(sorted(forward, reverse=True))
+    assert to_json({"s": forward}) == to_json({"s": backward})
+    assert to_json(frozenset({3, 1, 2})) == "[1,2,3]"

@@ -221,3 +221,11 @@ def test_worker_heartbeat_of_exactly_half_the_lease_is_accepted(sqlite_path: Pat
     worker = _worker(store, timedelta(seconds=10), timedelta(seconds=5))
     worker.close()
     store.close()
+
+
+def test_budget_usage_refuses_negative_increments() -> None:
+    refused(lambda: BudgetUsage().add(cost=-1.0), "usage only grows", "cost=-1.0")
+
+
+def test_retry_policy_max_attempts_must_be_an_integer() -> None:
+    refused(lambda: RetryPolicy(max_attempts=2.5), "RetryPolicy.max_attempts", "2.5")  # type: ignore[arg-type]
