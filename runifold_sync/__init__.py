@@ -49,6 +49,7 @@ from .outcomes import (
     Yielded,
 )
 from .store.base import Lease, TaskEvent, TaskRecord, WorkflowStore
+from .stores import open_store
 from .worker import WorkflowWorker
 from .workflow import Workflow
 
@@ -99,4 +100,5 @@ __all__ = [
     "WorkflowTask",
     "WorkflowWorker",
     "Yielded",
+    "open_store",
 ]

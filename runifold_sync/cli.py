@@ -1,13 +1,17 @@
 """``python -m runifold_sync``: a thin click layer over the library.
 
-Each command parses its options, calls one library function and prints. Library errors
-become ``ClickException`` here and nowhere else.
+Each command parses its options, calls the library and prints. Library errors become
+``ClickException`` here and nowhere else.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,16 +19,281 @@ import click
 
 from .checkpoint import Checkpoint
 from .errors import RunifoldError
-from .sqlite import SqliteWorkflowStore
+from .models import LeaseDuration, WorkerId, WorkflowTask
+from .outcomes import Completed, Idle, Retried, RunOutcome, Suspended, Yielded
+from .store.base import WorkflowStore
+from .stores import ENV_VAR, default_url, open_store
+
+_OK_ONCE = (Idle, Completed, Suspended, Retried, Yielded)
+
+database_option = click.option(
+    "--database",
+    metavar="URL",
+    default=None,
+    help=f"Store URL (sqlite:///path.db or postgresql://...); default ${ENV_VAR}, else a local SQLite file.",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 
 
-def _fail(exc: RunifoldError) -> click.ClickException:
-    return click.ClickException(str(exc))
+@contextmanager
+def _store(url: str | None) -> Iterator[WorkflowStore]:
+    try:
+        store = open_store(url or default_url())
+    except RunifoldError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        yield store
+    except RunifoldError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        store.close()
+
+
+def _checked(call: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return call(*args, **kwargs)
+    except RunifoldError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 @click.group()
 def main() -> None:
     """Durable workflows for synchronous Python."""
+
+
+@main.command()
+@click.option(
+    "--app", "app_ref", required=True, metavar="MODULE:ATTR", help="The application's WorkflowRegistry."
+)
+@database_option
+@click.option(
+    "--concurrency", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes."
+)
+@click.option(
+    "--worker-id",
+    default=lambda: socket.gethostname().split(".")[0],
+    help="Stable base id; pool workers are <base>-<slot>.  [default: host name]",
+)
+@click.option(
+    "--lease",
+    "lease_s",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    help="Lease seconds.",
+)
+@click.option(
+    "--heartbeat",
+    "heartbeat_s",
+    type=click.FloatRange(min=0.05),
+    default=10.0,
+    show_default=True,
+    help="Heartbeat interval seconds (at most half the lease).",
+)
+@click.option("--once", is_flag=True, help="Claim and run one task, then exit (cron mode).")
+@json_option
+def run(
+    app_ref: str,
+    database: str | None,
+    concurrency: int,
+    worker_id: str,
+    lease_s: float,
+    heartbeat_s: float,
+    once: bool,
+    as_json: bool,
+) -> None:
+    """Run workers: a supervised pool of processes, or with --once a single cycle whose
+    exit status is 0 for idle, completed, suspended, retried or yielded and 1 otherwise."""
+    from .app import load_registry
+    from .supervisor import CancellationToken, WorkflowSupervisor, WorkflowSupervisorConfig
+    from .worker import WorkflowWorker
+
+    registry = _checked(load_registry, app_ref)
+    lease = _checked(LeaseDuration, timedelta(seconds=lease_s))
+    heartbeat = timedelta(seconds=heartbeat_s)
+    url = database or default_url()
+    base = _checked(WorkerId.parse, worker_id)
+
+    if once:
+        with _store(url) as store:
+            worker = _checked(WorkflowWorker, store, registry, base, lease, heartbeat)
+            try:
+                outcome = worker.run_once()
+            finally:
+                worker.close()
+        _print_outcome(outcome, as_json)
+        sys.exit(0 if isinstance(outcome, _OK_ONCE) else 1)
+
+    _checked(WorkflowWorker.validate_timing, lease, heartbeat)
+
+    def factory(worker_id: WorkerId) -> WorkflowWorker:
+        return WorkflowWorker(open_store(url), registry, worker_id, lease, heartbeat)
+
+    config = _checked(WorkflowSupervisorConfig, concurrency)
+    report = WorkflowSupervisor(factory, config, base_id=base.value).run(CancellationToken())
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "outcomes": report.outcomes,
+                    "per_worker": report.per_worker,
+                    "restarts": report.restarts,
+                    "recycled": report.recycled,
+                }
+            )
+        )
+    else:
+        click.echo(f"stopped. outcomes: {report.outcomes}; restarts: {report.restarts}")
+
+
+def _print_outcome(outcome: RunOutcome, as_json: bool) -> None:
+    if as_json:
+        from .codec import unstructure
+
+        click.echo(json.dumps({"outcome": outcome.kind, **unstructure(outcome)}, default=str))
+    else:
+        click.echo(repr(outcome))
+
+
+@main.command()
+@click.argument("name")
+@click.argument("version", type=int)
+@click.option("--input", "input_json", default="null", show_default=True, help="Workflow input as JSON.")
+@click.option("--tenant", default="default", show_default=True, help="Tenant the task belongs to.")
+@click.option("--checkpoint-id", default=None, help="Task identity; enqueue is idempotent on it.")
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher is claimed first.")
+@database_option
+@json_option
+def enqueue(
+    name: str,
+    version: int,
+    input_json: str,
+    tenant: str,
+    checkpoint_id: str | None,
+    priority: int,
+    database: str | None,
+    as_json: bool,
+) -> None:
+    """Enqueue a task for definition NAME at VERSION."""
+    try:
+        value = json.loads(input_json)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--input") from exc
+    task = _checked(
+        WorkflowTask.new, name, version, value, tenant=tenant, checkpoint_id=checkpoint_id, priority=priority
+    )
+    with _store(database) as store:
+        result = store.enqueue(task)
+    if as_json:
+        click.echo(json.dumps({"task_id": result.task_id, "created": result.created}))
+    else:
+        click.echo(f"{result.task_id} ({'enqueued' if result.created else 'already enqueued'})")
+
+
+@main.command()
+@database_option
+def migrate(database: str | None) -> None:
+    """Create or upgrade the store's schema (safe while workers run)."""
+    with _store(database) as store:
+        version = store.migrate()
+    click.echo(f"schema version {version}")
+
+
+@main.command()
+@click.argument("task_id")
+@database_option
+@json_option
+def show(task_id: str, database: str | None, as_json: bool) -> None:
+    """Show a task's state, why it is not running, its checkpoint and its history."""
+    with _store(database) as store:
+        record = store.get_task(task_id)
+        events = store.history(task_id)
+    journal: list[str] = []
+    usage: dict[str, Any] = {}
+    if record.checkpoint_json:
+        checkpoint = _checked(Checkpoint.decode, task_id, record.checkpoint_json)
+        journal = [f"{e.call_id} ({e.kind}, {e.status})" for e in checkpoint.journal]
+        usage = {
+            "steps": checkpoint.usage.steps,
+            "cost": checkpoint.usage.cost,
+            "claims": checkpoint.usage.claims,
+        }
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "task_id": record.task_id,
+                    "definition": record.definition_name,
+                    "version": record.definition_version,
+                    "tenant": record.tenant,
+                    "state": record.state.value,
+                    "outcome": None if record.outcome is None else record.outcome.value,
+                    "reason": record.reason,
+                    "ambiguous_effect": record.ambiguous_effect,
+                    "revision": record.revision,
+                    "fencing_token": record.fencing_token,
+                    "journal": journal,
+                    "usage": usage,
+                    "result": record.result,
+                    "history": [
+                        {
+                            "at": e.at.isoformat(),
+                            "kind": e.kind,
+                            "worker": e.worker_id,
+                            "token": e.fencing_token,
+                            "detail": e.detail,
+                        }
+                        for e in events
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return
+    click.echo(
+        f"task {record.task_id}: {record.definition_name} v{record.definition_version} ({record.tenant})"
+    )
+    click.echo(f"state: {record.state.value}" + (f" ({record.outcome.value})" if record.outcome else ""))
+    if record.reason:
+        click.echo(f"reason: {record.reason}")
+    click.echo(f"revision {record.revision}, fencing token {record.fencing_token}, usage {usage}")
+    for line in journal:
+        click.echo(f"  {line}")
+    click.echo("history:")
+    for e in events:
+        click.echo(f"  {e.at.isoformat()} {e.kind:<16} {e.worker_id or '-':<16} {e.detail}")
+
+
+@main.command()
+@click.argument("task_id")
+@click.argument("effect_key")
+@click.option("--applied/--not-applied", required=True, help="Whether the effect happened.")
+@click.option("--result", "result_json", default=None, help="The effect's result as JSON (with --applied).")
+@click.option("--actor", required=True, help="Who decided (kept in the history).")
+@click.option("--reason", required=True, help="Why (kept in the history).")
+@database_option
+def resolve(
+    task_id: str,
+    effect_key: str,
+    applied: bool,
+    result_json: str | None,
+    actor: str,
+    reason: str,
+    database: str | None,
+) -> None:
+    """Resolve the ambiguous effect a task failed on, and requeue the task."""
+    if result_json is not None:
+        try:
+            json.loads(result_json)
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--result") from exc
+    with _store(database) as store:
+        store.resolve_effect(
+            task_id, effect_key, applied=applied, result_json=result_json, actor=actor, reason=reason
+        )
+    click.echo(
+        f"{task_id}: effect {effect_key} resolved as {'applied' if applied else 'not applied'}; requeued"
+    )
 
 
 @main.command()
@@ -73,84 +342,3 @@ def demo(database: Path, orders: int) -> None:
     )
     if any(r.state != "completed" for r in rows):
         sys.exit(1)
-
-
-@main.command()
-@click.option(
-    "--database", type=click.Path(dir_okay=False, path_type=Path), required=True, help="SQLite file."
-)
-def migrate(database: Path) -> None:
-    """Create or upgrade the schema of a store."""
-    try:
-        with SqliteWorkflowStore.open(database) as store:
-            version = store.migrate()
-    except RunifoldError as exc:
-        raise _fail(exc) from exc
-    click.echo(f"schema version {version}")
-
-
-@main.command()
-@click.argument("task_id")
-@click.option(
-    "--database", type=click.Path(dir_okay=False, path_type=Path), required=True, help="SQLite file."
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the task and its history as JSON.")
-def show(task_id: str, database: Path, as_json: bool) -> None:
-    """Show a task's state, why it is not running, its checkpoint and its history."""
-    try:
-        with SqliteWorkflowStore.open(database) as store:
-            record = store.get_task(task_id)
-            events = store.history(task_id)
-    except RunifoldError as exc:
-        raise _fail(exc) from exc
-    journal = []
-    usage: dict[str, Any] = {}
-    if record.checkpoint_json:
-        checkpoint = Checkpoint.decode(task_id, record.checkpoint_json)
-        journal = [f"{e.call_id} ({e.kind}, {e.status})" for e in checkpoint.journal]
-        usage = {
-            "steps": checkpoint.usage.steps,
-            "cost": checkpoint.usage.cost,
-            "claims": checkpoint.usage.claims,
-        }
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "task_id": record.task_id,
-                    "definition": record.definition_name,
-                    "version": record.definition_version,
-                    "state": record.state.value,
-                    "outcome": None if record.outcome is None else record.outcome.value,
-                    "reason": record.reason,
-                    "ambiguous_effect": record.ambiguous_effect,
-                    "revision": record.revision,
-                    "fencing_token": record.fencing_token,
-                    "journal": journal,
-                    "usage": usage,
-                    "result": record.result,
-                    "history": [
-                        {
-                            "at": e.at.isoformat(),
-                            "kind": e.kind,
-                            "worker": e.worker_id,
-                            "token": e.fencing_token,
-                            "detail": e.detail,
-                        }
-                        for e in events
-                    ],
-                },
-                indent=2,
-            )
-        )
-        return
-    click.echo(f"task {record.task_id}: {record.definition_name} v{record.definition_version}")
-    click.echo(f"state: {record.state.value}" + (f" ({record.outcome.value})" if record.outcome else ""))
-    if record.reason:
-        click.echo(f"reason: {record.reason}")
-    click.echo(f"revision {record.revision}, fencing token {record.fencing_token}, usage {usage}")
-    for line in journal:
-        click.echo(f"  {line}")
-    click.echo("history:")
-    for e in events:
-        click.echo(f"  {e.at.isoformat()} {e.kind:<16} {e.worker_id or '-':<16} {e.detail}")

@@ -62,15 +62,7 @@ class WorkflowWorker:
             raise InvalidArgument(f"worker_id must be a WorkerId (use WorkerId.parse), got {worker_id!r}")
         if not isinstance(lease_duration, LeaseDuration):
             raise InvalidArgument(f"lease_duration must be a LeaseDuration, got {lease_duration!r}")
-        if not isinstance(heartbeat_interval, timedelta) or heartbeat_interval <= timedelta(0):
-            raise InvalidArgument(
-                f"heartbeat interval must be a positive timedelta, got {heartbeat_interval!r}"
-            )
-        if heartbeat_interval * 2 > lease_duration.value:
-            raise InvalidArgument(
-                f"heartbeat interval {heartbeat_interval} must be at most half the lease "
-                f"duration {lease_duration.value}, so one missed beat does not lose the lease"
-            )
+        self.validate_timing(lease_duration, heartbeat_interval)
         if max_steps_per_claim is not None and (
             isinstance(max_steps_per_claim, bool)
             or not isinstance(max_steps_per_claim, int)
@@ -99,6 +91,19 @@ class WorkflowWorker:
         self._keeper = LeaseKeeper(
             store, lease_duration, heartbeat_interval.total_seconds(), f"runifold-heartbeat-{worker_id}"
         )
+
+    @staticmethod
+    def validate_timing(lease_duration: LeaseDuration, heartbeat_interval: timedelta) -> None:
+        """Refuse a heartbeat that is not clearly shorter than the lease."""
+        if not isinstance(heartbeat_interval, timedelta) or heartbeat_interval <= timedelta(0):
+            raise InvalidArgument(
+                f"heartbeat interval must be a positive timedelta, got {heartbeat_interval!r}"
+            )
+        if heartbeat_interval * 2 > lease_duration.value:
+            raise InvalidArgument(
+                f"heartbeat interval {heartbeat_interval} must be at most half the lease "
+                f"duration {lease_duration.value}, so one missed beat does not lose the lease"
+            )
 
     def close(self) -> None:
         """Stop the heartbeat thread. The store belongs to the caller."""

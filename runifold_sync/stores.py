@@ -1,0 +1,78 @@
+"""Opening a store from a URL, as the CLI, the supervisor and applications do.
+
+- ``sqlite:///relative/path.db`` (three slashes: a path relative to the working directory)
+- ``sqlite:////absolute/path.db`` (four slashes: an absolute path)
+- ``postgresql://user@host:5432/dbname?sslmode=require`` (``postgres://`` too), passed to
+  libpq as it is, so every libpq URL parameter works.
+
+Without a URL, ``RUNIFOLD_DATABASE_URL`` is used, else ``sqlite:///runifold-workflows.db``.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import unquote, urlsplit
+
+from .errors import InvalidArgument
+from .store.base import WorkflowStore
+
+ENV_VAR = "RUNIFOLD_DATABASE_URL"
+DEFAULT_URL = "sqlite:///runifold-workflows.db"
+
+
+def default_url() -> str:
+    return os.environ.get(ENV_VAR) or DEFAULT_URL
+
+
+def sqlite_path(url: str) -> str:
+    """The file path a ``sqlite:///`` URL names."""
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite" or not url.startswith("sqlite:///"):
+        raise InvalidArgument(
+            f"SQLite URL must look like sqlite:///relative.db or sqlite:////absolute/path.db, got {url!r}"
+        )
+    if parts.query or parts.fragment:
+        raise InvalidArgument(f"SQLite URL {url!r} must not have query parameters or a fragment")
+    path = unquote(parts.path[1:])  # drop the slash that separates the empty host from the path
+    if not path:
+        raise InvalidArgument(f"SQLite URL {url!r} names no file")
+    return path
+
+
+def open_store(url: str | None = None) -> WorkflowStore:
+    """Open (and migrate) the store ``url`` names; see the module docstring for the forms.
+    Unknown schemes raise :class:`InvalidArgument` naming the URL."""
+    if url is None:
+        url = default_url()
+    if not isinstance(url, str):
+        raise InvalidArgument(f"store URL must be a string, got {url!r}")
+    scheme = url.partition(":")[0].lower() if "://" in url else ""
+    if scheme == "sqlite":
+        from .store.sqlite import SqliteWorkflowStore
+
+        return SqliteWorkflowStore.open(sqlite_path(url))
+    if scheme in ("postgresql", "postgres"):
+        try:
+            from .store.postgres import PostgresWorkflowStore
+        except ImportError as exc:  # the optional dependency is missing
+            raise InvalidArgument(
+                f"store URL {url!r} needs psycopg 3 and psycopg-pool: pip install 'runifold_sync[postgres]'"
+            ) from exc
+        return PostgresWorkflowStore.connect(url)
+    raise InvalidArgument(
+        f"unsupported store URL {_redacted(url)!r}: use sqlite:///path.db, "
+        "sqlite:////abs/path.db or postgresql://..."
+    )
+
+
+def _redacted(url: str) -> str:
+    """``url`` with any password replaced, safe for error messages and logs."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url
+    if not password:
+        return url
+    netloc = parts.netloc.replace(f":{password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
