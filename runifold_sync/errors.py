@@ -110,8 +110,8 @@ class AmbiguousEffect(RunifoldError):
         self.effect_id = effect_id
         self.key = key
         super().__init__(
-            f"effect {effect_id!r} of task {task_id!r} (idempotency key {key}) was "
-            "interrupted and its outcome is unknown; resolve it with resolve_effect"
+            f"ambiguous effect: {effect_id!r} of task {task_id!r} (idempotency key {key}) "
+            "was interrupted and its outcome is unknown; resolve it with resolve_effect"
         )
 
 
