@@ -1,0 +1,143 @@
+"""The command line through CliRunner and as real subprocesses (the cron mode)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from runifold_sync.cli import main
+from runifold_sync.sqlite import SqliteWorkflowStore
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = "tests.integration.pool_app:registry"
+
+
+@pytest.fixture
+def url(sqlite_path: Path) -> str:
+    return f"sqlite:///{sqlite_path}"
+
+
+@pytest.fixture(autouse=True)
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "ledger.txt"
+    monkeypatch.setenv("POOL_LEDGER", str(path))
+    return path
+
+
+def _invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def test_every_command_has_help_text() -> None:
+    assert isinstance(main, click.Group)
+    for name, command in main.commands.items():
+        assert command.help, f"command {name} has no help text"
+        code, output = _invoke(name, "--help")
+        assert code == 0 and command.help.split()[0] in output
+        for param in command.params:
+            if isinstance(param, click.Option):
+                assert param.help, f"option {param.name} of {name} has no help text"
+
+
+def test_enqueue_is_idempotent_on_checkpoint_id_and_reports_it(url: str) -> None:
+    code, out = _invoke(
+        "enqueue", "pool-flow", "1", "--input", "5", "--checkpoint-id", "c1", "--database", url, "--json"
+    )
+    assert code == 0 and json.loads(out) == {"task_id": "c1", "created": True}
+    code, out = _invoke(
+        "enqueue", "pool-flow", "1", "--input", "5", "--checkpoint-id", "c1", "--database", url, "--json"
+    )
+    assert code == 0 and json.loads(out) == {"task_id": "c1", "created": False}
+    code, out = _invoke(
+        "enqueue", "pool-flow", "1", "--input", "6", "--checkpoint-id", "c1", "--database", url
+    )
+    assert code == 1 and "different input" in out
+
+
+def test_enqueue_with_bad_input_names_the_problem(url: str) -> None:
+    code, out = _invoke("enqueue", "pool-flow", "0", "--database", url)
+    assert code == 1 and "version must be an integer >= 1, got 0" in out
+    code, out = _invoke("enqueue", "pool-flow", "1", "--input", "{nope", "--database", url)
+    assert code == 2 and "not JSON" in out
+
+
+def test_run_once_completes_a_task_and_show_prints_its_history(url: str) -> None:
+    _invoke("enqueue", "pool-flow", "1", "--input", "1", "--checkpoint-id", "t1", "--database", url)
+    code, out = _invoke("run", "--app", APP, "--database", url, "--once", "--json")
+    assert code == 0
+    assert json.loads(out) == {"outcome": "completed", "task_id": "t1", "result": 6}
+    code, out = _invoke("show", "t1", "--database", url, "--json")
+    shown = json.loads(out)
+    assert shown["state"] == "terminal" and shown["outcome"] == "completed" and shown["result"] == 6
+    assert [e["kind"] for e in shown["history"]] == ["enqueued", "claimed", "completed"]
+    assert len(shown["journal"]) == 5
+
+
+def test_run_once_exits_non_zero_when_the_definition_is_unavailable(url: str) -> None:
+    _invoke("enqueue", "unknown-flow", "3", "--checkpoint-id", "u1", "--database", url)
+    code, out = _invoke("run", "--app", APP, "--database", url, "--once", "--json")
+    assert code == 1 and json.loads(out)["outcome"] == "definition_unavailable"
+
+
+def test_run_refuses_a_heartbeat_longer_than_half_the_lease(url: str) -> None:
+    code, out = _invoke("run", "--app", APP, "--database", url, "--lease", "10", "--heartbeat", "6")
+    assert code == 1 and "at most half the lease" in out
+
+
+def test_run_refuses_an_app_reference_that_is_not_a_registry(url: str) -> None:
+    code, out = _invoke("run", "--app", "tests.integration.pool_app:STEPS", "--database", url, "--once")
+    assert code == 1 and "is not a WorkflowRegistry" in out
+    code, out = _invoke("run", "--app", "no_such_module_x:registry", "--database", url, "--once")
+    assert code == 1 and "cannot import 'no_such_module_x'" in out
+
+
+def test_show_of_unknown_task_fails_with_its_id(url: str) -> None:
+    code, out = _invoke("show", "missing-task", "--database", url)
+    assert code == 1 and "no task with id 'missing-task'" in out
+
+
+def test_resolve_refuses_a_task_that_is_not_failed_on_that_effect(url: str) -> None:
+    _invoke("enqueue", "pool-flow", "1", "--checkpoint-id", "r1", "--database", url)
+    code, out = _invoke(
+        "resolve", "r1", "r1/x#1", "--applied", "--actor", "ops", "--reason", "checked", "--database", url
+    )
+    assert code == 1 and "only a task failed on ambiguous effect" in out
+
+
+def test_migrate_reports_the_schema_version(url: str) -> None:
+    code, out = _invoke("migrate", "--database", url)
+    assert code == 0 and out.startswith("schema version ")
+
+
+def test_unknown_store_url_scheme_is_refused(tmp_path: Path) -> None:
+    code, out = _invoke("migrate", "--database", "mysql://localhost/x")
+    assert code == 1 and "unsupported store URL 'mysql://localhost/x'" in out
+
+
+@pytest.mark.timeout(60)
+def test_cron_line_runs_once_per_invocation_as_a_subprocess(
+    sqlite_path: Path, url: str, ledger: Path
+) -> None:
+    store = SqliteWorkflowStore.open(sqlite_path)
+    for n in range(2):
+        _invoke(
+            "enqueue", "pool-flow", "1", "--input", str(n), "--checkpoint-id", f"cron-{n}", "--database", url
+        )
+    env = os.environ | {"RUNIFOLD_DATABASE_URL": url}
+    # The README's crontab line, minus the schedule and the cd.
+    command = [sys.executable, "-m", "runifold_sync", "run", "--app", APP, "--once"]
+    codes = [
+        subprocess.run(command, cwd=ROOT, env=env, capture_output=True, timeout=30).returncode
+        for _ in range(3)
+    ]
+    assert codes == [0, 0, 0]  # completed, completed, idle
+    assert [store.get_task(f"cron-{n}").result for n in range(2)] == [5, 6]
+    store.close()
