@@ -304,10 +304,13 @@ def resolve(
     show_default=True,
     help="SQLite file the demo creates (replaced if it exists).",
 )
-@click.option("--orders", type=click.IntRange(1, 20), default=3, show_default=True, help="Tasks to enqueue.")
-def demo(database: Path, orders: int) -> None:
-    """Run an order-intake workflow, SIGKILL its worker mid-step and watch another
-    worker finish every task without repeating completed steps."""
+@click.option("--orders", type=click.IntRange(1, 20), default=4, show_default=True, help="Tasks to enqueue.")
+@click.option(
+    "--concurrency", type=click.IntRange(1, 8), default=2, show_default=True, help="Worker processes."
+)
+def demo(database: Path, orders: int, concurrency: int) -> None:
+    """Run order-intake workflows on a pool of worker processes, SIGKILL one worker
+    mid-step and watch the pool finish every task without repeating completed steps."""
     from .demo import STEPS_PER_ORDER, DemoRow, run_demo
 
     last: list[Any] = []
@@ -318,10 +321,10 @@ def demo(database: Path, orders: int) -> None:
             return
         last[:] = snapshot
         progress = "  ".join(f"{r.task_id}:{r.state}[{r.steps_done}/{STEPS_PER_ORDER}]" for r in rows)
-        click.echo(f"{phase:<45} {progress}")
+        click.echo(f"{phase:<48} {progress}")
 
     click.echo(f"demo database: {database} (SQLite, synchronous=FULL)")
-    rows = run_demo(database, orders, report)
+    rows = run_demo(database, orders, concurrency, report)
     click.echo("")
     header = (
         f"{'task':<10} {'state':<10} {'steps done':>10} {'bodies started':>15} "

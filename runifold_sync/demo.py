@@ -7,6 +7,7 @@ really ran, not what the store believes.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import signal
@@ -22,9 +23,9 @@ from .checkpoint import Checkpoint
 from .context import StepContext, WorkflowContext
 from .definition import WorkflowDefinition, WorkflowRegistry
 from .models import Budget, CapabilitySet, LeaseDuration, TaskState, WorkerId, WorkflowTask
-from .outcomes import Idle
 from .sqlite import SqliteWorkflowStore
 from .store.base import TaskRecord
+from .supervisor import CancellationToken, WorkflowSupervisor, WorkflowSupervisorConfig
 from .worker import WorkflowWorker
 from .workflow import Workflow
 
@@ -108,18 +109,18 @@ def registry() -> WorkflowRegistry:
     return reg
 
 
-def _worker_process(db_path: str, worker_id: str, ledger: str) -> None:
-    """Body of a demo worker process: opens its own store after it starts."""
+def _pool_process(db_path: str, ledger: str, concurrency: int) -> None:
+    """Body of the demo's supervisor process; each forked worker opens its own store."""
     os.environ["RUNIFOLD_DEMO_LEDGER"] = ledger
-    store = SqliteWorkflowStore.open(db_path)
-    worker = WorkflowWorker(store, registry(), WorkerId.parse(worker_id), LEASE, HEARTBEAT)
-    try:
-        while True:
-            if isinstance(worker.run_once(), Idle):
-                time.sleep(0.05)
-    finally:
-        worker.close()
-        store.close()
+    logging.getLogger("runifold_sync").setLevel(logging.ERROR)  # the demo narrates instead
+
+    def factory(worker_id: WorkerId) -> WorkflowWorker:
+        return WorkflowWorker(SqliteWorkflowStore.open(db_path), registry(), worker_id, LEASE, HEARTBEAT)
+
+    config = WorkflowSupervisorConfig(concurrency).with_backoff(
+        timedelta(milliseconds=20), timedelta(milliseconds=200)
+    )
+    WorkflowSupervisor(factory, config, base_id="demo-worker").run(CancellationToken())
 
 
 @attrs.frozen
@@ -132,9 +133,11 @@ class DemoRow:
     last_worker: str | None
 
 
-def run_demo(db_path: Path, orders: int, report: Callable[[str, list[DemoRow]], None]) -> list[DemoRow]:
-    """Enqueue ``orders`` tasks, kill the first worker mid-step, recover with a second.
-    ``report`` is called with a phase label and the current rows as things change."""
+def run_demo(
+    db_path: Path, orders: int, concurrency: int, report: Callable[[str, list[DemoRow]], None]
+) -> list[DemoRow]:
+    """Enqueue ``orders`` tasks, run a supervised pool, SIGKILL one worker in the middle
+    of a step and let the pool recover. ``report`` gets a phase label and the rows."""
     ledger = db_path.with_suffix(".ledger")
     for path in (db_path, ledger, Path(f"{db_path}-wal"), Path(f"{db_path}-shm")):
         path.unlink(missing_ok=True)
@@ -143,40 +146,41 @@ def run_demo(db_path: Path, orders: int, report: Callable[[str, list[DemoRow]], 
     for n, task_id in enumerate(ids, 1):
         order = Order(task_id, 1000 * n)
         store.enqueue(WorkflowTask.new(order_intake.name, 1, order, checkpoint_id=task_id))
-    spawn = multiprocessing.get_context("spawn")
 
     def rows() -> list[DemoRow]:
         runs = Counter(line.split()[0] for line in _read(ledger))
         return [_row(store.get_task(t), runs[t]) for t in ids]
 
-    first = spawn.Process(target=_worker_process, args=(str(db_path), "demo-worker-1", str(ledger)))
-    first.start()
-    victim = ids[0]
-    while True:  # kill worker 1 while it is inside the third step of the first order
-        current = rows()
-        report("worker 1 running", current)
-        if current[0].steps_done >= 2 and current[0].step_runs >= 3:
-            time.sleep(STEP_SECONDS / 2)
-            break
-        time.sleep(0.05)
-    assert first.pid is not None
-    os.kill(first.pid, signal.SIGKILL)
-    first.join()
-    report(f"worker 1 killed (SIGKILL) in the middle of a step of {victim}", rows())
-    second = spawn.Process(target=_worker_process, args=(str(db_path), "demo-worker-2", str(ledger)))
-    second.start()
+    pool = multiprocessing.get_context("spawn").Process(
+        target=_pool_process, args=(str(db_path), str(ledger), concurrency)
+    )
+    pool.start()
     try:
+        phase = f"pool of {concurrency} worker processes running"
+        killed = False
+        seen_pids: set[str] = set()
         deadline = time.monotonic() + 60 + orders * 10
         while time.monotonic() < deadline:
             current = rows()
-            report("worker 2 recovering after the lease expired", current)
+            report(phase, current)
             if all(r.state in FINISHED for r in current):
                 break
-            time.sleep(0.2)
+            pids = {line.split()[2] for line in _read(ledger)}
+            if killed and pids - seen_pids:
+                phase = f"slot restarted as pid {min(pids - seen_pids)}; recovering"
+            if not killed and current[0].steps_done >= 2:
+                # A third step has begun: the worker running it dies mid-step.
+                task_id, call_id, victim = _read(ledger)[-1].split()
+                time.sleep(STEP_SECONDS / 2)
+                os.kill(int(victim), signal.SIGKILL)
+                killed = True
+                phase = f"SIGKILLed pid {victim} in {call_id} of {task_id}"
+            seen_pids = pids
+            time.sleep(0.1)
     finally:
-        assert second.pid is not None
-        os.kill(second.pid, signal.SIGTERM)
-        second.join()
+        assert pool.pid is not None
+        os.kill(pool.pid, signal.SIGTERM)  # graceful: started cycles finish first
+        pool.join()
     final = rows()
     store.close()
     return final
