@@ -190,6 +190,14 @@ class WorkflowStore(abc.ABC):
         """End the task as failed. With ``ambiguous_effect`` (an effect key) the task is
         recoverable through :meth:`resolve_effect`."""
 
+    @abc.abstractmethod
+    def wait_for_work(self, timeout: timedelta) -> bool:
+        """Block until a task is claimable (queued or waiting and due, or leased with an
+        expired lease) or ``timeout`` has passed; True when work is claimable. A hint for
+        idle workers, not a reservation: another worker may claim it first. PostgreSQL
+        wakes on ``NOTIFY runifold_tasks`` and when the earliest timer comes due; SQLite,
+        which has no notifications, polls."""
+
     # --- time and lifecycle ------------------------------------------------------
 
     @abc.abstractmethod

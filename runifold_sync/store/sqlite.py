@@ -13,6 +13,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -20,18 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import (
-    EnqueueConflict,
     InvalidArgument,
-    InvalidState,
     LeaseLostError,
     SchemaTooNew,
     StoreUnavailable,
     TaskNotFound,
 )
-from ..models import LeaseDuration, TaskOutcome, TaskState, WorkerId, WorkflowTask, check_name
+from ..models import LeaseDuration, WorkerId, WorkflowTask
+from . import rows
 from .base import (
     ClaimedTask,
-    EffectResolution,
     EnqueueResult,
     Lease,
     TaskEvent,
@@ -43,10 +42,7 @@ from .queries import load_migrations, load_queries
 _NOW = "((julianday('now') - 2440587.5) * 86400.0 + (SELECT offset_s FROM runifold_clock))"
 _Q = load_queries("sqlite", _NOW)
 _SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
-
-
-def _to_datetime(epoch_s: float | None) -> datetime | None:
-    return None if epoch_s is None else datetime.fromtimestamp(epoch_s, UTC)
+_WAIT_POLL_S = 0.05  # SQLite has no notifications: wait_for_work polls at this interval
 
 
 def _at(epoch_s: float) -> datetime:
@@ -213,29 +209,16 @@ class SqliteWorkflowStore(WorkflowStore):
                 },
             )
             if cursor.rowcount == 1:
-                _event(
-                    conn,
-                    now,
-                    task.task_id,
-                    "enqueued",
-                    None,
-                    None,
-                    {"definition": task.definition_name, "version": task.definition_version},
-                )
+                _event(conn, now, task.task_id, "enqueued", None, None, rows.enqueued_detail(task))
                 return EnqueueResult(task.task_id, created=True)
             row = conn.execute(_Q["select_task"], {"task_id": task.task_id}).fetchone()
-        differences = [
-            label
-            for label, stored, given in (
-                ("definition name", row["definition_name"], task.definition_name),
-                ("definition version", row["definition_version"], task.definition_version),
-                ("tenant", row["tenant"], task.tenant),
-                ("input", row["input"], task.input_json),
-            )
-            if stored != given
-        ]
-        if differences:
-            raise EnqueueConflict(task.task_id, differences)
+        rows.check_enqueue_identity(
+            task,
+            definition_name=row["definition_name"],
+            definition_version=row["definition_version"],
+            tenant=row["tenant"],
+            input_json=row["input"],
+        )
         return EnqueueResult(task.task_id, created=False)
 
     def resolve_effect(
@@ -248,32 +231,18 @@ class SqliteWorkflowStore(WorkflowStore):
         actor: str,
         reason: str,
     ) -> None:
-        check_name("actor", actor)
-        check_name("reason", reason)
-        if applied is not True and applied is not False:
-            raise InvalidArgument(f"applied must be True or False, got {applied!r}")
+        rows.check_resolution(applied, actor, reason)
         with self._write() as (conn, now):
             params = {"task_id": task_id, "effect_key": effect_key, "now": now}
             if conn.execute(_Q["requeue_resolved"], params).fetchone() is None:
                 record = self._record(conn.execute(_Q["select_task"], params).fetchone(), task_id)
-                raise InvalidState(
-                    f"task {task_id!r} is {record.state.value} "
-                    f"(ambiguous effect: {record.ambiguous_effect!r}); only a task failed on "
-                    f"ambiguous effect {effect_key!r} can have it resolved"
-                )
+                raise rows.not_resolvable(record, effect_key)
             conn.execute(
                 _Q["insert_resolution"],
                 params | {"applied": applied, "result": result_json, "actor": actor, "reason": reason},
             )
-            _event(
-                conn,
-                now,
-                task_id,
-                "effect_resolved",
-                None,
-                None,
-                {"effect_key": effect_key, "applied": applied, "actor": actor, "reason": reason},
-            )
+            detail = rows.resolved_detail(effect_key, applied, actor, reason)
+            _event(conn, now, task_id, "effect_resolved", None, None, detail)
 
     def get_task(self, task_id: str) -> TaskRecord:
         rows = self._run("select_task", {"task_id": task_id})
@@ -297,34 +266,12 @@ class SqliteWorkflowStore(WorkflowStore):
     def _record(row: sqlite3.Row | None, task_id: str) -> TaskRecord:
         if row is None:
             raise TaskNotFound(task_id)
-        return TaskRecord(
-            task_id=row["task_id"],
-            definition_name=row["definition_name"],
-            definition_version=row["definition_version"],
-            tenant=row["tenant"],
-            input_json=row["input"],
-            priority=row["priority"],
-            state=TaskState(row["state"]),
-            outcome=None if row["outcome"] is None else TaskOutcome(row["outcome"]),
-            reason=row["reason"],
-            ambiguous_effect=row["ambiguous_effect"],
-            ready_at=_to_datetime(row["ready_at"]),
-            worker_id=row["worker_id"],
-            fencing_token=row["fencing_token"],
-            lease_expires=_to_datetime(row["lease_expires"]),
-            claims_since_progress=row["claims_since_progress"],
-            revision=row["revision"],
-            checkpoint_json=row["checkpoint"],
-            result_json=row["result"],
-            created_at=_at(row["created_at"]),
-            updated_at=_at(row["updated_at"]),
-        )
+        return rows.task_record(row, _at)
 
     # --- workers -----------------------------------------------------------------
 
     def claim(self, worker_id: WorkerId, lease: LeaseDuration, *, limit: int = 1) -> list[ClaimedTask]:
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
-            raise InvalidArgument(f"claim limit must be an integer in 1..1000, got {limit!r}")
+        rows.check_claim_limit(limit)
         claimed = []
         with self._write() as (conn, now):
             candidates = conn.execute(_Q["claimable_tasks"], {"now": now, "limit": limit}).fetchall()
@@ -338,34 +285,12 @@ class SqliteWorkflowStore(WorkflowStore):
                         "lease_s": lease.seconds,
                     },
                 ).fetchone()
-                detail: dict[str, Any] = {"from_state": candidate["state"]}
-                if candidate["state"] == "leased":
-                    detail["expired_owner"] = candidate["worker_id"]
+                detail = rows.claimed_detail(candidate["state"], candidate["worker_id"])
                 _event(conn, now, row["task_id"], "claimed", worker_id.value, row["fencing_token"], detail)
-                resolutions = {
-                    r["effect_key"]: EffectResolution(
-                        r["effect_key"], bool(r["applied"]), r["result"], r["actor"], r["reason"]
-                    )
-                    for r in conn.execute(_Q["resolutions_for_task"], {"task_id": row["task_id"]})
-                }
-                claimed.append(
-                    ClaimedTask(
-                        lease=Lease(
-                            row["task_id"],
-                            row["tenant"],
-                            worker_id.value,
-                            row["fencing_token"],
-                            _at(row["lease_expires"]),
-                        ),
-                        definition_name=row["definition_name"],
-                        definition_version=row["definition_version"],
-                        input_json=row["input"],
-                        revision=row["revision"],
-                        checkpoint_json=row["checkpoint"],
-                        claims_since_progress=row["claims_since_progress"],
-                        resolutions=resolutions,
-                    )
+                resolutions = rows.effect_resolutions(
+                    conn.execute(_Q["resolutions_for_task"], {"task_id": row["task_id"]})
                 )
+                claimed.append(rows.claimed_task(row, worker_id.value, _at, resolutions))
         return claimed
 
     def heartbeat(self, lease: Lease, duration: LeaseDuration) -> Lease:
@@ -439,7 +364,7 @@ class SqliteWorkflowStore(WorkflowStore):
                 "reason": reason,
             },
             "retried",
-            {"reason": reason, "delay_s": delay.total_seconds()},
+            rows.retried_detail(reason, delay),
         )
         return _at(row["ready_at"])
 
@@ -470,9 +395,6 @@ class SqliteWorkflowStore(WorkflowStore):
         reason: str,
         ambiguous_effect: str | None = None,
     ) -> None:
-        detail: dict[str, Any] = {"reason": reason}
-        if ambiguous_effect is not None:
-            detail["ambiguous_effect"] = ambiguous_effect
         self._fenced_transition(
             "fail",
             lease,
@@ -483,7 +405,7 @@ class SqliteWorkflowStore(WorkflowStore):
                 "ambiguous_effect": ambiguous_effect,
             },
             "failed",
-            detail,
+            rows.failed_detail(reason, ambiguous_effect),
         )
 
     # --- time ----------------------------------------------------------------------
@@ -493,6 +415,18 @@ class SqliteWorkflowStore(WorkflowStore):
 
     def set_clock_offset(self, offset: timedelta) -> None:
         self._run("set_clock_offset", {"offset_s": offset.total_seconds()})
+
+    def wait_for_work(self, timeout: timedelta) -> bool:
+        """Poll every ``_WAIT_POLL_S`` until a task is due; SQLite has no notifications."""
+        deadline = time.monotonic() + rows.check_wait_timeout(timeout)
+        while True:
+            due_in_s = self._run("seconds_until_due", {})[0][0]
+            if due_in_s is not None and due_in_s <= 0:
+                return True
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                return False
+            time.sleep(min(remaining_s, _WAIT_POLL_S))
 
 
 def _event(

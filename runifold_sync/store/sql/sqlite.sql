@@ -121,3 +121,7 @@ SELECT * FROM runifold_events WHERE task_id = :task_id ORDER BY event_id;
 
 -- name: set_clock_offset
 UPDATE runifold_clock SET offset_s = :offset_s WHERE id = 1;
+
+-- name: seconds_until_due
+SELECT MIN(ready_at) - {now} FROM runifold_tasks
+WHERE state IN ('queued', 'waiting', 'leased');

@@ -1,0 +1,119 @@
+"""The PostgreSQL store's connections: a ``psycopg_pool.ConnectionPool`` bound to the
+process that opened it, and the one place where driver errors become
+:class:`StoreUnavailable`.
+
+A pool never crosses a fork: its worker threads do not exist in a child and its sockets
+are shared with the parent. Any use from another pid is refused with a message that says
+what to do, and ``close()`` in a child leaves the parent's connections alone.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import ConnectionPool
+
+from ..errors import InvalidArgument, StoreUnavailable
+
+Connection = psycopg.Connection[DictRow]
+
+
+def describe(url: str) -> str:
+    """Where a URL or conninfo points, without its password, for error messages."""
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.Error as exc:
+        raise InvalidArgument(f"invalid PostgreSQL URL or connection string: {exc}") from exc
+    host = parts.get("host") or "local socket"
+    return f"PostgreSQL database {parts.get('dbname') or '(default)'!s} at {host}:{parts.get('port') or 5432}"
+
+
+class ProcessPool:
+    """Autocommit, dict-row connections for one process."""
+
+    def __init__(self, pool: ConnectionPool[Connection], where: str) -> None:
+        self.where = where
+        self._pool = pool
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls, url: str, *, min_size: int, max_size: int, connect_timeout: timedelta, pool_timeout: timedelta
+    ) -> ProcessPool:
+        if not isinstance(url, str) or not url:
+            raise InvalidArgument(f"PostgreSQL URL must be a non-empty string, got {url!r}")
+        if isinstance(min_size, bool) or not isinstance(min_size, int) or min_size < 0:
+            raise InvalidArgument(f"min_size must be an integer >= 0, got {min_size!r}")
+        if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < max(min_size, 1):
+            raise InvalidArgument(f"max_size must be an integer >= max(min_size, 1), got {max_size!r}")
+        for name, value in (("connect_timeout", connect_timeout), ("pool_timeout", pool_timeout)):
+            if not isinstance(value, timedelta) or value <= timedelta(0):
+                raise InvalidArgument(f"{name} must be a positive timedelta, got {value!r}")
+        where = describe(url)
+        # One direct connection first: the pool retries in the background and would hide
+        # the reason (refused, no such database, authentication) behind a timeout.
+        try:
+            psycopg.connect(url, connect_timeout=max(2, math.ceil(connect_timeout.total_seconds()))).close()
+            pool = ConnectionPool(
+                url,
+                connection_class=Connection,
+                kwargs={"autocommit": True, "row_factory": dict_row},
+                min_size=min_size,
+                max_size=max_size,
+                timeout=pool_timeout.total_seconds(),
+                name="runifold",
+                open=True,
+            )
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"cannot connect to {where}: {exc}") from exc
+        opened = cls(pool, where)
+        if min_size:
+            try:
+                pool.wait(timeout=connect_timeout.total_seconds())
+            except psycopg.Error as exc:
+                opened.close()
+                raise StoreUnavailable(f"cannot connect to {where} within {connect_timeout}: {exc}") from exc
+        return opened
+
+    @contextmanager
+    def connection(self) -> Iterator[Connection]:
+        """A pooled connection in autocommit mode. Driver errors raised while it is held
+        become :class:`StoreUnavailable`; the store's own errors pass through."""
+        if self._closed:
+            raise StoreUnavailable(f"store on {self.where} is closed")
+        if self._pid != os.getpid():
+            raise StoreUnavailable(
+                f"store on {self.where} was opened in process {self._pid} and cannot be used "
+                f"in forked process {os.getpid()}: a connection pool never crosses a fork; "
+                "open a new store in the child after it starts"
+            )
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"{self.where}: {type(exc).__name__}: {exc}") from exc
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """A connection inside one transaction, committed on success."""
+        with self.connection() as conn, conn.transaction():
+            yield conn
+
+    def close(self) -> None:
+        """Idempotent. In a forked child it only marks the pool closed."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._pid == os.getpid():
+            self._pool.close()

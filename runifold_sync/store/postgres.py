@@ -1,0 +1,459 @@
+"""PostgreSQL store on psycopg 3 and a ``psycopg_pool.ConnectionPool``: for several
+processes and hosts claiming from one database.
+
+- Time is the database's: ``clock_timestamp()`` plus the offset in ``runifold_clock``,
+  never ``now()``, which is frozen at transaction start.
+- A claim is one statement that locks candidates with ``FOR UPDATE SKIP LOCKED`` in a CTE
+  and leases exactly those; its history events follow in the same transaction.
+- Every transition and its event commit together; enqueue, retry, release, suspend and
+  resolve also ``NOTIFY runifold_tasks`` (delivered at commit) to wake idle workers
+  blocked in :meth:`PostgresWorkflowStore.wait_for_work`.
+- The pool belongs to the process that opened it: any use from a forked child raises
+  :class:`StoreUnavailable`; open a new store in the child after it starts.
+- Driver errors become :class:`StoreUnavailable` in one place, ``pgpool.ProcessPool``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from psycopg.rows import DictRow
+from psycopg.types.json import Jsonb
+
+from ..codec import from_json, to_json
+from ..errors import InvalidArgument, LeaseLostError, SchemaTooNew, StoreUnavailable, TaskNotFound
+from ..models import LeaseDuration, WorkerId, WorkflowTask
+from . import rows
+from .base import ClaimedTask, EnqueueResult, Lease, TaskEvent, TaskRecord, WorkflowStore
+from .pgpool import Connection, ProcessPool
+from .queries import load_migrations, load_queries
+
+_NOW = "(clock_timestamp() + make_interval(secs => (SELECT offset_s FROM runifold_clock WHERE id = 1)))"
+_Q = load_queries("postgres", _NOW)
+# pg_advisory_xact_lock key that serializes migrations of one database ("RUNIFOLD").
+_MIGRATION_LOCK = 0x52554E49464F4C44
+# A JSON text PostgreSQL refuses as JSONB: a raw NUL, or a \u0000 escape that is not
+# itself an escaped backslash followed by "u0000".
+_NUL = re.compile(r"\x00|(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _utc(value: datetime) -> datetime:
+    return value.astimezone(UTC)
+
+
+def _canonical(text: str | None) -> str | None:
+    """JSONB text (keys reordered, ``", "`` separators) back to the canonical encoding
+    the rest of runifold_sync writes; JSON null stays ``"null"``."""
+    return None if text is None else to_json(from_json(text))
+
+
+def _jsonb(kind: str, text: str | None) -> str | None:
+    if text is not None and _NUL.search(text):
+        raise InvalidArgument(
+            f"{kind} contains the character U+0000, which PostgreSQL cannot store in JSONB; "
+            "remove NUL characters from strings before storing them"
+        )
+    return text
+
+
+def _free_text(text: str) -> str:
+    """Reasons are free text from exception messages; PostgreSQL text cannot hold NUL."""
+    return text.replace("\x00", "\ufffd")
+
+
+class PostgresWorkflowStore(WorkflowStore):
+    def __init__(self, pool: ProcessPool) -> None:
+        self._pool = pool
+
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout: timedelta = timedelta(seconds=10),
+        pool_timeout: timedelta = timedelta(seconds=30),
+        migrate: bool = True,
+    ) -> PostgresWorkflowStore:
+        """Open a connection pool on ``url`` (a ``postgresql://`` URL or a libpq conninfo)
+        in this process and migrate the schema. ``connect_timeout`` bounds the wait for
+        the first connections, ``pool_timeout`` the wait for a free one later."""
+        pool = ProcessPool.open(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            connect_timeout=connect_timeout,
+            pool_timeout=pool_timeout,
+        )
+        store = cls(pool)
+        if migrate:
+            try:
+                store.migrate()
+            except BaseException:
+                store.close()
+                raise
+        return store
+
+    def _one(self, name: str, params: dict[str, Any]) -> DictRow | None:
+        """One statement, its own transaction (autocommit)."""
+        with self._pool.connection() as conn:
+            return conn.execute(_Q[name], params).fetchone()
+
+    def migrate(self) -> int:
+        """Apply pending numbered migrations under an advisory lock, so workers starting
+        at once migrate one after another; returns the schema version."""
+        migrations = load_migrations("postgres")
+        latest = migrations[-1][0]
+        with self._pool.transaction() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS runifold_schema "
+                "(version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())"
+            )
+            row = conn.execute("SELECT COALESCE(MAX(version), 0) AS version FROM runifold_schema").fetchone()
+            current = 0 if row is None else int(row["version"])
+            if current > latest:
+                raise SchemaTooNew(
+                    f"{self._pool.where} has schema version {current}; this runifold_sync knows "
+                    f"up to {latest}. Upgrade runifold_sync."
+                )
+            for version, script in migrations:
+                if version > current:
+                    conn.execute(script)  # several statements: no parameters, simple protocol
+                    conn.execute("INSERT INTO runifold_schema (version) VALUES (%s)", (version,))
+        return latest
+
+    def close(self) -> None:
+        """Close the pool; idempotent. In a forked child it only marks the store closed:
+        the parent's connections must not be touched from there."""
+        self._pool.close()
+
+    # --- producers and operators -------------------------------------------------
+
+    def enqueue(self, task: WorkflowTask) -> EnqueueResult:
+        params = {
+            "task_id": task.task_id,
+            "definition_name": task.definition_name,
+            "definition_version": task.definition_version,
+            "tenant": task.tenant,
+            "input": _jsonb("workflow input", task.input_json),
+            "priority": task.priority,
+            "not_before": task.not_before,
+        }
+        with self._pool.transaction() as conn:
+            inserted = conn.execute(_Q["insert_task"], params).fetchone()
+            if inserted is not None:
+                _event(conn, inserted["at"], task.task_id, "enqueued", None, None, rows.enqueued_detail(task))
+                conn.execute(_Q["notify_work"])
+                return EnqueueResult(task.task_id, created=True)
+            row = conn.execute(_Q["select_task"], {"task_id": task.task_id}).fetchone()
+        if row is None:  # inserted and deleted in between: nothing deletes tasks today
+            raise StoreUnavailable(f"task {task.task_id!r} conflicted on insert but cannot be read")
+        rows.check_enqueue_identity(
+            task,
+            definition_name=row["definition_name"],
+            definition_version=row["definition_version"],
+            tenant=row["tenant"],
+            input_json=row["input"],
+        )
+        return EnqueueResult(task.task_id, created=False)
+
+    def resolve_effect(
+        self,
+        task_id: str,
+        effect_key: str,
+        *,
+        applied: bool,
+        result_json: str | None,
+        actor: str,
+        reason: str,
+    ) -> None:
+        rows.check_resolution(applied, actor, reason)
+        result = _jsonb("effect result", result_json)
+        with self._pool.transaction() as conn:
+            params = {"task_id": task_id, "effect_key": effect_key}
+            requeued = conn.execute(_Q["requeue_resolved"], params).fetchone()
+            if requeued is None:
+                record = _record(conn.execute(_Q["select_task"], params).fetchone(), task_id)
+                raise rows.not_resolvable(record, effect_key)
+            conn.execute(
+                _Q["insert_resolution"],
+                params
+                | {
+                    "applied": applied,
+                    "result": result,
+                    "actor": actor,
+                    "reason": reason,
+                    "now": requeued["at"],
+                },
+            )
+            detail = rows.resolved_detail(effect_key, applied, actor, reason)
+            _event(conn, requeued["at"], task_id, "effect_resolved", None, None, detail)
+            conn.execute(_Q["notify_work"])
+
+    def get_task(self, task_id: str) -> TaskRecord:
+        return _record(self._one("select_task", {"task_id": task_id}), task_id)
+
+    def history(self, task_id: str) -> list[TaskEvent]:
+        with self._pool.connection() as conn:
+            found = conn.execute(_Q["task_events"], {"task_id": task_id}).fetchall()
+        return [
+            TaskEvent(
+                row["event_id"],
+                row["task_id"],
+                _utc(row["at"]),
+                row["kind"],
+                row["worker_id"],
+                row["fencing_token"],
+                row["detail"],
+            )
+            for row in found
+        ]
+
+    # --- workers -----------------------------------------------------------------
+
+    def claim(self, worker_id: WorkerId, lease: LeaseDuration, *, limit: int = 1) -> list[ClaimedTask]:
+        rows.check_claim_limit(limit)
+        claimed = []
+        with self._pool.transaction() as conn:
+            leased = conn.execute(
+                _Q["claim_tasks"], {"limit": limit, "worker_id": worker_id.value, "lease_s": lease.seconds}
+            ).fetchall()
+            # UPDATE ... RETURNING has no order: hand tasks out in claim order.
+            leased.sort(key=lambda r: (-r["priority"], r["due_at"]))
+            if leased:
+                with conn.cursor() as cursor:  # executemany pipelines the events: one round trip
+                    cursor.executemany(
+                        _Q["insert_event"],
+                        [
+                            _event_params(
+                                row["at"],
+                                row["task_id"],
+                                "claimed",
+                                worker_id.value,
+                                row["fencing_token"],
+                                rows.claimed_detail(row["from_state"], row["previous_worker"]),
+                            )
+                            for row in leased
+                        ],
+                    )
+            for row in leased:
+                resolutions = {}
+                if row["resolved"]:  # rare: only tasks an operator resolved have any
+                    found = conn.execute(_Q["resolutions_for_task"], {"task_id": row["task_id"]}).fetchall()
+                    resolutions = rows.effect_resolutions(
+                        r | {"result": _canonical(r["result"])} for r in found
+                    )
+                row["checkpoint"] = _canonical(row["checkpoint"])
+                claimed.append(rows.claimed_task(row, worker_id.value, _utc, resolutions))
+        return claimed
+
+    def heartbeat(self, lease: Lease, duration: LeaseDuration) -> Lease:
+        row = self._one(
+            "heartbeat", {"task_id": lease.task_id, "token": lease.fencing_token, "lease_s": duration.seconds}
+        )
+        if row is None:
+            raise LeaseLostError(lease.task_id, lease.fencing_token, "heartbeat")
+        return Lease(
+            lease.task_id, lease.tenant, lease.worker_id, lease.fencing_token, _utc(row["lease_expires"])
+        )
+
+    def commit_checkpoint(self, lease: Lease, revision: int, checkpoint_json: str) -> int:
+        row = self._one(
+            "commit_checkpoint",
+            {
+                "task_id": lease.task_id,
+                "token": lease.fencing_token,
+                "revision": revision,
+                "checkpoint": _jsonb("checkpoint", checkpoint_json),
+            },
+        )
+        if row is None:
+            raise LeaseLostError(lease.task_id, lease.fencing_token, "checkpoint commit")
+        new_revision: int = row["revision"]
+        return new_revision
+
+    def _fenced_transition(
+        self,
+        name: str,
+        lease: Lease,
+        params: dict[str, Any],
+        event: str,
+        detail: dict[str, Any],
+        *,
+        notify: bool,
+    ) -> DictRow:
+        with self._pool.transaction() as conn:
+            row = conn.execute(
+                _Q[name], params | {"task_id": lease.task_id, "token": lease.fencing_token}
+            ).fetchone()
+            if row is None:
+                raise LeaseLostError(lease.task_id, lease.fencing_token, event)
+            _event(conn, row["at"], lease.task_id, event, lease.worker_id, lease.fencing_token, detail)
+            if notify:
+                conn.execute(_Q["notify_work"])
+            return row
+
+    def suspend(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str,
+        *,
+        wake_at: datetime | None,
+        reason: str,
+    ) -> None:
+        reason = _free_text(reason)
+        self._fenced_transition(
+            "suspend",
+            lease,
+            {
+                "revision": revision,
+                "checkpoint": _jsonb("checkpoint", checkpoint_json),
+                "wake_at": wake_at,
+                "reason": reason,
+            },
+            "suspended",
+            {"reason": reason},
+            notify=wake_at is not None,  # idle workers recompute the earliest due time
+        )
+
+    def retry(
+        self, lease: Lease, revision: int, checkpoint_json: str, *, delay: timedelta, reason: str
+    ) -> datetime:
+        reason = _free_text(reason)
+        row = self._fenced_transition(
+            "retry",
+            lease,
+            {
+                "revision": revision,
+                "checkpoint": _jsonb("checkpoint", checkpoint_json),
+                "delay_s": delay.total_seconds(),
+                "reason": reason,
+            },
+            "retried",
+            rows.retried_detail(reason, delay),
+            notify=True,
+        )
+        return _utc(row["ready_at"])
+
+    def release(self, lease: Lease, *, delay: timedelta, reason: str) -> None:
+        reason = _free_text(reason)
+        self._fenced_transition(
+            "release",
+            lease,
+            {"delay_s": delay.total_seconds(), "reason": reason},
+            "released",
+            {"reason": reason},
+            notify=True,
+        )
+
+    def complete(self, lease: Lease, revision: int, checkpoint_json: str, result_json: str) -> None:
+        self._fenced_transition(
+            "complete",
+            lease,
+            {
+                "revision": revision,
+                "checkpoint": _jsonb("checkpoint", checkpoint_json),
+                "result": _jsonb("result", result_json),
+            },
+            "completed",
+            {},
+            notify=False,
+        )
+
+    def fail(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str | None,
+        *,
+        reason: str,
+        ambiguous_effect: str | None = None,
+    ) -> None:
+        reason = _free_text(reason)
+        self._fenced_transition(
+            "fail",
+            lease,
+            {
+                "revision": revision,
+                "checkpoint": _jsonb("checkpoint", checkpoint_json),
+                "reason": reason,
+                "ambiguous_effect": ambiguous_effect,
+            },
+            "failed",
+            rows.failed_detail(reason, ambiguous_effect),
+            notify=False,
+        )
+
+    def wait_for_work(self, timeout: timedelta) -> bool:
+        """LISTEN on ``runifold_tasks`` and sleep until a notification or the earliest
+        due time (a timer, a backoff, a lease expiry), whichever comes first."""
+        deadline = time.monotonic() + rows.check_wait_timeout(timeout)
+        with self._pool.connection() as conn:
+            conn.execute(_Q["listen_work"])  # before looking, so no notification is missed
+            try:
+                while True:
+                    row = conn.execute(_Q["seconds_until_due"]).fetchone()
+                    due_in_s = None if row is None else row["due_in_s"]
+                    if due_in_s is not None and due_in_s <= 0:
+                        return True
+                    remaining_s = deadline - time.monotonic()
+                    if remaining_s <= 0:
+                        return False
+                    sleep_s = remaining_s if due_in_s is None else min(remaining_s, due_in_s)
+                    # Any notification means "look again": the loop re-reads the due time.
+                    for _ in conn.notifies(timeout=sleep_s, stop_after=1):
+                        pass
+            finally:
+                conn.execute(_Q["unlisten_work"])
+
+    # --- time ----------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        row = self._one("now", {})
+        assert row is not None
+        return _utc(row["now"])
+
+    def set_clock_offset(self, offset: timedelta) -> None:
+        if not isinstance(offset, timedelta):
+            raise InvalidArgument(f"clock offset must be a timedelta, got {offset!r}")
+        with self._pool.connection() as conn:
+            conn.execute(_Q["set_clock_offset"], {"offset_s": offset.total_seconds()})
+
+
+def _record(row: DictRow | None, task_id: str) -> TaskRecord:
+    if row is None:
+        raise TaskNotFound(task_id)
+    return rows.task_record(
+        row | {"checkpoint": _canonical(row["checkpoint"]), "result": _canonical(row["result"])}, _utc
+    )
+
+
+def _event(
+    conn: Connection,
+    at: datetime,
+    task_id: str,
+    kind: str,
+    worker_id: str | None,
+    token: int | None,
+    detail: dict[str, Any],
+) -> None:
+    conn.execute(_Q["insert_event"], _event_params(at, task_id, kind, worker_id, token, detail))
+
+
+def _event_params(
+    at: datetime, task_id: str, kind: str, worker_id: str | None, token: int | None, detail: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "task_id": task_id,
+        "now": at,
+        "kind": kind,
+        "worker_id": worker_id,
+        "token": token,
+        "detail": Jsonb(detail),
+    }

@@ -1,0 +1,166 @@
+"""Pure logic both store backends share: argument checks, the enqueue identity check,
+history event details and row-to-record mapping.
+
+Keeping these in one place is what makes the two backends report the same conflicts,
+the same event detail keys and the same records; the backends differ only in SQL and in
+how a column value becomes a ``datetime`` (the ``time`` argument below).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from ..errors import EnqueueConflict, InvalidArgument, InvalidState
+from ..models import TaskOutcome, TaskState, WorkflowTask, check_name
+from .base import ClaimedTask, EffectResolution, Lease, TaskRecord
+
+# States a claim may take a task from; ``ready_at`` decides when.
+CLAIMABLE_STATES = ("queued", "waiting", "leased")
+MAX_CLAIM_LIMIT = 1000
+
+
+class Row(Protocol):
+    """A result row addressable by column name (``sqlite3.Row`` or a dict)."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+def check_claim_limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CLAIM_LIMIT:
+        raise InvalidArgument(f"claim limit must be an integer in 1..{MAX_CLAIM_LIMIT}, got {limit!r}")
+    return limit
+
+
+def check_resolution(applied: object, actor: str, reason: str) -> None:
+    check_name("actor", actor)
+    check_name("reason", reason)
+    if applied is not True and applied is not False:
+        raise InvalidArgument(f"applied must be True or False, got {applied!r}")
+
+
+def check_wait_timeout(timeout: object) -> float:
+    if not isinstance(timeout, timedelta) or timeout < timedelta(0):
+        raise InvalidArgument(f"wait timeout must be a non-negative timedelta, got {timeout!r}")
+    return timeout.total_seconds()
+
+
+def check_enqueue_identity(
+    task: WorkflowTask,
+    *,
+    definition_name: str,
+    definition_version: int,
+    tenant: str,
+    input_json: str,
+) -> None:
+    """Raise :class:`EnqueueConflict` unless the stored task is the one being enqueued.
+    Input is compared as canonical JSON text, so ``1`` and ``1.0`` differ on every backend."""
+    differences = [
+        label
+        for label, stored, given in (
+            ("definition name", definition_name, task.definition_name),
+            ("definition version", definition_version, task.definition_version),
+            ("tenant", tenant, task.tenant),
+            ("input", input_json, task.input_json),
+        )
+        if stored != given
+    ]
+    if differences:
+        raise EnqueueConflict(task.task_id, differences)
+
+
+def not_resolvable(record: TaskRecord, effect_key: str) -> InvalidState:
+    return InvalidState(
+        f"task {record.task_id!r} is {record.state.value} "
+        f"(ambiguous effect: {record.ambiguous_effect!r}); only a task failed on "
+        f"ambiguous effect {effect_key!r} can have it resolved"
+    )
+
+
+# --- history event details (the same keys on every backend) ----------------------------
+
+
+def enqueued_detail(task: WorkflowTask) -> dict[str, Any]:
+    return {"definition": task.definition_name, "version": task.definition_version}
+
+
+def claimed_detail(from_state: str, previous_worker: str | None) -> dict[str, Any]:
+    detail: dict[str, Any] = {"from_state": from_state}
+    if from_state == "leased":
+        detail["expired_owner"] = previous_worker
+    return detail
+
+
+def retried_detail(reason: str, delay: timedelta) -> dict[str, Any]:
+    return {"reason": reason, "delay_s": delay.total_seconds()}
+
+
+def failed_detail(reason: str, ambiguous_effect: str | None) -> dict[str, Any]:
+    detail: dict[str, Any] = {"reason": reason}
+    if ambiguous_effect is not None:
+        detail["ambiguous_effect"] = ambiguous_effect
+    return detail
+
+
+def resolved_detail(effect_key: str, applied: bool, actor: str, reason: str) -> dict[str, Any]:
+    return {"effect_key": effect_key, "applied": applied, "actor": actor, "reason": reason}
+
+
+# --- rows to records ---------------------------------------------------------------------
+# Rows carry ``input``, ``checkpoint`` and ``result`` as JSON text; ``time`` turns a
+# stored timestamp into an aware UTC datetime.
+
+
+def task_record(row: Row, time: Callable[[Any], datetime]) -> TaskRecord:
+    return TaskRecord(
+        task_id=row["task_id"],
+        definition_name=row["definition_name"],
+        definition_version=row["definition_version"],
+        tenant=row["tenant"],
+        input_json=row["input"],
+        priority=row["priority"],
+        state=TaskState(row["state"]),
+        outcome=None if row["outcome"] is None else TaskOutcome(row["outcome"]),
+        reason=row["reason"],
+        ambiguous_effect=row["ambiguous_effect"],
+        ready_at=None if row["ready_at"] is None else time(row["ready_at"]),
+        worker_id=row["worker_id"],
+        fencing_token=row["fencing_token"],
+        lease_expires=None if row["lease_expires"] is None else time(row["lease_expires"]),
+        claims_since_progress=row["claims_since_progress"],
+        revision=row["revision"],
+        checkpoint_json=row["checkpoint"],
+        result_json=row["result"],
+        created_at=time(row["created_at"]),
+        updated_at=time(row["updated_at"]),
+    )
+
+
+def effect_resolutions(rows: Iterable[Row]) -> dict[str, EffectResolution]:
+    return {
+        r["effect_key"]: EffectResolution(
+            r["effect_key"], bool(r["applied"]), r["result"], r["actor"], r["reason"]
+        )
+        for r in rows
+    }
+
+
+def claimed_task(
+    row: Row,
+    worker_id: str,
+    time: Callable[[Any], datetime],
+    resolutions: dict[str, EffectResolution],
+) -> ClaimedTask:
+    return ClaimedTask(
+        lease=Lease(
+            row["task_id"], row["tenant"], worker_id, row["fencing_token"], time(row["lease_expires"])
+        ),
+        definition_name=row["definition_name"],
+        definition_version=row["definition_version"],
+        input_json=row["input"],
+        revision=row["revision"],
+        checkpoint_json=row["checkpoint"],
+        claims_since_progress=row["claims_since_progress"],
+        resolutions=resolutions,
+    )

@@ -1,0 +1,177 @@
+-- Named queries for the PostgreSQL store. {now} is store time: clock_timestamp() (not
+-- now(), which is frozen at transaction start) plus the shared test offset. A statement
+-- that needs the time more than once reads it once through a "clock" CTE, and returns it
+-- as "at" so the history event of a transition carries the same instant.
+-- Every write under a lease checks task id, fencing token, state and expiry in its
+-- WHERE clause; checkpoint writes also check the revision they extend. JSONB columns
+-- are read back as text (::text) so JSON null stays distinct from SQL NULL.
+
+-- name: now
+SELECT {now} AS now;
+
+-- name: insert_task
+WITH clock AS (SELECT {now} AS now)
+INSERT INTO runifold_tasks (
+    task_id, definition_name, definition_version, tenant, input, input_text, priority, state,
+    ready_at, created_at, updated_at
+)
+SELECT
+    %(task_id)s, %(definition_name)s, %(definition_version)s, %(tenant)s, %(input)s::text::jsonb,
+    %(input)s::text, %(priority)s, 'queued',
+    GREATEST(clock.now, COALESCE(%(not_before)s::timestamptz, clock.now)), clock.now, clock.now
+FROM clock
+ON CONFLICT (task_id) DO NOTHING
+RETURNING created_at AS at;
+
+-- name: select_task
+SELECT task_id, definition_name, definition_version, tenant, input_text AS input, priority,
+    state, outcome, reason, ambiguous_effect, ready_at, worker_id, fencing_token,
+    lease_expires, claims_since_progress, revision, checkpoint::text AS checkpoint,
+    result::text AS result, created_at, updated_at
+FROM runifold_tasks WHERE task_id = %(task_id)s;
+
+-- name: claim_tasks
+-- One statement: lock up to :limit claimable rows, skipping rows another claimer holds,
+-- and lease them. The CTE bounds the rows touched to exactly those it locked.
+WITH clock AS MATERIALIZED (SELECT {now} AS now),
+candidates AS MATERIALIZED (
+    SELECT task_id, state, worker_id, ready_at
+    FROM runifold_tasks
+    WHERE state IN ('queued', 'waiting', 'leased') AND ready_at <= (SELECT now FROM clock)
+    ORDER BY priority DESC, ready_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE runifold_tasks AS t
+SET state = 'leased', worker_id = %(worker_id)s, fencing_token = t.fencing_token + 1,
+    lease_expires = clock.now + make_interval(secs => %(lease_s)s),
+    ready_at = clock.now + make_interval(secs => %(lease_s)s),
+    claims_since_progress = t.claims_since_progress + 1, reason = NULL, updated_at = clock.now
+FROM candidates AS c, clock
+WHERE t.task_id = c.task_id
+RETURNING t.task_id, t.tenant, t.definition_name, t.definition_version,
+    t.input_text AS input, t.revision, t.checkpoint::text AS checkpoint, t.fencing_token,
+    t.lease_expires, t.claims_since_progress, t.priority, c.ready_at AS due_at,
+    c.state AS from_state, c.worker_id AS previous_worker, clock.now AS at,
+    EXISTS (SELECT 1 FROM runifold_effect_resolutions r WHERE r.task_id = t.task_id) AS resolved;
+
+-- name: resolutions_for_task
+SELECT effect_key, applied, result::text AS result, actor, reason
+FROM runifold_effect_resolutions WHERE task_id = %(task_id)s;
+
+-- name: heartbeat
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET lease_expires = clock.now + make_interval(secs => %(lease_s)s),
+    ready_at = clock.now + make_interval(secs => %(lease_s)s)
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
+    AND t.lease_expires > clock.now
+RETURNING t.lease_expires;
+
+-- name: commit_checkpoint
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET checkpoint = %(checkpoint)s::jsonb, revision = t.revision + 1, claims_since_progress = 0,
+    updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
+    AND t.lease_expires > clock.now AND t.revision = %(revision)s
+RETURNING t.revision;
+
+-- name: suspend
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET state = 'waiting', checkpoint = %(checkpoint)s::jsonb, revision = t.revision + 1,
+    claims_since_progress = 0, ready_at = %(wake_at)s::timestamptz, lease_expires = NULL,
+    reason = %(reason)s, updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
+    AND t.lease_expires > clock.now AND t.revision = %(revision)s
+RETURNING clock.now AS at;
+
+-- name: retry
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET state = 'queued', checkpoint = %(checkpoint)s::jsonb, revision = t.revision + 1,
+    claims_since_progress = 0, ready_at = clock.now + make_interval(secs => %(delay_s)s),
+    lease_expires = NULL, reason = %(reason)s, updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
+    AND t.lease_expires > clock.now AND t.revision = %(revision)s
+RETURNING t.ready_at, clock.now AS at;
+
+-- name: release
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET state = 'queued', ready_at = clock.now + make_interval(secs => %(delay_s)s),
+    lease_expires = NULL, claims_since_progress = GREATEST(t.claims_since_progress - 1, 0),
+    reason = %(reason)s, updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
+    AND t.lease_expires > clock.now
+RETURNING clock.now AS at;
+
+-- name: complete
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET state = 'terminal', outcome = 'completed', checkpoint = %(checkpoint)s::jsonb,
+    revision = t.revision + 1, result = %(result)s::jsonb, ready_at = NULL,
+    lease_expires = NULL, reason = NULL, updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
+    AND t.lease_expires > clock.now AND t.revision = %(revision)s
+RETURNING clock.now AS at;
+
+-- name: fail
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET state = 'terminal', outcome = 'failed',
+    checkpoint = COALESCE(%(checkpoint)s::jsonb, t.checkpoint), revision = t.revision + 1,
+    ready_at = NULL, lease_expires = NULL, reason = %(reason)s,
+    ambiguous_effect = %(ambiguous_effect)s, updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
+    AND t.lease_expires > clock.now AND t.revision = %(revision)s
+RETURNING clock.now AS at;
+
+-- name: requeue_resolved
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET state = 'queued', outcome = NULL, ambiguous_effect = NULL, reason = NULL,
+    claims_since_progress = 0, ready_at = clock.now, updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.state = 'terminal' AND t.ambiguous_effect = %(effect_key)s
+RETURNING clock.now AS at;
+
+-- name: insert_resolution
+INSERT INTO runifold_effect_resolutions
+    (task_id, effect_key, applied, result, actor, reason, resolved_at)
+VALUES (%(task_id)s, %(effect_key)s, %(applied)s, %(result)s::jsonb, %(actor)s, %(reason)s, %(now)s)
+ON CONFLICT (task_id, effect_key) DO UPDATE SET
+    applied = excluded.applied, result = excluded.result, actor = excluded.actor,
+    reason = excluded.reason, resolved_at = excluded.resolved_at;
+
+-- name: insert_event
+INSERT INTO runifold_events (task_id, at, kind, worker_id, fencing_token, detail)
+VALUES (%(task_id)s, %(now)s, %(kind)s, %(worker_id)s, %(token)s, %(detail)s::jsonb);
+
+-- name: task_events
+SELECT event_id, task_id, at, kind, worker_id, fencing_token, detail
+FROM runifold_events WHERE task_id = %(task_id)s ORDER BY event_id;
+
+-- name: set_clock_offset
+UPDATE runifold_clock SET offset_s = %(offset_s)s WHERE id = 1;
+
+-- name: seconds_until_due
+SELECT EXTRACT(EPOCH FROM MIN(ready_at) - {now})::float8 AS due_in_s FROM runifold_tasks
+WHERE state IN ('queued', 'waiting', 'leased');
+
+-- name: notify_work
+NOTIFY runifold_tasks;
+
+-- name: listen_work
+LISTEN runifold_tasks;
+
+-- name: unlisten_work
+UNLISTEN runifold_tasks;

@@ -1,0 +1,158 @@
+"""Many processes claiming from one database: no task is claimed twice under one token,
+none is lost, and each is completed exactly once.
+
+Each claimer is a fresh interpreter (multiprocessing "spawn": nothing crosses a fork)
+that opens its own store from the URL, claims small batches and completes what it
+claims. In the second scenario leases are short and claimers sometimes stall past them,
+so tasks are legitimately reclaimed: fencing must then refuse every late write.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import time
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runifold_sync import (
+    LeaseDuration,
+    LeaseLostError,
+    TaskOutcome,
+    TaskState,
+    WorkerId,
+    WorkflowTask,
+    open_store,
+)
+from runifold_sync.codec import to_json
+from runifold_sync.sqlite import SqliteWorkflowStore
+
+IDLE_CLAIMS_BEFORE_EXIT = 5
+MAX_ERRORS = 20  # a claimer that keeps failing stops and reports instead of spinning
+
+
+def claimer(url: str, name: str, lease_s: float, stall_every: int, go: Any, results: Any) -> None:
+    """Claim batches of 1-5 tasks and complete them until the queue stays empty; report
+    every claim, every completion, every refused late write and every other error."""
+    report: dict[str, Any] = {"name": name, "claims": [], "completed": [], "refused": [], "errors": []}
+    rng = random.Random(name)
+    try:
+        store = open_store(url)
+    except Exception as exc:
+        report["errors"].append(f"open: {exc!r}")
+        results.put(report)
+        return
+    worker, lease = WorkerId.parse(name), LeaseDuration(timedelta(seconds=lease_s))
+    go.wait()
+    idle = 0
+    try:
+        while idle < IDLE_CLAIMS_BEFORE_EXIT and len(report["errors"]) < MAX_ERRORS:
+            try:
+                batch = store.claim(worker, lease, limit=rng.randint(1, 5))
+            except Exception as exc:
+                report["errors"].append(f"claim: {exc!r}")
+                continue
+            if not batch:
+                idle += 1
+                time.sleep(0.02 + lease_s * 0.5 * (stall_every > 0))
+                continue
+            idle = 0
+            for claimed in batch:
+                task_id, token = claimed.lease.task_id, claimed.lease.fencing_token
+                report["claims"].append((task_id, token))
+                if stall_every and rng.randrange(stall_every) == 0:
+                    time.sleep(lease_s * 1.5)  # outlive the lease: another claimer may take over
+                try:
+                    store.complete(claimed.lease, claimed.revision, to_json({}), to_json([name, token]))
+                    report["completed"].append((task_id, token))
+                except LeaseLostError:
+                    report["refused"].append((task_id, token))
+                except Exception as exc:
+                    report["errors"].append(f"complete {task_id}: {exc!r}")
+    finally:
+        store.close()
+        results.put(report)
+
+
+def run_claimers(
+    url: str, processes: int, lease_s: float = 60.0, stall_every: int = 0
+) -> list[dict[str, Any]]:
+    context = multiprocessing.get_context("spawn")
+    go, results = context.Event(), context.Queue()
+    workers = [
+        context.Process(target=claimer, args=(url, f"claimer-{n}", lease_s, stall_every, go, results))
+        for n in range(processes)
+    ]
+    for process in workers:
+        process.start()
+    go.set()
+    reports = [results.get(timeout=90) for _ in workers]  # drain before join
+    for process in workers:
+        process.join(timeout=30)
+        assert process.exitcode == 0
+    return reports
+
+
+def seed(url: str, count: int) -> None:
+    tasks = [WorkflowTask.new("orders", 1, {"n": n}, checkpoint_id=f"task-{n:05d}") for n in range(count)]
+    if url.startswith("sqlite"):  # seeding only: skip the per-commit fsync
+        with SqliteWorkflowStore.open(url.removeprefix("sqlite:///"), synchronous="NORMAL") as store:
+            for task in tasks:
+                store.enqueue(task)
+    else:
+        with open_store(url) as store:
+            for task in tasks:
+                store.enqueue(task)
+
+
+def check_exactly_once(url: str, count: int, reports: list[dict[str, Any]]) -> None:
+    errors = [error for report in reports for error in report["errors"]]
+    assert errors == [], errors[:5]  # no "database is locked", no StoreUnavailable
+    claims = Counter(tuple(c) for report in reports for c in report["claims"])
+    assert [key for key, n in claims.items() if n > 1] == [], "a (task, token) was claimed twice"
+    completed = Counter(task_id for report in reports for task_id, _ in report["completed"])
+    assert [key for key, n in completed.items() if n > 1] == [], "a task was completed twice"
+    assert len(completed) == count, f"{count - len(completed)} tasks were never completed"
+    assert sum(1 for report in reports if report["completed"]) >= 2, "the claimers did not run concurrently"
+    winners = {task_id: [r["name"], token] for r in reports for task_id, token in r["completed"]}
+    with open_store(url) as store:
+        for task_id in random.Random(0).sample(sorted(winners), 50):
+            record = store.get_task(task_id)
+            assert (record.state, record.outcome) == (TaskState.TERMINAL, TaskOutcome.COMPLETED)
+            assert record.result == winners[task_id]  # the completing claimer, under its token
+            assert [e.kind for e in store.history(task_id)].count("completed") == 1
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'shared.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+@pytest.mark.timeout(120)
+def test_concurrent_claimers_complete_every_task_exactly_once(shared_url: str) -> None:
+    processes = 4 if shared_url.startswith("sqlite") else 8
+    seed(shared_url, 2000)
+    started = time.monotonic()
+    reports = run_claimers(shared_url, processes)
+    check_exactly_once(shared_url, 2000, reports)
+    assert sum(len(r["refused"]) for r in reports) == 0  # leases never expired
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.timeout(120)
+def test_claimers_outliving_their_leases_are_fenced_off(shared_url: str) -> None:
+    processes = 4 if shared_url.startswith("sqlite") else 8
+    seed(shared_url, 300)
+    reports = run_claimers(shared_url, processes, lease_s=0.3, stall_every=15)
+    check_exactly_once(shared_url, 300, reports)
+    refused = [tuple(x) for r in reports for x in r["refused"]]
+    assert refused, "no claimer outlived its lease: the scenario did not exercise fencing"
+    claims = Counter(task_id for r in reports for task_id, _ in r["claims"])
+    assert any(n > 1 for n in claims.values()), "no task was reclaimed after an expired lease"

@@ -1,0 +1,83 @@
+"""``open_store(url)``: the URL forms, the environment default and the refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runifold_sync import InvalidArgument, WorkflowTask, open_store
+from runifold_sync.postgres import PostgresWorkflowStore
+from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.stores import ENV_VAR, sqlite_path
+
+
+def test_three_slashes_name_a_sqlite_file_relative_to_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    with open_store("sqlite:///data/work.db") as store:
+        assert isinstance(store, SqliteWorkflowStore)
+        store.enqueue(WorkflowTask.new("orders", 1, {}, checkpoint_id="t1"))
+    assert (tmp_path / "data" / "work.db").exists()
+
+
+def test_four_slashes_name_an_absolute_sqlite_path(tmp_path: Path) -> None:
+    target = tmp_path / "abs.db"
+    with open_store(f"sqlite:///{target}") as store:
+        assert isinstance(store, SqliteWorkflowStore)
+        assert store.path == str(target)
+    assert target.exists()
+    assert sqlite_path("sqlite:////var/lib/runifold/w.db") == "/var/lib/runifold/w.db"
+    assert sqlite_path("sqlite:///w%20x.db") == "w x.db"
+
+
+def test_without_a_url_the_environment_variable_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV_VAR, f"sqlite:///{tmp_path / 'from-env.db'}")
+    with open_store() as store:
+        assert isinstance(store, SqliteWorkflowStore)
+    assert (tmp_path / "from-env.db").exists()
+
+
+def test_without_url_or_environment_a_local_sqlite_file_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.chdir(tmp_path)
+    with open_store() as store:
+        assert isinstance(store, SqliteWorkflowStore)
+    assert (tmp_path / "runifold-workflows.db").exists()
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
+def test_postgresql_urls_open_the_postgres_store(postgres_url: str, scheme: str) -> None:
+    url = scheme + postgres_url[postgres_url.index(":") :]
+    with open_store(url) as store:
+        assert isinstance(store, PostgresWorkflowStore)
+        store.enqueue(WorkflowTask.new("orders", 1, {}, checkpoint_id="t1"))
+        assert store.get_task("t1").task_id == "t1"
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["mysql://db/x", "sqlite.db", "http://example.com/db", "", "sqlite:/relative.db", "redis://localhost"],
+)
+def test_an_unsupported_url_is_refused_naming_it(url: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        open_store(url)
+    assert repr(url) in str(info.value) or url in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///", "sqlite://host/x.db", "sqlite:///x.db?mode=ro"])
+def test_a_malformed_sqlite_url_is_refused(url: str) -> None:
+    with pytest.raises(InvalidArgument, match="SQLite URL"):
+        open_store(url)
+
+
+def test_a_refused_url_does_not_echo_its_password() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        open_store("mysql://admin:hunter2@db.internal/app")
+    assert "hunter2" not in str(info.value) and "db.internal" in str(info.value)

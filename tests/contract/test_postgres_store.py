@@ -1,0 +1,159 @@
+"""What only the PostgreSQL store has: JSONB columns, NOTIFY, the claim's index, the
+pool's arguments and its errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from runifold_sync import InvalidArgument, LeaseDuration, StoreUnavailable, WorkerId, WorkflowTask
+from runifold_sync.codec import to_json
+from runifold_sync.postgres import PostgresWorkflowStore
+from runifold_sync.store.postgres import _Q
+
+LEASE = LeaseDuration(timedelta(seconds=30))
+W1 = WorkerId.parse("worker-1")
+
+
+@pytest.fixture
+def pg(postgres_url: str) -> Iterator[PostgresWorkflowStore]:
+    store = PostgresWorkflowStore.connect(postgres_url, max_size=4)
+    yield store
+    store.close()
+
+
+def task(task_id: str = "t1", value: Any = None) -> WorkflowTask:
+    return WorkflowTask.new("orders", 1, value or {"order_id": task_id}, checkpoint_id=task_id)
+
+
+def test_payloads_are_jsonb_an_operator_can_query(pg: PostgresWorkflowStore, postgres_url: str) -> None:
+    pg.enqueue(task(value={"order_id": "ord_42", "lines": [{"sku": "a"}]}))
+    lease = pg.claim(W1, LEASE)[0].lease
+    pg.complete(lease, 0, to_json({"phase": "completed"}), to_json({"charge": "ch_1"}))
+    with psycopg.connect(postgres_url) as conn:
+        row = conn.execute(
+            "SELECT input->>'order_id', input->'lines'->0->>'sku', checkpoint->>'phase', result->>'charge', "
+            "pg_typeof(input)::text FROM runifold_tasks"
+        ).fetchone()
+        detail = conn.execute(
+            "SELECT detail->>'definition' FROM runifold_events WHERE kind = 'enqueued'"
+        ).fetchone()
+    assert row == ("ord_42", "a", "completed", "ch_1", "jsonb")
+    assert detail == ("orders",)
+
+
+def test_integral_floats_from_1e16_come_back_as_equal_integers(pg: PostgresWorkflowStore) -> None:
+    """The one documented JSONB difference: numeric cannot tell 1e20 from 10**20. The
+    input keeps its exact text (input_text), so only checkpoints and results see it."""
+    pg.enqueue(task(value={"big": 1e20}))
+    claimed = pg.claim(W1, LEASE)[0]
+    assert claimed.input_json == '{"big":1e+20}'
+    pg.complete(claimed.lease, 0, to_json({"big": 1e20}), to_json(1e20))
+    record = pg.get_task("t1")
+    assert (record.checkpoint_json, record.result_json) == (
+        '{"big":100000000000000000000}',
+        "100000000000000000000",
+    )
+    assert record.result == 1e20
+
+
+@pytest.mark.parametrize("text", ['{"s":"a\\u0000b"}', '{"s":"\\\\\\u0000"}'])
+def test_a_json_payload_with_a_nul_character_is_refused_as_invalid(
+    pg: PostgresWorkflowStore, text: str
+) -> None:
+    pg.enqueue(task())
+    lease = pg.claim(W1, LEASE)[0].lease
+    with pytest.raises(InvalidArgument, match="U\\+0000"):
+        pg.commit_checkpoint(lease, 0, text)
+    assert pg.commit_checkpoint(lease, 0, '{"s":"\\\\u0000"}') == 1  # an escaped backslash is fine
+
+
+def test_a_reason_with_a_nul_character_is_stored_with_a_replacement_character(
+    pg: PostgresWorkflowStore,
+) -> None:
+    pg.enqueue(task())
+    lease = pg.claim(W1, LEASE)[0].lease
+    pg.fail(lease, 0, None, reason="step raised ValueError: bad\x00byte")
+    assert pg.get_task("t1").reason == "step raised ValueError: bad\ufffdbyte"
+
+
+def listen(url: str) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(url, autocommit=True)
+    conn.execute("LISTEN runifold_tasks")
+    return conn
+
+
+def notified(conn: psycopg.Connection[Any]) -> bool:
+    return any(n.channel == "runifold_tasks" for n in conn.notifies(timeout=0.5, stop_after=1))
+
+
+def test_transitions_that_make_work_claimable_notify_idle_workers(
+    pg: PostgresWorkflowStore, postgres_url: str
+) -> None:
+    with listen(postgres_url) as conn:
+        pg.enqueue(task("a"))
+        assert notified(conn), "enqueue"
+        assert not pg.enqueue(task("a")).created
+        assert not notified(conn), "an idempotent enqueue creates no work"
+        lease = pg.claim(W1, LEASE)[0].lease
+        assert not notified(conn), "claim"
+        pg.retry(lease, 0, to_json({}), delay=timedelta(0), reason="again")
+        assert notified(conn), "retry"
+        lease = pg.claim(W1, LEASE)[0].lease
+        pg.release(lease, delay=timedelta(0), reason="back")
+        assert notified(conn), "release"
+        lease = pg.claim(W1, LEASE)[0].lease
+        pg.suspend(lease, 1, to_json({}), wake_at=pg.now() + timedelta(hours=1), reason="timer")
+        assert notified(conn), "suspend with a timer"
+        pg.set_clock_offset(timedelta(hours=2))
+        lease = pg.claim(W1, LEASE)[0].lease
+        pg.fail(lease, 2, None, reason="ambiguous", ambiguous_effect="a/charge#1")
+        assert not notified(conn), "fail"
+        pg.resolve_effect("a", "a/charge#1", applied=False, result_json=None, actor="ops", reason="checked")
+        assert notified(conn), "resolve_effect"
+
+
+def test_the_claim_reads_the_partial_index_whatever_the_number_of_finished_tasks(
+    pg: PostgresWorkflowStore, postgres_url: str
+) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO runifold_tasks (task_id, definition_name, definition_version, tenant, input, "
+            "input_text, state, outcome, created_at, updated_at) "
+            "SELECT 'done-' || g, 'orders', 1, 'default', '{}', '{}', 'terminal', 'completed', "
+            "clock_timestamp(), clock_timestamp() FROM generate_series(1, 20000) g"
+        )
+        conn.execute("ANALYZE runifold_tasks")
+        for n in range(5):
+            pg.enqueue(task(f"live-{n}"))
+        params = {"limit": 3, "worker_id": "w1", "lease_s": 30.0}
+        with conn.transaction():  # EXPLAIN ANALYZE runs the UPDATE: roll it back
+            [(plan,)] = conn.execute(("EXPLAIN (ANALYZE, FORMAT JSON) " + _Q["claim_tasks"]).encode(), params)
+            raise psycopg.Rollback()
+    text = json.dumps(plan)
+    assert '"Index Name": "runifold_tasks_claimable"' in text
+    assert '"Node Type": "Seq Scan"' not in text
+    assert '"Node Type": "Sort"' not in text
+    assert len(pg.claim(W1, LEASE, limit=10)) == 5
+
+
+def test_connect_to_an_unreachable_server_raises_store_unavailable_without_the_password() -> None:
+    with pytest.raises(StoreUnavailable) as info:
+        PostgresWorkflowStore.connect(
+            "postgresql://someone:s3cret@127.0.0.1:1/nowhere", connect_timeout=timedelta(seconds=1)
+        )
+    assert "nowhere" in str(info.value) and "s3cret" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"min_size": -1}, {"max_size": 0}, {"min_size": 5, "max_size": 2}, {"pool_timeout": timedelta(0)}],
+)
+def test_connect_refuses_bad_pool_arguments(postgres_url: str, options: dict[str, Any]) -> None:
+    with pytest.raises(InvalidArgument):
+        PostgresWorkflowStore.connect(postgres_url, **options)

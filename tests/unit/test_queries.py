@@ -1,0 +1,53 @@
+"""Both dialects name the same operations, so a query added to one is not forgotten in
+the other; the few differences are listed here with the reason for each."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from runifold_sync.store.queries import load_migrations, load_queries
+
+# SQLite claims in two statements under BEGIN IMMEDIATE (it needs each row's previous
+# state for the history, and SQLite's RETURNING cannot read the UPDATE's FROM tables).
+SQLITE_ONLY = {"claimable_tasks", "lease_task"}
+# PostgreSQL claims in one statement (a FOR UPDATE SKIP LOCKED CTE feeding the UPDATE)
+# and wakes idle workers with LISTEN/NOTIFY, which SQLite does not have.
+POSTGRES_ONLY = {"claim_tasks", "notify_work", "listen_work", "unlisten_work"}
+
+
+def test_both_dialects_define_the_same_query_names_apart_from_the_listed_exceptions() -> None:
+    sqlite = set(load_queries("sqlite", "NOW"))
+    postgres = set(load_queries("postgres", "NOW"))
+    assert SQLITE_ONLY <= sqlite and not SQLITE_ONLY & postgres
+    assert POSTGRES_ONLY <= postgres and not POSTGRES_ONLY & sqlite
+    assert sqlite - SQLITE_ONLY == postgres - POSTGRES_ONLY
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_every_query_is_non_empty_and_uses_the_store_time_token_not_a_session_clock(dialect: str) -> None:
+    for name, sql in load_queries(dialect, "{now}").items():
+        assert sql.strip(), name
+        assert "now()" not in sql.lower(), f"{dialect}.{name} reads now(), frozen at transaction start"
+        assert "current_timestamp" not in sql.lower(), f"{dialect}.{name} reads CURRENT_TIMESTAMP"
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_every_fenced_write_checks_token_state_and_expiry(dialect: str) -> None:
+    queries = load_queries(dialect, "NOW")
+    for name in ("heartbeat", "commit_checkpoint", "suspend", "retry", "release", "complete", "fail"):
+        sql = re.sub(r"\s+", " ", queries[name])
+        assert "fencing_token = " in sql, name
+        assert "state = 'leased'" in sql, name
+        assert "lease_expires > " in sql, name
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_migrations_are_numbered_from_one_without_gaps(dialect: str) -> None:
+    versions = [version for version, _ in load_migrations(dialect)]
+    assert versions == list(range(1, len(versions) + 1))
+
+
+def test_both_dialects_have_the_same_migration_versions() -> None:
+    assert [v for v, _ in load_migrations("sqlite")] == [v for v, _ in load_migrations("postgres")]
