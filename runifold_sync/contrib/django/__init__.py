@@ -1,0 +1,119 @@
+"""Django integration: add ``"runifold_sync.contrib.django"`` to ``INSTALLED_APPS``.
+
+.. code-block:: python
+
+    # settings.py
+    RUNIFOLD_DATABASE_URL = "sqlite:///workflows.db"     # or postgresql://...
+    RUNIFOLD_APP = "shop.workflows:registry"
+
+    # a view
+    with transaction.atomic():
+        order = Order.objects.create(...)
+        enqueue_on_commit("order-intake", 1, {"order_id": order.pk})
+
+    # workers
+    python manage.py runworkflows --concurrency 4      # or --once from cron
+
+Settings: ``RUNIFOLD_DATABASE_URL`` (default ``$RUNIFOLD_DATABASE_URL``, else a local
+SQLite file), ``RUNIFOLD_APP`` (``module:attribute`` of the ``WorkflowRegistry``, needed
+only where workers run), ``RUNIFOLD_CONCURRENCY`` (1), ``RUNIFOLD_LEASE_SECONDS`` (30),
+``RUNIFOLD_HEARTBEAT_SECONDS`` (10, at most half the lease).
+
+The store is opened on first use in each process (a process forked afterwards opens its
+own) and closed when the process exits.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings  # type: ignore[import-untyped]
+from django.db import transaction  # type: ignore[import-untyped]
+
+from ...models import WorkflowTask
+from ...store.base import WorkflowStore
+from .._embedding import SETTING_NAMES, ProcessStore, RunifoldSettings
+
+__all__ = ["close_store", "enqueue", "enqueue_on_commit", "get_store", "runifold_settings"]
+
+_stores = ProcessStore()
+
+
+def runifold_settings() -> RunifoldSettings:
+    """The ``RUNIFOLD_*`` settings, read from ``django.conf.settings`` on each call (so
+    ``override_settings`` works), checked; ``InvalidArgument`` if one is wrong."""
+    return RunifoldSettings.from_mapping(
+        {n: getattr(settings, n) for n in SETTING_NAMES if hasattr(settings, n)}
+    )
+
+
+def get_store() -> WorkflowStore:
+    """This process's store, opened on first use (and again in a forked child, or when
+    ``RUNIFOLD_DATABASE_URL`` changes)."""
+    return _stores.get(runifold_settings().database_url)
+
+
+def close_store() -> None:
+    """Close this process's store if it opened one (done at process exit)."""
+    _stores.close()
+
+
+def _task(
+    name: str,
+    version: int,
+    input: Any,
+    tenant: str,
+    checkpoint_id: str | None,
+    priority: int,
+    not_before: datetime | None,
+) -> WorkflowTask:
+    return WorkflowTask.new(
+        name,
+        version,
+        input,
+        tenant=tenant,
+        checkpoint_id=checkpoint_id,
+        priority=priority,
+        not_before=not_before,
+    )
+
+
+def enqueue(
+    name: str,
+    version: int,
+    input: Any,
+    *,
+    tenant: str = "default",
+    checkpoint_id: str | None = None,
+    priority: int = 0,
+    not_before: datetime | None = None,
+) -> str:
+    """Enqueue a task now, whatever Django transaction is open, and return its id."""
+    task = _task(name, version, input, tenant, checkpoint_id, priority, not_before)
+    return get_store().enqueue(task).task_id
+
+
+def enqueue_on_commit(
+    name: str,
+    version: int,
+    input: Any,
+    *,
+    using: str | None = None,
+    tenant: str = "default",
+    checkpoint_id: str | None = None,
+    priority: int = 0,
+    not_before: datetime | None = None,
+) -> str:
+    """Enqueue a task when the current transaction on Django database ``using`` commits,
+    never if it rolls back; outside ``atomic()`` at once. Returns the id the task will
+    have. The arguments are checked now, so a bad input fails in the view, not at commit.
+
+    The workflow store and Django's database are two databases: if the store cannot be
+    reached just after the commit, the commit stands and the enqueue raises (from the
+    commit). Pass a ``checkpoint_id`` derived from the row (``f"order-{order.pk}"``) so a
+    sweep or a retry can enqueue it again without starting a second workflow.
+    """
+    task = _task(name, version, input, tenant, checkpoint_id, priority, not_before)
+    transaction.on_commit(lambda: get_store().enqueue(task), using=using)
+    return task.task_id

@@ -1,0 +1,96 @@
+"""The Django integration, run in a subprocess so Django's process-wide setup (settings,
+app registry) never reaches the other tests.
+
+``django_cases.py`` holds the cases; this module runs them once with pytest in a child
+process (``DJANGO_SETTINGS_MODULE=tests.contrib.django_settings``, the example project's
+settings with Django's database in a temporary file) and reports each one here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import attrs
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CASES = Path(__file__).with_name("django_cases.py")
+EXAMPLE = REPO / "examples" / "django_project"
+EXPECTED = [
+    "test_view_inside_a_committed_transaction_enqueues_only_at_commit",
+    "test_view_inside_a_rolled_back_transaction_enqueues_nothing",
+    "test_view_in_autocommit_enqueues_when_its_atomic_block_commits",
+    "test_enqueue_on_commit_checks_its_arguments_at_the_call",
+    "test_runworkflows_once_completes_the_task_and_its_effect_updates_the_row",
+    "test_runworkflows_once_fails_with_status_1_when_the_task_fails",
+    "test_invalid_settings_are_a_command_error",
+    "test_get_store_is_per_process_and_a_forked_child_opens_its_own",
+    "test_runworkflows_pool_runs_tasks_in_forked_workers_that_use_the_orm",
+]
+
+
+@attrs.frozen
+class CaseRun:
+    outcomes: dict[str, str]  # case name -> passed, failed, error or skipped
+    details: dict[str, str] = attrs.field(repr=False)
+    output: str = attrs.field(repr=False)
+
+
+@pytest.fixture(scope="module")
+def django_run(tmp_path_factory: pytest.TempPathFactory) -> CaseRun:
+    tmp = tmp_path_factory.mktemp("django")
+    report = tmp / "report.xml"
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.contrib.django_settings",
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLE), str(REPO)]),
+        "RUNIFOLD_TEST_DJANGO_DB": str(tmp / "django.sqlite3"),
+        # Every case overrides the store URL; this keeps stray writes out of the example.
+        "RUNIFOLD_DATABASE_URL": f"sqlite:///{tmp}/unused-workflows.db",
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(CASES),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={report}",
+            f"--basetemp={tmp / 'cases'}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = proc.stdout + proc.stderr
+    if not report.exists():
+        pytest.fail(f"the Django cases did not run (exit {proc.returncode}):\n{output}")
+    outcomes: dict[str, str] = {}
+    details: dict[str, str] = {}
+    for case in ElementTree.parse(report).iter("testcase"):
+        name = case.get("name", "")
+        problems = [child for child in case if child.tag in ("failure", "error", "skipped")]
+        outcomes[name] = problems[0].tag if problems else "passed"
+        details[name] = "\n".join((p.get("message") or "") + "\n" + (p.text or "") for p in problems)
+    return CaseRun(outcomes, details, output)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("case", EXPECTED)
+def test_django_case(django_run: CaseRun, case: str) -> None:
+    assert django_run.outcomes.get(case) == "passed", (
+        f"{case}: {django_run.outcomes.get(case, 'did not run')}\n"
+        f"{django_run.details.get(case) or django_run.output}"
+    )
+
+
+def test_every_django_case_is_listed_here(django_run: CaseRun) -> None:
+    assert sorted(django_run.outcomes) == sorted(EXPECTED)
