@@ -7,11 +7,9 @@ Each command parses its options, calls the library and prints. Library errors be
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +17,18 @@ import click
 
 from .checkpoint import Checkpoint
 from .errors import RunifoldError
-from .models import LeaseDuration, WorkerId, WorkflowTask
-from .outcomes import Completed, Idle, Retried, RunOutcome, Suspended, Yielded
+from .models import WorkflowTask
+from .outcomes import RunOutcome
+from .runner import (
+    RunifoldSettings,
+    default_worker_id,
+    describe_report,
+    once_succeeded,
+    run_one_cycle,
+    run_pool,
+)
 from .store.base import WorkflowStore
 from .stores import ENV_VAR, default_url, open_store
-
-_OK_ONCE = (Idle, Completed, Suspended, Retried, Yielded)
 
 database_option = click.option(
     "--database",
@@ -71,7 +75,7 @@ def main() -> None:
 )
 @click.option(
     "--worker-id",
-    default=lambda: socket.gethostname().split(".")[0],
+    default=default_worker_id,
     help="Stable base id; pool workers are <base>-<slot>.  [default: host name]",
 )
 @click.option(
@@ -104,33 +108,21 @@ def run(
 ) -> None:
     """Run workers: a supervised pool of processes, or with --once a single cycle whose
     exit status is 0 for idle, completed, suspended, retried or yielded and 1 otherwise."""
-    from .app import load_registry
-    from .supervisor import CancellationToken, WorkflowSupervisor, WorkflowSupervisorConfig
-    from .worker import WorkflowWorker
-
-    registry = _checked(load_registry, app_ref)
-    lease = _checked(LeaseDuration, timedelta(seconds=lease_s))
-    heartbeat = timedelta(seconds=heartbeat_s)
-    url = database or default_url()
-    base = _checked(WorkerId.parse, worker_id)
-
+    settings = _checked(
+        RunifoldSettings.from_mapping,
+        {
+            "RUNIFOLD_DATABASE_URL": database,
+            "RUNIFOLD_APP": app_ref,
+            "RUNIFOLD_CONCURRENCY": concurrency,
+            "RUNIFOLD_LEASE_SECONDS": lease_s,
+            "RUNIFOLD_HEARTBEAT_SECONDS": heartbeat_s,
+        },
+    )
     if once:
-        with _store(url) as store:
-            worker = _checked(WorkflowWorker, store, registry, base, lease, heartbeat)
-            try:
-                outcome = worker.run_once()
-            finally:
-                worker.close()
+        outcome = _checked(run_one_cycle, settings, worker_id)
         _print_outcome(outcome, as_json)
-        sys.exit(0 if isinstance(outcome, _OK_ONCE) else 1)
-
-    _checked(WorkflowWorker.validate_timing, lease, heartbeat)
-
-    def factory(worker_id: WorkerId) -> WorkflowWorker:
-        return WorkflowWorker(open_store(url), registry, worker_id, lease, heartbeat)
-
-    config = _checked(WorkflowSupervisorConfig, concurrency)
-    report = WorkflowSupervisor(factory, config, base_id=base.value).run(CancellationToken())
+        sys.exit(0 if once_succeeded(outcome) else 1)
+    report = _checked(run_pool, settings, concurrency, worker_id)
     if as_json:
         click.echo(
             json.dumps(
@@ -143,7 +135,7 @@ def run(
             )
         )
     else:
-        click.echo(f"stopped. outcomes: {report.outcomes}; restarts: {report.restarts}")
+        click.echo(describe_report(report))
 
 
 def _print_outcome(outcome: RunOutcome, as_json: bool) -> None:

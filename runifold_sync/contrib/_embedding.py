@@ -1,5 +1,5 @@
-"""What the Flask and Django integrations share: their settings, a store opened once per
-process, and running workers (one cycle, or a forked pool) from an application.
+"""What the Flask and Django integrations share beyond :mod:`runifold_sync.runner`: a
+store opened once per process.
 
 Fork safety: a web server may fork after the application opened its store (gunicorn
 ``--preload``, uwsgi). :class:`ProcessStore` remembers the pid that opened the store and
@@ -9,88 +9,10 @@ opens a new one in any other process; it never uses, nor closes, a parent's stor
 from __future__ import annotations
 
 import os
-import socket
 import threading
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
-from datetime import timedelta
-from typing import Any
 
-import attrs
-
-from ..app import load_registry
-from ..definition import WorkflowRegistry
-from ..errors import InvalidArgument
-from ..models import LeaseDuration, WorkerId
-from ..outcomes import Completed, Idle, Retried, RunOutcome, Suspended, Yielded
 from ..store.base import WorkflowStore
-from ..stores import default_url, open_store
-from ..supervisor import CancellationToken, SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
-from ..worker import WorkflowWorker
-
-SETTING_NAMES = (
-    "RUNIFOLD_DATABASE_URL",
-    "RUNIFOLD_APP",
-    "RUNIFOLD_CONCURRENCY",
-    "RUNIFOLD_LEASE_SECONDS",
-    "RUNIFOLD_HEARTBEAT_SECONDS",
-)
-_OK_ONCE = (Idle, Completed, Suspended, Retried, Yielded)
-
-CycleHook = Callable[[], AbstractContextManager[object]]
-
-
-def _number(name: str, value: object, minimum: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= minimum:
-        raise InvalidArgument(f"{name} must be a number >= {minimum}, got {value!r}")
-    return float(value)
-
-
-@attrs.frozen
-class RunifoldSettings:
-    """The ``RUNIFOLD_*`` settings of an application, checked when it starts."""
-
-    database_url: str
-    app: str | WorkflowRegistry | None
-    concurrency: int
-    lease: LeaseDuration
-    heartbeat: timedelta
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> RunifoldSettings:
-        """Read the settings from ``values`` (Flask's ``app.config``, or Django's settings
-        gathered into a dict). A missing store URL means ``$RUNIFOLD_DATABASE_URL``, else
-        a local SQLite file; every number is checked here, not later in a worker."""
-        url = values.get("RUNIFOLD_DATABASE_URL") or default_url()
-        if not isinstance(url, str):
-            raise InvalidArgument(f"RUNIFOLD_DATABASE_URL must be a string, got {url!r}")
-        app = values.get("RUNIFOLD_APP")
-        if app is not None and not isinstance(app, (str, WorkflowRegistry)):
-            raise InvalidArgument(
-                f"RUNIFOLD_APP must be a 'module:attribute' string or a WorkflowRegistry, got {app!r}"
-            )
-        concurrency = values.get("RUNIFOLD_CONCURRENCY", 1)
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise InvalidArgument(f"RUNIFOLD_CONCURRENCY must be an integer >= 1, got {concurrency!r}")
-        lease_s = _number("RUNIFOLD_LEASE_SECONDS", values.get("RUNIFOLD_LEASE_SECONDS", 30), 0.1)
-        heartbeat_s = _number(
-            "RUNIFOLD_HEARTBEAT_SECONDS", values.get("RUNIFOLD_HEARTBEAT_SECONDS", 10), 0.05
-        )
-        lease = LeaseDuration(timedelta(seconds=lease_s))
-        heartbeat = timedelta(seconds=heartbeat_s)
-        WorkflowWorker.validate_timing(lease, heartbeat)
-        return cls(url, app, concurrency, lease, heartbeat)
-
-    def registry(self) -> WorkflowRegistry:
-        """The application's registry (imported from ``RUNIFOLD_APP`` on each call)."""
-        if self.app is None:
-            raise InvalidArgument(
-                "RUNIFOLD_APP is not set: name the WorkflowRegistry workers run, as 'package.module:registry'"
-            )
-        if isinstance(self.app, WorkflowRegistry):
-            return self.app
-        return load_registry(self.app)
-
+from ..stores import open_store
 
 # One lock for every ProcessStore, replaced in a forked child: a thread of the parent may
 # have held it at the moment of the fork, and that thread does not exist in the child.
@@ -142,78 +64,3 @@ class ProcessStore:
             opened, self._opened = self._opened, None
         if opened is not None and opened[0] == os.getpid():
             opened[2].close()
-
-
-def once_succeeded(outcome: RunOutcome) -> bool:
-    """The ``--once`` exit rule: 0 for idle, completed, suspended, retried or yielded."""
-    return isinstance(outcome, _OK_ONCE)
-
-
-def default_worker_id() -> str:
-    return socket.gethostname().split(".")[0]
-
-
-class EmbeddedWorker(WorkflowWorker):
-    """A worker that runs each cycle inside the framework's context (an app context, fresh
-    database connections) and owns its store."""
-
-    def __init__(
-        self,
-        store: WorkflowStore,
-        registry: WorkflowRegistry,
-        worker_id: WorkerId,
-        settings: RunifoldSettings,
-        cycle: CycleHook,
-    ) -> None:
-        try:
-            super().__init__(store, registry, worker_id, settings.lease, settings.heartbeat)
-        except BaseException:
-            store.close()
-            raise
-        self._cycle = cycle
-
-    def run_once(self) -> RunOutcome:
-        with self._cycle():
-            return super().run_once()
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self.store.close()
-
-
-def run_one_cycle(settings: RunifoldSettings, worker_id: str, cycle: CycleHook = nullcontext) -> RunOutcome:
-    """Claim and run one task in this process (the cron mode), with a store of its own."""
-    registry = settings.registry()
-    base = WorkerId.parse(worker_id)
-    worker = EmbeddedWorker(open_store(settings.database_url), registry, base, settings, cycle)
-    try:
-        return worker.run_once()
-    finally:
-        worker.close()
-
-
-def run_pool(
-    settings: RunifoldSettings,
-    concurrency: int,
-    worker_id: str,
-    cycle: CycleHook = nullcontext,
-    token: CancellationToken | None = None,
-) -> SupervisorReport:
-    """Run a supervised pool of ``concurrency`` forked workers until SIGINT, SIGTERM or
-    ``token``. The registry is imported here, before the fork, so a broken ``RUNIFOLD_APP``
-    fails now; each child opens its own store."""
-    registry = settings.registry()
-    base = WorkerId.parse(worker_id)
-    config = WorkflowSupervisorConfig(concurrency)
-
-    def factory(child_id: WorkerId) -> WorkflowWorker:
-        return EmbeddedWorker(open_store(settings.database_url), registry, child_id, settings, cycle)
-
-    supervisor = WorkflowSupervisor(factory, config, base_id=base.value)
-    return supervisor.run(token or CancellationToken())
-
-
-def describe_report(report: SupervisorReport) -> str:
-    return f"stopped. outcomes: {report.outcomes}; restarts: {report.restarts}"

@@ -44,9 +44,7 @@ from flask.cli import AppGroup
 
 from ..errors import RunifoldError
 from ..models import WorkflowTask
-from ..store.base import WorkflowStore
-from ._embedding import (
-    ProcessStore,
+from ..runner import (
     RunifoldSettings,
     default_worker_id,
     describe_report,
@@ -54,6 +52,8 @@ from ._embedding import (
     run_one_cycle,
     run_pool,
 )
+from ..store.base import WorkflowStore
+from ._embedding import ProcessStore
 
 __all__ = ["Runifold", "runifold_cli"]
 

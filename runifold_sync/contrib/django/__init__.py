@@ -32,8 +32,9 @@ from django.conf import settings  # type: ignore[import-untyped]
 from django.db import transaction  # type: ignore[import-untyped]
 
 from ...models import WorkflowTask
+from ...runner import SETTING_NAMES, RunifoldSettings
 from ...store.base import WorkflowStore
-from .._embedding import SETTING_NAMES, ProcessStore, RunifoldSettings
+from .._embedding import ProcessStore
 
 __all__ = ["close_store", "enqueue", "enqueue_on_commit", "get_store", "runifold_settings"]
 

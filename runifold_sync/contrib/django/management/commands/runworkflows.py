@@ -10,15 +10,15 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError  # type: ignore[import-untyped]
 from django.db import close_old_connections, connections  # type: ignore[import-untyped]
 
-from runifold_sync.contrib._embedding import (
+from runifold_sync.contrib.django import runifold_settings
+from runifold_sync.errors import RunifoldError
+from runifold_sync.runner import (
     default_worker_id,
     describe_report,
     once_succeeded,
     run_one_cycle,
     run_pool,
 )
-from runifold_sync.contrib.django import runifold_settings
-from runifold_sync.errors import RunifoldError
 
 
 @contextmanager
