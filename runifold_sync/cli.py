@@ -13,11 +13,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import click
 
 from .checkpoint import Checkpoint
 from .errors import RunifoldError
-from .models import WorkflowTask
+from .models import TaskState, WorkflowTask
 from .outcomes import RunOutcome
 from .runner import (
     RunifoldSettings,
@@ -27,7 +28,7 @@ from .runner import (
     run_one_cycle,
     run_pool,
 )
-from .store.base import WorkflowStore
+from .store.base import TaskRecord, WorkflowStore
 from .stores import ENV_VAR, default_url, open_store
 
 database_option = click.option(
@@ -254,6 +255,137 @@ def show(task_id: str, database: str | None, as_json: bool) -> None:
     click.echo("history:")
     for e in events:
         click.echo(f"  {e.at.isoformat()} {e.kind:<16} {e.worker_id or '-':<16} {e.detail}")
+
+
+def _record_json(record: TaskRecord) -> dict[str, Any]:
+    return {
+        "task_id": record.task_id,
+        "definition": record.definition_name,
+        "version": record.definition_version,
+        "tenant": record.tenant,
+        "state": record.state.value,
+        "outcome": None if record.outcome is None else record.outcome.value,
+        "reason": record.reason,
+        "ready_at": None if record.ready_at is None else record.ready_at.isoformat(),
+        "worker": record.worker_id,
+        "fencing_token": record.fencing_token,
+    }
+
+
+@main.command("list")
+@click.option(
+    "--state", type=click.Choice([s.value for s in TaskState]), default=None, help="Only this state."
+)
+@click.option("--tenant", default=None, help="Only this tenant.")
+@click.option("--definition", default=None, help="Only this workflow name.")
+@click.option(
+    "--limit", type=click.IntRange(1, 10_000), default=100, show_default=True, help="At most this many."
+)
+@database_option
+@json_option
+def list_(
+    state: str | None,
+    tenant: str | None,
+    definition: str | None,
+    limit: int,
+    database: str | None,
+    as_json: bool,
+) -> None:
+    """List tasks, oldest first, with why each unfinished one is not running."""
+    with _store(database) as store:
+        records = store.list_tasks(
+            state=None if state is None else TaskState(state),
+            tenant=tenant,
+            definition=definition,
+            limit=limit,
+        )
+    if as_json:
+        click.echo(json.dumps([_record_json(r) for r in records], indent=2))
+        return
+    for r in records:
+        status = r.state.value if r.outcome is None else f"{r.state.value}/{r.outcome.value}"
+        name = f"{r.definition_name} v{r.definition_version}"
+        click.echo(f"{r.task_id:<34} {name:<24} {r.tenant:<12} {status:<18} {r.reason or ''}")
+
+
+@main.command()
+@click.option(
+    "--app", "app_ref", default=None, metavar="MODULE:ATTR", help="Check these versions are registered."
+)
+@database_option
+@json_option
+def versions(app_ref: str | None, database: str | None, as_json: bool) -> None:
+    """List definition versions still referenced by queued, leased, waiting or
+    recoverable tasks. With --app, exit 1 when the app lacks one of them (deploy preflight)."""
+    from .app import load_registry
+
+    registry = None if app_ref is None else _checked(load_registry, app_ref)
+    with _store(database) as store:
+        references = store.referenced_versions()
+    missing = [r for r in references if registry is not None and registry.get(r.name, r.version) is None]
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "referenced": [attrs.asdict(r) for r in references],
+                    "missing": [{"name": r.name, "version": r.version} for r in missing],
+                },
+                indent=2,
+            )
+        )
+    else:
+        for r in references:
+            flag = "  MISSING from app" if r in missing else ""
+            click.echo(
+                f"{r.name} v{r.version}: {r.queued} queued, {r.leased} leased, {r.waiting} waiting, "
+                f"{r.recoverable} recoverable{flag}"
+            )
+        if not references:
+            click.echo("no task references any definition version")
+    if missing:
+        sys.exit(1)
+
+
+@main.command()
+@database_option
+@json_option
+def stats(database: str | None, as_json: bool) -> None:
+    """Show task counts per tenant and state, and the queue delay of the oldest ready task."""
+    with _store(database) as store:
+        rows = store.queue_stats()
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "tenant": r.tenant,
+                        "state": r.state.value,
+                        "outcome": None if r.outcome is None else r.outcome.value,
+                        "count": r.count,
+                        "oldest_ready_age_s": r.oldest_ready_age_s,
+                    }
+                    for r in rows
+                ],
+                indent=2,
+            )
+        )
+        return
+    for r in rows:
+        state = r.state.value if r.outcome is None else f"{r.state.value}/{r.outcome.value}"
+        age = "" if r.oldest_ready_age_s is None else f"  oldest ready for {r.oldest_ready_age_s:.1f}s"
+        click.echo(f"{r.tenant:<16} {state:<20} {r.count:>8}{age}")
+
+
+@main.command()
+@click.argument("task_id")
+@click.option("--actor", required=True, help="Who requeues it (kept in the history).")
+@click.option("--reason", required=True, help="Why (kept in the history).")
+@database_option
+def retry(task_id: str, actor: str, reason: str, database: str | None) -> None:
+    """Requeue a failed task; its completed steps are kept and not run again."""
+    with _store(database) as store:
+        store.requeue(task_id, actor=actor, reason=reason)
+    click.echo(f"{task_id}: requeued")
 
 
 @main.command()

@@ -140,6 +140,8 @@ class WorkflowWorker:
                 f"max_attempts={definition.budget.max_attempts}: a step keeps crashing its worker"
             )
             return self._fail(claimed, claimed.revision, None, reason)
+        if checkpoint.phase == "failed":  # requeued by an operator: failing steps start afresh
+            checkpoint.step_failures.clear()
         checkpoint.phase = "running"
         checkpoint.usage = checkpoint.usage.add(claims=1)
         lost = self._keeper.watch(lease)

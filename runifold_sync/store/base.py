@@ -106,6 +106,35 @@ class TaskEvent:
     detail: dict[str, Any]
 
 
+@attrs.frozen
+class VersionReference:
+    """A definition version still needed: tasks that are queued, leased, waiting or
+    recoverable (failed on an ambiguous effect) reference it."""
+
+    name: str
+    version: int
+    queued: int
+    leased: int
+    waiting: int
+    recoverable: int
+
+    @property
+    def total(self) -> int:
+        return self.queued + self.leased + self.waiting + self.recoverable
+
+
+@attrs.frozen
+class QueueStats:
+    """Task counts per tenant, state and outcome. ``oldest_ready_age_s`` is how long the
+    longest-ready queued task has waited for a claim (queue delay), None when none waits."""
+
+    tenant: str
+    state: TaskState
+    outcome: TaskOutcome | None
+    count: int
+    oldest_ready_age_s: float | None
+
+
 class WorkflowStore(abc.ABC):
     """Semantic operations of the control plane. Implementations are thread-safe: the
     worker's heartbeat thread shares the store with the thread running steps."""
@@ -132,7 +161,31 @@ class WorkflowStore(abc.ABC):
         and requeue the task. The decision and who made it go into the history."""
 
     @abc.abstractmethod
+    def requeue(self, task_id: str, *, actor: str, reason: str) -> None:
+        """Operator retry: put a failed task back in the queue, its completed steps kept.
+        A task failed on an ambiguous effect needs :meth:`resolve_effect` instead."""
+
+    @abc.abstractmethod
     def get_task(self, task_id: str) -> TaskRecord: ...
+
+    @abc.abstractmethod
+    def list_tasks(
+        self,
+        *,
+        state: TaskState | None = None,
+        tenant: str | None = None,
+        definition: str | None = None,
+        limit: int = 100,
+    ) -> list[TaskRecord]:
+        """Tasks matching every given filter, oldest first."""
+
+    @abc.abstractmethod
+    def referenced_versions(self) -> list[VersionReference]:
+        """Every definition version that unfinished or recoverable tasks reference: the
+        versions a deploy must keep registered."""
+
+    @abc.abstractmethod
+    def queue_stats(self) -> list[QueueStats]: ...
 
     @abc.abstractmethod
     def history(self, task_id: str) -> list[TaskEvent]: ...

@@ -25,9 +25,18 @@ from psycopg.types.json import Jsonb
 
 from ..codec import from_json, to_json
 from ..errors import InvalidArgument, LeaseLostError, SchemaTooNew, StoreUnavailable, TaskNotFound
-from ..models import LeaseDuration, WorkerId, WorkflowTask
+from ..models import LeaseDuration, TaskState, WorkerId, WorkflowTask
 from . import rows
-from .base import ClaimedTask, EnqueueResult, Lease, TaskEvent, TaskRecord, WorkflowStore
+from .base import (
+    ClaimedTask,
+    EnqueueResult,
+    Lease,
+    QueueStats,
+    TaskEvent,
+    TaskRecord,
+    VersionReference,
+    WorkflowStore,
+)
 from .pgpool import Connection, ProcessPool
 from .queries import load_migrations, load_queries
 
@@ -97,6 +106,10 @@ class PostgresWorkflowStore(WorkflowStore):
                 store.close()
                 raise
         return store
+
+    def _all(self, name: str, params: dict[str, Any]) -> list[DictRow]:
+        with self._pool.connection() as conn:
+            return conn.execute(_Q[name], params).fetchall()
 
     def _one(self, name: str, params: dict[str, Any]) -> DictRow | None:
         """One statement, its own transaction (autocommit)."""
@@ -195,8 +208,39 @@ class PostgresWorkflowStore(WorkflowStore):
             _event(conn, requeued["at"], task_id, "effect_resolved", None, None, detail)
             conn.execute(_Q["notify_work"])
 
+    def requeue(self, task_id: str, *, actor: str, reason: str) -> None:
+        rows.check_operator(actor, reason)
+        with self._pool.transaction() as conn:
+            params = {"task_id": task_id}
+            requeued = conn.execute(_Q["requeue_failed"], params).fetchone()
+            if requeued is None:
+                raise rows.not_requeueable(
+                    _record(conn.execute(_Q["select_task"], params).fetchone(), task_id)
+                )
+            _event(conn, requeued["at"], task_id, "requeued", None, None, rows.requeued_detail(actor, reason))
+            conn.execute(_Q["notify_work"])
+
     def get_task(self, task_id: str) -> TaskRecord:
         return _record(self._one("select_task", {"task_id": task_id}), task_id)
+
+    def list_tasks(
+        self,
+        *,
+        state: TaskState | None = None,
+        tenant: str | None = None,
+        definition: str | None = None,
+        limit: int = 100,
+    ) -> list[TaskRecord]:
+        return [
+            _record(row, row["task_id"])
+            for row in self._all("list_tasks", rows.list_filters(state, tenant, definition, limit))
+        ]
+
+    def referenced_versions(self) -> list[VersionReference]:
+        return [rows.version_reference(row) for row in self._all("referenced_versions", {})]
+
+    def queue_stats(self) -> list[QueueStats]:
+        return [rows.queue_stats(row) for row in self._all("queue_stats", {})]
 
     def history(self, task_id: str) -> list[TaskEvent]:
         with self._pool.connection() as conn:

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from ..errors import EnqueueConflict, InvalidArgument, InvalidState
 from ..models import TaskOutcome, TaskState, WorkflowTask, check_name
-from .base import ClaimedTask, EffectResolution, Lease, TaskRecord
+from .base import ClaimedTask, EffectResolution, Lease, QueueStats, TaskRecord, VersionReference
 
 # States a claim may take a task from; ``ready_at`` decides when.
 CLAIMABLE_STATES = ("queued", "waiting", "leased")
@@ -33,9 +33,14 @@ def check_claim_limit(limit: object) -> int:
     return limit
 
 
-def check_resolution(applied: object, actor: str, reason: str) -> None:
+def check_operator(actor: str, reason: str) -> None:
+    """Operator actions are audited: who and why are required."""
     check_name("actor", actor)
     check_name("reason", reason)
+
+
+def check_resolution(applied: object, actor: str, reason: str) -> None:
+    check_operator(actor, reason)
     if applied is not True and applied is not False:
         raise InvalidArgument(f"applied must be True or False, got {applied!r}")
 
@@ -68,6 +73,57 @@ def check_enqueue_identity(
     ]
     if differences:
         raise EnqueueConflict(task.task_id, differences)
+
+
+def check_list_limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise InvalidArgument(f"list limit must be an integer in 1..10000, got {limit!r}")
+    return limit
+
+
+def list_filters(
+    state: TaskState | None, tenant: str | None, definition: str | None, limit: int
+) -> dict[str, Any]:
+    if state is not None and not isinstance(state, TaskState):
+        raise InvalidArgument(f"state must be a TaskState, got {state!r}")
+    return {
+        "state": None if state is None else state.value,
+        "tenant": tenant,
+        "definition": definition,
+        "limit": check_list_limit(limit),
+    }
+
+
+def not_requeueable(record: TaskRecord) -> InvalidState:
+    what = record.state.value if record.outcome is None else f"{record.state.value} ({record.outcome.value})"
+    hint = "; resolve its ambiguous effect instead" if record.ambiguous_effect else ""
+    return InvalidState(f"task {record.task_id!r} is {what}; only a failed task can be requeued{hint}")
+
+
+def requeued_detail(actor: str, reason: str) -> dict[str, Any]:
+    return {"actor": actor, "reason": reason}
+
+
+def version_reference(row: Row) -> VersionReference:
+    return VersionReference(
+        row["definition_name"],
+        row["definition_version"],
+        int(row["queued"]),
+        int(row["leased"]),
+        int(row["waiting"]),
+        int(row["recoverable"]),
+    )
+
+
+def queue_stats(row: Row) -> QueueStats:
+    age = row["oldest_ready_age_s"]
+    return QueueStats(
+        row["tenant"],
+        TaskState(row["state"]),
+        None if row["outcome"] is None else TaskOutcome(row["outcome"]),
+        int(row["count"]),
+        None if age is None else max(float(age), 0.0),
+    )
 
 
 def not_resolvable(record: TaskRecord, effect_key: str) -> InvalidState:

@@ -27,14 +27,16 @@ from ..errors import (
     StoreUnavailable,
     TaskNotFound,
 )
-from ..models import LeaseDuration, WorkerId, WorkflowTask
+from ..models import LeaseDuration, TaskState, WorkerId, WorkflowTask
 from . import rows
 from .base import (
     ClaimedTask,
     EnqueueResult,
     Lease,
+    QueueStats,
     TaskEvent,
     TaskRecord,
+    VersionReference,
     WorkflowStore,
 )
 from .queries import load_migrations, load_queries
@@ -244,9 +246,35 @@ class SqliteWorkflowStore(WorkflowStore):
             detail = rows.resolved_detail(effect_key, applied, actor, reason)
             _event(conn, now, task_id, "effect_resolved", None, None, detail)
 
+    def requeue(self, task_id: str, *, actor: str, reason: str) -> None:
+        rows.check_operator(actor, reason)
+        with self._write() as (conn, now):
+            params = {"task_id": task_id, "now": now}
+            if conn.execute(_Q["requeue_failed"], params).fetchone() is None:
+                record = self._record(conn.execute(_Q["select_task"], params).fetchone(), task_id)
+                raise rows.not_requeueable(record)
+            _event(conn, now, task_id, "requeued", None, None, rows.requeued_detail(actor, reason))
+
     def get_task(self, task_id: str) -> TaskRecord:
-        rows = self._run("select_task", {"task_id": task_id})
-        return self._record(rows[0] if rows else None, task_id)
+        found = self._run("select_task", {"task_id": task_id})
+        return self._record(found[0] if found else None, task_id)
+
+    def list_tasks(
+        self,
+        *,
+        state: TaskState | None = None,
+        tenant: str | None = None,
+        definition: str | None = None,
+        limit: int = 100,
+    ) -> list[TaskRecord]:
+        params = rows.list_filters(state, tenant, definition, limit)
+        return [self._record(row, row["task_id"]) for row in self._run("list_tasks", params)]
+
+    def referenced_versions(self) -> list[VersionReference]:
+        return [rows.version_reference(row) for row in self._run("referenced_versions", {})]
+
+    def queue_stats(self) -> list[QueueStats]:
+        return [rows.queue_stats(row) for row in self._run("queue_stats", {})]
 
     def history(self, task_id: str) -> list[TaskEvent]:
         return [
@@ -294,18 +322,18 @@ class SqliteWorkflowStore(WorkflowStore):
         return claimed
 
     def heartbeat(self, lease: Lease, duration: LeaseDuration) -> Lease:
-        rows = self._run(
+        found = self._run(
             "heartbeat",
             {"task_id": lease.task_id, "token": lease.fencing_token, "lease_s": duration.seconds},
         )
-        if not rows:
+        if not found:
             raise LeaseLostError(lease.task_id, lease.fencing_token, "heartbeat")
         return Lease(
-            lease.task_id, lease.tenant, lease.worker_id, lease.fencing_token, _at(rows[0]["lease_expires"])
+            lease.task_id, lease.tenant, lease.worker_id, lease.fencing_token, _at(found[0]["lease_expires"])
         )
 
     def commit_checkpoint(self, lease: Lease, revision: int, checkpoint_json: str) -> int:
-        rows = self._run(
+        found = self._run(
             "commit_checkpoint",
             {
                 "task_id": lease.task_id,
@@ -314,9 +342,9 @@ class SqliteWorkflowStore(WorkflowStore):
                 "checkpoint": checkpoint_json,
             },
         )
-        if not rows:
+        if not found:
             raise LeaseLostError(lease.task_id, lease.fencing_token, "checkpoint commit")
-        new_revision: int = rows[0]["revision"]
+        new_revision: int = found[0]["revision"]
         return new_revision
 
     def _fenced_transition(

@@ -6,12 +6,14 @@ import json
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import click
 import pytest
 from click.testing import CliRunner
 
+from runifold_sync import TaskOutcome
 from runifold_sync.cli import main
 from runifold_sync.sqlite import SqliteWorkflowStore
 
@@ -140,4 +142,52 @@ def test_cron_line_runs_once_per_invocation_as_a_subprocess(
     ]
     assert codes == [0, 0, 0]  # completed, completed, idle
     assert [store.get_task(f"cron-{n}").result for n in range(2)] == [5, 6]
+    store.close()
+
+
+def test_list_filters_by_state_and_prints_json(url: str) -> None:
+    _invoke("enqueue", "pool-flow", "1", "--checkpoint-id", "l1", "--database", url)
+    _invoke("enqueue", "pool-flow", "1", "--checkpoint-id", "l2", "--tenant", "globex", "--database", url)
+    code, out = _invoke("list", "--tenant", "globex", "--database", url, "--json")
+    assert code == 0 and [t["task_id"] for t in json.loads(out)] == ["l2"]
+    code, out = _invoke("list", "--state", "queued", "--database", url)
+    assert code == 0 and "l1" in out and "l2" in out
+
+
+def test_versions_preflight_exits_non_zero_when_the_app_lacks_a_referenced_version(url: str) -> None:
+    _invoke("enqueue", "pool-flow", "1", "--checkpoint-id", "v1", "--database", url)
+    code, out = _invoke("versions", "--app", APP, "--database", url, "--json")
+    assert code == 0 and json.loads(out)["missing"] == []
+    _invoke("enqueue", "pool-flow", "2", "--checkpoint-id", "v2", "--database", url)
+    code, out = _invoke("versions", "--app", APP, "--database", url)
+    assert code == 1 and "pool-flow v2: 1 queued" in out and "MISSING from app" in out
+    code, out = _invoke("versions", "--database", url)  # without --app it only lists
+    assert code == 0 and "pool-flow v1" in out
+
+
+def test_stats_json_counts_queued_tasks_per_tenant(url: str) -> None:
+    for n in range(3):
+        _invoke("enqueue", "pool-flow", "1", "--checkpoint-id", f"s{n}", "--database", url)
+    code, out = _invoke("stats", "--database", url, "--json")
+    (row,) = json.loads(out)
+    assert code == 0 and (row["tenant"], row["state"], row["count"]) == ("default", "queued", 3)
+    assert row["oldest_ready_age_s"] >= 0
+
+
+def test_retry_requeues_a_failed_task_and_it_then_completes(
+    url: str, ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _invoke("enqueue", "pool-flow", "1", "--input", "0", "--checkpoint-id", "f1", "--database", url)
+    store = SqliteWorkflowStore.open(url.removeprefix("sqlite:///"))
+    monkeypatch.delenv("POOL_LEDGER")  # the step fails without its ledger
+    for attempt in range(1, 4):  # the default retry policy allows three attempts
+        _invoke("run", "--app", APP, "--database", url, "--once")
+        store.set_clock_offset(timedelta(minutes=10 * attempt))  # past each backoff
+    assert store.get_task("f1").outcome is TaskOutcome.FAILED
+    code, out = _invoke("retry", "f1", "--actor", "ops", "--reason", "ledger restored", "--database", url)
+    assert code == 0 and "requeued" in out
+    monkeypatch.setenv("POOL_LEDGER", str(ledger))
+    code, out = _invoke("run", "--app", APP, "--database", url, "--once", "--json")
+    assert code == 0 and json.loads(out)["result"] == 5
+    assert store.history("f1")[-3].kind == "requeued"
     store.close()

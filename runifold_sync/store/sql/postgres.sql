@@ -175,3 +175,47 @@ LISTEN runifold_tasks;
 
 -- name: unlisten_work
 UNLISTEN runifold_tasks;
+
+-- name: requeue_failed
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET state = 'queued', outcome = NULL, reason = NULL, claims_since_progress = 0,
+    ready_at = clock.now, updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.state = 'terminal' AND t.outcome = 'failed'
+    AND t.ambiguous_effect IS NULL
+RETURNING clock.now AS at;
+
+-- name: list_tasks
+SELECT task_id, definition_name, definition_version, tenant, input_text AS input, priority,
+    state, outcome, reason, ambiguous_effect, ready_at, worker_id, fencing_token,
+    lease_expires, claims_since_progress, revision, checkpoint::text AS checkpoint,
+    result::text AS result, created_at, updated_at
+FROM runifold_tasks
+WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
+    AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+    AND (%(definition)s::text IS NULL OR definition_name = %(definition)s::text)
+ORDER BY created_at, task_id
+LIMIT %(limit)s;
+
+-- name: referenced_versions
+SELECT definition_name, definition_version,
+    COUNT(*) FILTER (WHERE state = 'queued') AS queued,
+    COUNT(*) FILTER (WHERE state = 'leased') AS leased,
+    COUNT(*) FILTER (WHERE state = 'waiting') AS waiting,
+    COUNT(*) FILTER (WHERE state = 'terminal') AS recoverable
+FROM runifold_tasks
+WHERE state IN ('queued', 'leased', 'waiting')
+    OR (state = 'terminal' AND ambiguous_effect IS NOT NULL)
+GROUP BY definition_name, definition_version
+ORDER BY definition_name, definition_version;
+
+-- name: queue_stats
+WITH clock AS (SELECT {now} AS now)
+SELECT tenant, state, outcome, COUNT(*) AS count,
+    EXTRACT(EPOCH FROM (SELECT now FROM clock)
+        - MIN(ready_at) FILTER (WHERE state = 'queued' AND ready_at <= (SELECT now FROM clock)))
+        AS oldest_ready_age_s
+FROM runifold_tasks
+GROUP BY tenant, state, outcome
+ORDER BY tenant, state, outcome;

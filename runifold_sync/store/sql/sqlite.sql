@@ -125,3 +125,36 @@ UPDATE runifold_clock SET offset_s = :offset_s WHERE id = 1;
 -- name: seconds_until_due
 SELECT MIN(ready_at) - {now} FROM runifold_tasks
 WHERE state IN ('queued', 'waiting', 'leased');
+
+-- name: requeue_failed
+UPDATE runifold_tasks
+SET state = 'queued', outcome = NULL, reason = NULL, claims_since_progress = 0,
+    ready_at = :now, updated_at = :now
+WHERE task_id = :task_id AND state = 'terminal' AND outcome = 'failed'
+    AND ambiguous_effect IS NULL
+RETURNING task_id;
+
+-- name: list_tasks
+SELECT * FROM runifold_tasks
+WHERE (:state IS NULL OR state = :state) AND (:tenant IS NULL OR tenant = :tenant)
+    AND (:definition IS NULL OR definition_name = :definition)
+ORDER BY created_at, task_id
+LIMIT :limit;
+
+-- name: referenced_versions
+SELECT definition_name, definition_version,
+    SUM(state = 'queued') AS queued, SUM(state = 'leased') AS leased,
+    SUM(state = 'waiting') AS waiting, SUM(state = 'terminal') AS recoverable
+FROM runifold_tasks
+WHERE state IN ('queued', 'leased', 'waiting')
+    OR (state = 'terminal' AND ambiguous_effect IS NOT NULL)
+GROUP BY definition_name, definition_version
+ORDER BY definition_name, definition_version;
+
+-- name: queue_stats
+SELECT tenant, state, outcome, COUNT(*) AS count,
+    {now} - MIN(CASE WHEN state = 'queued' AND ready_at <= {now} THEN ready_at END)
+        AS oldest_ready_age_s
+FROM runifold_tasks
+GROUP BY tenant, state, outcome
+ORDER BY tenant, state, outcome;

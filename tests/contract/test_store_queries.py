@@ -1,0 +1,125 @@
+"""Operator reads and actions of the store contract, on SQLite and PostgreSQL: listing,
+referenced versions (the deploy preflight), queue statistics and requeue."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from runifold_sync import (
+    InvalidArgument,
+    InvalidState,
+    LeaseDuration,
+    TaskNotFound,
+    TaskOutcome,
+    TaskState,
+    WorkerId,
+    WorkflowStore,
+    WorkflowTask,
+)
+from runifold_sync.store.base import VersionReference
+
+LEASE = LeaseDuration(timedelta(seconds=30))
+W1 = WorkerId.parse("worker-1")
+
+
+def _enqueue(
+    store: WorkflowStore, task_id: str, name: str = "orders", version: int = 1, tenant: str = "acme"
+) -> None:
+    store.enqueue(WorkflowTask.new(name, version, {"id": task_id}, checkpoint_id=task_id, tenant=tenant))
+
+
+def _fail(store: WorkflowStore, task_id: str, ambiguous_effect: str | None = None) -> None:
+    """Claim the oldest ready task, which must be ``task_id``, and fail it."""
+    (claimed,) = store.claim(W1, LEASE)
+    assert claimed.lease.task_id == task_id
+    store.fail(claimed.lease, claimed.revision, None, reason="boom", ambiguous_effect=ambiguous_effect)
+
+
+def test_list_tasks_filters_by_state_tenant_and_definition_oldest_first(store: WorkflowStore) -> None:
+    _enqueue(store, "a1")
+    _enqueue(store, "a2", name="invoices")
+    _enqueue(store, "b1", tenant="globex")
+    store.claim(W1, LEASE)  # leases a1, the oldest
+    assert [t.task_id for t in store.list_tasks()] == ["a1", "a2", "b1"]
+    assert [t.task_id for t in store.list_tasks(state=TaskState.QUEUED)] == ["a2", "b1"]
+    assert [t.task_id for t in store.list_tasks(tenant="globex")] == ["b1"]
+    assert [t.task_id for t in store.list_tasks(definition="invoices")] == ["a2"]
+    assert [t.task_id for t in store.list_tasks(state=TaskState.LEASED, tenant="acme")] == ["a1"]
+    assert [t.task_id for t in store.list_tasks(limit=2)] == ["a1", "a2"]
+
+
+def test_list_tasks_refuses_a_bad_limit_or_state(store: WorkflowStore) -> None:
+    with pytest.raises(InvalidArgument, match="list limit must be an integer in 1..10000, got 0"):
+        store.list_tasks(limit=0)
+    with pytest.raises(InvalidArgument, match="state must be a TaskState, got 'queued'"):
+        store.list_tasks(state="queued")  # type: ignore[arg-type]
+
+
+def test_referenced_versions_counts_unfinished_and_recoverable_tasks_only(store: WorkflowStore) -> None:
+    _enqueue(store, "q1")
+    _enqueue(store, "q2", version=2)
+    _enqueue(store, "done", version=3)
+    _enqueue(store, "broken", version=3)
+    _enqueue(store, "ambiguous", version=4)
+    for c in store.claim(W1, LEASE, limit=10):
+        if c.lease.task_id == "done":
+            store.complete(c.lease, c.revision, "{}", "null")
+        elif c.lease.task_id == "broken":
+            store.fail(c.lease, c.revision, None, reason="boom")
+        elif c.lease.task_id == "ambiguous":
+            store.fail(c.lease, c.revision, None, reason="unknown", ambiguous_effect="ambiguous/charge#1")
+        elif c.lease.task_id == "q2":
+            store.release(c.lease, delay=timedelta(0), reason="back")
+    assert store.referenced_versions() == [
+        VersionReference("orders", 1, queued=0, leased=1, waiting=0, recoverable=0),
+        VersionReference("orders", 2, queued=1, leased=0, waiting=0, recoverable=0),
+        VersionReference("orders", 4, queued=0, leased=0, waiting=0, recoverable=1),
+    ]
+
+
+def test_queue_stats_counts_per_tenant_state_and_outcome_with_queue_delay(store: WorkflowStore) -> None:
+    _enqueue(store, "a1")
+    _enqueue(store, "a2")
+    _enqueue(store, "b1", tenant="globex")
+    _fail(store, "a1")
+    store.set_clock_offset(timedelta(seconds=90))
+    stats = {(s.tenant, s.state, s.outcome): s for s in store.queue_stats()}
+    assert set(stats) == {
+        ("acme", TaskState.QUEUED, None),
+        ("acme", TaskState.TERMINAL, TaskOutcome.FAILED),
+        ("globex", TaskState.QUEUED, None),
+    }
+    queued = stats[("acme", TaskState.QUEUED, None)]
+    assert queued.count == 1
+    assert queued.oldest_ready_age_s is not None and 90 <= queued.oldest_ready_age_s < 120
+    assert stats[("acme", TaskState.TERMINAL, TaskOutcome.FAILED)].oldest_ready_age_s is None
+
+
+def test_requeue_puts_a_failed_task_back_with_its_checkpoint_and_audits_it(store: WorkflowStore) -> None:
+    _enqueue(store, "t1")
+    claimed = store.claim(W1, LEASE)[0]
+    revision = store.commit_checkpoint(claimed.lease, claimed.revision, '{"kept":true}')
+    store.fail(claimed.lease, revision, None, reason="boom")
+    store.requeue("t1", actor="ops", reason="bug fixed")
+    record = store.get_task("t1")
+    assert (record.state, record.outcome, record.reason) == (TaskState.QUEUED, None, None)
+    assert record.checkpoint_json == '{"kept":true}'
+    event = store.history("t1")[-1]
+    assert (event.kind, event.detail) == ("requeued", {"actor": "ops", "reason": "bug fixed"})
+    assert store.claim(W1, LEASE)[0].checkpoint_json == '{"kept":true}'
+
+
+def test_requeue_refuses_tasks_that_are_not_plainly_failed(store: WorkflowStore) -> None:
+    _enqueue(store, "amb")
+    _fail(store, "amb", ambiguous_effect="amb/charge#1")
+    _enqueue(store, "queued")
+    with pytest.raises(InvalidState, match="'queued' is queued; only a failed task can be requeued"):
+        store.requeue("queued", actor="ops", reason="why")
+    with pytest.raises(InvalidState, match="resolve its ambiguous effect instead"):
+        store.requeue("amb", actor="ops", reason="why")
+    with pytest.raises(TaskNotFound):
+        store.requeue("missing", actor="ops", reason="why")
+    with pytest.raises(InvalidArgument, match="actor must be non-empty"):
+        store.requeue("queued", actor="", reason="why")
