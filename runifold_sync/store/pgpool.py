@@ -71,6 +71,9 @@ class ProcessPool:
                 min_size=min_size,
                 max_size=max_size,
                 timeout=pool_timeout.total_seconds(),
+                # A server restart breaks every idle connection; checking each one at
+                # checkout (one empty query) replaces it instead of failing the caller.
+                check=ConnectionPool.check_connection,
                 name="runifold",
                 open=True,
             )

@@ -41,14 +41,27 @@ from .base import (
 )
 from .queries import load_migrations, load_queries
 
-_NOW = "((julianday('now') - 2440587.5) * 86400.0 + (SELECT offset_s FROM runifold_clock))"
+# Store time in integer microseconds: SQL time (millisecond resolution) plus the offset.
+_NOW = (
+    "(CAST(ROUND((julianday('now') - 2440587.5) * 86400000000.0) AS INTEGER)"
+    " + (SELECT offset_us FROM runifold_clock))"
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 _Q = load_queries("sqlite", _NOW)
 _SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
 _WAIT_POLL_S = 0.05  # SQLite has no notifications: wait_for_work polls at this interval
 
 
-def _at(epoch_s: float) -> datetime:
-    return datetime.fromtimestamp(epoch_s, UTC)
+def _at(epoch_us: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=epoch_us)
+
+
+def _us(value: datetime | timedelta) -> int:
+    """A datetime as epoch microseconds, or a duration in microseconds, exactly."""
+    if isinstance(value, datetime):
+        value = value - _EPOCH
+    return value // _MICROSECOND
 
 
 class _Connection:
@@ -130,7 +143,7 @@ class SqliteWorkflowStore(WorkflowStore):
         return conn.raw
 
     @contextmanager
-    def _write(self) -> Iterator[tuple[sqlite3.Connection, float]]:
+    def _write(self) -> Iterator[tuple[sqlite3.Connection, int]]:
         """One ``BEGIN IMMEDIATE`` transaction and the store time it runs at."""
         conn = self._conn()
         try:
@@ -195,7 +208,7 @@ class SqliteWorkflowStore(WorkflowStore):
     # --- producers and operators -------------------------------------------------
 
     def enqueue(self, task: WorkflowTask) -> EnqueueResult:
-        not_before = None if task.not_before is None else task.not_before.timestamp()
+        not_before = None if task.not_before is None else _us(task.not_before)
         with self._write() as (conn, now):
             cursor = conn.execute(
                 _Q["insert_task"],
@@ -310,7 +323,7 @@ class SqliteWorkflowStore(WorkflowStore):
                         "task_id": candidate["task_id"],
                         "worker_id": worker_id.value,
                         "now": now,
-                        "lease_s": lease.seconds,
+                        "lease_us": _us(lease.value),
                     },
                 ).fetchone()
                 detail = rows.claimed_detail(candidate["state"], candidate["worker_id"])
@@ -324,7 +337,7 @@ class SqliteWorkflowStore(WorkflowStore):
     def heartbeat(self, lease: Lease, duration: LeaseDuration) -> Lease:
         found = self._run(
             "heartbeat",
-            {"task_id": lease.task_id, "token": lease.fencing_token, "lease_s": duration.seconds},
+            {"task_id": lease.task_id, "token": lease.fencing_token, "lease_us": _us(duration.value)},
         )
         if not found:
             raise LeaseLostError(lease.task_id, lease.fencing_token, "heartbeat")
@@ -370,11 +383,11 @@ class SqliteWorkflowStore(WorkflowStore):
         wake_at: datetime | None,
         reason: str,
     ) -> None:
-        wake_s = None if wake_at is None else wake_at.timestamp()
+        wake_us = None if wake_at is None else _us(wake_at)
         self._fenced_transition(
             "suspend",
             lease,
-            {"revision": revision, "checkpoint": checkpoint_json, "wake_at": wake_s, "reason": reason},
+            {"revision": revision, "checkpoint": checkpoint_json, "wake_at": wake_us, "reason": reason},
             "suspended",
             {"reason": reason},
         )
@@ -388,7 +401,7 @@ class SqliteWorkflowStore(WorkflowStore):
             {
                 "revision": revision,
                 "checkpoint": checkpoint_json,
-                "delay_s": delay.total_seconds(),
+                "delay_us": _us(delay),
                 "reason": reason,
             },
             "retried",
@@ -400,7 +413,7 @@ class SqliteWorkflowStore(WorkflowStore):
         self._fenced_transition(
             "release",
             lease,
-            {"delay_s": delay.total_seconds(), "reason": reason},
+            {"delay_us": _us(delay), "reason": reason},
             "released",
             {"reason": reason},
         )
@@ -442,7 +455,7 @@ class SqliteWorkflowStore(WorkflowStore):
         return _at(self._run("now", {})[0][0])
 
     def set_clock_offset(self, offset: timedelta) -> None:
-        self._run("set_clock_offset", {"offset_s": offset.total_seconds()})
+        self._run("set_clock_offset", {"offset_us": _us(offset)})
 
     def wait_for_work(self, timeout: timedelta) -> bool:
         """Poll every ``_WAIT_POLL_S`` until a task is due; SQLite has no notifications."""
@@ -459,7 +472,7 @@ class SqliteWorkflowStore(WorkflowStore):
 
 def _event(
     conn: sqlite3.Connection,
-    now: float,
+    now: int,
     task_id: str,
     kind: str,
     worker_id: str | None,

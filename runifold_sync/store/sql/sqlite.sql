@@ -1,4 +1,4 @@
--- Named queries for the SQLite store. {now} is store time in epoch seconds.
+-- Named queries for the SQLite store. {now} is store time in integer epoch microseconds.
 -- Every write under a lease checks task id, fencing token, state and expiry in its
 -- WHERE clause; checkpoint writes also check the revision they extend.
 
@@ -27,7 +27,7 @@ LIMIT :limit;
 -- name: lease_task
 UPDATE runifold_tasks
 SET state = 'leased', worker_id = :worker_id, fencing_token = fencing_token + 1,
-    lease_expires = :now + :lease_s, ready_at = :now + :lease_s,
+    lease_expires = :now + :lease_us, ready_at = :now + :lease_us,
     claims_since_progress = claims_since_progress + 1, reason = NULL, updated_at = :now
 WHERE task_id = :task_id
 RETURNING task_id, tenant, definition_name, definition_version, input, revision,
@@ -39,7 +39,7 @@ FROM runifold_effect_resolutions WHERE task_id = :task_id;
 
 -- name: heartbeat
 UPDATE runifold_tasks
-SET lease_expires = {now} + :lease_s, ready_at = {now} + :lease_s
+SET lease_expires = {now} + :lease_us, ready_at = {now} + :lease_us
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
     AND lease_expires > {now}
 RETURNING lease_expires;
@@ -64,7 +64,7 @@ RETURNING task_id;
 -- name: retry
 UPDATE runifold_tasks
 SET state = 'queued', checkpoint = :checkpoint, revision = revision + 1,
-    claims_since_progress = 0, ready_at = :now + :delay_s, lease_expires = NULL,
+    claims_since_progress = 0, ready_at = :now + :delay_us, lease_expires = NULL,
     reason = :reason, updated_at = :now
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
     AND lease_expires > :now AND revision = :revision
@@ -72,7 +72,7 @@ RETURNING ready_at;
 
 -- name: release
 UPDATE runifold_tasks
-SET state = 'queued', ready_at = :now + :delay_s, lease_expires = NULL,
+SET state = 'queued', ready_at = :now + :delay_us, lease_expires = NULL,
     claims_since_progress = MAX(claims_since_progress - 1, 0), reason = :reason,
     updated_at = :now
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
@@ -120,10 +120,10 @@ VALUES (:task_id, :now, :kind, :worker_id, :token, :detail);
 SELECT * FROM runifold_events WHERE task_id = :task_id ORDER BY event_id;
 
 -- name: set_clock_offset
-UPDATE runifold_clock SET offset_s = :offset_s WHERE id = 1;
+UPDATE runifold_clock SET offset_us = :offset_us WHERE id = 1;
 
 -- name: seconds_until_due
-SELECT MIN(ready_at) - {now} FROM runifold_tasks
+SELECT (MIN(ready_at) - {now}) / 1000000.0 FROM runifold_tasks
 WHERE state IN ('queued', 'waiting', 'leased');
 
 -- name: requeue_failed
@@ -153,8 +153,8 @@ ORDER BY definition_name, definition_version;
 
 -- name: queue_stats
 SELECT tenant, state, outcome, COUNT(*) AS count,
-    {now} - MIN(CASE WHEN state = 'queued' AND ready_at <= {now} THEN ready_at END)
-        AS oldest_ready_age_s
+    ({now} - MIN(CASE WHEN state = 'queued' AND ready_at <= {now} THEN ready_at END))
+        / 1000000.0 AS oldest_ready_age_s
 FROM runifold_tasks
 GROUP BY tenant, state, outcome
 ORDER BY tenant, state, outcome;

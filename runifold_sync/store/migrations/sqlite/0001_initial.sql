@@ -1,3 +1,5 @@
+-- Times are store time in integer microseconds since the Unix epoch: exact, so a time the
+-- store handed out compares equal when it comes back as a parameter.
 -- Tasks: one row per checkpoint identity. ready_at is the store time at which the task
 -- may next be claimed: not_before or backoff for queued tasks, the timer for waiting
 -- ones, and the lease expiry for leased ones, so one index finds every claimable task.
@@ -12,16 +14,16 @@ CREATE TABLE runifold_tasks (
     outcome TEXT CHECK (outcome IN ('completed', 'failed')),
     reason TEXT,
     ambiguous_effect TEXT,
-    ready_at REAL,
+    ready_at INTEGER,
     worker_id TEXT,
     fencing_token INTEGER NOT NULL DEFAULT 0,
-    lease_expires REAL,
+    lease_expires INTEGER,
     claims_since_progress INTEGER NOT NULL DEFAULT 0,
     revision INTEGER NOT NULL DEFAULT 0,
     checkpoint TEXT,
     result TEXT,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
 );
 
 CREATE INDEX runifold_tasks_claimable ON runifold_tasks (priority DESC, ready_at)
@@ -30,7 +32,7 @@ CREATE INDEX runifold_tasks_claimable ON runifold_tasks (priority DESC, ready_at
 CREATE TABLE runifold_events (
     event_id INTEGER PRIMARY KEY AUTOINCREMENT,
     task_id TEXT NOT NULL,
-    at REAL NOT NULL,
+    at INTEGER NOT NULL,
     kind TEXT NOT NULL,
     worker_id TEXT,
     fencing_token INTEGER,
@@ -46,7 +48,7 @@ CREATE TABLE runifold_effect_resolutions (
     result TEXT,
     actor TEXT NOT NULL,
     reason TEXT NOT NULL,
-    resolved_at REAL NOT NULL,
+    resolved_at INTEGER NOT NULL,
     PRIMARY KEY (task_id, effect_key)
 );
 
@@ -54,7 +56,7 @@ CREATE TABLE runifold_effect_resolutions (
 -- tests and drills can move time forward without sleeping.
 CREATE TABLE runifold_clock (
     id INTEGER PRIMARY KEY CHECK (id = 1),
-    offset_s REAL NOT NULL
+    offset_us INTEGER NOT NULL
 );
 
-INSERT INTO runifold_clock (id, offset_s) VALUES (1, 0.0);
+INSERT INTO runifold_clock (id, offset_us) VALUES (1, 0);
