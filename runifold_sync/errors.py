@@ -32,6 +32,24 @@ class EnqueueConflict(RunifoldError):
         )
 
 
+class SignalConflict(RunifoldError, ValueError):
+    def __init__(self, task_id: str, signal_id: str) -> None:
+        self.task_id = task_id
+        self.signal_id = signal_id
+        super().__init__(
+            f"signal {signal_id!r} was already delivered to task {task_id!r} with a different "
+            "name or payload; a signal id names one delivery"
+        )
+
+
+class SignalRefused(RunifoldError):
+    def __init__(self, task_id: str, signal_id: str, why: str) -> None:
+        self.task_id = task_id
+        self.signal_id = signal_id
+        self.why = why
+        super().__init__(f"signal {signal_id!r} to task {task_id!r} refused: {why}")
+
+
 class TaskNotFound(RunifoldError, LookupError):
     def __init__(self, task_id: str) -> None:
         self.task_id = task_id

@@ -27,6 +27,7 @@ class Lease:
     worker_id: str
     fencing_token: int
     expires_at: datetime
+    cancel_requested: str | None = None  # set by a heartbeat after store.cancel()
 
 
 @attrs.frozen
@@ -38,6 +39,24 @@ class EffectResolution:
     result_json: str | None
     actor: str
     reason: str
+
+
+@attrs.frozen
+class Signal:
+    """A delivery to a task, kept until a wait consumes or refuses it."""
+
+    signal_id: str
+    name: str
+    payload_json: str
+    sender: str
+    reason: str | None
+    sent_at: datetime
+
+
+@attrs.frozen
+class SignalDelivery:
+    signal_id: str
+    created: bool  # False when this signal id was delivered before with the same content
 
 
 @attrs.frozen
@@ -161,6 +180,29 @@ class WorkflowStore(abc.ABC):
         and requeue the task. The decision and who made it go into the history."""
 
     @abc.abstractmethod
+    def send_signal(
+        self,
+        task_id: str,
+        name: str,
+        payload_json: str,
+        *,
+        signal_id: str,
+        sender: str,
+        tenant: str = "default",
+        reason: str | None = None,
+    ) -> SignalDelivery:
+        """Deliver a signal, deduplicated by ``signal_id`` (same content: delivered once;
+        other content: :class:`SignalConflict`). Refused with :class:`SignalRefused` for a
+        task of another tenant (recorded in its history), a finished task, or a task with
+        too many pending signals. Wakes the task if it waits for ``name``."""
+
+    @abc.abstractmethod
+    def cancel(self, task_id: str, *, actor: str, reason: str) -> TaskState:
+        """Cancel a queued or waiting task at once (returns ``cancelled``); for a leased
+        one, ask its worker to stop at its next step boundary (returns ``leased``).
+        Completed external writes are not undone."""
+
+    @abc.abstractmethod
     def requeue(self, task_id: str, *, actor: str, reason: str) -> None:
         """Operator retry: put a failed task back in the queue, its completed steps kept.
         A task failed on an ambiguous effect needs :meth:`resolve_effect` instead."""
@@ -214,8 +256,32 @@ class WorkflowStore(abc.ABC):
         *,
         wake_at: datetime | None,
         reason: str,
+        signal: str | None = None,
     ) -> None:
-        """Move to ``waiting`` until ``wake_at`` (store time) or until woken."""
+        """Move to ``waiting`` until ``wake_at`` (store time) or, with ``signal``, until a
+        signal of that name arrives (at once if one is already pending)."""
+
+    @abc.abstractmethod
+    def pending_signals(self, task_id: str, name: str) -> list[Signal]:
+        """Signals named ``name`` not yet consumed, oldest first."""
+
+    @abc.abstractmethod
+    def consume_signal(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str,
+        signal_id: str,
+        *,
+        accepted: bool,
+        note: str,
+    ) -> int:
+        """Commit the checkpoint that records a wait's decision about a signal and mark
+        the signal consumed, in one fenced write; returns the new revision."""
+
+    @abc.abstractmethod
+    def acknowledge_cancel(self, lease: Lease, revision: int, checkpoint_json: str) -> None:
+        """The worker stopped at a step boundary after a cancel request: end as cancelled."""
 
     @abc.abstractmethod
     def retry(

@@ -24,7 +24,16 @@ from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from ..codec import from_json, to_json
-from ..errors import InvalidArgument, LeaseLostError, SchemaTooNew, StoreUnavailable, TaskNotFound
+from ..errors import (
+    InvalidArgument,
+    InvalidState,
+    LeaseLostError,
+    SchemaTooNew,
+    SignalConflict,
+    SignalRefused,
+    StoreUnavailable,
+    TaskNotFound,
+)
 from ..models import LeaseDuration, TaskState, WorkerId, WorkflowTask
 from . import rows
 from .base import (
@@ -32,6 +41,8 @@ from .base import (
     EnqueueResult,
     Lease,
     QueueStats,
+    Signal,
+    SignalDelivery,
     TaskEvent,
     TaskRecord,
     VersionReference,
@@ -208,6 +219,63 @@ class PostgresWorkflowStore(WorkflowStore):
             _event(conn, requeued["at"], task_id, "effect_resolved", None, None, detail)
             conn.execute(_Q["notify_work"])
 
+    def send_signal(
+        self,
+        task_id: str,
+        name: str,
+        payload_json: str,
+        *,
+        signal_id: str,
+        sender: str,
+        tenant: str = "default",
+        reason: str | None = None,
+    ) -> SignalDelivery:
+        rows.check_signal(name, signal_id, sender, tenant, reason)
+        payload = _jsonb("signal payload", payload_json)
+        refusal = None
+        with self._pool.transaction() as conn:
+            params = {"task_id": task_id, "signal_id": signal_id, "name": name}
+            task = conn.execute(_Q["lock_task_for_signal"], params).fetchone()
+            existing = conn.execute(_Q["select_signal"], params).fetchone()
+            if existing is not None:
+                if (existing["name"], existing["payload"]) != (name, payload_json):
+                    raise SignalConflict(task_id, signal_id)
+                return SignalDelivery(signal_id, created=False)
+            if task is None:
+                raise TaskNotFound(task_id)
+            counted = conn.execute(_Q["count_pending_signals"], params).fetchone()
+            assert counted is not None
+            refusal = rows.signal_refusal(task, tenant, counted["pending"])
+            detail = rows.signal_detail(signal_id, name, sender, reason, refusal)
+            now = _now(conn)
+            if refusal is None:
+                conn.execute(
+                    _Q["insert_signal"], params | {"payload": payload, "sender": sender, "reason": reason}
+                )
+                if conn.execute(_Q["wake_for_signal"], params | {"now": now}).rowcount:
+                    conn.execute(_Q["notify_work"])
+            kind = "signal_received" if refusal is None else "signal_refused"
+            _event(conn, now, task_id, kind, None, None, detail)
+        if refusal is not None:  # raised after the commit, so the refusal stays recorded
+            raise SignalRefused(task_id, signal_id, refusal)
+        return SignalDelivery(signal_id, created=True)
+
+    def cancel(self, task_id: str, *, actor: str, reason: str) -> TaskState:
+        rows.check_operator(actor, reason)
+        note = _free_text(f"cancelled by {actor}: {reason}")
+        detail = {"actor": actor, "reason": _free_text(reason)}
+        with self._pool.transaction() as conn:
+            params = {"task_id": task_id, "reason": note}
+            cancelled = conn.execute(_Q["cancel_unleased"], params).fetchone()
+            if cancelled is not None:
+                _event(conn, cancelled["at"], task_id, "cancelled", None, None, detail)
+                return TaskState.CANCELLED
+            requested = conn.execute(_Q["request_cancel"], params).fetchone()
+            if requested is not None:
+                _event(conn, requested["at"], task_id, "cancel_requested", None, None, detail)
+                return TaskState.LEASED
+            raise rows.not_cancellable(_record(conn.execute(_Q["select_task"], params).fetchone(), task_id))
+
     def requeue(self, task_id: str, *, actor: str, reason: str) -> None:
         rows.check_operator(actor, reason)
         with self._pool.transaction() as conn:
@@ -303,7 +371,12 @@ class PostgresWorkflowStore(WorkflowStore):
         if row is None:
             raise LeaseLostError(lease.task_id, lease.fencing_token, "heartbeat")
         return Lease(
-            lease.task_id, lease.tenant, lease.worker_id, lease.fencing_token, _utc(row["lease_expires"])
+            lease.task_id,
+            lease.tenant,
+            lease.worker_id,
+            lease.fencing_token,
+            _utc(row["lease_expires"]),
+            row["cancel_requested"],
         )
 
     def commit_checkpoint(self, lease: Lease, revision: int, checkpoint_json: str) -> int:
@@ -350,6 +423,7 @@ class PostgresWorkflowStore(WorkflowStore):
         *,
         wake_at: datetime | None,
         reason: str,
+        signal: str | None = None,
     ) -> None:
         reason = _free_text(reason)
         self._fenced_transition(
@@ -360,11 +434,50 @@ class PostgresWorkflowStore(WorkflowStore):
                 "checkpoint": _jsonb("checkpoint", checkpoint_json),
                 "wake_at": wake_at,
                 "reason": reason,
+                "signal": signal,
             },
             "suspended",
             {"reason": reason},
             notify=wake_at is not None,  # idle workers recompute the earliest due time
         )
+
+    def pending_signals(self, task_id: str, name: str) -> list[Signal]:
+        return [
+            Signal(r["signal_id"], r["name"], r["payload"], r["sender"], r["reason"], _utc(r["sent_at"]))
+            for r in self._all("pending_signals", {"task_id": task_id, "name": name})
+        ]
+
+    def consume_signal(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str,
+        signal_id: str,
+        *,
+        accepted: bool,
+        note: str,
+    ) -> int:
+        with self._pool.transaction() as conn:
+            params = {"task_id": lease.task_id, "token": lease.fencing_token, "revision": revision}
+            checkpoint = _jsonb("checkpoint", checkpoint_json)
+            row = conn.execute(_Q["commit_checkpoint"], params | {"checkpoint": checkpoint}).fetchone()
+            if row is None:
+                raise LeaseLostError(lease.task_id, lease.fencing_token, "signal consumption")
+            now = _now(conn)
+            consumed = conn.execute(
+                _Q["consume_signal"], {"task_id": lease.task_id, "signal_id": signal_id, "now": now}
+            ).fetchone()
+            if consumed is None:
+                raise InvalidState(f"signal {signal_id!r} of task {lease.task_id!r} is not pending")
+            kind = "signal_consumed" if accepted else "signal_refused"
+            detail = {"signal_id": signal_id, "sender": consumed["sender"], "note": _free_text(note)}
+            _event(conn, now, lease.task_id, kind, lease.worker_id, lease.fencing_token, detail)
+            new_revision: int = row["revision"]
+            return new_revision
+
+    def acknowledge_cancel(self, lease: Lease, revision: int, checkpoint_json: str) -> None:
+        params = {"revision": revision, "checkpoint": _jsonb("checkpoint", checkpoint_json)}
+        self._fenced_transition("acknowledge_cancel", lease, params, "cancelled", {}, notify=False)
 
     def retry(
         self, lease: Lease, revision: int, checkpoint_json: str, *, delay: timedelta, reason: str
@@ -476,6 +589,13 @@ def _record(row: DictRow | None, task_id: str) -> TaskRecord:
     return rows.task_record(
         row | {"checkpoint": _canonical(row["checkpoint"]), "result": _canonical(row["result"])}, _utc
     )
+
+
+def _now(conn: Connection) -> datetime:
+    row = conn.execute(_Q["now"]).fetchone()
+    assert row is not None
+    now: datetime = row["now"]
+    return now
 
 
 def _event(

@@ -75,6 +75,44 @@ def check_enqueue_identity(
         raise EnqueueConflict(task.task_id, differences)
 
 
+MAX_PENDING_SIGNALS = 100
+
+
+def check_signal(name: str, signal_id: str, sender: str, tenant: str, reason: str | None) -> None:
+    check_name("signal name", name)
+    check_name("signal id", signal_id)
+    check_name("sender", sender)
+    check_name("tenant", tenant)
+    if reason is not None:
+        check_name("reason", reason)
+
+
+def signal_refusal(task: Row, tenant: str, pending: int) -> str | None:
+    """Why a task may not take a new signal, or None. Checked before a delivery is kept."""
+    if task["tenant"] != tenant:
+        return f"sender's tenant {tenant!r} is not the task's tenant {task['tenant']!r}"
+    if task["state"] in ("terminal", "cancelled"):
+        return f"the task is {task['state']}"
+    if pending >= MAX_PENDING_SIGNALS:
+        return f"the task already has {pending} pending signals (limit {MAX_PENDING_SIGNALS})"
+    return None
+
+
+def signal_detail(
+    signal_id: str, name: str, sender: str, reason: str | None, refused: str | None = None
+) -> dict[str, Any]:
+    detail: dict[str, Any] = {"signal_id": signal_id, "name": name, "sender": sender, "reason": reason}
+    if refused is not None:
+        detail["refused"] = refused
+    return detail
+
+
+def not_cancellable(record: TaskRecord) -> InvalidState:
+    return InvalidState(
+        f"task {record.task_id!r} is {record.state.value}; only an unfinished task can be cancelled"
+    )
+
+
 def check_list_limit(limit: object) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
         raise InvalidArgument(f"list limit must be an integer in 1..10000, got {limit!r}")

@@ -22,8 +22,11 @@ from typing import Any
 
 from ..errors import (
     InvalidArgument,
+    InvalidState,
     LeaseLostError,
     SchemaTooNew,
+    SignalConflict,
+    SignalRefused,
     StoreUnavailable,
     TaskNotFound,
 )
@@ -34,6 +37,8 @@ from .base import (
     EnqueueResult,
     Lease,
     QueueStats,
+    Signal,
+    SignalDelivery,
     TaskEvent,
     TaskRecord,
     VersionReference,
@@ -259,6 +264,67 @@ class SqliteWorkflowStore(WorkflowStore):
             detail = rows.resolved_detail(effect_key, applied, actor, reason)
             _event(conn, now, task_id, "effect_resolved", None, None, detail)
 
+    def send_signal(
+        self,
+        task_id: str,
+        name: str,
+        payload_json: str,
+        *,
+        signal_id: str,
+        sender: str,
+        tenant: str = "default",
+        reason: str | None = None,
+    ) -> SignalDelivery:
+        rows.check_signal(name, signal_id, sender, tenant, reason)
+        refusal = None
+        with self._write() as (conn, now):
+            params = {"task_id": task_id, "signal_id": signal_id, "name": name, "now": now}
+            existing = conn.execute(_Q["select_signal"], params).fetchone()
+            if existing is not None:
+                if (existing["name"], existing["payload"]) != (name, payload_json):
+                    raise SignalConflict(task_id, signal_id)
+                return SignalDelivery(signal_id, created=False)
+            task = conn.execute(_Q["lock_task_for_signal"], params).fetchone()
+            if task is None:
+                raise TaskNotFound(task_id)
+            pending = conn.execute(_Q["count_pending_signals"], params).fetchone()["pending"]
+            refusal = rows.signal_refusal(task, tenant, pending)
+            detail = rows.signal_detail(signal_id, name, sender, reason, refusal)
+            if refusal is None:
+                conn.execute(
+                    _Q["insert_signal"],
+                    params | {"payload": payload_json, "sender": sender, "reason": reason},
+                )
+                conn.execute(_Q["wake_for_signal"], params)
+            _event(
+                conn,
+                now,
+                task_id,
+                "signal_received" if refusal is None else "signal_refused",
+                None,
+                None,
+                detail,
+            )
+        if refusal is not None:  # raised after the commit, so the refusal stays recorded
+            raise SignalRefused(task_id, signal_id, refusal)
+        return SignalDelivery(signal_id, created=True)
+
+    def cancel(self, task_id: str, *, actor: str, reason: str) -> TaskState:
+        rows.check_operator(actor, reason)
+        note = f"cancelled by {actor}: {reason}"
+        with self._write() as (conn, now):
+            params = {"task_id": task_id, "reason": note, "now": now}
+            detail = {"actor": actor, "reason": reason}
+            if conn.execute(_Q["cancel_unleased"], params).fetchone() is not None:
+                _event(conn, now, task_id, "cancelled", None, None, detail)
+                return TaskState.CANCELLED
+            if conn.execute(_Q["request_cancel"], params).fetchone() is not None:
+                _event(conn, now, task_id, "cancel_requested", None, None, detail)
+                return TaskState.LEASED
+            raise rows.not_cancellable(
+                self._record(conn.execute(_Q["select_task"], params).fetchone(), task_id)
+            )
+
     def requeue(self, task_id: str, *, actor: str, reason: str) -> None:
         rows.check_operator(actor, reason)
         with self._write() as (conn, now):
@@ -342,7 +408,12 @@ class SqliteWorkflowStore(WorkflowStore):
         if not found:
             raise LeaseLostError(lease.task_id, lease.fencing_token, "heartbeat")
         return Lease(
-            lease.task_id, lease.tenant, lease.worker_id, lease.fencing_token, _at(found[0]["lease_expires"])
+            lease.task_id,
+            lease.tenant,
+            lease.worker_id,
+            lease.fencing_token,
+            _at(found[0]["lease_expires"]),
+            found[0]["cancel_requested"],
         )
 
     def commit_checkpoint(self, lease: Lease, revision: int, checkpoint_json: str) -> int:
@@ -382,15 +453,64 @@ class SqliteWorkflowStore(WorkflowStore):
         *,
         wake_at: datetime | None,
         reason: str,
+        signal: str | None = None,
     ) -> None:
         wake_us = None if wake_at is None else _us(wake_at)
         self._fenced_transition(
             "suspend",
             lease,
-            {"revision": revision, "checkpoint": checkpoint_json, "wake_at": wake_us, "reason": reason},
+            {
+                "revision": revision,
+                "checkpoint": checkpoint_json,
+                "wake_at": wake_us,
+                "reason": reason,
+                "signal": signal,
+            },
             "suspended",
             {"reason": reason},
         )
+
+    def pending_signals(self, task_id: str, name: str) -> list[Signal]:
+        return [
+            Signal(r["signal_id"], r["name"], r["payload"], r["sender"], r["reason"], _at(r["sent_at"]))
+            for r in self._run("pending_signals", {"task_id": task_id, "name": name})
+        ]
+
+    def consume_signal(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str,
+        signal_id: str,
+        *,
+        accepted: bool,
+        note: str,
+    ) -> int:
+        with self._write() as (conn, now):
+            params = {"task_id": lease.task_id, "token": lease.fencing_token, "revision": revision}
+            row = conn.execute(_Q["commit_checkpoint"], params | {"checkpoint": checkpoint_json}).fetchone()
+            if row is None:
+                raise LeaseLostError(lease.task_id, lease.fencing_token, "signal consumption")
+            consumed = conn.execute(
+                _Q["consume_signal"], {"task_id": lease.task_id, "signal_id": signal_id, "now": now}
+            ).fetchone()
+            if consumed is None:
+                raise InvalidState(f"signal {signal_id!r} of task {lease.task_id!r} is not pending")
+            kind = "signal_consumed" if accepted else "signal_refused"
+            detail = {"signal_id": signal_id, "sender": consumed["sender"], "note": note}
+            _event(conn, now, lease.task_id, kind, lease.worker_id, lease.fencing_token, detail)
+            new_revision: int = row["revision"]
+            return new_revision
+
+    def acknowledge_cancel(self, lease: Lease, revision: int, checkpoint_json: str) -> None:
+        row = self._fenced_transition(
+            "acknowledge_cancel",
+            lease,
+            {"revision": revision, "checkpoint": checkpoint_json},
+            "cancelled",
+            {},
+        )
+        assert row is not None
 
     def retry(
         self, lease: Lease, revision: int, checkpoint_json: str, *, delay: timedelta, reason: str

@@ -25,7 +25,7 @@ from runifold_sync.codec import to_json
 from runifold_sync.store.queries import load_migrations
 from runifold_sync.stores import sqlite_path
 
-from .conftest import Backend
+from .conftest import Backend, with_database
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 W1 = WorkerId.parse("worker-1")
@@ -57,9 +57,11 @@ SCHEMA_SQL = {
 # --- migrations ---------------------------------------------------------------------
 
 
-def test_a_fresh_database_is_migrated_to_the_latest_version_once(backend: Backend) -> None:
+def test_a_fresh_database_is_migrated_through_every_version_once(backend: Backend) -> None:
     store = backend.open()
-    assert raw_query(backend, "SELECT version FROM runifold_schema ORDER BY version") == [(LATEST,)]
+    every = [(version,) for version, _script in load_migrations(backend.name)]
+    assert raw_query(backend, "SELECT version FROM runifold_schema ORDER BY version") == every
+    assert every[-1] == (LATEST,)
     assert store.migrate() == LATEST
 
 
@@ -86,7 +88,8 @@ def test_stores_opened_at_once_on_a_fresh_database_migrate_it_exactly_once(backe
     with ThreadPoolExecutor(6) as pool:
         stores = list(pool.map(lambda _: open_after_barrier(), range(6)))
     assert [s.migrate() for s in stores] == [LATEST] * 6
-    assert raw_query(backend, "SELECT version FROM runifold_schema") == [(LATEST,)]
+    every = [(version,) for version, _script in load_migrations(backend.name)]
+    assert raw_query(backend, "SELECT version FROM runifold_schema ORDER BY version") == every
 
 
 def test_a_database_migrated_by_a_newer_version_is_refused(backend: Backend) -> None:
@@ -208,3 +211,63 @@ def test_a_store_used_in_a_forked_child_refuses_with_a_fork_message(store: Workf
     assert os.waitstatus_to_exitcode(status) == 0, message
     assert "fork" in message and str(pid) in message
     assert store.get_task("t1").task_id == "t1"  # the parent's store still works
+
+
+def _fresh_schema(backend: Backend, request: pytest.FixtureRequest) -> list[tuple[Any, ...]]:
+    """The schema of a second, freshly created database of the same backend."""
+    if backend.name == "sqlite":
+        other = Backend("sqlite", backend.url.replace("workflows.db", "fresh.db"))
+    else:
+        admin = request.getfixturevalue("postgres_admin_url")
+        dbname = f"runifold_test_fresh_{os.getpid()}_{int(time.time() * 1000)}"
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{dbname}"'.encode())
+        request.addfinalizer(lambda: _drop(admin, dbname))
+        other = Backend("postgres", with_database(admin, dbname))
+    try:
+        other.open()
+        return raw_query(other, SCHEMA_SQL[backend.name])
+    finally:
+        other.close_all()
+
+
+def _drop(admin: str, dbname: str) -> None:
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)'.encode())
+
+
+def test_a_database_at_version_1_with_tasks_migrates_to_the_fresh_schema_keeping_them(
+    backend: Backend, request: pytest.FixtureRequest
+) -> None:
+    (_version, first), *_later = load_migrations(backend.name)
+    insert = (
+        "INSERT INTO runifold_tasks (task_id, definition_name, definition_version, tenant, input, "
+        "priority, state, ready_at, created_at, updated_at) VALUES "
+        "('old', 'orders', 1, 'default', '{\"order_id\":\"old\"}', 0, 'queued', 0, 0, 0)"
+    )
+    if backend.name == "sqlite":
+        with sqlite3.connect(sqlite_path(backend.url)) as conn:
+            conn.executescript(first)
+            conn.execute(
+                "CREATE TABLE runifold_schema (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+            )
+            conn.execute("INSERT INTO runifold_schema VALUES (1, datetime('now'))")
+            conn.execute(insert)
+    else:
+        with psycopg.connect(backend.url) as pg:
+            pg.execute(first.encode())
+            pg.execute(
+                b"CREATE TABLE runifold_schema (version INTEGER PRIMARY KEY, "
+                b"applied_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())"
+            )
+            pg.execute(b"INSERT INTO runifold_schema (version) VALUES (1)")
+            pg.execute(
+                b"INSERT INTO runifold_tasks (task_id, definition_name, definition_version, tenant, input, "
+                b"input_text, priority, state, ready_at, created_at, updated_at) VALUES ('old', 'orders', 1, "
+                b"'default', '{\"order_id\": \"old\"}', '{\"order_id\":\"old\"}', 0, 'queued', "
+                b"'1970-01-01Z', '1970-01-01Z', '1970-01-01Z')"
+            )
+    store = backend.open()
+    assert raw_query(backend, SCHEMA_SQL[backend.name]) == _fresh_schema(backend, request)
+    assert store.get_task("old").input == {"order_id": "old"}
+    assert store.claim(WorkerId.parse("w"), LeaseDuration(timedelta(seconds=30)))[0].lease.task_id == "old"

@@ -46,7 +46,8 @@ UPDATE runifold_tasks AS t
 SET state = 'leased', worker_id = %(worker_id)s, fencing_token = t.fencing_token + 1,
     lease_expires = clock.now + make_interval(secs => %(lease_s)s),
     ready_at = clock.now + make_interval(secs => %(lease_s)s),
-    claims_since_progress = t.claims_since_progress + 1, reason = NULL, updated_at = clock.now
+    claims_since_progress = t.claims_since_progress + 1, reason = NULL, waiting_for_signal = NULL,
+    updated_at = clock.now
 FROM candidates AS c, clock
 WHERE t.task_id = c.task_id
 RETURNING t.task_id, t.tenant, t.definition_name, t.definition_version,
@@ -67,7 +68,7 @@ SET lease_expires = clock.now + make_interval(secs => %(lease_s)s),
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
     AND t.lease_expires > clock.now
-RETURNING t.lease_expires;
+RETURNING t.lease_expires, t.cancel_requested;
 
 -- name: commit_checkpoint
 WITH clock AS (SELECT {now} AS now)
@@ -83,8 +84,13 @@ RETURNING t.revision;
 WITH clock AS (SELECT {now} AS now)
 UPDATE runifold_tasks AS t
 SET state = 'waiting', checkpoint = %(checkpoint)s::jsonb, revision = t.revision + 1,
-    claims_since_progress = 0, ready_at = %(wake_at)s::timestamptz, lease_expires = NULL,
-    reason = %(reason)s, updated_at = clock.now
+    claims_since_progress = 0, lease_expires = NULL, reason = %(reason)s, updated_at = clock.now,
+    waiting_for_signal = %(signal)s::text,
+    -- A signal that arrived while the worker was deciding to wait wakes the task now.
+    ready_at = CASE WHEN EXISTS (
+        SELECT 1 FROM runifold_signals s
+        WHERE s.task_id = t.task_id AND s.name = %(signal)s::text AND s.consumed_at IS NULL
+    ) THEN clock.now ELSE %(wake_at)s::timestamptz END
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
     AND t.lease_expires > clock.now AND t.revision = %(revision)s
@@ -219,3 +225,64 @@ SELECT tenant, state, outcome, COUNT(*) AS count,
 FROM runifold_tasks
 GROUP BY tenant, state, outcome
 ORDER BY tenant, state, outcome;
+
+-- name: insert_signal
+WITH clock AS (SELECT {now} AS now)
+INSERT INTO runifold_signals (task_id, signal_id, name, payload, payload_text, sender, reason, sent_at)
+SELECT %(task_id)s, %(signal_id)s, %(name)s, %(payload)s::text::jsonb, %(payload)s::text, %(sender)s,
+    %(reason)s, clock.now
+FROM clock
+ON CONFLICT (task_id, signal_id) DO NOTHING
+RETURNING sent_at AS at;
+
+-- name: select_signal
+SELECT name, payload_text AS payload FROM runifold_signals
+WHERE task_id = %(task_id)s AND signal_id = %(signal_id)s;
+
+-- name: count_pending_signals
+SELECT COUNT(*) AS pending FROM runifold_signals
+WHERE task_id = %(task_id)s AND consumed_at IS NULL;
+
+-- name: wake_for_signal
+UPDATE runifold_tasks SET ready_at = %(now)s, updated_at = %(now)s
+WHERE task_id = %(task_id)s AND state = 'waiting' AND waiting_for_signal = %(name)s;
+
+-- name: pending_signals
+SELECT signal_id, name, payload_text AS payload, sender, reason, sent_at FROM runifold_signals
+WHERE task_id = %(task_id)s AND name = %(name)s AND consumed_at IS NULL
+ORDER BY sent_at, signal_id;
+
+-- name: consume_signal
+UPDATE runifold_signals SET consumed_at = %(now)s
+WHERE task_id = %(task_id)s AND signal_id = %(signal_id)s AND consumed_at IS NULL
+RETURNING sender;
+
+-- name: cancel_unleased
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET state = 'cancelled', ready_at = NULL, waiting_for_signal = NULL, reason = %(reason)s,
+    updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.state IN ('queued', 'waiting')
+RETURNING clock.now AS at;
+
+-- name: request_cancel
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t SET cancel_requested = %(reason)s, updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.state = 'leased'
+RETURNING clock.now AS at;
+
+-- name: acknowledge_cancel
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET state = 'cancelled', checkpoint = %(checkpoint)s::jsonb, revision = t.revision + 1,
+    ready_at = NULL, lease_expires = NULL, reason = t.cancel_requested, updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
+    AND t.lease_expires > clock.now AND t.revision = %(revision)s
+RETURNING clock.now AS at, t.reason;
+
+-- name: lock_task_for_signal
+-- Serializes deliveries to one task, so the pending-signal cap counts exactly.
+SELECT tenant, state FROM runifold_tasks WHERE task_id = %(task_id)s FOR UPDATE;

@@ -28,7 +28,8 @@ LIMIT :limit;
 UPDATE runifold_tasks
 SET state = 'leased', worker_id = :worker_id, fencing_token = fencing_token + 1,
     lease_expires = :now + :lease_us, ready_at = :now + :lease_us,
-    claims_since_progress = claims_since_progress + 1, reason = NULL, updated_at = :now
+    claims_since_progress = claims_since_progress + 1, reason = NULL, waiting_for_signal = NULL,
+    updated_at = :now
 WHERE task_id = :task_id
 RETURNING task_id, tenant, definition_name, definition_version, input, revision,
     checkpoint, fencing_token, lease_expires, claims_since_progress;
@@ -42,7 +43,7 @@ UPDATE runifold_tasks
 SET lease_expires = {now} + :lease_us, ready_at = {now} + :lease_us
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
     AND lease_expires > {now}
-RETURNING lease_expires;
+RETURNING lease_expires, cancel_requested;
 
 -- name: commit_checkpoint
 UPDATE runifold_tasks
@@ -55,8 +56,13 @@ RETURNING revision;
 -- name: suspend
 UPDATE runifold_tasks
 SET state = 'waiting', checkpoint = :checkpoint, revision = revision + 1,
-    claims_since_progress = 0, ready_at = :wake_at, lease_expires = NULL,
-    reason = :reason, updated_at = :now
+    claims_since_progress = 0, lease_expires = NULL, reason = :reason, updated_at = :now,
+    waiting_for_signal = :signal,
+    -- A signal that arrived while the worker was deciding to wait wakes the task now.
+    ready_at = CASE WHEN EXISTS (
+        SELECT 1 FROM runifold_signals s
+        WHERE s.task_id = :task_id AND s.name = :signal AND s.consumed_at IS NULL
+    ) THEN :now ELSE :wake_at END
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
     AND lease_expires > :now AND revision = :revision
 RETURNING task_id;
@@ -158,3 +164,52 @@ SELECT tenant, state, outcome, COUNT(*) AS count,
 FROM runifold_tasks
 GROUP BY tenant, state, outcome
 ORDER BY tenant, state, outcome;
+
+-- name: insert_signal
+INSERT INTO runifold_signals (task_id, signal_id, name, payload, sender, reason, sent_at)
+VALUES (:task_id, :signal_id, :name, :payload, :sender, :reason, :now)
+ON CONFLICT (task_id, signal_id) DO NOTHING;
+
+-- name: select_signal
+SELECT name, payload FROM runifold_signals WHERE task_id = :task_id AND signal_id = :signal_id;
+
+-- name: count_pending_signals
+SELECT COUNT(*) AS pending FROM runifold_signals WHERE task_id = :task_id AND consumed_at IS NULL;
+
+-- name: wake_for_signal
+UPDATE runifold_tasks SET ready_at = :now, updated_at = :now
+WHERE task_id = :task_id AND state = 'waiting' AND waiting_for_signal = :name;
+
+-- name: pending_signals
+SELECT signal_id, name, payload, sender, reason, sent_at FROM runifold_signals
+WHERE task_id = :task_id AND name = :name AND consumed_at IS NULL
+ORDER BY sent_at, signal_id;
+
+-- name: consume_signal
+UPDATE runifold_signals SET consumed_at = :now
+WHERE task_id = :task_id AND signal_id = :signal_id AND consumed_at IS NULL
+RETURNING sender;
+
+-- name: cancel_unleased
+UPDATE runifold_tasks
+SET state = 'cancelled', ready_at = NULL, waiting_for_signal = NULL, reason = :reason,
+    updated_at = :now
+WHERE task_id = :task_id AND state IN ('queued', 'waiting')
+RETURNING state;
+
+-- name: request_cancel
+UPDATE runifold_tasks SET cancel_requested = :reason, updated_at = :now
+WHERE task_id = :task_id AND state = 'leased'
+RETURNING state;
+
+-- name: acknowledge_cancel
+UPDATE runifold_tasks
+SET state = 'cancelled', checkpoint = :checkpoint, revision = revision + 1, ready_at = NULL,
+    lease_expires = NULL, reason = cancel_requested, updated_at = :now
+WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
+    AND lease_expires > :now AND revision = :revision
+RETURNING reason;
+
+-- name: lock_task_for_signal
+-- BEGIN IMMEDIATE already serializes writers: a plain read is enough here.
+SELECT tenant, state FROM runifold_tasks WHERE task_id = :task_id;
