@@ -22,6 +22,8 @@ from .errors import (
     OutputNotSerializable,
     RunifoldError,
     SchemaTooNew,
+    SignalConflict,
+    SignalRefused,
     StoreUnavailable,
     TaskNotFound,
 )
@@ -38,6 +40,7 @@ from .models import (
     WorkflowTask,
 )
 from .outcomes import (
+    Cancelled,
     Completed,
     DefinitionUnavailable,
     Failed,
@@ -50,13 +53,17 @@ from .outcomes import (
 )
 from .store.base import Lease, TaskEvent, TaskRecord, WorkflowStore
 from .stores import open_store
+from .waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut
 from .worker import WorkflowWorker
 from .workflow import Workflow
 
 __all__ = [
     "AmbiguousEffect",
+    "ApprovalDecision",
+    "ApprovalTimedOut",
     "Budget",
     "BudgetUsage",
+    "Cancelled",
     "CapabilitySet",
     "CheckpointError",
     "CheckpointTooLarge",
@@ -85,6 +92,9 @@ __all__ = [
     "SchemaTooNew",
     "StepContext",
     "StoreUnavailable",
+    "SignalConflict",
+    "SignalRefused",
+    "SignalTimedOut",
     "Suspended",
     "TaskEvent",
     "TaskNotFound",

@@ -378,6 +378,55 @@ def stats(database: str | None, as_json: bool) -> None:
 
 @main.command()
 @click.argument("task_id")
+@click.argument("name")
+@click.option("--payload", "payload_json", default="null", show_default=True, help="Signal payload as JSON.")
+@click.option("--signal-id", required=True, help="Deduplication id: resending it delivers nothing new.")
+@click.option("--sender", required=True, help="Who sends it (checked by the workflow, kept in the history).")
+@click.option("--tenant", default="default", show_default=True, help="The sender's tenant.")
+@click.option("--reason", default=None, help="Why (kept in the history).")
+@database_option
+def signal(
+    task_id: str,
+    name: str,
+    payload_json: str,
+    signal_id: str,
+    sender: str,
+    tenant: str,
+    reason: str | None,
+    database: str | None,
+) -> None:
+    """Send signal NAME to a task (an approval is {"approved": true, "reason": "..."})."""
+    from .codec import to_json
+
+    try:
+        payload = to_json(json.loads(payload_json))
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--payload") from exc
+    with _store(database) as store:
+        delivery = store.send_signal(
+            task_id, name, payload, signal_id=signal_id, sender=sender, tenant=tenant, reason=reason
+        )
+    click.echo(f"{task_id}: signal {signal_id} {'delivered' if delivery.created else 'already delivered'}")
+
+
+@main.command()
+@click.argument("task_id")
+@click.option("--actor", required=True, help="Who cancels it (kept in the history).")
+@click.option("--reason", required=True, help="Why (kept in the history).")
+@database_option
+def cancel(task_id: str, actor: str, reason: str, database: str | None) -> None:
+    """Cancel a task: at once if queued or waiting, at its next step boundary if running.
+    Completed external writes are not undone."""
+    with _store(database) as store:
+        state = store.cancel(task_id, actor=actor, reason=reason)
+    if state is TaskState.CANCELLED:
+        click.echo(f"{task_id}: cancelled")
+    else:
+        click.echo(f"{task_id}: running; its worker stops at the next step boundary")
+
+
+@main.command()
+@click.argument("task_id")
 @click.option("--actor", required=True, help="Who requeues it (kept in the history).")
 @click.option("--reason", required=True, help="Why (kept in the history).")
 @database_option

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,9 @@ from .errors import (
     NonDeterminism,
     OutputNotSerializable,
 )
-from .store.base import ClaimedTask, Lease, WorkflowStore
+from .heartbeat import LeaseFlags
+from .store.base import ClaimedTask, Lease, Signal, WorkflowStore
+from .waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut, approval_payload_problem
 
 if TYPE_CHECKING:
     from .definition import WorkflowDefinition
@@ -40,9 +43,14 @@ class _Interrupt(BaseException):
 
 
 class SuspendRequested(_Interrupt):
-    def __init__(self, wake_at: datetime, reason: str) -> None:
+    def __init__(self, wake_at: datetime | None, reason: str, signal: str | None = None) -> None:
         self.wake_at = wake_at
         self.reason = reason
+        self.signal = signal
+
+
+class CancelRequested(_Interrupt):
+    """``store.cancel()`` reached this task; it stops at this step boundary."""
 
 
 class RetryRequested(_Interrupt):
@@ -96,7 +104,7 @@ class WorkflowContext:
         definition: WorkflowDefinition,
         checkpoint: Checkpoint,
         store: WorkflowStore,
-        lease_lost: Any,
+        flags: LeaseFlags,
         max_steps_per_claim: int | None,
         max_checkpoint_bytes: int,
     ) -> None:
@@ -107,7 +115,7 @@ class WorkflowContext:
         self.checkpoint = checkpoint
         self.revision = claimed.revision
         self._store = store
-        self._lease_lost = lease_lost  # threading.Event set by the heartbeat thread
+        self._flags = flags  # set by the heartbeat thread
         self._max_steps_per_claim = max_steps_per_claim
         self._max_checkpoint_bytes = max_checkpoint_bytes
         self._cursor = 0
@@ -129,12 +137,16 @@ class WorkflowContext:
         return self.checkpoint.encode(self.task_id, self._max_checkpoint_bytes)
 
     def commit(self) -> None:
+        self._write(lambda text: self._store.commit_checkpoint(self.lease, self.revision, text))
+
+    def _write(self, write: Callable[[str], int]) -> None:
+        """Encode the checkpoint and make one fenced write of it; keeps the new revision."""
         try:
             text = self.encode()
         except CheckpointError as exc:
             raise FailRequested(str(exc)) from exc
         try:
-            self.revision = self._store.commit_checkpoint(self.lease, self.revision, text)
+            self.revision = write(text)
         except LeaseLostError as exc:
             raise LeaseGone(exc) from exc
 
@@ -152,12 +164,19 @@ class WorkflowContext:
         return call_id, None
 
     def _check_lease(self) -> None:
-        if self._lease_lost.is_set():
+        if self._flags.lost.is_set():
             raise LeaseGone(LeaseLostError(self.task_id, self.fence, "next step"))
 
-    def _boundary(self) -> None:
-        """Checks made before a step or effect body runs: lease, slice and budget."""
+    def _check_continue(self) -> None:
+        """Before anything new starts: the lease still held and no cancel requested. A
+        step that already ran is recorded first, so a cancel never hides what happened."""
         self._check_lease()
+        if self._flags.cancel.is_set():
+            raise CancelRequested()
+
+    def _boundary(self) -> None:
+        """Checks made before a step or effect body runs: lease, cancel, slice and budget."""
+        self._check_continue()
         if self._max_steps_per_claim is not None and self._executed >= self._max_steps_per_claim:
             raise YieldRequested()
         over = self._definition.budget.exceeded(self.checkpoint.usage.add(steps=1))
@@ -314,7 +333,7 @@ class WorkflowContext:
             return
         now = self._store.now()
         if entry is None:
-            self._check_lease()
+            self._check_continue()
             due = deadline(now)
             entry = JournalEntry(call_id, "timer", "pending", due=due.timestamp())
             self.checkpoint.journal.append(entry)
@@ -325,3 +344,100 @@ class WorkflowContext:
             self._cursor += 1
             return
         raise SuspendRequested(due_at, f"waiting for timer {call_id} until {due_at.isoformat()}")
+
+    # --- signals and approvals -------------------------------------------------------
+
+    def wait_for_signal(self, name: str, *, timeout: timedelta | None = None, payload_type: Any = Any) -> Any:
+        """Wait durably for a signal named ``name`` (declared on the workflow). Returns its
+        payload, structured as ``payload_type``, or :class:`SignalTimedOut`. A signal sent
+        before the wait is kept for it; the definition's sender policy may refuse one."""
+        output = self._await_signal(name, timeout, self._policy_refusal)
+        if output.get("timed_out"):
+            return SignalTimedOut(name)
+        try:
+            return structure(output["payload"], payload_type)
+        except Exception as exc:
+            raise FailRequested(f"payload of signal {name!r} does not fit {payload_type!r}: {exc}") from exc
+
+    def request_approval(
+        self,
+        name: str,
+        *,
+        approvers: Iterable[str],
+        timeout: timedelta | None = None,
+        escalate_to: Iterable[str] = (),
+        escalation_timeout: timedelta | None = None,
+    ) -> ApprovalDecision | ApprovalTimedOut:
+        """Wait for a person in ``approvers`` to send signal ``name`` with payload
+        ``{"approved": bool, "reason": ...}``. Decisions from anyone else are refused and
+        kept in the history. On timeout, ``escalate_to`` (if any) is asked next."""
+        stages = [(frozenset(approvers), timeout, False)]
+        if escalate_to:
+            stages.append((frozenset(escalate_to), escalation_timeout, True))
+        for allowed, stage_timeout, escalated in stages:
+            if not allowed:
+                raise InvalidArgument(f"approval {name!r} needs at least one approver")
+
+            def refusal(signal: Signal, payload: Any, allowed: frozenset[str] = allowed) -> str | None:
+                if signal.sender not in allowed:
+                    return f"{signal.sender!r} is not an approver of {name!r}"
+                return approval_payload_problem(payload) or self._policy_refusal(signal, payload)
+
+            output = self._await_signal(name, stage_timeout, refusal)
+            if not output.get("timed_out"):
+                payload = output["payload"]
+                return ApprovalDecision(
+                    name, output["sender"], payload["approved"], payload.get("reason"), escalated
+                )
+        return ApprovalTimedOut(name, escalated=len(stages) > 1)
+
+    def _policy_refusal(self, signal: Signal, payload: Any) -> str | None:
+        policy = self._definition.sender_policy
+        if policy is None or policy(signal.sender, signal.name, payload):
+            return None
+        return f"sender {signal.sender!r} refused by the definition's sender policy"
+
+    def _await_signal(
+        self, name: str, timeout: timedelta | None, refusal: Callable[[Signal, Any], str | None]
+    ) -> dict[str, Any]:
+        """The journal output of a signal wait: the accepted signal, or a timeout."""
+        if name not in self._definition.workflow.signals:
+            raise FailRequested(f"signal {name!r} is not declared by {self._definition.workflow!r}")
+        if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
+            raise InvalidArgument(f"signal timeout must be a positive timedelta or None, got {timeout!r}")
+        call_id, entry = self._next(f"signal:{name}", "signal")
+        if entry is not None and entry.status == "done":
+            self._cursor += 1
+            output: dict[str, Any] = entry.output
+            return output
+        self._check_continue()
+        now = self._store.now()
+        if entry is None:
+            due = None if timeout is None else (now + timeout).timestamp()
+            entry = JournalEntry(call_id, "signal", "pending", due=due)
+            self.checkpoint.journal.append(entry)
+        for signal in self._store.pending_signals(self.task_id, name):
+            payload = from_json(signal.payload_json)
+            refused = refusal(signal, payload)
+            if refused is None:
+                entry.status = "done"
+                entry.output = {"signal_id": signal.signal_id, "sender": signal.sender, "payload": payload}
+                self._cursor += 1
+            self._consume(signal, accepted=refused is None, note=refused or f"accepted by {call_id}")
+            if refused is None:
+                return dict(entry.output)
+        due_at = None if entry.due is None else datetime.fromtimestamp(entry.due, UTC)
+        if due_at is not None and now >= due_at:
+            entry.status = "done"
+            entry.output = {"timed_out": True}
+            self._cursor += 1
+            return dict(entry.output)
+        until = "" if due_at is None else f" until {due_at.isoformat()}"
+        raise SuspendRequested(due_at, f"waiting for signal {name!r}{until}", signal=name)
+
+    def _consume(self, signal: Signal, *, accepted: bool, note: str) -> None:
+        self._write(
+            lambda text: self._store.consume_signal(
+                self.lease, self.revision, text, signal.signal_id, accepted=accepted, note=note
+            )
+        )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import attrs
 
@@ -19,6 +20,8 @@ class WorkflowDefinition:
     workflow: Workflow
     budget: Budget = attrs.field(factory=Budget)
     capabilities: CapabilitySet = attrs.field(factory=CapabilitySet)
+    # sender_policy(sender, signal name, payload) -> accept? Refusals are kept in history.
+    sender_policy: Callable[[str, str, Any], bool] | None = None
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.workflow, Workflow):

@@ -2,8 +2,8 @@
 
 Step bodies block the worker thread (a model call, a slow query), so lease extension runs
 beside them in a named daemon thread with its own store connection. When the lease cannot
-be extended the thread sets the lease's ``lost`` event; the workflow context checks it at
-every step boundary and stops without writing.
+be extended the thread sets the lease's ``lost`` flag, and when the store reports a cancel
+request it sets ``cancel``; the workflow context checks both at every step boundary.
 """
 
 from __future__ import annotations
@@ -13,11 +13,21 @@ import os
 import threading
 import time
 
+import attrs
+
 from .errors import LeaseLostError
 from .models import LeaseDuration
 from .store.base import Lease, WorkflowStore
 
 log = logging.getLogger("runifold_sync.heartbeat")
+
+
+@attrs.frozen
+class LeaseFlags:
+    """What the heartbeat thread tells the step thread about the lease it watches."""
+
+    lost: threading.Event = attrs.Factory(threading.Event)
+    cancel: threading.Event = attrs.Factory(threading.Event)  # store.cancel() was called
 
 
 class LeaseKeeper:
@@ -30,24 +40,23 @@ class LeaseKeeper:
         self._wake = threading.Event()
         self._stop = False
         self._lease: Lease | None = None
-        self._lost = threading.Event()
+        self._flags = LeaseFlags()
         self._deadline = 0.0  # monotonic time by which the lease surely expired
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
 
-    def watch(self, lease: Lease) -> threading.Event:
-        """Start extending ``lease``; returns the event set if it is lost."""
+    def watch(self, lease: Lease) -> LeaseFlags:
+        """Start extending ``lease``; returns the flags the heartbeat thread sets."""
         if self._pid != os.getpid():
             raise RuntimeError("a LeaseKeeper cannot be used across fork; build the worker after fork")
         with self._lock:
             self._lease = lease
-            self._lost = threading.Event()
+            self._flags = flags = LeaseFlags()
             self._deadline = time.monotonic() + self._duration.seconds
-            lost = self._lost
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
                 self._thread.start()
-        return lost
+        return flags
 
     def unwatch(self) -> None:
         with self._lock:
@@ -68,14 +77,14 @@ class LeaseKeeper:
             with self._lock:
                 if self._stop:
                     return
-                lease, lost = self._lease, self._lost
+                lease, flags = self._lease, self._flags
             if lease is None:
                 continue
             started = time.monotonic()
             try:
                 renewed = self._store.heartbeat(lease, self._duration)
             except LeaseLostError:
-                lost.set()
+                flags.lost.set()
                 with self._lock:
                     current = self._lease is lease
                 if current:  # otherwise the cycle already ended and released the lease
@@ -86,8 +95,10 @@ class LeaseKeeper:
                 with self._lock:
                     expired = time.monotonic() >= self._deadline
                 if expired:
-                    lost.set()
+                    flags.lost.set()
                 continue
+            if renewed.cancel_requested is not None:
+                flags.cancel.set()
             with self._lock:
                 if self._lease is lease:
                     self._lease = renewed

@@ -66,6 +66,16 @@ class Failed(RunOutcome):
 
 
 @attrs.frozen
+class Cancelled(RunOutcome):
+    """``store.cancel()`` stopped the task at a step boundary; completed external writes
+    were not undone."""
+
+    kind: ClassVar[str] = "cancelled"
+    task_id: str
+    reason: str
+
+
+@attrs.frozen
 class DefinitionUnavailable(RunOutcome):
     """This worker lacks the exact definition version; the task went back to the queue."""
 

@@ -16,7 +16,7 @@ from .app import load_registry
 from .definition import WorkflowRegistry
 from .errors import InvalidArgument
 from .models import LeaseDuration, WorkerId
-from .outcomes import Completed, Idle, Retried, RunOutcome, Suspended, Yielded
+from .outcomes import Cancelled, Completed, Idle, Retried, RunOutcome, Suspended, Yielded
 from .store.base import WorkflowStore
 from .stores import default_url, open_store
 from .supervisor import CancellationToken, SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
@@ -29,7 +29,7 @@ SETTING_NAMES = (
     "RUNIFOLD_LEASE_SECONDS",
     "RUNIFOLD_HEARTBEAT_SECONDS",
 )
-_OK_ONCE = (Idle, Completed, Suspended, Retried, Yielded)
+_OK_ONCE = (Idle, Completed, Suspended, Retried, Yielded, Cancelled)
 
 CycleHook = Callable[[], AbstractContextManager[object]]
 
@@ -87,7 +87,8 @@ class RunifoldSettings:
 
 
 def once_succeeded(outcome: RunOutcome) -> bool:
-    """The ``--once`` exit rule: 0 for idle, completed, suspended, retried or yielded."""
+    """The ``--once`` exit rule: 0 for idle, completed, suspended, retried, yielded or
+    cancelled (an operator's decision, not a fault)."""
     return isinstance(outcome, _OK_ONCE)
 
 

@@ -14,6 +14,7 @@ from datetime import timedelta
 from .checkpoint import DEFAULT_MAX_CHECKPOINT_BYTES, Checkpoint
 from .codec import NotJsonable, from_json, structure, to_json
 from .context import (
+    CancelRequested,
     FailRequested,
     LeaseGone,
     RetryRequested,
@@ -26,6 +27,7 @@ from .errors import CheckpointError, FingerprintMismatch, InvalidArgument, Lease
 from .heartbeat import LeaseKeeper
 from .models import LeaseDuration, WorkerId
 from .outcomes import (
+    Cancelled,
     Completed,
     DefinitionUnavailable,
     Failed,
@@ -144,14 +146,14 @@ class WorkflowWorker:
             checkpoint.step_failures.clear()
         checkpoint.phase = "running"
         checkpoint.usage = checkpoint.usage.add(claims=1)
-        lost = self._keeper.watch(lease)
+        flags = self._keeper.watch(lease)
         try:
             ctx = WorkflowContext(
                 claimed=claimed,
                 definition=definition,
                 checkpoint=checkpoint,
                 store=self.store,
-                lease_lost=lost,
+                flags=flags,
                 max_steps_per_claim=self._max_steps_per_claim,
                 max_checkpoint_bytes=self._max_checkpoint_bytes,
             )
@@ -213,8 +215,14 @@ class WorkflowWorker:
         except SuspendRequested as wait:
             ctx.checkpoint.phase = "waiting"
             text = self._encode_or_fail(ctx)
-            self.store.suspend(lease, ctx.revision, text, wake_at=wait.wake_at, reason=wait.reason)
+            self.store.suspend(
+                lease, ctx.revision, text, wake_at=wait.wake_at, reason=wait.reason, signal=wait.signal
+            )
             return Suspended(lease.task_id, wait.reason, wait.wake_at)
+        except CancelRequested:
+            ctx.checkpoint.phase = "cancelled"
+            self.store.acknowledge_cancel(lease, ctx.revision, self._encode_or_fail(ctx))
+            return Cancelled(lease.task_id, self.store.get_task(lease.task_id).reason or "cancelled")
         except RetryRequested as retry:
             text = self._encode_or_fail(ctx)
             delay = timedelta(seconds=retry.delay_s)

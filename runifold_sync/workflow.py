@@ -58,9 +58,13 @@ class Workflow:
     """A named, versioned workflow. Create one per version; old versions stay importable
     while tasks still reference them."""
 
-    def __init__(self, name: str, version: int) -> None:
+    def __init__(self, name: str, version: int, *, signals: Iterable[str] = ()) -> None:
         self.name = check_name("workflow name", name)
         self.version = check_version(version)
+        if isinstance(signals, str):
+            raise InvalidArgument(f"signals must be an iterable of names, got the string {signals!r}")
+        # Signal names are an application contract, like step ids: part of the identity.
+        self.signals = frozenset(check_name("signal name", n) for n in signals)
         self.steps: dict[str, StepSpec] = {}
         self.main_fn: Callable[..., Any] | None = None
 
@@ -122,6 +126,7 @@ class Workflow:
             "name": self.name,
             "version": self.version,
             "steps": sorted((s.schema() for s in self.steps.values()), key=lambda s: s["id"]),
+            "signals": sorted(self.signals),
         }
         digest = hashlib.sha256(json.dumps(schema, sort_keys=True).encode())
         return digest.hexdigest()[:16]
