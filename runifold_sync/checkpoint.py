@@ -44,6 +44,10 @@ class Checkpoint:
     journal: list[JournalEntry] = attrs.Factory(list)
     usage: BudgetUsage = attrs.Factory(BudgetUsage)
     step_failures: dict[str, int] = attrs.Factory(dict)
+    # Parallel branches keep their own journals, keyed "parallel#1/<branch>", and the
+    # share of usage each consumed against its reservation.
+    branch_journals: dict[str, list[JournalEntry]] = attrs.Factory(dict)
+    branch_usage: dict[str, BudgetUsage] = attrs.Factory(dict)
 
     def encode(self, task_id: str, limit_bytes: int) -> str:
         text = to_json(self)

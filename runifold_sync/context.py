@@ -10,9 +10,11 @@ code cannot swallow a suspension or a lost lease.
 
 from __future__ import annotations
 
+import copy
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +32,7 @@ from .errors import (
     OutputNotSerializable,
 )
 from .heartbeat import LeaseFlags
+from .models import Budget, BudgetUsage
 from .store.base import ClaimedTask, Lease, Signal, WorkflowStore
 from .waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut, approval_payload_problem
 
@@ -51,6 +54,10 @@ class SuspendRequested(_Interrupt):
 
 class CancelRequested(_Interrupt):
     """``store.cancel()`` reached this task; it stops at this step boundary."""
+
+
+class BranchStopped(_Interrupt):
+    """A parallel branch was told to stop (a sibling failed, or it lost a race)."""
 
 
 class RetryRequested(_Interrupt):
@@ -93,6 +100,23 @@ class StepContext:
         self.cost += cost
 
 
+@attrs.define
+class _Progress:
+    """The checkpoint and its revision, shared by the main function and its parallel
+    branches; the lock serializes their commits into one revision sequence."""
+
+    checkpoint: Checkpoint
+    revision: int
+    lock: threading.RLock = attrs.Factory(threading.RLock)
+
+
+@attrs.frozen
+class _Branch:
+    key: str  # "parallel#1/a": scopes the branch's call ids and its journal
+    reserve: Budget | None
+    stop: threading.Event  # set when the branch must stop at its next step boundary
+
+
 class WorkflowContext:
     """``ctx`` in a workflow's main function. Only the calls made through it are
     durable; everything else in the main function must be deterministic."""
@@ -112,15 +136,36 @@ class WorkflowContext:
         self.tenant = claimed.lease.tenant
         self._claimed = claimed
         self._definition = definition
-        self.checkpoint = checkpoint
-        self.revision = claimed.revision
+        self._progress = _Progress(checkpoint, claimed.revision)
         self._store = store
         self._flags = flags  # set by the heartbeat thread
         self._max_steps_per_claim = max_steps_per_claim
         self._max_checkpoint_bytes = max_checkpoint_bytes
+        self._journal = checkpoint.journal
+        self._branch: _Branch | None = None
         self._cursor = 0
         self._occurrences: Counter[str] = Counter()
         self._executed = 0
+
+    def branch(self, key: str, reserve: Budget | None, stop: threading.Event) -> WorkflowContext:
+        """A context for one parallel branch: same lease and checkpoint, its own journal
+        and call ids scoped by ``key``."""
+        child = copy.copy(self)
+        child._branch = _Branch(key, reserve, stop)
+        with self._progress.lock:
+            child._journal = self.checkpoint.branch_journals.setdefault(key, [])
+        child._cursor = 0
+        child._occurrences = Counter()
+        child._executed = 0
+        return child
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return self._progress.checkpoint
+
+    @property
+    def revision(self) -> int:
+        return self._progress.revision
 
     @property
     def lease(self) -> Lease:
@@ -141,20 +186,22 @@ class WorkflowContext:
 
     def _write(self, write: Callable[[str], int]) -> None:
         """Encode the checkpoint and make one fenced write of it; keeps the new revision."""
-        try:
-            text = self.encode()
-        except CheckpointError as exc:
-            raise FailRequested(str(exc)) from exc
-        try:
-            self.revision = write(text)
-        except LeaseLostError as exc:
-            raise LeaseGone(exc) from exc
+        with self._progress.lock:
+            try:
+                text = self.encode()
+            except CheckpointError as exc:
+                raise FailRequested(str(exc)) from exc
+            try:
+                self._progress.revision = write(text)
+            except LeaseLostError as exc:
+                raise LeaseGone(exc) from exc
 
     def _next(self, base: str, kind: str) -> tuple[str, JournalEntry | None]:
         """The call id for this call and its recorded entry, if any."""
         self._occurrences[base] += 1
-        call_id = f"{base}#{self._occurrences[base]}"
-        journal = self.checkpoint.journal
+        prefix = "" if self._branch is None else f"{self._branch.key}/"
+        call_id = f"{prefix}{base}#{self._occurrences[base]}"
+        journal = self._journal
         position = self._cursor
         if position < len(journal):
             entry = journal[position]
@@ -173,13 +220,20 @@ class WorkflowContext:
         self._check_lease()
         if self._flags.cancel.is_set():
             raise CancelRequested()
+        if self._branch is not None and self._branch.stop.is_set():
+            raise BranchStopped()
 
     def _boundary(self) -> None:
         """Checks made before a step or effect body runs: lease, cancel, slice and budget."""
         self._check_continue()
         if self._max_steps_per_claim is not None and self._executed >= self._max_steps_per_claim:
             raise YieldRequested()
-        over = self._definition.budget.exceeded(self.checkpoint.usage.add(steps=1))
+        with self._progress.lock:
+            over = self._definition.budget.exceeded(self.checkpoint.usage.add(steps=1))
+            if self._branch is not None and self._branch.reserve is not None and not over:
+                used = self.checkpoint.branch_usage.get(self._branch.key, BudgetUsage())
+                share = self._branch.reserve.exceeded(used.add(steps=1))
+                over = None if share is None else f"branch {self._branch.key!r} reserve: {share}"
         if over:
             raise FailRequested(over)
 
@@ -210,7 +264,8 @@ class WorkflowContext:
             return self._effect(spec, call_id, entry, args, kwargs)
         self._boundary()
         output = self._execute(spec, call_id, None, args, kwargs)
-        self.checkpoint.journal.append(JournalEntry(call_id, "step", "done", output))
+        with self._progress.lock:
+            self._journal.append(JournalEntry(call_id, "step", "done", output))
         self._cursor += 1
         self.commit()
         return self._structure(spec, output)
@@ -226,7 +281,8 @@ class WorkflowContext:
         if entry is None:
             self._boundary()
             entry = JournalEntry(call_id, "effect", "intent", key=f"{self.task_id}/{call_id}")
-            self.checkpoint.journal.append(entry)
+            with self._progress.lock:
+                self._journal.append(entry)
             self.commit()  # the intent is durable before the outside world is touched
         else:
             self._boundary()
@@ -268,9 +324,10 @@ class WorkflowContext:
         raise FailRequested(str(error), ambiguous_effect=entry.key)
 
     def _finish_effect(self, spec: StepSpec, entry: JournalEntry, output: Any, evidence: str) -> Any:
-        entry.status = "done"
-        entry.output = output
-        entry.evidence = evidence
+        with self._progress.lock:
+            entry.status = "done"
+            entry.output = output
+            entry.evidence = evidence
         self._cursor += 1
         self.commit()
         return self._structure(spec, output)
@@ -285,17 +342,18 @@ class WorkflowContext:
     ) -> Any:
         """Run a body for real, account for it, and turn its failure into a retry or a
         terminal failure according to its retry policy."""
-        failures = self.checkpoint.step_failures.get(call_id, 0)
+        with self._progress.lock:
+            failures = self.checkpoint.step_failures.get(call_id, 0)
         context = StepContext(self.task_id, call_id, failures + 1, self.fence, key)
         started = time.monotonic()
         try:
             value = spec.fn(context, *args, **kwargs)
         except Exception as exc:
             self._check_lease()  # a lost lease outranks the failure: record nothing
-            usage = self.checkpoint.usage.add(cost=context.cost, elapsed_s=time.monotonic() - started)
-            self.checkpoint.usage = usage
             failures += 1
-            self.checkpoint.step_failures[call_id] = failures
+            with self._progress.lock:
+                self._account(steps=0, cost=context.cost, started=started)
+                self.checkpoint.step_failures[call_id] = failures
             description = f"{spec.kind} {spec.step_id!r} raised {type(exc).__name__}: {exc}"
             if failures < spec.retry.max_attempts:
                 raise RetryRequested(
@@ -305,12 +363,69 @@ class WorkflowContext:
             raise FailRequested(f"{description}; gave up after {failures} attempts") from exc
         self._check_lease()
         output = self._encode_output(call_id, value)
-        self.checkpoint.usage = self.checkpoint.usage.add(
-            steps=1, cost=context.cost, elapsed_s=time.monotonic() - started
-        )
-        self.checkpoint.step_failures.pop(call_id, None)
+        with self._progress.lock:
+            self._account(steps=1, cost=context.cost, started=started)
+            self.checkpoint.step_failures.pop(call_id, None)
         self._executed += 1
         return output
+
+    def _account(self, *, steps: int, cost: float, started: float) -> None:
+        """Add a body's usage to the task, and to its branch's share (caller holds the lock)."""
+        elapsed_s = time.monotonic() - started
+        checkpoint = self.checkpoint
+        checkpoint.usage = checkpoint.usage.add(steps=steps, cost=cost, elapsed_s=elapsed_s)
+        if self._branch is not None:
+            used = checkpoint.branch_usage.get(self._branch.key, BudgetUsage())
+            checkpoint.branch_usage[self._branch.key] = used.add(steps=steps, cost=cost, elapsed_s=elapsed_s)
+
+    # --- parallel branches and races ------------------------------------------------
+
+    def parallel(
+        self,
+        branches: Mapping[str, Callable[[WorkflowContext], Any]],
+        *,
+        reserve: Mapping[str, Budget] | None = None,
+        max_threads: int = 4,
+    ) -> dict[str, Any]:
+        """Run ``branches`` (name -> function of a branch ctx) on up to ``max_threads``
+        threads and return each one's result. ``reserve`` gives branches a share of the
+        task's budget (steps, cost), refused up front if the remaining budget cannot
+        cover all shares. Waits (timers, signals) belong in the main function."""
+        from .branches import run_parallel
+
+        return run_parallel(self, branches, reserve, max_threads)
+
+    def race(
+        self,
+        branches: Mapping[str, Callable[[WorkflowContext], Any]],
+        *,
+        cancel_safe: Iterable[str] = (),
+        max_threads: int = 4,
+    ) -> tuple[str, Any]:
+        """First success wins: returns (branch name, result), recorded for replay. Losers
+        named in ``cancel_safe`` stop at their next step boundary; the others are left
+        to finish (an effect in flight is never abandoned) and recorded as superseded."""
+        from .branches import run_race
+
+        return run_race(self, branches, list(cancel_safe), max_threads)
+
+    def _begin(self, call_id: str, kind: str) -> JournalEntry:
+        entry = JournalEntry(call_id, kind, "pending", output={})
+        with self._progress.lock:
+            self._journal.append(entry)
+        return entry
+
+    def _record(self, entry: JournalEntry, output: Any) -> None:
+        with self._progress.lock:
+            entry.output = output
+        self.commit()
+
+    def _finish(self, entry: JournalEntry, output: Any) -> None:
+        with self._progress.lock:
+            entry.status = "done"
+            entry.output = output
+        self._cursor += 1
+        self.commit()
 
     # --- timers ------------------------------------------------------------------
 
@@ -327,6 +442,7 @@ class WorkflowContext:
         self._timer(lambda _now: deadline)
 
     def _timer(self, deadline: Any) -> None:
+        self._no_wait_in_branch("timer")
         call_id, entry = self._next("timer", "timer")
         if entry is not None and entry.status == "done":
             self._cursor += 1
@@ -336,7 +452,7 @@ class WorkflowContext:
             self._check_continue()
             due = deadline(now)
             entry = JournalEntry(call_id, "timer", "pending", due=due.timestamp())
-            self.checkpoint.journal.append(entry)
+            self._journal.append(entry)
         assert entry.due is not None
         due_at = datetime.fromtimestamp(entry.due, UTC)
         if now >= due_at:
@@ -401,6 +517,7 @@ class WorkflowContext:
         self, name: str, timeout: timedelta | None, refusal: Callable[[Signal, Any], str | None]
     ) -> dict[str, Any]:
         """The journal output of a signal wait: the accepted signal, or a timeout."""
+        self._no_wait_in_branch(f"signal {name!r}")
         if name not in self._definition.workflow.signals:
             raise FailRequested(f"signal {name!r} is not declared by {self._definition.workflow!r}")
         if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
@@ -415,7 +532,7 @@ class WorkflowContext:
         if entry is None:
             due = None if timeout is None else (now + timeout).timestamp()
             entry = JournalEntry(call_id, "signal", "pending", due=due)
-            self.checkpoint.journal.append(entry)
+            self._journal.append(entry)
         for signal in self._store.pending_signals(self.task_id, name):
             payload = from_json(signal.payload_json)
             refused = refusal(signal, payload)
@@ -434,6 +551,13 @@ class WorkflowContext:
             return dict(entry.output)
         until = "" if due_at is None else f" until {due_at.isoformat()}"
         raise SuspendRequested(due_at, f"waiting for signal {name!r}{until}", signal=name)
+
+    def _no_wait_in_branch(self, what: str) -> None:
+        if self._branch is not None:
+            raise FailRequested(
+                f"branch {self._branch.key!r} waits for a {what}; durable waits belong in the "
+                "main function, not in parallel branches"
+            )
 
     def _consume(self, signal: Signal, *, accepted: bool, note: str) -> None:
         self._write(

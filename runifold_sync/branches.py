@@ -1,0 +1,219 @@
+"""Parallel branches and first-success races inside one task.
+
+Branches run on a bounded thread pool inside the worker. Each has its own journal and
+call ids scoped by branch, while every commit goes through the task's one checkpoint
+revision sequence. After a crash the main function runs again: branches that finished
+replay from their journals without running a step, unfinished ones continue.
+"""
+
+from __future__ import annotations
+
+import threading
+import typing
+from collections.abc import Callable, Collection, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from .codec import NotJsonable, structure, to_json, unstructure
+from .context import (
+    BranchStopped,
+    CancelRequested,
+    FailRequested,
+    LeaseGone,
+    RetryRequested,
+    YieldRequested,
+    _Interrupt,
+)
+from .errors import InvalidArgument
+from .models import Budget, check_name
+
+if TYPE_CHECKING:
+    from .context import WorkflowContext
+
+Branch = Callable[["WorkflowContext"], Any]
+
+# When several branches are interrupted, the most consequential interruption wins.
+_SEVERITY: tuple[type[_Interrupt], ...] = (
+    LeaseGone,
+    FailRequested,
+    CancelRequested,
+    RetryRequested,
+    YieldRequested,
+    BranchStopped,
+)
+
+
+def _check_branches(branches: Mapping[str, Branch], max_threads: int) -> None:
+    if not branches:
+        raise InvalidArgument("parallel branches must not be empty")
+    for key, fn in branches.items():
+        check_name("branch name", key)
+        if "/" in key or "#" in key:
+            raise InvalidArgument(f"branch name may not contain '/' or '#', got {key!r}")
+        if not callable(fn):
+            raise InvalidArgument(f"branch {key!r} must be callable with a ctx, got {fn!r}")
+    if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
+        raise InvalidArgument(f"max_threads must be an integer >= 1, got {max_threads!r}")
+
+
+def _result_type(fn: Branch) -> Any:
+    try:
+        return typing.get_type_hints(fn).get("return", Any)
+    except Exception:
+        return Any
+
+
+def _structured(fn: Branch, raw: Any) -> Any:
+    return structure(raw, _result_type(fn))
+
+
+def _encode(key: str, value: Any) -> Any:
+    try:
+        to_json(value)
+    except NotJsonable as exc:
+        raise FailRequested(f"result of branch {key!r} cannot be stored as JSON: {exc}") from exc
+    return unstructure(value)
+
+
+def _check_reservations(ctx: WorkflowContext, reserve: Mapping[str, Budget]) -> None:
+    """Refuse up front when the rest of the task's budget cannot cover the shares."""
+    budget, usage = ctx._definition.budget, ctx.checkpoint.usage
+    for limit, used, field in (
+        (budget.max_steps, usage.steps, "max_steps"),
+        (budget.max_cost, usage.cost, "max_cost"),
+    ):
+        wanted = sum(getattr(share, field) or 0 for share in reserve.values())
+        if limit is not None and wanted > limit - used:
+            raise FailRequested(
+                f"parallel branches reserve {field}={wanted:g} but only {limit - used:g} of the "
+                f"task's budget remains"
+            )
+
+
+class _Runner:
+    """Runs branch functions on threads and collects each one's result or interruption."""
+
+    def __init__(self, ctx: WorkflowContext, call_id: str, reserve: Mapping[str, Budget]) -> None:
+        self.ctx = ctx
+        self.call_id = call_id
+        self.reserve = reserve
+        self.stops: dict[str, threading.Event] = {}
+        self.results: dict[str, Any] = {}
+        self.interrupts: dict[str, _Interrupt] = {}
+        self.lock = threading.Lock()
+
+    def run(
+        self, branches: Mapping[str, Branch], max_threads: int, on_done: Callable[[str, Any], None]
+    ) -> None:
+        self.stops = {key: threading.Event() for key in branches}
+
+        def body(key: str, fn: Branch) -> None:
+            threading.current_thread().name = f"runifold-branch-{key}"
+            branch_ctx = self.ctx.branch(f"{self.call_id}/{key}", self.reserve.get(key), self.stops[key])
+            try:
+                value = _encode(key, fn(branch_ctx))
+            except _Interrupt as interrupt:
+                self._interrupted(key, interrupt)
+                return
+            except Exception as exc:
+                self._interrupted(key, FailRequested(f"branch {key!r} raised {type(exc).__name__}: {exc}"))
+                return
+            with self.lock:
+                self.results[key] = value
+            on_done(key, value)
+
+        with ThreadPoolExecutor(min(max_threads, len(branches))) as pool:
+            for future in [pool.submit(body, key, fn) for key, fn in branches.items()]:
+                future.result()
+
+    def _interrupted(self, key: str, interrupt: _Interrupt) -> None:
+        with self.lock:
+            self.interrupts[key] = interrupt
+        if not isinstance(interrupt, BranchStopped):
+            for stop in self.stops.values():  # siblings stop at their next step boundary
+                stop.set()
+
+    def worst(self, ignore: Collection[type[_Interrupt]] = ()) -> _Interrupt | None:
+        found = [i for i in self.interrupts.values() if not isinstance(i, tuple(ignore))]
+        for kind in _SEVERITY:
+            for interrupt in found:
+                if isinstance(interrupt, kind):
+                    return interrupt
+        return None
+
+
+def run_parallel(
+    ctx: WorkflowContext,
+    branches: Mapping[str, Branch],
+    reserve: Mapping[str, Budget] | None,
+    max_threads: int,
+) -> dict[str, Any]:
+    _check_branches(branches, max_threads)
+    reserve = dict(reserve or {})
+    unknown = set(reserve) - set(branches)
+    if unknown:
+        raise InvalidArgument(f"reserve names branches that do not exist: {sorted(unknown)}")
+    call_id, entry = ctx._next("parallel", "parallel")
+    if entry is not None and entry.status == "done":
+        ctx._cursor += 1
+        return {key: _structured(fn, entry.output[key]) for key, fn in branches.items()}
+    if entry is None:
+        ctx._check_continue()
+        _check_reservations(ctx, reserve)
+        entry = ctx._begin(call_id, "parallel")
+    runner = _Runner(ctx, call_id, reserve)
+    runner.run(branches, max_threads, lambda _key, _value: None)
+    interrupt = runner.worst()
+    if interrupt is not None:
+        raise interrupt
+    ctx._finish(entry, runner.results)
+    return {key: _structured(fn, runner.results[key]) for key, fn in branches.items()}
+
+
+def run_race(
+    ctx: WorkflowContext,
+    branches: Mapping[str, Branch],
+    cancel_safe: Collection[str],
+    max_threads: int,
+) -> tuple[str, Any]:
+    """First branch to succeed wins and is recorded at once. Losers in ``cancel_safe``
+    stop at their next step boundary; the others finish and are recorded as superseded."""
+    _check_branches(branches, max_threads)
+    safe = frozenset(cancel_safe)
+    if safe - set(branches):
+        raise InvalidArgument(f"cancel_safe names branches that do not exist: {sorted(safe - set(branches))}")
+    call_id, entry = ctx._next("race", "race")
+    if entry is not None and entry.status == "done":
+        ctx._cursor += 1
+        winner = entry.output["winner"]
+        return winner, _structured(branches[winner], entry.output["result"])
+    if entry is None:
+        ctx._check_continue()
+        entry = ctx._begin(call_id, "race")
+    decided: dict[str, Any] = dict(entry.output or {})
+    runner = _Runner(ctx, call_id, {})
+    to_run = dict(branches)
+    if "winner" in decided:  # decided before a crash: only unfinished unsafe losers go on
+        to_run = {k: fn for k, fn in branches.items() if k != decided["winner"] and k not in safe}
+
+    def on_done(key: str, value: Any) -> None:
+        with runner.lock:
+            first = "winner" not in decided
+            if first:
+                decided.update(winner=key, result=value)
+        if first:
+            ctx._record(entry, dict(decided))  # the decision is durable before losers stop
+            for loser in safe - {key}:
+                runner.stops[loser].set()
+
+    runner.run(to_run, max_threads, on_done)
+    interrupt = runner.worst(ignore=() if "winner" not in decided else (FailRequested, BranchStopped))
+    if "winner" not in decided:
+        raise interrupt or FailRequested(f"every branch of {call_id} failed")
+    if interrupt is not None and not isinstance(interrupt, BranchStopped):
+        raise interrupt  # a lost lease or a cancel still ends the task here
+    decided["superseded"] = sorted(k for k in runner.results if k != decided["winner"])
+    decided["cancelled"] = sorted(k for k, i in runner.interrupts.items() if isinstance(i, BranchStopped))
+    ctx._finish(entry, decided)
+    winner = decided["winner"]
+    return winner, _structured(branches[winner], decided["result"])
