@@ -228,11 +228,17 @@ class WorkflowContext:
         self._check_continue()
         if self._max_steps_per_claim is not None and self._executed >= self._max_steps_per_claim:
             raise YieldRequested()
+        self._check_budget(next_steps=1)
+
+    def _check_budget(self, next_steps: int = 0) -> None:
+        """Fail when usage (plus the steps about to run) is over the task's budget or the
+        branch's reservation. Checked before each body and after each commit, so a body
+        that overspends fails the task even when it was the last one."""
         with self._progress.lock:
-            over = self._definition.budget.exceeded(self.checkpoint.usage.add(steps=1))
+            over = self._definition.budget.exceeded(self.checkpoint.usage.add(steps=next_steps))
             if self._branch is not None and self._branch.reserve is not None and not over:
                 used = self.checkpoint.branch_usage.get(self._branch.key, BudgetUsage())
-                share = self._branch.reserve.exceeded(used.add(steps=1))
+                share = self._branch.reserve.exceeded(used.add(steps=next_steps))
                 over = None if share is None else f"branch {self._branch.key!r} reserve: {share}"
         if over:
             raise FailRequested(over)
@@ -268,6 +274,7 @@ class WorkflowContext:
             self._journal.append(JournalEntry(call_id, "step", "done", output))
         self._cursor += 1
         self.commit()
+        self._check_budget()
         return self._structure(spec, output)
 
     def _effect(
@@ -330,6 +337,7 @@ class WorkflowContext:
             entry.evidence = evidence
         self._cursor += 1
         self.commit()
+        self._check_budget()
         return self._structure(spec, output)
 
     def _execute(

@@ -1,0 +1,217 @@
+"""Parallel branches and races, in-process against real SQLite files."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import attrs
+import pytest
+
+from runifold_sync import (
+    Budget,
+    Completed,
+    Failed,
+    LeaseDuration,
+    StepContext,
+    WorkerId,
+    Workflow,
+    WorkflowContext,
+    WorkflowDefinition,
+    WorkflowRegistry,
+    WorkflowTask,
+    WorkflowWorker,
+)
+from runifold_sync.checkpoint import Checkpoint
+from runifold_sync.sqlite import SqliteWorkflowStore
+
+LEASE = LeaseDuration(timedelta(seconds=30))
+
+
+@attrs.frozen
+class Total:
+    value: int
+
+
+def _worker(store: SqliteWorkflowStore, workflow: Workflow, budget: Budget | None = None) -> WorkflowWorker:
+    registry = WorkflowRegistry()
+    registry.register(WorkflowDefinition(workflow, budget or Budget()))
+    return WorkflowWorker(store, registry, WorkerId.parse("w1"), LEASE, timedelta(seconds=5))
+
+
+def _checkpoint(store: SqliteWorkflowStore, task_id: str) -> Checkpoint:
+    record = store.get_task(task_id)
+    assert record.checkpoint_json is not None
+    return Checkpoint.decode(task_id, record.checkpoint_json)
+
+
+def _parallel_workflow(ran: list[str], fail_once: set[str]) -> Workflow:
+    workflow = Workflow("parallel-flow", 1)
+
+    @workflow.step()
+    def add(ctx: StepContext, value: int) -> int:
+        ran.append(ctx.call_id)
+        if ctx.call_id in fail_once:
+            fail_once.discard(ctx.call_id)
+            raise RuntimeError("transient")
+        return value + 1
+
+    def left(bctx: WorkflowContext) -> Total:
+        return Total(add(bctx, add(bctx, 0)))
+
+    def right(bctx: WorkflowContext) -> int:
+        return add(bctx, 100)
+
+    @workflow.main
+    def main(ctx: WorkflowContext, _input: None) -> dict[str, Any]:
+        results = ctx.parallel({"left": left, "right": right})
+        assert isinstance(results["left"], Total)
+        return {"left": results["left"].value, "right": results["right"]}
+
+    return workflow
+
+
+def test_parallel_branches_run_with_scoped_step_ids_and_typed_results(
+    sqlite_store: SqliteWorkflowStore,
+) -> None:
+    ran: list[str] = []
+    worker = _worker(sqlite_store, _parallel_workflow(ran, set()))
+    sqlite_store.enqueue(WorkflowTask.new("parallel-flow", 1, None, checkpoint_id="p1"))
+    assert worker.run_once() == Completed("p1", {"left": 2, "right": 101})
+    assert sorted(ran) == ["parallel#1/left/add#1", "parallel#1/left/add#2", "parallel#1/right/add#1"]
+    checkpoint = _checkpoint(sqlite_store, "p1")
+    assert set(checkpoint.branch_journals) == {"parallel#1/left", "parallel#1/right"}
+    assert checkpoint.usage.steps == 3
+    # One revision sequence: three step commits, the parallel entry, then completion.
+    assert sqlite_store.get_task("p1").revision == 5
+
+
+def test_a_retried_parallel_run_does_not_rerun_the_finished_branch(sqlite_store: SqliteWorkflowStore) -> None:
+    ran: list[str] = []
+    worker = _worker(sqlite_store, _parallel_workflow(ran, {"parallel#1/left/add#2"}))
+    sqlite_store.enqueue(WorkflowTask.new("parallel-flow", 1, None, checkpoint_id="p2"))
+    assert worker.run_once().kind == "retried"
+    sqlite_store.set_clock_offset(timedelta(minutes=5))
+    assert worker.run_once() == Completed("p2", {"left": 2, "right": 101})
+    assert ran.count("parallel#1/right/add#1") == 1  # the finished branch replayed
+    assert ran.count("parallel#1/left/add#1") == 1
+    assert ran.count("parallel#1/left/add#2") == 2  # failed once, then ran again
+
+
+def test_reservations_the_budget_cannot_cover_are_refused_before_any_branch_starts(
+    sqlite_store: SqliteWorkflowStore,
+) -> None:
+    ran: list[str] = []
+    workflow = Workflow("reserving", 1)
+
+    @workflow.step()
+    def touch(ctx: StepContext) -> None:
+        ran.append(ctx.call_id)
+
+    @workflow.main
+    def main(ctx: WorkflowContext, _input: None) -> None:
+        touch(ctx)
+        ctx.parallel(
+            {"a": lambda b: touch(b), "b": lambda b: touch(b)},
+            reserve={"a": Budget(max_cost=6), "b": Budget(max_cost=5)},
+        )
+
+    worker = _worker(sqlite_store, workflow, Budget(max_cost=10))
+    sqlite_store.enqueue(WorkflowTask.new("reserving", 1, None, checkpoint_id="r1"))
+    outcome = worker.run_once()
+    assert isinstance(outcome, Failed)
+    assert "reserve max_cost=11 but only 10 of the task's budget remains" in outcome.reason
+    assert ran == ["touch#1"]
+
+
+def test_a_branch_that_overspends_its_reservation_fails_the_task(sqlite_store: SqliteWorkflowStore) -> None:
+    workflow = Workflow("overspend", 1)
+
+    @workflow.step()
+    def spend(ctx: StepContext) -> None:
+        ctx.charge(3)
+
+    def greedy(bctx: WorkflowContext) -> None:
+        spend(bctx)
+        spend(bctx)
+
+    @workflow.main
+    def main(ctx: WorkflowContext, _input: None) -> None:
+        ctx.parallel({"greedy": greedy}, reserve={"greedy": Budget(max_cost=4)})
+
+    worker = _worker(sqlite_store, workflow, Budget(max_cost=100))
+    sqlite_store.enqueue(WorkflowTask.new("overspend", 1, None, checkpoint_id="o1"))
+    outcome = worker.run_once()
+    assert isinstance(outcome, Failed)
+    assert "branch 'parallel#1/greedy' reserve: budget max_cost=4 exceeded" in outcome.reason
+
+
+def test_waits_inside_a_branch_fail_the_task_with_a_clear_reason(sqlite_store: SqliteWorkflowStore) -> None:
+    workflow = Workflow("waiting-branch", 1)
+
+    @workflow.main
+    def main(ctx: WorkflowContext, _input: None) -> None:
+        ctx.parallel({"sleepy": lambda b: b.sleep(timedelta(seconds=1))})
+
+    worker = _worker(sqlite_store, workflow)
+    sqlite_store.enqueue(WorkflowTask.new("waiting-branch", 1, None, checkpoint_id="w1"))
+    outcome = worker.run_once()
+    assert isinstance(outcome, Failed) and "durable waits belong in the main function" in outcome.reason
+
+
+def _race_workflow(ran: list[str], release: threading.Event, safe: list[str]) -> Workflow:
+    workflow = Workflow("race-flow", 1)
+
+    @workflow.step()
+    def quick(ctx: StepContext) -> str:
+        ran.append(ctx.call_id)
+        return "quick"
+
+    @workflow.step()
+    def plod(ctx: StepContext) -> None:
+        ran.append(ctx.call_id)
+        time.sleep(0.2)
+
+    @workflow.effect(idempotent=False)
+    def write(ctx: StepContext) -> str:
+        ran.append(ctx.call_id)
+        assert release.wait(10)
+        return "written"
+
+    def slow(bctx: WorkflowContext) -> str:
+        for _ in range(5):
+            plod(bctx)
+        return "slow"
+
+    def effect(bctx: WorkflowContext) -> str:
+        return write(bctx)
+
+    @workflow.main
+    def main(ctx: WorkflowContext, _input: None) -> list[Any]:
+        winner, result = ctx.race(
+            {"quick": lambda b: quick(b), "slow": slow, "effect": effect}, cancel_safe=safe
+        )
+        return [winner, result]
+
+    return workflow
+
+
+@pytest.mark.timeout(30)
+def test_race_records_the_first_success_and_stops_only_safe_losers(sqlite_store: SqliteWorkflowStore) -> None:
+    ran: list[str] = []
+    release = threading.Event()
+    worker = _worker(sqlite_store, _race_workflow(ran, release, ["slow"]))
+    sqlite_store.enqueue(WorkflowTask.new("race-flow", 1, None, checkpoint_id="race1"))
+    timer = threading.Timer(0.5, release.set)  # the effect finishes well after the winner
+    timer.start()
+    assert worker.run_once() == Completed("race1", ["quick", "quick"])
+    timer.join()
+    # The safe loser stopped at a step boundary; the unsafe one held an in-flight
+    # non-idempotent effect and was left to finish.
+    assert ran.count("race#1/slow/plod#1") == 1 and "race#1/slow/plod#5" not in ran
+    assert ran.count("race#1/effect/write#1") == 1
+    race = _checkpoint(sqlite_store, "race1").journal[0]
+    assert race.output["winner"] == "quick"
+    assert race.output["superseded"] == ["effect"] and race.output["cancelled"] == ["slow"]
