@@ -1,0 +1,81 @@
+"""A worker SIGKILLed inside one parallel branch after the other branch completed: the
+next worker finishes only the unfinished branch."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from runifold_sync import TaskState, WorkflowTask
+from runifold_sync.sqlite import SqliteWorkflowStore
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _worker(db: Path, ledger: Path, worker_id: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.branch_app",
+            "--db",
+            str(db),
+            "--worker-id",
+            worker_id,
+            "--ledger",
+            str(ledger),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _calls(ledger: Path) -> Counter[str]:
+    return (
+        Counter(line.split()[0] for line in ledger.read_text().splitlines()) if ledger.exists() else Counter()
+    )
+
+
+@pytest.mark.timeout(60)
+def test_sigkill_mid_branch_resumes_only_the_unfinished_branch(sqlite_path: Path, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.txt"
+    store = SqliteWorkflowStore.open(sqlite_path)
+    store.enqueue(WorkflowTask.new("branching", 1, None, checkpoint_id="b1"))
+    first = _worker(sqlite_path, ledger, "worker-a")
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            calls = _calls(ledger)
+            if calls["parallel#1/slow/slow#2"] and calls["parallel#1/quick/quick#2"]:
+                break
+            time.sleep(0.02)
+        time.sleep(0.2)  # let the quick branch's last commit land
+        journals = json.loads(store.get_task("b1").checkpoint_json or "{}")["branch_journals"]
+        assert [e["call_id"] for e in journals["parallel#1/quick"]] == [
+            "parallel#1/quick/quick#1",
+            "parallel#1/quick/quick#2",
+        ]
+        first.send_signal(signal.SIGKILL)
+    finally:
+        first.kill()
+        first.wait()
+    (tmp_path / "ledger.txt.release").touch()
+    time.sleep(1.6)  # past the dead worker's lease (store time)
+    second = _worker(sqlite_path, ledger, "worker-b")
+    out, _ = second.communicate(timeout=30)
+    assert json.loads(out) == {"outcome": "completed"}
+    record = store.get_task("b1")
+    assert record.state is TaskState.TERMINAL and record.result == {"quick": 2, "slow": 20}
+    calls = _calls(ledger)
+    assert calls["parallel#1/quick/quick#1"] == 1 and calls["parallel#1/quick/quick#2"] == 1
+    assert calls["parallel#1/slow/slow#1"] == 1
+    assert calls["parallel#1/slow/slow#2"] == 2  # in flight at the kill, then run to completion
+    store.close()
