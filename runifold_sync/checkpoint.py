@@ -48,6 +48,11 @@ class Checkpoint:
     # share of usage each consumed against its reservation.
     branch_journals: dict[str, list[JournalEntry]] = attrs.Factory(dict)
     branch_usage: dict[str, BudgetUsage] = attrs.Factory(dict)
+    # Set once the task started undoing its steps ("failure" or "cancel"), with why;
+    # ``compensated`` lists the call ids already undone, newest first.
+    compensating_for: str | None = None
+    compensation_reason: str | None = None
+    compensated: list[str] = attrs.Factory(list)
 
     def encode(self, task_id: str, limit_bytes: int) -> str:
         text = to_json(self)

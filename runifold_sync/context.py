@@ -14,7 +14,7 @@ import copy
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -385,6 +385,51 @@ class WorkflowContext:
         if self._branch is not None:
             used = checkpoint.branch_usage.get(self._branch.key, BudgetUsage())
             checkpoint.branch_usage[self._branch.key] = used.add(steps=steps, cost=cost, elapsed_s=elapsed_s)
+
+    # --- compensation ----------------------------------------------------------------
+
+    def needs_compensation(self) -> bool:
+        """True when a completed step has a declared compensation not yet run."""
+        return any(True for _ in self._to_compensate())
+
+    def compensate(self, cause: str, reason: str) -> None:
+        """Undo completed steps newest first, committing after each, after the task
+        failed or was cancelled. A compensation that raises fails the task as it is."""
+        with self._progress.lock:
+            if self.checkpoint.compensating_for is None:
+                self.checkpoint.compensating_for = cause
+                self.checkpoint.compensation_reason = reason
+        self.commit()
+        workflow = self._definition.workflow
+        for entry, step_id in list(self._to_compensate()):
+            self._check_lease()
+            spec = workflow.steps[step_id]
+            call_id = f"compensate:{entry.call_id}"
+            context = StepContext(self.task_id, call_id, 1, self.fence, f"{self.task_id}/{call_id}")
+            try:
+                workflow.compensations[step_id](context, self._structure(spec, entry.output))
+            except Exception as exc:
+                raise FailRequested(
+                    f"{reason}; compensation of {entry.call_id} raised {type(exc).__name__}: {exc}"
+                ) from exc
+            with self._progress.lock:
+                self.checkpoint.compensated.append(entry.call_id)
+            self.commit()
+
+    def _to_compensate(self) -> Iterator[tuple[JournalEntry, str]]:
+        checkpoint = self.checkpoint
+        entries = list(checkpoint.journal)
+        for journal in checkpoint.branch_journals.values():
+            entries.extend(journal)
+        for entry in reversed(entries):
+            step_id = entry.call_id.rsplit("/", 1)[-1].split("#")[0]
+            if (
+                entry.kind in ("step", "effect")
+                and entry.status == "done"
+                and step_id in self._definition.workflow.compensations
+                and entry.call_id not in checkpoint.compensated
+            ):
+                yield entry, step_id
 
     # --- parallel branches and races ------------------------------------------------
 

@@ -28,6 +28,12 @@ class WorkflowDefinition:
             raise InvalidArgument(f"expected a Workflow, got {self.workflow!r}")
         if self.workflow.main_fn is None:
             raise InvalidArgument(f"{self.workflow!r} has no @main function")
+        for step_id in self.workflow.compensations:
+            if step_id not in self.workflow.steps:
+                raise InvalidArgument(
+                    f"{self.workflow!r} declares a compensation for {step_id!r}, which is not one of "
+                    f"its steps or effects"
+                )
         for spec in self.workflow.steps.values():
             missing = self.capabilities.missing(spec.capabilities)
             if missing:

@@ -52,6 +52,8 @@ class LeaseKeeper:
         with self._lock:
             self._lease = lease
             self._flags = flags = LeaseFlags()
+            if lease.cancel_requested is not None:  # requested while a previous owner ran
+                flags.cancel.set()
             self._deadline = time.monotonic() + self._duration.seconds
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)

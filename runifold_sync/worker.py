@@ -176,8 +176,13 @@ class WorkflowWorker:
         self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: WorkflowContext
     ) -> RunOutcome:
         try:
+            if ctx.checkpoint.compensating_for is not None:  # a crash interrupted the undo
+                return self._compensate(claimed, ctx, ctx.checkpoint.compensating_for, "")
             return self._drive(claimed, definition, ctx)
         except FailRequested as failure:
+            undo = failure.ambiguous_effect is None and ctx.checkpoint.compensating_for is None
+            if undo and ctx.needs_compensation():
+                return self._compensate(claimed, ctx, "failure", failure.reason)
             ctx.checkpoint.phase = "failed"
             try:
                 text: str | None = ctx.encode()
@@ -220,9 +225,7 @@ class WorkflowWorker:
             )
             return Suspended(lease.task_id, wait.reason, wait.wake_at)
         except CancelRequested:
-            ctx.checkpoint.phase = "cancelled"
-            self.store.acknowledge_cancel(lease, ctx.revision, self._encode_or_fail(ctx))
-            return Cancelled(lease.task_id, self.store.get_task(lease.task_id).reason or "cancelled")
+            return self._compensate(claimed, ctx, "cancel", "cancel requested")
         except RetryRequested as retry:
             text = self._encode_or_fail(ctx)
             delay = timedelta(seconds=retry.delay_s)
@@ -231,6 +234,20 @@ class WorkflowWorker:
         except YieldRequested:
             self.store.release(lease, delay=timedelta(0), reason="step slice used up; requeued")
             return Yielded(lease.task_id)
+
+    def _compensate(self, claimed: ClaimedTask, ctx: WorkflowContext, cause: str, reason: str) -> RunOutcome:
+        """Undo completed steps (if any have compensations), then end the task as the
+        cause says: cancelled, or failed with the original reason."""
+        lease = claimed.lease
+        ctx.compensate(cause, reason)
+        reason = ctx.checkpoint.compensation_reason or reason
+        if cause == "cancel":
+            ctx.checkpoint.phase = "cancelled"
+            self.store.acknowledge_cancel(lease, ctx.revision, self._encode_or_fail(ctx))
+            return Cancelled(lease.task_id, self.store.get_task(lease.task_id).reason or "cancelled")
+        ctx.checkpoint.phase = "failed"
+        undone = ", ".join(ctx.checkpoint.compensated) or "nothing"
+        return self._fail(claimed, ctx.revision, ctx.encode(), f"{reason} (compensated: {undone})")
 
     def _encode_or_fail(self, ctx: WorkflowContext) -> str:
         try:

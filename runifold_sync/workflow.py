@@ -66,6 +66,7 @@ class Workflow:
         # Signal names are an application contract, like step ids: part of the identity.
         self.signals = frozenset(check_name("signal name", n) for n in signals)
         self.steps: dict[str, StepSpec] = {}
+        self.compensations: dict[str, Callable[..., Any]] = {}
         self.main_fn: Callable[..., Any] | None = None
 
     def __repr__(self) -> str:
@@ -98,6 +99,22 @@ class Workflow:
             raise InvalidArgument(f"reconcile must be callable, got {reconcile!r}")
         return self._declare("effect", effect_id, retry, capabilities, idempotent, reconcile)
 
+    def compensate_for(
+        self, step_id: str
+    ) -> Callable[[Callable[[StepContext, Any], None]], Callable[[StepContext, Any], None]]:
+        """Declare how to undo a completed step ``step_id`` when the task later fails or is
+        cancelled: ``fn(ctx, step_output)``. Compensations run newest first, each one
+        checkpointed, so a crash in the middle resumes where it stopped."""
+        check_name("step id", step_id)
+
+        def decorate(fn: Callable[[StepContext, Any], None]) -> Callable[[StepContext, Any], None]:
+            if step_id in self.compensations:
+                raise InvalidArgument(f"{self!r} already has a compensation for {step_id!r}")
+            self.compensations[step_id] = fn
+            return fn
+
+        return decorate
+
     def main(self, fn: Callable[..., R]) -> Callable[..., R]:
         """Declare the entry point ``fn(ctx, input)``; it is replayed from the top on
         every claim, so it must only branch on step outputs and its input."""
@@ -127,6 +144,7 @@ class Workflow:
             "version": self.version,
             "steps": sorted((s.schema() for s in self.steps.values()), key=lambda s: s["id"]),
             "signals": sorted(self.signals),
+            "compensations": sorted(self.compensations),
         }
         digest = hashlib.sha256(json.dumps(schema, sort_keys=True).encode())
         return digest.hexdigest()[:16]

@@ -248,7 +248,12 @@ def claimed_task(
 ) -> ClaimedTask:
     return ClaimedTask(
         lease=Lease(
-            row["task_id"], row["tenant"], worker_id, row["fencing_token"], time(row["lease_expires"])
+            row["task_id"],
+            row["tenant"],
+            worker_id,
+            row["fencing_token"],
+            time(row["lease_expires"]),
+            row["cancel_requested"],
         ),
         definition_name=row["definition_name"],
         definition_version=row["definition_version"],

@@ -163,15 +163,18 @@ def test_waits_inside_a_branch_fail_the_task_with_a_clear_reason(sqlite_store: S
 
 def _race_workflow(ran: list[str], release: threading.Event, safe: list[str]) -> Workflow:
     workflow = Workflow("race-flow", 1)
+    plodding = threading.Event()
 
     @workflow.step()
     def quick(ctx: StepContext) -> str:
+        assert plodding.wait(10)  # win while the slow branch is inside its first step
         ran.append(ctx.call_id)
         return "quick"
 
     @workflow.step()
     def plod(ctx: StepContext) -> None:
         ran.append(ctx.call_id)
+        plodding.set()
         time.sleep(0.2)
 
     @workflow.effect(idempotent=False)

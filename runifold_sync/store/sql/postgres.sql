@@ -52,7 +52,7 @@ FROM candidates AS c, clock
 WHERE t.task_id = c.task_id
 RETURNING t.task_id, t.tenant, t.definition_name, t.definition_version,
     t.input_text AS input, t.revision, t.checkpoint::text AS checkpoint, t.fencing_token,
-    t.lease_expires, t.claims_since_progress, t.priority, c.ready_at AS due_at,
+    t.lease_expires, t.claims_since_progress, t.cancel_requested, t.priority, c.ready_at AS due_at,
     c.state AS from_state, c.worker_id AS previous_worker, clock.now AS at,
     EXISTS (SELECT 1 FROM runifold_effect_resolutions r WHERE r.task_id = t.task_id) AS resolved;
 
@@ -144,7 +144,7 @@ RETURNING clock.now AS at;
 -- name: requeue_resolved
 WITH clock AS (SELECT {now} AS now)
 UPDATE runifold_tasks AS t
-SET state = 'queued', outcome = NULL, ambiguous_effect = NULL, reason = NULL,
+SET state = 'queued', outcome = NULL, ambiguous_effect = NULL, reason = NULL, cancel_requested = NULL,
     claims_since_progress = 0, ready_at = clock.now, updated_at = clock.now
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.state = 'terminal' AND t.ambiguous_effect = %(effect_key)s
@@ -185,7 +185,7 @@ UNLISTEN runifold_tasks;
 -- name: requeue_failed
 WITH clock AS (SELECT {now} AS now)
 UPDATE runifold_tasks AS t
-SET state = 'queued', outcome = NULL, reason = NULL, claims_since_progress = 0,
+SET state = 'queued', outcome = NULL, reason = NULL, cancel_requested = NULL, claims_since_progress = 0,
     ready_at = clock.now, updated_at = clock.now
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.state = 'terminal' AND t.outcome = 'failed'

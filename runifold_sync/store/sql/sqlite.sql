@@ -32,7 +32,7 @@ SET state = 'leased', worker_id = :worker_id, fencing_token = fencing_token + 1,
     updated_at = :now
 WHERE task_id = :task_id
 RETURNING task_id, tenant, definition_name, definition_version, input, revision,
-    checkpoint, fencing_token, lease_expires, claims_since_progress;
+    checkpoint, fencing_token, lease_expires, claims_since_progress, cancel_requested;
 
 -- name: resolutions_for_task
 SELECT effect_key, applied, result, actor, reason
@@ -105,7 +105,7 @@ RETURNING task_id;
 
 -- name: requeue_resolved
 UPDATE runifold_tasks
-SET state = 'queued', outcome = NULL, ambiguous_effect = NULL, reason = NULL,
+SET state = 'queued', outcome = NULL, ambiguous_effect = NULL, reason = NULL, cancel_requested = NULL,
     claims_since_progress = 0, ready_at = :now, updated_at = :now
 WHERE task_id = :task_id AND state = 'terminal' AND ambiguous_effect = :effect_key
 RETURNING task_id;
@@ -134,7 +134,7 @@ WHERE state IN ('queued', 'waiting', 'leased');
 
 -- name: requeue_failed
 UPDATE runifold_tasks
-SET state = 'queued', outcome = NULL, reason = NULL, claims_since_progress = 0,
+SET state = 'queued', outcome = NULL, reason = NULL, cancel_requested = NULL, claims_since_progress = 0,
     ready_at = :now, updated_at = :now
 WHERE task_id = :task_id AND state = 'terminal' AND outcome = 'failed'
     AND ambiguous_effect IS NULL
