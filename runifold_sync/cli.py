@@ -396,11 +396,11 @@ def signal(
     database: str | None,
 ) -> None:
     """Send signal NAME to a task (an approval is {"approved": true, "reason": "..."})."""
-    from .codec import to_json
+    from .codec import NotJsonable, to_json
 
     try:
         payload = to_json(json.loads(payload_json))
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, NotJsonable) as exc:  # NotJsonable: NaN or Infinity
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--payload") from exc
     with _store(database) as store:
         delivery = store.send_signal(

@@ -520,13 +520,18 @@ class WorkflowContext:
         """Wait durably for a signal named ``name`` (declared on the workflow). Returns its
         payload, structured as ``payload_type``, or :class:`SignalTimedOut`. A signal sent
         before the wait is kept for it; the definition's sender policy may refuse one."""
-        output = self._await_signal(name, timeout, self._policy_refusal)
+
+        def refusal(signal: Signal, payload: Any) -> str | None:
+            try:  # a payload the workflow cannot read is refused, not allowed to fail it
+                structure(payload, payload_type)
+            except Exception as exc:
+                return f"payload does not fit {payload_type!r}: {type(exc).__name__}: {exc}"
+            return self._policy_refusal(signal, payload)
+
+        output = self._await_signal(name, timeout, refusal)
         if output.get("timed_out"):
             return SignalTimedOut(name)
-        try:
-            return structure(output["payload"], payload_type)
-        except Exception as exc:
-            raise FailRequested(f"payload of signal {name!r} does not fit {payload_type!r}: {exc}") from exc
+        return structure(output["payload"], payload_type)
 
     def request_approval(
         self,
@@ -540,6 +545,9 @@ class WorkflowContext:
         """Wait for a person in ``approvers`` to send signal ``name`` with payload
         ``{"approved": bool, "reason": ...}``. Decisions from anyone else are refused and
         kept in the history. On timeout, ``escalate_to`` (if any) is asked next."""
+        for names in (approvers, escalate_to):
+            if isinstance(names, str):
+                raise InvalidArgument(f"approvers must be a list of names, got the string {names!r}")
         stages = [(frozenset(approvers), timeout, False)]
         if escalate_to:
             stages.append((frozenset(escalate_to), escalation_timeout, True))
