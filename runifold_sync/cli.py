@@ -17,6 +17,7 @@ import attrs
 import click
 
 from .checkpoint import Checkpoint
+from .codec import NotJsonable, to_json
 from .errors import RunifoldError
 from .models import TaskState, WorkflowTask
 from .outcomes import RunOutcome
@@ -52,6 +53,14 @@ def _store(url: str | None) -> Iterator[WorkflowStore]:
         raise click.ClickException(str(exc)) from exc
     finally:
         store.close()
+
+
+def _canonical_json(text: str, option: str) -> str:
+    """Strict JSON (no NaN or Infinity) in the canonical form the store compares."""
+    try:
+        return to_json(json.loads(text))
+    except (json.JSONDecodeError, NotJsonable) as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint=option) from exc
 
 
 def _checked(call: Any, *args: Any, **kwargs: Any) -> Any:
@@ -396,12 +405,7 @@ def signal(
     database: str | None,
 ) -> None:
     """Send signal NAME to a task (an approval is {"approved": true, "reason": "..."})."""
-    from .codec import NotJsonable, to_json
-
-    try:
-        payload = to_json(json.loads(payload_json))
-    except (json.JSONDecodeError, NotJsonable) as exc:  # NotJsonable: NaN or Infinity
-        raise click.BadParameter(f"not JSON: {exc}", param_hint="--payload") from exc
+    payload = _canonical_json(payload_json, "--payload")
     with _store(database) as store:
         delivery = store.send_signal(
             task_id, name, payload, signal_id=signal_id, sender=sender, tenant=tenant, reason=reason
@@ -456,10 +460,7 @@ def resolve(
 ) -> None:
     """Resolve the ambiguous effect a task failed on, and requeue the task."""
     if result_json is not None:
-        try:
-            json.loads(result_json)
-        except json.JSONDecodeError as exc:
-            raise click.BadParameter(f"not JSON: {exc}", param_hint="--result") from exc
+        result_json = _canonical_json(result_json, "--result")
     with _store(database) as store:
         store.resolve_effect(
             task_id, effect_key, applied=applied, result_json=result_json, actor=actor, reason=reason
