@@ -1,10 +1,15 @@
 """``WorkflowSupervisor``: a parent process that forks a bounded pool of workers.
 
 The parent holds no store connection and starts no thread, so nothing crosses a fork:
-each child calls the worker factory after it starts and opens its own store. Children
-report each outcome kind over a pipe. Shutdown (the token, SIGINT or SIGTERM) reaches
-children as SIGTERM, which only cancels their token: a started cycle finishes its lease
-protocol before the child exits.
+each child calls the worker factory after it starts and opens its own store. (The
+process that calls ``run()`` should not have other threads inside SQLite or libpq
+either: a fork while one holds a lock there leaves it held in the child, which hangs.)
+Children report each outcome kind over a pipe. An idle child waits in the store's
+``wait_for_work`` (woken by NOTIFY on PostgreSQL) for up to its backoff. A cycle that
+fails on an unreachable store is logged and retried after ``max_backoff`` in the same
+child. Shutdown (the token, SIGINT or SIGTERM) reaches children as SIGTERM, which only
+cancels their token: a started cycle finishes its lease protocol before the child exits,
+and an idle one stops within ``_IDLE_WAIT_SLICE_S``.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ log = logging.getLogger("runifold_sync.supervisor")
 _EXIT_DONE = 0
 _EXIT_RECYCLE = 75
 _EXIT_CRASHED = 70
+# Longest single wait_for_work call of an idle child: the bound on how late it sees SIGTERM.
+_IDLE_WAIT_SLICE_S = 0.5
 
 
 class CancellationToken:
@@ -279,12 +286,19 @@ def _child_main(
             try:
                 outcome = worker.run_once()
             except Exception:
+                # An unreachable store (a database restart) ends the cycle, not the child:
+                # the store reconnects, and a task the cycle held is claimed again once its
+                # lease expires.
                 log.exception("worker %s: cycle failed; backing off", worker_id)
                 token.wait(config.max_backoff.total_seconds())
                 continue
             os.write(report_fd, f"{outcome.kind}\n".encode())
             if isinstance(outcome, Idle):
-                token.wait(backoff.next_s())
+                try:
+                    _wait_for_work(worker, backoff.next_s(), token)
+                except Exception:
+                    log.exception("worker %s: waiting for work failed; backing off", worker_id)
+                    token.wait(config.max_backoff.total_seconds())
                 continue
             backoff.reset()
             if not isinstance(outcome, Yielded):
@@ -295,3 +309,22 @@ def _child_main(
     finally:
         worker.close()
         os.close(report_fd)
+
+
+def _wait_for_work(worker: WorkflowWorker, delay_s: float, token: CancellationToken) -> None:
+    """Idle for up to ``delay_s``, returning early when the store says work is claimable
+    (PostgreSQL: a NOTIFY or a due time; SQLite: its poll) or the token is cancelled.
+
+    A signal cannot interrupt a blocking ``wait_for_work`` (the handler only cancels the
+    token and the wait resumes), so the wait runs in slices of at most
+    ``_IDLE_WAIT_SLICE_S`` with the token checked between them: SIGTERM stops an idle
+    child within one slice rather than after up to ``max_backoff``. Work that arrives
+    between two slices is not missed: each slice looks for due work before it sleeps.
+    """
+    deadline = time.monotonic() + delay_s
+    while not token.cancelled:
+        remaining_s = deadline - time.monotonic()
+        if remaining_s <= 0:
+            return
+        if worker.store.wait_for_work(timedelta(seconds=min(remaining_s, _IDLE_WAIT_SLICE_S))):
+            return

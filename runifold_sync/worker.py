@@ -23,7 +23,13 @@ from .context import (
     YieldRequested,
 )
 from .definition import WorkflowDefinition, WorkflowRegistry
-from .errors import CheckpointError, FingerprintMismatch, InvalidArgument, LeaseLostError
+from .errors import (
+    CheckpointError,
+    FingerprintMismatch,
+    InvalidArgument,
+    LeaseLostError,
+    StoreUnavailable,
+)
 from .heartbeat import LeaseKeeper
 from .models import LeaseDuration, WorkerId
 from .outcomes import (
@@ -208,6 +214,12 @@ class WorkflowWorker:
                 raise FailRequested(f"input does not fit {workflow.input_type()!r}: {exc}") from exc
             try:
                 value = workflow.main_fn(ctx, workflow_input)
+            except StoreUnavailable:
+                # A checkpoint commit, signal or clock read through ctx found the store
+                # away: that ends this cycle, not the task, which is claimed again once
+                # its lease expires. (Failing it would also record in-memory progress,
+                # such as a consumed signal, that the store never committed.)
+                raise
             except Exception as exc:
                 raise FailRequested(f"workflow main raised {type(exc).__name__}: {exc}") from exc
             try:

@@ -426,20 +426,38 @@ class PostgresWorkflowStore(WorkflowStore):
         signal: str | None = None,
     ) -> None:
         reason = _free_text(reason)
-        self._fenced_transition(
-            "suspend",
-            lease,
-            {
-                "revision": revision,
-                "checkpoint": _jsonb("checkpoint", checkpoint_json),
-                "wake_at": wake_at,
-                "reason": reason,
-                "signal": signal,
-            },
-            "suspended",
-            {"reason": reason},
-            notify=wake_at is not None,  # idle workers recompute the earliest due time
-        )
+        params = {
+            "revision": revision,
+            "checkpoint": _jsonb("checkpoint", checkpoint_json),
+            "wake_at": wake_at,
+            "reason": reason,
+            "signal": signal,
+        }
+        with self._pool.transaction() as conn:
+            row = conn.execute(
+                _Q["suspend"], params | {"task_id": lease.task_id, "token": lease.fencing_token}
+            ).fetchone()
+            if row is None:
+                raise LeaseLostError(lease.task_id, lease.fencing_token, "suspended")
+            _event(
+                conn,
+                row["at"],
+                lease.task_id,
+                "suspended",
+                lease.worker_id,
+                lease.fencing_token,
+                {"reason": reason},
+            )
+            # A delivery that held the row lock while the suspend waited for it committed
+            # after the suspend's snapshot; this new statement sees it and wakes the task.
+            woken = (
+                signal is not None
+                and conn.execute(
+                    _Q["wake_if_signal_pending"], {"task_id": lease.task_id, "name": signal, "now": row["at"]}
+                ).rowcount
+            )
+            if wake_at is not None or woken:  # idle workers recompute the earliest due time
+                conn.execute(_Q["notify_work"])
 
     def pending_signals(self, task_id: str, name: str) -> list[Signal]:
         return [

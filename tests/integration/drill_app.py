@@ -1,6 +1,6 @@
 """Workflows for the recovery drill and a one-shot worker process that runs them.
 
-    python -m tests.integration.drill_app --db PATH --worker-id ID --ledger PATH \
+    python -m tests.integration.drill_app --url URL --worker-id ID --ledger PATH \
         --lease-s X --heartbeat-s Y [--registry v1|v2|both] [--block-at STEP] [--until-idle]
 
 The process opens its own store after it starts (nothing crosses a fork), runs
@@ -40,8 +40,8 @@ from runifold_sync import (
     WorkflowDefinition,
     WorkflowRegistry,
     WorkflowWorker,
+    open_store,
 )
-from runifold_sync.sqlite import SqliteWorkflowStore
 
 MAX_RUNS = 20
 BLOCK_LIMIT_S = 120.0  # a blocked step gives up eventually, so no orphan lives forever
@@ -228,7 +228,7 @@ def outcome_json(outcome: RunOutcome) -> str:
 def main(argv: list[str] | None = None) -> int:
     global _ledger_path, _block_at, _worker_id
     parser = argparse.ArgumentParser(prog="python -m tests.integration.drill_app")
-    parser.add_argument("--db", required=True)
+    parser.add_argument("--url", required=True, help="store URL: sqlite:///... or postgresql://...")
     parser.add_argument("--worker-id", required=True)
     parser.add_argument("--ledger", required=True)
     parser.add_argument("--lease-s", type=float, required=True)
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _ledger_path, _block_at, _worker_id = args.ledger, args.block_at, args.worker_id
 
-    store = SqliteWorkflowStore.open(args.db)
+    store = open_store(args.url)
     worker = WorkflowWorker(
         store,
         build_registry(args.registry),

@@ -1,5 +1,6 @@
-"""The recovery drill of the seed, run against a real SQLite store with real worker
-processes that are killed (SIGKILL) or frozen (SIGSTOP/SIGCONT) in the middle of a step.
+"""The recovery drill of the seed, run against a real store (a SQLite file, and a fresh
+PostgreSQL database: every test runs on both) with real worker processes that are killed
+(SIGKILL) or frozen (SIGSTOP/SIGCONT) in the middle of a step.
 
 Nothing is mocked. Each worker is ``python -m tests.integration.drill_app`` in its own
 process; what its step bodies really ran is read from a ledger file they fsync, and what
@@ -25,8 +26,9 @@ import pytest
 
 from runifold_sync import BudgetUsage, LeaseDuration, TaskOutcome, TaskState, WorkerId, WorkflowTask
 from runifold_sync.codec import from_json
-from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.stores import sqlite_path
 from tests.integration import drill_app
+from tests.integration.conftest import Backend
 
 REPO = Path(__file__).resolve().parents[2]
 LEASE_S = 2.0
@@ -37,11 +39,11 @@ PROCESS_TIMEOUT_S = 20.0
 class Drill:
     """One database, one ledger and the worker processes started against them."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, backend: Backend) -> None:
         self.tmp_path = tmp_path
-        self.db = tmp_path / "drill.db"
+        self.backend = backend
         self.ledger = tmp_path / "ledger.txt"
-        self.store = SqliteWorkflowStore.open(self.db)
+        self.store = backend.open()
         self.clock_offset = timedelta(0)
         self.procs: list[subprocess.Popen[bytes]] = []
         self.names: dict[int, str] = {}  # pid -> worker id, which also names its output files
@@ -60,8 +62,8 @@ class Drill:
             sys.executable,
             "-m",
             "tests.integration.drill_app",
-            "--db",
-            str(self.db),
+            "--url",
+            self.backend.url,
             "--worker-id",
             worker_id,
             "--ledger",
@@ -109,7 +111,13 @@ class Drill:
         A process frozen inside a write transaction would block every other writer of the
         database file until the busy timeout; that is SQLite's single-writer lock, not the
         lease protocol under test, so the freeze is retried until it lands between writes.
+        PostgreSQL needs no such care: a heartbeat is one autocommit statement, and the
+        server finishes it (and releases its row lock) whether or not the client is frozen.
         """
+        if self.backend.name != "sqlite":
+            os.kill(proc.pid, signal.SIGSTOP)
+            _wait_until_stopped(proc.pid)
+            return
         for _ in range(100):
             os.kill(proc.pid, signal.SIGSTOP)
             _wait_until_stopped(proc.pid)
@@ -120,7 +128,7 @@ class Drill:
         pytest.fail(f"worker {self.names[proc.pid]} always held the database write lock when stopped")
 
     def _write_locked(self) -> bool:
-        conn = sqlite3.connect(self.db, timeout=0, isolation_level=None)
+        conn = sqlite3.connect(sqlite_path(self.backend.url), timeout=0, isolation_level=None)
         try:
             conn.execute("BEGIN IMMEDIATE")
             conn.execute("ROLLBACK")
@@ -138,7 +146,7 @@ class Drill:
                     os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(PROCESS_TIMEOUT_S)
         finally:
-            self.store.close()
+            self.backend.close_all()
 
     # --- ledger --------------------------------------------------------------------
 
@@ -219,8 +227,8 @@ def _journal(checkpoint_json: str | None) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture
-def drill(tmp_path: Path) -> Iterator[Drill]:
-    harness = Drill(tmp_path)
+def drill(tmp_path: Path, backend: Backend) -> Iterator[Drill]:
+    harness = Drill(tmp_path, backend)
     try:
         yield harness
     finally:

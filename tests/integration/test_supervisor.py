@@ -1,13 +1,13 @@
-"""The forked pool under real signals: draining, graceful SIGTERM, and a child killed
-mid-step being replaced."""
+"""The forked pool under real signals: draining (on SQLite and PostgreSQL), graceful
+SIGTERM, a child killed mid-step being replaced, and idle children waiting for work."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import statistics
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -17,30 +17,35 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync import InvalidArgument, LeaseDuration, TaskState, WorkerId, WorkflowTask, WorkflowWorker
-from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync import (
+    InvalidArgument,
+    LeaseDuration,
+    TaskState,
+    WorkerId,
+    WorkflowStore,
+    WorkflowTask,
+    WorkflowWorker,
+    open_store,
+)
 from runifold_sync.supervisor import CancellationToken, WorkflowSupervisor, WorkflowSupervisorConfig
 
 from . import pool_app
+from .conftest import Backend
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def _enqueue(store: SqliteWorkflowStore, count: int) -> list[str]:
-    ids = [f"t{n:04d}" for n in range(count)]
+def _enqueue(store: WorkflowStore, count: int, *, prefix: str = "t") -> list[str]:
+    ids = [f"{prefix}{n:04d}" for n in range(count)]
     for n, task_id in enumerate(ids):
         store.enqueue(WorkflowTask.new("pool-flow", 1, n, checkpoint_id=task_id))
     return ids
 
 
-def _states(store: SqliteWorkflowStore, ids: list[str]) -> Counter[str]:
+def _states(store: WorkflowStore, ids: list[str]) -> Counter[str]:
     return Counter(store.get_task(t).state.value for t in ids)
 
 
 def _ledger(path: Path) -> list[tuple[str, str, int]]:
-    if not path.exists():
-        return []
-    return [(t, c, int(p)) for t, c, p in (line.split() for line in path.read_text().splitlines())]
+    return [(line.task_id, line.call_id, line.pid) for line in pool_app.read_ledger(path)]
 
 
 @pytest.fixture
@@ -51,7 +56,7 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def pool(sqlite_path: Path, ledger: Path) -> Iterator[list[subprocess.Popen[str]]]:
+def pool(ledger: Path) -> Iterator[list[subprocess.Popen[str]]]:
     started: list[subprocess.Popen[str]] = []
     yield started
     for proc in started:
@@ -61,25 +66,15 @@ def pool(sqlite_path: Path, ledger: Path) -> Iterator[list[subprocess.Popen[str]
 
 
 def _start_pool(
-    pool: list[subprocess.Popen[str]], db: Path, *, lease_s: float, grace_s: float
+    pool: list[subprocess.Popen[str]],
+    url: str,
+    *,
+    lease_s: float,
+    grace_s: float,
+    concurrency: int = 4,
+    backoff_s: tuple[float, float] = (0.01, 0.1),
 ) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.integration.pool_app",
-            "--db",
-            str(db),
-            "--lease-s",
-            str(lease_s),
-            "--grace-s",
-            str(grace_s),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = pool_app.spawn(url, lease_s=lease_s, grace_s=grace_s, concurrency=concurrency, backoff_s=backoff_s)
     pool.append(proc)
     return proc
 
@@ -92,28 +87,32 @@ def test_config_rejects_bad_concurrency_and_backoff() -> None:
 
 
 @pytest.mark.timeout(120)
-def test_four_processes_drain_300_five_step_tasks(sqlite_path: Path, ledger: Path) -> None:
-    store = SqliteWorkflowStore.open(sqlite_path)
+def test_four_processes_drain_300_five_step_tasks(backend: Backend, ledger: Path) -> None:
+    store = backend.open()
     ids = _enqueue(store, 300)
+    # The supervisor forks this (pytest) process. A thread that is inside SQLite or libpq
+    # at that moment (a store's pool threads, a watcher polling the store) can leave one
+    # of their locks held forever in a child, which then hangs; so no store is open here
+    # while the pool runs, and the watcher reads only the ledger file.
+    store.close()
     lease = LeaseDuration(timedelta(seconds=10))
 
-    def factory(worker_id: WorkerId) -> WorkflowWorker:
+    def factory(worker_id: WorkerId) -> WorkflowWorker:  # runs in the child, after the fork
         return WorkflowWorker(
-            SqliteWorkflowStore.open(sqlite_path), pool_app.registry(), worker_id, lease, timedelta(seconds=2)
+            open_store(backend.url), pool_app.registry(), worker_id, lease, timedelta(seconds=2)
         )
 
     token = CancellationToken()
     config = WorkflowSupervisorConfig(4).with_backoff(timedelta(milliseconds=10), timedelta(milliseconds=100))
 
-    def stop_when_done() -> None:
-        watcher = SqliteWorkflowStore.open(sqlite_path)
+    def stop_when_every_last_step_started() -> None:
+        # Cancelling then is enough: a child finishes its started cycle (the whole task).
         deadline = time.monotonic() + 100
-        while time.monotonic() < deadline and _states(watcher, ids)["terminal"] < len(ids):
-            time.sleep(0.1)
-        watcher.close()
+        while time.monotonic() < deadline and len(_ledger(ledger)) < 300 * pool_app.STEPS:
+            time.sleep(0.05)
         token.cancel()
 
-    watcher = threading.Thread(target=stop_when_done)
+    watcher = threading.Thread(target=stop_when_every_last_step_started)
     watcher.start()
     report = WorkflowSupervisor(factory, config, base_id="drain").run(token)
     watcher.join()
@@ -121,21 +120,22 @@ def test_four_processes_drain_300_five_step_tasks(sqlite_path: Path, ledger: Pat
     assert report.outcomes["completed"] == 300
     assert set(report.per_worker) == {f"drain-{n}" for n in range(4)}
     assert report.restarts == 0
+    store = backend.open()
+    assert _states(store, ids) == {"terminal": 300}
     assert all(store.get_task(t).result == n + pool_app.STEPS for n, t in enumerate(ids))
     runs = Counter((t, c) for t, c, _pid in _ledger(ledger))
     assert len(runs) == 300 * pool_app.STEPS and set(runs.values()) == {1}
-    store.close()
 
 
 @pytest.mark.timeout(90)
 def test_sigterm_stops_pool_within_lease_plus_grace_and_leaves_no_task_leased(
-    sqlite_path: Path, ledger: Path, pool: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch
+    backend: Backend, ledger: Path, pool: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("POOL_STEP_SECONDS", "0.3")
-    store = SqliteWorkflowStore.open(sqlite_path)
+    store = backend.open()
     ids = _enqueue(store, 40)
     lease_s, grace_s = 2.0, 10.0
-    proc = _start_pool(pool, sqlite_path, lease_s=lease_s, grace_s=grace_s)
+    proc = _start_pool(pool, backend.url, lease_s=lease_s, grace_s=grace_s)
     deadline = time.monotonic() + 30
     while len(_ledger(ledger)) < 8 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -153,17 +153,16 @@ def test_sigterm_stops_pool_within_lease_plus_grace_and_leaves_no_task_leased(
     states = _states(store, ids)
     assert states["leased"] == 0
     assert states["terminal"] + states["queued"] == len(ids)
-    store.close()
 
 
 @pytest.mark.timeout(90)
 def test_child_killed_mid_step_is_replaced_and_its_task_completes_after_lease_expiry(
-    sqlite_path: Path, ledger: Path, pool: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch
+    backend: Backend, ledger: Path, pool: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("POOL_STEP_SECONDS", "0.2")
-    store = SqliteWorkflowStore.open(sqlite_path)
+    store = backend.open()
     ids = _enqueue(store, 12)
-    proc = _start_pool(pool, sqlite_path, lease_s=1.5, grace_s=10.0)
+    proc = _start_pool(pool, backend.url, lease_s=1.5, grace_s=10.0)
     deadline = time.monotonic() + 30
     while not _ledger(ledger) and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -187,4 +186,70 @@ def test_child_killed_mid_step_is_replaced_and_its_task_completes_after_lease_ex
     pids = {pid for _t, _c, pid in _ledger(ledger)}
     assert victim_pid in pids and len(pids) >= 5  # four children plus the replacement
     assert store.get_task(victim_task).state is TaskState.TERMINAL
+
+
+def _wait_terminal(store: WorkflowStore, task_id: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while store.get_task(task_id).state is not TaskState.TERMINAL:
+        assert time.monotonic() < deadline, f"task {task_id} did not finish"
+        time.sleep(0.02)
+
+
+def _first_step_at(ledger: Path, task_id: str, timeout_s: float = 15.0) -> float:
+    """Wall time at which the task's first step body started."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        started = [line.at for line in pool_app.read_ledger(ledger) if line.task_id == task_id]
+        if started:
+            return started[0]
+        assert time.monotonic() < deadline, f"task {task_id} was not started"
+        time.sleep(0.005)
+
+
+IDLE_BACKOFF_S = (5.0, 5.0)  # every idle wait is 5 s: an earlier wake-up can only come from the store
+
+
+@pytest.mark.timeout(90)
+def test_idle_pool_on_postgres_starts_a_new_task_at_once_instead_of_after_its_backoff(
+    postgres_url: str, ledger: Path, pool: list[subprocess.Popen[str]]
+) -> None:
+    """Idle children block in ``wait_for_work`` (LISTEN), so an enqueue's NOTIFY wakes
+    one of them; sleeping through the backoff instead would give a median delay of
+    seconds here. Measured from just before ``enqueue`` to the first step's ledger line."""
+    store = open_store(postgres_url)
+    _start_pool(pool, postgres_url, lease_s=2.0, grace_s=10.0, concurrency=2, backoff_s=IDLE_BACKOFF_S)
+    [warm_up] = _enqueue(store, 1, prefix="warm")
+    _wait_terminal(store, warm_up)  # the pool is up; from here on both children are idle
+    delays = []
+    for n in range(10):
+        time.sleep(0.2 + 0.1 * (n % 4))  # different phases of the children's waits
+        enqueued_at = time.time()
+        [task_id] = _enqueue(store, 1, prefix=f"idle{n}-")
+        delays.append(_first_step_at(ledger, task_id) - enqueued_at)
+        _wait_terminal(store, task_id)
     store.close()
+    delays.sort()
+    print(f"enqueue -> first step delays (s): {[round(d, 3) for d in delays]}")
+    assert statistics.median(delays) < 0.5, delays
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_stops_an_idle_pool_within_a_wait_slice_not_its_backoff(
+    backend: Backend, ledger: Path, pool: list[subprocess.Popen[str]]
+) -> None:
+    """Children idle in 5 s waits stop within about one ``wait_for_work`` slice (0.5 s).
+    The warmed-up child starts its slices as the task completes, so the signal sent 0.5 s
+    later arrives just after a slice began: close to the worst case."""
+    store = backend.open()
+    proc = _start_pool(pool, backend.url, lease_s=2.0, grace_s=10.0, concurrency=2, backoff_s=IDLE_BACKOFF_S)
+    [warm_up] = _enqueue(store, 1, prefix="warm")
+    _wait_terminal(store, warm_up)
+    time.sleep(0.5)  # both children are in an idle wait now
+    stopped_at = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=20)
+    elapsed = time.monotonic() - stopped_at
+    print(f"idle pool stopped {elapsed:.3f} s after SIGTERM")
+    assert proc.returncode == 0
+    assert json.loads(out)["outcomes"]["completed"] == 1
+    assert elapsed < 2.5

@@ -286,3 +286,12 @@ RETURNING clock.now AS at, t.reason;
 -- name: lock_task_for_signal
 -- Serializes deliveries to one task, so the pending-signal cap counts exactly.
 SELECT tenant, state FROM runifold_tasks WHERE task_id = %(task_id)s FOR UPDATE;
+
+-- name: wake_if_signal_pending
+UPDATE runifold_tasks AS t SET ready_at = %(now)s
+WHERE t.task_id = %(task_id)s AND t.state = 'waiting' AND t.waiting_for_signal = %(name)s
+    AND (t.ready_at IS NULL OR t.ready_at > %(now)s)
+    AND EXISTS (
+        SELECT 1 FROM runifold_signals s
+        WHERE s.task_id = t.task_id AND s.name = %(name)s AND s.consumed_at IS NULL
+    );
