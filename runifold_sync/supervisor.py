@@ -39,6 +39,7 @@ log = logging.getLogger("runifold_sync.supervisor")
 _EXIT_DONE = 0
 _EXIT_RECYCLE = 75
 _EXIT_CRASHED = 70
+_QUICK_CRASH_S = 10.0  # a child that dies sooner than this after starting counts as crash-looping
 # Longest single wait_for_work call of an idle child: the bound on how late it sees SIGTERM.
 _IDLE_WAIT_SLICE_S = 0.5
 
@@ -143,10 +144,11 @@ class WorkflowSupervisor:
         children: dict[int, _Child] = {}
         selector = selectors.DefaultSelector()
         restarts = recycled = 0
+        respawn_at: dict[int, tuple[float, int]] = {}  # slot -> (monotonic due, quick crashes)
         with _stop_signals(token):
             for slot in range(self._config.concurrency):
-                self._spawn(slot, children, selector)
-            while children:
+                self._spawn(slot, children, selector, crashes=0)
+            while children or respawn_at:
                 if token.cancelled:
                     self._stop_children(children, selector, counts)
                     break
@@ -156,14 +158,21 @@ class WorkflowSupervisor:
                     code = os.waitstatus_to_exitcode(status)
                     if token.cancelled:
                         continue
+                    crashes = 0
                     if code == _EXIT_RECYCLE:
                         recycled += 1
                     else:
                         restarts += 1
+                        quick = time.monotonic() - child.started < _QUICK_CRASH_S
+                        crashes = child.crashes + 1 if quick else 0
                         log.warning(
                             "worker %s (pid %d) exited with %d; restarting", child.worker_id, pid, code
                         )
-                    self._spawn(child.slot, children, selector)
+                    respawn_at[child.slot] = (time.monotonic() + self._respawn_delay_s(crashes), crashes)
+                for slot, (due, crashes) in list(respawn_at.items()):
+                    if time.monotonic() >= due:
+                        del respawn_at[slot]
+                        self._spawn(slot, children, selector, crashes=crashes)
         selector.close()
         per_worker = {wid: dict(c) for wid, c in sorted(counts.items())}
         total: Counter[str] = Counter()
@@ -171,7 +180,17 @@ class WorkflowSupervisor:
             total.update(c)
         return SupervisorReport(dict(total), per_worker, restarts, recycled)
 
-    def _spawn(self, slot: int, children: dict[int, _Child], selector: selectors.BaseSelector) -> None:
+    def _respawn_delay_s(self, quick_crashes: int) -> float:
+        """A child that keeps dying at start (store down, broken app) is restarted with a
+        growing delay instead of in a tight fork loop."""
+        if quick_crashes == 0:
+            return 0.0
+        delay_s: float = 0.1 * 2.0 ** (quick_crashes - 1)
+        return min(delay_s, self._config.max_backoff.total_seconds())
+
+    def _spawn(
+        self, slot: int, children: dict[int, _Child], selector: selectors.BaseSelector, *, crashes: int
+    ) -> None:
         worker_id = WorkerId.parse(f"{self._base_id}-{slot}")
         read_fd, write_fd = os.pipe()
         pid = os.fork()
@@ -185,7 +204,7 @@ class WorkflowSupervisor:
             finally:
                 os._exit(code)
         os.close(write_fd)
-        child = _Child(slot, worker_id.value, read_fd)
+        child = _Child(slot, worker_id.value, read_fd, crashes)
         children[pid] = child
         selector.register(read_fd, selectors.EVENT_READ, child)
 
@@ -229,6 +248,8 @@ class _Child:
     slot: int
     worker_id: str
     fd: int
+    crashes: int  # consecutive quick crashes of this slot before this child
+    started: float = attrs.Factory(time.monotonic)
     partial: bytes = b""
 
     def take(self, data: bytes, counts: dict[str, Counter[str]]) -> None:

@@ -253,3 +253,19 @@ def test_sigterm_stops_an_idle_pool_within_a_wait_slice_not_its_backoff(
     assert proc.returncode == 0
     assert json.loads(out)["outcomes"]["completed"] == 1
     assert elapsed < 2.5
+
+
+@pytest.mark.timeout(60)
+def test_a_slot_whose_worker_dies_at_start_is_respawned_with_growing_delay() -> None:
+    def factory(worker_id: WorkerId) -> WorkflowWorker:
+        raise RuntimeError("store unreachable")  # every child dies while starting
+
+    config = WorkflowSupervisorConfig(1).with_backoff(timedelta(milliseconds=10), timedelta(seconds=1))
+    supervisor = WorkflowSupervisor(factory, config, base_id="crashy")
+    token = CancellationToken()
+    stop = threading.Timer(2.5, token.cancel)
+    stop.start()
+    report = supervisor.run(token)
+    stop.join()
+    # Delays 0, 0.1, 0.2, 0.4, 0.8 s...: about five restarts in 2.5 s, not hundreds.
+    assert 3 <= report.restarts <= 8
