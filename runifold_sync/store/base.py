@@ -154,6 +154,24 @@ class QueueStats:
     oldest_ready_age_s: float | None
 
 
+@attrs.frozen
+class WorkerRecord:
+    """A registered worker. ``silent_s`` is store time since it was last seen; a worker
+    is live when that is short and it has not stopped."""
+
+    worker_id: str
+    host: str
+    pid: int
+    started_at: datetime
+    last_seen: datetime
+    stopped_at: datetime | None
+    definitions: list[tuple[str, int]]
+    silent_s: float
+
+    def live(self, within: timedelta) -> bool:
+        return self.stopped_at is None and self.silent_s <= within.total_seconds()
+
+
 class WorkflowStore(abc.ABC):
     """Semantic operations of the control plane. Implementations are thread-safe: the
     worker's heartbeat thread shares the store with the thread running steps."""
@@ -316,6 +334,24 @@ class WorkflowStore(abc.ABC):
         idle workers, not a reservation: another worker may claim it first. PostgreSQL
         wakes on ``NOTIFY runifold_tasks`` and when the earliest timer comes due; SQLite,
         which has no notifications, polls."""
+
+    # --- worker registry -----------------------------------------------------------
+
+    @abc.abstractmethod
+    def register_worker(
+        self, worker_id: WorkerId, *, host: str, pid: int, definitions: list[tuple[str, int]]
+    ) -> None:
+        """Record a starting worker and the definition versions it serves."""
+
+    @abc.abstractmethod
+    def worker_seen(self, worker_id: WorkerId, pid: int) -> None:
+        """Refresh ``last_seen`` of a running worker (its heartbeat thread calls this)."""
+
+    @abc.abstractmethod
+    def worker_stopped(self, worker_id: WorkerId, pid: int) -> None: ...
+
+    @abc.abstractmethod
+    def workers(self) -> list[WorkerRecord]: ...
 
     # --- time and lifecycle ------------------------------------------------------
 

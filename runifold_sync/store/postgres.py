@@ -15,6 +15,7 @@ processes and hosts claiming from one database.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from datetime import UTC, datetime, timedelta
@@ -46,6 +47,7 @@ from .base import (
     TaskEvent,
     TaskRecord,
     VersionReference,
+    WorkerRecord,
     WorkflowStore,
 )
 from .pgpool import Connection, ProcessPool
@@ -117,6 +119,11 @@ class PostgresWorkflowStore(WorkflowStore):
                 store.close()
                 raise
         return store
+
+    def _execute(self, name: str, params: dict[str, Any]) -> None:
+        """One statement without a result, its own transaction (autocommit)."""
+        with self._pool.connection() as conn:
+            conn.execute(_Q[name], params)
 
     def _all(self, name: str, params: dict[str, Any]) -> list[DictRow]:
         with self._pool.connection() as conn:
@@ -587,6 +594,31 @@ class PostgresWorkflowStore(WorkflowStore):
             finally:
                 conn.execute(_Q["unlisten_work"])
 
+    # --- worker registry -----------------------------------------------------------
+
+    def register_worker(
+        self, worker_id: WorkerId, *, host: str, pid: int, definitions: list[tuple[str, int]]
+    ) -> None:
+        params = {
+            "worker_id": worker_id.value,
+            "host": host,
+            "pid": pid,
+            "definitions": json.dumps(definitions),
+        }
+        self._execute("register_worker", params)
+
+    def worker_seen(self, worker_id: WorkerId, pid: int) -> None:
+        self._execute("worker_seen", {"worker_id": worker_id.value, "pid": pid})
+
+    def worker_stopped(self, worker_id: WorkerId, pid: int) -> None:
+        self._execute("worker_stopped", {"worker_id": worker_id.value, "pid": pid})
+
+    def workers(self) -> list[WorkerRecord]:
+        return [
+            rows.worker_record(row, _utc, json.loads(row["definitions"]))
+            for row in self._all("list_workers", {})
+        ]
+
     # --- time ----------------------------------------------------------------------
 
     def now(self) -> datetime:
@@ -597,8 +629,7 @@ class PostgresWorkflowStore(WorkflowStore):
     def set_clock_offset(self, offset: timedelta) -> None:
         if not isinstance(offset, timedelta):
             raise InvalidArgument(f"clock offset must be a timedelta, got {offset!r}")
-        with self._pool.connection() as conn:
-            conn.execute(_Q["set_clock_offset"], {"offset_s": offset.total_seconds()})
+        self._execute("set_clock_offset", {"offset_s": offset.total_seconds()})
 
 
 def _record(row: DictRow | None, task_id: str) -> TaskRecord:

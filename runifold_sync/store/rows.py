@@ -14,7 +14,15 @@ from typing import Any, Protocol
 
 from ..errors import EnqueueConflict, InvalidArgument, InvalidState
 from ..models import TaskOutcome, TaskState, WorkflowTask, check_name
-from .base import ClaimedTask, EffectResolution, Lease, QueueStats, TaskRecord, VersionReference
+from .base import (
+    ClaimedTask,
+    EffectResolution,
+    Lease,
+    QueueStats,
+    TaskRecord,
+    VersionReference,
+    WorkerRecord,
+)
 
 # States a claim may take a task from; ``ready_at`` decides when.
 CLAIMABLE_STATES = ("queued", "waiting", "leased")
@@ -140,6 +148,19 @@ def not_requeueable(record: TaskRecord) -> InvalidState:
 
 def requeued_detail(actor: str, reason: str) -> dict[str, Any]:
     return {"actor": actor, "reason": reason}
+
+
+def worker_record(row: Row, time: Callable[[Any], datetime], definitions: Any) -> WorkerRecord:
+    return WorkerRecord(
+        row["worker_id"],
+        row["host"],
+        row["pid"],
+        time(row["started_at"]),
+        time(row["last_seen"]),
+        None if row["stopped_at"] is None else time(row["stopped_at"]),
+        [(str(name), int(version)) for name, version in definitions],
+        float(row["silent_s"]),
+    )
 
 
 def version_reference(row: Row) -> VersionReference:

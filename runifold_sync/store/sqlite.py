@@ -42,6 +42,7 @@ from .base import (
     TaskEvent,
     TaskRecord,
     VersionReference,
+    WorkerRecord,
     WorkflowStore,
 )
 from .queries import load_migrations, load_queries
@@ -568,6 +569,31 @@ class SqliteWorkflowStore(WorkflowStore):
             "failed",
             rows.failed_detail(reason, ambiguous_effect),
         )
+
+    # --- worker registry -----------------------------------------------------------
+
+    def register_worker(
+        self, worker_id: WorkerId, *, host: str, pid: int, definitions: list[tuple[str, int]]
+    ) -> None:
+        params = {
+            "worker_id": worker_id.value,
+            "host": host,
+            "pid": pid,
+            "definitions": json.dumps(definitions),
+        }
+        self._run("register_worker", params)
+
+    def worker_seen(self, worker_id: WorkerId, pid: int) -> None:
+        self._run("worker_seen", {"worker_id": worker_id.value, "pid": pid})
+
+    def worker_stopped(self, worker_id: WorkerId, pid: int) -> None:
+        self._run("worker_stopped", {"worker_id": worker_id.value, "pid": pid})
+
+    def workers(self) -> list[WorkerRecord]:
+        return [
+            rows.worker_record(row, _at, json.loads(row["definitions"]))
+            for row in self._run("list_workers", {})
+        ]
 
     # --- time ----------------------------------------------------------------------
 

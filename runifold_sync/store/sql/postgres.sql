@@ -295,3 +295,25 @@ WHERE t.task_id = %(task_id)s AND t.state = 'waiting' AND t.waiting_for_signal =
         SELECT 1 FROM runifold_signals s
         WHERE s.task_id = t.task_id AND s.name = %(name)s AND s.consumed_at IS NULL
     );
+
+-- name: register_worker
+WITH clock AS (SELECT {now} AS now)
+INSERT INTO runifold_workers (worker_id, host, pid, started_at, last_seen, stopped_at, definitions)
+SELECT %(worker_id)s, %(host)s, %(pid)s, clock.now, clock.now, NULL, %(definitions)s::jsonb FROM clock
+ON CONFLICT (worker_id) DO UPDATE SET
+    host = excluded.host, pid = excluded.pid, started_at = excluded.started_at,
+    last_seen = excluded.last_seen, stopped_at = NULL, definitions = excluded.definitions;
+
+-- name: worker_seen
+UPDATE runifold_workers SET last_seen = {now} WHERE worker_id = %(worker_id)s AND pid = %(pid)s;
+
+-- name: worker_stopped
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_workers AS w SET stopped_at = clock.now, last_seen = clock.now FROM clock
+WHERE w.worker_id = %(worker_id)s AND w.pid = %(pid)s;
+
+-- name: list_workers
+WITH clock AS (SELECT {now} AS now)
+SELECT worker_id, host, pid, started_at, last_seen, stopped_at, definitions::text AS definitions,
+    EXTRACT(EPOCH FROM clock.now - last_seen) AS silent_s
+FROM runifold_workers, clock ORDER BY worker_id;

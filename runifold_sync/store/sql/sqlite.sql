@@ -213,3 +213,22 @@ RETURNING reason;
 -- name: lock_task_for_signal
 -- BEGIN IMMEDIATE already serializes writers: a plain read is enough here.
 SELECT tenant, state FROM runifold_tasks WHERE task_id = :task_id;
+
+-- name: register_worker
+INSERT INTO runifold_workers (worker_id, host, pid, started_at, last_seen, stopped_at, definitions)
+VALUES (:worker_id, :host, :pid, {now}, {now}, NULL, :definitions)
+ON CONFLICT (worker_id) DO UPDATE SET
+    host = excluded.host, pid = excluded.pid, started_at = excluded.started_at,
+    last_seen = excluded.last_seen, stopped_at = NULL, definitions = excluded.definitions;
+
+-- name: worker_seen
+UPDATE runifold_workers SET last_seen = {now} WHERE worker_id = :worker_id AND pid = :pid;
+
+-- name: worker_stopped
+UPDATE runifold_workers SET stopped_at = {now}, last_seen = {now}
+WHERE worker_id = :worker_id AND pid = :pid;
+
+-- name: list_workers
+SELECT worker_id, host, pid, started_at, last_seen, stopped_at, definitions,
+    ({now} - last_seen) / 1000000.0 AS silent_s
+FROM runifold_workers ORDER BY worker_id;
