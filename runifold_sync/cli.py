@@ -10,6 +10,7 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -317,27 +318,42 @@ def list_(
         click.echo(f"{r.task_id:<34} {name:<24} {r.tenant:<12} {status:<18} {r.reason or ''}")
 
 
+live_option = click.option(
+    "--live-within",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    help="A worker seen within this many seconds (store time) counts as live.",
+)
+
+
 @main.command()
 @click.option(
     "--app", "app_ref", default=None, metavar="MODULE:ATTR", help="Check these versions are registered."
 )
+@live_option
 @database_option
 @json_option
-def versions(app_ref: str | None, database: str | None, as_json: bool) -> None:
+def versions(app_ref: str | None, live_within: float, database: str | None, as_json: bool) -> None:
     """List definition versions still referenced by queued, leased, waiting or
-    recoverable tasks. With --app, exit 1 when the app lacks one of them (deploy preflight)."""
+    recoverable tasks, and how many live workers serve each. With --app, exit 1 when the
+    app lacks one of them (the deploy preflight)."""
     from .app import load_registry
 
     registry = None if app_ref is None else _checked(load_registry, app_ref)
+    window = timedelta(seconds=live_within)
     with _store(database) as store:
         references = store.referenced_versions()
+        live = [w for w in store.workers() if w.live(window)]
+    served = {r: sum((r.name, r.version) in w.definitions for w in live) for r in references}
     missing = [r for r in references if registry is not None and registry.get(r.name, r.version) is None]
     if as_json:
         click.echo(
             json.dumps(
                 {
-                    "referenced": [attrs.asdict(r) for r in references],
+                    "referenced": [attrs.asdict(r) | {"live_workers": served[r]} for r in references],
                     "missing": [{"name": r.name, "version": r.version} for r in missing],
+                    "unserved": [{"name": r.name, "version": r.version} for r in references if not served[r]],
                 },
                 indent=2,
             )
@@ -347,12 +363,47 @@ def versions(app_ref: str | None, database: str | None, as_json: bool) -> None:
             flag = "  MISSING from app" if r in missing else ""
             click.echo(
                 f"{r.name} v{r.version}: {r.queued} queued, {r.leased} leased, {r.waiting} waiting, "
-                f"{r.recoverable} recoverable{flag}"
+                f"{r.recoverable} recoverable; served by {served[r]} live worker(s){flag}"
             )
         if not references:
             click.echo("no task references any definition version")
     if missing:
         sys.exit(1)
+
+
+@main.command()
+@live_option
+@database_option
+@json_option
+def workers(live_within: float, database: str | None, as_json: bool) -> None:
+    """List registered workers: host, pid, start, last seen and the versions they serve."""
+    window = timedelta(seconds=live_within)
+    with _store(database) as store:
+        records = store.workers()
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "worker_id": w.worker_id,
+                        "host": w.host,
+                        "pid": w.pid,
+                        "started_at": w.started_at.isoformat(),
+                        "last_seen": w.last_seen.isoformat(),
+                        "stopped_at": None if w.stopped_at is None else w.stopped_at.isoformat(),
+                        "live": w.live(window),
+                        "definitions": [{"name": n, "version": v} for n, v in w.definitions],
+                    }
+                    for w in records
+                ],
+                indent=2,
+            )
+        )
+        return
+    for w in records:
+        status = "live" if w.live(window) else ("stopped" if w.stopped_at else f"silent {w.silent_s:.0f}s")
+        serves = ", ".join(f"{n} v{v}" for n, v in w.definitions) or "-"
+        click.echo(f"{w.worker_id:<24} {w.host:<16} pid {w.pid:<8} {status:<14} {serves}")
 
 
 @main.command()

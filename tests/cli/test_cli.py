@@ -13,7 +13,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from runifold_sync import TaskOutcome
+from runifold_sync import TaskOutcome, WorkerId
 from runifold_sync.cli import main
 from runifold_sync.sqlite import SqliteWorkflowStore
 
@@ -190,4 +190,21 @@ def test_retry_requeues_a_failed_task_and_it_then_completes(
     code, out = _invoke("run", "--app", APP, "--database", url, "--once", "--json")
     assert code == 0 and json.loads(out)["result"] == 5
     assert store.history("f1")[-3].kind == "requeued"
+    store.close()
+
+
+def test_workers_lists_registered_workers_and_versions_counts_live_servers(url: str) -> None:
+    store = SqliteWorkflowStore.open(url.removeprefix("sqlite:///"))
+    store.register_worker(WorkerId.parse("host-a-0"), host="host-a", pid=11, definitions=[("pool-flow", 1)])
+    store.register_worker(WorkerId.parse("host-b-0"), host="host-b", pid=12, definitions=[("pool-flow", 2)])
+    store.worker_stopped(WorkerId.parse("host-b-0"), 12)
+    _invoke("enqueue", "pool-flow", "1", "--checkpoint-id", "a", "--database", url)
+    _invoke("enqueue", "pool-flow", "2", "--checkpoint-id", "b", "--database", url)
+    code, out = _invoke("workers", "--database", url, "--json")
+    listed = {w["worker_id"]: w["live"] for w in json.loads(out)}
+    assert code == 0 and listed == {"host-a-0": True, "host-b-0": False}
+    code, out = _invoke("versions", "--database", url, "--json")
+    report = json.loads(out)
+    assert [(r["version"], r["live_workers"]) for r in report["referenced"]] == [(1, 1), (2, 0)]
+    assert report["unserved"] == [{"name": "pool-flow", "version": 2}]
     store.close()
