@@ -1,0 +1,164 @@
+"""The physical limit: single-row committed UPDATEs per second on one connection (and,
+for PostgreSQL, on 4 connections in 4 processes, each updating its own row). Each figure
+is the best of 3 samples taken in turns, since other load on the machine only ever
+lowers it.
+
+SQLite runs with the store's settings (WAL, ``synchronous=FULL``); PostgreSQL with the
+server's (``synchronous_commit`` as configured). ``python benchmarks/commit_limit.py``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+import time
+from dataclasses import dataclass
+
+import psycopg
+from common import (
+    Row,
+    arg_parser,
+    fresh_postgres,
+    fresh_sqlite,
+    print_table,
+    progress,
+    rate,
+    retry_on_restart,
+)
+
+from runifold_sync.stores import sqlite_path
+
+_UPDATE_SQLITE = "UPDATE bench_commit SET v = v + 1 WHERE id = ?"
+_UPDATE_PG = "UPDATE bench_commit SET v = v + 1 WHERE id = %s"
+
+
+@dataclass(frozen=True)
+class CommitLoop:
+    commits: int
+    wall_s: float
+    cpu_s: float  # client CPU of the loop
+    started: float  # wall clock (time.time()), comparable across processes
+    ended: float
+
+    @property
+    def per_s(self) -> float:
+        return self.commits / self.wall_s
+
+
+def _prepare(url: str, rows: int) -> None:
+    ddl = "CREATE TABLE bench_commit (id INTEGER PRIMARY KEY, v BIGINT NOT NULL)"
+    if url.startswith("sqlite"):
+        with sqlite3.connect(sqlite_path(url)) as conn:
+            conn.execute(ddl)
+            conn.executemany("INSERT INTO bench_commit VALUES (?, 0)", [(i,) for i in range(rows)])
+        return
+    with psycopg.connect(url, autocommit=True) as pg:
+        pg.execute(ddl)
+        pg.execute("INSERT INTO bench_commit SELECT i, 0 FROM generate_series(0, %s) AS i", (rows - 1,))
+
+
+def _loop(url: str, row_id: int, start_at: float, duration_s: float) -> CommitLoop:
+    """Autocommit UPDATEs of one row from ``start_at`` (wall clock) for ``duration_s``."""
+    if url.startswith("sqlite"):
+        lite = sqlite3.connect(sqlite_path(url), isolation_level=None)
+        lite.execute("PRAGMA journal_mode=WAL")
+        lite.execute("PRAGMA synchronous=FULL")
+        execute = lite.execute
+        statement, close = _UPDATE_SQLITE, lite.close
+    else:
+        pg = psycopg.connect(url, autocommit=True)
+        execute = pg.execute  # type: ignore[assignment]
+        statement, close = _UPDATE_PG, pg.close
+    try:
+        execute(statement, (row_id,))  # warm up (and prepare, where the driver does)
+        time.sleep(max(0.0, start_at - time.time()))
+        started, wall0, cpu0 = time.time(), time.perf_counter(), time.process_time()
+        end = wall0 + duration_s
+        commits = 0
+        while time.perf_counter() < end:
+            execute(statement, (row_id,))
+            commits += 1
+        wall_s, cpu_s = time.perf_counter() - wall0, time.process_time() - cpu0
+        return CommitLoop(commits, wall_s, cpu_s, started, time.time())
+    finally:
+        close()
+
+
+def measure_commit_loop(url: str, *, duration_s: float, prepare: bool = True) -> CommitLoop:
+    """One connection, in this process, on a fresh table in the database ``url`` names."""
+    if prepare:
+        _prepare(url, 1)
+    return _loop(url, 0, time.time(), duration_s)
+
+
+def _child(args: tuple[str, int, float, float]) -> CommitLoop:
+    return _loop(*args)
+
+
+def measure_parallel_commits(url: str, *, connections: int, duration_s: float, prepare: bool = True) -> float:
+    """Commits per second of ``connections`` processes started together, over the span
+    from the first one's start to the last one's end."""
+    if prepare:
+        _prepare(url, connections)
+    start_at = time.time() + 2.0  # every process connected and warmed up by then
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(connections) as pool:
+        loops = pool.map(_child, [(url, i, start_at, duration_s) for i in range(connections)])
+    span_s = max(loop.ended for loop in loops) - min(loop.started for loop in loops)
+    return sum(loop.commits for loop in loops) / span_s
+
+
+@dataclass(frozen=True)
+class CommitLimits:
+    sqlite: float
+    postgres_1: float
+    postgres_4: float
+
+
+SAMPLES = 3
+
+
+@retry_on_restart
+def measure_limits(duration_s: float) -> CommitLimits:
+    """Best of ``SAMPLES`` turns of ``duration_s / SAMPLES`` for each figure."""
+    sample_s = duration_s / SAMPLES
+    with fresh_sqlite() as lite_url, fresh_postgres() as pg1_url, fresh_postgres() as pg4_url:
+        _prepare(lite_url, 1)
+        _prepare(pg1_url, 1)
+        _prepare(pg4_url, 4)
+        lite = pg1 = pg4 = 0.0
+        for turn in range(1, SAMPLES + 1):
+            progress(f"commit limit: SQLite, PostgreSQL 1 and 4 connections, sample {turn} of {SAMPLES}")
+            lite = max(lite, measure_commit_loop(lite_url, duration_s=sample_s, prepare=False).per_s)
+            pg1 = max(pg1, measure_commit_loop(pg1_url, duration_s=sample_s, prepare=False).per_s)
+            parallel = measure_parallel_commits(pg4_url, connections=4, duration_s=sample_s, prepare=False)
+            pg4 = max(pg4, parallel)
+    return CommitLimits(lite, pg1, pg4)
+
+
+def rows_for(limits: CommitLimits) -> list[Row]:
+    return [
+        Row("commit limit: SQLite FULL, 1 connection", rate(limits.sqlite), "baseline"),
+        Row("commit limit: PostgreSQL, 1 connection", rate(limits.postgres_1), "baseline"),
+        Row(
+            "commit limit: PostgreSQL, 4 connections",
+            rate(limits.postgres_4),
+            f"{limits.postgres_4 / limits.postgres_1:.2f}x 1 connection",
+        ),
+    ]
+
+
+def run(quick: bool) -> tuple[CommitLimits, list[Row]]:
+    limits = measure_limits(3.0 if quick else 9.0)
+    return limits, rows_for(limits)
+
+
+def main() -> None:
+    parser = arg_parser(__doc__)
+    parser.add_argument("--quick", action="store_true", help="3 s per figure instead of 9 s")
+    args = parser.parse_args()
+    print_table("Commit limit", run(args.quick)[1])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""CPU per step of the worker's hot path (claim, replay, step commit, completion), in
+this process, beside the client CPU of one raw committed UPDATE on the same store.
+
+``python benchmarks/cpu_per_step.py [--profile]``: with ``--profile`` it also prints the
+top functions of a cProfile run (by own time and by cumulative time).
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import pstats
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from commit_limit import measure_commit_loop
+from common import Row, arg_parser, enqueue_workflows, fresh_store, print_table, progress, registry
+
+from runifold_sync import Completed, LeaseDuration, WorkerId, WorkflowWorker, open_store
+
+
+@dataclass(frozen=True)
+class CpuPerStep:
+    wall_s: float
+    cpu_s: float
+    steps: int
+
+    @property
+    def cpu_us_per_step(self) -> float:
+        return self.cpu_s / self.steps * 1e6
+
+    @property
+    def wall_us_per_step(self) -> float:
+        return self.wall_s / self.steps * 1e6
+
+
+def measure_worker(
+    url: str, *, workflows: int, steps: int, profiler: cProfile.Profile | None = None
+) -> CpuPerStep:
+    """Run ``workflows`` tasks to completion with one in-process worker."""
+    store = open_store(url)
+    lease = LeaseDuration(timedelta(seconds=30))
+    worker = WorkflowWorker(store, registry(), WorkerId.parse("cpu-0"), lease, timedelta(seconds=10))
+    try:
+        enqueue_workflows(store, workflows, steps, delay=None)
+        worker.run_once()  # warm up: connections, caches
+        if profiler is not None:
+            profiler.enable()
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        for _ in range(workflows - 1):
+            outcome = worker.run_once()
+            if not isinstance(outcome, Completed):
+                raise RuntimeError(f"unexpected outcome {outcome!r}")
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        if profiler is not None:
+            profiler.disable()
+    finally:
+        worker.close()
+        store.close()
+    return CpuPerStep(wall, cpu, (workflows - 1) * steps)
+
+
+def run(quick: bool) -> list[Row]:
+    workflows = 100 if quick else 500
+    rows = []
+    for kind, label in (("sqlite", "SQLite FULL"), ("postgres", "PostgreSQL")):
+        progress(f"cpu per step: {label}")
+        with fresh_store(kind) as url:
+            result = measure_worker(url, workflows=workflows, steps=5)
+        with fresh_store(kind) as url:
+            raw = measure_commit_loop(url, duration_s=1.0)
+        raw_cpu_us = raw.cpu_s / raw.commits * 1e6
+        rows.append(
+            Row(
+                f"{label}: worker CPU per step (1 process, 5-step workflows)",
+                f"{result.cpu_us_per_step:,.0f} µs",
+                f"{result.cpu_us_per_step / raw_cpu_us:.1f}x client CPU of a raw UPDATE commit "
+                f"({raw_cpu_us:,.0f} µs)",
+            )
+        )
+        rows.append(
+            Row(
+                f"{label}: worker wall time per step",
+                f"{result.wall_us_per_step:,.0f} µs",
+                f"{result.wall_us_per_step / (raw.wall_s / raw.commits * 1e6):.1f}x wall of a raw "
+                "UPDATE commit",
+            )
+        )
+    return rows
+
+
+def profile(kind: str, workflows: int, top: int) -> None:
+    profiler = cProfile.Profile()
+    with fresh_store(kind) as url:
+        result = measure_worker(url, workflows=workflows, steps=5, profiler=profiler)
+    cpu, wall = result.cpu_us_per_step, result.wall_us_per_step
+    print(f"\n{kind}: {cpu:,.0f} µs CPU and {wall:,.0f} µs wall per step")
+    for order in ("tottime", "cumulative"):
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(top)
+        print(out.getvalue())
+
+
+def main() -> None:
+    parser = arg_parser(__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="print cProfile top functions")
+    parser.add_argument("--top", type=int, default=30)
+    args = parser.parse_args()
+    print_table("CPU per step", run(args.quick))
+    if args.profile:
+        for kind in ("sqlite", "postgres"):
+            profile(kind, 100 if args.quick else 500, args.top)
+
+
+if __name__ == "__main__":
+    main()

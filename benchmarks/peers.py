@@ -1,0 +1,245 @@
+"""Peers, side by side with runifold_sync in one run on the same machine and server:
+
+- DBOS, the same workflow shape (N workflows of K trivial steps) on a SQLite file in WAL
+  mode with 1 process, and on PostgreSQL with 1 and 4 processes;
+- pgqueuer and procrastinate, one-step tasks (enqueue M, drain with 4 processes), against
+  runifold_sync one-step workflows drained by a pool of 4.
+
+The peers are installed from PyPI into their own virtualenv (``benchmarks/.peers``,
+created on first use) and each runs in its own subprocesses (``peer_*.py``): workers
+connect, say ready, and start together on ``go``; the span is from the earliest start to
+the last job recorded as done. A peer that cannot be installed or run is reported as
+"not measured" with its error. ``python benchmarks/peers.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from common import (
+    HERE,
+    QUICK_WORKFLOWS,
+    WORKFLOWS,
+    Row,
+    arg_parser,
+    fresh_postgres,
+    fresh_sqlite,
+    measure_fresh,
+    not_measured,
+    print_table,
+    progress,
+    rate,
+    retry_on_restart,
+)
+
+PEERS_DIR = HERE / ".peers"
+PYTHON = PEERS_DIR / "bin" / "python"
+REQUIREMENTS = {"dbos": "dbos", "pgqueuer": "pgqueuer[asyncpg]", "procrastinate": "procrastinate"}
+
+
+class PeerFailed(RuntimeError):
+    """A peer could not be installed or run; the message says why."""
+
+
+def _tail(text: str, lines: int = 3) -> str:
+    return " / ".join(line.strip() for line in text.strip().splitlines()[-lines:]) or "(no output)"
+
+
+def install_peers() -> dict[str, str]:
+    """Create the virtualenv if needed and install each peer; returns the installed
+    version of each peer, or raises nothing: a failure is recorded as ``!error``."""
+    versions = {}
+    if not PYTHON.exists():
+        progress(f"peers: creating {PEERS_DIR}")
+        made = subprocess.run([sys.executable, "-m", "venv", str(PEERS_DIR)], capture_output=True, text=True)
+        if made.returncode != 0:
+            return {name: f"!virtualenv: {_tail(made.stderr)}" for name in REQUIREMENTS}
+    for name, requirement in REQUIREMENTS.items():
+        probe = f"import importlib.metadata as m, {name}; print(m.version({name!r}))"
+        found = subprocess.run([str(PYTHON), "-c", probe], capture_output=True, text=True)
+        if found.returncode != 0:
+            progress(f"peers: pip install {requirement}")
+            pip = [str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", requirement]
+            installed = subprocess.run(pip, capture_output=True, text=True)
+            if installed.returncode != 0:
+                versions[name] = f"!pip install {requirement}: {_tail(installed.stderr)}"
+                continue
+            found = subprocess.run([str(PYTHON), "-c", probe], capture_output=True, text=True)
+        ok = found.returncode == 0
+        versions[name] = found.stdout.strip() if ok else f"!import {name}: {_tail(found.stderr)}"
+    return versions
+
+
+@dataclass(frozen=True)
+class PeerRun:
+    seconds: float
+    done: int
+    info: dict[str, object]
+
+
+def _json_line(text: str) -> dict[str, object]:
+    result: dict[str, object] = json.loads(text.strip().splitlines()[-1])
+    return result
+
+
+def run_peer(script: str, url: str, *, processes: int, count: int, extra: list[str]) -> PeerRun:
+    """``setup`` once, then ``processes`` workers started together; raises PeerFailed."""
+    path = str(HERE / script)
+    setup = subprocess.run(
+        [str(PYTHON), path, "setup", "--url", url, "--count", str(count), *extra],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if setup.returncode != 0:
+        raise PeerFailed(f"{script} setup: {_tail(setup.stderr)}")
+    with tempfile.TemporaryDirectory(prefix="runifold-peer-") as tmp:
+        logs = [Path(tmp) / f"worker-{i}.log" for i in range(processes)]
+        workers = []
+        for i, log in enumerate(logs):
+            argv = [path, "work", "--url", url, "--index", str(i), "--processes", str(processes)]
+            workers.append(
+                subprocess.Popen(
+                    [str(PYTHON), *argv, "--count", str(count), *extra],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log.open("w"),
+                    text=True,
+                )
+            )
+        try:
+            for worker, log in zip(workers, logs, strict=True):
+                assert worker.stdout is not None
+                if worker.stdout.readline().strip() != "ready":
+                    worker.wait(timeout=30)
+                    raise PeerFailed(f"{script} worker did not start: {_tail(log.read_text())}")
+            for worker in workers:
+                assert worker.stdin is not None
+                worker.stdin.write("go\n")
+                worker.stdin.flush()
+            results = []
+            for worker, log in zip(workers, logs, strict=True):
+                out, _ = worker.communicate(timeout=600)
+                if worker.returncode != 0:
+                    raise PeerFailed(f"{script} worker exited {worker.returncode}: {_tail(log.read_text())}")
+                results.append(_json_line(out))
+        finally:
+            for worker in workers:
+                if worker.poll() is None:
+                    worker.kill()
+                    worker.wait()
+    start = min(float(str(r["start"])) for r in results)
+    end = max(float(str(r["end"])) for r in results)
+    done = sum(int(str(r["done"])) for r in results)
+    if done != count:
+        raise PeerFailed(f"{script}: {done} of {count} jobs ran")
+    info = {k: v for k, v in results[0].items() if k not in ("start", "end", "done")}
+    return PeerRun(end - start, done, info)
+
+
+@retry_on_restart
+def measure_dbos(kind: str, processes: int, workflows: int, steps: int) -> PeerRun:
+    extra = ["--steps", str(steps)]
+    if kind == "sqlite":
+        with fresh_sqlite() as url:
+            return run_peer("peer_dbos.py", url, processes=processes, count=workflows, extra=extra)
+    with fresh_postgres() as url:
+        return run_peer("peer_dbos.py", url, processes=processes, count=workflows, extra=extra)
+
+
+@retry_on_restart
+def measure_queue(script: str, processes: int, tasks: int) -> PeerRun:
+    with fresh_postgres() as url:
+        return run_peer(script, url, processes=processes, count=tasks, extra=[])
+
+
+def run(quick: bool) -> list[Row]:
+    """Each peer figure is taken right after the runifold_sync figure it is compared
+    with, so both see the same load on the machine."""
+    workflows, tasks = (QUICK_WORKFLOWS, 600) if quick else (WORKFLOWS, 2000)
+    versions = install_peers()
+    rows = [
+        not_measured(f"peer {name}", v[1:]) if v.startswith("!") else Row(f"peer {name}", v, "in .peers")
+        for name, v in versions.items()
+    ]
+    dbos = versions["dbos"]
+    for kind, processes, goal in (("sqlite", 1, 5.0), ("postgres", 1, None), ("postgres", 4, 3.0)):
+        label = "SQLite WAL" if kind == "sqlite" else "PostgreSQL"
+        figure = f"DBOS, {label}, {processes} proc, {workflows}x5-step workflows: steps/s"
+        target = "" if goal is None else f"runifold_sync >= {goal:g}x"
+        if dbos.startswith("!"):
+            rows.append(not_measured(figure, dbos[1:], target))
+            continue
+        progress(f"peers: runifold_sync, {label}, {processes} process(es), {workflows}x5 steps")
+        mine = measure_fresh(kind, workflows=workflows, steps=5, processes=processes)
+        progress(f"peers: DBOS {dbos}, {label}, {processes} process(es)")
+        try:
+            peer = measure_dbos(kind, processes, workflows, 5)
+        except (PeerFailed, subprocess.TimeoutExpired) as exc:
+            rows.append(not_measured(figure, str(exc), target))
+            continue
+        peer_rate = workflows * 5 / peer.seconds
+        ratio = mine.steps_per_s / peer_rate
+        note = f" ({peer.info['sqlite']})" if "sqlite" in peer.info else ""
+        rows.append(
+            Row(
+                figure + note,
+                rate(peer_rate),
+                f"runifold_sync {ratio:.2f}x ({rate(mine.steps_per_s)})",
+                target,
+                None if goal is None else ratio >= goal,
+            )
+        )
+    progress(f"peers: runifold_sync one-step workflows, PostgreSQL, 4 processes, {tasks} tasks")
+    one_step = measure_fresh("postgres", workflows=tasks, steps=1, processes=4)
+    rows.append(
+        Row(
+            f"runifold_sync, PostgreSQL, 4 proc, {tasks} one-step tasks: tasks/s",
+            rate(one_step.workflows_per_s),
+            "baseline of the two rows below",
+        )
+    )
+    for name, script, goal, aim in (
+        ("pgqueuer", "peer_pgqueuer.py", 0.5, " (aim 1x)"),
+        ("procrastinate", "peer_procrastinate.py", 2.0, ""),
+    ):
+        figure = f"{name}, PostgreSQL, 4 proc, {tasks} one-step tasks: tasks/s"
+        target = f"runifold_sync >= {goal:g}x{aim}"
+        version = versions[name]
+        if version.startswith("!"):
+            rows.append(not_measured(figure, version[1:], target))
+            continue
+        progress(f"peers: {name} {version}, PostgreSQL, 4 processes, {tasks} tasks")
+        try:
+            peer = measure_queue(script, 4, tasks)
+        except (PeerFailed, subprocess.TimeoutExpired) as exc:
+            rows.append(not_measured(figure, str(exc), target))
+            continue
+        peer_rate = tasks / peer.seconds
+        ratio = one_step.workflows_per_s / peer_rate
+        rows.append(
+            Row(
+                figure,
+                rate(peer_rate),
+                f"runifold_sync {ratio:.2f}x ({rate(one_step.workflows_per_s)})",
+                target,
+                ratio >= goal,
+            )
+        )
+    return rows
+
+
+def main() -> None:
+    parser = arg_parser(__doc__)
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_WORKFLOWS} workflows and 600 tasks")
+    args = parser.parse_args()
+    print_table("Peers (ratios: runifold_sync / peer, same run)", run(args.quick))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Workflow throughput: N workflows of K trivial steps (defaults N=500, K=5) drained by a
+supervised pool, on SQLite (``synchronous=FULL``) with 1 worker process and on
+PostgreSQL with 1, 2 and 4, each figure also as a fraction of the single-connection
+commit limit measured in the same run.
+
+The time is store time from the first claim to the last completion (history events);
+tasks are enqueued due 1.5 s ahead so every worker is up and idle when they become due.
+Each figure is the best of 2 runs taken in turns.
+``python benchmarks/throughput.py [--workflows N] [--steps K] [--quick]``.
+"""
+
+from __future__ import annotations
+
+from commit_limit import CommitLimits, measure_limits
+from common import (
+    QUICK_WORKFLOWS,
+    WORKFLOWS,
+    Row,
+    Throughput,
+    arg_parser,
+    measure_fresh,
+    print_table,
+    progress,
+    rate,
+)
+
+CONFIGS = (("sqlite", 1), ("postgres", 1), ("postgres", 2), ("postgres", 4))
+LABELS = {"sqlite": "SQLite FULL", "postgres": "PostgreSQL"}
+
+
+ROUNDS = 2
+
+
+def measure(workflows: int, steps: int) -> dict[tuple[str, int], Throughput]:
+    """The best of ``ROUNDS`` measurements of each configuration, taken in turns: other
+    load on the machine only ever lowers a figure."""
+    results: dict[tuple[str, int], Throughput] = {}
+    for turn in range(1, ROUNDS + 1):
+        for kind, processes in CONFIGS:
+            progress(
+                f"throughput: {LABELS[kind]}, {processes} process(es), {workflows}x{steps} steps, "
+                f"round {turn} of {ROUNDS}"
+            )
+            result = measure_fresh(kind, workflows=workflows, steps=steps, processes=processes)
+            best = results.get((kind, processes))
+            if best is None or result.seconds < best.seconds:
+                results[kind, processes] = result
+    return results
+
+
+def rows_for(results: dict[tuple[str, int], Throughput], limits: CommitLimits) -> list[Row]:
+    rows = []
+    for (kind, processes), result in results.items():
+        limit = limits.sqlite if kind == "sqlite" else limits.postgres_1
+        fraction = result.steps_per_s / limit
+        target, met = "", None
+        if (kind, processes) == ("sqlite", 1) and result.steps == 5:
+            target, met = ">= 0.40x commit limit", fraction >= 0.40
+        elif (kind, processes) == ("postgres", 4) and result.steps == 5:
+            target, met = ">= 1.5x commit limit", fraction >= 1.5
+        name = f"{LABELS[kind]}, {processes} proc, {result.workflows}x{result.steps}-step workflows"
+        rows.append(
+            Row(
+                f"{name}: steps/s",
+                rate(result.steps_per_s),
+                f"{fraction:.2f}x {LABELS[kind]} commit limit (1 conn)",
+                target,
+                met,
+            )
+        )
+        rows.append(
+            Row(
+                f"{name}: workflows/s",
+                rate(result.workflows_per_s),
+                f"{result.workflows_per_s * (result.steps + 2) / limit:.2f}x limit in commits "
+                f"({result.steps + 2} per workflow)",
+            )
+        )
+    return rows
+
+
+Results = dict[tuple[str, int], Throughput]
+
+
+def run(quick: bool, limits: CommitLimits | None = None) -> tuple[Results, list[Row]]:
+    workflows = QUICK_WORKFLOWS if quick else WORKFLOWS
+    if limits is None:
+        limits = measure_limits(3.0 if quick else 9.0)
+    results = measure(workflows, 5)
+    return results, rows_for(results, limits)
+
+
+def main() -> None:
+    parser = arg_parser(__doc__)
+    parser.add_argument("--workflows", type=int, default=WORKFLOWS)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_WORKFLOWS} workflows")
+    args = parser.parse_args()
+    limits = measure_limits(3.0 if args.quick else 9.0)
+    workflows = QUICK_WORKFLOWS if args.quick else args.workflows
+    results = measure(workflows, args.steps)
+    print_table("Workflow throughput", rows_for(results, limits))
+
+
+if __name__ == "__main__":
+    main()
