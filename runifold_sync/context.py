@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from . import crashpoints
 from .checkpoint import Checkpoint, JournalEntry
 from .codec import NotJsonable, from_json, structure, to_json, unstructure
 from .effects import EffectStatus
@@ -181,20 +182,26 @@ class WorkflowContext:
     def encode(self) -> str:
         return self.checkpoint.encode(self.task_id, self._max_checkpoint_bytes)
 
-    def commit(self) -> None:
-        self._write(lambda text: self._store.commit_checkpoint(self.lease, self.revision, text))
+    def commit(self, subject: str = "") -> None:
+        """Commit the checkpoint; ``subject`` (the call id it records) names the commit
+        for crash points."""
+        self._write(lambda text: self._store.commit_checkpoint(self.lease, self.revision, text), subject)
 
-    def _write(self, write: Callable[[str], int]) -> None:
+    def _write(self, write: Callable[[str], int], subject: str = "") -> None:
         """Encode the checkpoint and make one fenced write of it; keeps the new revision."""
         with self._progress.lock:
             try:
                 text = self.encode()
             except CheckpointError as exc:
                 raise FailRequested(str(exc)) from exc
+            if crashpoints.ARMED:
+                crashpoints.reached("before_commit", subject)
             try:
                 self._progress.revision = write(text)
             except LeaseLostError as exc:
                 raise LeaseGone(exc) from exc
+            if crashpoints.ARMED:
+                crashpoints.reached("after_commit", subject)
 
     def _next(self, base: str, kind: str) -> tuple[str, JournalEntry | None]:
         """The call id for this call and its recorded entry, if any."""
@@ -273,7 +280,7 @@ class WorkflowContext:
         with self._progress.lock:
             self._journal.append(JournalEntry(call_id, "step", "done", output))
         self._cursor += 1
-        self.commit()
+        self.commit(call_id)
         self._check_budget()
         return self._structure(spec, output)
 
@@ -290,7 +297,7 @@ class WorkflowContext:
             entry = JournalEntry(call_id, "effect", "intent", key=f"{self.task_id}/{call_id}")
             with self._progress.lock:
                 self._journal.append(entry)
-            self.commit()  # the intent is durable before the outside world is touched
+            self.commit(f"{call_id}:intent")  # durable before the outside world is touched
         else:
             self._boundary()
             known = self._known_outcome(spec, entry, args, kwargs)
@@ -336,7 +343,7 @@ class WorkflowContext:
             entry.output = output
             entry.evidence = evidence
         self._cursor += 1
-        self.commit()
+        self.commit(entry.call_id)
         self._check_budget()
         return self._structure(spec, output)
 
@@ -354,6 +361,8 @@ class WorkflowContext:
             failures = self.checkpoint.step_failures.get(call_id, 0)
         context = StepContext(self.task_id, call_id, failures + 1, self.fence, key)
         started = time.monotonic()
+        if crashpoints.ARMED:
+            crashpoints.reached(f"before_{spec.kind}", call_id)
         try:
             value = spec.fn(context, *args, **kwargs)
         except Exception as exc:
@@ -369,6 +378,8 @@ class WorkflowContext:
                     f"{description} (attempt {failures} of {spec.retry.max_attempts})",
                 ) from exc
             raise FailRequested(f"{description}; gave up after {failures} attempts") from exc
+        if crashpoints.ARMED:
+            crashpoints.reached(f"after_{spec.kind}", call_id)
         self._check_lease()
         output = self._encode_output(call_id, value)
         with self._progress.lock:
@@ -601,7 +612,7 @@ class WorkflowContext:
                 entry.status = "done"
                 entry.output = {"signal_id": signal.signal_id, "sender": signal.sender, "payload": payload}
                 self._cursor += 1
-            self._consume(signal, accepted=refused is None, note=refused or f"accepted by {call_id}")
+            self._consume(signal, call_id, accepted=refused is None, note=refused or f"accepted by {call_id}")
             if refused is None:
                 return dict(entry.output)
         due_at = None if entry.due is None else datetime.fromtimestamp(entry.due, UTC)
@@ -620,9 +631,10 @@ class WorkflowContext:
                 "main function, not in parallel branches"
             )
 
-    def _consume(self, signal: Signal, *, accepted: bool, note: str) -> None:
+    def _consume(self, signal: Signal, call_id: str, *, accepted: bool, note: str) -> None:
         self._write(
             lambda text: self._store.consume_signal(
                 self.lease, self.revision, text, signal.signal_id, accepted=accepted, note=note
-            )
+            ),
+            call_id,
         )

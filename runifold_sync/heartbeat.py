@@ -15,6 +15,7 @@ import time
 
 import attrs
 
+from . import crashpoints
 from .errors import LeaseLostError
 from .models import LeaseDuration
 from .store.base import Lease, WorkflowStore
@@ -83,8 +84,12 @@ class LeaseKeeper:
             if lease is None:
                 continue
             started = time.monotonic()
+            if crashpoints.ARMED:
+                crashpoints.reached("before_heartbeat", lease.task_id)
             try:
                 renewed = self._store.heartbeat(lease, self._duration)
+                if crashpoints.ARMED:
+                    crashpoints.reached("after_heartbeat", lease.task_id)
             except LeaseLostError:
                 flags.lost.set()
                 with self._lock:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from . import crashpoints
 from .checkpoint import DEFAULT_MAX_CHECKPOINT_BYTES, Checkpoint
 from .codec import NotJsonable, from_json, structure, to_json
 from .context import (
@@ -122,6 +123,8 @@ class WorkflowWorker:
         claimed = self.store.claim(self.worker_id, self.lease_duration, limit=1)
         if not claimed:
             return Idle()
+        if crashpoints.ARMED:
+            crashpoints.reached("after_claim", claimed[0].lease.task_id)
         return self._run(claimed[0])
 
     def _run(self, claimed: ClaimedTask) -> RunOutcome:
@@ -227,14 +230,22 @@ class WorkflowWorker:
             except NotJsonable as exc:
                 raise FailRequested(f"workflow result cannot be stored as JSON: {exc}") from exc
             ctx.checkpoint.phase = "completed"
+            if crashpoints.ARMED:
+                crashpoints.reached("before_transition", "complete")
             self.store.complete(lease, ctx.revision, self._encode_or_fail(ctx), result_json)
+            if crashpoints.ARMED:
+                crashpoints.reached("after_transition", "complete")
             return Completed(lease.task_id, from_json(result_json))
         except SuspendRequested as wait:
             ctx.checkpoint.phase = "waiting"
             text = self._encode_or_fail(ctx)
+            if crashpoints.ARMED:
+                crashpoints.reached("before_transition", "suspend")
             self.store.suspend(
                 lease, ctx.revision, text, wake_at=wait.wake_at, reason=wait.reason, signal=wait.signal
             )
+            if crashpoints.ARMED:
+                crashpoints.reached("after_transition", "suspend")
             return Suspended(lease.task_id, wait.reason, wait.wake_at)
         except CancelRequested:
             return self._compensate(claimed, ctx, "cancel", "cancel requested")
@@ -277,12 +288,16 @@ class WorkflowWorker:
     ) -> RunOutcome:
         lease = claimed.lease
         log.error("task failed: %s", reason, extra=_fields(claimed))
+        if crashpoints.ARMED:
+            crashpoints.reached("before_transition", "fail")
         try:
             self.store.fail(
                 lease, revision, checkpoint_json, reason=reason, ambiguous_effect=ambiguous_effect
             )
         except LeaseLostError as error:
             return self._lease_lost(claimed, error)
+        if crashpoints.ARMED:
+            crashpoints.reached("after_transition", "fail")
         return Failed(lease.task_id, reason, recoverable=ambiguous_effect is not None)
 
     def _lease_lost(self, claimed: ClaimedTask, error: LeaseLostError) -> RunOutcome:

@@ -1,0 +1,73 @@
+"""Named crash points: SIGKILL this process at an exact place in the lease protocol.
+
+For tests of what survives a crash. Enabled only by the environment variable
+``RUNIFOLD_CRASH_AT``, read once at import; when it is unset, ``ARMED`` is empty and
+each hook in the library is one ``if crashpoints.ARMED:`` test. The value is a comma
+separated list of ``point`` or ``point:subject``; a point with a subject fires only for
+that subject::
+
+    RUNIFOLD_CRASH_AT=after_claim
+    RUNIFOLD_CRASH_AT=before_commit:reserve#1          # before the commit recording reserve#1
+    RUNIFOLD_CRASH_AT=after_commit:charge#1:intent     # the effect's intent is durable
+    RUNIFOLD_CRASH_AT=after_effect:charge#1,before_heartbeat
+
+The process writes one line naming the point to stderr, then kills itself with SIGKILL:
+no ``finally`` block, ``atexit`` handler or buffered write runs, as in a real crash.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from .errors import InvalidArgument
+
+ENV_VAR = "RUNIFOLD_CRASH_AT"
+
+# point -> what its subject is
+POINTS = {
+    "after_claim": "task id; a claim returned the lease, nothing ran under it yet",
+    "before_step": "call id; a step body is about to run",
+    "after_step": "call id; a step body returned, its output is not committed",
+    "before_effect": "call id; an effect's intent is committed, its body is about to run",
+    "after_effect": "call id; an effect body returned, its result is not committed",
+    "before_commit": "call id (effect intents: '<call id>:intent'); a checkpoint commit is about to be sent",
+    "after_commit": "as before_commit; the commit returned",
+    "before_heartbeat": "task id; a lease extension is about to be sent",
+    "after_heartbeat": "task id; a lease extension returned",
+    "before_transition": "complete, suspend or fail; the cycle's final write is about to be sent",
+    "after_transition": "as before_transition; the write returned",
+}
+
+
+def parse(text: str) -> dict[str, frozenset[str] | None]:
+    """``point[:subject]`` items -> {point: subjects, or None for any subject}."""
+    armed: dict[str, set[str] | None] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        point, _, subject = item.partition(":")
+        if point not in POINTS:
+            raise InvalidArgument(
+                f"{ENV_VAR} names unknown crash point {point!r}; known points: {', '.join(POINTS)}"
+            )
+        if not subject:
+            armed[point] = None
+        elif armed.get(point, set()) is not None:
+            subjects = armed.setdefault(point, set())
+            assert subjects is not None
+            subjects.add(subject)
+    return {point: None if s is None else frozenset(s) for point, s in armed.items()}
+
+
+ARMED = parse(os.environ.get(ENV_VAR, ""))
+
+
+def reached(point: str, subject: str = "") -> None:
+    """Kill this process if ``point`` (for ``subject``) is armed. Callers test ``ARMED``
+    first, so an unarmed process never gets here."""
+    if point not in ARMED:
+        return
+    subjects = ARMED[point]
+    if subjects is not None and subject not in subjects:
+        return
+    os.write(2, f"runifold crash point {point}:{subject} reached in pid {os.getpid()}\n".encode())
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,162 @@
+"""The workflow of the crash-point matrix and a worker process that runs it.
+
+    RUNIFOLD_CRASH_AT=point[:subject] python -m tests.integration.crash_app --url URL --ledger PATH
+
+``crashy`` makes one call of every kind the lease protocol has: a slow step (long enough
+for heartbeats to run beside it), an idempotent effect, a non-idempotent effect with no
+way to reconcile it, a non-idempotent effect whose ``reconcile`` reads the ledger, a
+signal wait (the test sends the signal before the run), a durable timer and a last
+step. Each body appends ``<call id> <task> <pid> <idempotency key>`` to the ledger
+(``O_APPEND``, fsynced), so the test counts what really ran; the slow first step
+records itself before it sleeps, so a crash during its heartbeats leaves its line.
+
+The process runs ``run_once`` until the task is terminal or nothing was claimable for
+a while, printing each outcome kind; with a crash point armed it is expected to die of
+SIGKILL on the way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from runifold_sync import (
+    Budget,
+    CapabilitySet,
+    EffectEvidence,
+    LeaseDuration,
+    StepContext,
+    TaskState,
+    WorkerId,
+    Workflow,
+    WorkflowContext,
+    WorkflowDefinition,
+    WorkflowRegistry,
+    WorkflowWorker,
+    open_store,
+)
+
+LEDGER_ENV = "CRASH_LEDGER"
+LEASE = LeaseDuration(timedelta(seconds=2))
+HEARTBEAT = timedelta(seconds=0.1)
+SLOW_STEP_S = 0.3  # heartbeats run beside the first step
+TIMER = timedelta(milliseconds=200)
+IDLE_LIMIT_S = 3.0
+BODIES = ("prepare", "notify", "charge", "ship", "finish")
+
+flow = Workflow("crashy", 1, signals=["go"])
+
+
+def _ledger() -> Path:
+    return Path(os.environ[LEDGER_ENV])
+
+
+def record(step: str, ctx: StepContext) -> None:
+    fd = os.open(_ledger(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, f"{step} {ctx.task_id} {os.getpid()} {ctx.idempotency_key}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def ledger_lines() -> list[list[str]]:
+    path = _ledger()
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@flow.step()
+def prepare(ctx: StepContext, order: str) -> str:
+    record("prepare", ctx)
+    time.sleep(SLOW_STEP_S)
+    return f"prepared {order}"
+
+
+@flow.effect(idempotent=True)
+def notify(ctx: StepContext, text: str) -> str:
+    record("notify", ctx)
+    return f"notified {ctx.idempotency_key}"
+
+
+@flow.effect(idempotent=False)
+def charge(ctx: StepContext, text: str) -> dict[str, str]:
+    record("charge", ctx)
+    return {"charge": f"ch-{ctx.idempotency_key}"}
+
+
+def find_shipment(ctx: StepContext, charge: dict[str, str]) -> EffectEvidence:
+    for line in ledger_lines():
+        if line[0] == "ship" and line[3] == ctx.idempotency_key:
+            return EffectEvidence.applied(f"shipped {ctx.idempotency_key}")
+    return EffectEvidence.not_applied()
+
+
+@flow.effect(idempotent=False, reconcile=find_shipment)
+def ship(ctx: StepContext, charge: dict[str, str]) -> str:
+    record("ship", ctx)
+    return f"shipped {ctx.idempotency_key}"
+
+
+@flow.step()
+def finish(ctx: StepContext, shipment: str) -> str:
+    record("finish", ctx)
+    return "done"
+
+
+@flow.main
+def crashy_main(ctx: WorkflowContext, order: str) -> dict[str, Any]:
+    notice = notify(ctx, prepare(ctx, order))
+    receipt = charge(ctx, notice)
+    shipment = ship(ctx, receipt)
+    approval = ctx.wait_for_signal("go")
+    ctx.sleep(TIMER)
+    end = finish(ctx, shipment)
+    return {"charge": receipt["charge"], "shipment": shipment, "approval": approval, "end": end}
+
+
+def registry() -> WorkflowRegistry:
+    reg = WorkflowRegistry()
+    reg.register(WorkflowDefinition(flow, Budget(), CapabilitySet()))
+    return reg
+
+
+def drive(worker: WorkflowWorker, task_id: str, idle_limit_s: float = IDLE_LIMIT_S) -> list[str]:
+    """Run cycles until the task is terminal, or nothing was claimable for ``idle_limit_s``."""
+    kinds: list[str] = []
+    idle_since = time.monotonic()
+    while worker.store.get_task(task_id).state is not TaskState.TERMINAL:
+        outcome = worker.run_once()
+        kinds.append(outcome.kind)
+        if outcome.kind != "idle":
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since > idle_limit_s:
+            break
+        else:
+            time.sleep(0.02)
+    return kinds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.integration.crash_app")
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--ledger", required=True)
+    parser.add_argument("--task", required=True)
+    args = parser.parse_args()
+    os.environ[LEDGER_ENV] = args.ledger
+    store = open_store(args.url)
+    worker = WorkflowWorker(store, registry(), WorkerId.parse(f"crash-{os.getpid()}"), LEASE, HEARTBEAT)
+    try:
+        print(" ".join(drive(worker, args.task)), flush=True)
+    finally:
+        worker.close()
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""``tools/chaos.py`` as a user runs it: a supervised pool of worker processes is killed
+(SIGKILL), frozen past its lease (SIGSTOP/SIGCONT) and, on PostgreSQL, has its database
+server restarted under it, and every invariant the tool prints must be 0.
+
+The default run uses a short profile per store; the long profile of the README (300
+five-step tasks, 30 kills) is marked ``slow``. The seed is fixed so a failure replays
+(``RUNIFOLD_CHAOS_SEED`` picks another); the tool prints the seed and keeps its work
+directory and database when it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAOS = ROOT / "tools" / "chaos.py"
+SEED = int(os.environ.get("RUNIFOLD_CHAOS_SEED", "20251129"))
+SHORT = {"tasks": 60, "steps": 5, "processes": 4, "kills": 8, "stops": 2}
+LONG = {"tasks": 300, "steps": 5, "processes": 4, "kills": 30, "stops": 6}
+INVARIANTS = {
+    "tasks lost",
+    "tasks not finished",
+    "wrong results",
+    "completed steps executed again",
+    "committed outputs missing from the ledger",
+    "writes accepted from a stale fencing token",
+    "non-idempotent effects run twice",
+    "usage that decreased",
+}
+
+sys.path.insert(0, str(ROOT / "tools"))
+
+
+def _restartable(admin_url: str) -> bool:
+    from chaos import PostgresServer
+
+    return PostgresServer(admin_url).cluster is not None
+
+
+def _chaos(
+    store: str, profile: dict[str, int], tmp_path: Path, *extra: str, timeout_s: float
+) -> dict[str, Any]:
+    figures = tmp_path / "figures.json"
+    args = [sys.executable, str(CHAOS), "--store", store, "--seed", str(SEED), "--json", str(figures)]
+    for name, value in profile.items():
+        args += [f"--{name}", str(value)]
+    args += ["--workdir", str(tmp_path / "work"), "--duration-limit", str(timeout_s - 30), *extra]
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+    print(proc.stdout)
+    assert proc.returncode == 0, (
+        f"chaos failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    )
+    printed = dict(re.findall(r"^invariant (.+): (\d+)$", proc.stdout, re.MULTILINE))
+    expected = INVARIANTS | ({"sqlite integrity_check problems"} if store == "sqlite" else set())
+    assert set(printed) == expected
+    assert all(value == "0" for value in printed.values()), printed
+    assert re.search(r"^recovery after kill: p50=\d+\.\d+s p99=\d+\.\d+s", proc.stdout, re.MULTILINE)
+    assert f"result: PASS (seed {SEED};" in proc.stdout
+    result: dict[str, Any] = json.loads(figures.read_text())
+    assert result["invariants"] == {name: 0 for name in expected}
+    assert result["kills"] == profile["kills"] and result["stops"] == profile["stops"]
+    assert result["figures"]["kills that held a task"] >= 1
+    assert result["supervisor"]["outcomes"]["completed"] >= profile["tasks"]
+    return result
+
+
+def _store_args(store: str, request: pytest.FixtureRequest) -> list[str]:
+    if store == "sqlite":
+        return []
+    admin_url: str = request.getfixturevalue("postgres_admin_url")
+    restarts = 1 if _restartable(admin_url) else 0
+    return ["--postgres-url", admin_url, "--db-restarts", str(restarts)]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_short_chaos_profile_keeps_every_invariant(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    extra = _store_args(store, request)
+    result = _chaos(store, SHORT, tmp_path, *extra, timeout_s=150)
+    if "--db-restarts" in extra:
+        assert result["db_restarts"] == int(extra[extra.index("--db-restarts") + 1])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_long_chaos_profile_keeps_every_invariant(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    extra = _store_args(store, request)
+    result = _chaos(store, LONG, tmp_path, *extra, timeout_s=870)
+    assert result["kills"] >= 30

@@ -1,0 +1,228 @@
+"""The crash-point matrix: a worker process killed (SIGKILL) at every named crash point,
+on both stores, and what the checkpoint holds at that moment and what happens after.
+
+Each case runs ``tests.integration.crash_app`` with ``RUNIFOLD_CRASH_AT`` set (some cases
+crash two processes one after the other), checks that the process died of SIGKILL at
+that point and what the checkpoint journal then records, moves store time past the dead
+worker's lease, and lets a worker in this process finish the task. The ledger the bodies
+write outside the store says which bodies ran again:
+
+- a step is re-run only when the crash came after its body started and before the
+  commit recording it; after that commit it never runs again;
+- an idempotent effect interrupted between its intent and its result commit runs again
+  (same idempotency key); one interrupted before its body ran, runs once;
+- a non-idempotent effect with no reconcile, interrupted after its intent, fails the
+  task as ambiguous (recoverable) whether or not its body ran; ``resolve_effect`` then
+  settles it: not applied runs it (once in all), applied uses the given result;
+- a non-idempotent effect with a reconcile asks it: not applied runs it once, applied
+  takes the result from the evidence without running it again;
+- crashes around heartbeats, the claim, a signal consumption, the suspend for a timer and
+  the final complete or fail lose only the step in flight, if any.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+import attrs
+import pytest
+
+from runifold_sync import TaskOutcome, TaskState, WorkerId, WorkflowTask, WorkflowWorker, crashpoints
+from runifold_sync.codec import from_json
+from runifold_sync.errors import InvalidArgument
+
+from . import crash_app
+from .conftest import Backend
+
+ROOT = Path(__file__).resolve().parents[2]
+TASK = "t1"
+CHARGE_KEY = f"{TASK}/charge#1"
+RESULT = {
+    "charge": f"ch-{CHARGE_KEY}",
+    "shipment": f"shipped {TASK}/ship#1",
+    "approval": {"ok": True},
+    "end": "done",
+}
+
+P, N, C, S = "prepare#1:done", "notify#1:done", "charge#1:done", "ship#1:done"
+G, T, F = "signal:go#1:done", "timer#1:done", "finish#1:done"
+N_INTENT, C_INTENT, S_INTENT = "notify#1:intent", "charge#1:intent", "ship#1:intent"
+
+
+@attrs.frozen
+class Case:
+    crash: tuple[str, ...]  # RUNIFOLD_CRASH_AT of each process, run one after the other
+    journal: tuple[str, ...]  # "call id:status" in the checkpoint after the crashes
+    ran_twice: tuple[str, ...] = ()  # bodies that ran twice in all; the others ran once
+    state: TaskState = TaskState.LEASED  # right after the crashes
+    ambiguous: bool | None = None  # the task fails ambiguous; resolved applied (True) or not
+    evidence: str | None = None  # the ship effect's evidence in the final checkpoint
+
+
+CASES = {
+    "after_claim": Case(("after_claim",), ()),
+    "before_step": Case(("before_step:prepare#1",), ()),
+    "after_step": Case(("after_step:prepare#1",), (), ran_twice=("prepare",)),
+    "before_step_commit": Case(("before_commit:prepare#1",), (), ran_twice=("prepare",)),
+    "after_step_commit": Case(("after_commit:prepare#1",), (P,)),
+    "before_heartbeat": Case(("before_heartbeat",), (), ran_twice=("prepare",)),
+    "after_heartbeat": Case(("after_heartbeat",), (), ran_twice=("prepare",)),
+    "before_intent_commit": Case(("before_commit:notify#1:intent",), (P,)),
+    "after_intent_commit": Case(("after_commit:notify#1:intent",), (P, N_INTENT)),
+    "before_idempotent_effect": Case(("before_effect:notify#1",), (P, N_INTENT)),
+    "after_idempotent_effect": Case(("after_effect:notify#1",), (P, N_INTENT), ran_twice=("notify",)),
+    "before_idempotent_result_commit": Case(
+        ("before_commit:notify#1",), (P, N_INTENT), ran_twice=("notify",)
+    ),
+    "after_idempotent_result_commit": Case(("after_commit:notify#1",), (P, N)),
+    "before_effect_no_reconcile": Case(("before_effect:charge#1",), (P, N, C_INTENT), ambiguous=False),
+    "after_effect_no_reconcile": Case(("after_effect:charge#1",), (P, N, C_INTENT), ambiguous=True),
+    "before_result_commit_no_reconcile": Case(("before_commit:charge#1",), (P, N, C_INTENT), ambiguous=True),
+    "after_result_commit_no_reconcile": Case(("after_commit:charge#1",), (P, N, C)),
+    "before_effect_reconciled": Case(("before_effect:ship#1",), (P, N, C, S_INTENT), evidence="ran"),
+    "after_effect_reconciled": Case(("after_effect:ship#1",), (P, N, C, S_INTENT), evidence="reconciled"),
+    "before_signal_commit": Case(("before_commit:signal:go#1",), (P, N, C, S)),
+    "after_signal_commit": Case(("after_commit:signal:go#1",), (P, N, C, S, G)),
+    "before_suspend": Case(("before_transition:suspend",), (P, N, C, S, G)),
+    "after_suspend": Case(
+        ("after_transition:suspend",), (P, N, C, S, G, "timer#1:pending"), state=TaskState.WAITING
+    ),
+    "before_complete": Case(("before_transition:complete",), (P, N, C, S, G, T, F)),
+    "after_complete": Case(("after_transition:complete",), (P, N, C, S, G, T, F), state=TaskState.TERMINAL),
+    "before_fail": Case(
+        ("after_effect:charge#1", "before_transition:fail"), (P, N, C_INTENT), ambiguous=True
+    ),
+    "after_fail": Case(
+        ("after_effect:charge#1", "after_transition:fail"),
+        (P, N, C_INTENT),
+        state=TaskState.TERMINAL,
+        ambiguous=True,
+    ),
+}
+
+
+def test_every_crash_point_is_covered_by_the_matrix() -> None:
+    armed = {spec.split(":")[0] for case in CASES.values() for spec in case.crash}
+    assert armed == set(crashpoints.POINTS)
+
+
+def test_crash_spec_parsing() -> None:
+    assert crashpoints.parse("") == {}
+    assert crashpoints.parse("after_claim, before_commit:reserve#1,before_commit:x#1:intent") == {
+        "after_claim": None,
+        "before_commit": frozenset({"reserve#1", "x#1:intent"}),
+    }
+    assert crashpoints.parse("after_commit:a#1,after_commit") == {"after_commit": None}
+    with pytest.raises(InvalidArgument, match="unknown crash point 'before_claim'"):
+        crashpoints.parse("before_claim")
+
+
+def test_an_unset_variable_arms_nothing() -> None:
+    assert os.environ.get(crashpoints.ENV_VAR) is None
+    assert crashpoints.ARMED == {}
+
+
+def _crash(backend: Backend, ledger: Path, spec: str) -> None:
+    env = dict(os.environ, RUNIFOLD_CRASH_AT=spec)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.integration.crash_app", "--url", backend.url, "--ledger", str(ledger)]
+        + ["--task", TASK],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    point, _, subject = spec.partition(":")
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    assert f"runifold crash point {point}:{subject}" in proc.stderr, proc.stderr
+
+
+def _journal(checkpoint_json: str | None) -> tuple[str, ...]:
+    if checkpoint_json is None:
+        return ()
+    return tuple(f"{e['call_id']}:{e['status']}" for e in from_json(checkpoint_json)["journal"])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", list(CASES))
+def test_crash_point(name: str, backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    case = CASES[name]
+    ledger = tmp_path / "ledger.txt"
+    monkeypatch.setenv(crash_app.LEDGER_ENV, str(ledger))
+    store = backend.open()
+    store.enqueue(WorkflowTask.new("crashy", 1, "order-1", checkpoint_id=TASK))
+    store.send_signal(TASK, "go", '{"ok": true}', signal_id="s1", sender="test")
+
+    offset = timedelta(0)
+    for spec in case.crash:
+        _crash(backend, ledger, spec)
+        offset += crash_app.LEASE.value * 3  # past the dead worker's lease, heartbeats included
+        store.set_clock_offset(offset)
+    record = store.get_task(TASK)
+    assert _journal(record.checkpoint_json) == case.journal
+    assert record.state is case.state
+
+    worker = WorkflowWorker(
+        store, crash_app.registry(), WorkerId.parse("recovery"), crash_app.LEASE, crash_app.HEARTBEAT
+    )
+    try:
+        crash_app.drive(worker, TASK)
+        record = store.get_task(TASK)
+        if case.ambiguous is not None:
+            assert (record.state, record.outcome, record.ambiguous_effect) == (
+                TaskState.TERMINAL,
+                TaskOutcome.FAILED,
+                CHARGE_KEY,
+            ), record.reason
+            result = json.dumps({"charge": f"ch-{CHARGE_KEY}"}) if case.ambiguous else None
+            store.resolve_effect(
+                TASK, CHARGE_KEY, applied=case.ambiguous, result_json=result, actor="ops", reason="checked"
+            )
+            crash_app.drive(worker, TASK)
+            record = store.get_task(TASK)
+    finally:
+        worker.close()
+
+    assert (record.state, record.outcome) == (TaskState.TERMINAL, TaskOutcome.COMPLETED), record.reason
+    assert record.result == RESULT
+    lines = crash_app.ledger_lines()
+    runs = Counter(line[0] for line in lines)
+    assert runs == {body: 2 if body in case.ran_twice else 1 for body in crash_app.BODIES}
+    for body in crash_app.BODIES:  # every run of an effect used the same idempotency key
+        assert len({line[3] for line in lines if line[0] == body}) == 1
+    journal = from_json(record.checkpoint_json or "{}")["journal"]
+    ship = next(e for e in journal if e["call_id"] == "ship#1")
+    assert ship["evidence"] == (case.evidence or "ran")
+    assert store.pending_signals(TASK, "go") == []
+    consumed = [e for e in store.history(TASK) if e.kind == "signal_consumed"]
+    assert len(consumed) == 1
+    if name == "after_claim":
+        assert sum(e.kind == "claimed" for e in store.history(TASK)) >= 2
+
+
+def test_a_clean_run_of_the_matrix_workflow_runs_every_body_once(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The baseline the cases compare with (no crash point armed)."""
+    ledger = tmp_path / "ledger.txt"
+    monkeypatch.setenv(crash_app.LEDGER_ENV, str(ledger))
+    store = backend.open()
+    store.enqueue(WorkflowTask.new("crashy", 1, "order-1", checkpoint_id=TASK))
+    store.send_signal(TASK, "go", '{"ok": true}', signal_id="s1", sender="test")
+    worker = WorkflowWorker(
+        store, crash_app.registry(), WorkerId.parse("w"), crash_app.LEASE, crash_app.HEARTBEAT
+    )
+    try:
+        assert crash_app.drive(worker, TASK)[-1] == "completed"
+    finally:
+        worker.close()
+    assert store.get_task(TASK).result == RESULT
+    assert Counter(line[0] for line in crash_app.ledger_lines()) == dict.fromkeys(crash_app.BODIES, 1)

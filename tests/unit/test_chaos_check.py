@@ -1,0 +1,201 @@
+"""The chaos tool's checker counts each kind of violation, and only violations: a run
+built by hand is clean, then each invariant is broken on purpose, one at a time."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from runifold_sync import BudgetUsage, TaskEvent, TaskOutcome, TaskRecord, TaskState
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+
+from chaos_app import LedgerLine  # noqa: E402
+from chaos_check import Kill, RunData, Sample, Verdict, percentile, verify  # noqa: E402
+
+T0 = 1_700_000_000.0
+SPEC = {"n": 7, "start": 10, "plan": ["step", "charge", "notify"], "timer_after": 0, "signal_after": 1}
+CALLS = [("work#1", "step", 11), ("charge#1", "effect", 12), ("notify#1", "effect", 13)]
+
+
+def _at(offset_s: float) -> datetime:
+    return datetime.fromtimestamp(T0 + offset_s, UTC)
+
+
+def _line(call: str, token: int, run: str, value: int, *, kind: str = "step", pid: int = 100) -> LedgerLine:
+    return LedgerLine("t1", call, pid, token, run, kind, value, T0)
+
+
+def _record(journal: list[dict[str, Any]], *, fencing_token: int = 2, usage_steps: int = 3) -> TaskRecord:
+    checkpoint = {
+        "journal": journal,
+        "usage": {"steps": usage_steps, "cost": 0.0, "elapsed_s": 1.0, "claims": 2},
+    }
+    return TaskRecord(
+        task_id="t1",
+        definition_name="chaos-flow",
+        definition_version=1,
+        tenant="default",
+        input_json=json.dumps(SPEC),
+        priority=0,
+        state=TaskState.TERMINAL,
+        outcome=TaskOutcome.COMPLETED,
+        reason=None,
+        ambiguous_effect=None,
+        ready_at=None,
+        worker_id="chaos-1",
+        fencing_token=fencing_token,
+        lease_expires=None,
+        claims_since_progress=0,
+        revision=6,
+        checkpoint_json=json.dumps(checkpoint),
+        result_json=json.dumps({"value": 13, "signal": {"n": 7}}),
+        created_at=_at(0),
+        updated_at=_at(9),
+    )
+
+
+def _event(event_id: int, at_s: float, kind: str, worker: str | None, token: int | None) -> TaskEvent:
+    return TaskEvent(event_id, "t1", _at(at_s), kind, worker, token, {})
+
+
+def _clean() -> RunData:
+    """Token 1 ran work#1 and was killed at 1.5 s before committing it; token 2 took
+    over at 3.0 s, ran it again and everything after it once."""
+    kind = {"work#1": "step", "charge#1": "charge", "notify#1": "notify"}
+    journal = [
+        {"call_id": c, "kind": k, "status": "done", "output": {"value": v, "run": f"r-{c}", "token": 2}}
+        for c, k, v in CALLS
+    ]
+    ledger = [_line("work#1", 1, "r-old", 11)] + [
+        _line(c, 2, f"r-{c}", v, kind=kind[c], pid=200) for c, _k, v in CALLS
+    ]
+    history = [
+        _event(1, 0.0, "enqueued", None, None),
+        _event(2, 1.0, "claimed", "chaos-0", 1),
+        _event(3, 3.0, "claimed", "chaos-1", 2),
+        _event(4, 4.0, "completed", "chaos-1", 2),
+    ]
+    samples = [
+        Sample(T0 + 1, "t1", 1, BudgetUsage(steps=1, elapsed_s=0.5, claims=1)),
+        Sample(T0 + 3.5, "t1", 3, BudgetUsage(steps=2, elapsed_s=0.7, claims=2)),
+    ]
+    return RunData(
+        specs={"t1": SPEC},
+        tasks={"t1": _record(journal)},
+        histories={"t1": history},
+        ledger=ledger,
+        refused=[],
+        samples=samples,
+        kills=[Kill(T0 + 1.5, 100, "chaos-0")],
+        integrity="ok",
+    )
+
+
+def _journal(data: RunData) -> list[dict[str, Any]]:
+    assert data.tasks["t1"].checkpoint_json is not None
+    entries: list[dict[str, Any]] = json.loads(data.tasks["t1"].checkpoint_json)["journal"]
+    return entries
+
+
+def _nonzero(verdict: Verdict) -> dict[str, int]:
+    return {name: n for name, n in verdict.invariants.items() if n}
+
+
+def test_a_clean_run_has_no_violations_and_counts_the_in_flight_rerun_and_the_recovery() -> None:
+    verdict = verify(_clean())
+    assert verdict.ok, verdict.details
+    assert verdict.figures["steps re-run while in flight at an interruption"] == 1
+    assert verdict.figures["kills that held a task"] == 1
+    assert verdict.figures["recovery_p50_s"] == pytest.approx(1.5)
+
+
+def test_a_step_that_runs_after_its_committed_run_is_executed_again() -> None:
+    data = _clean()
+    late = _line("notify#1", 2, "r-late", 13, kind="notify")
+    verdict = verify(attrs.evolve(data, ledger=[*data.ledger, late]))
+    assert _nonzero(verdict) == {"completed steps executed again": 1}
+
+
+def test_a_step_run_twice_under_one_token_before_its_commit_is_executed_again() -> None:
+    data = _clean()
+    twice = _line("work#1", 2, "r-twice", 11)
+    ledger = [*data.ledger[:1], twice, *data.ledger[1:]]
+    verdict = verify(attrs.evolve(data, ledger=ledger))
+    assert _nonzero(verdict) == {"completed steps executed again": 1}
+
+
+def test_a_second_charge_counts_as_a_non_idempotent_effect_run_twice() -> None:
+    data = _clean()
+    again = _line("charge#1", 2, "r-again", 12, kind="charge")
+    verdict = verify(attrs.evolve(data, ledger=[*data.ledger, again]))
+    assert _nonzero(verdict) == {"completed steps executed again": 1, "non-idempotent effects run twice": 1}
+
+
+def test_an_event_under_an_older_token_after_a_newer_one_is_a_stale_write() -> None:
+    data = _clean()
+    history = [*data.histories["t1"], _event(5, 5.0, "failed", "chaos-0", 1)]
+    verdict = verify(attrs.evolve(data, histories={"t1": history}))
+    assert _nonzero(verdict) == {"writes accepted from a stale fencing token": 1}
+
+
+def test_a_checkpoint_entry_committed_under_an_older_token_is_a_stale_write() -> None:
+    data = _clean()
+    journal = _journal(data)
+    journal[2]["output"]["token"] = 1
+    stale_ledger = [ln._replace(token=1) if ln.call_id == "notify#1" else ln for ln in data.ledger]
+    ledger = [ln for ln in stale_ledger if ln.call_id != "notify#1"] + [
+        ln for ln in stale_ledger if ln.call_id == "notify#1"
+    ]
+    verdict = verify(attrs.evolve(data, tasks={"t1": _record(journal)}, ledger=ledger))
+    # The checkpoint has it (entry after a token-2 entry) and the ledger has it (a token-1
+    # line accepted after token-2 lines).
+    assert _nonzero(verdict) == {"writes accepted from a stale fencing token": 2}
+
+
+def test_usage_that_shrinks_between_samples_is_counted() -> None:
+    data = _clean()
+    shrunk = Sample(T0 + 3.8, "t1", 4, BudgetUsage(steps=1, elapsed_s=0.9, claims=2))
+    verdict = verify(attrs.evolve(data, samples=[*data.samples, shrunk]))
+    assert _nonzero(verdict) == {"usage that decreased": 1}
+
+
+def test_a_missing_task_a_failed_task_and_a_wrong_result_are_each_counted() -> None:
+    data = _clean()
+    other = {**SPEC, "n": 8}
+    failed = attrs.evolve(data.tasks["t1"], outcome=TaskOutcome.FAILED, reason="ambiguous")
+    assert _nonzero(verify(attrs.evolve(data, specs={"t1": SPEC, "t2": other}))) == {"tasks lost": 1}
+    assert _nonzero(verify(attrs.evolve(data, tasks={"t1": failed}))) == {"tasks not finished": 1}
+    wrong = attrs.evolve(data.tasks["t1"], result_json=json.dumps({"value": 13, "signal": None}))
+    assert _nonzero(verify(attrs.evolve(data, tasks={"t1": wrong}))) == {"wrong results": 1}
+
+
+def test_a_committed_output_absent_from_the_ledger_and_a_bad_integrity_check_are_counted() -> None:
+    data = _clean()
+    ledger = [ln for ln in data.ledger if ln.run_id != "r-notify#1"]
+    assert _nonzero(verify(attrs.evolve(data, ledger=ledger))) == {
+        "committed outputs missing from the ledger": 1
+    }
+    bad = verify(attrs.evolve(data, integrity="row 3 missing from index x"))
+    assert _nonzero(bad) == {"sqlite integrity_check problems": 1}
+
+
+def test_a_kill_of_a_worker_whose_cycle_had_ended_is_not_a_recovery() -> None:
+    data = _clean()
+    verdict = verify(attrs.evolve(data, kills=[Kill(T0 + 4.5, 200, "chaos-1")]))
+    assert verdict.figures["kills that held a task"] == 0
+    assert verdict.figures["recovery_p50_s"] is None
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.0
+    assert percentile(values, 99) == 99.0
+    assert percentile([3.0], 99) == 3.0
+    assert percentile([], 50) is None

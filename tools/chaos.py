@@ -1,0 +1,675 @@
+"""Chaos run: many workflows under a supervised pool while workers are killed and frozen.
+
+    python tools/chaos.py --store sqlite|postgres [--tasks 300] [--steps 5] [--processes 4]
+        [--kills 30] [--stops 6] [--seed N] [--duration-limit 600] [--json PATH]
+
+M ``chaos-flow`` workflows of K calls (steps, an idempotent effect, a non-idempotent
+effect reconciled from the ledger, a short timer, a signal this tool sends) run under a
+supervisor of P worker processes, started in its own process so the tool can signal its
+children. Meanwhile the tool SIGKILLs random children at random moments, SIGSTOPs others
+for longer than their lease and resumes them, and on PostgreSQL restarts the database
+server mid-run. Then it checks (``chaos_check.py``) and prints one line per invariant:
+each must be 0, and the exit status is 1 otherwise (2 when the run itself could not do
+what was asked, such as fewer kills than requested).
+
+Tasks arrive during the run (``--arrival-rate``), so a killed task competes with a
+realistic queue rather than the whole run's backlog. Everything random comes from
+``random.Random(seed)``: task plans, arrival and signal times, and the chaos schedule
+(which action, after how long, on which child, for how long), so a failing seed replays
+the same schedule. Process timing is the operating system's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import pwd
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import attrs
+from chaos_app import FLOW, SIGNAL, parse_ledger
+from chaos_check import Kill, RunData, Sample, render, verify
+
+from runifold_sync import (
+    BudgetUsage,
+    StoreUnavailable,
+    TaskState,
+    WorkflowStore,
+    WorkflowTask,
+    open_store,
+)
+from runifold_sync.codec import from_json
+from runifold_sync.store.base import SignalDelivery
+
+T = TypeVar("T")
+TOOLS = Path(__file__).resolve().parent
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+SAMPLE_INTERVAL_S = 0.25
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python tools/chaos.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--store", choices=("sqlite", "postgres"), required=True)
+    p.add_argument("--tasks", type=int, default=300, help="workflows to run (M)")
+    p.add_argument("--steps", type=int, default=5, help="calls per workflow (K, at least 3)")
+    p.add_argument("--processes", type=int, default=4, help="worker processes (P)")
+    p.add_argument("--kills", type=int, default=30, help="SIGKILLs of worker children")
+    p.add_argument("--stops", type=int, default=None, help="SIGSTOPs past the lease (default kills/5)")
+    p.add_argument("--db-restarts", type=int, default=None, help="PostgreSQL server restarts (default 1)")
+    p.add_argument("--seed", type=int, default=None, help="replay a run (default: random, printed)")
+    p.add_argument("--duration-limit", type=float, default=600.0, help="seconds before giving up")
+    p.add_argument(
+        "--stall-limit-s", type=float, default=30.0, help="give up when no task changed for this long"
+    )
+    p.add_argument("--lease-s", type=float, default=2.0)
+    p.add_argument("--heartbeat-s", type=float, default=0.5)
+    p.add_argument("--step-ms", type=float, default=40.0, help="time each body takes")
+    p.add_argument("--timer-ms", type=int, default=200, help="the workflows' durable timer")
+    p.add_argument(
+        "--arrival-rate",
+        type=float,
+        default=10.0,
+        help="tasks enqueued per second during the run (0: all before it starts)",
+    )
+    p.add_argument(
+        "--signal-delay-s", type=float, default=3.0, help="a task's signal is sent up to this long after it"
+    )
+    p.add_argument(
+        "--action-gap-s",
+        type=float,
+        nargs=2,
+        default=None,
+        metavar=("MIN", "MAX"),
+        help="pause before each chaos action (default: actions spread over the arrival window)",
+    )
+    p.add_argument("--postgres-url", default=None, help="server for a fresh database (PostgreSQL)")
+    p.add_argument("--workdir", type=Path, default=None, help="keep files here (default: temporary)")
+    p.add_argument("--keep", action="store_true", help="keep the work directory and database")
+    p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
+    args = p.parse_args(argv)
+    if args.steps < 3:
+        p.error("--steps must be at least 3 (a step, an idempotent and a non-idempotent effect)")
+    if args.tasks < 1 or args.processes < 1 or args.kills < 0:
+        p.error("--tasks and --processes must be >= 1, --kills >= 0")
+    if args.seed is None:
+        args.seed = random.SystemRandom().randrange(1 << 32)
+    if args.stops is None:
+        args.stops = max(1, args.kills // 5) if args.kills else 0
+    if args.db_restarts is None:
+        args.db_restarts = 1 if args.store == "postgres" else 0
+    if args.db_restarts and args.store != "postgres":
+        p.error("--db-restarts needs --store postgres")
+    if args.action_gap_s is None:
+        actions = max(args.kills + args.stops + args.db_restarts, 1)
+        window_s = args.tasks / args.arrival_rate if args.arrival_rate > 0 else 8.0
+        args.action_gap_s = (0.05, max(0.1, 1.6 * window_s / actions))
+    return args
+
+
+# --- databases ---------------------------------------------------------------------
+
+
+@attrs.define
+class Database:
+    kind: str
+    url: str
+    admin_url: str | None = None
+    dbname: str | None = None
+
+    @classmethod
+    def create(cls, kind: str, workdir: Path, admin_url: str | None) -> Database:
+        if kind == "sqlite":
+            return cls(kind, f"sqlite:///{workdir / 'chaos.db'}")
+        import psycopg
+
+        admin = admin_url or os.environ.get("RUNIFOLD_TEST_POSTGRES_URL") or DEFAULT_POSTGRES_URL
+        dbname = f"runifold_chaos_{uuid.uuid4().hex[:12]}"
+        _retry(lambda: _admin(psycopg, admin, f'CREATE DATABASE "{dbname}"'))
+        return cls(kind, urlsplit(admin)._replace(path=f"/{dbname}").geturl(), admin, dbname)
+
+    def integrity(self) -> str | None:
+        if self.kind != "sqlite":
+            return None
+        conn = sqlite3.connect(self.url.removeprefix("sqlite:///"))
+        try:
+            rows = conn.execute("PRAGMA integrity_check").fetchall()
+        finally:
+            conn.close()
+        return "; ".join(str(r[0]) for r in rows)
+
+    def drop(self) -> None:
+        if self.admin_url is None:
+            return
+        import psycopg
+
+        sql = f'DROP DATABASE IF EXISTS "{self.dbname}" WITH (FORCE)'
+        _retry(lambda: _admin(psycopg, self.admin_url, sql))
+
+
+def _admin(psycopg: Any, url: str | None, sql: str) -> None:
+    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(sql)
+
+
+def _transient() -> tuple[type[Exception], ...]:
+    """Errors that mean the database is away for now (a server restart)."""
+    try:
+        import psycopg
+    except ImportError:
+        return (StoreUnavailable, OSError)
+    return (StoreUnavailable, OSError, psycopg.OperationalError)
+
+
+def _retry(action: Callable[[], T], attempts: int = 60) -> T:
+    """Run ``action``, retrying while the database is away."""
+    for attempt in range(attempts):
+        try:
+            return action()
+        except _transient() as exc:
+            if attempt == attempts - 1:
+                raise
+            _note(f"retrying after {type(exc).__name__}: {exc}".splitlines()[0])
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
+
+
+class PostgresServer:
+    """The local cluster behind a URL, restarted with ``pg_ctlcluster``; ``cluster`` is
+    None unless it runs on this host and this process may control it (root or its owner)."""
+
+    def __init__(self, url: str) -> None:
+        self.cluster: tuple[str, str] | None = None
+        port = urlsplit(url).port or 5432
+        if urlsplit(url).hostname not in (None, "", "127.0.0.1", "localhost", "::1"):
+            return
+        if shutil.which("pg_lsclusters") is None or shutil.which("pg_ctlcluster") is None:
+            return
+        out = subprocess.run(["pg_lsclusters", "--no-header"], capture_output=True, text=True, timeout=30)
+        for line in out.stdout.splitlines():
+            version, name, cluster_port, _status, owner, *_ = line.split()
+            if int(cluster_port) == port and os.geteuid() in (0, pwd.getpwnam(owner).pw_uid):
+                self.cluster = (version, name)
+
+    def _ctl(self, action: str) -> subprocess.CompletedProcess[str]:
+        assert self.cluster is not None
+        version, name = self.cluster
+        return subprocess.run(
+            ["pg_ctlcluster", "--skip-systemctl-redirect", version, name, action],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def restart(self) -> bool:
+        """Restart the server (a fast shutdown: every connection is cut); always leaves
+        it running, even when someone else restarts it at the same moment."""
+        if self.cluster is None:
+            return False
+        done = self._ctl("restart").returncode == 0
+        self.ensure_running()
+        return done
+
+    def ensure_running(self) -> None:
+        if self.cluster is None:
+            return
+        for _ in range(60):
+            if self._ctl("status").returncode == 0:
+                return
+            self._ctl("start")
+            time.sleep(1)
+
+
+# --- the plan ----------------------------------------------------------------------
+
+
+def plan_tasks(rng: random.Random, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    specs = {}
+    for n in range(args.tasks):
+        plan = ["notify", "charge"] + ["step"] * (args.steps - 2)
+        rng.shuffle(plan)
+        specs[f"chaos-{n:05d}"] = {
+            "n": n,
+            "start": rng.randrange(1000),
+            "plan": plan,
+            "timer_after": rng.randrange(args.steps),
+            "signal_after": rng.randrange(args.steps),
+            "timer_ms": args.timer_ms,
+        }
+    return specs
+
+
+@attrs.frozen
+class Action:
+    kind: str  # "kill", "stop" or "restart"
+    gap_s: float  # wait before it
+    pick: float  # which child, as a fraction of the sorted live children
+    stop_s: float  # how long a stop lasts beyond the lease
+
+
+def plan_chaos(rng: random.Random, args: argparse.Namespace) -> list[Action]:
+    kinds = ["kill"] * args.kills + ["stop"] * args.stops
+    rng.shuffle(kinds)
+    for k in range(args.db_restarts):  # spread over the middle of the schedule
+        kinds.insert((k + 1) * len(kinds) // (args.db_restarts + 1), "restart")
+    low, high = args.action_gap_s
+    return [Action(k, rng.uniform(low, high), rng.random(), rng.uniform(0.3, 1.2)) for k in kinds]
+
+
+# --- the run -----------------------------------------------------------------------
+
+
+def _note(text: str) -> None:
+    print(f"chaos: {text}", file=sys.stderr, flush=True)
+
+
+def _proc_state(pid: int) -> tuple[str, int] | None:
+    """(state letter, parent pid) of a live process, None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return fields[0], int(fields[1])
+
+
+class Chaos:
+    """The supervisor process and what is done to its children."""
+
+    def __init__(self, args: argparse.Namespace, db: Database, workdir: Path, rng: random.Random) -> None:
+        self.args = args
+        self.db = db
+        self.workdir = workdir
+        self.rng = rng
+        self.kills: list[Kill] = []
+        self.stopped: dict[int, float] = {}  # pid -> monotonic time to resume it
+        self.stops = self.stops_skipped = self.restarts = 0
+        self.store: WorkflowStore | None = None
+        self.server = PostgresServer(db.admin_url or "") if db.kind == "postgres" else None
+        env = dict(os.environ, CHAOS_STEP_MS=str(args.step_ms), PYTHONUNBUFFERED="1")
+        self.err = open(workdir / "supervisor.err", "w")  # noqa: SIM115 - closed in finish()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(TOOLS / "chaos_app.py"),
+                "--url",
+                db.url,
+                "--workdir",
+                str(workdir),
+                "--processes",
+                str(args.processes),
+                "--lease-s",
+                str(args.lease_s),
+                "--heartbeat-s",
+                str(args.heartbeat_s),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=self.err,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+
+    def busy(self, fallback: frozenset[str]) -> frozenset[str]:
+        """Worker ids holding a lease now (``fallback``, the last sample, if the store is away)."""
+        try:
+            self.store = self.store or open_store(self.db.url)
+            leased = self.store.list_tasks(state=TaskState.LEASED, definition=FLOW, limit=10_000)
+        except Exception:
+            return fallback
+        return frozenset(r.worker_id for r in leased if r.worker_id)
+
+    def children(self) -> dict[int, str]:
+        """Live, running (not stopped) children of the supervisor: pid -> worker id."""
+        path = self.workdir / "workers.txt"
+        live = {}
+        for line in path.read_text().splitlines() if path.exists() else []:
+            fields = line.split()
+            if len(fields) != 2 or not fields[0].isdigit():
+                continue  # a registration being written
+            state = _proc_state(int(fields[0]))
+            if state is not None and state[1] == self.proc.pid and state[0] not in "ZXxTt":
+                live[int(fields[0])] = fields[1]
+        return live
+
+    def perform(self, action: Action, busy: frozenset[str]) -> None:
+        """Do ``action``; a kill or stop prefers a child that held a lease when last
+        sampled, so most of them interrupt a task rather than an idle loop."""
+        if action.kind == "restart":
+            self._restart_database()
+            return
+        children = self.children()
+        deadline = time.monotonic() + 10
+        while not children and time.monotonic() < deadline:  # all dead or stopped: wait
+            time.sleep(0.01)
+            self.resume_due()
+            children = self.children()
+        if not children:
+            _note(f"no running child to {action.kind}")
+            return
+        pids = sorted(pid for pid, worker_id in children.items() if worker_id in busy) or sorted(children)
+        pid = pids[min(int(action.pick * len(pids)), len(pids) - 1)]
+        if action.kind == "kill":
+            os.kill(pid, signal.SIGKILL)
+            self.kills.append(Kill(time.time(), pid, children[pid]))
+        elif self._stop(pid):
+            self.stops += 1
+            self.stopped[pid] = time.monotonic() + self.args.lease_s + action.stop_s
+        else:
+            self.stops_skipped += 1
+
+    def _stop(self, pid: int) -> bool:
+        """SIGSTOP ``pid``. On SQLite only at a moment it holds no write lock: a process
+        frozen inside a write transaction blocks every writer of the file (SQLite's single
+        writer), which is not the lease protocol under test."""
+        for _ in range(50):
+            os.kill(pid, signal.SIGSTOP)
+            deadline = time.monotonic() + 2
+            while (state := _proc_state(pid)) is not None and state[0] not in "Tt":
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.001)
+            if state is None:
+                return False
+            if self.db.kind != "sqlite" or not self._write_locked():
+                return True
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.005 + self.rng.random() * 0.02)
+        return False
+
+    def _write_locked(self) -> bool:
+        conn = sqlite3.connect(self.db.url.removeprefix("sqlite:///"), timeout=0.3, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+            return False
+        except sqlite3.OperationalError:
+            return True
+        finally:
+            conn.close()
+
+    def resume_due(self, everything: bool = False) -> None:
+        now = time.monotonic()
+        for pid, due in list(self.stopped.items()):
+            if everything or now >= due:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+                del self.stopped[pid]
+
+    def _restart_database(self) -> None:
+        if self.server is None or self.server.cluster is None:
+            _note("database restart skipped: the server is not a local cluster this tool can restart")
+            return
+        began = time.monotonic()
+        if self.server.restart():
+            self.restarts += 1
+            _note(f"PostgreSQL restarted in {time.monotonic() - began:.2f}s")
+        else:
+            _note("PostgreSQL restart failed (someone else restarting it?); it is running again")
+
+    def finish(self) -> dict[str, Any]:
+        """Resume everyone, stop the pool gracefully, return its report."""
+        self.resume_due(everything=True)
+        if self.store is not None:
+            self.store.close()
+        if self.server is not None:
+            self.server.ensure_running()
+        report: dict[str, Any] = {}
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = self.proc.communicate(timeout=self.args.lease_s * 5 + 30)
+            report = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+        except subprocess.TimeoutExpired:
+            _note("the supervisor did not stop; killing its process group")
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        finally:
+            self.err.close()
+        return report
+
+
+class Watcher(threading.Thread):
+    """Samples every task's revision and usage, and notices when all are terminal."""
+
+    def __init__(self, url: str, total: int) -> None:
+        super().__init__(name="chaos-watcher", daemon=True)
+        self.url = url
+        self.total = total
+        self.samples: list[Sample] = []
+        self.done = threading.Event()
+        self.progress_at = time.monotonic()  # when the tasks last changed
+        self.busy: frozenset[str] = frozenset()  # worker ids holding a lease at the last sample
+        self._last: dict[str, int] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        store: WorkflowStore | None = None
+        while not self.stop.is_set():
+            try:
+                store = store or open_store(self.url)
+                records = store.list_tasks(definition=FLOW, limit=10_000)
+            except Exception as exc:  # the server restarting: sample again shortly
+                _note(f"watcher: {type(exc).__name__}")
+                self.stop.wait(SAMPLE_INTERVAL_S)
+                continue
+            at = time.time()
+            for rec in records:
+                if rec.checkpoint_json is not None:
+                    usage = BudgetUsage(**from_json(rec.checkpoint_json)["usage"])
+                    self.samples.append(Sample(at, rec.task_id, rec.revision, usage))
+            self.busy = frozenset(r.worker_id for r in records if r.state is TaskState.LEASED and r.worker_id)
+            revisions = {r.task_id: r.revision * 10 + list(TaskState).index(r.state) for r in records}
+            if revisions != self._last:
+                self._last = revisions
+                self.progress_at = time.monotonic()
+            if sum(r.state is TaskState.TERMINAL for r in records) >= self.total:
+                self.done.set()
+            self.stop.wait(SAMPLE_INTERVAL_S)
+        if store is not None:
+            store.close()
+
+
+@attrs.frozen
+class Arrival:
+    at_s: float  # offset from the start of the run
+    kind: str  # "enqueue" or "signal"
+    task_id: str
+    duplicate: bool = False  # a signal sent twice with one id
+
+
+def plan_arrivals(
+    rng: random.Random, args: argparse.Namespace, specs: dict[str, dict[str, Any]]
+) -> list[Arrival]:
+    """Tasks arrive at ``--arrival-rate`` (exponential gaps); each one's signal follows
+    it within ``--signal-delay-s``, so it finds its wait sometimes before, sometimes after."""
+    order = list(specs)
+    rng.shuffle(order)
+    arrivals, at_s = [], 0.0
+    for task_id in order:
+        if args.arrival_rate > 0:
+            at_s += rng.expovariate(args.arrival_rate)
+        arrivals.append(Arrival(at_s, "enqueue", task_id))
+        delay_s = rng.uniform(0, args.signal_delay_s)
+        arrivals.append(Arrival(at_s + delay_s, "signal", task_id, rng.random() < 0.1))
+    return sorted(arrivals, key=lambda a: (a.at_s, a.kind))
+
+
+class Producer(threading.Thread):
+    """Enqueues the tasks and sends their signals on schedule, retrying while the
+    database is away (enqueue and signal ids are idempotent)."""
+
+    def __init__(self, url: str, specs: dict[str, dict[str, Any]], arrivals: list[Arrival]) -> None:
+        super().__init__(name="chaos-producer", daemon=True)
+        self.url = url
+        self.specs = specs
+        self.arrivals = arrivals
+        self.sent = self.duplicates = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        store = _retry(lambda: open_store(self.url))
+        started = time.monotonic()
+        try:
+            for arrival in self.arrivals:
+                if self.stop.wait(max(0.0, started + arrival.at_s - time.monotonic())):
+                    return
+                if arrival.kind == "enqueue":
+                    task = WorkflowTask.new(
+                        FLOW, 1, self.specs[arrival.task_id], checkpoint_id=arrival.task_id
+                    )
+                    _retry(partial(store.enqueue, task))
+                    continue
+                for _ in range(2 if arrival.duplicate else 1):
+                    delivery = _retry(partial(self._signal, store, arrival.task_id))
+                    self.sent += delivery.created
+                    self.duplicates += not delivery.created
+        finally:
+            store.close()
+
+    def _signal(self, store: WorkflowStore, task_id: str) -> SignalDelivery:
+        payload = json.dumps({"n": self.specs[task_id]["n"]})
+        return store.send_signal(task_id, SIGNAL, payload, signal_id=f"go-{task_id}", sender="chaos")
+
+
+def run(args: argparse.Namespace) -> int:
+    # Connection errors while the server restarts are expected here; the threads retry.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+    rng = random.Random(args.seed)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="runifold-chaos-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(
+        f"chaos: store={args.store} tasks={args.tasks} steps={args.steps} processes={args.processes} "
+        f"kills={args.kills} stops={args.stops} db_restarts={args.db_restarts} seed={args.seed} "
+        f"workdir={workdir}",
+        flush=True,
+    )
+    db = Database.create(args.store, workdir, args.postgres_url)
+    failed = True
+    try:
+        specs = plan_tasks(rng, args)
+        store = open_store(db.url)
+        actions = plan_chaos(rng, args)
+        arrivals = plan_arrivals(rng, args, specs)
+
+        started = time.monotonic()
+        chaos = Chaos(args, db, workdir, rng)
+        watcher = Watcher(db.url, len(specs))
+        producer = Producer(db.url, specs, arrivals)
+        watcher.start()
+        producer.start()
+        deadline = started + args.duration_limit
+        report: dict[str, Any] = {}
+        try:
+            pending = list(actions)
+            next_at = time.monotonic() + (pending[0].gap_s if pending else 0)
+            while time.monotonic() < deadline and chaos.proc.poll() is None:
+                chaos.resume_due()
+                if pending and time.monotonic() >= next_at:
+                    chaos.perform(pending.pop(0), chaos.busy(watcher.busy))
+                    next_at = time.monotonic() + (pending[0].gap_s if pending else 0)
+                if not pending and not chaos.stopped and watcher.done.is_set():
+                    break
+                if not pending and not producer.is_alive():
+                    stalled_s = time.monotonic() - watcher.progress_at
+                    if stalled_s > args.stall_limit_s:
+                        _note(f"no task changed for {stalled_s:.0f}s; giving up on the unfinished ones")
+                        break
+                time.sleep(0.005)
+            elapsed_s = time.monotonic() - started
+        finally:
+            report = chaos.finish()
+            producer.stop.set()
+            watcher.stop.set()
+            producer.join(30)
+            watcher.join(30)
+
+        tasks = _retry(lambda: {r.task_id: r for r in store.list_tasks(definition=FLOW, limit=10_000)})
+        histories = {t: _retry(partial(store.history, t)) for t in tasks}
+        store.close()
+        data = RunData(
+            specs=specs,
+            tasks=tasks,
+            histories=histories,
+            ledger=parse_ledger(workdir / "ledger.txt"),
+            refused=parse_ledger(workdir / "refused.txt"),
+            samples=watcher.samples,
+            kills=chaos.kills,
+            integrity=db.integrity(),
+        )
+        verdict = verify(data)
+        outcomes = report.get("outcomes", {})
+        print(
+            f"chaos: finished in {elapsed_s:.1f}s: kills {len(chaos.kills)}, stops {chaos.stops} "
+            f"(skipped {chaos.stops_skipped}), db restarts {chaos.restarts}, supervisor restarts "
+            f"{report.get('restarts')}, outcomes {json.dumps(outcomes, sort_keys=True)}, signals sent "
+            f"{producer.sent} (+{producer.duplicates} duplicates)",
+            flush=True,
+        )
+        for line in render(verdict):
+            print(line, flush=True)
+        shortfalls = []
+        if len(chaos.kills) < args.kills:
+            shortfalls.append(f"only {len(chaos.kills)} of {args.kills} kills happened before the end")
+        if chaos.stops < args.stops:
+            shortfalls.append(f"only {chaos.stops} of {args.stops} stops happened")
+        if chaos.restarts < args.db_restarts:
+            shortfalls.append(f"only {chaos.restarts} of {args.db_restarts} database restarts happened")
+        for text in shortfalls:
+            print(f"shortfall {text}", flush=True)
+        if args.json is not None:
+            args.json.write_text(
+                json.dumps(
+                    {
+                        "seed": args.seed,
+                        "store": args.store,
+                        "elapsed_s": elapsed_s,
+                        "invariants": verdict.invariants,
+                        "figures": verdict.figures,
+                        "kills": len(chaos.kills),
+                        "stops": chaos.stops,
+                        "db_restarts": chaos.restarts,
+                        "supervisor": report,
+                        "shortfalls": shortfalls,
+                        "violations": verdict.details,
+                    },
+                    indent=2,
+                    default=str,
+                )
+            )
+        code = 0 if verdict.ok and not shortfalls else (1 if not verdict.ok else 2)
+        failed = code != 0
+        print(f"result: {'PASS' if code == 0 else 'FAIL'} (seed {args.seed}; replay with --seed {args.seed})")
+        return code
+    finally:
+        if failed or args.keep:
+            print(f"chaos: kept {workdir}" + (f" and database {db.dbname}" if db.dbname else ""), flush=True)
+        else:
+            db.drop()
+            if args.workdir is None:
+                shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

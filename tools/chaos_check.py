@@ -1,0 +1,324 @@
+"""The invariants a chaos run must keep, computed from what really happened.
+
+Inputs are independent of the engine's own bookkeeping where they can be: the ledger
+the step bodies wrote outside the store (what ran, under which fencing token), the
+store's history (who wrote what, under which token), the final checkpoints (which
+execution of each step was the committed one) and usage samples taken during the run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+from chaos_app import LedgerLine
+
+from runifold_sync import BudgetUsage, TaskEvent, TaskOutcome, TaskRecord, TaskState
+from runifold_sync.codec import from_json
+
+# Events that end the cycle of the token that wrote them.
+CYCLE_ENDS = frozenset({"suspended", "completed", "failed", "released", "retried", "cancelled"})
+DETAIL_LIMIT = 8
+
+
+@attrs.frozen
+class Kill:
+    at: float  # wall time just after SIGKILL; store time is wall time here (no offset)
+    pid: int
+    worker_id: str
+
+
+@attrs.frozen
+class Sample:
+    at: float
+    task_id: str
+    revision: int
+    usage: BudgetUsage
+
+
+@attrs.frozen
+class RunData:
+    specs: dict[str, dict[str, Any]]  # task id -> input
+    tasks: dict[str, TaskRecord]
+    histories: dict[str, list[TaskEvent]]
+    ledger: list[LedgerLine]
+    refused: list[LedgerLine]
+    samples: list[Sample]
+    kills: list[Kill]
+    integrity: str | None  # SQLite PRAGMA integrity_check; None on PostgreSQL
+
+
+@attrs.define
+class Verdict:
+    """Invariant counts (each must be 0), figures, and details of any violation."""
+
+    invariants: dict[str, int] = attrs.Factory(dict)
+    figures: dict[str, Any] = attrs.Factory(dict)
+    details: list[str] = attrs.Factory(list)
+
+    def count(self, name: str, problems: Iterable[str]) -> None:
+        found = list(problems)
+        self.invariants[name] = len(found)
+        self.details.extend(f"{name}: {p}" for p in found[:DETAIL_LIMIT])
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.invariants.values())
+
+
+def percentile(values: list[float], pct: float) -> float | None:
+    """Nearest-rank percentile; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
+
+
+def verify(data: RunData) -> Verdict:
+    verdict = Verdict()
+    executions: dict[tuple[str, str], list[LedgerLine]] = defaultdict(list)
+    for line in data.ledger:
+        executions[(line.task_id, line.call_id)].append(line)
+    journals = {tid: _journal(rec) for tid, rec in data.tasks.items()}
+
+    verdict.count("tasks lost", (f"{tid} is not in the store" for tid in data.specs if tid not in data.tasks))
+    verdict.count("tasks not finished", _unfinished(data))
+    verdict.count("wrong results", _wrong_results(data))
+    reruns: list[str] = []
+    verdict.count("completed steps executed again", _executed_again(data, journals, executions, reruns))
+    verdict.count("committed outputs missing from the ledger", _missing(journals, executions))
+    verdict.count("writes accepted from a stale fencing token", _stale_writes(data, journals))
+    verdict.count("non-idempotent effects run twice", _charged_twice(executions))
+    verdict.count("usage that decreased", _usage_decreased(data))
+    if data.integrity is not None:
+        verdict.count("sqlite integrity_check problems", [] if data.integrity == "ok" else [data.integrity])
+
+    recoveries = _recoveries(data)
+    first_claims = _first_claim_delays(data)
+    verdict.figures.update(
+        {
+            "kills": len(data.kills),
+            "kills that held a task": len(recoveries),
+            "recovery_p50_s": percentile(recoveries, 50),
+            "recovery_p99_s": percentile(recoveries, 99),
+            "recovery_max_s": max(recoveries, default=None),
+            "first_claim_delay_p50_s": percentile(first_claims, 50),
+            "first_claim_delay_p99_s": percentile(first_claims, 99),
+            "steps re-run while in flight at an interruption": len(reruns),
+            "stale bodies refused by the fence": len(data.refused),
+            "charges reconciled from the ledger": sum(
+                1 for j in journals.values() for e in j if e.get("evidence") == "reconciled"
+            ),
+            "usage samples": len(data.samples),
+            "ledger lines": len(data.ledger),
+        }
+    )
+    return verdict
+
+
+def _journal(record: TaskRecord) -> list[dict[str, Any]]:
+    if record.checkpoint_json is None:
+        return []
+    entries: list[dict[str, Any]] = from_json(record.checkpoint_json)["journal"]
+    return entries
+
+
+def _unfinished(data: RunData) -> Iterable[str]:
+    for tid, rec in sorted(data.tasks.items()):
+        if (rec.state, rec.outcome) != (TaskState.TERMINAL, TaskOutcome.COMPLETED):
+            yield f"{tid} is {rec.state.value}/{rec.outcome}: {rec.reason}"
+
+
+def _wrong_results(data: RunData) -> Iterable[str]:
+    for tid, spec in sorted(data.specs.items()):
+        rec = data.tasks.get(tid)
+        if rec is None or rec.outcome is not TaskOutcome.COMPLETED:
+            continue
+        expected = {"value": spec["start"] + len(spec["plan"]), "signal": {"n": spec["n"]}}
+        if rec.result != expected:
+            yield f"{tid} returned {rec.result!r}, expected {expected!r}"
+
+
+def _bodies(journal: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
+    """Journal entries whose output came from a body that wrote a ledger line."""
+    for entry in journal:
+        if entry["kind"] in ("step", "effect") and entry["status"] == "done":
+            yield entry
+
+
+def _executed_again(
+    data: RunData,
+    journals: dict[str, list[dict[str, Any]]],
+    executions: dict[tuple[str, str], list[LedgerLine]],
+    reruns: list[str],
+) -> Iterable[str]:
+    """A body that ran after its committed execution, or twice under one owner, or for a
+    call that no journal records. Earlier executions under older tokens are the step
+    that was in flight when its owner was interrupted: allowed, and listed in ``reruns``."""
+    recorded: set[tuple[str, str]] = set()
+    for tid, journal in sorted(journals.items()):
+        for entry in _bodies(journal):
+            key = (tid, entry["call_id"])
+            recorded.add(key)
+            runs = executions.get(key, [])
+            ids = [r.run_id for r in runs]
+            if entry["output"]["run"] not in ids:
+                continue  # reported as missing
+            at = ids.index(entry["output"]["run"])
+            committed = runs[at]
+            for later in runs[at + 1 :]:
+                yield (
+                    f"{tid} {entry['call_id']} ran again (token {later.token}, pid {later.pid}) "
+                    f"after its committed run under token {committed.token}"
+                )
+            for earlier in runs[:at]:
+                if earlier.token >= committed.token:
+                    yield f"{tid} {entry['call_id']} ran twice under token {earlier.token}"
+                else:
+                    reruns.append(f"{tid} {entry['call_id']}")
+    for key, runs in sorted(executions.items()):
+        finished = data.tasks.get(key[0])
+        if key not in recorded and finished is not None and finished.outcome is TaskOutcome.COMPLETED:
+            yield f"{key[0]} {key[1]} ran {len(runs)} times but no journal records it"
+
+
+def _missing(
+    journals: dict[str, list[dict[str, Any]]], executions: dict[tuple[str, str], list[LedgerLine]]
+) -> Iterable[str]:
+    for tid, journal in sorted(journals.items()):
+        for entry in _bodies(journal):
+            runs = {r.run_id for r in executions.get((tid, entry["call_id"]), [])}
+            if entry["output"]["run"] not in runs:
+                yield f"{tid} {entry['call_id']}: committed run {entry['output']['run']} is not in the ledger"
+
+
+def _stale_writes(data: RunData, journals: dict[str, list[dict[str, Any]]]) -> Iterable[str]:
+    """From the history: no event under token t after an event under a higher token.
+    From the checkpoints: no journal entry committed under a lower token than an entry
+    before it, and none above the task's final token. From the ledger: the fence held."""
+    for tid, events in sorted(data.histories.items()):
+        highest = 0
+        for event in events:
+            if event.fencing_token is None:
+                continue
+            if event.fencing_token < highest:
+                yield (
+                    f"{tid} event {event.event_id} {event.kind!r} by {event.worker_id} under token "
+                    f"{event.fencing_token} after token {highest}"
+                )
+            highest = max(highest, event.fencing_token)
+    for tid, journal in sorted(journals.items()):
+        highest = 0
+        final = data.tasks[tid].fencing_token
+        for entry in _bodies(journal):
+            token = entry["output"]["token"]
+            if token < highest or token > final:
+                yield f"{tid} {entry['call_id']}: token {token} committed after {highest} (final {final})"
+            highest = max(highest, token)
+    highest_seen: dict[str, int] = {}
+    for line in data.ledger:
+        if line.token < highest_seen.get(line.task_id, 0):
+            seen = highest_seen[line.task_id]
+            yield f"{line.task_id} {line.call_id}: ledger accepted token {line.token} after {seen}"
+        highest_seen[line.task_id] = max(line.token, highest_seen.get(line.task_id, 0))
+
+
+def _charged_twice(executions: dict[tuple[str, str], list[LedgerLine]]) -> Iterable[str]:
+    for (tid, call_id), runs in sorted(executions.items()):
+        charges = [r for r in runs if r.kind == "charge"]
+        if len(charges) > 1:
+            tokens = [r.token for r in charges]
+            yield f"{tid} {call_id} charged {len(charges)} times (tokens {tokens})"
+
+
+def _usage_decreased(data: RunData) -> Iterable[str]:
+    by_task: dict[str, list[Sample]] = defaultdict(list)
+    for sample in data.samples:
+        by_task[sample.task_id].append(sample)
+    for tid, samples in sorted(by_task.items()):
+        samples.sort(key=lambda s: s.at)
+        final = data.tasks.get(tid)
+        for before, after in zip(samples, samples[1:], strict=False):
+            if after.revision < before.revision or not after.usage.covers(before.usage):
+                yield (
+                    f"{tid}: revision {before.revision} usage {before.usage} then "
+                    f"revision {after.revision} usage {after.usage}"
+                )
+        if final is not None and final.checkpoint_json is not None and samples:
+            usage = BudgetUsage(**from_json(final.checkpoint_json)["usage"])
+            if not usage.covers(samples[-1].usage):
+                yield f"{tid}: final usage {usage} is below sampled {samples[-1].usage}"
+
+
+def _recoveries(data: RunData) -> list[float]:
+    """For each kill of a worker that held a task: seconds from the kill to that task's
+    next claim. A worker held a task when its latest claim before the kill had not ended
+    (suspend, complete, fail, release, retry) by the time of the kill."""
+    claims: dict[str, list[tuple[float, str, int]]] = defaultdict(list)  # worker -> (at, task, token)
+    ends: dict[tuple[str, int], float] = {}
+    next_claims: dict[str, list[float]] = defaultdict(list)
+    for tid, events in data.histories.items():
+        for event in events:
+            at = event.at.timestamp()
+            if event.kind == "claimed" and event.worker_id is not None and event.fencing_token is not None:
+                claims[event.worker_id].append((at, tid, event.fencing_token))
+                next_claims[tid].append(at)
+            elif event.kind in CYCLE_ENDS and event.fencing_token is not None:
+                key = (tid, event.fencing_token)
+                ends[key] = min(ends.get(key, at), at)
+    recoveries = []
+    for kill in data.kills:
+        before = [c for c in claims.get(kill.worker_id, []) if c[0] <= kill.at]
+        if not before:
+            continue
+        _at, tid, token = max(before)
+        ended = ends.get((tid, token))
+        if ended is not None and ended <= kill.at:
+            continue
+        after = [at for at in next_claims[tid] if at > kill.at]
+        if after:
+            recoveries.append(min(after) - kill.at)
+    return recoveries
+
+
+def _first_claim_delays(data: RunData) -> list[float]:
+    """Seconds from each task's enqueue to its first claim: the backlog a recovered task
+    also waits behind, since claims take ready tasks oldest first."""
+    delays = []
+    for events in data.histories.values():
+        enqueued = next((e.at for e in events if e.kind == "enqueued"), None)
+        claimed = next((e.at for e in events if e.kind == "claimed"), None)
+        if enqueued is not None and claimed is not None:
+            delays.append((claimed - enqueued).total_seconds())
+    return delays
+
+
+def render(verdict: Verdict) -> list[str]:
+    lines = [f"invariant {name}: {value}" for name, value in verdict.invariants.items()]
+    fig = verdict.figures
+
+    def seconds(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.3f}s"
+
+    lines.append(
+        f"recovery after kill: p50={seconds(fig['recovery_p50_s'])} p99={seconds(fig['recovery_p99_s'])} "
+        f"max={seconds(fig['recovery_max_s'])} (kills {fig['kills']}, of which held a task "
+        f"{fig['kills that held a task']})"
+    )
+    lines.append(
+        f"info queue delay of first claims (the backlog a recovered task waits behind too): "
+        f"p50={seconds(fig['first_claim_delay_p50_s'])} p99={seconds(fig['first_claim_delay_p99_s'])}"
+    )
+    for name in (
+        "steps re-run while in flight at an interruption",
+        "stale bodies refused by the fence",
+        "charges reconciled from the ledger",
+        "usage samples",
+        "ledger lines",
+    ):
+        lines.append(f"info {name}: {fig[name]}")
+    lines.extend(f"violation {d}" for d in verdict.details)
+    return lines
