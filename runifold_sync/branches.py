@@ -9,7 +9,6 @@ replay from their journals without running a step, unfinished ones continue.
 from __future__ import annotations
 
 import threading
-import typing
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ from .context import (
 )
 from .errors import InvalidArgument
 from .models import Budget, check_name
+from .workflow import return_type
 
 if TYPE_CHECKING:
     from .context import WorkflowContext
@@ -56,15 +56,8 @@ def _check_branches(branches: Mapping[str, Branch], max_threads: int) -> None:
         raise InvalidArgument(f"max_threads must be an integer >= 1, got {max_threads!r}")
 
 
-def _result_type(fn: Branch) -> Any:
-    try:
-        return typing.get_type_hints(fn).get("return", Any)
-    except Exception:
-        return Any
-
-
 def _structured(fn: Branch, raw: Any) -> Any:
-    return structure(raw, _result_type(fn))
+    return structure(raw, return_type(fn))
 
 
 def _encode(key: str, value: Any) -> Any:

@@ -6,6 +6,7 @@ import time and the fingerprint of a definition is computed from them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -26,11 +27,19 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _return_type(fn: Callable[..., Any]) -> Any:
+@functools.lru_cache(maxsize=4096)  # bounded: branch functions may be fresh closures
+def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    """Resolved once per function: steps are called on every replay, and resolving hints
+    was a quarter of a step's CPU. A failure is not cached, so a forward reference that
+    resolves later still works."""
     try:
-        return typing.get_type_hints(fn).get("return", Any)
+        return typing.get_type_hints(fn)
     except Exception as exc:  # unresolvable forward reference: say which function
         raise InvalidArgument(f"cannot resolve type hints of {fn.__qualname__}: {exc}") from exc
+
+
+def return_type(fn: Callable[..., Any]) -> Any:
+    return _type_hints(fn).get("return", Any)
 
 
 @attrs.frozen
@@ -48,7 +57,7 @@ class StepSpec:
 
     @property
     def output_type(self) -> Any:
-        return _return_type(self.fn)
+        return return_type(self.fn)
 
     def schema(self) -> dict[str, Any]:
         return {"id": self.step_id, "kind": self.kind, "idempotent": self.idempotent}
@@ -131,10 +140,7 @@ class Workflow:
     def input_type(self) -> Any:
         assert self.main_fn is not None
         name = list(inspect.signature(self.main_fn).parameters)[1]
-        try:
-            return typing.get_type_hints(self.main_fn).get(name, Any)
-        except Exception as exc:
-            raise InvalidArgument(f"cannot resolve type hints of {self.main_fn.__qualname__}: {exc}") from exc
+        return _type_hints(self.main_fn).get(name, Any)
 
     def fingerprint(self) -> str:
         """Hash of the declared step graph; changes whenever a checkpoint of this

@@ -171,7 +171,7 @@ UPDATE runifold_clock SET offset_s = %(offset_s)s WHERE id = 1;
 
 -- name: seconds_until_due
 SELECT EXTRACT(EPOCH FROM MIN(ready_at) - {now})::float8 AS due_in_s FROM runifold_tasks
-WHERE state IN ('queued', 'waiting', 'leased');
+WHERE state IN ('queued', 'waiting', 'leased') AND ready_at IS NOT NULL;
 
 -- name: notify_work
 NOTIFY runifold_tasks;

@@ -130,7 +130,7 @@ UPDATE runifold_clock SET offset_us = :offset_us WHERE id = 1;
 
 -- name: seconds_until_due
 SELECT (MIN(ready_at) - {now}) / 1000000.0 FROM runifold_tasks
-WHERE state IN ('queued', 'waiting', 'leased');
+WHERE state IN ('queued', 'waiting', 'leased') AND ready_at IS NOT NULL;
 
 -- name: requeue_failed
 UPDATE runifold_tasks
