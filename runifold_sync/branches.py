@@ -23,7 +23,7 @@ from .context import (
     YieldRequested,
     _Interrupt,
 )
-from .errors import InvalidArgument
+from .errors import InvalidArgument, StoreUnavailable
 from .models import Budget, check_name
 from .workflow import return_type
 
@@ -32,9 +32,19 @@ if TYPE_CHECKING:
 
 Branch = Callable[["WorkflowContext"], Any]
 
+
+class StoreAway(_Interrupt):
+    """A branch found the store unreachable; re-raised as StoreUnavailable after the
+    siblings stopped, so the cycle ends and the task is claimed again."""
+
+    def __init__(self, error: StoreUnavailable) -> None:
+        self.error = error
+
+
 # When several branches are interrupted, the most consequential interruption wins.
 _SEVERITY: tuple[type[_Interrupt], ...] = (
     LeaseGone,
+    StoreAway,
     FailRequested,
     CancelRequested,
     RetryRequested,
@@ -108,6 +118,9 @@ class _Runner:
             except _Interrupt as interrupt:
                 self._interrupted(key, interrupt)
                 return
+            except StoreUnavailable as exc:  # ends the cycle, as in the main function
+                self._interrupted(key, StoreAway(exc))
+                return
             except Exception as exc:
                 self._interrupted(key, FailRequested(f"branch {key!r} raised {type(exc).__name__}: {exc}"))
                 return
@@ -156,9 +169,7 @@ def run_parallel(
         entry = ctx._begin(call_id, "parallel")
     runner = _Runner(ctx, call_id, reserve)
     runner.run(branches, max_threads, lambda _key, _value: None)
-    interrupt = runner.worst()
-    if interrupt is not None:
-        raise interrupt
+    _raise(runner.worst())
     ctx._finish(entry, runner.results)
     return {key: _structured(fn, runner.results[key]) for key, fn in branches.items()}
 
@@ -202,11 +213,18 @@ def run_race(
     runner.run(to_run, max_threads, on_done)
     interrupt = runner.worst(ignore=() if "winner" not in decided else (FailRequested, BranchStopped))
     if "winner" not in decided:
-        raise interrupt or FailRequested(f"every branch of {call_id} failed")
+        _raise(interrupt or FailRequested(f"every branch of {call_id} failed"))
     if interrupt is not None and not isinstance(interrupt, BranchStopped):
-        raise interrupt  # a lost lease or a cancel still ends the task here
+        _raise(interrupt)  # a lost lease, an unreachable store or a cancel still ends it here
     decided["superseded"] = sorted(k for k in runner.results if k != decided["winner"])
     decided["cancelled"] = sorted(k for k, i in runner.interrupts.items() if isinstance(i, BranchStopped))
     ctx._finish(entry, decided)
     winner = decided["winner"]
     return winner, _structured(branches[winner], decided["result"])
+
+
+def _raise(interrupt: _Interrupt | None) -> None:
+    if isinstance(interrupt, StoreAway):
+        raise interrupt.error
+    if interrupt is not None:
+        raise interrupt

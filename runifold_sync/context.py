@@ -11,6 +11,7 @@ code cannot swallow a suspension or a lost lease.
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 import time
 from collections import Counter
@@ -23,7 +24,7 @@ import attrs
 from . import crashpoints
 from .checkpoint import Checkpoint, JournalEntry
 from .codec import NotJsonable, from_json, structure, to_json, unstructure
-from .effects import EffectStatus
+from .effects import EffectEvidence, EffectStatus
 from .errors import (
     AmbiguousEffect,
     CheckpointError,
@@ -40,6 +41,9 @@ from .waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut, approval_
 if TYPE_CHECKING:
     from .definition import WorkflowDefinition
     from .workflow import StepSpec
+
+
+log = logging.getLogger("runifold_sync.context")
 
 
 class _Interrupt(BaseException):
@@ -218,7 +222,7 @@ class WorkflowContext:
         return call_id, None
 
     def _check_lease(self) -> None:
-        if self._flags.lost.is_set():
+        if self._flags.expired():
             raise LeaseGone(LeaseLostError(self.task_id, self.fence, "next step"))
 
     def _check_continue(self) -> None:
@@ -328,7 +332,11 @@ class WorkflowContext:
             return None
         if spec.reconcile is not None:
             context = StepContext(self.task_id, entry.call_id, 0, self.fence, entry.key)
-            evidence = spec.reconcile(context, *args, **kwargs)
+            try:
+                evidence = spec.reconcile(context, *args, **kwargs)
+            except Exception as exc:  # no evidence is unknown: fail closed, never guess
+                log.warning("reconcile of %s raised %s: %s", entry.key, type(exc).__name__, exc)
+                evidence = EffectEvidence.unknown()
             if evidence.status is EffectStatus.APPLIED:
                 return "reconciled", self._encode_output(entry.call_id, evidence.result)
             if evidence.status is EffectStatus.NOT_APPLIED:

@@ -23,12 +23,19 @@ from .store.base import Lease, WorkflowStore
 log = logging.getLogger("runifold_sync.heartbeat")
 
 
-@attrs.frozen
+@attrs.define
 class LeaseFlags:
     """What the heartbeat thread tells the step thread about the lease it watches."""
 
+    # Monotonic time by which the lease surely expired unless a heartbeat extended it.
+    deadline: float
     lost: threading.Event = attrs.Factory(threading.Event)
     cancel: threading.Event = attrs.Factory(threading.Event)  # store.cancel() was called
+
+    def expired(self) -> bool:
+        """Lost, or past the deadline: a resumed (SIGCONT) or starved process must not
+        start a body before its heartbeat thread has even run again."""
+        return self.lost.is_set() or time.monotonic() >= self.deadline
 
 
 class LeaseKeeper:
@@ -41,8 +48,7 @@ class LeaseKeeper:
         self._wake = threading.Event()
         self._stop = False
         self._lease: Lease | None = None
-        self._flags = LeaseFlags()
-        self._deadline = 0.0  # monotonic time by which the lease surely expired
+        self._flags = LeaseFlags(0.0)
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
 
@@ -52,10 +58,9 @@ class LeaseKeeper:
             raise RuntimeError("a LeaseKeeper cannot be used across fork; build the worker after fork")
         with self._lock:
             self._lease = lease
-            self._flags = flags = LeaseFlags()
+            self._flags = flags = LeaseFlags(time.monotonic() + self._duration.seconds)
             if lease.cancel_requested is not None:  # requested while a previous owner ran
                 flags.cancel.set()
-            self._deadline = time.monotonic() + self._duration.seconds
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
                 self._thread.start()
@@ -99,9 +104,7 @@ class LeaseKeeper:
                 continue
             except Exception:
                 log.exception("heartbeat failed", extra=_fields(lease))
-                with self._lock:
-                    expired = time.monotonic() >= self._deadline
-                if expired:
+                if flags.expired():
                     flags.lost.set()
                 continue
             if renewed.cancel_requested is not None:
@@ -109,7 +112,7 @@ class LeaseKeeper:
             with self._lock:
                 if self._lease is lease:
                     self._lease = renewed
-                    self._deadline = started + self._duration.seconds
+                    flags.deadline = started + self._duration.seconds
 
 
 def _fields(lease: Lease) -> dict[str, object]:
