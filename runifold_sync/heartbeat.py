@@ -17,7 +17,7 @@ import attrs
 
 from . import crashpoints
 from .errors import LeaseLostError
-from .models import LeaseDuration
+from .models import LeaseDuration, WorkerId
 from .store.base import Lease, WorkflowStore
 
 log = logging.getLogger("runifold_sync.heartbeat")
@@ -51,19 +51,30 @@ class LeaseKeeper:
         self._flags = LeaseFlags(0.0)
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
+        self._worker_id: WorkerId | None = None  # refreshed in the worker registry when set
+
+    def announce(self, worker_id: WorkerId) -> None:
+        """Keep ``worker_id``'s ``last_seen`` fresh in the store's worker registry, idle or not."""
+        with self._lock:
+            self._worker_id = worker_id
+            self._start()
+
+    def _start(self) -> None:
+        """Start the thread in this process, once (caller holds the lock)."""
+        if self._pid != os.getpid():
+            raise RuntimeError("a LeaseKeeper cannot be used across fork; build the worker after fork")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+            self._thread.start()
 
     def watch(self, lease: Lease) -> LeaseFlags:
         """Start extending ``lease``; returns the flags the heartbeat thread sets."""
-        if self._pid != os.getpid():
-            raise RuntimeError("a LeaseKeeper cannot be used across fork; build the worker after fork")
         with self._lock:
             self._lease = lease
             self._flags = flags = LeaseFlags(time.monotonic() + self._duration.seconds)
             if lease.cancel_requested is not None:  # requested while a previous owner ran
                 flags.cancel.set()
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
-                self._thread.start()
+            self._start()
         return flags
 
     def unwatch(self) -> None:
@@ -85,7 +96,12 @@ class LeaseKeeper:
             with self._lock:
                 if self._stop:
                     return
-                lease, flags = self._lease, self._flags
+                lease, flags, worker_id = self._lease, self._flags, self._worker_id
+            if worker_id is not None:
+                try:
+                    self._store.worker_seen(worker_id, self._pid)
+                except Exception:
+                    log.exception("worker registry update failed", extra={"worker_id": str(worker_id)})
             if lease is None:
                 continue
             started = time.monotonic()

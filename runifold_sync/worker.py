@@ -9,6 +9,8 @@ unreachable store raise.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from datetime import timedelta
 
 from . import crashpoints
@@ -97,6 +99,7 @@ class WorkflowWorker:
         self._max_steps_per_claim = max_steps_per_claim
         self._max_checkpoint_bytes = max_checkpoint_bytes
         self._unavailable_delay = unavailable_delay
+        self._registered = False
         self._keeper = LeaseKeeper(
             store, lease_duration, heartbeat_interval.total_seconds(), f"runifold-heartbeat-{worker_id}"
         )
@@ -115,11 +118,24 @@ class WorkflowWorker:
             )
 
     def close(self) -> None:
-        """Stop the heartbeat thread. The store belongs to the caller."""
+        """Stop the heartbeat thread and mark the worker stopped in the registry. The
+        store belongs to the caller."""
         self._keeper.close()
+        if self._registered:
+            try:
+                self.store.worker_stopped(self.worker_id, os.getpid())
+            except StoreUnavailable:
+                log.warning("could not mark worker %s stopped", self.worker_id)
 
     def run_once(self) -> RunOutcome:
         """Claim one ready task and run it until it completes, waits, fails or yields."""
+        if not self._registered:  # in the process that runs, so after any fork
+            definitions = sorted((d.workflow.name, d.workflow.version) for d in self.registry)
+            self.store.register_worker(
+                self.worker_id, host=socket.gethostname(), pid=os.getpid(), definitions=definitions
+            )
+            self._keeper.announce(self.worker_id)
+            self._registered = True
         claimed = self.store.claim(self.worker_id, self.lease_duration, limit=1)
         if not claimed:
             return Idle()
