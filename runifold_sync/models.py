@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import random
 import re
+import reprlib
 import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -20,6 +21,11 @@ from .codec import NotJsonable, to_json
 from .errors import InvalidArgument
 
 MAX_INPUT_BYTES = 1 << 20
+
+# Error messages name the offending value, bounded: it may be huge, or nested deeper
+# than repr() can follow.
+_BOUNDED = reprlib.Repr()
+_BOUNDED.maxlevel, _BOUNDED.maxstring, _BOUNDED.maxother = 6, 160, 160
 _NAME_MAX = 200
 _WORKER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 
@@ -250,7 +256,9 @@ class WorkflowTask:
         try:
             input_json = to_json(input)
         except NotJsonable as exc:
-            raise InvalidArgument(f"workflow input {input!r} is not JSON-serializable: {exc}") from exc
+            raise InvalidArgument(
+                f"workflow input {_BOUNDED.repr(input)} is not JSON-serializable: {exc}"
+            ) from exc
         if len(input_json.encode()) > MAX_INPUT_BYTES:
             raise InvalidArgument(
                 f"workflow input is {len(input_json.encode())} bytes encoded, over the "
