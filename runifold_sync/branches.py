@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from .codec import NotJsonable, structure, to_json, unstructure
+from .codec import NotJsonable, structure, to_jsonable
 from .context import (
     BranchStopped,
     CancelRequested,
@@ -72,10 +72,9 @@ def _structured(fn: Branch, raw: Any) -> Any:
 
 def _encode(key: str, value: Any) -> Any:
     try:
-        to_json(value)
+        return to_jsonable(value)
     except NotJsonable as exc:
         raise FailRequested(f"result of branch {key!r} cannot be stored as JSON: {exc}") from exc
-    return unstructure(value)
 
 
 def _check_reservations(ctx: WorkflowContext, reserve: Mapping[str, Budget]) -> None:

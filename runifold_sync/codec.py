@@ -43,12 +43,23 @@ def structure(raw: Any, type_: Any) -> Any:
     return converter.structure(raw, type_)
 
 
-def to_json(value: Any) -> str:
-    """Encode a value canonically (sorted keys, compact) so equal values give equal text."""
+def _encode(value: Any) -> tuple[Any, str]:
+    """The JSON form of ``value`` and its canonical text (sorted keys, compact)."""
     try:
-        return json.dumps(unstructure(value), sort_keys=True, separators=(",", ":"), allow_nan=False)
+        raw = unstructure(value)
+        return raw, json.dumps(raw, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise NotJsonable(f"{type(exc).__name__}: {exc}") from exc
+
+
+def to_json(value: Any) -> str:
+    """Encode a value canonically so equal values give equal text."""
+    return _encode(value)[1]
+
+
+def to_jsonable(value: Any) -> Any:
+    """The JSON form a checkpoint keeps of ``value``, checked to encode as strict JSON."""
+    return _encode(value)[0]
 
 
 def from_json(text: str) -> Any:

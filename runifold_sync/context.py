@@ -23,7 +23,7 @@ import attrs
 
 from . import crashpoints
 from .checkpoint import Checkpoint, JournalEntry
-from .codec import NotJsonable, from_json, structure, to_json, unstructure
+from .codec import NotJsonable, from_json, structure, to_jsonable
 from .effects import EffectEvidence, EffectStatus
 from .errors import (
     AmbiguousEffect,
@@ -256,10 +256,9 @@ class WorkflowContext:
 
     def _encode_output(self, call_id: str, value: Any) -> Any:
         try:
-            to_json(value)
+            return to_jsonable(value)
         except NotJsonable as exc:
             raise FailRequested(str(OutputNotSerializable(call_id, str(exc)))) from exc
-        return unstructure(value)
 
     def _structure(self, spec: StepSpec, raw: Any) -> Any:
         try:
