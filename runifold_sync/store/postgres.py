@@ -15,7 +15,6 @@ processes and hosts claiming from one database.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from datetime import UTC, datetime, timedelta
@@ -601,12 +600,7 @@ class PostgresWorkflowStore(WorkflowStore):
     def register_worker(
         self, worker_id: WorkerId, *, host: str, pid: int, definitions: list[tuple[str, int]]
     ) -> None:
-        params = {
-            "worker_id": worker_id.value,
-            "host": host,
-            "pid": pid,
-            "definitions": json.dumps(definitions),
-        }
+        params = rows.worker_params(worker_id.value, host, pid, definitions)
         self._execute("register_worker", params)
 
     def worker_seen(self, worker_id: WorkerId, pid: int) -> None:
@@ -616,10 +610,7 @@ class PostgresWorkflowStore(WorkflowStore):
         self._execute("worker_stopped", {"worker_id": worker_id.value, "pid": pid})
 
     def workers(self) -> list[WorkerRecord]:
-        return [
-            rows.worker_record(row, _utc, json.loads(row["definitions"]))
-            for row in self._all("list_workers", {})
-        ]
+        return [rows.worker_record(row, _utc) for row in self._all("list_workers", {})]
 
     # --- time ----------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ how a column value becomes a ``datetime`` (the ``time`` argument below).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -150,7 +151,13 @@ def requeued_detail(actor: str, reason: str) -> dict[str, Any]:
     return {"actor": actor, "reason": reason}
 
 
-def worker_record(row: Row, time: Callable[[Any], datetime], definitions: Any) -> WorkerRecord:
+def worker_params(worker_id: str, host: str, pid: int, definitions: list[tuple[str, int]]) -> dict[str, Any]:
+    return {"worker_id": worker_id, "host": host, "pid": pid, "definitions": json.dumps(definitions)}
+
+
+def worker_record(row: Row, time: Callable[[Any], datetime]) -> WorkerRecord:
+    """``definitions`` is read as JSON text on both backends."""
+    definitions = json.loads(row["definitions"])
     return WorkerRecord(
         row["worker_id"],
         row["host"],

@@ -575,12 +575,7 @@ class SqliteWorkflowStore(WorkflowStore):
     def register_worker(
         self, worker_id: WorkerId, *, host: str, pid: int, definitions: list[tuple[str, int]]
     ) -> None:
-        params = {
-            "worker_id": worker_id.value,
-            "host": host,
-            "pid": pid,
-            "definitions": json.dumps(definitions),
-        }
+        params = rows.worker_params(worker_id.value, host, pid, definitions)
         self._run("register_worker", params)
 
     def worker_seen(self, worker_id: WorkerId, pid: int) -> None:
@@ -590,10 +585,7 @@ class SqliteWorkflowStore(WorkflowStore):
         self._run("worker_stopped", {"worker_id": worker_id.value, "pid": pid})
 
     def workers(self) -> list[WorkerRecord]:
-        return [
-            rows.worker_record(row, _at, json.loads(row["definitions"]))
-            for row in self._run("list_workers", {})
-        ]
+        return [rows.worker_record(row, _at) for row in self._run("list_workers", {})]
 
     # --- time ----------------------------------------------------------------------
 
