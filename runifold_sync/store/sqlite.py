@@ -70,6 +70,24 @@ def _us(value: datetime | timedelta) -> int:
     return value // _MICROSECOND
 
 
+def _enable_wal(raw: sqlite3.Connection, busy_timeout_s: float) -> None:
+    """Switch a database to WAL, waiting out other connections doing the same.
+
+    Changing the journal mode of a fresh file takes a lock that SQLite reports as busy
+    at once, without its busy handler, when another connection is switching it too; so
+    several processes starting on a new database retry here within the busy timeout.
+    """
+    deadline = time.monotonic() + busy_timeout_s
+    while True:
+        try:
+            raw.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)
+
+
 class _Connection:
     """A sqlite3 connection bound to the process that opened it."""
 
@@ -81,7 +99,7 @@ class _Connection:
             path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
         )
         self.raw.row_factory = sqlite3.Row
-        self.raw.execute("PRAGMA journal_mode=WAL")
+        _enable_wal(self.raw, busy_timeout_s)
         self.raw.execute(f"PRAGMA synchronous={synchronous}")
         self.raw.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
 
