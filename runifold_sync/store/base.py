@@ -61,6 +61,10 @@ class SignalDelivery:
 
 @attrs.frozen
 class ClaimedTask:
+    """A leased task. ``due_at`` is when it became claimable and ``claimed_at`` when this
+    claim happened (both store time), so ``claimed_at - due_at`` is its queue delay;
+    ``from_state`` is ``queued``, ``waiting`` (resumed) or ``leased`` (taken over)."""
+
     lease: Lease
     definition_name: str
     definition_version: int
@@ -69,6 +73,13 @@ class ClaimedTask:
     checkpoint_json: str | None
     claims_since_progress: int
     resolutions: dict[str, EffectResolution]
+    due_at: datetime
+    claimed_at: datetime
+    from_state: str
+
+    @property
+    def queue_delay(self) -> timedelta:
+        return max(self.claimed_at - self.due_at, timedelta(0))
 
 
 @attrs.frozen

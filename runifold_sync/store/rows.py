@@ -290,4 +290,7 @@ def claimed_task(
         checkpoint_json=row["checkpoint"],
         claims_since_progress=row["claims_since_progress"],
         resolutions=resolutions,
+        due_at=time(row["due_at"]),
+        claimed_at=time(row["at"]),
+        from_state=row["from_state"],
     )

@@ -416,7 +416,8 @@ class SqliteWorkflowStore(WorkflowStore):
                 resolutions = rows.effect_resolutions(
                     conn.execute(_Q["resolutions_for_task"], {"task_id": row["task_id"]})
                 )
-                claimed.append(rows.claimed_task(row, worker_id.value, _at, resolutions))
+                timing = {"due_at": candidate["ready_at"], "at": now, "from_state": candidate["state"]}
+                claimed.append(rows.claimed_task(dict(row) | timing, worker_id.value, _at, resolutions))
         return claimed
 
     def heartbeat(self, lease: Lease, duration: LeaseDuration) -> Lease:

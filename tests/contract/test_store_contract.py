@@ -229,6 +229,22 @@ def test_a_claim_leases_the_task_and_records_who_and_which_token(store: Workflow
     assert event.at == record.updated_at
 
 
+def test_a_claim_reports_when_the_task_became_due_so_its_queue_delay_is_known(
+    store: WorkflowStore,
+) -> None:
+    enqueue(store)
+    due = store.get_task("t1").ready_at
+    assert due is not None
+    store.set_clock_offset(timedelta(minutes=3))
+    claimed = claim_one(store)
+    assert (claimed.due_at, claimed.from_state) == (due, "queued")
+    assert claimed.claimed_at == store.get_task("t1").updated_at
+    assert close_to(due + claimed.queue_delay, due + timedelta(minutes=3))
+    store.set_clock_offset(timedelta(minutes=4))
+    taken_over = claim_one(store, W2)
+    assert (taken_over.from_state, taken_over.due_at) == ("leased", claimed.lease.expires_at)
+
+
 def test_a_leased_task_is_not_claimable_until_its_lease_expires_in_store_time(store: WorkflowStore) -> None:
     enqueue(store)
     claim_one(store)

@@ -19,7 +19,7 @@ ON CONFLICT (task_id) DO NOTHING;
 SELECT * FROM runifold_tasks WHERE task_id = :task_id;
 
 -- name: claimable_tasks
-SELECT task_id, state, worker_id FROM runifold_tasks
+SELECT task_id, state, worker_id, ready_at FROM runifold_tasks
 WHERE state IN ('queued', 'waiting', 'leased') AND ready_at <= :now
 ORDER BY priority DESC, ready_at
 LIMIT :limit;
