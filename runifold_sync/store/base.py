@@ -76,6 +76,8 @@ class ClaimedTask:
     due_at: datetime
     claimed_at: datetime
     from_state: str
+    wait_started_at: datetime | None = None  # resumed from a wait: when it began
+    wait_kind: str | None = None  # "timer" or "signal"
 
     @property
     def queue_delay(self) -> timedelta:

@@ -293,4 +293,14 @@ def claimed_task(
         due_at=time(row["due_at"]),
         claimed_at=time(row["at"]),
         from_state=row["from_state"],
+        **waited(row, time),
     )
+
+
+def waited(row: Row, time: Callable[[Any], datetime]) -> dict[str, Any]:
+    """When and on what a task resumed from a wait had been waiting (the row as it was
+    before the claim: suspension set ``updated_at`` and, for a signal, its name)."""
+    if row["from_state"] != "waiting":
+        return {}
+    kind = "timer" if row["previous_signal"] is None else "signal"
+    return {"wait_started_at": time(row["previous_updated_at"]), "wait_kind": kind}

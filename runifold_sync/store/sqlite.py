@@ -416,7 +416,13 @@ class SqliteWorkflowStore(WorkflowStore):
                 resolutions = rows.effect_resolutions(
                     conn.execute(_Q["resolutions_for_task"], {"task_id": row["task_id"]})
                 )
-                timing = {"due_at": candidate["ready_at"], "at": now, "from_state": candidate["state"]}
+                timing = {
+                    "due_at": candidate["ready_at"],
+                    "at": now,
+                    "from_state": candidate["state"],
+                    "previous_updated_at": candidate["updated_at"],
+                    "previous_signal": candidate["waiting_for_signal"],
+                }
                 claimed.append(rows.claimed_task(dict(row) | timing, worker_id.value, _at, resolutions))
         return claimed
 

@@ -77,6 +77,25 @@ def test_a_waiting_task_wakes_when_its_signal_arrives(store: WorkflowStore) -> N
     assert (signal.payload_json, signal.sender) == ('{"ok":true}', "alice")
 
 
+def test_a_resumed_task_reports_how_long_and_on_what_it_waited(store: WorkflowStore) -> None:
+    _task(store)
+    _wait_for_signal(store, _claim(store))
+    suspended_at = store.get_task("t1").updated_at
+    store.set_clock_offset(timedelta(minutes=10))
+    _send(store)
+    claimed = _claim(store)
+    assert (claimed.from_state, claimed.wait_kind, claimed.wait_started_at) == (
+        "waiting",
+        "signal",
+        suspended_at,
+    )
+    store.suspend(claimed.lease, claimed.revision, "{}", wake_at=store.now(), reason="timer")
+    timer_set_at = store.get_task("t1").updated_at
+    resumed = _claim(store)
+    assert (resumed.wait_kind, resumed.wait_started_at) == ("timer", timer_set_at)
+    assert resumed.claimed_at >= timer_set_at
+
+
 def test_a_signal_of_another_name_does_not_wake_the_task(store: WorkflowStore) -> None:
     _task(store)
     _wait_for_signal(store, _claim(store))

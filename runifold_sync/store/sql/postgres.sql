@@ -35,7 +35,7 @@ FROM runifold_tasks WHERE task_id = %(task_id)s;
 -- and lease them. The CTE bounds the rows touched to exactly those it locked.
 WITH clock AS MATERIALIZED (SELECT {now} AS now),
 candidates AS MATERIALIZED (
-    SELECT task_id, state, worker_id, ready_at
+    SELECT task_id, state, worker_id, ready_at, updated_at, waiting_for_signal
     FROM runifold_tasks
     WHERE state IN ('queued', 'waiting', 'leased') AND ready_at <= (SELECT now FROM clock)
     ORDER BY priority DESC, ready_at
@@ -54,6 +54,7 @@ RETURNING t.task_id, t.tenant, t.definition_name, t.definition_version,
     t.input_text AS input, t.revision, t.checkpoint::text AS checkpoint, t.fencing_token,
     t.lease_expires, t.claims_since_progress, t.cancel_requested, t.priority, c.ready_at AS due_at,
     c.state AS from_state, c.worker_id AS previous_worker, clock.now AS at,
+    c.updated_at AS previous_updated_at, c.waiting_for_signal AS previous_signal,
     EXISTS (SELECT 1 FROM runifold_effect_resolutions r WHERE r.task_id = t.task_id) AS resolved;
 
 -- name: resolutions_for_task
@@ -244,7 +245,9 @@ SELECT COUNT(*) AS pending FROM runifold_signals
 WHERE task_id = %(task_id)s AND consumed_at IS NULL;
 
 -- name: wake_for_signal
-UPDATE runifold_tasks SET ready_at = %(now)s, updated_at = %(now)s
+-- Moves only ready_at: updated_at keeps the suspension time, so the claim that resumes
+-- the task can tell how long it waited.
+UPDATE runifold_tasks SET ready_at = %(now)s
 WHERE task_id = %(task_id)s AND state = 'waiting' AND waiting_for_signal = %(name)s;
 
 -- name: pending_signals

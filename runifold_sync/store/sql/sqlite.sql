@@ -19,7 +19,7 @@ ON CONFLICT (task_id) DO NOTHING;
 SELECT * FROM runifold_tasks WHERE task_id = :task_id;
 
 -- name: claimable_tasks
-SELECT task_id, state, worker_id, ready_at FROM runifold_tasks
+SELECT task_id, state, worker_id, ready_at, updated_at, waiting_for_signal FROM runifold_tasks
 WHERE state IN ('queued', 'waiting', 'leased') AND ready_at <= :now
 ORDER BY priority DESC, ready_at
 LIMIT :limit;
@@ -177,7 +177,9 @@ SELECT name, payload FROM runifold_signals WHERE task_id = :task_id AND signal_i
 SELECT COUNT(*) AS pending FROM runifold_signals WHERE task_id = :task_id AND consumed_at IS NULL;
 
 -- name: wake_for_signal
-UPDATE runifold_tasks SET ready_at = :now, updated_at = :now
+-- Moves only ready_at: updated_at keeps the suspension time, so the claim that resumes
+-- the task can tell how long it waited.
+UPDATE runifold_tasks SET ready_at = :now
 WHERE task_id = :task_id AND state = 'waiting' AND waiting_for_signal = :name;
 
 -- name: pending_signals
