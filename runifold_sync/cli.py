@@ -21,6 +21,7 @@ from .checkpoint import Checkpoint
 from .codec import NotJsonable, to_json
 from .errors import RunifoldError
 from .models import TaskState, WorkflowTask
+from .operations import served_versions
 from .outcomes import RunOutcome
 from .runner import (
     RunifoldSettings,
@@ -30,7 +31,7 @@ from .runner import (
     run_one_cycle,
     run_pool,
 )
-from .store.base import TaskRecord, WorkflowStore
+from .store.base import TaskRecord, VersionReference, WorkflowStore
 from .stores import ENV_VAR, default_url, open_store
 
 database_option = click.option(
@@ -318,6 +319,10 @@ def list_(
         click.echo(f"{r.task_id:<34} {name:<24} {r.tenant:<12} {status:<18} {r.reason or ''}")
 
 
+def _version_json(r: VersionReference) -> dict[str, object]:
+    return {"name": r.name, "version": r.version, "tasks": r.total}
+
+
 live_option = click.option(
     "--live-within",
     type=click.FloatRange(min=1),
@@ -343,27 +348,29 @@ def versions(app_ref: str | None, live_within: float, database: str | None, as_j
     registry = None if app_ref is None else _checked(load_registry, app_ref)
     window = timedelta(seconds=live_within)
     with _store(database) as store:
-        references = store.referenced_versions()
-        live = [w for w in store.workers() if w.live(window)]
-    served = {r: sum((r.name, r.version) in w.definitions for w in live) for r in references}
+        served = served_versions(store, window)
+    references = [s.reference for s in served]
     missing = [r for r in references if registry is not None and registry.get(r.name, r.version) is None]
     if as_json:
         click.echo(
             json.dumps(
                 {
-                    "referenced": [attrs.asdict(r) | {"live_workers": served[r]} for r in references],
+                    "referenced": [
+                        attrs.asdict(s.reference) | {"live_workers": s.live_workers} for s in served
+                    ],
                     "missing": [{"name": r.name, "version": r.version} for r in missing],
-                    "unserved": [{"name": r.name, "version": r.version} for r in references if not served[r]],
+                    "unserved": [_version_json(s.reference) for s in served if not s.live_workers],
                 },
                 indent=2,
             )
         )
     else:
-        for r in references:
+        for s in served:
+            r = s.reference
             flag = "  MISSING from app" if r in missing else ""
             click.echo(
                 f"{r.name} v{r.version}: {r.queued} queued, {r.leased} leased, {r.waiting} waiting, "
-                f"{r.recoverable} recoverable; served by {served[r]} live worker(s){flag}"
+                f"{r.recoverable} recoverable; served by {s.live_workers} live worker(s){flag}"
             )
         if not references:
             click.echo("no task references any definition version")

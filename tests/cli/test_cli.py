@@ -206,5 +206,5 @@ def test_workers_lists_registered_workers_and_versions_counts_live_servers(url: 
     code, out = _invoke("versions", "--database", url, "--json")
     report = json.loads(out)
     assert [(r["version"], r["live_workers"]) for r in report["referenced"]] == [(1, 1), (2, 0)]
-    assert report["unserved"] == [{"name": "pool-flow", "version": 2}]
+    assert report["unserved"] == [{"name": "pool-flow", "version": 2, "tasks": 1}]
     store.close()
