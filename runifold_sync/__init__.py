@@ -5,6 +5,7 @@ processes and hosts), so any compatible worker continues a task after a crash, a
 a timer or a human approval.
 """
 
+from .admission import TenantAdmission, TenantBudget, TenantPolicy
 from .context import StepContext, WorkflowContext
 from .definition import WorkflowDefinition, WorkflowRegistry
 from .effects import EffectEvidence, EffectStatus
@@ -90,17 +91,20 @@ __all__ = [
     "RunOutcome",
     "RunifoldError",
     "SchemaTooNew",
-    "StepContext",
-    "StoreUnavailable",
     "SignalConflict",
     "SignalRefused",
     "SignalTimedOut",
+    "StepContext",
+    "StoreUnavailable",
     "Suspended",
     "TaskEvent",
     "TaskNotFound",
     "TaskOutcome",
     "TaskRecord",
     "TaskState",
+    "TenantAdmission",
+    "TenantBudget",
+    "TenantPolicy",
     "WorkerId",
     "Workflow",
     "WorkflowContext",

@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from ..admission import TenantAdmission, TenantPolicy, explain
 from ..codec import from_json
 from ..models import LeaseDuration, TaskOutcome, TaskState, WorkerId, WorkflowTask
 
@@ -191,10 +192,16 @@ class WorkflowStore(abc.ABC):
 
     # --- producers and operators -------------------------------------------------
 
-    @abc.abstractmethod
     def enqueue(self, task: WorkflowTask) -> EnqueueResult:
         """Insert ``task``; an identical task with the same id is returned as it is, a
         different one raises :class:`EnqueueConflict`."""
+        (result,) = self.enqueue_many([task])
+        return result
+
+    @abc.abstractmethod
+    def enqueue_many(self, tasks: list[WorkflowTask]) -> list[EnqueueResult]:
+        """Enqueue several tasks in one transaction: all of them or, on a conflict,
+        none. Results are in the order of ``tasks``."""
 
     @abc.abstractmethod
     def resolve_effect(
@@ -262,6 +269,32 @@ class WorkflowStore(abc.ABC):
 
     @abc.abstractmethod
     def history(self, task_id: str) -> list[TaskEvent]: ...
+
+    # --- tenant admission ----------------------------------------------------------
+
+    @abc.abstractmethod
+    def set_tenant_policy(self, policy: TenantPolicy) -> None:
+        """Store ``policy`` for its tenant, replacing any earlier one; claims on every
+        worker apply it from their next claim."""
+
+    @abc.abstractmethod
+    def tenant_admission(self) -> list[TenantAdmission]:
+        """Every tenant with a policy and where it stands now, by tenant name."""
+
+    def explain_holds(self, records: list[TaskRecord]) -> list[TaskRecord]:
+        """``records`` with the reason of each ready task a claim skips for admission
+        (a tenant limit or budget) replaced by that reason, the earlier one kept after it."""
+        if not any(r.state in (TaskState.QUEUED, TaskState.WAITING) for r in records):
+            return records
+        admissions = {a.policy.tenant: a for a in self.tenant_admission()}
+        explained = []
+        for record in records:
+            hold = explain(record.state, record.ready_at, record.tenant, admissions)
+            if hold is not None:
+                reason = hold if record.reason is None else f"{hold}; before that: {record.reason}"
+                record = attrs.evolve(record, reason=reason)
+            explained.append(record)
+        return explained
 
     # --- workers -----------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from typing import Any
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
+from ..admission import TenantAdmission, TenantPolicy
 from ..codec import from_json, to_json
 from ..errors import (
     InvalidArgument,
@@ -63,6 +64,13 @@ _NUL = re.compile(r"\x00|(?<!\\)(?:\\\\)*\\u0000")
 
 def _utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
+
+
+def _claim_order(row: DictRow) -> tuple[Any, ...]:
+    """The claim statement's ORDER BY (turn, least recently served tenant first, then
+    priority and due time), which its UPDATE ... RETURNING does not keep."""
+    served = row["served_at"]
+    return (row["turn"], served is not None, served or row["at"], -row["priority"], row["due_at"])
 
 
 def _canonical(text: str | None) -> str | None:
@@ -166,33 +174,41 @@ class PostgresWorkflowStore(WorkflowStore):
 
     # --- producers and operators -------------------------------------------------
 
-    def enqueue(self, task: WorkflowTask) -> EnqueueResult:
-        params = {
-            "task_id": task.task_id,
-            "definition_name": task.definition_name,
-            "definition_version": task.definition_version,
-            "tenant": task.tenant,
-            "input": _jsonb("workflow input", task.input_json),
-            "priority": task.priority,
-            "not_before": task.not_before,
-        }
+    def enqueue_many(self, tasks: list[WorkflowTask]) -> list[EnqueueResult]:
+        rows.check_tasks(tasks)
+        results = []
         with self._pool.transaction() as conn:
-            inserted = conn.execute(_Q["insert_task"], params).fetchone()
-            if inserted is not None:
-                _event(conn, inserted["at"], task.task_id, "enqueued", None, None, rows.enqueued_detail(task))
+            for task in tasks:
+                params = {
+                    "task_id": task.task_id,
+                    "definition_name": task.definition_name,
+                    "definition_version": task.definition_version,
+                    "tenant": task.tenant,
+                    "input": _jsonb("workflow input", task.input_json),
+                    "priority": task.priority,
+                    "not_before": task.not_before,
+                }
+                inserted = conn.execute(_Q["insert_task"], params).fetchone()
+                if inserted is not None:
+                    _event(
+                        conn, inserted["at"], task.task_id, "enqueued", None, None, rows.enqueued_detail(task)
+                    )
+                    results.append(EnqueueResult(task.task_id, created=True))
+                    continue
+                row = conn.execute(_Q["select_task"], {"task_id": task.task_id}).fetchone()
+                if row is None:  # inserted and deleted in between: nothing deletes tasks today
+                    raise StoreUnavailable(f"task {task.task_id!r} conflicted on insert but cannot be read")
+                rows.check_enqueue_identity(  # raising rolls the whole batch back
+                    task,
+                    definition_name=row["definition_name"],
+                    definition_version=row["definition_version"],
+                    tenant=row["tenant"],
+                    input_json=row["input"],
+                )
+                results.append(EnqueueResult(task.task_id, created=False))
+            if any(r.created for r in results):
                 conn.execute(_Q["notify_work"])
-                return EnqueueResult(task.task_id, created=True)
-            row = conn.execute(_Q["select_task"], {"task_id": task.task_id}).fetchone()
-        if row is None:  # inserted and deleted in between: nothing deletes tasks today
-            raise StoreUnavailable(f"task {task.task_id!r} conflicted on insert but cannot be read")
-        rows.check_enqueue_identity(
-            task,
-            definition_name=row["definition_name"],
-            definition_version=row["definition_version"],
-            tenant=row["tenant"],
-            input_json=row["input"],
-        )
-        return EnqueueResult(task.task_id, created=False)
+        return results
 
     def resolve_effect(
         self,
@@ -297,7 +313,7 @@ class PostgresWorkflowStore(WorkflowStore):
             conn.execute(_Q["notify_work"])
 
     def get_task(self, task_id: str) -> TaskRecord:
-        return _record(self._one("select_task", {"task_id": task_id}), task_id)
+        return self.explain_holds([_record(self._one("select_task", {"task_id": task_id}), task_id)])[0]
 
     def list_tasks(
         self,
@@ -307,16 +323,37 @@ class PostgresWorkflowStore(WorkflowStore):
         definition: str | None = None,
         limit: int = 100,
     ) -> list[TaskRecord]:
-        return [
-            _record(row, row["task_id"])
-            for row in self._all("list_tasks", rows.list_filters(state, tenant, definition, limit))
-        ]
+        found = self._all("list_tasks", rows.list_filters(state, tenant, definition, limit))
+        return self.explain_holds([_record(row, row["task_id"]) for row in found])
 
     def referenced_versions(self) -> list[VersionReference]:
         return [rows.version_reference(row) for row in self._all("referenced_versions", {})]
 
     def queue_stats(self) -> list[QueueStats]:
         return [rows.queue_stats(row) for row in self._all("queue_stats", {})]
+
+    def set_tenant_policy(self, policy: TenantPolicy) -> None:
+        rows.check_policy(policy)
+        budget = policy.budget
+        self._execute(
+            "set_tenant_policy",
+            {
+                "tenant": policy.tenant,
+                "max_leased": policy.max_leased,
+                "budget_cost": None if budget is None else budget.cost,
+                "budget_window_s": None if budget is None else budget.window.total_seconds(),
+            },
+        )
+
+    def tenant_admission(self) -> list[TenantAdmission]:
+        return [
+            rows.tenant_admission(
+                row,
+                _utc,
+                None if row["budget_window_s"] is None else timedelta(seconds=float(row["budget_window_s"])),
+            )
+            for row in self._all("tenant_admission", {})
+        ]
 
     def history(self, task_id: str) -> list[TaskEvent]:
         with self._pool.connection() as conn:
@@ -340,11 +377,12 @@ class PostgresWorkflowStore(WorkflowStore):
         rows.check_claim_limit(limit)
         claimed = []
         with self._pool.transaction() as conn:
+            conn.execute(_Q["lock_limited_tenants"])
             leased = conn.execute(
                 _Q["claim_tasks"], {"limit": limit, "worker_id": worker_id.value, "lease_s": lease.seconds}
             ).fetchall()
             # UPDATE ... RETURNING has no order: hand tasks out in claim order.
-            leased.sort(key=lambda r: (-r["priority"], r["due_at"]))
+            leased.sort(key=_claim_order)
             if leased:
                 with conn.cursor() as cursor:  # executemany pipelines the events: one round trip
                     cursor.executemany(

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from ..admission import TenantAdmission, TenantBudget, TenantPolicy
 from ..errors import EnqueueConflict, InvalidArgument, InvalidState
 from ..models import TaskOutcome, TaskState, WorkflowTask, check_name
 from .base import (
@@ -34,6 +35,20 @@ class Row(Protocol):
     """A result row addressable by column name (``sqlite3.Row`` or a dict)."""
 
     def __getitem__(self, key: str, /) -> Any: ...
+
+
+def check_tasks(tasks: object) -> list[WorkflowTask]:
+    """A batch to enqueue: a list of WorkflowTask, each id at most once."""
+    if not isinstance(tasks, list):
+        raise InvalidArgument(f"tasks must be a list of WorkflowTask, got {type(tasks).__name__}")
+    seen: set[str] = set()
+    for task in tasks:
+        if not isinstance(task, WorkflowTask):
+            raise InvalidArgument(f"enqueue takes WorkflowTask objects (WorkflowTask.new), got {task!r}")
+        if task.task_id in seen:
+            raise InvalidArgument(f"task id {task.task_id!r} appears twice in one enqueue batch")
+        seen.add(task.task_id)
+    return tasks
 
 
 def check_claim_limit(limit: object) -> int:
@@ -304,3 +319,25 @@ def waited(row: Row, time: Callable[[Any], datetime]) -> dict[str, Any]:
         return {}
     kind = "timer" if row["previous_signal"] is None else "signal"
     return {"wait_started_at": time(row["previous_updated_at"]), "wait_kind": kind}
+
+
+def tenant_admission(row: Row, time: Callable[[Any], datetime], window: timedelta | None) -> TenantAdmission:
+    """A ``tenant_admission`` row; ``window`` is the budget window in the store's form."""
+    budget = (
+        None if row["budget_cost"] is None or window is None else TenantBudget(row["budget_cost"], window)
+    )
+    oldest = row["oldest_charge_at"]
+    return TenantAdmission(
+        policy=TenantPolicy(row["tenant"], row["max_leased"], budget),
+        at=time(row["at"]),
+        leased=row["leased"],
+        spent=float(row["spent"]),
+        ready=row["ready"],
+        oldest_charge_at=None if oldest is None else time(oldest),
+    )
+
+
+def check_policy(policy: object) -> TenantPolicy:
+    if not isinstance(policy, TenantPolicy):
+        raise InvalidArgument(f"policy must be a TenantPolicy, got {policy!r}")
+    return policy

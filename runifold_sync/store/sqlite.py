@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from ..admission import TenantAdmission, TenantPolicy
 from ..errors import (
     InvalidArgument,
     InvalidState,
@@ -231,34 +232,38 @@ class SqliteWorkflowStore(WorkflowStore):
 
     # --- producers and operators -------------------------------------------------
 
-    def enqueue(self, task: WorkflowTask) -> EnqueueResult:
-        not_before = None if task.not_before is None else _us(task.not_before)
+    def enqueue_many(self, tasks: list[WorkflowTask]) -> list[EnqueueResult]:
+        rows.check_tasks(tasks)
+        results = []
         with self._write() as (conn, now):
-            cursor = conn.execute(
-                _Q["insert_task"],
-                {
-                    "task_id": task.task_id,
-                    "definition_name": task.definition_name,
-                    "definition_version": task.definition_version,
-                    "tenant": task.tenant,
-                    "input": task.input_json,
-                    "priority": task.priority,
-                    "not_before": not_before,
-                    "now": now,
-                },
-            )
-            if cursor.rowcount == 1:
-                _event(conn, now, task.task_id, "enqueued", None, None, rows.enqueued_detail(task))
-                return EnqueueResult(task.task_id, created=True)
-            row = conn.execute(_Q["select_task"], {"task_id": task.task_id}).fetchone()
-        rows.check_enqueue_identity(
-            task,
-            definition_name=row["definition_name"],
-            definition_version=row["definition_version"],
-            tenant=row["tenant"],
-            input_json=row["input"],
-        )
-        return EnqueueResult(task.task_id, created=False)
+            for task in tasks:
+                cursor = conn.execute(
+                    _Q["insert_task"],
+                    {
+                        "task_id": task.task_id,
+                        "definition_name": task.definition_name,
+                        "definition_version": task.definition_version,
+                        "tenant": task.tenant,
+                        "input": task.input_json,
+                        "priority": task.priority,
+                        "not_before": None if task.not_before is None else _us(task.not_before),
+                        "now": now,
+                    },
+                )
+                if cursor.rowcount == 1:
+                    _event(conn, now, task.task_id, "enqueued", None, None, rows.enqueued_detail(task))
+                    results.append(EnqueueResult(task.task_id, created=True))
+                    continue
+                row = conn.execute(_Q["select_task"], {"task_id": task.task_id}).fetchone()
+                rows.check_enqueue_identity(  # raising rolls the whole batch back
+                    task,
+                    definition_name=row["definition_name"],
+                    definition_version=row["definition_version"],
+                    tenant=row["tenant"],
+                    input_json=row["input"],
+                )
+                results.append(EnqueueResult(task.task_id, created=False))
+        return results
 
     def resolve_effect(
         self,
@@ -355,7 +360,7 @@ class SqliteWorkflowStore(WorkflowStore):
 
     def get_task(self, task_id: str) -> TaskRecord:
         found = self._run("select_task", {"task_id": task_id})
-        return self._record(found[0] if found else None, task_id)
+        return self.explain_holds([self._record(found[0] if found else None, task_id)])[0]
 
     def list_tasks(
         self,
@@ -366,13 +371,36 @@ class SqliteWorkflowStore(WorkflowStore):
         limit: int = 100,
     ) -> list[TaskRecord]:
         params = rows.list_filters(state, tenant, definition, limit)
-        return [self._record(row, row["task_id"]) for row in self._run("list_tasks", params)]
+        return self.explain_holds(
+            [self._record(row, row["task_id"]) for row in self._run("list_tasks", params)]
+        )
 
     def referenced_versions(self) -> list[VersionReference]:
         return [rows.version_reference(row) for row in self._run("referenced_versions", {})]
 
     def queue_stats(self) -> list[QueueStats]:
         return [rows.queue_stats(row) for row in self._run("queue_stats", {})]
+
+    def set_tenant_policy(self, policy: TenantPolicy) -> None:
+        rows.check_policy(policy)
+        budget = policy.budget
+        self._run(
+            "set_tenant_policy",
+            {
+                "tenant": policy.tenant,
+                "max_leased": policy.max_leased,
+                "budget_cost": None if budget is None else budget.cost,
+                "budget_window_us": None if budget is None else _us(budget.window),
+            },
+        )
+
+    def tenant_admission(self) -> list[TenantAdmission]:
+        return [
+            rows.tenant_admission(
+                row, _at, None if row["budget_window_us"] is None else _MICROSECOND * row["budget_window_us"]
+            )
+            for row in self._run("tenant_admission", {})
+        ]
 
     def history(self, task_id: str) -> list[TaskEvent]:
         return [
@@ -401,6 +429,8 @@ class SqliteWorkflowStore(WorkflowStore):
         claimed = []
         with self._write() as (conn, now):
             candidates = conn.execute(_Q["claimable_tasks"], {"now": now, "limit": limit}).fetchall()
+            for tenant in sorted({c["tenant"] for c in candidates}):
+                conn.execute(_Q["mark_tenant_served"], {"tenant": tenant, "now": now})
             for candidate in candidates:
                 row = conn.execute(
                     _Q["lease_task"],

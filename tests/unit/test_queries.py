@@ -11,12 +11,21 @@ from runifold_sync.store.queries import load_migrations, load_queries
 
 # SQLite claims in two statements under BEGIN IMMEDIATE (it needs each row's previous
 # state for the history, and SQLite's RETURNING cannot read the UPDATE's FROM tables).
-SQLITE_ONLY = {"claimable_tasks", "lease_task"}
-# PostgreSQL claims in one statement (a FOR UPDATE SKIP LOCKED CTE feeding the UPDATE)
-# and wakes idle workers with LISTEN/NOTIFY, which SQLite does not have. Under READ
+# Marking the claimed tenants served is a third statement there.
+SQLITE_ONLY = {"claimable_tasks", "lease_task", "mark_tenant_served"}
+# PostgreSQL claims in one statement (a FOR UPDATE SKIP LOCKED CTE feeding the UPDATE),
+# after locking the tenants that have a lease limit (lock_limited_tenants), and wakes
+# idle workers with LISTEN/NOTIFY, which SQLite does not have. Under READ
 # COMMITTED a suspend must look again for a signal delivered while it waited for the
 # row lock (wake_if_signal_pending); SQLite's BEGIN IMMEDIATE serializes the two.
-POSTGRES_ONLY = {"claim_tasks", "notify_work", "listen_work", "unlisten_work", "wake_if_signal_pending"}
+POSTGRES_ONLY = {
+    "claim_tasks",
+    "lock_limited_tenants",
+    "notify_work",
+    "listen_work",
+    "unlisten_work",
+    "wake_if_signal_pending",
+}
 
 
 def test_both_dialects_define_the_same_query_names_apart_from_the_listed_exceptions() -> None:

@@ -30,17 +30,60 @@ SELECT task_id, definition_name, definition_version, tenant, input_text AS input
     result::text AS result, created_at, updated_at
 FROM runifold_tasks WHERE task_id = %(task_id)s;
 
+-- name: lock_limited_tenants
+-- First statement of a claim: tenants with a lease limit are locked, so claimers admit
+-- their tasks one at a time, and the claim statement that follows (a new snapshot under
+-- READ COMMITTED) counts every lease committed before it. Unlimited tenants are not locked.
+SELECT tenant FROM runifold_tenants WHERE max_leased IS NOT NULL ORDER BY tenant FOR UPDATE;
+
 -- name: claim_tasks
--- One statement: lock up to :limit claimable rows, skipping rows another claimer holds,
--- and lease them. The CTE bounds the rows touched to exactly those it locked.
+-- One statement: admit tenants (room under their lease limit, charges under their
+-- budget), lock each admitted tenant's first ready tasks (skipping rows another claimer
+-- holds), and lease up to :limit of them in turns: every tenant's first task before any
+-- tenant's second, the least recently served tenant first within a turn. Priority orders
+-- tasks within a tenant.
 WITH clock AS MATERIALIZED (SELECT {now} AS now),
+tenants AS MATERIALIZED (
+    SELECT p.tenant, p.served_at,
+        CASE WHEN p.max_leased IS NULL THEN %(limit)s ELSE LEAST(%(limit)s, p.max_leased - (
+            SELECT COUNT(*) FROM runifold_tasks l
+            WHERE l.tenant = p.tenant AND l.state = 'leased' AND l.lease_expires > clock.now
+        )) END AS room
+    FROM runifold_tenants p, clock
+    WHERE CASE WHEN p.budget_cost IS NULL THEN TRUE ELSE (
+        SELECT COALESCE(SUM(ch.cost), 0) FROM runifold_tenant_charges ch
+        WHERE ch.tenant = p.tenant AND ch.at > clock.now - p.budget_window
+    ) < p.budget_cost END
+),
 candidates AS MATERIALIZED (
-    SELECT task_id, state, worker_id, ready_at, updated_at, waiting_for_signal
-    FROM runifold_tasks
-    WHERE state IN ('queued', 'waiting', 'leased') AND ready_at <= (SELECT now FROM clock)
-    ORDER BY priority DESC, ready_at
+    SELECT c.*, p.served_at FROM tenants p CROSS JOIN LATERAL (
+        SELECT t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at,
+            t.waiting_for_signal
+        FROM runifold_tasks t
+        WHERE t.tenant = p.tenant AND t.state IN ('queued', 'waiting', 'leased')
+            AND t.ready_at IS NOT NULL AND t.ready_at <= (SELECT now FROM clock)
+        ORDER BY t.priority DESC, t.ready_at
+        LIMIT GREATEST(p.room, 0)
+        FOR UPDATE SKIP LOCKED
+    ) c
+),
+chosen AS MATERIALIZED (
+    SELECT * FROM (
+        SELECT *, ROW_NUMBER() OVER (PARTITION BY tenant ORDER BY priority DESC, ready_at) AS turn
+        FROM candidates
+    ) ranked
+    ORDER BY turn, served_at NULLS FIRST, priority DESC, ready_at
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+),
+served AS (
+    -- Best effort: a tenant row another claimer is updating right now is being marked
+    -- served by it, at nearly the same instant, so it is skipped rather than waited for.
+    UPDATE runifold_tenants p SET served_at = (SELECT now FROM clock)
+    WHERE p.tenant IN (
+        SELECT tenant FROM runifold_tenants
+        WHERE tenant IN (SELECT tenant FROM chosen)
+        FOR UPDATE SKIP LOCKED
+    )
 )
 UPDATE runifold_tasks AS t
 SET state = 'leased', worker_id = %(worker_id)s, fencing_token = t.fencing_token + 1,
@@ -48,11 +91,12 @@ SET state = 'leased', worker_id = %(worker_id)s, fencing_token = t.fencing_token
     ready_at = clock.now + make_interval(secs => %(lease_s)s),
     claims_since_progress = t.claims_since_progress + 1, reason = NULL, waiting_for_signal = NULL,
     updated_at = clock.now
-FROM candidates AS c, clock
+FROM chosen AS c, clock
 WHERE t.task_id = c.task_id
 RETURNING t.task_id, t.tenant, t.definition_name, t.definition_version,
     t.input_text AS input, t.revision, t.checkpoint::text AS checkpoint, t.fencing_token,
-    t.lease_expires, t.claims_since_progress, t.cancel_requested, t.priority, c.ready_at AS due_at,
+    t.lease_expires, t.claims_since_progress, t.cancel_requested, c.turn, c.served_at,
+    t.priority, c.ready_at AS due_at,
     c.state AS from_state, c.worker_id AS previous_worker, clock.now AS at,
     c.updated_at AS previous_updated_at, c.waiting_for_signal AS previous_signal,
     EXISTS (SELECT 1 FROM runifold_effect_resolutions r WHERE r.task_id = t.task_id) AS resolved;
@@ -320,3 +364,27 @@ WITH clock AS (SELECT {now} AS now)
 SELECT worker_id, host, pid, started_at, last_seen, stopped_at, definitions::text AS definitions,
     EXTRACT(EPOCH FROM clock.now - last_seen) AS silent_s
 FROM runifold_workers, clock ORDER BY worker_id;
+
+-- name: set_tenant_policy
+INSERT INTO runifold_tenants (tenant, max_leased, budget_cost, budget_window)
+VALUES (%(tenant)s, %(max_leased)s, %(budget_cost)s,
+    make_interval(secs => %(budget_window_s)s::double precision))
+ON CONFLICT (tenant) DO UPDATE SET max_leased = excluded.max_leased,
+    budget_cost = excluded.budget_cost, budget_window = excluded.budget_window;
+
+-- name: tenant_admission
+WITH clock AS MATERIALIZED (SELECT {now} AS now)
+SELECT p.tenant, p.max_leased, p.budget_cost, EXTRACT(EPOCH FROM p.budget_window) AS budget_window_s,
+    clock.now AS at,
+    (SELECT COUNT(*) FROM runifold_tasks l
+        WHERE l.tenant = p.tenant AND l.state = 'leased' AND l.lease_expires > clock.now) AS leased,
+    (SELECT COALESCE(SUM(ch.cost), 0) FROM runifold_tenant_charges ch
+        WHERE ch.tenant = p.tenant AND ch.at > clock.now - p.budget_window) AS spent,
+    (SELECT MIN(ch.at) FROM runifold_tenant_charges ch
+        WHERE ch.tenant = p.tenant AND ch.at > clock.now - p.budget_window) AS oldest_charge_at,
+    (SELECT COUNT(*) FROM runifold_tasks r
+        WHERE r.tenant = p.tenant AND r.state IN ('queued', 'waiting')
+            AND r.ready_at IS NOT NULL AND r.ready_at <= clock.now) AS ready
+FROM runifold_tenants p, clock
+WHERE p.max_leased IS NOT NULL OR p.budget_cost IS NOT NULL
+ORDER BY p.tenant;

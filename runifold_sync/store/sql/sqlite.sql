@@ -19,10 +19,42 @@ ON CONFLICT (task_id) DO NOTHING;
 SELECT * FROM runifold_tasks WHERE task_id = :task_id;
 
 -- name: claimable_tasks
-SELECT task_id, state, worker_id, ready_at, updated_at, waiting_for_signal FROM runifold_tasks
-WHERE state IN ('queued', 'waiting', 'leased') AND ready_at <= :now
-ORDER BY priority DESC, ready_at
+-- Admit tenants (room under their lease limit, charges under their budget), take each
+-- admitted tenant's first ready tasks, and order them in turns: every tenant's first task
+-- before any tenant's second, the least recently served tenant first within a turn.
+-- Priority orders tasks within a tenant. The caller's BEGIN IMMEDIATE makes it exact.
+WITH tenants AS (
+    SELECT p.tenant, p.served_at,
+        CASE WHEN p.max_leased IS NULL THEN :limit ELSE MIN(:limit, p.max_leased - (
+            SELECT COUNT(*) FROM runifold_tasks l
+            WHERE l.tenant = p.tenant AND l.state = 'leased' AND l.lease_expires > :now
+        )) END AS room
+    FROM runifold_tenants p
+    WHERE CASE WHEN p.budget_cost IS NULL THEN 1 ELSE (
+        SELECT COALESCE(SUM(ch.cost), 0) FROM runifold_tenant_charges ch
+        WHERE ch.tenant = p.tenant AND ch.at > :now - p.budget_window_us
+    ) < p.budget_cost END
+),
+candidates AS (
+    SELECT t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.updated_at,
+        t.waiting_for_signal, t.priority, p.served_at, p.room,
+        ROW_NUMBER() OVER (PARTITION BY t.tenant ORDER BY t.priority DESC, t.ready_at) AS turn
+    FROM tenants p JOIN runifold_tasks t ON t.task_id IN (
+        SELECT x.task_id FROM runifold_tasks x
+        WHERE x.tenant = p.tenant AND x.state IN ('queued', 'waiting', 'leased')
+            AND x.ready_at IS NOT NULL AND x.ready_at <= :now
+        ORDER BY x.priority DESC, x.ready_at
+        LIMIT :limit
+    )
+    WHERE p.room > 0
+)
+SELECT task_id, tenant, state, worker_id, ready_at, updated_at, waiting_for_signal
+FROM candidates WHERE turn <= room
+ORDER BY turn, served_at IS NOT NULL, served_at, priority DESC, ready_at
 LIMIT :limit;
+
+-- name: mark_tenant_served
+UPDATE runifold_tenants SET served_at = :now WHERE tenant = :tenant;
 
 -- name: lease_task
 UPDATE runifold_tasks
@@ -234,3 +266,24 @@ WHERE worker_id = :worker_id AND pid = :pid;
 SELECT worker_id, host, pid, started_at, last_seen, stopped_at, definitions,
     ({now} - last_seen) / 1000000.0 AS silent_s
 FROM runifold_workers ORDER BY worker_id;
+
+-- name: set_tenant_policy
+INSERT INTO runifold_tenants (tenant, max_leased, budget_cost, budget_window_us)
+VALUES (:tenant, :max_leased, :budget_cost, :budget_window_us)
+ON CONFLICT (tenant) DO UPDATE SET max_leased = excluded.max_leased,
+    budget_cost = excluded.budget_cost, budget_window_us = excluded.budget_window_us;
+
+-- name: tenant_admission
+SELECT p.tenant, p.max_leased, p.budget_cost, p.budget_window_us, {now} AS at,
+    (SELECT COUNT(*) FROM runifold_tasks l
+        WHERE l.tenant = p.tenant AND l.state = 'leased' AND l.lease_expires > {now}) AS leased,
+    (SELECT COALESCE(SUM(ch.cost), 0) FROM runifold_tenant_charges ch
+        WHERE ch.tenant = p.tenant AND ch.at > {now} - p.budget_window_us) AS spent,
+    (SELECT MIN(ch.at) FROM runifold_tenant_charges ch
+        WHERE ch.tenant = p.tenant AND ch.at > {now} - p.budget_window_us) AS oldest_charge_at,
+    (SELECT COUNT(*) FROM runifold_tasks r
+        WHERE r.tenant = p.tenant AND r.state IN ('queued', 'waiting')
+            AND r.ready_at IS NOT NULL AND r.ready_at <= {now}) AS ready
+FROM runifold_tenants p
+WHERE p.max_leased IS NOT NULL OR p.budget_cost IS NOT NULL
+ORDER BY p.tenant;
