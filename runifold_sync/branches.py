@@ -74,7 +74,9 @@ def _encode(key: str, value: Any) -> Any:
     try:
         return to_jsonable(value)
     except NotJsonable as exc:
-        raise FailRequested(f"result of branch {key!r} cannot be stored as JSON: {exc}") from exc
+        raise FailRequested(
+            f"result of branch {key!r} cannot be stored as JSON: {exc}", cause="not_serializable"
+        ) from exc
 
 
 def _check_reservations(ctx: WorkflowContext, reserve: Mapping[str, Budget]) -> None:
@@ -88,7 +90,8 @@ def _check_reservations(ctx: WorkflowContext, reserve: Mapping[str, Budget]) -> 
         if limit is not None and wanted > limit - used:
             raise FailRequested(
                 f"parallel branches reserve {field}={wanted:g} but only {limit - used:g} of the "
-                f"task's budget remains"
+                f"task's budget remains",
+                cause="budget",
             )
 
 
@@ -121,7 +124,10 @@ class _Runner:
                 self._interrupted(key, StoreAway(exc))
                 return
             except Exception as exc:
-                self._interrupted(key, FailRequested(f"branch {key!r} raised {type(exc).__name__}: {exc}"))
+                failure = FailRequested(
+                    f"branch {key!r} raised {type(exc).__name__}: {exc}", cause="workflow_error"
+                )
+                self._interrupted(key, failure)
                 return
             with self.lock:
                 self.results[key] = value
@@ -212,7 +218,7 @@ def run_race(
     runner.run(to_run, max_threads, on_done)
     interrupt = runner.worst(ignore=() if "winner" not in decided else (FailRequested, BranchStopped))
     if "winner" not in decided:
-        _raise(interrupt or FailRequested(f"every branch of {call_id} failed"))
+        _raise(interrupt or FailRequested(f"every branch of {call_id} failed", cause="workflow_error"))
     if interrupt is not None and not isinstance(interrupt, BranchStopped):
         _raise(interrupt)  # a lost lease, an unreachable store or a cancel still ends it here
     decided["superseded"] = sorted(k for k in runner.results if k != decided["winner"])

@@ -17,9 +17,12 @@ from typing import Any
 import attrs
 import click
 
+from .admission import TenantAdmission, TenantBudget, TenantPolicy
 from .checkpoint import Checkpoint
 from .codec import NotJsonable, to_json
 from .errors import RunifoldError
+from .logs import LogFormat, configure_logging
+from .metrics_endpoint import MetricsEndpoint, serving_metrics
 from .models import TaskState, WorkflowTask
 from .operations import served_versions
 from .outcomes import RunOutcome
@@ -107,6 +110,31 @@ def main() -> None:
     help="Heartbeat interval seconds (at most half the lease).",
 )
 @click.option("--once", is_flag=True, help="Claim and run one task, then exit (cron mode).")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    metavar="PORT",
+    help="Serve the pool's Prometheus metrics at http://HOST:PORT/metrics from an exporter "
+    "process of its own (not with --once).",
+)
+@click.option(
+    "--metrics-host", default="127.0.0.1", show_default=True, help="Address the metrics endpoint listens on."
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="info",
+    show_default=True,
+    help="Least severe log level written to stderr.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Log lines with task_id, worker_id and fencing_token fields: text, or one JSON object per line.",
+)
 @json_option
 def run(
     app_ref: str,
@@ -116,10 +144,19 @@ def run(
     lease_s: float,
     heartbeat_s: float,
     once: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+    log_level: str,
+    log_format: LogFormat,
     as_json: bool,
 ) -> None:
     """Run workers: a supervised pool of processes, or with --once a single cycle whose
     exit status is 0 for idle, completed, suspended, retried or yielded and 1 otherwise."""
+    if once and metrics_port is not None:
+        raise click.UsageError(
+            "--metrics-port serves a running pool's metrics and cannot be used with --once"
+        )
+    configure_logging(log_level, log_format)
     settings = _checked(
         RunifoldSettings.from_mapping,
         {
@@ -134,7 +171,16 @@ def run(
         outcome = _checked(run_one_cycle, settings, worker_id)
         _print_outcome(outcome, as_json)
         sys.exit(0 if once_succeeded(outcome) else 1)
-    report = _checked(run_pool, settings, concurrency, worker_id)
+    if metrics_port is None:
+        report = _checked(run_pool, settings, concurrency, worker_id)
+    else:
+        endpoint = MetricsEndpoint(metrics_host, metrics_port)
+        metrics = serving_metrics(endpoint, settings.database_url, log_level=log_level, log_format=log_format)
+        try:
+            with metrics as observer:
+                report = run_pool(settings, concurrency, worker_id, observer=observer)
+        except RunifoldError as exc:
+            raise click.ClickException(str(exc)) from exc
     if as_json:
         click.echo(
             json.dumps(
@@ -414,33 +460,124 @@ def workers(live_within: float, database: str | None, as_json: bool) -> None:
 
 
 @main.command()
+@live_option
 @database_option
 @json_option
-def stats(database: str | None, as_json: bool) -> None:
-    """Show task counts per tenant and state, and the queue delay of the oldest ready task."""
+def stats(live_within: float, database: str | None, as_json: bool) -> None:
+    """Show queue depth and the oldest ready task's age per tenant and state, tenants
+    held back by admission, and referenced definition versions no live worker serves."""
     with _store(database) as store:
-        rows = store.queue_stats()
+        queues = store.queue_stats()
+        tenants = store.tenant_admission()
+        unserved = [
+            s.reference for s in served_versions(store, timedelta(seconds=live_within)) if not s.live_workers
+        ]
     if as_json:
-        click.echo(
-            json.dumps(
-                [
-                    {
-                        "tenant": r.tenant,
-                        "state": r.state.value,
-                        "outcome": None if r.outcome is None else r.outcome.value,
-                        "count": r.count,
-                        "oldest_ready_age_s": r.oldest_ready_age_s,
-                    }
-                    for r in rows
-                ],
-                indent=2,
-            )
-        )
+        report = {
+            "queues": [
+                {
+                    "tenant": r.tenant,
+                    "state": r.state.value,
+                    "outcome": None if r.outcome is None else r.outcome.value,
+                    "count": r.count,
+                    "oldest_ready_age_s": r.oldest_ready_age_s,
+                }
+                for r in queues
+            ],
+            "tenants": [_admission_json(a) for a in tenants],
+            "unserved": [_version_json(v) for v in unserved],
+        }
+        click.echo(json.dumps(report, indent=2))
         return
-    for r in rows:
+    for r in queues:
         state = r.state.value if r.outcome is None else f"{r.state.value}/{r.outcome.value}"
         age = "" if r.oldest_ready_age_s is None else f"  oldest ready for {r.oldest_ready_age_s:.1f}s"
         click.echo(f"{r.tenant:<16} {state:<20} {r.count:>8}{age}")
+    for a in tenants:
+        click.echo(_admission_line(a))
+    for v in unserved:
+        click.echo(f"UNSERVED: {v.name} v{v.version} ({v.total} tasks): no live worker registers it")
+
+
+def _admission_json(a: TenantAdmission) -> dict[str, object]:
+    budget = a.policy.budget
+    return {
+        "tenant": a.policy.tenant,
+        "max_leased": a.policy.max_leased,
+        "leased": a.leased,
+        "budget_cost": None if budget is None else budget.cost,
+        "budget_window_s": None if budget is None else budget.window.total_seconds(),
+        "spent": a.spent,
+        "ready": a.ready,
+        "held": a.held,
+        "hold_reason": a.hold_reason(),
+    }
+
+
+def _admission_line(a: TenantAdmission) -> str:
+    limit = "unlimited" if a.policy.max_leased is None else str(a.policy.max_leased)
+    budget = a.policy.budget
+    spend = "no budget" if budget is None else f"charged {a.spent:g} of {budget.cost:g} per {budget.window}"
+    held = f"; {a.held} ready task(s) held: {a.hold_reason()}" if a.held else ""
+    return f"tenant {a.policy.tenant}: {a.leased} leased of {limit}; {spend}{held}"
+
+
+@main.group()
+def tenant() -> None:
+    """Tenant admission: limits on leased tasks and cost budgets, kept in the store."""
+
+
+@tenant.command("set")
+@click.argument("name")
+@click.option(
+    "--max-leased",
+    type=click.IntRange(min=0),
+    default=None,
+    help="At most this many of its tasks leased at once (0 pauses the tenant). Default: unlimited.",
+)
+@click.option(
+    "--budget",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="At most this many cost units (ctx.charge) per budget window. Default: no budget.",
+)
+@click.option(
+    "--budget-window",
+    type=click.FloatRange(min=0, min_open=True),
+    default=3600.0,
+    show_default=True,
+    help="Length of the sliding budget window in seconds.",
+)
+@database_option
+def tenant_set(
+    name: str, max_leased: int | None, budget: float | None, budget_window: float, database: str | None
+) -> None:
+    """Replace tenant NAME's admission policy; a limit left out is unlimited. Workers
+    everywhere apply it from their next claim; held tasks stay queued, never fail."""
+    window = timedelta(seconds=budget_window)
+    policy = _checked(
+        TenantPolicy, name, max_leased, None if budget is None else _checked(TenantBudget, budget, window)
+    )
+    with _store(database) as store:
+        store.set_tenant_policy(policy)
+        current = {a.policy.tenant: a for a in store.tenant_admission()}
+    click.echo(_admission_line(current[name]) if name in current else f"tenant {name}: no limits")
+
+
+@tenant.command("list")
+@database_option
+@json_option
+def tenant_list(database: str | None, as_json: bool) -> None:
+    """List tenants with a policy: leases and limit, charges and budget, held tasks."""
+    with _store(database) as store:
+        tenants = store.tenant_admission()
+    if as_json:
+        click.echo(json.dumps([_admission_json(a) for a in tenants], indent=2))
+        return
+    for a in tenants:
+        click.echo(_admission_line(a))
+    if not tenants:
+        click.echo("no tenant has a policy: every tenant is unlimited")
 
 
 @main.command()

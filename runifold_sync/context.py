@@ -34,7 +34,9 @@ from .errors import (
     OutputNotSerializable,
 )
 from .heartbeat import LeaseFlags
+from .logs import task_fields
 from .models import Budget, BudgetUsage
+from .outcomes import FailureCause
 from .store.base import ClaimedTask, Lease, Signal, WorkflowStore
 from .waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut, approval_payload_problem
 
@@ -72,9 +74,10 @@ class RetryRequested(_Interrupt):
 
 
 class FailRequested(_Interrupt):
-    def __init__(self, reason: str, ambiguous_effect: str | None = None) -> None:
+    def __init__(self, reason: str, ambiguous_effect: str | None = None, *, cause: FailureCause) -> None:
         self.reason = reason
         self.ambiguous_effect = ambiguous_effect
+        self.cause = cause
 
 
 class YieldRequested(_Interrupt):
@@ -197,7 +200,7 @@ class WorkflowContext:
             try:
                 text = self.encode()
             except CheckpointError as exc:
-                raise FailRequested(str(exc)) from exc
+                raise FailRequested(str(exc), cause="checkpoint") from exc
             if crashpoints.ARMED:
                 crashpoints.reached("before_commit", subject)
             try:
@@ -217,7 +220,10 @@ class WorkflowContext:
         if position < len(journal):
             entry = journal[position]
             if entry.call_id != call_id or entry.kind != kind:
-                raise FailRequested(str(NonDeterminism(self.task_id, position, entry.call_id, call_id)))
+                raise FailRequested(
+                    str(NonDeterminism(self.task_id, position, entry.call_id, call_id)),
+                    cause="nondeterminism",
+                )
             return call_id, entry
         return call_id, None
 
@@ -252,13 +258,15 @@ class WorkflowContext:
                 share = self._branch.reserve.exceeded(used.add(steps=next_steps))
                 over = None if share is None else f"branch {self._branch.key!r} reserve: {share}"
         if over:
-            raise FailRequested(over)
+            raise FailRequested(over, cause="budget")
 
     def _encode_output(self, call_id: str, value: Any) -> Any:
         try:
             return to_jsonable(value)
         except NotJsonable as exc:
-            raise FailRequested(str(OutputNotSerializable(call_id, str(exc)))) from exc
+            raise FailRequested(
+                str(OutputNotSerializable(call_id, str(exc))), cause="not_serializable"
+            ) from exc
 
     def _structure(self, spec: StepSpec, raw: Any) -> Any:
         try:
@@ -266,7 +274,8 @@ class WorkflowContext:
         except Exception as exc:
             raise FailRequested(
                 f"recorded output of {spec.step_id!r} no longer fits its return type "
-                f"{spec.output_type!r}: {exc}"
+                f"{spec.output_type!r}: {exc}",
+                cause="nondeterminism",
             ) from exc
 
     # --- steps and effects ---------------------------------------------------------
@@ -334,7 +343,13 @@ class WorkflowContext:
             try:
                 evidence = spec.reconcile(context, *args, **kwargs)
             except Exception as exc:  # no evidence is unknown: fail closed, never guess
-                log.warning("reconcile of %s raised %s: %s", entry.key, type(exc).__name__, exc)
+                log.warning(
+                    "reconcile of %s raised %s: %s",
+                    entry.key,
+                    type(exc).__name__,
+                    exc,
+                    extra=task_fields(self.lease),
+                )
                 evidence = EffectEvidence.unknown()
             if evidence.status is EffectStatus.APPLIED:
                 return "reconciled", self._encode_output(entry.call_id, evidence.result)
@@ -342,7 +357,7 @@ class WorkflowContext:
                 return None
         entry.evidence = None  # the next resolution of this key answers this interruption
         error = AmbiguousEffect(self.task_id, spec.step_id, entry.key)
-        raise FailRequested(str(error), ambiguous_effect=entry.key)
+        raise FailRequested(str(error), ambiguous_effect=entry.key, cause="ambiguous_effect")
 
     def _finish_effect(self, spec: StepSpec, entry: JournalEntry, output: Any, evidence: str) -> Any:
         with self._progress.lock:
@@ -384,7 +399,9 @@ class WorkflowContext:
                     spec.retry.backoff_s(failures),
                     f"{description} (attempt {failures} of {spec.retry.max_attempts})",
                 ) from exc
-            raise FailRequested(f"{description}; gave up after {failures} attempts") from exc
+            raise FailRequested(
+                f"{description}; gave up after {failures} attempts", cause="step_error"
+            ) from exc
         if crashpoints.ARMED:
             crashpoints.reached(f"after_{spec.kind}", call_id)
         self._check_lease()
@@ -428,7 +445,8 @@ class WorkflowContext:
                 workflow.compensations[step_id](context, self._structure(spec, entry.output))
             except Exception as exc:
                 raise FailRequested(
-                    f"{reason}; compensation of {entry.call_id} raised {type(exc).__name__}: {exc}"
+                    f"{reason}; compensation of {entry.call_id} raised {type(exc).__name__}: {exc}",
+                    cause="compensation_error",
                 ) from exc
             with self._progress.lock:
                 self.checkpoint.compensated.append(entry.call_id)
@@ -598,7 +616,9 @@ class WorkflowContext:
         """The journal output of a signal wait: the accepted signal, or a timeout."""
         self._no_wait_in_branch(f"signal {name!r}")
         if name not in self._definition.workflow.signals:
-            raise FailRequested(f"signal {name!r} is not declared by {self._definition.workflow!r}")
+            raise FailRequested(
+                f"signal {name!r} is not declared by {self._definition.workflow!r}", cause="misuse"
+            )
         if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
             raise InvalidArgument(f"signal timeout must be a positive timedelta or None, got {timeout!r}")
         call_id, entry = self._next(f"signal:{name}", "signal")
@@ -635,7 +655,8 @@ class WorkflowContext:
         if self._branch is not None:
             raise FailRequested(
                 f"branch {self._branch.key!r} waits for a {what}; durable waits belong in the "
-                "main function, not in parallel branches"
+                "main function, not in parallel branches",
+                cause="misuse",
             )
 
     def _consume(self, signal: Signal, call_id: str, *, accepted: bool, note: str) -> None:

@@ -17,6 +17,7 @@ import attrs
 
 from . import crashpoints
 from .errors import LeaseLostError
+from .logs import task_fields
 from .models import LeaseDuration, WorkerId
 from .store.base import Lease, WorkflowStore
 
@@ -116,10 +117,10 @@ class LeaseKeeper:
                 with self._lock:
                     current = self._lease is lease
                 if current:  # otherwise the cycle already ended and released the lease
-                    log.warning("lease lost", extra=_fields(lease))
+                    log.warning("lease lost", extra=task_fields(lease))
                 continue
             except Exception:
-                log.exception("heartbeat failed", extra=_fields(lease))
+                log.exception("heartbeat failed", extra=task_fields(lease))
                 if flags.expired():
                     flags.lost.set()
                 continue
@@ -129,7 +130,3 @@ class LeaseKeeper:
                 if self._lease is lease:
                     self._lease = renewed
                     flags.deadline = started + self._duration.seconds
-
-
-def _fields(lease: Lease) -> dict[str, object]:
-    return {"task_id": lease.task_id, "worker_id": lease.worker_id, "fencing_token": lease.fencing_token}

@@ -3,9 +3,26 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import attrs
+
+# Why a task failed, as a small fixed set: metrics label failures with it (the reason
+# text names inputs and exceptions, far too many values for a label).
+FailureCause = Literal[
+    "step_error",  # a step or effect raised on its last allowed attempt
+    "workflow_error",  # the main function or a parallel branch raised
+    "compensation_error",  # a compensation step raised
+    "ambiguous_effect",  # an interrupted effect may or may not have happened
+    "budget",  # a step, cost or branch reservation limit was exceeded
+    "nondeterminism",  # replay no longer matches the journal
+    "checkpoint",  # a checkpoint that cannot be read, written or continued
+    "not_serializable",  # an output or result that cannot be stored as JSON
+    "bad_input",  # the task's input does not fit the workflow's input type
+    "crash_loop",  # claimed too often without progress: a step keeps killing its worker
+    "misuse",  # a workflow API used where it is not allowed
+    "other",  # not recorded: a failure's compensation resumed after a crash
+]
 
 
 @attrs.frozen
@@ -57,12 +74,14 @@ class Yielded(RunOutcome):
 
 @attrs.frozen
 class Failed(RunOutcome):
-    """Terminal failure. ``recoverable`` tasks (ambiguous effects) wait for resolve_effect."""
+    """Terminal failure. ``recoverable`` tasks (ambiguous effects) wait for resolve_effect;
+    ``cause`` classifies ``reason``."""
 
     kind: ClassVar[str] = "failed"
     task_id: str
     reason: str
     recoverable: bool = False
+    cause: FailureCause = "other"
 
 
 @attrs.frozen

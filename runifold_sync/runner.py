@@ -16,6 +16,7 @@ from .app import load_registry
 from .definition import WorkflowRegistry
 from .errors import InvalidArgument
 from .models import LeaseDuration, WorkerId
+from .observer import CycleObserver
 from .outcomes import Cancelled, Completed, Idle, Retried, RunOutcome, Suspended, Yielded
 from .store.base import WorkflowStore
 from .stores import default_url, open_store
@@ -107,9 +108,12 @@ class EmbeddedWorker(WorkflowWorker):
         worker_id: WorkerId,
         settings: RunifoldSettings,
         cycle: CycleHook,
+        observer: CycleObserver | None = None,
     ) -> None:
         try:
-            super().__init__(store, registry, worker_id, settings.lease, settings.heartbeat)
+            super().__init__(
+                store, registry, worker_id, settings.lease, settings.heartbeat, observer=observer
+            )
         except BaseException:
             store.close()
             raise
@@ -143,16 +147,20 @@ def run_pool(
     worker_id: str,
     cycle: CycleHook = nullcontext,
     token: CancellationToken | None = None,
+    observer: Callable[[], CycleObserver] | None = None,
 ) -> SupervisorReport:
     """Run a supervised pool of ``concurrency`` forked workers until SIGINT, SIGTERM or
     ``token``. The registry is imported here, before the fork, so a broken ``RUNIFOLD_APP``
-    fails now; each child opens its own store."""
+    fails now; each child opens its own store and builds its own ``observer``."""
     registry = settings.registry()
     base = WorkerId.parse(worker_id)
     config = WorkflowSupervisorConfig(concurrency)
 
     def factory(child_id: WorkerId) -> WorkflowWorker:
-        return EmbeddedWorker(open_store(settings.database_url), registry, child_id, settings, cycle)
+        recorder = None if observer is None else observer()
+        return EmbeddedWorker(
+            open_store(settings.database_url), registry, child_id, settings, cycle, recorder
+        )
 
     supervisor = WorkflowSupervisor(factory, config, base_id=base.value)
     return supervisor.run(token or CancellationToken())

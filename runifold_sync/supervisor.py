@@ -166,7 +166,11 @@ class WorkflowSupervisor:
                         quick = time.monotonic() - child.started < _QUICK_CRASH_S
                         crashes = child.crashes + 1 if quick else 0
                         log.warning(
-                            "worker %s (pid %d) exited with %d; restarting", child.worker_id, pid, code
+                            "worker %s (pid %d) exited with %d; restarting",
+                            child.worker_id,
+                            pid,
+                            code,
+                            extra={"worker_id": child.worker_id},
                         )
                     respawn_at[child.slot] = (time.monotonic() + self._respawn_delay_s(crashes), crashes)
                 for slot, (due, crashes) in list(respawn_at.items()):
@@ -200,7 +204,7 @@ class WorkflowSupervisor:
                 os.close(read_fd)
                 code = _child_main(self._factory, worker_id, self._config, write_fd)
             except BaseException:
-                log.exception("worker %s crashed", worker_id)
+                log.exception("worker %s crashed", worker_id, extra={"worker_id": worker_id.value})
             finally:
                 os._exit(code)
         os.close(write_fd)
@@ -236,7 +240,11 @@ class WorkflowSupervisor:
             for _pid, child, _status in _reap(children):
                 self._drain(child, selector, counts)
         for pid, child in list(children.items()):
-            log.error("worker %s did not stop within the grace period; killing it", child.worker_id)
+            log.error(
+                "worker %s did not stop within the grace period; killing it",
+                child.worker_id,
+                extra={"worker_id": child.worker_id},
+            )
             _signal(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             self._drain(child, selector, counts)
@@ -300,6 +308,7 @@ def _child_main(
     signal.signal(signal.SIGTERM, lambda _s, _f: token.cancel())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into SIGTERM
     worker = factory(worker_id)
+    fields = {"worker_id": worker_id.value}
     backoff = IdleBackoff(config.min_backoff, config.max_backoff)
     tasks = 0
     try:
@@ -310,7 +319,7 @@ def _child_main(
                 # An unreachable store (a database restart) ends the cycle, not the child:
                 # the store reconnects, and a task the cycle held is claimed again once its
                 # lease expires.
-                log.exception("worker %s: cycle failed; backing off", worker_id)
+                log.exception("worker %s: cycle failed; backing off", worker_id, extra=fields)
                 token.wait(config.max_backoff.total_seconds())
                 continue
             os.write(report_fd, f"{outcome.kind}\n".encode())
@@ -318,7 +327,7 @@ def _child_main(
                 try:
                     _wait_for_work(worker, backoff.next_s(), token)
                 except Exception:
-                    log.exception("worker %s: waiting for work failed; backing off", worker_id)
+                    log.exception("worker %s: waiting for work failed; backing off", worker_id, extra=fields)
                     token.wait(config.max_backoff.total_seconds())
                 continue
             backoff.reset()

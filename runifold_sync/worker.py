@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from datetime import timedelta
 
 from . import crashpoints
@@ -34,12 +35,15 @@ from .errors import (
     StoreUnavailable,
 )
 from .heartbeat import LeaseKeeper
+from .logs import task_fields
 from .models import LeaseDuration, WorkerId
+from .observer import CycleObserver
 from .outcomes import (
     Cancelled,
     Completed,
     DefinitionUnavailable,
     Failed,
+    FailureCause,
     Idle,
     LeaseLost,
     Retried,
@@ -64,6 +68,7 @@ class WorkflowWorker:
         max_steps_per_claim: int | None = None,
         max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
         unavailable_delay: timedelta = timedelta(seconds=5),
+        observer: CycleObserver | None = None,
     ) -> None:
         if not isinstance(store, WorkflowStore):
             raise InvalidArgument(f"store must be a WorkflowStore, got {store!r}")
@@ -92,6 +97,8 @@ class WorkflowWorker:
             raise InvalidArgument(
                 f"unavailable_delay must be a non-negative timedelta, got {unavailable_delay!r}"
             )
+        if observer is not None and not isinstance(observer, CycleObserver):
+            raise InvalidArgument(f"observer must be a CycleObserver or None, got {observer!r}")
         self.store = store
         self.registry = registry
         self.worker_id = worker_id
@@ -99,6 +106,7 @@ class WorkflowWorker:
         self._max_steps_per_claim = max_steps_per_claim
         self._max_checkpoint_bytes = max_checkpoint_bytes
         self._unavailable_delay = unavailable_delay
+        self._observer = observer
         self._registered = False
         self._keeper = LeaseKeeper(
             store, lease_duration, heartbeat_interval.total_seconds(), f"runifold-heartbeat-{worker_id}"
@@ -125,7 +133,11 @@ class WorkflowWorker:
             try:
                 self.store.worker_stopped(self.worker_id, os.getpid())
             except StoreUnavailable:
-                log.warning("could not mark worker %s stopped", self.worker_id)
+                log.warning(
+                    "could not mark worker %s stopped",
+                    self.worker_id,
+                    extra={"worker_id": str(self.worker_id)},
+                )
 
     def run_once(self) -> RunOutcome:
         """Claim one ready task and run it until it completes, waits, fails or yields."""
@@ -139,9 +151,17 @@ class WorkflowWorker:
         claimed = self.store.claim(self.worker_id, self.lease_duration, limit=1)
         if not claimed:
             return Idle()
+        task = claimed[0]
         if crashpoints.ARMED:
-            crashpoints.reached("after_claim", claimed[0].lease.task_id)
-        return self._run(claimed[0])
+            crashpoints.reached("after_claim", task.lease.task_id)
+        observer = self._observer
+        if observer is None:
+            return self._run(task)
+        observer.claimed(task)
+        started = time.monotonic()
+        outcome = self._run(task)
+        observer.finished(task, outcome, time.monotonic() - started)
+        return outcome
 
     def _run(self, claimed: ClaimedTask) -> RunOutcome:
         lease = claimed.lease
@@ -151,7 +171,7 @@ class WorkflowWorker:
                 f"definition unavailable: {claimed.definition_name!r} version "
                 f"{claimed.definition_version} is not registered on worker {self.worker_id}"
             )
-            log.warning(reason, extra=_fields(claimed))
+            log.warning(reason, extra=task_fields(lease))
             try:
                 self.store.release(lease, delay=self._unavailable_delay, reason=reason)
             except LeaseLostError as error:
@@ -160,13 +180,13 @@ class WorkflowWorker:
         try:
             checkpoint = self._load_checkpoint(claimed, definition)
         except CheckpointError as exc:
-            return self._fail(claimed, claimed.revision, None, str(exc))
+            return self._fail(claimed, claimed.revision, None, str(exc), "checkpoint")
         if claimed.claims_since_progress > definition.budget.max_attempts:
             reason = (
                 f"claimed {claimed.claims_since_progress} times without progress, over "
                 f"max_attempts={definition.budget.max_attempts}: a step keeps crashing its worker"
             )
-            return self._fail(claimed, claimed.revision, None, reason)
+            return self._fail(claimed, claimed.revision, None, reason, "crash_loop")
         if checkpoint.phase == "failed":  # requeued by an operator: failing steps start afresh
             checkpoint.step_failures.clear()
         checkpoint.phase = "running"
@@ -202,18 +222,20 @@ class WorkflowWorker:
     ) -> RunOutcome:
         try:
             if ctx.checkpoint.compensating_for is not None:  # a crash interrupted the undo
-                return self._compensate(claimed, ctx, ctx.checkpoint.compensating_for, "")
+                return self._compensate(claimed, ctx, ctx.checkpoint.compensating_for, "", "other")
             return self._drive(claimed, definition, ctx)
         except FailRequested as failure:
             undo = failure.ambiguous_effect is None and ctx.checkpoint.compensating_for is None
             if undo and ctx.needs_compensation():
-                return self._compensate(claimed, ctx, "failure", failure.reason)
+                return self._compensate(claimed, ctx, "failure", failure.reason, failure.cause)
             ctx.checkpoint.phase = "failed"
             try:
                 text: str | None = ctx.encode()
             except CheckpointError:
                 text = None
-            return self._fail(claimed, ctx.revision, text, failure.reason, failure.ambiguous_effect)
+            return self._fail(
+                claimed, ctx.revision, text, failure.reason, failure.cause, failure.ambiguous_effect
+            )
         except LeaseGone as gone:
             return self._lease_lost(claimed, gone.error)
         except LeaseLostError as error:  # the final write was refused
@@ -230,7 +252,9 @@ class WorkflowWorker:
             try:
                 workflow_input = structure(from_json(claimed.input_json), workflow.input_type())
             except Exception as exc:
-                raise FailRequested(f"input does not fit {workflow.input_type()!r}: {exc}") from exc
+                raise FailRequested(
+                    f"input does not fit {workflow.input_type()!r}: {exc}", cause="bad_input"
+                ) from exc
             try:
                 value = workflow.main_fn(ctx, workflow_input)
             except StoreUnavailable:
@@ -240,11 +264,15 @@ class WorkflowWorker:
                 # such as a consumed signal, that the store never committed.)
                 raise
             except Exception as exc:
-                raise FailRequested(f"workflow main raised {type(exc).__name__}: {exc}") from exc
+                raise FailRequested(
+                    f"workflow main raised {type(exc).__name__}: {exc}", cause="workflow_error"
+                ) from exc
             try:
                 result_json = to_json(value)
             except NotJsonable as exc:
-                raise FailRequested(f"workflow result cannot be stored as JSON: {exc}") from exc
+                raise FailRequested(
+                    f"workflow result cannot be stored as JSON: {exc}", cause="not_serializable"
+                ) from exc
             ctx.checkpoint.phase = "completed"
             if crashpoints.ARMED:
                 crashpoints.reached("before_transition", "complete")
@@ -264,7 +292,7 @@ class WorkflowWorker:
                 crashpoints.reached("after_transition", "suspend")
             return Suspended(lease.task_id, wait.reason, wait.wake_at)
         except CancelRequested:
-            return self._compensate(claimed, ctx, "cancel", "cancel requested")
+            return self._compensate(claimed, ctx, "cancel", "cancel requested", "other")
         except RetryRequested as retry:
             text = self._encode_or_fail(ctx)
             delay = timedelta(seconds=retry.delay_s)
@@ -274,9 +302,16 @@ class WorkflowWorker:
             self.store.release(lease, delay=timedelta(0), reason="step slice used up; requeued")
             return Yielded(lease.task_id)
 
-    def _compensate(self, claimed: ClaimedTask, ctx: WorkflowContext, cause: str, reason: str) -> RunOutcome:
+    def _compensate(
+        self,
+        claimed: ClaimedTask,
+        ctx: WorkflowContext,
+        cause: str,
+        reason: str,
+        failure_cause: FailureCause,
+    ) -> RunOutcome:
         """Undo completed steps (if any have compensations), then end the task as the
-        cause says: cancelled, or failed with the original reason."""
+        cause says: cancelled, or failed with the original reason and ``failure_cause``."""
         lease = claimed.lease
         ctx.compensate(cause, reason)
         reason = ctx.checkpoint.compensation_reason or reason
@@ -286,13 +321,14 @@ class WorkflowWorker:
             return Cancelled(lease.task_id, self.store.get_task(lease.task_id).reason or "cancelled")
         ctx.checkpoint.phase = "failed"
         undone = ", ".join(ctx.checkpoint.compensated) or "nothing"
-        return self._fail(claimed, ctx.revision, ctx.encode(), f"{reason} (compensated: {undone})")
+        reason = f"{reason} (compensated: {undone})"
+        return self._fail(claimed, ctx.revision, ctx.encode(), reason, failure_cause)
 
     def _encode_or_fail(self, ctx: WorkflowContext) -> str:
         try:
             return ctx.encode()
         except CheckpointError as exc:
-            raise FailRequested(str(exc)) from exc
+            raise FailRequested(str(exc), cause="checkpoint") from exc
 
     def _fail(
         self,
@@ -300,10 +336,11 @@ class WorkflowWorker:
         revision: int,
         checkpoint_json: str | None,
         reason: str,
+        cause: FailureCause,
         ambiguous_effect: str | None = None,
     ) -> RunOutcome:
         lease = claimed.lease
-        log.error("task failed: %s", reason, extra=_fields(claimed))
+        log.error("task failed: %s", reason, extra=task_fields(lease))
         if crashpoints.ARMED:
             crashpoints.reached("before_transition", "fail")
         try:
@@ -314,13 +351,8 @@ class WorkflowWorker:
             return self._lease_lost(claimed, error)
         if crashpoints.ARMED:
             crashpoints.reached("after_transition", "fail")
-        return Failed(lease.task_id, reason, recoverable=ambiguous_effect is not None)
+        return Failed(lease.task_id, reason, recoverable=ambiguous_effect is not None, cause=cause)
 
     def _lease_lost(self, claimed: ClaimedTask, error: LeaseLostError) -> RunOutcome:
-        log.warning("%s", error, extra=_fields(claimed))
+        log.warning("%s", error, extra=task_fields(claimed.lease))
         return LeaseLost(claimed.lease.task_id, claimed.lease.fencing_token)
-
-
-def _fields(claimed: ClaimedTask) -> dict[str, object]:
-    lease = claimed.lease
-    return {"task_id": lease.task_id, "worker_id": lease.worker_id, "fencing_token": lease.fencing_token}

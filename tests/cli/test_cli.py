@@ -38,15 +38,28 @@ def _invoke(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+def _commands(
+    group: click.Group, prefix: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], click.Command]]:
+    found: list[tuple[tuple[str, ...], click.Command]] = []
+    for name, command in group.commands.items():
+        found.append(((*prefix, name), command))
+        if isinstance(command, click.Group):
+            found += _commands(command, (*prefix, name))
+    return found
+
+
 def test_every_command_has_help_text() -> None:
     assert isinstance(main, click.Group)
-    for name, command in main.commands.items():
-        assert command.help, f"command {name} has no help text"
-        code, output = _invoke(name, "--help")
+    commands = _commands(main)
+    assert ("tenant", "set") in [path for path, _ in commands]
+    for path, command in commands:
+        assert command.help, f"command {' '.join(path)} has no help text"
+        code, output = _invoke(*path, "--help")
         assert code == 0 and command.help.split()[0] in output
         for param in command.params:
             if isinstance(param, click.Option):
-                assert param.help, f"option {param.name} of {name} has no help text"
+                assert param.help, f"option {param.name} of {' '.join(path)} has no help text"
 
 
 def test_enqueue_is_idempotent_on_checkpoint_id_and_reports_it(url: str) -> None:
@@ -165,13 +178,53 @@ def test_versions_preflight_exits_non_zero_when_the_app_lacks_a_referenced_versi
     assert code == 0 and "pool-flow v1" in out
 
 
-def test_stats_json_counts_queued_tasks_per_tenant(url: str) -> None:
+def test_stats_json_reports_queues_tenant_holds_and_unserved_versions(url: str) -> None:
     for n in range(3):
         _invoke("enqueue", "pool-flow", "1", "--checkpoint-id", f"s{n}", "--database", url)
+    _invoke("enqueue", "pool-flow", "2", "--checkpoint-id", "v2", "--tenant", "acme", "--database", url)
+    store = SqliteWorkflowStore.open(url.removeprefix("sqlite:///"))
+    store.register_worker(WorkerId.parse("host-a-0"), host="host-a", pid=11, definitions=[("pool-flow", 1)])
+    store.close()
+    code, out = _invoke("tenant", "set", "acme", "--max-leased", "0", "--database", url)
+    assert code == 0 and "tenant acme: 0 leased of 0" in out
     code, out = _invoke("stats", "--database", url, "--json")
-    (row,) = json.loads(out)
-    assert code == 0 and (row["tenant"], row["state"], row["count"]) == ("default", "queued", 3)
-    assert row["oldest_ready_age_s"] >= 0
+    report = json.loads(out)
+    assert code == 0 and set(report) == {"queues", "tenants", "unserved"}
+    queues = {(q["tenant"], q["state"]): q for q in report["queues"]}
+    assert queues[("default", "queued")]["count"] == 3
+    assert queues[("default", "queued")]["oldest_ready_age_s"] >= 0
+    assert queues[("acme", "queued")]["count"] == 1
+    (acme,) = report["tenants"]
+    assert (acme["tenant"], acme["max_leased"], acme["leased"], acme["ready"], acme["held"]) == (
+        "acme",
+        0,
+        0,
+        1,
+        1,
+    )
+    assert acme["hold_reason"].startswith("queued behind tenant limit")
+    assert report["unserved"] == [{"name": "pool-flow", "version": 2, "tasks": 1}]
+    code, out = _invoke("stats", "--database", url)
+    assert code == 0 and "UNSERVED: pool-flow v2 (1 tasks)" in out
+
+
+def test_tenant_set_and_list_show_a_policy_and_show_explains_a_held_task(url: str) -> None:
+    _invoke("enqueue", "pool-flow", "1", "--checkpoint-id", "b1", "--tenant", "acme", "--database", url)
+    code, out = _invoke("tenant", "set", "acme", "--budget", "0", "--budget-window", "60", "--database", url)
+    assert code == 0 and "charged 0 of 0 per 0:01:00" in out
+    code, out = _invoke("tenant", "list", "--database", url, "--json")
+    (acme,) = json.loads(out)
+    assert (acme["budget_cost"], acme["budget_window_s"], acme["held"]) == (0.0, 60.0, 1)
+    code, out = _invoke("show", "b1", "--database", url, "--json")
+    assert json.loads(out)["reason"].startswith("deferred by budget admission: tenant 'acme'")
+    code, out = _invoke("list", "--database", url)
+    assert "deferred by budget admission" in out
+    code, out = _invoke("tenant", "set", "acme", "--database", url)
+    assert code == 0 and "no limits" in out
+    code, out = _invoke("tenant", "list", "--database", url)
+    assert "every tenant is unlimited" in out
+    code, out = _invoke("tenant", "set", " bad", "--database", url)
+    assert code != 0 and "tenant must be non-empty without surrounding spaces" in out
 
 
 def test_retry_requeues_a_failed_task_and_it_then_completes(

@@ -1,0 +1,153 @@
+"""Prometheus metrics: what worker processes record about their cycles, and the gauges
+the exporter computes from the store when it is scraped.
+
+In a forked pool each worker records into prometheus_client's multiprocess files, and
+prometheus_client chooses that mode when it is first imported: a recording process must
+import this module only after ``PROMETHEUS_MULTIPROC_DIR`` is set (``metrics_endpoint``
+does that before it forks anything). Only counters and histograms are recorded, so a
+worker that exits leaves nothing stale behind (no live gauges to mark dead).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from .observer import CycleObserver
+from .operations import served_versions
+from .outcomes import DefinitionUnavailable, Failed, LeaseLost, Retried, RunOutcome
+from .store.base import ClaimedTask, WorkflowStore
+
+log = logging.getLogger("runifold_sync.metrics")
+
+_MINUTE, _HOUR, _DAY = 60.0, 3600.0, 86400.0
+_QUEUE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, _MINUTE, 5 * _MINUTE, 15 * _MINUTE, _HOUR)
+_CYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, _MINUTE, 5 * _MINUTE, 15 * _MINUTE)
+_WAIT_BUCKETS = (1, 10, _MINUTE, 10 * _MINUTE, _HOUR, 6 * _HOUR, _DAY, 7 * _DAY, 30 * _DAY)
+
+
+class PrometheusObserver(CycleObserver):
+    """Records cycles into prometheus_client metrics. Without ``registry`` the metrics are
+    registered nowhere in this process: in multiprocess mode the exporter reads them from
+    the files; tests pass a registry of their own and read it."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.queue_delay = Histogram(
+            "runifold_queue_delay_seconds",
+            "Store time from a task becoming claimable to its claim.",
+            buckets=_QUEUE_BUCKETS,
+            registry=registry,
+        )
+        self.wait = Histogram(
+            "runifold_wait_seconds",
+            "Store time a task spent waiting, observed when it is resumed, by wait kind.",
+            ["kind"],
+            buckets=_WAIT_BUCKETS,
+            registry=registry,
+        )
+        self.cycle = Histogram(
+            "runifold_cycle_seconds",
+            "Execution time of a claim-and-execute cycle, from the claim to its store transition.",
+            ["outcome"],
+            buckets=_CYCLE_BUCKETS,
+            registry=registry,
+        )
+        self.lease_losses = Counter(
+            "runifold_lease_losses",
+            "Cycles that ended because another worker owns the task.",
+            registry=registry,
+        )
+        self.failures = Counter(
+            "runifold_failures",
+            "Tasks that failed, by a fixed classification of why.",
+            ["reason"],
+            registry=registry,
+        )
+        self.retries = Counter("runifold_retries", "Step failures requeued with backoff.", registry=registry)
+        self.unavailable = Counter(
+            "runifold_definition_unavailable",
+            "Claims released because this worker lacks the definition version.",
+            ["definition", "version"],
+            registry=registry,
+        )
+
+    def claimed(self, claimed: ClaimedTask) -> None:
+        self.queue_delay.observe(claimed.queue_delay.total_seconds())
+        if claimed.wait_kind is not None and claimed.wait_started_at is not None:
+            waited = claimed.claimed_at - claimed.wait_started_at
+            self.wait.labels(claimed.wait_kind).observe(max(waited.total_seconds(), 0.0))
+
+    def finished(self, claimed: ClaimedTask, outcome: RunOutcome, duration_s: float) -> None:
+        self.cycle.labels(outcome.kind).observe(duration_s)
+        if isinstance(outcome, LeaseLost):
+            self.lease_losses.inc()
+        elif isinstance(outcome, Failed):
+            self.failures.labels(outcome.cause).inc()
+        elif isinstance(outcome, Retried):
+            self.retries.inc()
+        elif isinstance(outcome, DefinitionUnavailable):
+            self.unavailable.labels(outcome.name, str(outcome.version)).inc()
+
+
+class StoreCollector(Collector):
+    """Gauges read from the store at each scrape, so they are as fresh as the scrape:
+    task counts and the oldest ready age per tenant and state, tasks whose definition
+    version no live worker serves, and ready tasks deferred by tenant admission. A store
+    that cannot answer gives ``runifold_store_up 0`` instead of a failed scrape."""
+
+    def __init__(self, store: WorkflowStore) -> None:
+        self._store = store
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily(
+            "runifold_store_up", "1 when the exporter could read the store at this scrape."
+        )
+        try:
+            rows = self._store.queue_stats()
+            served = served_versions(self._store)
+            admissions = self._store.tenant_admission()
+        except Exception:  # a scrape must not fail with the store: the workers' metrics still count
+            log.exception("store gauges unavailable")
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        tasks = GaugeMetricFamily(
+            "runifold_tasks", "Tasks per tenant, state and outcome.", labels=["tenant", "state", "outcome"]
+        )
+        oldest = GaugeMetricFamily(
+            "runifold_oldest_ready_age_seconds",
+            "How long the longest-ready task has waited for a claim, per tenant and state.",
+            labels=["tenant", "state"],
+        )
+        for row in rows:
+            outcome = "" if row.outcome is None else row.outcome.value
+            tasks.add_metric([row.tenant, row.state.value, outcome], row.count)
+            if row.oldest_ready_age_s is not None:
+                oldest.add_metric([row.tenant, row.state.value], row.oldest_ready_age_s)
+        unserved = GaugeMetricFamily(
+            "runifold_unserved_tasks",
+            "Tasks referencing a definition version that no live worker serves (0 when one does).",
+            labels=["definition", "version"],
+        )
+        for version in served:
+            reference = version.reference
+            count = 0 if version.live_workers else reference.total
+            unserved.add_metric([reference.name, str(reference.version)], count)
+        held = GaugeMetricFamily(
+            "runifold_admission_deferred_tasks",
+            "Ready tasks a claim skips now because their tenant is at its lease limit "
+            "(admission=tenant_limit) or over its budget (admission=budget).",
+            labels=["tenant", "admission"],
+        )
+        for admission in admissions:
+            tenant = admission.policy.tenant
+            over_budget = admission.over_budget
+            held.add_metric([tenant, "budget"], admission.ready if over_budget else 0)
+            held.add_metric([tenant, "tenant_limit"], admission.held if not over_budget else 0)
+        yield from (tasks, oldest, unserved, held)
