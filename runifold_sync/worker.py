@@ -221,25 +221,36 @@ class WorkflowWorker:
         self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: WorkflowContext
     ) -> RunOutcome:
         try:
-            if ctx.checkpoint.compensating_for is not None:  # a crash interrupted the undo
-                return self._compensate(claimed, ctx, ctx.checkpoint.compensating_for, "", "other")
-            return self._drive(claimed, definition, ctx)
-        except FailRequested as failure:
-            undo = failure.ambiguous_effect is None and ctx.checkpoint.compensating_for is None
-            if undo and ctx.needs_compensation():
-                return self._compensate(claimed, ctx, "failure", failure.reason, failure.cause)
-            ctx.checkpoint.phase = "failed"
             try:
-                text: str | None = ctx.encode()
-            except CheckpointError:
-                text = None
-            return self._fail(
-                claimed, ctx.revision, text, failure.reason, failure.cause, failure.ambiguous_effect
-            )
-        except LeaseGone as gone:
+                if ctx.checkpoint.compensating_for is not None:  # a crash interrupted the undo
+                    return self._compensate(claimed, ctx, ctx.checkpoint.compensating_for, "", "other")
+                return self._drive(claimed, definition, ctx)
+            except FailRequested as failure:
+                return self._fail_after_undo(claimed, ctx, failure)
+        except LeaseGone as gone:  # also while undoing: the new owner carries on
             return self._lease_lost(claimed, gone.error)
         except LeaseLostError as error:  # the final write was refused
             return self._lease_lost(claimed, error)
+
+    def _fail_after_undo(
+        self, claimed: ClaimedTask, ctx: WorkflowContext, failure: FailRequested
+    ) -> RunOutcome:
+        """Undo completed steps once if the failure calls for it, then end the task failed;
+        a compensation that raises ends the undo, and the task fails with its reason."""
+        undo = failure.ambiguous_effect is None and ctx.checkpoint.compensating_for is None
+        if undo and ctx.needs_compensation():
+            try:
+                return self._compensate(claimed, ctx, "failure", failure.reason, failure.cause)
+            except FailRequested as undo_failed:
+                failure = undo_failed
+        ctx.checkpoint.phase = "failed"
+        try:
+            text: str | None = ctx.encode()
+        except CheckpointError:
+            text = None
+        return self._fail(
+            claimed, ctx.revision, text, failure.reason, failure.cause, failure.ambiguous_effect
+        )
 
     def _drive(
         self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: WorkflowContext

@@ -33,7 +33,9 @@ class Crash(BaseException):
     """Stands for the process dying inside a compensation."""
 
 
-def _workflow(log: list[str], *, fail_last: bool, crash_undo_once: list[bool] | None = None) -> Workflow:
+def _workflow(
+    log: list[str], *, fail_last: bool, crash_undo_once: list[bool] | None = None, refund_error: bool = False
+) -> Workflow:
     workflow = Workflow("undoable", 1)
 
     @workflow.step()
@@ -60,6 +62,8 @@ def _workflow(log: list[str], *, fail_last: bool, crash_undo_once: list[bool] | 
     def refund(ctx: StepContext, charge_id: str) -> None:
         if crash_undo_once and crash_undo_once.pop():
             raise Crash()
+        if refund_error:
+            raise ConnectionError("payment provider down")
         log.append(f"refund {charge_id}")
 
     @workflow.main
@@ -106,6 +110,20 @@ def test_a_crash_inside_a_compensation_resumes_without_repeating_finished_ones(
     outcome = _worker(sqlite_store, workflow).run_once()
     assert isinstance(outcome, Failed) and "carrier down" in outcome.reason
     assert log == ["reserve", "charge", "ship", "refund ch-42", "release res-sku1"]
+
+
+def test_a_compensation_that_raises_after_a_failure_fails_the_task_naming_both(
+    sqlite_store: SqliteWorkflowStore,
+) -> None:
+    log: list[str] = []
+    sqlite_store.enqueue(WorkflowTask.new("undoable", 1, None, checkpoint_id="c4"))
+    outcome = _worker(sqlite_store, _workflow(log, fail_last=True, refund_error=True)).run_once()
+    assert isinstance(outcome, Failed) and outcome.cause == "compensation_error"
+    assert "carrier down" in outcome.reason
+    assert "compensation of charge#1 raised ConnectionError: payment provider down" in outcome.reason
+    record = sqlite_store.get_task("c4")
+    assert (record.state, record.reason) == (TaskState.TERMINAL, outcome.reason)
+    assert log == ["reserve", "charge", "ship"]  # the undo stopped at the refund that raised
 
 
 def test_a_cancelled_task_is_compensated_before_it_ends_cancelled(sqlite_store: SqliteWorkflowStore) -> None:
