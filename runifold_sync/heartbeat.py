@@ -116,6 +116,8 @@ class LeaseKeeper:
                 flags.lost.set()
                 with self._lock:
                     current = self._lease is lease
+                    if current:  # lost for good: stop beating for it (and logging it)
+                        self._lease = None
                 if current:  # otherwise the cycle already ended and released the lease
                     log.warning("lease lost", extra=task_fields(lease))
                 continue

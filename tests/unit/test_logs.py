@@ -111,6 +111,8 @@ def test_every_record_the_worker_writes_about_a_task_carries_its_fields(
     messages = " | ".join(r.getMessage() for r in about_tasks)
     for expected in ("reconcile of c1/charge#1", "task failed", "no longer held", "definition unavailable"):
         assert expected in messages
+    # A lost lease is reported once, not at every heartbeat until the cycle ends.
+    assert [r.getMessage() for r in about_tasks].count("lease lost") == 1
     loggers = {r.name for r in about_tasks}
     assert loggers == {"runifold_sync.context", "runifold_sync.worker", "runifold_sync.heartbeat"}
     for record in about_tasks:
