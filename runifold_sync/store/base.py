@@ -186,6 +186,22 @@ class WorkerRecord:
         return self.stopped_at is None and self.silent_s <= within.total_seconds()
 
 
+def _status(record: TaskRecord, now: datetime) -> str | None:
+    """Where a queued or leased task without a recorded reason stands at ``now``."""
+    if record.state is TaskState.LEASED and record.lease_expires is not None:
+        lease = f"{record.worker_id} (fencing token {record.fencing_token})"
+        if record.lease_expires <= now:
+            return (
+                f"lease of {lease} expired at {record.lease_expires.isoformat()}: claimable by another worker"
+            )
+        return f"running on {lease}, lease until {record.lease_expires.isoformat()}"
+    if record.state is TaskState.QUEUED and record.ready_at is not None:
+        if record.ready_at <= now:
+            return f"ready since {record.ready_at.isoformat()}: waiting for a free worker"
+        return f"scheduled: not claimable before {record.ready_at.isoformat()}"
+    return None
+
+
 class WorkflowStore(abc.ABC):
     """Semantic operations of the control plane. Implementations are thread-safe: the
     worker's heartbeat thread shares the store with the thread running steps."""
@@ -281,18 +297,23 @@ class WorkflowStore(abc.ABC):
     def tenant_admission(self) -> list[TenantAdmission]:
         """Every tenant with a policy and where it stands now, by tenant name."""
 
-    def explain_holds(self, records: list[TaskRecord]) -> list[TaskRecord]:
-        """``records`` with the reason of each ready task a claim skips for admission
-        (a tenant limit or budget) replaced by that reason, the earlier one kept after it."""
-        if not any(r.state in (TaskState.QUEUED, TaskState.WAITING) for r in records):
+    def explain_reasons(self, records: list[TaskRecord]) -> list[TaskRecord]:
+        """``records`` with a reason on every unfinished task: a ready task a claim skips
+        for admission gets that reason (the stored one kept after it), and a queued or
+        leased task without one says whether it is due, scheduled or running where."""
+        unfinished = (TaskState.QUEUED, TaskState.WAITING, TaskState.LEASED)
+        if not any(r.state in unfinished for r in records):
             return records
         admissions = {a.policy.tenant: a for a in self.tenant_admission()}
+        now = self.now()
         explained = []
         for record in records:
             hold = explain(record.state, record.ready_at, record.tenant, admissions)
             if hold is not None:
                 reason = hold if record.reason is None else f"{hold}; before that: {record.reason}"
                 record = attrs.evolve(record, reason=reason)
+            elif record.reason is None and record.state in unfinished:
+                record = attrs.evolve(record, reason=_status(record, now))
             explained.append(record)
         return explained
 

@@ -313,7 +313,7 @@ class PostgresWorkflowStore(WorkflowStore):
             conn.execute(_Q["notify_work"])
 
     def get_task(self, task_id: str) -> TaskRecord:
-        return self.explain_holds([_record(self._one("select_task", {"task_id": task_id}), task_id)])[0]
+        return self.explain_reasons([_record(self._one("select_task", {"task_id": task_id}), task_id)])[0]
 
     def list_tasks(
         self,
@@ -324,7 +324,7 @@ class PostgresWorkflowStore(WorkflowStore):
         limit: int = 100,
     ) -> list[TaskRecord]:
         found = self._all("list_tasks", rows.list_filters(state, tenant, definition, limit))
-        return self.explain_holds([_record(row, row["task_id"]) for row in found])
+        return self.explain_reasons([_record(row, row["task_id"]) for row in found])
 
     def referenced_versions(self) -> list[VersionReference]:
         return [rows.version_reference(row) for row in self._all("referenced_versions", {})]

@@ -360,7 +360,7 @@ class SqliteWorkflowStore(WorkflowStore):
 
     def get_task(self, task_id: str) -> TaskRecord:
         found = self._run("select_task", {"task_id": task_id})
-        return self.explain_holds([self._record(found[0] if found else None, task_id)])[0]
+        return self.explain_reasons([self._record(found[0] if found else None, task_id)])[0]
 
     def list_tasks(
         self,
@@ -371,7 +371,7 @@ class SqliteWorkflowStore(WorkflowStore):
         limit: int = 100,
     ) -> list[TaskRecord]:
         params = rows.list_filters(state, tenant, definition, limit)
-        return self.explain_holds(
+        return self.explain_reasons(
             [self._record(row, row["task_id"]) for row in self._run("list_tasks", params)]
         )
 

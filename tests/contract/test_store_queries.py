@@ -104,7 +104,8 @@ def test_requeue_puts_a_failed_task_back_with_its_checkpoint_and_audits_it(store
     store.fail(claimed.lease, revision, None, reason="boom")
     store.requeue("t1", actor="ops", reason="bug fixed")
     record = store.get_task("t1")
-    assert (record.state, record.outcome, record.reason) == (TaskState.QUEUED, None, None)
+    assert (record.state, record.outcome) == (TaskState.QUEUED, None)
+    assert record.reason is not None and record.reason.startswith("ready since")
     assert record.checkpoint_json == '{"kept":true}'
     event = store.history("t1")[-1]
     assert (event.kind, event.detail) == ("requeued", {"actor": "ops", "reason": "bug fixed"})
@@ -123,3 +124,20 @@ def test_requeue_refuses_tasks_that_are_not_plainly_failed(store: WorkflowStore)
         store.requeue("missing", actor="ops", reason="why")
     with pytest.raises(InvalidArgument, match="actor must be non-empty"):
         store.requeue("queued", actor="", reason="why")
+
+
+def test_every_unfinished_task_says_why_it_is_not_running(store: WorkflowStore) -> None:
+    later = store.now() + timedelta(hours=1)
+    store.enqueue(WorkflowTask.new("orders", 1, None, checkpoint_id="later", not_before=later))
+    _enqueue(store, "now")
+    (claimed,) = store.claim(W1, LEASE)
+    _enqueue(store, "ready")
+    reasons = {r.task_id: r.reason for r in store.list_tasks()}
+    assert reasons["later"] == f"scheduled: not claimable before {later.isoformat()}"
+    assert reasons["ready"] is not None and reasons["ready"].endswith("waiting for a free worker")
+    expires = claimed.lease.expires_at.isoformat()
+    assert reasons["now"] == f"running on worker-1 (fencing token 1), lease until {expires}"
+    store.set_clock_offset(LEASE.value + timedelta(seconds=1))
+    assert store.get_task("now").reason == (
+        f"lease of worker-1 (fencing token 1) expired at {expires}: claimable by another worker"
+    )
