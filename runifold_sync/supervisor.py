@@ -311,6 +311,7 @@ def _child_main(
     fields = {"worker_id": worker_id.value}
     backoff = IdleBackoff(config.min_backoff, config.max_backoff)
     tasks = 0
+    woken_for_nothing = False
     try:
         while not token.cancelled:
             try:
@@ -325,7 +326,14 @@ def _child_main(
             os.write(report_fd, f"{outcome.kind}\n".encode())
             if isinstance(outcome, Idle):
                 try:
-                    _wait_for_work(worker, backoff.next_s(), token)
+                    if woken_for_nothing:
+                        # The store said work was due, yet the claim found none this worker
+                        # may take (its tenant is held by admission, or other claimers hold
+                        # the rows): sleep the backoff out rather than ask again at once.
+                        token.wait(backoff.next_s())
+                        woken_for_nothing = False
+                    else:
+                        woken_for_nothing = _wait_for_work(worker, backoff.next_s(), token)
                 except Exception:
                     log.exception("worker %s: waiting for work failed; backing off", worker_id, extra=fields)
                     token.wait(config.max_backoff.total_seconds())
@@ -341,7 +349,7 @@ def _child_main(
         os.close(report_fd)
 
 
-def _wait_for_work(worker: WorkflowWorker, delay_s: float, token: CancellationToken) -> None:
+def _wait_for_work(worker: WorkflowWorker, delay_s: float, token: CancellationToken) -> bool:
     """Idle for up to ``delay_s``, returning early when the store says work is claimable
     (PostgreSQL: a NOTIFY or a due time; SQLite: its poll) or the token is cancelled.
 
@@ -350,11 +358,13 @@ def _wait_for_work(worker: WorkflowWorker, delay_s: float, token: CancellationTo
     ``_IDLE_WAIT_SLICE_S`` with the token checked between them: SIGTERM stops an idle
     child within one slice rather than after up to ``max_backoff``. Work that arrives
     between two slices is not missed: each slice looks for due work before it sleeps.
+    True when it returned because work is claimable.
     """
     deadline = time.monotonic() + delay_s
     while not token.cancelled:
         remaining_s = deadline - time.monotonic()
         if remaining_s <= 0:
-            return
+            return False
         if worker.store.wait_for_work(timedelta(seconds=min(remaining_s, _IDLE_WAIT_SLICE_S))):
-            return
+            return True
+    return False

@@ -4,6 +4,7 @@ tenant's backlog."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -120,3 +121,22 @@ def test_a_quiet_tenants_task_waits_about_one_claim_per_worker_behind_a_hot_back
     # Without fair claiming it would wait for thousands of older hot tasks.
     assert len(hot_claims_between) <= 2 * concurrency
     assert hot_done < 10_000 - 1000
+
+
+@pytest.mark.timeout(60)
+def test_idle_workers_back_off_instead_of_spinning_on_tasks_held_by_admission(
+    backend: Backend, pools: list[subprocess.Popen[str]]
+) -> None:
+    store = backend.open()
+    store.set_tenant_policy(TenantPolicy("acme", max_leased=0))
+    _enqueue(store, "acme", 3)  # due, but no claim may take them
+    proc = pool_app.spawn(backend.url, lease_s=5, grace_s=5, concurrency=2, backoff_s=(0.01, 0.2))
+    pools.append(proc)
+    time.sleep(2.5)
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    report = json.loads(out.strip().splitlines()[-1])
+    # Backing off from 10 ms to 200 ms, two workers claim a few dozen times in 2.5 s;
+    # re-polling at once because the store says work is due would be thousands.
+    assert 0 < report["outcomes"].get("idle", 0) <= 100, report
+    assert all(store.get_task(f"acme-{n:05d}").state is TaskState.QUEUED for n in range(3))
