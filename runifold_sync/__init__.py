@@ -25,6 +25,7 @@ from .errors import (
     SchemaTooNew,
     SignalConflict,
     SignalRefused,
+    StoreClosed,
     StoreUnavailable,
     TaskNotFound,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "SignalRefused",
     "SignalTimedOut",
     "StepContext",
+    "StoreClosed",
     "StoreUnavailable",
     "Suspended",
     "TaskEvent",

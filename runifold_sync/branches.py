@@ -117,6 +117,9 @@ class _Runner:
             branch_ctx = self.ctx.branch(f"{self.call_id}/{key}", self.reserve.get(key), self.stops[key])
             try:
                 value = _encode(key, fn(branch_ctx))
+                # A finished branch's last step is committed now, so a crash while its
+                # siblings run does not run it again.
+                branch_ctx._commit_unsaved()
             except _Interrupt as interrupt:
                 self._interrupted(key, interrupt)
                 return

@@ -116,6 +116,10 @@ class _Progress:
     checkpoint: Checkpoint
     revision: int
     lock: threading.RLock = attrs.Factory(threading.RLock)
+    # A step whose result is in the checkpoint but not yet committed: it is committed
+    # before the next body runs, or with the cycle's transition (complete, suspend...),
+    # which saves the last step of a run its own round trip.
+    unsaved: str | None = None
 
 
 @attrs.frozen
@@ -207,6 +211,7 @@ class WorkflowContext:
                 self._progress.revision = write(text)
             except LeaseLostError as exc:
                 raise LeaseGone(exc) from exc
+            self._progress.unsaved = None
             if crashpoints.ARMED:
                 crashpoints.reached("after_commit", subject)
 
@@ -240,8 +245,17 @@ class WorkflowContext:
         if self._branch is not None and self._branch.stop.is_set():
             raise BranchStopped()
 
+    def _commit_unsaved(self) -> None:
+        """Commit a step result still held back (see ``_Progress.unsaved``), so nothing
+        that ran is only in memory when the outside world is touched again."""
+        unsaved = self._progress.unsaved
+        if unsaved is not None:
+            self.commit(unsaved)
+
     def _boundary(self) -> None:
-        """Checks made before a step or effect body runs: lease, cancel, slice and budget."""
+        """Checks made before a step or effect body runs, after saving the previous
+        step's result: lease, cancel, slice and budget."""
+        self._commit_unsaved()
         self._check_continue()
         if self._max_steps_per_claim is not None and self._executed >= self._max_steps_per_claim:
             raise YieldRequested()
@@ -291,8 +305,8 @@ class WorkflowContext:
         output = self._execute(spec, call_id, None, args, kwargs)
         with self._progress.lock:
             self._journal.append(JournalEntry(call_id, "step", "done", output))
+            self._progress.unsaved = call_id
         self._cursor += 1
-        self.commit(call_id)
         self._check_budget()
         return self._structure(spec, output)
 

@@ -73,6 +73,10 @@ class StoreUnavailable(RunifoldError):
     """The store could not be reached or answered with a driver error."""
 
 
+class StoreClosed(StoreUnavailable):
+    """The store was closed by its owner: unlike an unreachable one, it will not return."""
+
+
 class SchemaTooNew(RunifoldError):
     """The database was migrated by a newer runifold_sync than this one."""
 

@@ -16,7 +16,7 @@ import time
 import attrs
 
 from . import crashpoints
-from .errors import LeaseLostError
+from .errors import LeaseLostError, StoreClosed
 from .logs import task_fields
 from .models import LeaseDuration, WorkerId
 from .store.base import Lease, WorkflowStore
@@ -101,6 +101,8 @@ class LeaseKeeper:
             if worker_id is not None:
                 try:
                     self._store.worker_seen(worker_id, self._pid)
+                except StoreClosed:
+                    return  # closed under a worker nobody closed: nothing left to keep
                 except Exception:
                     log.exception("worker registry update failed", extra={"worker_id": str(worker_id)})
             if lease is None:
@@ -121,6 +123,9 @@ class LeaseKeeper:
                 if current:  # otherwise the cycle already ended and released the lease
                     log.warning("lease lost", extra=task_fields(lease))
                 continue
+            except StoreClosed:
+                flags.lost.set()  # nothing can extend it now
+                return
             except Exception:
                 log.exception("heartbeat failed", extra=task_fields(lease))
                 if flags.expired():

@@ -311,7 +311,7 @@ def _child_main(
     fields = {"worker_id": worker_id.value}
     backoff = IdleBackoff(config.min_backoff, config.max_backoff)
     tasks = 0
-    woken_for_nothing = False
+    due_but_unclaimable = False
     try:
         while not token.cancelled:
             try:
@@ -326,14 +326,18 @@ def _child_main(
             os.write(report_fd, f"{outcome.kind}\n".encode())
             if isinstance(outcome, Idle):
                 try:
-                    if woken_for_nothing:
-                        # The store said work was due, yet the claim found none this worker
-                        # may take (its tenant is held by admission, or other claimers hold
-                        # the rows): sleep the backoff out rather than ask again at once.
+                    # Work due right after an empty claim either just arrived (claim again
+                    # at once) or is work this worker may not take: held by tenant
+                    # admission, or rows other claimers hold. Twice in a row means the
+                    # latter: sleep the backoff out rather than ask the store again at once.
+                    due_now = worker.store.wait_for_work(timedelta(0))
+                    if due_now and due_but_unclaimable:
                         token.wait(backoff.next_s())
-                        woken_for_nothing = False
+                        due_but_unclaimable = False
                     else:
-                        woken_for_nothing = _wait_for_work(worker, backoff.next_s(), token)
+                        due_but_unclaimable = due_now
+                        if not due_now:
+                            _wait_for_work(worker, backoff.next_s(), token)
                 except Exception:
                     log.exception("worker %s: waiting for work failed; backing off", worker_id, extra=fields)
                     token.wait(config.max_backoff.total_seconds())
@@ -349,7 +353,7 @@ def _child_main(
         os.close(report_fd)
 
 
-def _wait_for_work(worker: WorkflowWorker, delay_s: float, token: CancellationToken) -> bool:
+def _wait_for_work(worker: WorkflowWorker, delay_s: float, token: CancellationToken) -> None:
     """Idle for up to ``delay_s``, returning early when the store says work is claimable
     (PostgreSQL: a NOTIFY or a due time; SQLite: its poll) or the token is cancelled.
 
@@ -358,13 +362,11 @@ def _wait_for_work(worker: WorkflowWorker, delay_s: float, token: CancellationTo
     ``_IDLE_WAIT_SLICE_S`` with the token checked between them: SIGTERM stops an idle
     child within one slice rather than after up to ``max_backoff``. Work that arrives
     between two slices is not missed: each slice looks for due work before it sleeps.
-    True when it returned because work is claimable.
     """
     deadline = time.monotonic() + delay_s
     while not token.cancelled:
         remaining_s = deadline - time.monotonic()
         if remaining_s <= 0:
-            return False
+            return
         if worker.store.wait_for_work(timedelta(seconds=min(remaining_s, _IDLE_WAIT_SLICE_S))):
-            return True
-    return False
+            return

@@ -21,7 +21,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
-from ..errors import InvalidArgument, StoreUnavailable
+from ..errors import InvalidArgument, StoreClosed, StoreUnavailable
 
 Connection = psycopg.Connection[DictRow]
 
@@ -93,7 +93,7 @@ class ProcessPool:
         """A pooled connection in autocommit mode. Driver errors raised while it is held
         become :class:`StoreUnavailable`; the store's own errors pass through."""
         if self._closed:
-            raise StoreUnavailable(f"store on {self.where} is closed")
+            raise StoreClosed(f"store on {self.where} is closed")
         if self._pid != os.getpid():
             raise StoreUnavailable(
                 f"store on {self.where} was opened in process {self._pid} and cannot be used "

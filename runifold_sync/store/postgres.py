@@ -66,6 +66,21 @@ def _utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
+def _transition_with_event(name: str, notify: bool) -> str:
+    """The key in ``_Q`` of query ``name`` extended with its history event (and NOTIFY),
+    built on first use."""
+    key = f"{name}+event" + ("+notify" if notify else "")
+    if key not in _Q:
+        notified = ", pg_notify('runifold_tasks', '') AS notified" if notify else ""
+        _Q[key] = (
+            f"WITH transition AS ({_Q[name]}), "
+            "event AS (INSERT INTO runifold_events (task_id, at, kind, worker_id, fencing_token, detail) "
+            "SELECT %(task_id)s, at, %(event_kind)s, %(event_worker)s, %(token)s, %(event_detail)s::jsonb "
+            f"FROM transition) SELECT *{notified} FROM transition"
+        )
+    return key
+
+
 def _claim_order(row: DictRow) -> tuple[Any, ...]:
     """The claim statement's ORDER BY (turn, least recently served tenant first, then
     priority and due time), which its UPDATE ... RETURNING does not keep."""
@@ -450,16 +465,19 @@ class PostgresWorkflowStore(WorkflowStore):
         *,
         notify: bool,
     ) -> DictRow:
-        with self._pool.transaction() as conn:
-            row = conn.execute(
-                _Q[name], params | {"task_id": lease.task_id, "token": lease.fencing_token}
-            ).fetchone()
-            if row is None:
-                raise LeaseLostError(lease.task_id, lease.fencing_token, event)
-            _event(conn, row["at"], lease.task_id, event, lease.worker_id, lease.fencing_token, detail)
-            if notify:
-                conn.execute(_Q["notify_work"])
-            return row
+        """One fenced UPDATE with its history event (and NOTIFY) in one statement: one
+        round trip, and the event is written exactly when the update matched."""
+        params = params | {
+            "task_id": lease.task_id,
+            "token": lease.fencing_token,
+            "event_kind": event,
+            "event_worker": lease.worker_id,
+            "event_detail": Jsonb(detail),
+        }
+        row = self._one(_transition_with_event(name, notify), params)
+        if row is None:
+            raise LeaseLostError(lease.task_id, lease.fencing_token, event)
+        return row
 
     def suspend(
         self,

@@ -28,6 +28,7 @@ from ..errors import (
     SchemaTooNew,
     SignalConflict,
     SignalRefused,
+    StoreClosed,
     StoreUnavailable,
     TaskNotFound,
 )
@@ -57,7 +58,10 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _Q = load_queries("sqlite", _NOW)
 _SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
-_WAIT_POLL_S = 0.05  # SQLite has no notifications: wait_for_work polls at this interval
+# SQLite has no notifications: wait_for_work polls PRAGMA data_version (a read of shared
+# memory that changes when another connection commits) at this interval, and asks for
+# due work again only when it changed or a known due time passed.
+_WAIT_POLL_S = 0.005
 
 
 def _at(epoch_us: int) -> datetime:
@@ -149,7 +153,7 @@ class SqliteWorkflowStore(WorkflowStore):
 
     def _conn(self) -> sqlite3.Connection:
         if self._closed:
-            raise StoreUnavailable(f"store {self.path!r} is closed")
+            raise StoreClosed(f"store {self.path!r} is closed")
         conn: _Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             if self._pid != os.getpid():
@@ -651,16 +655,29 @@ class SqliteWorkflowStore(WorkflowStore):
         self._run("set_clock_offset", {"offset_us": _us(offset)})
 
     def wait_for_work(self, timeout: timedelta) -> bool:
-        """Poll every ``_WAIT_POLL_S`` until a task is due; SQLite has no notifications."""
+        """Poll until a task is due; see ``_WAIT_POLL_S``."""
         deadline = time.monotonic() + rows.check_wait_timeout(timeout)
         while True:
+            version = self._data_version()
             due_in_s = self._run("seconds_until_due", {})[0][0]
             if due_in_s is not None and due_in_s <= 0:
                 return True
-            remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0:
-                return False
-            time.sleep(min(remaining_s, _WAIT_POLL_S))
+            due_by = None if due_in_s is None else time.monotonic() + due_in_s
+            while True:
+                remaining_s = deadline - time.monotonic()
+                if remaining_s <= 0:
+                    return False
+                time.sleep(min(remaining_s, _WAIT_POLL_S))
+                if (due_by is not None and time.monotonic() >= due_by) or self._data_version() != version:
+                    break
+
+    def _data_version(self) -> int:
+        """Changes whenever another connection commits to the database."""
+        try:
+            version: int = self._conn().execute("PRAGMA data_version").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"SQLite data_version on {self.path!r} failed: {exc}") from exc
+        return version
 
 
 def _event(

@@ -84,8 +84,10 @@ def test_parallel_branches_run_with_scoped_step_ids_and_typed_results(
     checkpoint = _checkpoint(sqlite_store, "p1")
     assert set(checkpoint.branch_journals) == {"parallel#1/left", "parallel#1/right"}
     assert checkpoint.usage.steps == 3
-    # One revision sequence: three step commits, the parallel entry, then completion.
-    assert sqlite_store.get_task("p1").revision == 5
+    # One revision sequence: a step's result is committed before the next body in any
+    # branch runs (how many commits that takes depends on how the branches interleave),
+    # then the parallel entry, then completion with nothing left unsaved.
+    assert 3 <= sqlite_store.get_task("p1").revision <= 5
 
 
 def test_a_retried_parallel_run_does_not_rerun_the_finished_branch(sqlite_store: SqliteWorkflowStore) -> None:

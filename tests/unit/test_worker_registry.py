@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from datetime import timedelta
 
@@ -54,3 +55,23 @@ def test_a_worker_registers_with_its_versions_stays_seen_while_idle_and_is_stopp
     worker.close()
     (record,) = sqlite_store.workers()
     assert record.stopped_at is not None and not record.live(timedelta(hours=1))
+
+
+def test_the_heartbeat_thread_ends_when_its_store_is_closed_under_an_unclosed_worker(
+    sqlite_store: SqliteWorkflowStore,
+) -> None:
+    name = "runifold-heartbeat-orphan"
+    worker = WorkflowWorker(
+        sqlite_store,
+        _registry(),
+        WorkerId.parse("orphan"),
+        LeaseDuration(timedelta(seconds=1)),
+        timedelta(seconds=0.02),
+    )
+    worker.run_once()  # registers the worker and starts its heartbeat thread
+    assert name in {t.name for t in threading.enumerate()}
+    sqlite_store.close()  # the owner forgot worker.close()
+    deadline = time.monotonic() + 5
+    while name in {t.name for t in threading.enumerate()} and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert name not in {t.name for t in threading.enumerate()}

@@ -43,6 +43,7 @@ def add(ctx: StepContext, value: int) -> int:
 @flow.main
 def main(ctx: WorkflowContext, value: int) -> dict[str, Any]:
     value = add(ctx, value)
+    value = add(ctx, value)  # the first add's result is committed before this one runs
     received = ctx.wait_for_signal("go")
     return {"value": add(ctx, value), "signal": received}
 
@@ -90,7 +91,7 @@ def test_store_unavailable_under_ctx_ends_the_cycle_and_the_task_completes_later
         store.set_clock_offset(LEASE.value + timedelta(seconds=1))
         outcome = worker.run_once()
         assert isinstance(outcome, Completed), outcome
-        assert outcome.result == {"value": 3, "signal": {"ok": True}}
+        assert outcome.result == {"value": 4, "signal": {"ok": True}}
         assert store.pending_signals(task_id, "go") == []
     finally:
         worker.close()
