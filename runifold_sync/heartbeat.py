@@ -53,6 +53,10 @@ class LeaseKeeper:
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._worker_id: WorkerId | None = None  # refreshed in the worker registry when set
+        # Leases of tasks claimed ahead in a batch, kept alive until their turn, with the
+        # monotonic time each was last extended from; a lease that could not be extended
+        # is dropped, so ``take`` reports it lost.
+        self._held: dict[str, tuple[Lease, float]] = {}
 
     def announce(self, worker_id: WorkerId) -> None:
         """Keep ``worker_id``'s ``last_seen`` fresh in the store's worker registry, idle or not."""
@@ -68,15 +72,32 @@ class LeaseKeeper:
             self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
             self._thread.start()
 
-    def watch(self, lease: Lease) -> LeaseFlags:
-        """Start extending ``lease``; returns the flags the heartbeat thread sets."""
+    def watch(self, lease: Lease, extended_at: float | None = None) -> LeaseFlags:
+        """Start extending ``lease``, last extended (or claimed) at monotonic time
+        ``extended_at`` (default now); returns the flags the heartbeat thread sets."""
+        start = time.monotonic() if extended_at is None else extended_at
         with self._lock:
             self._lease = lease
-            self._flags = flags = LeaseFlags(time.monotonic() + self._duration.seconds)
+            self._flags = flags = LeaseFlags(start + self._duration.seconds)
             if lease.cancel_requested is not None:  # requested while a previous owner ran
                 flags.cancel.set()
             self._start()
         return flags
+
+    def hold(self, leases: list[Lease]) -> None:
+        """Keep ``leases`` (claimed ahead, not running yet) alive until taken."""
+        now = time.monotonic()
+        with self._lock:
+            for lease in leases:
+                self._held[lease.task_id] = (lease, now)
+            self._start()
+
+    def take(self, task_id: str) -> tuple[Lease, float] | None:
+        """The latest form of a held lease (extended, cancel request noted) and the
+        monotonic time it was extended from, no longer kept here; None when it was lost
+        while waiting."""
+        with self._lock:
+            return self._held.pop(task_id, None)
 
     def unwatch(self) -> None:
         with self._lock:
@@ -90,6 +111,31 @@ class LeaseKeeper:
         self._wake.set()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_s)
+
+    def _extend_held(self) -> bool:
+        """Extend every held lease; False when the store was closed under the keeper."""
+        with self._lock:
+            held = [lease for lease, _extended in self._held.values()]
+        for lease in held:
+            started = time.monotonic()
+            try:
+                renewed: Lease | None = self._store.heartbeat(lease, self._duration)
+            except LeaseLostError:
+                renewed = None
+                log.warning("lease of a task claimed ahead lost before its turn", extra=task_fields(lease))
+            except StoreClosed:
+                return False
+            except Exception:  # an unreachable store: try again at the next beat
+                log.exception("heartbeat of a task claimed ahead failed", extra=task_fields(lease))
+                continue
+            with self._lock:
+                current = self._held.get(lease.task_id)
+                if current is not None and current[0] is lease:
+                    if renewed is None:
+                        del self._held[lease.task_id]
+                    else:
+                        self._held[lease.task_id] = (renewed, started)
+        return True
 
     def _loop(self) -> None:
         while True:
@@ -105,6 +151,8 @@ class LeaseKeeper:
                     return  # closed under a worker nobody closed: nothing left to keep
                 except Exception:
                     log.exception("worker registry update failed", extra={"worker_id": str(worker_id)})
+            if not self._extend_held():
+                return
             if lease is None:
                 continue
             started = time.monotonic()

@@ -29,6 +29,7 @@ SETTING_NAMES = (
     "RUNIFOLD_CONCURRENCY",
     "RUNIFOLD_LEASE_SECONDS",
     "RUNIFOLD_HEARTBEAT_SECONDS",
+    "RUNIFOLD_CLAIM_BATCH",
 )
 _OK_ONCE = (Idle, Completed, Suspended, Retried, Yielded, Cancelled)
 
@@ -50,6 +51,7 @@ class RunifoldSettings:
     concurrency: int
     lease: LeaseDuration
     heartbeat: timedelta
+    claim_batch: int = 1
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> RunifoldSettings:
@@ -74,7 +76,10 @@ class RunifoldSettings:
         lease = LeaseDuration(timedelta(seconds=lease_s))
         heartbeat = timedelta(seconds=heartbeat_s)
         WorkflowWorker.validate_timing(lease, heartbeat)
-        return cls(url, app, concurrency, lease, heartbeat)
+        claim_batch = values.get("RUNIFOLD_CLAIM_BATCH", 1)
+        if isinstance(claim_batch, bool) or not isinstance(claim_batch, int) or not 1 <= claim_batch <= 100:
+            raise InvalidArgument(f"RUNIFOLD_CLAIM_BATCH must be an integer in 1..100, got {claim_batch!r}")
+        return cls(url, app, concurrency, lease, heartbeat, claim_batch)
 
     def registry(self) -> WorkflowRegistry:
         """The application's registry (imported from ``RUNIFOLD_APP`` on each call)."""
@@ -112,7 +117,13 @@ class EmbeddedWorker(WorkflowWorker):
     ) -> None:
         try:
             super().__init__(
-                store, registry, worker_id, settings.lease, settings.heartbeat, observer=observer
+                store,
+                registry,
+                worker_id,
+                settings.lease,
+                settings.heartbeat,
+                observer=observer,
+                claim_batch=settings.claim_batch,
             )
         except BaseException:
             store.close()

@@ -12,7 +12,10 @@ import logging
 import os
 import socket
 import time
+from collections import deque
 from datetime import timedelta
+
+import attrs
 
 from . import crashpoints
 from .checkpoint import DEFAULT_MAX_CHECKPOINT_BYTES, Checkpoint
@@ -69,6 +72,7 @@ class WorkflowWorker:
         max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
         unavailable_delay: timedelta = timedelta(seconds=5),
         observer: CycleObserver | None = None,
+        claim_batch: int = 1,
     ) -> None:
         if not isinstance(store, WorkflowStore):
             raise InvalidArgument(f"store must be a WorkflowStore, got {store!r}")
@@ -97,6 +101,8 @@ class WorkflowWorker:
             raise InvalidArgument(
                 f"unavailable_delay must be a non-negative timedelta, got {unavailable_delay!r}"
             )
+        if isinstance(claim_batch, bool) or not isinstance(claim_batch, int) or not 1 <= claim_batch <= 100:
+            raise InvalidArgument(f"claim_batch must be an integer in 1..100, got {claim_batch!r}")
         if observer is not None and not isinstance(observer, CycleObserver):
             raise InvalidArgument(f"observer must be a CycleObserver or None, got {observer!r}")
         self.store = store
@@ -107,6 +113,8 @@ class WorkflowWorker:
         self._max_checkpoint_bytes = max_checkpoint_bytes
         self._unavailable_delay = unavailable_delay
         self._observer = observer
+        self._claim_batch = claim_batch
+        self._ahead: deque[ClaimedTask] = deque()  # claimed in a batch, not run yet
         self._registered = False
         self._keeper = LeaseKeeper(
             store, lease_duration, heartbeat_interval.total_seconds(), f"runifold-heartbeat-{worker_id}"
@@ -126,8 +134,9 @@ class WorkflowWorker:
             )
 
     def close(self) -> None:
-        """Stop the heartbeat thread and mark the worker stopped in the registry. The
-        store belongs to the caller."""
+        """Hand back tasks claimed ahead, stop the heartbeat thread and mark the worker
+        stopped in the registry. The store belongs to the caller."""
+        self._release_ahead()
         self._keeper.close()
         if self._registered:
             try:
@@ -148,22 +157,49 @@ class WorkflowWorker:
             )
             self._keeper.announce(self.worker_id)
             self._registered = True
-        claimed = self.store.claim(self.worker_id, self.lease_duration, limit=1)
-        if not claimed:
-            return Idle()
-        task = claimed[0]
+        extended_at = None
+        if self._ahead:
+            task = self._ahead.popleft()
+            held = self._keeper.take(task.lease.task_id)
+            if held is None:  # its lease ran out while it waited: another worker has it
+                return LeaseLost(task.lease.task_id, task.lease.fencing_token)
+            lease, extended_at = held
+            task = attrs.evolve(task, lease=lease)
+        else:
+            claimed = self.store.claim(self.worker_id, self.lease_duration, limit=self._claim_batch)
+            if not claimed:
+                return Idle()
+            task = claimed[0]
+            if len(claimed) > 1:
+                self._ahead.extend(claimed[1:])
+                self._keeper.hold([c.lease for c in claimed[1:]])
         if crashpoints.ARMED:
             crashpoints.reached("after_claim", task.lease.task_id)
         observer = self._observer
         if observer is None:
-            return self._run(task)
+            return self._run(task, extended_at)
         observer.claimed(task)
         started = time.monotonic()
-        outcome = self._run(task)
+        outcome = self._run(task, extended_at)
         observer.finished(task, outcome, time.monotonic() - started)
         return outcome
 
-    def _run(self, claimed: ClaimedTask) -> RunOutcome:
+    def _release_ahead(self) -> None:
+        """Give tasks claimed ahead back to the queue (the claim not counted as an
+        attempt), so other workers take them now rather than after their leases expire."""
+        while self._ahead:
+            task = self._ahead.popleft()
+            held = self._keeper.take(task.lease.task_id)
+            if held is None:
+                continue
+            try:
+                self.store.release(
+                    held[0], delay=timedelta(0), reason="handed back unstarted by a stopping worker"
+                )
+            except (LeaseLostError, StoreUnavailable) as exc:
+                log.warning("could not hand back a task claimed ahead: %s", exc, extra=task_fields(held[0]))
+
+    def _run(self, claimed: ClaimedTask, extended_at: float | None = None) -> RunOutcome:
         lease = claimed.lease
         definition = self.registry.get(claimed.definition_name, claimed.definition_version)
         if definition is None:
@@ -191,7 +227,7 @@ class WorkflowWorker:
             checkpoint.step_failures.clear()
         checkpoint.phase = "running"
         checkpoint.usage = checkpoint.usage.add(claims=1)
-        flags = self._keeper.watch(lease)
+        flags = self._keeper.watch(lease, extended_at)
         try:
             ctx = WorkflowContext(
                 claimed=claimed,
