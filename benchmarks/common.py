@@ -200,7 +200,7 @@ def fresh_store(kind: str) -> Iterator[str]:
 
 @contextmanager
 def running_pool(
-    url: str, processes: int, *, min_backoff: timedelta = DEFAULT_MIN_BACKOFF
+    url: str, processes: int, *, min_backoff: timedelta = DEFAULT_MIN_BACKOFF, claim_batch: int = 1
 ) -> Iterator[subprocess.Popen[str]]:
     """A supervisor (``benchmarks/pool.py``) with ``processes`` worker children, stopped
     with SIGTERM (the supervisor's own shutdown) when the block ends. Its log is shown
@@ -216,6 +216,8 @@ def running_pool(
                 str(processes),
                 "--min-backoff-ms",
                 str(min_backoff / timedelta(milliseconds=1)),
+                "--claim-batch",
+                str(claim_batch),
             ],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
@@ -281,6 +283,7 @@ class Throughput:
     steps: int  # per workflow
     processes: int
     seconds: float
+    claim_batch: int = 1
 
     @property
     def steps_per_s(self) -> float:
@@ -291,23 +294,27 @@ class Throughput:
         return self.workflows / self.seconds
 
 
-def measure_pool(url: str, *, workflows: int, steps: int, processes: int) -> Throughput:
+def measure_pool(url: str, *, workflows: int, steps: int, processes: int, claim_batch: int = 1) -> Throughput:
     """Drain ``workflows`` tasks of ``steps`` steps with a pool of ``processes`` workers:
     from the first claim to the last completion, all workers started beforehand."""
     store = open_store(url)
     try:
         enqueue_workflows(store, workflows, steps, delay=START_DELAY)
-        with running_pool(url, processes):
+        with running_pool(url, processes, claim_batch=claim_batch):
             wait_completed(store, workflows)
     finally:
         store.close()
-    return Throughput(workflows, steps, processes, drain_span_s(url))
+    return Throughput(workflows, steps, processes, drain_span_s(url), claim_batch)
 
 
 @retry_on_restart
-def measure_fresh(kind: str, *, workflows: int, steps: int, processes: int) -> Throughput:
+def measure_fresh(
+    kind: str, *, workflows: int, steps: int, processes: int, claim_batch: int = 1
+) -> Throughput:
     with fresh_store(kind) as url:
-        return measure_pool(url, workflows=workflows, steps=steps, processes=processes)
+        return measure_pool(
+            url, workflows=workflows, steps=steps, processes=processes, claim_batch=claim_batch
+        )
 
 
 # --- the result table -------------------------------------------------------------------

@@ -39,6 +39,9 @@ from common import (
 
 PEERS_DIR = HERE / ".peers"
 PYTHON = PEERS_DIR / "bin" / "python"
+# pgqueuer dequeues 10 jobs per round trip by default; runifold_sync is measured with one
+# task per claim (its default) and with this batch, and the better one is compared.
+CLAIM_BATCH = 10
 REQUIREMENTS = {"dbos": "dbos", "pgqueuer": "pgqueuer[asyncpg]", "procrastinate": "procrastinate"}
 
 
@@ -196,14 +199,18 @@ def run(quick: bool) -> list[Row]:
             )
         )
     progress(f"peers: runifold_sync one-step workflows, PostgreSQL, 4 processes, {tasks} tasks")
-    one_step = measure_fresh("postgres", workflows=tasks, steps=1, processes=4)
+    single = measure_fresh("postgres", workflows=tasks, steps=1, processes=4)
+    progress(f"peers: runifold_sync one-step workflows, claim batch {CLAIM_BATCH}, {tasks} tasks")
+    batched = measure_fresh("postgres", workflows=tasks, steps=1, processes=4, claim_batch=CLAIM_BATCH)
     rows.append(
         Row(
             f"runifold_sync, PostgreSQL, 4 proc, {tasks} one-step tasks: tasks/s",
-            rate(one_step.workflows_per_s),
-            "baseline of the two rows below",
+            rate(single.workflows_per_s),
+            f"one task per claim (default); {rate(batched.workflows_per_s)} with claim batch {CLAIM_BATCH}",
         )
     )
+    one_step = batched if batched.workflows_per_s > single.workflows_per_s else single
+    mode = f"claim batch {one_step.claim_batch}"
     for name, script, goal, aim in (
         ("pgqueuer", "peer_pgqueuer.py", 0.5, " (aim 1x)"),
         ("procrastinate", "peer_procrastinate.py", 2.0, ""),
@@ -226,7 +233,7 @@ def run(quick: bool) -> list[Row]:
             Row(
                 figure,
                 rate(peer_rate),
-                f"runifold_sync {ratio:.2f}x ({rate(one_step.workflows_per_s)})",
+                f"runifold_sync {ratio:.2f}x ({rate(one_step.workflows_per_s)}, {mode})",
                 target,
                 ratio >= goal,
             )

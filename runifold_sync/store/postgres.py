@@ -213,14 +213,7 @@ class PostgresWorkflowStore(WorkflowStore):
                 row = conn.execute(_Q["select_task"], {"task_id": task.task_id}).fetchone()
                 if row is None:  # inserted and deleted in between: nothing deletes tasks today
                     raise StoreUnavailable(f"task {task.task_id!r} conflicted on insert but cannot be read")
-                rows.check_enqueue_identity(  # raising rolls the whole batch back
-                    task,
-                    definition_name=row["definition_name"],
-                    definition_version=row["definition_version"],
-                    tenant=row["tenant"],
-                    input_json=row["input"],
-                )
-                results.append(EnqueueResult(task.task_id, created=False))
+                results.append(rows.already_enqueued(task, row))  # a conflict rolls the batch back
             if any(r.created for r in results):
                 conn.execute(_Q["notify_work"])
         return results

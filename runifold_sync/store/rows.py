@@ -19,6 +19,7 @@ from ..models import TaskOutcome, TaskState, WorkflowTask, check_name
 from .base import (
     ClaimedTask,
     EffectResolution,
+    EnqueueResult,
     Lease,
     QueueStats,
     TaskRecord,
@@ -75,28 +76,23 @@ def check_wait_timeout(timeout: object) -> float:
     return timeout.total_seconds()
 
 
-def check_enqueue_identity(
-    task: WorkflowTask,
-    *,
-    definition_name: str,
-    definition_version: int,
-    tenant: str,
-    input_json: str,
-) -> None:
-    """Raise :class:`EnqueueConflict` unless the stored task is the one being enqueued.
-    Input is compared as canonical JSON text, so ``1`` and ``1.0`` differ on every backend."""
+def already_enqueued(task: WorkflowTask, stored: Row) -> EnqueueResult:
+    """The result of enqueueing ``task`` whose id is taken by the ``stored`` row: the same
+    task, not created again, or :class:`EnqueueConflict`. Input is compared as canonical
+    JSON text, so ``1`` and ``1.0`` differ on every backend."""
     differences = [
         label
-        for label, stored, given in (
-            ("definition name", definition_name, task.definition_name),
-            ("definition version", definition_version, task.definition_version),
-            ("tenant", tenant, task.tenant),
-            ("input", input_json, task.input_json),
+        for label, column, given in (
+            ("definition name", "definition_name", task.definition_name),
+            ("definition version", "definition_version", task.definition_version),
+            ("tenant", "tenant", task.tenant),
+            ("input", "input", task.input_json),
         )
-        if stored != given
+        if stored[column] != given
     ]
     if differences:
         raise EnqueueConflict(task.task_id, differences)
+    return EnqueueResult(task.task_id, created=False)
 
 
 MAX_PENDING_SIGNALS = 100

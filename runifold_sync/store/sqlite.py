@@ -259,14 +259,7 @@ class SqliteWorkflowStore(WorkflowStore):
                     results.append(EnqueueResult(task.task_id, created=True))
                     continue
                 row = conn.execute(_Q["select_task"], {"task_id": task.task_id}).fetchone()
-                rows.check_enqueue_identity(  # raising rolls the whole batch back
-                    task,
-                    definition_name=row["definition_name"],
-                    definition_version=row["definition_version"],
-                    tenant=row["tenant"],
-                    input_json=row["input"],
-                )
-                results.append(EnqueueResult(task.task_id, created=False))
+                results.append(rows.already_enqueued(task, row))  # a conflict rolls the batch back
         return results
 
     def resolve_effect(
