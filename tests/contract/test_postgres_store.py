@@ -142,6 +142,14 @@ def test_the_claim_reads_the_partial_index_whatever_the_number_of_finished_tasks
     assert len(pg.claim(W1, LEASE, limit=10)) == 5
 
 
+def test_store_connections_run_without_jit(pg: PostgresWorkflowStore) -> None:
+    """A claim estimated above jit_above_cost (10,000 waiting tasks) spent ~50 ms a claim
+    compiling; every connection of the pool has JIT off."""
+    with pg._pool.connection() as first, pg._pool.connection() as second:
+        settings = [conn.execute("SHOW jit").fetchone() for conn in (first, second)]
+    assert settings == [{"jit": "off"}, {"jit": "off"}]
+
+
 def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield node
     for child in node.get("Plans", []):
