@@ -42,6 +42,14 @@ def return_type(fn: Callable[..., Any]) -> Any:
     return _type_hints(fn).get("return", Any)
 
 
+@functools.lru_cache(maxsize=1024)
+def _input_type(main_fn: Callable[..., Any]) -> Any:
+    """The annotation of a main function's input (its second parameter), read once: the
+    signature was re-read on every claim."""
+    name = list(inspect.signature(main_fn).parameters)[1]
+    return _type_hints(main_fn).get(name, Any)
+
+
 @attrs.frozen
 class StepSpec:
     """One declared step or effect. ``output_type`` is resolved lazily so annotations may
@@ -139,8 +147,7 @@ class Workflow:
 
     def input_type(self) -> Any:
         assert self.main_fn is not None
-        name = list(inspect.signature(self.main_fn).parameters)[1]
-        return _type_hints(self.main_fn).get(name, Any)
+        return _input_type(self.main_fn)
 
     def fingerprint(self) -> str:
         """Hash of the declared step graph; changes whenever a checkpoint of this
