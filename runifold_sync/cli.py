@@ -564,6 +564,9 @@ def tenant_set(
 ) -> None:
     """Replace tenant NAME's admission policy; a limit left out is unlimited. Workers
     everywhere apply it from their next claim; held tasks stay queued, never fail."""
+    source = click.get_current_context().get_parameter_source("budget_window")
+    if budget is None and source is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--budget-window needs --budget: the window is the budget's")
     window = timedelta(seconds=budget_window)
     policy = _checked(
         TenantPolicy, name, max_leased, None if budget is None else _checked(TenantBudget, budget, window)

@@ -223,6 +223,8 @@ def test_tenant_set_and_list_show_a_policy_and_show_explains_a_held_task(url: st
     assert code == 0 and "no limits" in out
     code, out = _invoke("tenant", "list", "--database", url)
     assert "every tenant is unlimited" in out
+    code, out = _invoke("tenant", "set", "acme", "--budget-window", "60", "--database", url)
+    assert code == 2 and "--budget-window needs --budget" in out
     code, out = _invoke("tenant", "set", " bad", "--database", url)
     assert code != 0 and "tenant must be non-empty without surrounding spaces" in out
 
