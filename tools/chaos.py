@@ -79,6 +79,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--lease-s", type=float, default=2.0)
     p.add_argument("--heartbeat-s", type=float, default=0.5)
+    p.add_argument(
+        "--claim-batch",
+        type=int,
+        default=1,
+        help="tasks each worker claims at once (leases kept while waiting)",
+    )
     p.add_argument("--step-ms", type=float, default=40.0, help="time each body takes")
     p.add_argument("--timer-ms", type=int, default=200, help="the workflows' durable timer")
     p.add_argument(
@@ -317,6 +323,8 @@ class Chaos:
                 str(args.lease_s),
                 "--heartbeat-s",
                 str(args.heartbeat_s),
+                "--claim-batch",
+                str(args.claim_batch),
             ],
             stdout=subprocess.PIPE,
             stderr=self.err,

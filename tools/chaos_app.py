@@ -192,6 +192,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, required=True)
     parser.add_argument("--lease-s", type=float, required=True)
     parser.add_argument("--heartbeat-s", type=float, required=True)
+    parser.add_argument("--claim-batch", type=int, default=1)
     args = parser.parse_args()
     os.environ[WORKDIR_ENV] = str(args.workdir)
     lease = LeaseDuration(timedelta(seconds=args.lease_s))
@@ -199,7 +200,9 @@ def main() -> None:
 
     def factory(worker_id: WorkerId) -> WorkflowWorker:  # runs in the child, after the fork
         _append(args.workdir / "workers.txt", f"{os.getpid()} {worker_id}\n")
-        return WorkflowWorker(open_store(args.url), registry(), worker_id, lease, heartbeat)
+        return WorkflowWorker(
+            open_store(args.url), registry(), worker_id, lease, heartbeat, claim_batch=args.claim_batch
+        )
 
     config = (
         WorkflowSupervisorConfig(args.processes)
