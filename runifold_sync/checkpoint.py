@@ -7,10 +7,12 @@ their JSON form and structured back by the step's return annotation.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import attrs
 import cattrs
+from cattrs.gen import make_dict_unstructure_fn, override
 
 from .codec import converter, from_json, to_json
 from .errors import CheckpointError, CheckpointTooLarge
@@ -53,13 +55,48 @@ class Checkpoint:
     compensating_for: str | None = None
     compensation_reason: str | None = None
     compensated: list[str] = attrs.Factory(list)
+    # The canonical text of each finished journal entry, by id(entry): a finished entry
+    # never changes, so each commit encodes only what is new instead of the whole journal.
+    _entry_texts: dict[int, tuple[JournalEntry, str]] = attrs.field(
+        factory=dict, init=False, eq=False, repr=False
+    )
 
     def encode(self, task_id: str, limit_bytes: int) -> str:
-        text = to_json(self)
+        """The canonical JSON text (equal to ``to_json`` of this checkpoint), refused
+        over ``limit_bytes``."""
+        text = self._text()
         size = len(text.encode())
         if size > limit_bytes:
             raise CheckpointTooLarge(task_id, size, limit_bytes)
         return text
+
+    def _text(self) -> str:
+        parts = {}
+        for field in attrs.fields(Checkpoint):
+            if field.name == "_entry_texts":
+                continue
+            value = getattr(self, field.name)
+            if field.name == "journal":
+                parts[field.name] = self._journal_text(value)
+            elif field.name == "branch_journals":
+                branches = (f"{json.dumps(key)}:{self._journal_text(value[key])}" for key in sorted(value))
+                parts[field.name] = "{" + ",".join(branches) + "}"
+            else:
+                parts[field.name] = to_json(value)
+        return "{" + ",".join(f"{json.dumps(name)}:{parts[name]}" for name in sorted(parts)) + "}"
+
+    def _journal_text(self, journal: list[JournalEntry]) -> str:
+        texts = []
+        for entry in journal:
+            cached = self._entry_texts.get(id(entry))
+            if cached is not None and cached[0] is entry:
+                texts.append(cached[1])
+                continue
+            text = to_json(entry)
+            if entry.status == "done":
+                self._entry_texts[id(entry)] = (entry, text)
+            texts.append(text)
+        return "[" + ",".join(texts) + "]"
 
     @classmethod
     def decode(cls, task_id: str, text: str) -> Checkpoint:
@@ -78,3 +115,8 @@ class Checkpoint:
             raise
         except (ValueError, TypeError, KeyError, cattrs.BaseValidationError) as exc:
             raise CheckpointError(f"checkpoint of task {task_id!r} is corrupt: {exc}") from exc
+
+
+converter.register_unstructure_hook(
+    Checkpoint, make_dict_unstructure_fn(Checkpoint, converter, _entry_texts=override(omit=True))
+)

@@ -8,6 +8,7 @@ import pytest
 
 from runifold_sync import BudgetUsage, CheckpointError, CheckpointTooLarge, DefinitionIdentity, RunifoldError
 from runifold_sync.checkpoint import DEFAULT_MAX_CHECKPOINT_BYTES, FORMAT_VERSION, Checkpoint, JournalEntry
+from runifold_sync.codec import to_json
 
 IDENTITY = DefinitionIdentity("order-intake", 3, "0123456789abcdef")
 
@@ -34,6 +35,23 @@ def test_checkpoint_round_trips_through_its_encoding() -> None:
     assert isinstance(decoded.journal[0], JournalEntry)
     assert isinstance(decoded.usage, BudgetUsage)
     assert decoded.definition == IDENTITY
+
+
+def test_encoding_reuses_finished_entries_yet_always_equals_the_canonical_form() -> None:
+    checkpoint = sample()
+    checkpoint.branch_journals["parallel#1/a"] = [JournalEntry("parallel#1/a/add#1", "step", "done", 1)]
+    first = checkpoint.encode("t1", DEFAULT_MAX_CHECKPOINT_BYTES)
+    assert first == to_json(checkpoint)
+    notify = checkpoint.journal[2]  # an intent: not reused until it is finished
+    notify.status, notify.output, notify.evidence = "done", {"sent": True}, "ran"
+    checkpoint.journal[3].status = "done"
+    checkpoint.journal.append(JournalEntry("ship#1", "step", "done", [1, 2]))
+    checkpoint.branch_journals["parallel#1/a"].append(JournalEntry("parallel#1/a/add#2", "step", "done", 2))
+    checkpoint.usage = checkpoint.usage.add(steps=2)
+    second = checkpoint.encode("t1", DEFAULT_MAX_CHECKPOINT_BYTES)
+    assert second == to_json(checkpoint) != first
+    assert Checkpoint.decode("t1", second) == checkpoint
+    assert "_entry_texts" not in json.loads(second)
 
 
 def test_encoding_records_the_format_version() -> None:
