@@ -17,7 +17,8 @@ from datetime import timedelta
 from commit_limit import measure_commit_loop
 from common import Row, arg_parser, enqueue_workflows, fresh_store, print_table, progress, registry
 
-from runifold_sync import Completed, LeaseDuration, WorkerId, WorkflowWorker, open_store
+from runifold_sync import Completed, DefinitionIdentity, LeaseDuration, WorkerId, WorkflowWorker, open_store
+from runifold_sync.checkpoint import DEFAULT_MAX_CHECKPOINT_BYTES, Checkpoint, JournalEntry
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,35 @@ def run(quick: bool) -> list[Row]:
                 "UPDATE commit",
             )
         )
+    short, long = (checkpoint_encode_us(entries) for entries in (5, LONG_JOURNAL))
+    rows.append(
+        Row(
+            f"checkpoint encode at each commit, {LONG_JOURNAL}-entry journal",
+            f"{long:,.0f} µs",
+            f"{long / short:.1f}x a 5-entry journal ({short:,.0f} µs); {LONG_JOURNAL // 5}x the entries",
+        )
+    )
     return rows
+
+
+LONG_JOURNAL = 500
+
+
+def checkpoint_encode_us(entries: int) -> float:
+    """Time of one more commit's encoding of a checkpoint with ``entries`` finished steps
+    (what a long workflow pays at every step): finished entries are encoded once."""
+    checkpoint = Checkpoint(DefinitionIdentity("bench-flow", 1, "f" * 64))
+    for n in range(entries):
+        checkpoint.journal.append(
+            JournalEntry(f"work#{n + 1}", "step", "done", {"value": n, "note": "x" * 20})
+        )
+    checkpoint.encode("bench", DEFAULT_MAX_CHECKPOINT_BYTES)
+    rounds = 300
+    started = time.perf_counter()
+    for _ in range(rounds):
+        checkpoint.usage = checkpoint.usage.add(steps=1)
+        checkpoint.encode("bench", DEFAULT_MAX_CHECKPOINT_BYTES)
+    return (time.perf_counter() - started) / rounds * 1e6
 
 
 def profile(kind: str, workflows: int, top: int) -> None:
