@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -24,6 +25,24 @@ from psycopg_pool import ConnectionPool
 from ..errors import InvalidArgument, StoreClosed, StoreUnavailable
 
 Connection = psycopg.Connection[DictRow]
+
+# A connection idle longer than this is checked (one empty query) before it is handed out:
+# a server restart breaks idle connections, and checking them replaces them instead of
+# failing the caller. One used more recently skips the round trip, which otherwise came
+# with every statement; if the server restarted in between, that statement fails with
+# StoreUnavailable (ending the cycle, not the task) and the broken connection is dropped.
+_CHECK_AFTER_IDLE_S = 1.0
+
+
+class PooledConnection(psycopg.Connection[DictRow]):
+    """A connection that remembers when it last went back to the pool."""
+
+    returned_at: float = float("-inf")
+
+
+def _check_if_idle(conn: PooledConnection) -> None:
+    if time.monotonic() - conn.returned_at > _CHECK_AFTER_IDLE_S:
+        ConnectionPool.check_connection(conn)
 
 
 def describe(url: str) -> str:
@@ -46,7 +65,7 @@ def _configure(conn: Connection) -> None:
 class ProcessPool:
     """Autocommit, dict-row connections for one process."""
 
-    def __init__(self, pool: ConnectionPool[Connection], where: str) -> None:
+    def __init__(self, pool: ConnectionPool[PooledConnection], where: str) -> None:
         self.where = where
         self._pool = pool
         self._pid = os.getpid()
@@ -73,14 +92,12 @@ class ProcessPool:
             psycopg.connect(url, connect_timeout=max(2, math.ceil(connect_timeout.total_seconds()))).close()
             pool = ConnectionPool(
                 url,
-                connection_class=Connection,
+                connection_class=PooledConnection,
                 kwargs={"autocommit": True, "row_factory": dict_row},
                 min_size=min_size,
                 max_size=max_size,
                 timeout=pool_timeout.total_seconds(),
-                # A server restart breaks every idle connection; checking each one at
-                # checkout (one empty query) replaces it instead of failing the caller.
-                check=ConnectionPool.check_connection,
+                check=_check_if_idle,
                 configure=_configure,
                 name="runifold",
                 open=True,
@@ -110,7 +127,10 @@ class ProcessPool:
             )
         try:
             with self._pool.connection() as conn:
-                yield conn
+                try:
+                    yield conn
+                finally:
+                    conn.returned_at = time.monotonic()
         except psycopg.Error as exc:
             raise StoreUnavailable(f"{self.where}: {type(exc).__name__}: {exc}") from exc
 

@@ -3,6 +3,7 @@ pool's arguments and its errors."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -148,6 +149,34 @@ def test_store_connections_run_without_jit(pg: PostgresWorkflowStore) -> None:
     with pg._pool.connection() as first, pg._pool.connection() as second:
         settings = [conn.execute("SHOW jit").fetchone() for conn in (first, second)]
     assert settings == [{"jit": "off"}, {"jit": "off"}]
+
+
+def test_a_connection_broken_while_idle_is_replaced_and_one_broken_in_use_fails_once(
+    postgres_url: str,
+) -> None:
+    """Checking a connection costs a round trip, so only one idle for over a second is
+    checked at checkout; one used just before has no check, and its failure is reported
+    as StoreUnavailable, the broken connection dropped."""
+    store = PostgresWorkflowStore.connect(postgres_url, min_size=1, max_size=1)
+    try:
+        store.enqueue(task("t1"))
+
+        def kill_backends() -> None:
+            with psycopg.connect(postgres_url, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+
+        kill_backends()
+        time.sleep(1.2)  # idle past the check threshold: checked and replaced at checkout
+        assert store.get_task("t1").task_id == "t1"
+        kill_backends()  # used a moment ago: handed out unchecked
+        with pytest.raises(StoreUnavailable):
+            store.get_task("t1")
+        assert store.get_task("t1").task_id == "t1"  # the broken connection was dropped
+    finally:
+        store.close()
 
 
 def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
