@@ -384,29 +384,14 @@ class PostgresWorkflowStore(WorkflowStore):
     def claim(self, worker_id: WorkerId, lease: LeaseDuration, *, limit: int = 1) -> list[ClaimedTask]:
         rows.check_claim_limit(limit)
         claimed = []
-        with self._pool.transaction() as conn:
+        params = {"limit": limit, "worker_id": worker_id.value, "lease_s": lease.seconds}
+        # Pipelined: BEGIN, the tenant locks and the claim (with its events) go out
+        # together, and the claim statement still runs after the locks are held.
+        with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
             conn.execute(_Q["lock_limited_tenants"])
-            leased = conn.execute(
-                _Q["claim_tasks"], {"limit": limit, "worker_id": worker_id.value, "lease_s": lease.seconds}
-            ).fetchall()
+            leased = conn.execute(_Q["claim_tasks"], params).fetchall()
             # UPDATE ... RETURNING has no order: hand tasks out in claim order.
             leased.sort(key=_claim_order)
-            if leased:
-                with conn.cursor() as cursor:  # executemany pipelines the events: one round trip
-                    cursor.executemany(
-                        _Q["insert_event"],
-                        [
-                            _event_params(
-                                row["at"],
-                                row["task_id"],
-                                "claimed",
-                                worker_id.value,
-                                row["fencing_token"],
-                                rows.claimed_detail(row["from_state"], row["previous_worker"]),
-                            )
-                            for row in leased
-                        ],
-                    )
             for row in leased:
                 resolutions = {}
                 if row["resolved"]:  # rare: only tasks an operator resolved have any

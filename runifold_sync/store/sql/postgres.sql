@@ -84,22 +84,34 @@ served AS (
         WHERE tenant IN (SELECT tenant FROM chosen)
         FOR UPDATE SKIP LOCKED
     )
+),
+leased AS (
+    UPDATE runifold_tasks AS t
+    SET state = 'leased', worker_id = %(worker_id)s, fencing_token = t.fencing_token + 1,
+        lease_expires = clock.now + make_interval(secs => %(lease_s)s),
+        ready_at = clock.now + make_interval(secs => %(lease_s)s),
+        claims_since_progress = t.claims_since_progress + 1, reason = NULL,
+        waiting_for_signal = NULL, updated_at = clock.now
+    FROM chosen AS c, clock
+    WHERE t.task_id = c.task_id
+    RETURNING t.task_id, t.tenant, t.definition_name, t.definition_version,
+        t.input_text AS input, t.revision, t.checkpoint::text AS checkpoint, t.fencing_token,
+        t.lease_expires, t.claims_since_progress, t.cancel_requested, c.turn, c.served_at,
+        t.priority, c.ready_at AS due_at,
+        c.state AS from_state, c.worker_id AS previous_worker, clock.now AS at,
+        c.updated_at AS previous_updated_at, c.waiting_for_signal AS previous_signal,
+        EXISTS (SELECT 1 FROM runifold_effect_resolutions r WHERE r.task_id = t.task_id) AS resolved
+),
+-- Each claim's history event, in the same statement (detail as rows.claimed_detail).
+claimed_events AS (
+    INSERT INTO runifold_events (task_id, at, kind, worker_id, fencing_token, detail)
+    SELECT task_id, at, 'claimed', %(worker_id)s, fencing_token,
+        jsonb_build_object('from_state', from_state)
+            || CASE WHEN from_state = 'leased'
+                THEN jsonb_build_object('expired_owner', previous_worker) ELSE '{}'::jsonb END
+    FROM leased
 )
-UPDATE runifold_tasks AS t
-SET state = 'leased', worker_id = %(worker_id)s, fencing_token = t.fencing_token + 1,
-    lease_expires = clock.now + make_interval(secs => %(lease_s)s),
-    ready_at = clock.now + make_interval(secs => %(lease_s)s),
-    claims_since_progress = t.claims_since_progress + 1, reason = NULL, waiting_for_signal = NULL,
-    updated_at = clock.now
-FROM chosen AS c, clock
-WHERE t.task_id = c.task_id
-RETURNING t.task_id, t.tenant, t.definition_name, t.definition_version,
-    t.input_text AS input, t.revision, t.checkpoint::text AS checkpoint, t.fencing_token,
-    t.lease_expires, t.claims_since_progress, t.cancel_requested, c.turn, c.served_at,
-    t.priority, c.ready_at AS due_at,
-    c.state AS from_state, c.worker_id AS previous_worker, clock.now AS at,
-    c.updated_at AS previous_updated_at, c.waiting_for_signal AS previous_signal,
-    EXISTS (SELECT 1 FROM runifold_effect_resolutions r WHERE r.task_id = t.task_id) AS resolved;
+SELECT * FROM leased;
 
 -- name: resolutions_for_task
 SELECT effect_key, applied, result::text AS result, actor, reason
