@@ -76,9 +76,9 @@ class RunifoldSettings:
         lease = LeaseDuration(timedelta(seconds=lease_s))
         heartbeat = timedelta(seconds=heartbeat_s)
         WorkflowWorker.validate_timing(lease, heartbeat)
-        claim_batch = values.get("RUNIFOLD_CLAIM_BATCH", 1)
-        if isinstance(claim_batch, bool) or not isinstance(claim_batch, int) or not 1 <= claim_batch <= 100:
-            raise InvalidArgument(f"RUNIFOLD_CLAIM_BATCH must be an integer in 1..100, got {claim_batch!r}")
+        claim_batch = WorkflowWorker.validate_claim_batch(
+            values.get("RUNIFOLD_CLAIM_BATCH", 1), "RUNIFOLD_CLAIM_BATCH"
+        )
         return cls(url, app, concurrency, lease, heartbeat, claim_batch)
 
     def registry(self) -> WorkflowRegistry:

@@ -101,8 +101,7 @@ class WorkflowWorker:
             raise InvalidArgument(
                 f"unavailable_delay must be a non-negative timedelta, got {unavailable_delay!r}"
             )
-        if isinstance(claim_batch, bool) or not isinstance(claim_batch, int) or not 1 <= claim_batch <= 100:
-            raise InvalidArgument(f"claim_batch must be an integer in 1..100, got {claim_batch!r}")
+        self.validate_claim_batch(claim_batch)
         if observer is not None and not isinstance(observer, CycleObserver):
             raise InvalidArgument(f"observer must be a CycleObserver or None, got {observer!r}")
         self.store = store
@@ -132,6 +131,13 @@ class WorkflowWorker:
                 f"heartbeat interval {heartbeat_interval} must be at most half the lease "
                 f"duration {lease_duration.value}, so one missed beat does not lose the lease"
             )
+
+    @staticmethod
+    def validate_claim_batch(value: object, name: str = "claim_batch") -> int:
+        """Refuse a claim batch outside 1..100 (``name`` is how the caller spelled it)."""
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100:
+            raise InvalidArgument(f"{name} must be an integer in 1..100, got {value!r}")
+        return value
 
     def close(self) -> None:
         """Hand back tasks claimed ahead, stop the heartbeat thread and mark the worker
