@@ -151,37 +151,42 @@ class LeaseKeeper:
                     return  # closed under a worker nobody closed: nothing left to keep
                 except Exception:
                     log.exception("worker registry update failed", extra={"worker_id": str(worker_id)})
+            # The running task's lease first: leases claimed ahead must not delay it.
+            if lease is not None and not self._extend_current(lease, flags):
+                return
             if not self._extend_held():
                 return
-            if lease is None:
-                continue
-            started = time.monotonic()
+
+    def _extend_current(self, lease: Lease, flags: LeaseFlags) -> bool:
+        """Extend the running task's lease; False when the store was closed under the keeper."""
+        started = time.monotonic()
+        if crashpoints.ARMED:
+            crashpoints.reached("before_heartbeat", lease.task_id)
+        try:
+            renewed = self._store.heartbeat(lease, self._duration)
             if crashpoints.ARMED:
-                crashpoints.reached("before_heartbeat", lease.task_id)
-            try:
-                renewed = self._store.heartbeat(lease, self._duration)
-                if crashpoints.ARMED:
-                    crashpoints.reached("after_heartbeat", lease.task_id)
-            except LeaseLostError:
-                flags.lost.set()
-                with self._lock:
-                    current = self._lease is lease
-                    if current:  # lost for good: stop beating for it (and logging it)
-                        self._lease = None
-                if current:  # otherwise the cycle already ended and released the lease
-                    log.warning("lease lost", extra=task_fields(lease))
-                continue
-            except StoreClosed:
-                flags.lost.set()  # nothing can extend it now
-                return
-            except Exception:
-                log.exception("heartbeat failed", extra=task_fields(lease))
-                if flags.expired():
-                    flags.lost.set()
-                continue
-            if renewed.cancel_requested is not None:
-                flags.cancel.set()
+                crashpoints.reached("after_heartbeat", lease.task_id)
+        except LeaseLostError:
+            flags.lost.set()
             with self._lock:
-                if self._lease is lease:
-                    self._lease = renewed
-                    flags.deadline = started + self._duration.seconds
+                current = self._lease is lease
+                if current:  # lost for good: stop beating for it (and logging it)
+                    self._lease = None
+            if current:  # otherwise the cycle already ended and released the lease
+                log.warning("lease lost", extra=task_fields(lease))
+            return True
+        except StoreClosed:
+            flags.lost.set()  # nothing can extend it now
+            return False
+        except Exception:
+            log.exception("heartbeat failed", extra=task_fields(lease))
+            if flags.expired():
+                flags.lost.set()
+            return True
+        if renewed.cancel_requested is not None:
+            flags.cancel.set()
+        with self._lock:
+            if self._lease is lease:
+                self._lease = renewed
+                flags.deadline = started + self._duration.seconds
+        return True
