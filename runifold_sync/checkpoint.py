@@ -71,19 +71,27 @@ class Checkpoint:
         return text
 
     def _text(self) -> str:
-        parts = {}
-        for field in attrs.fields(Checkpoint):
-            if field.name == "_entry_texts":
-                continue
-            value = getattr(self, field.name)
-            if field.name == "journal":
-                parts[field.name] = self._journal_text(value)
-            elif field.name == "branch_journals":
+        # Keys in sorted order; the plain fields between two journal fields are encoded
+        # together in one call, and journals reuse the text of their finished entries.
+        pieces = []
+        plain: dict[str, Any] = {}
+        for name in _FIELD_NAMES:
+            value = getattr(self, name)
+            if name == "journal":
+                text = self._journal_text(value)
+            elif name == "branch_journals":
                 branches = (f"{json.dumps(key)}:{self._journal_text(value[key])}" for key in sorted(value))
-                parts[field.name] = "{" + ",".join(branches) + "}"
+                text = "{" + ",".join(branches) + "}"
             else:
-                parts[field.name] = to_json(value)
-        return "{" + ",".join(f"{json.dumps(name)}:{parts[name]}" for name in sorted(parts)) + "}"
+                plain[name] = value
+                continue
+            if plain:
+                pieces.append(to_json(plain)[1:-1])
+                plain.clear()
+            pieces.append(f'"{name}":{text}')
+        if plain:
+            pieces.append(to_json(plain)[1:-1])
+        return "{" + ",".join(pieces) + "}"
 
     def _journal_text(self, journal: list[JournalEntry]) -> str:
         texts = []
@@ -116,6 +124,8 @@ class Checkpoint:
         except (ValueError, TypeError, KeyError, cattrs.BaseValidationError) as exc:
             raise CheckpointError(f"checkpoint of task {task_id!r} is corrupt: {exc}") from exc
 
+
+_FIELD_NAMES = sorted(field.name for field in attrs.fields(Checkpoint) if field.name != "_entry_texts")
 
 converter.register_unstructure_hook(
     Checkpoint, make_dict_unstructure_fn(Checkpoint, converter, _entry_texts=override(omit=True))

@@ -15,6 +15,10 @@ T = TypeVar("T")
 
 converter = make_converter()
 
+# One encoder for every canonical text: ``json.dumps`` with options builds a new encoder
+# on each call, which showed up on the per-step hot path.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+
 
 def _unstructure_set(values: set[Any] | frozenset[Any]) -> list[Any]:
     # Sets iterate in hash order, which differs between processes for strings; sorting
@@ -47,7 +51,7 @@ def _encode(value: Any) -> tuple[Any, str]:
     """The JSON form of ``value`` and its canonical text (sorted keys, compact)."""
     try:
         raw = unstructure(value)
-        return raw, json.dumps(raw, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return raw, _CANONICAL.encode(raw)
     except (TypeError, ValueError, RecursionError) as exc:
         raise NotJsonable(f"{type(exc).__name__}: {exc}") from exc
 

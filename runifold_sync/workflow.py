@@ -85,6 +85,7 @@ class Workflow:
         self.steps: dict[str, StepSpec] = {}
         self.compensations: dict[str, Callable[..., Any]] = {}
         self.main_fn: Callable[..., Any] | None = None
+        self._fingerprint: str | None = None  # cleared by each declaration
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, version={self.version})"
@@ -128,6 +129,7 @@ class Workflow:
             if step_id in self.compensations:
                 raise InvalidArgument(f"{self!r} already has a compensation for {step_id!r}")
             self.compensations[step_id] = fn
+            self._fingerprint = None
             return fn
 
         return decorate
@@ -151,7 +153,9 @@ class Workflow:
 
     def fingerprint(self) -> str:
         """Hash of the declared step graph; changes whenever a checkpoint of this
-        version could be misread."""
+        version could be misread. Cached: the worker asks at every claim."""
+        if self._fingerprint is not None:
+            return self._fingerprint
         schema = {
             "name": self.name,
             "version": self.version,
@@ -160,7 +164,8 @@ class Workflow:
             "compensations": sorted(self.compensations),
         }
         digest = hashlib.sha256(json.dumps(schema, sort_keys=True).encode())
-        return digest.hexdigest()[:16]
+        self._fingerprint = digest.hexdigest()[:16]
+        return self._fingerprint
 
     def _declare(
         self,
@@ -185,6 +190,7 @@ class Workflow:
                 raise InvalidArgument(f"{self!r} already declares a step or effect {sid!r}")
             spec = StepSpec(sid, kind, fn, retry or RetryPolicy(), caps, idempotent, reconcile)
             self.steps[sid] = spec
+            self._fingerprint = None
 
             def call(ctx: WorkflowContext, *args: Any, **kwargs: Any) -> Any:
                 if not isinstance(ctx, WorkflowContext):

@@ -99,6 +99,24 @@ def test_fingerprint_changes_when_a_step_is_added() -> None:
     assert build().fingerprint() != build(extra_step=True).fingerprint()
 
 
+def test_fingerprint_asked_early_still_changes_with_later_declarations() -> None:
+    workflow = Workflow("late", 1)
+    before = workflow.fingerprint()
+
+    @workflow.step()
+    def added(ctx: StepContext) -> int:
+        return 1
+
+    with_step = workflow.fingerprint()
+    assert with_step != before
+
+    @workflow.compensate_for("added")
+    def undo(ctx: StepContext, output: int) -> None:
+        pass
+
+    assert workflow.fingerprint() not in (before, with_step)
+
+
 def test_fingerprint_changes_when_an_effect_idempotent_flag_changes() -> None:
     assert build(idempotent=False).fingerprint() != build(idempotent=True).fingerprint()
 
