@@ -130,9 +130,9 @@ class EmbeddedWorker(WorkflowWorker):
             raise
         self._cycle = cycle
 
-    def run_once(self) -> RunOutcome:
+    def run_once(self, *, claim_next: bool = False) -> RunOutcome:
         with self._cycle():
-            return super().run_once()
+            return super().run_once(claim_next=claim_next)
 
     def close(self) -> None:
         try:

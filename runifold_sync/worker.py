@@ -54,7 +54,7 @@ from .outcomes import (
     Suspended,
     Yielded,
 )
-from .store.base import ClaimedTask, WorkflowStore
+from .store.base import ClaimedTask, ClaimRequest, WorkflowStore
 
 log = logging.getLogger("runifold_sync.worker")
 
@@ -114,6 +114,7 @@ class WorkflowWorker:
         self._observer = observer
         self._claim_batch = claim_batch
         self._ahead: deque[ClaimedTask] = deque()  # claimed in a batch, not run yet
+        self._claim_next = False  # this cycle's run_once(claim_next=...)
         self._registered = False
         self._keeper = LeaseKeeper(
             store, lease_duration, heartbeat_interval.total_seconds(), f"runifold-heartbeat-{worker_id}"
@@ -154,8 +155,13 @@ class WorkflowWorker:
                     extra={"worker_id": str(self.worker_id)},
                 )
 
-    def run_once(self) -> RunOutcome:
-        """Claim one ready task and run it until it completes, waits, fails or yields."""
+    def run_once(self, *, claim_next: bool = False) -> RunOutcome:
+        """Claim one ready task and run it until it completes, waits, fails or yields.
+
+        ``claim_next`` is for a loop that calls again at once (the supervisor's children):
+        a completion then claims the next task in its own transaction, one commit fewer
+        per task; the next call runs it, and :meth:`close` hands it back unstarted."""
+        self._claim_next = claim_next
         if not self._registered:  # in the process that runs, so after any fork
             definitions = sorted((d.workflow.name, d.workflow.version) for d in self.registry)
             self.store.register_worker(
@@ -176,9 +182,7 @@ class WorkflowWorker:
             if not claimed:
                 return Idle()
             task = claimed[0]
-            if len(claimed) > 1:
-                self._ahead.extend(claimed[1:])
-                self._keeper.hold([c.lease for c in claimed[1:]])
+            self._hold_ahead(claimed[1:])
         if crashpoints.ARMED:
             crashpoints.reached("after_claim", task.lease.task_id)
         observer = self._observer
@@ -189,6 +193,12 @@ class WorkflowWorker:
         outcome = self._run(task, extended_at)
         observer.finished(task, outcome, time.monotonic() - started)
         return outcome
+
+    def _hold_ahead(self, claimed: list[ClaimedTask]) -> None:
+        """Keep tasks claimed for later calls, their leases extended by the heartbeat."""
+        if claimed:
+            self._ahead.extend(claimed)
+            self._keeper.hold([c.lease for c in claimed])
 
     def _release_ahead(self) -> None:
         """Give tasks claimed ahead back to the queue (the claim not counted as an
@@ -329,7 +339,14 @@ class WorkflowWorker:
             ctx.checkpoint.phase = "completed"
             if crashpoints.ARMED:
                 crashpoints.reached("before_transition", "complete")
-            self.store.complete(lease, ctx.revision, self._encode_or_fail(ctx), result_json)
+            then_claim = None
+            if self._claim_next and not self._ahead:
+                then_claim = ClaimRequest(self.worker_id, self.lease_duration, self._claim_batch)
+            self._hold_ahead(
+                self.store.complete(
+                    lease, ctx.revision, self._encode_or_fail(ctx), result_json, then_claim=then_claim
+                )
+            )
             if crashpoints.ARMED:
                 crashpoints.reached("after_transition", "complete")
             return Completed(lease.task_id, from_json(result_json))

@@ -32,6 +32,16 @@ class Lease:
 
 
 @attrs.frozen
+class ClaimRequest:
+    """A claim to make in the same transaction as a completion (see
+    :meth:`WorkflowStore.complete`): what ``claim(worker_id, lease, limit=limit)`` takes."""
+
+    worker_id: WorkerId
+    lease: LeaseDuration
+    limit: int = 1
+
+
+@attrs.frozen
 class EffectResolution:
     """An operator's or application's audited decision about an ambiguous effect."""
 
@@ -379,7 +389,18 @@ class WorkflowStore(abc.ABC):
         """Hand the task back unchanged; the claim does not count as an attempt."""
 
     @abc.abstractmethod
-    def complete(self, lease: Lease, revision: int, checkpoint_json: str, result_json: str) -> None: ...
+    def complete(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str,
+        result_json: str,
+        *,
+        then_claim: ClaimRequest | None = None,
+    ) -> list[ClaimedTask]:
+        """End the task completed. With ``then_claim`` the same transaction then claims
+        as :meth:`claim` would and returns what it leased: a worker that goes on working
+        saves a commit per task. A refused completion (lease lost) claims nothing."""
 
     @abc.abstractmethod
     def fail(

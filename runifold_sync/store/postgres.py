@@ -39,6 +39,7 @@ from ..models import LeaseDuration, TaskState, WorkerId, WorkflowTask
 from . import rows
 from .base import (
     ClaimedTask,
+    ClaimRequest,
     EnqueueResult,
     Lease,
     QueueStats,
@@ -86,6 +87,36 @@ def _claim_order(row: DictRow) -> tuple[Any, ...]:
     priority and due time), which its UPDATE ... RETURNING does not keep."""
     served = row["served_at"]
     return (row["turn"], served is not None, served or row["at"], -row["priority"], row["due_at"])
+
+
+def _claim_in(conn: Connection, request: ClaimRequest) -> list[ClaimedTask]:
+    """The claim, inside the caller's pipelined transaction."""
+    claimed = []
+    params = {"limit": request.limit, "worker_id": request.worker_id.value, "lease_s": request.lease.seconds}
+    conn.execute(_Q["lock_limited_tenants"])
+    leased = conn.execute(_Q["claim_tasks"], params).fetchall()
+    # UPDATE ... RETURNING has no order: hand tasks out in claim order.
+    leased.sort(key=_claim_order)
+    for row in leased:
+        resolutions = {}
+        if row["resolved"]:  # rare: only tasks an operator resolved have any
+            found = conn.execute(_Q["resolutions_for_task"], {"task_id": row["task_id"]}).fetchall()
+            resolutions = rows.effect_resolutions(r | {"result": _canonical(r["result"])} for r in found)
+        row["checkpoint"] = _canonical(row["checkpoint"])
+        claimed.append(rows.claimed_task(row, request.worker_id.value, _utc, resolutions))
+    return claimed
+
+
+def _transition_params(
+    lease: Lease, params: dict[str, Any], event: str, detail: dict[str, Any]
+) -> dict[str, Any]:
+    return params | {
+        "task_id": lease.task_id,
+        "token": lease.fencing_token,
+        "event_kind": event,
+        "event_worker": lease.worker_id,
+        "event_detail": Jsonb(detail),
+    }
 
 
 def _canonical(text: str | None) -> str | None:
@@ -383,25 +414,10 @@ class PostgresWorkflowStore(WorkflowStore):
 
     def claim(self, worker_id: WorkerId, lease: LeaseDuration, *, limit: int = 1) -> list[ClaimedTask]:
         rows.check_claim_limit(limit)
-        claimed = []
-        params = {"limit": limit, "worker_id": worker_id.value, "lease_s": lease.seconds}
         # Pipelined: BEGIN, the tenant locks and the claim (with its events) go out
         # together, and the claim statement still runs after the locks are held.
         with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
-            conn.execute(_Q["lock_limited_tenants"])
-            leased = conn.execute(_Q["claim_tasks"], params).fetchall()
-            # UPDATE ... RETURNING has no order: hand tasks out in claim order.
-            leased.sort(key=_claim_order)
-            for row in leased:
-                resolutions = {}
-                if row["resolved"]:  # rare: only tasks an operator resolved have any
-                    found = conn.execute(_Q["resolutions_for_task"], {"task_id": row["task_id"]}).fetchall()
-                    resolutions = rows.effect_resolutions(
-                        r | {"result": _canonical(r["result"])} for r in found
-                    )
-                row["checkpoint"] = _canonical(row["checkpoint"])
-                claimed.append(rows.claimed_task(row, worker_id.value, _utc, resolutions))
-        return claimed
+            return _claim_in(conn, ClaimRequest(worker_id, lease, limit))
 
     def heartbeat(self, lease: Lease, duration: LeaseDuration) -> Lease:
         row = self._one(
@@ -445,14 +461,9 @@ class PostgresWorkflowStore(WorkflowStore):
     ) -> DictRow:
         """One fenced UPDATE with its history event (and NOTIFY) in one statement: one
         round trip, and the event is written exactly when the update matched."""
-        params = params | {
-            "task_id": lease.task_id,
-            "token": lease.fencing_token,
-            "event_kind": event,
-            "event_worker": lease.worker_id,
-            "event_detail": Jsonb(detail),
-        }
-        row = self._one(_transition_with_event(name, notify), params)
+        row = self._one(
+            _transition_with_event(name, notify), _transition_params(lease, params, event, detail)
+        )
         if row is None:
             raise LeaseLostError(lease.task_id, lease.fencing_token, event)
         return row
@@ -569,19 +580,31 @@ class PostgresWorkflowStore(WorkflowStore):
             notify=True,
         )
 
-    def complete(self, lease: Lease, revision: int, checkpoint_json: str, result_json: str) -> None:
-        self._fenced_transition(
-            "complete",
-            lease,
-            {
-                "revision": revision,
-                "checkpoint": _jsonb("checkpoint", checkpoint_json),
-                "result": _jsonb("result", result_json),
-            },
-            "completed",
-            {},
-            notify=False,
-        )
+    def complete(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str,
+        result_json: str,
+        *,
+        then_claim: ClaimRequest | None = None,
+    ) -> list[ClaimedTask]:
+        params = {
+            "revision": revision,
+            "checkpoint": _jsonb("checkpoint", checkpoint_json),
+            "result": _jsonb("result", result_json),
+        }
+        if then_claim is None:
+            self._fenced_transition("complete", lease, params, "completed", {}, notify=False)
+            return []
+        rows.check_claim_limit(then_claim.limit)
+        query = _Q[_transition_with_event("complete", False)]
+        with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+            completed = conn.execute(query, _transition_params(lease, params, "completed", {}))
+            claimed = _claim_in(conn, then_claim)
+            if completed.fetchone() is None:  # rolls the claim back with it
+                raise LeaseLostError(lease.task_id, lease.fencing_token, "completed")
+            return claimed
 
     def fail(
         self,

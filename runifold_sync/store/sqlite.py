@@ -36,6 +36,7 @@ from ..models import LeaseDuration, TaskState, WorkerId, WorkflowTask
 from . import rows
 from .base import (
     ClaimedTask,
+    ClaimRequest,
     EnqueueResult,
     Lease,
     QueueStats,
@@ -423,35 +424,8 @@ class SqliteWorkflowStore(WorkflowStore):
 
     def claim(self, worker_id: WorkerId, lease: LeaseDuration, *, limit: int = 1) -> list[ClaimedTask]:
         rows.check_claim_limit(limit)
-        claimed = []
         with self._write() as (conn, now):
-            candidates = conn.execute(_Q["claimable_tasks"], {"now": now, "limit": limit}).fetchall()
-            for tenant in sorted({c["tenant"] for c in candidates}):
-                conn.execute(_Q["mark_tenant_served"], {"tenant": tenant, "now": now})
-            for candidate in candidates:
-                row = conn.execute(
-                    _Q["lease_task"],
-                    {
-                        "task_id": candidate["task_id"],
-                        "worker_id": worker_id.value,
-                        "now": now,
-                        "lease_us": _us(lease.value),
-                    },
-                ).fetchone()
-                detail = rows.claimed_detail(candidate["state"], candidate["worker_id"])
-                _event(conn, now, row["task_id"], "claimed", worker_id.value, row["fencing_token"], detail)
-                resolutions = rows.effect_resolutions(
-                    conn.execute(_Q["resolutions_for_task"], {"task_id": row["task_id"]})
-                )
-                timing = {
-                    "due_at": candidate["ready_at"],
-                    "at": now,
-                    "from_state": candidate["state"],
-                    "previous_updated_at": candidate["updated_at"],
-                    "previous_signal": candidate["waiting_for_signal"],
-                }
-                claimed.append(rows.claimed_task(dict(row) | timing, worker_id.value, _at, resolutions))
-        return claimed
+            return _claim_in(conn, now, ClaimRequest(worker_id, lease, limit))
 
     def heartbeat(self, lease: Lease, duration: LeaseDuration) -> Lease:
         found = self._run(
@@ -488,15 +462,7 @@ class SqliteWorkflowStore(WorkflowStore):
         self, name: str, lease: Lease, params: dict[str, Any], event: str, detail: dict[str, Any]
     ) -> sqlite3.Row:
         with self._write() as (conn, now):
-            row = conn.execute(
-                _Q[name],
-                params | {"task_id": lease.task_id, "token": lease.fencing_token, "now": now},
-            ).fetchone()
-            if row is None:
-                raise LeaseLostError(lease.task_id, lease.fencing_token, event)
-            _event(conn, now, lease.task_id, event, lease.worker_id, lease.fencing_token, detail)
-            result: sqlite3.Row = row
-            return result
+            return _fenced_update(conn, now, name, lease, params, event, detail)
 
     def suspend(
         self,
@@ -591,14 +557,21 @@ class SqliteWorkflowStore(WorkflowStore):
             {"reason": reason},
         )
 
-    def complete(self, lease: Lease, revision: int, checkpoint_json: str, result_json: str) -> None:
-        self._fenced_transition(
-            "complete",
-            lease,
-            {"revision": revision, "checkpoint": checkpoint_json, "result": result_json},
-            "completed",
-            {},
-        )
+    def complete(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str,
+        result_json: str,
+        *,
+        then_claim: ClaimRequest | None = None,
+    ) -> list[ClaimedTask]:
+        if then_claim is not None:
+            rows.check_claim_limit(then_claim.limit)
+        params = {"revision": revision, "checkpoint": checkpoint_json, "result": result_json}
+        with self._write() as (conn, now):
+            _fenced_update(conn, now, "complete", lease, params, "completed", {})
+            return [] if then_claim is None else _claim_in(conn, now, then_claim)
 
     def fail(
         self,
@@ -671,6 +644,58 @@ class SqliteWorkflowStore(WorkflowStore):
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"SQLite data_version on {self.path!r} failed: {exc}") from exc
         return version
+
+
+def _fenced_update(
+    conn: sqlite3.Connection,
+    now: int,
+    name: str,
+    lease: Lease,
+    params: dict[str, Any],
+    event: str,
+    detail: dict[str, Any],
+) -> sqlite3.Row:
+    """A fenced UPDATE and its history event, inside the caller's write transaction."""
+    row = conn.execute(
+        _Q[name], params | {"task_id": lease.task_id, "token": lease.fencing_token, "now": now}
+    ).fetchone()
+    if row is None:
+        raise LeaseLostError(lease.task_id, lease.fencing_token, event)
+    _event(conn, now, lease.task_id, event, lease.worker_id, lease.fencing_token, detail)
+    result: sqlite3.Row = row
+    return result
+
+
+def _claim_in(conn: sqlite3.Connection, now: int, request: ClaimRequest) -> list[ClaimedTask]:
+    """The claim, inside the caller's write transaction at store time ``now``."""
+    claimed = []
+    candidates = conn.execute(_Q["claimable_tasks"], {"now": now, "limit": request.limit}).fetchall()
+    for tenant in sorted({c["tenant"] for c in candidates}):
+        conn.execute(_Q["mark_tenant_served"], {"tenant": tenant, "now": now})
+    for candidate in candidates:
+        row = conn.execute(
+            _Q["lease_task"],
+            {
+                "task_id": candidate["task_id"],
+                "worker_id": request.worker_id.value,
+                "now": now,
+                "lease_us": _us(request.lease.value),
+            },
+        ).fetchone()
+        detail = rows.claimed_detail(candidate["state"], candidate["worker_id"])
+        _event(conn, now, row["task_id"], "claimed", request.worker_id.value, row["fencing_token"], detail)
+        resolutions = rows.effect_resolutions(
+            conn.execute(_Q["resolutions_for_task"], {"task_id": row["task_id"]})
+        )
+        timing = {
+            "due_at": candidate["ready_at"],
+            "at": now,
+            "from_state": candidate["state"],
+            "previous_updated_at": candidate["updated_at"],
+            "previous_signal": candidate["waiting_for_signal"],
+        }
+        claimed.append(rows.claimed_task(dict(row) | timing, request.worker_id.value, _at, resolutions))
+    return claimed
 
 
 def _event(

@@ -27,7 +27,7 @@ from runifold_sync import (
     WorkflowTask,
 )
 from runifold_sync.codec import to_json
-from runifold_sync.store.base import ClaimedTask, EffectResolution, Lease
+from runifold_sync.store.base import ClaimedTask, ClaimRequest, EffectResolution, Lease
 
 from .conftest import Backend
 
@@ -508,6 +508,55 @@ def test_complete_ends_the_task_with_its_result(store: WorkflowStore) -> None:
         1,
         {},
     )
+
+
+def test_complete_then_claim_leases_the_next_tasks_in_the_same_transaction(store: WorkflowStore) -> None:
+    for task_id, priority in (("t1", 9), ("t2", 1), ("t3", 5), ("t4", 0)):
+        enqueue(store, task_id, priority=priority)
+    first = claim_one(store)
+    claimed = store.complete(
+        first.lease, 0, CHECKPOINT, to_json(1), then_claim=ClaimRequest(W1, LEASE, limit=2)
+    )
+    assert [c.lease.task_id for c in claimed] == ["t3", "t2"]  # claim order, as claim() gives
+    assert store.get_task("t1").state is TaskState.TERMINAL
+    for c in claimed:
+        record = store.get_task(c.lease.task_id)
+        assert (record.state, record.worker_id, record.fencing_token) == (TaskState.LEASED, "worker-1", 1)
+        assert c.lease.fencing_token == 1 and c.claims_since_progress == 1
+        assert kinds(store, c.lease.task_id) == ["enqueued", "claimed"]
+    assert kinds(store, "t1") == ["enqueued", "claimed", "completed"]
+    assert store.get_task("t4").state is TaskState.QUEUED
+    then = store.complete(claimed[0].lease, 0, CHECKPOINT, to_json(2), then_claim=ClaimRequest(W1, LEASE))
+    assert [c.lease.task_id for c in then] == ["t4"]
+
+
+def test_complete_without_a_claim_or_with_nothing_ready_returns_no_tasks(store: WorkflowStore) -> None:
+    enqueue(store, "t1")
+    enqueue(store, "t2")
+    first, second = store.claim(W1, LEASE, limit=2)
+    assert store.complete(first.lease, 0, CHECKPOINT, to_json(1)) == []
+    assert store.complete(second.lease, 0, CHECKPOINT, to_json(1), then_claim=ClaimRequest(W1, LEASE)) == []
+    assert store.get_task("t2").state is TaskState.TERMINAL
+
+
+def test_a_refused_completion_claims_nothing(store: WorkflowStore) -> None:
+    enqueue(store, "t1")
+    enqueue(store, "t2", not_before=datetime.now(UTC) + timedelta(seconds=10))
+    stale = claim_one(store).lease
+    store.set_clock_offset(timedelta(seconds=31))  # t1's lease expired and t2 came due
+    with pytest.raises(LeaseLostError):
+        store.complete(stale, 0, CHECKPOINT, to_json(1), then_claim=ClaimRequest(W1, LEASE))
+    assert store.get_task("t2").state is TaskState.QUEUED
+    assert kinds(store, "t2") == ["enqueued"]
+    assert store.get_task("t1").state is TaskState.LEASED  # still the expired claim
+
+
+def test_complete_then_claim_refuses_a_bad_limit_before_completing(store: WorkflowStore) -> None:
+    enqueue(store, "t1")
+    lease = claim_one(store).lease
+    with pytest.raises(InvalidArgument, match="0"):
+        store.complete(lease, 0, CHECKPOINT, to_json(1), then_claim=ClaimRequest(W1, LEASE, limit=0))
+    assert store.get_task("t1").state is TaskState.LEASED
 
 
 def test_fail_ends_the_task_with_its_reason_and_keeps_the_checkpoint(store: WorkflowStore) -> None:

@@ -21,6 +21,7 @@ from runifold_sync import (
     WorkflowTask,
 )
 from runifold_sync.codec import to_json
+from runifold_sync.store.base import ClaimRequest
 
 from .conftest import Backend
 
@@ -88,6 +89,16 @@ def test_claims_skip_a_tenant_at_its_lease_limit_and_resume_when_a_lease_ends(st
     acme = next(c for c in taken if c.lease.tenant == "acme")
     store.complete(acme.lease, acme.revision, with_cost(0), "null")
     assert claimed_ids(store, limit=10) == ["acme-2"]
+
+
+def test_a_completion_that_claims_next_sees_its_own_lease_ended(store: WorkflowStore) -> None:
+    store.set_tenant_policy(TenantPolicy("acme", max_leased=1))
+    enqueue(store, "acme", 2)
+    (first,) = store.claim(W1, LEASE)
+    then = store.complete(
+        first.lease, first.revision, with_cost(0), "null", then_claim=ClaimRequest(W1, LEASE, 5)
+    )
+    assert [c.lease.task_id for c in then] == ["acme-1"]  # room again, and still only one
 
 
 def test_an_expired_lease_does_not_count_against_the_limit(store: WorkflowStore) -> None:

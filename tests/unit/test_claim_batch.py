@@ -1,5 +1,6 @@
-"""A worker that claims several tasks at once runs them in turn, keeps the waiting ones'
-leases alive, reports a lease lost while waiting, and hands unstarted ones back on close."""
+"""A worker that claims ahead (several tasks at once, or the next task with a completion)
+runs them in turn, keeps the waiting ones' leases alive, reports a lease lost while
+waiting, and hands unstarted ones back on close."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from runifold_sync import (
     Completed,
+    Idle,
     InvalidArgument,
     LeaseDuration,
     LeaseLost,
@@ -100,6 +102,38 @@ def test_closing_hands_unstarted_tasks_back_without_counting_an_attempt(
         assert (record.state, record.claims_since_progress) == (TaskState.QUEUED, 0)
         assert sqlite_store.history(task_id)[-1].kind == "released"
     assert [c.lease.task_id for c in sqlite_store.claim(WorkerId.parse("next"), LEASE, limit=10)] == ids[1:]
+
+
+def test_claim_next_leases_the_next_task_in_the_completions_transaction(
+    sqlite_store: SqliteWorkflowStore,
+) -> None:
+    ids = _enqueue(sqlite_store, 3)
+    worker = _worker(sqlite_store, batch=1)
+    try:
+        assert worker.run_once(claim_next=True) == Completed("b0", 0)
+        completed = sqlite_store.history("b0")[-1]
+        claimed = sqlite_store.history("b1")[-1]
+        assert (completed.kind, claimed.kind, claimed.worker_id) == ("completed", "claimed", "batcher")
+        assert claimed.at == completed.at  # one transaction: one store time
+        assert sqlite_store.get_task("b2").state is TaskState.QUEUED  # one ahead, as the batch says
+        assert worker.run_once() == Completed("b1", 2)
+        assert sqlite_store.get_task("b2").state is TaskState.QUEUED  # without claim_next, none
+        assert worker.run_once(claim_next=True) == Completed("b2", 4)
+        assert worker.run_once(claim_next=True) == Idle()
+    finally:
+        worker.close()
+    claims = [e for i in ids for e in sqlite_store.history(i) if e.kind == "claimed"]
+    assert [e.fencing_token for e in claims] == [1, 1, 1]
+
+
+def test_a_task_claimed_with_a_completion_is_handed_back_on_close(sqlite_store: SqliteWorkflowStore) -> None:
+    _enqueue(sqlite_store, 2)
+    worker = _worker(sqlite_store, batch=1)
+    assert worker.run_once(claim_next=True) == Completed("b0", 0)
+    worker.close()
+    record = sqlite_store.get_task("b1")
+    assert (record.state, record.claims_since_progress) == (TaskState.QUEUED, 0)
+    assert [e.kind for e in sqlite_store.history("b1")] == ["enqueued", "claimed", "released"]
 
 
 @pytest.mark.parametrize("batch", [0, 101, True, 2.0])
