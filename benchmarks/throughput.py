@@ -32,9 +32,9 @@ ROUNDS = 2
 
 
 def commits_per_workflow(steps: int) -> int:
-    """The claim, a commit for each step but the last, and the completion that carries
-    the last step's result."""
-    return steps + 1
+    """A commit for each step but the last, and the completion that carries the last
+    step's result and claims the next workflow (a pool's workers claim on completion)."""
+    return steps
 
 
 def measure(workflows: int, steps: int) -> dict[tuple[str, int], Throughput]:
