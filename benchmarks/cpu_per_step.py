@@ -1,5 +1,5 @@
-"""CPU per step of the worker's hot path (claim, replay, step commit, completion), in
-this process, beside the client CPU of one raw committed UPDATE on the same store.
+"""CPU per step of the worker's hot path (step commits, completion with the next claim,
+replay), in this process, beside the client CPU of one raw committed UPDATE on the same store.
 
 ``python benchmarks/cpu_per_step.py [--profile]``: with ``--profile`` it also prints the
 top functions of a cProfile run (by own time and by cumulative time).
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import cProfile
 import io
+import os
 import pstats
 import time
 from dataclasses import dataclass
@@ -21,11 +22,37 @@ from runifold_sync import Completed, DefinitionIdentity, LeaseDuration, WorkerId
 from runifold_sync.checkpoint import DEFAULT_MAX_CHECKPOINT_BYTES, Checkpoint, JournalEntry
 
 
+def server_cpu_s() -> float | None:
+    """CPU time used so far by the PostgreSQL server processes on this machine (user and
+    system, backends and background workers), read from /proc; None when none is seen."""
+    ticks, seen = 0, False
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/comm") as comm:
+                if not comm.read().startswith("postgres"):
+                    continue
+            with open(f"/proc/{entry.name}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        ticks += int(fields[11]) + int(fields[12])
+        seen = True
+    return ticks / os.sysconf("SC_CLK_TCK") if seen else None
+
+
+def _server_spent(before: float | None) -> float | None:
+    after = server_cpu_s()
+    return None if before is None or after is None else after - before
+
+
 @dataclass(frozen=True)
 class CpuPerStep:
     wall_s: float
     cpu_s: float
     steps: int
+    server_s: float | None = None  # PostgreSQL server CPU over the run
 
     @property
     def cpu_us_per_step(self) -> float:
@@ -45,21 +72,23 @@ def measure_worker(
     worker = WorkflowWorker(store, registry(), WorkerId.parse("cpu-0"), lease, timedelta(seconds=10))
     try:
         enqueue_workflows(store, workflows, steps, delay=None)
-        worker.run_once()  # warm up: connections, caches
+        worker.run_once(claim_next=True)  # warm up: connections, caches
         if profiler is not None:
             profiler.enable()
+        server0 = server_cpu_s() if url.startswith("postgresql") else None
         wall0, cpu0 = time.perf_counter(), time.process_time()
         for _ in range(workflows - 1):
-            outcome = worker.run_once()
+            outcome = worker.run_once(claim_next=True)  # as a pool's worker does
             if not isinstance(outcome, Completed):
                 raise RuntimeError(f"unexpected outcome {outcome!r}")
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        server = _server_spent(server0)
         if profiler is not None:
             profiler.disable()
     finally:
         worker.close()
         store.close()
-    return CpuPerStep(wall, cpu, (workflows - 1) * steps)
+    return CpuPerStep(wall, cpu, (workflows - 1) * steps, server)
 
 
 def run(quick: bool) -> list[Row]:
@@ -70,7 +99,9 @@ def run(quick: bool) -> list[Row]:
         with fresh_store(kind) as url:
             result = measure_worker(url, workflows=workflows, steps=5)
         with fresh_store(kind) as url:
+            server0 = server_cpu_s() if kind == "postgres" else None
             raw = measure_commit_loop(url, duration_s=1.0)
+            raw_server = _server_spent(server0)
         raw_cpu_us = raw.cpu_s / raw.commits * 1e6
         rows.append(
             Row(
@@ -88,6 +119,20 @@ def run(quick: bool) -> list[Row]:
                 "UPDATE commit",
             )
         )
+        if result.server_s is not None and raw_server is not None:
+            cores = os.cpu_count() or 1
+            server_us = result.server_s / result.steps * 1e6
+            total_us = result.cpu_us_per_step + server_us
+            raw_server_us = raw_server / raw.commits * 1e6
+            rows.append(
+                Row(
+                    f"{label}: server CPU per step (all server processes)",
+                    f"{server_us:,.0f} µs",
+                    f"{server_us / raw_server_us:.1f}x server CPU of a raw UPDATE commit "
+                    f"({raw_server_us:,.0f} µs); with the worker's, {total_us:,.0f} µs per step: at "
+                    f"most {cores * 1e6 / total_us:,.0f} steps/s on {cores} cores",
+                )
+            )
     short, long = (checkpoint_encode_us(entries) for entries in (5, LONG_JOURNAL))
     rows.append(
         Row(
