@@ -90,7 +90,8 @@ def _claim_order(row: DictRow) -> tuple[Any, ...]:
 
 
 def _claim_in(conn: Connection, request: ClaimRequest) -> list[ClaimedTask]:
-    """The claim, inside the caller's pipelined transaction."""
+    """The claim, inside the caller's pipelined transaction (a bad limit rolls it back)."""
+    limit = rows.check_claim_limit(request.limit)
     claimed = []
     params = {"worker_id": request.worker_id.value, "lease_s": request.lease.seconds}
     # The claim statement took about 1 ms to plan, more than it takes to run, and with
@@ -100,7 +101,7 @@ def _claim_in(conn: Connection, request: ClaimRequest) -> list[ClaimedTask]:
     # leased them through a scan of the whole table.
     conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
     conn.execute(_Q["lock_limited_tenants"])
-    query = _Q["claim_tasks"].replace("%(limit)s", str(rows.check_claim_limit(request.limit)))
+    query = _Q["claim_tasks"].replace("%(limit)s", str(limit))
     leased = conn.execute(query, params).fetchall()
     # UPDATE ... RETURNING has no order: hand tasks out in claim order.
     leased.sort(key=_claim_order)
@@ -420,7 +421,6 @@ class PostgresWorkflowStore(WorkflowStore):
     # --- workers -----------------------------------------------------------------
 
     def claim(self, worker_id: WorkerId, lease: LeaseDuration, *, limit: int = 1) -> list[ClaimedTask]:
-        rows.check_claim_limit(limit)
         # Pipelined: BEGIN, the tenant locks and the claim (with its events) go out
         # together, and the claim statement still runs after the locks are held.
         with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
@@ -604,7 +604,6 @@ class PostgresWorkflowStore(WorkflowStore):
         if then_claim is None:
             self._fenced_transition("complete", lease, params, "completed", {}, notify=False)
             return []
-        rows.check_claim_limit(then_claim.limit)
         query = _Q[_transition_with_event("complete", False)]
         with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
             completed = conn.execute(query, _transition_params(lease, params, "completed", {}))

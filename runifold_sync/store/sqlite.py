@@ -423,7 +423,6 @@ class SqliteWorkflowStore(WorkflowStore):
     # --- workers -----------------------------------------------------------------
 
     def claim(self, worker_id: WorkerId, lease: LeaseDuration, *, limit: int = 1) -> list[ClaimedTask]:
-        rows.check_claim_limit(limit)
         with self._write() as (conn, now):
             return _claim_in(conn, now, ClaimRequest(worker_id, lease, limit))
 
@@ -566,8 +565,6 @@ class SqliteWorkflowStore(WorkflowStore):
         *,
         then_claim: ClaimRequest | None = None,
     ) -> list[ClaimedTask]:
-        if then_claim is not None:
-            rows.check_claim_limit(then_claim.limit)
         params = {"revision": revision, "checkpoint": checkpoint_json, "result": result_json}
         with self._write() as (conn, now):
             _fenced_update(conn, now, "complete", lease, params, "completed", {})
@@ -667,9 +664,11 @@ def _fenced_update(
 
 
 def _claim_in(conn: sqlite3.Connection, now: int, request: ClaimRequest) -> list[ClaimedTask]:
-    """The claim, inside the caller's write transaction at store time ``now``."""
+    """The claim, inside the caller's write transaction at store time ``now`` (a bad
+    limit rolls it back)."""
+    limit = rows.check_claim_limit(request.limit)
     claimed = []
-    candidates = conn.execute(_Q["claimable_tasks"], {"now": now, "limit": request.limit}).fetchall()
+    candidates = conn.execute(_Q["claimable_tasks"], {"now": now, "limit": limit}).fetchall()
     for tenant in sorted({c["tenant"] for c in candidates}):
         conn.execute(_Q["mark_tenant_served"], {"tenant": tenant, "now": now})
     for candidate in candidates:
