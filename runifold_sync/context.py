@@ -265,6 +265,9 @@ class WorkflowContext:
         """Fail when usage (plus the steps about to run) is over the task's budget or the
         branch's reservation. Checked before each body and after each commit, so a body
         that overspends fails the task even when it was the last one."""
+        branch = self._branch
+        if not self._definition.budget.limits_usage() and (branch is None or branch.reserve is None):
+            return  # nothing to check: skip building usage objects twice a step
         with self._progress.lock:
             over = self._definition.budget.exceeded(self.checkpoint.usage.add(steps=next_steps))
             if self._branch is not None and self._branch.reserve is not None and not over:

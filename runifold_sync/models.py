@@ -162,6 +162,10 @@ class Budget:
         default=5, validator=lambda _i, _a, v: _check_count(f"{type(_i).__name__}.max_attempts", v)
     )
 
+    def limits_usage(self) -> bool:
+        """True when any limit applies to usage (steps, cost or duration)."""
+        return self.max_steps is not None or self.max_cost is not None or self.max_duration is not None
+
     def exceeded(self, usage: BudgetUsage) -> str | None:
         """The limit ``usage`` is over, described for a failure reason, or None."""
         if self.max_steps is not None and usage.steps > self.max_steps:

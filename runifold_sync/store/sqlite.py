@@ -683,9 +683,11 @@ def _claim_in(conn: sqlite3.Connection, now: int, request: ClaimRequest) -> list
         ).fetchone()
         detail = rows.claimed_detail(candidate["state"], candidate["worker_id"])
         _event(conn, now, row["task_id"], "claimed", request.worker_id.value, row["fencing_token"], detail)
-        resolutions = rows.effect_resolutions(
-            conn.execute(_Q["resolutions_for_task"], {"task_id": row["task_id"]})
-        )
+        resolutions = {}
+        if row["resolved"]:  # rare: only tasks an operator resolved have any
+            resolutions = rows.effect_resolutions(
+                conn.execute(_Q["resolutions_for_task"], {"task_id": row["task_id"]})
+            )
         timing = {
             "due_at": candidate["ready_at"],
             "at": now,

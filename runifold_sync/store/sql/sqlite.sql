@@ -64,7 +64,8 @@ SET state = 'leased', worker_id = :worker_id, fencing_token = fencing_token + 1,
     updated_at = :now
 WHERE task_id = :task_id
 RETURNING task_id, tenant, definition_name, definition_version, input, revision,
-    checkpoint, fencing_token, lease_expires, claims_since_progress, cancel_requested;
+    checkpoint, fencing_token, lease_expires, claims_since_progress, cancel_requested,
+    EXISTS (SELECT 1 FROM runifold_effect_resolutions r WHERE r.task_id = :task_id) AS resolved;
 
 -- name: resolutions_for_task
 SELECT effect_key, applied, result, actor, reason
