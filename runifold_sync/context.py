@@ -270,10 +270,10 @@ class WorkflowContext:
             return  # nothing to check: skip building usage objects twice a step
         with self._progress.lock:
             over = self._definition.budget.exceeded(self.checkpoint.usage.add(steps=next_steps))
-            if self._branch is not None and self._branch.reserve is not None and not over:
-                used = self.checkpoint.branch_usage.get(self._branch.key, BudgetUsage())
-                share = self._branch.reserve.exceeded(used.add(steps=next_steps))
-                over = None if share is None else f"branch {self._branch.key!r} reserve: {share}"
+            if branch is not None and branch.reserve is not None and not over:
+                used = self.checkpoint.branch_usage.get(branch.key, BudgetUsage())
+                share = branch.reserve.exceeded(used.add(steps=next_steps))
+                over = None if share is None else f"branch {branch.key!r} reserve: {share}"
         if over:
             raise FailRequested(over, cause="budget")
 

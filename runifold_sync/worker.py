@@ -159,8 +159,9 @@ class WorkflowWorker:
         """Claim one ready task and run it until it completes, waits, fails or yields.
 
         ``claim_next`` is for a loop that calls again at once (the supervisor's children):
-        a completion then claims the next task in its own transaction, one commit fewer
-        per task; the next call runs it, and :meth:`close` hands it back unstarted."""
+        a completion then also claims the next task, in the completion's transaction,
+        which saves a commit per task; the next call runs that task, and :meth:`close`
+        hands it back unstarted."""
         self._claim_next = claim_next
         if not self._registered:  # in the process that runs, so after any fork
             definitions = sorted((d.workflow.name, d.workflow.version) for d in self.registry)
