@@ -82,6 +82,15 @@ def _transition_with_event(name: str, notify: bool) -> str:
     return key
 
 
+def _claim_with_limit(limit: int) -> str:
+    """The key in ``_Q`` of the claim statement with ``limit`` (checked) in its text,
+    built on first use."""
+    key = f"claim_tasks+limit{limit}"
+    if key not in _Q:
+        _Q[key] = _Q["claim_tasks"].replace("%(limit)s", str(limit))
+    return key
+
+
 def _claim_order(row: DictRow) -> tuple[Any, ...]:
     """The claim statement's ORDER BY (turn, least recently served tenant first, then
     priority and due time), which its UPDATE ... RETURNING does not keep."""
@@ -101,8 +110,7 @@ def _claim_in(conn: Connection, request: ClaimRequest) -> list[ClaimedTask]:
     # leased them through a scan of the whole table.
     conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
     conn.execute(_Q["lock_limited_tenants"])
-    query = _Q["claim_tasks"].replace("%(limit)s", str(limit))
-    leased = conn.execute(query, params).fetchall()
+    leased = conn.execute(_Q[_claim_with_limit(limit)], params).fetchall()
     # UPDATE ... RETURNING has no order: hand tasks out in claim order.
     leased.sort(key=_claim_order)
     for row in leased:
