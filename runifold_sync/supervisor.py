@@ -96,6 +96,10 @@ class WorkflowSupervisorConfig:
 
 @attrs.frozen
 class SupervisorReport:
+    """What the children reported, one line per cycle over their pipes. A child killed
+    between a commit and its report takes that count with it; the store's task states,
+    not these counts, are the record of what finished."""
+
     outcomes: dict[str, int]
     per_worker: dict[str, dict[str, int]]
     restarts: int

@@ -68,7 +68,12 @@ def _chaos(
     assert result["invariants"] == {name: 0 for name in expected}
     assert result["kills"] == profile["kills"] and result["stops"] == profile["stops"]
     assert result["figures"]["kills that held a task"] >= 1
-    assert result["supervisor"]["outcomes"]["completed"] >= profile["tasks"]
+    # The report counts outcomes children wrote to their pipe: a child killed (or cut off
+    # by a database restart) between its completion commit and that write loses one count,
+    # while the store says every task finished (the invariants above).
+    interruptions = result["kills"] + result["db_restarts"]
+    completed = result["supervisor"]["outcomes"]["completed"]
+    assert profile["tasks"] - interruptions <= completed <= profile["tasks"]
     return result
 
 
