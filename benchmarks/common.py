@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -169,11 +169,14 @@ def retry_on_restart(fn: Callable[P, T]) -> Callable[P, T]:
 
 
 @contextmanager
-def fresh_postgres() -> Iterator[str]:
-    """A new empty database; yields its URL and drops it afterwards."""
+def fresh_postgres(settings: Mapping[str, str] | None = None) -> Iterator[str]:
+    """A new empty database, ``settings`` its connections' defaults; yields its URL and
+    drops it afterwards."""
     name = f"runifold_bench_{uuid.uuid4().hex[:12]}"
     with admin_connection() as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
+        for key, value in (settings or {}).items():
+            conn.execute(f'ALTER DATABASE "{name}" SET {key} = {value}')
     try:
         yield postgres_url(name)
     finally:

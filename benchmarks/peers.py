@@ -26,10 +26,12 @@ from common import (
     QUICK_WORKFLOWS,
     WORKFLOWS,
     Row,
+    Throughput,
     arg_parser,
     fresh_postgres,
     fresh_sqlite,
     measure_fresh,
+    measure_pool,
     not_measured,
     print_table,
     progress,
@@ -161,6 +163,15 @@ def measure_queue(script: str, processes: int, tasks: int) -> PeerRun:
         return run_peer(script, url, processes=processes, count=tasks, extra=[])
 
 
+@retry_on_restart
+def measure_unflushed(tasks: int) -> Throughput:
+    """One-step tasks on a database whose commits return before their WAL is flushed.
+    Not a setting runifold_sync would run on (a server crash can lose a completion it
+    reported); it shows how much of the durable figure is waiting for those flushes."""
+    with fresh_postgres({"synchronous_commit": "off"}) as url:
+        return measure_pool(url, workflows=tasks, steps=1, processes=4, claim_batch=CLAIM_BATCH)
+
+
 def run(quick: bool) -> list[Row]:
     """Each peer figure is taken right after the runifold_sync figure it is compared
     with, so both see the same load on the machine."""
@@ -207,6 +218,16 @@ def run(quick: bool) -> list[Row]:
             f"runifold_sync, PostgreSQL, 4 proc, {tasks} one-step tasks: tasks/s",
             rate(single.workflows_per_s),
             f"one task per claim (default); {rate(batched.workflows_per_s)} with claim batch {CLAIM_BATCH}",
+        )
+    )
+    progress(f"peers: runifold_sync one-step workflows, claim batch {CLAIM_BATCH}, synchronous_commit=off")
+    unflushed = measure_unflushed(tasks)
+    rows.append(
+        Row(
+            "  diagnostic: the same with synchronous_commit=off (not durable, no target)",
+            rate(unflushed.workflows_per_s),
+            f"{unflushed.workflows_per_s / batched.workflows_per_s:.2f}x claim batch {CLAIM_BATCH}: "
+            "the cost of waiting for each completion's WAL flush",
         )
     )
     one_step = batched if batched.workflows_per_s > single.workflows_per_s else single
