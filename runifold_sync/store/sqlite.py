@@ -4,13 +4,15 @@ Each thread gets its own connection (the heartbeat thread never shares the step 
 connection), each connection remembers the pid that opened it, and every multi-statement
 write starts with ``BEGIN IMMEDIATE`` so two processes can never both read a task as
 claimable. WAL with ``synchronous=FULL`` keeps a commit durable across power loss, which
-the ambiguous-effect promise relies on.
+the ambiguous-effect promise relies on. Waiting for the database lock is done here, in
+short random pauses up to the busy timeout, so processes sharing a file share the work.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import sqlite3
 import threading
 import time
@@ -56,6 +58,9 @@ _NOW = (
     " + (SELECT offset_us FROM runifold_clock))"
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Pauses between tries for the database lock: random up to this, doubling to the cap.
+_FIRST_LOCK_PAUSE_S = 0.0002
+_MAX_LOCK_PAUSE_S = 0.002
 _MICROSECOND = timedelta(microseconds=1)
 _Q = load_queries("sqlite", _NOW)
 _SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
@@ -95,19 +100,44 @@ def _enable_wal(raw: sqlite3.Connection, busy_timeout_s: float) -> None:
 
 
 class _Connection:
-    """A sqlite3 connection bound to the process that opened it."""
+    """A sqlite3 connection bound to the process that opened it.
+
+    It waits for the database lock itself (:meth:`execute`) rather than through SQLite's
+    busy handler. That handler sleeps 1, 2, 5, 10 ... up to 100 ms between tries, while a
+    busy writer frees the lock for well under a millisecond between its transactions: a
+    waiter then kept missing those gaps, and of four processes claiming from one file,
+    one often did nearly all the work while the others waited.
+    """
 
     def __init__(self, path: str, synchronous: str, busy_timeout_s: float) -> None:
         self.pid = os.getpid()
+        self.busy_timeout_s = busy_timeout_s
         # Each connection serves one thread (see _conn); check_same_thread=False only lets
         # close() release connections of threads that have finished.
-        self.raw = sqlite3.connect(
-            path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
-        )
+        self.raw = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
         self.raw.row_factory = sqlite3.Row
         _enable_wal(self.raw, busy_timeout_s)
         self.raw.execute(f"PRAGMA synchronous={synchronous}")
-        self.raw.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+
+    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        """Run a statement that may have to wait for the database lock (one that starts a
+        transaction, or a single statement in autocommit mode): a refused try changed
+        nothing, so it is tried again, after a short random pause, until the busy timeout."""
+        try:
+            return self.raw.execute(sql, params)
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
+                raise
+        deadline = time.monotonic() + self.busy_timeout_s
+        pause_s = _FIRST_LOCK_PAUSE_S
+        while True:
+            time.sleep(random.uniform(0, pause_s))
+            try:
+                return self.raw.execute(sql, params)
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                    raise
+            pause_s = min(pause_s * 2, _MAX_LOCK_PAUSE_S)
 
     def check_pid(self) -> None:
         if self.pid != os.getpid():
@@ -152,7 +182,7 @@ class SqliteWorkflowStore(WorkflowStore):
 
     # --- connections and transactions ----------------------------------------------
 
-    def _conn(self) -> sqlite3.Connection:
+    def _conn(self) -> _Connection:
         if self._closed:
             raise StoreClosed(f"store {self.path!r} is closed")
         conn: _Connection | None = getattr(self._local, "conn", None)
@@ -170,14 +200,15 @@ class SqliteWorkflowStore(WorkflowStore):
             with self._lock:
                 self._all.append(conn)
         conn.check_pid()
-        return conn.raw
+        return conn
 
     @contextmanager
     def _write(self) -> Iterator[tuple[sqlite3.Connection, int]]:
         """One ``BEGIN IMMEDIATE`` transaction and the store time it runs at."""
-        conn = self._conn()
+        locking = self._conn()
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            locking.execute("BEGIN IMMEDIATE")
+            conn = locking.raw
             try:
                 now = conn.execute(_Q["now"]).fetchone()[0]
                 yield conn, now
@@ -200,9 +231,10 @@ class SqliteWorkflowStore(WorkflowStore):
         """Apply pending numbered migrations; returns the schema version."""
         migrations = load_migrations("sqlite")
         latest = migrations[-1][0]
-        conn = self._conn()
+        locking = self._conn()
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            locking.execute("BEGIN IMMEDIATE")
+            conn = locking.raw
             try:
                 conn.execute(
                     "CREATE TABLE IF NOT EXISTS runifold_schema "
