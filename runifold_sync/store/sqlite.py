@@ -123,20 +123,20 @@ class _Connection:
         """Run a statement that may have to wait for the database lock (one that starts a
         transaction, or a single statement in autocommit mode): a refused try changed
         nothing, so it is tried again, after a short random pause, until the busy timeout."""
-        try:
-            return self.raw.execute(sql, params)
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
-                raise
-        deadline = time.monotonic() + self.busy_timeout_s
+        deadline = None
         pause_s = _FIRST_LOCK_PAUSE_S
         while True:
-            time.sleep(random.uniform(0, pause_s))
             try:
                 return self.raw.execute(sql, params)
             except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
                     raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.busy_timeout_s
+                if now >= deadline:
+                    raise
+            time.sleep(random.uniform(0, pause_s))
             pause_s = min(pause_s * 2, _MAX_LOCK_PAUSE_S)
 
     def check_pid(self) -> None:

@@ -61,3 +61,13 @@ def test_a_write_held_up_past_the_busy_timeout_is_unavailable_naming_the_lock(tm
             gave_up_after_s = time.monotonic() - started
         assert 0.2 <= gave_up_after_s < 0.9
         assert store.list_tasks() == []  # nothing half-written
+
+
+def test_a_busy_timeout_of_zero_fails_at_once_when_the_lock_is_held(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    with SqliteWorkflowStore.open(path, busy_timeout=timedelta(0)) as store:
+        with lock_held_for(path, 0.5):
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable, match="database is locked"):
+                store.enqueue(WorkflowTask.new("orders", 1, {"n": 1}, checkpoint_id="refused"))
+            assert time.monotonic() - started < 0.1
