@@ -59,8 +59,8 @@ _NOW = (
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Pauses between tries for the database lock: random up to this, doubling to the cap.
-_FIRST_LOCK_PAUSE_S = 0.0002
-_MAX_LOCK_PAUSE_S = 0.002
+_FIRST_LOCK_PAUSE_S = 0.0005
+_MAX_LOCK_PAUSE_S = 0.005
 _MICROSECOND = timedelta(microseconds=1)
 _Q = load_queries("sqlite", _NOW)
 _SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
