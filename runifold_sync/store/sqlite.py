@@ -129,7 +129,8 @@ class _Connection:
             try:
                 return self.raw.execute(sql, params)
             except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
+                # Errors the sqlite3 module raises itself carry no SQLite code.
+                if getattr(exc, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_BUSY:
                     raise
                 now = time.monotonic()
                 if deadline is None:
