@@ -720,17 +720,14 @@ def _event(
     token: int | None,
     detail: dict[str, Any],
 ) -> None:
-    conn.execute(_Q["insert_event"], _event_params(at, task_id, kind, worker_id, token, detail))
-
-
-def _event_params(
-    at: datetime, task_id: str, kind: str, worker_id: str | None, token: int | None, detail: dict[str, Any]
-) -> dict[str, Any]:
-    return {
-        "task_id": task_id,
-        "now": at,
-        "kind": kind,
-        "worker_id": worker_id,
-        "token": token,
-        "detail": Jsonb(detail),
-    }
+    conn.execute(
+        _Q["insert_event"],
+        {
+            "task_id": task_id,
+            "now": at,
+            "kind": kind,
+            "worker_id": worker_id,
+            "token": token,
+            "detail": Jsonb(detail),
+        },
+    )
