@@ -431,7 +431,7 @@ class PostgresWorkflowStore(WorkflowStore):
     def claim(self, worker_id: WorkerId, lease: LeaseDuration, *, limit: int = 1) -> list[ClaimedTask]:
         # Pipelined: BEGIN, the tenant locks and the claim (with its events) go out
         # together, and the claim statement still runs after the locks are held.
-        with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+        with self._pool.pipelined_transaction() as conn:
             return _claim_in(conn, ClaimRequest(worker_id, lease, limit))
 
     def heartbeat(self, lease: Lease, duration: LeaseDuration) -> Lease:
@@ -613,7 +613,7 @@ class PostgresWorkflowStore(WorkflowStore):
             self._fenced_transition("complete", lease, params, "completed", {}, notify=False)
             return []
         query = _Q[_transition_with_event("complete", False)]
-        with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+        with self._pool.pipelined_transaction() as conn:
             completed = conn.execute(query, _transition_params(lease, params, "completed", {}))
             claimed = _claim_in(conn, then_claim)
             if completed.fetchone() is None:  # rolls the claim back with it
