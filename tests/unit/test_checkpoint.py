@@ -48,10 +48,15 @@ def test_encoding_reuses_finished_entries_yet_always_equals_the_canonical_form()
     checkpoint.journal.append(JournalEntry("ship#1", "step", "done", [1, 2]))
     checkpoint.branch_journals["parallel#1/a"].append(JournalEntry("parallel#1/a/add#2", "step", "done", 2))
     checkpoint.usage = checkpoint.usage.add(steps=2)
+    checkpoint.phase = "running"
+    checkpoint.step_failures["notify#1"] = 3  # containers changed in place
+    checkpoint.compensated.append("charge#1")
     second = checkpoint.encode("t1", DEFAULT_MAX_CHECKPOINT_BYTES)
     assert second == to_json(checkpoint) != first
     assert Checkpoint.decode("t1", second) == checkpoint
     assert "_entry_texts" not in json.loads(second)
+    checkpoint.step_failures.clear()
+    assert checkpoint.encode("t1", DEFAULT_MAX_CHECKPOINT_BYTES) == to_json(checkpoint)
 
 
 def test_encoding_records_the_format_version() -> None:
