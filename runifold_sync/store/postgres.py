@@ -103,11 +103,13 @@ def _claim_in(conn: Connection, request: ClaimRequest) -> list[ClaimedTask]:
     limit = rows.check_claim_limit(request.limit)
     claimed = []
     params = {"worker_id": request.worker_id.value, "lease_s": request.lease.seconds}
-    # The claim statement took about 1 ms to plan, more than it takes to run, and with
-    # plan_cache_mode=auto the server planned it again on every call. Its prepared
-    # statement's generic plan serves instead, with the limit (checked to be an integer)
-    # written into the text: as a parameter the planner guessed thousands of rows and
-    # leased them through a scan of the whole table.
+    # The claim statement takes about 1 ms to plan, more than it takes to run. With
+    # plan_cache_mode=auto the server plans it for each of a connection's first five
+    # calls, and on every call for as long as its generic plan is estimated dearer than
+    # the custom ones (which is what happened while the limit was a parameter). Forced,
+    # the prepared statement's generic plan serves from the first call, with the limit
+    # (checked to be an integer) written into the text: as a parameter the planner
+    # guessed thousands of rows and leased them through a scan of the whole table.
     conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
     conn.execute(_Q["lock_limited_tenants"])
     leased = conn.execute(_Q[_claim_with_limit(limit)], params).fetchall()
