@@ -17,7 +17,7 @@ converter = make_converter()
 
 # One encoder for every canonical text: ``json.dumps`` with options builds a new encoder
 # on each call, which showed up on the per-step hot path.
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+CANONICAL_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def _unstructure_set(values: set[Any] | frozenset[Any]) -> list[Any]:
@@ -51,7 +51,7 @@ def _encode(value: Any) -> tuple[Any, str]:
     """The JSON form of ``value`` and its canonical text (sorted keys, compact)."""
     try:
         raw = unstructure(value)
-        return raw, _CANONICAL.encode(raw)
+        return raw, CANONICAL_ENCODER.encode(raw)
     except (TypeError, ValueError, RecursionError) as exc:
         raise NotJsonable(f"{type(exc).__name__}: {exc}") from exc
 

@@ -240,7 +240,7 @@ class WorkflowContext:
         """Before anything new starts: the lease still held and no cancel requested. A
         step that already ran is recorded first, so a cancel never hides what happened."""
         self._check_lease()
-        if self._flags.cancel.is_set():
+        if self._flags.cancel:
             raise CancelRequested()
         if self._branch is not None and self._branch.stop.is_set():
             raise BranchStopped()

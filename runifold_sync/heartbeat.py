@@ -26,17 +26,22 @@ log = logging.getLogger("runifold_sync.heartbeat")
 
 @attrs.define
 class LeaseFlags:
-    """What the heartbeat thread tells the step thread about the lease it watches."""
+    """What the heartbeat thread tells the step thread about the lease it watches.
+
+    Plain attributes, not ``threading.Event``: only the heartbeat thread sets them and
+    the step thread reads them at its boundaries, and nobody waits on them; a new pair of
+    events (each with its own condition and lock) for every task was a measurable share
+    of a one-step task's CPU."""
 
     # Monotonic time by which the lease surely expired unless a heartbeat extended it.
     deadline: float
-    lost: threading.Event = attrs.Factory(threading.Event)
-    cancel: threading.Event = attrs.Factory(threading.Event)  # store.cancel() was called
+    lost: bool = False
+    cancel: bool = False  # store.cancel() was called
 
     def expired(self) -> bool:
         """Lost, or past the deadline: a resumed (SIGCONT) or starved process must not
         start a body before its heartbeat thread has even run again."""
-        return self.lost.is_set() or time.monotonic() >= self.deadline
+        return self.lost or time.monotonic() >= self.deadline
 
 
 class LeaseKeeper:
@@ -80,7 +85,7 @@ class LeaseKeeper:
             self._lease = lease
             self._flags = flags = LeaseFlags(start + self._duration.seconds)
             if lease.cancel_requested is not None:  # requested while a previous owner ran
-                flags.cancel.set()
+                flags.cancel = True
             self._start()
         return flags
 
@@ -167,7 +172,7 @@ class LeaseKeeper:
             if crashpoints.ARMED:
                 crashpoints.reached("after_heartbeat", lease.task_id)
         except LeaseLostError:
-            flags.lost.set()
+            flags.lost = True
             with self._lock:
                 current = self._lease is lease
                 if current:  # lost for good: stop beating for it (and logging it)
@@ -176,15 +181,15 @@ class LeaseKeeper:
                 log.warning("lease lost", extra=task_fields(lease))
             return True
         except StoreClosed:
-            flags.lost.set()  # nothing can extend it now
+            flags.lost = True  # nothing can extend it now
             return False
         except Exception:
             log.exception("heartbeat failed", extra=task_fields(lease))
             if flags.expired():
-                flags.lost.set()
+                flags.lost = True
             return True
         if renewed.cancel_requested is not None:
-            flags.cancel.set()
+            flags.cancel = True
         with self._lock:
             if self._lease is lease:
                 self._lease = renewed

@@ -21,7 +21,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from psycopg.rows import DictRow
-from psycopg.types.json import Jsonb
 
 from ..admission import TenantAdmission, TenantPolicy
 from ..codec import from_json, to_json
@@ -133,7 +132,7 @@ def _transition_params(
         "token": lease.fencing_token,
         "event_kind": event,
         "event_worker": lease.worker_id,
-        "event_detail": Jsonb(detail),
+        "event_detail": to_json(detail),
     }
 
 
@@ -730,6 +729,6 @@ def _event(
             "kind": kind,
             "worker_id": worker_id,
             "token": token,
-            "detail": Jsonb(detail),
+            "detail": to_json(detail),
         },
     )

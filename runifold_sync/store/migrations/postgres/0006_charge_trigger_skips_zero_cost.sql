@@ -1,0 +1,10 @@
+-- A task's first checkpoint write compared a cost of 0 with the NULL of no checkpoint,
+-- found them distinct and ran the charge function for nothing: on every task, and on a
+-- one-step task's only write. Usage that charged nothing no longer fires the trigger;
+-- the function still charges only what grew.
+DROP TRIGGER runifold_tasks_charge ON runifold_tasks;
+
+CREATE TRIGGER runifold_tasks_charge AFTER UPDATE OF checkpoint ON runifold_tasks FOR EACH ROW
+    WHEN ((NEW.checkpoint -> 'usage' -> 'cost') IS DISTINCT FROM (OLD.checkpoint -> 'usage' -> 'cost')
+        AND (NEW.checkpoint -> 'usage' -> 'cost') IS DISTINCT FROM '0'::jsonb)
+    EXECUTE FUNCTION runifold_charge_tenant();
