@@ -194,17 +194,14 @@ class PostgresWorkflowStore(WorkflowStore):
 
     def _execute(self, name: str, params: dict[str, Any]) -> None:
         """One statement without a result, its own transaction (autocommit)."""
-        with self._pool.connection() as conn:
-            conn.execute(_Q[name], params)
+        self._pool.execute(_Q[name], params)
 
     def _all(self, name: str, params: dict[str, Any]) -> list[DictRow]:
-        with self._pool.connection() as conn:
-            return conn.execute(_Q[name], params).fetchall()
+        return self._pool.fetch_all(_Q[name], params)
 
     def _one(self, name: str, params: dict[str, Any]) -> DictRow | None:
         """One statement, its own transaction (autocommit)."""
-        with self._pool.connection() as conn:
-            return conn.execute(_Q[name], params).fetchone()
+        return self._pool.fetch_one(_Q[name], params)
 
     def migrate(self) -> int:
         """Apply pending numbered migrations under an advisory lock, so workers starting
@@ -412,8 +409,7 @@ class PostgresWorkflowStore(WorkflowStore):
         ]
 
     def history(self, task_id: str) -> list[TaskEvent]:
-        with self._pool.connection() as conn:
-            found = conn.execute(_Q["task_events"], {"task_id": task_id}).fetchall()
+        found = self._all("task_events", {"task_id": task_id})
         return [
             TaskEvent(
                 row["event_id"],
