@@ -1,3 +1,0 @@
--- Version 6 changes when PostgreSQL's charge trigger fires. SQLite's fires only for
--- tenants with a budget already, so it needs no change; the version keeps both stores'
--- schema versions in step.

@@ -1,0 +1,4 @@
+-- Version 6 changes PostgreSQL's charge trigger and history key. SQLite's trigger fires
+-- only for tenants with a budget already, and its history table is keyed by rowid with
+-- one index by task, so it needs neither; the version keeps both stores' schema versions
+-- in step.
