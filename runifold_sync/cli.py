@@ -114,8 +114,9 @@ def main() -> None:
     type=click.IntRange(1, 100),
     default=1,
     show_default=True,
-    help="Tasks each worker claims at once and runs in turn (their leases kept alive). More "
-    "saves claims on short tasks; 1 keeps claims fairest across tenants.",
+    help="Tasks each worker claims at once and runs in turn (their leases kept alive; "
+    "handed back if the task before them runs over half a lease). More saves claims on "
+    "short tasks; 1 keeps claims fairest across tenants.",
 )
 @click.option("--once", is_flag=True, help="Claim and run one task, then exit (cron mode).")
 @click.option(

@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import time
+from datetime import timedelta
 
 import attrs
 
@@ -62,6 +63,10 @@ class LeaseKeeper:
         # monotonic time each was last extended from; a lease that could not be extended
         # is dropped, so ``take`` reports it lost.
         self._held: dict[str, tuple[Lease, float]] = {}
+        # Held tasks given back to the queue because the running one took long (see
+        # _hand_back_held), until the worker comes to them.
+        self._handed_back: set[str] = set()
+        self._watched_at = 0.0  # monotonic time the running task's watch began
 
     def announce(self, worker_id: WorkerId) -> None:
         """Keep ``worker_id``'s ``last_seen`` fresh in the store's worker registry, idle or not."""
@@ -83,6 +88,7 @@ class LeaseKeeper:
         start = time.monotonic() if extended_at is None else extended_at
         with self._lock:
             self._lease = lease
+            self._watched_at = time.monotonic()
             self._flags = flags = LeaseFlags(start + self._duration.seconds)
             if lease.cancel_requested is not None:  # requested while a previous owner ran
                 flags.cancel = True
@@ -100,9 +106,17 @@ class LeaseKeeper:
     def take(self, task_id: str) -> tuple[Lease, float] | None:
         """The latest form of a held lease (extended, cancel request noted) and the
         monotonic time it was extended from, no longer kept here; None when it was lost
-        while waiting."""
+        while waiting or handed back (see :meth:`was_handed_back`)."""
         with self._lock:
             return self._held.pop(task_id, None)
+
+    def was_handed_back(self, task_id: str) -> bool:
+        """Whether a held task went back to the queue unstarted (asked once per task)."""
+        with self._lock:
+            if task_id in self._handed_back:
+                self._handed_back.remove(task_id)
+                return True
+            return False
 
     def unwatch(self) -> None:
         with self._lock:
@@ -159,8 +173,29 @@ class LeaseKeeper:
             # The running task's lease first: leases claimed ahead must not delay it.
             if lease is not None and not self._extend_current(lease, flags):
                 return
-            if not self._extend_held():
+            if not self._hand_back_held() or not self._extend_held():
                 return
+
+    def _hand_back_held(self) -> bool:
+        """Give held tasks back to the queue, unstarted, once the running task has kept
+        the worker for half a lease: other workers may be idle while they wait behind it.
+        False when the store was closed under the keeper."""
+        with self._lock:
+            running_s = time.monotonic() - self._watched_at
+            if self._lease is None or not self._held or running_s < self._duration.seconds / 2:
+                return True
+            held = [lease for lease, _extended in self._held.values()]
+            self._held.clear()
+            self._handed_back.update(lease.task_id for lease in held)
+        reason = f"handed back unstarted: the task before it ran for {running_s:.0f} s"
+        for lease in held:
+            try:
+                self._store.release(lease, delay=timedelta(0), reason=reason)
+            except StoreClosed:
+                return False
+            except Exception:  # lost already, or an unreachable store: its lease runs out
+                log.exception("could not hand back a task claimed ahead", extra=task_fields(lease))
+        return True
 
     def _extend_current(self, lease: Lease, flags: LeaseFlags) -> bool:
         """Extend the running task's lease; False when the store was closed under the keeper."""

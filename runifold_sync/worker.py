@@ -171,13 +171,16 @@ class WorkflowWorker:
             self._keeper.announce(self.worker_id)
             self._registered = True
         extended_at = None
-        if self._ahead:
+        while self._ahead:
             task = self._ahead.popleft()
             held = self._keeper.take(task.lease.task_id)
-            if held is None:  # its lease ran out while it waited: another worker has it
+            if held is not None:
+                lease, extended_at = held
+                task = attrs.evolve(task, lease=lease)
+                break
+            if not self._keeper.was_handed_back(task.lease.task_id):
+                # its lease ran out while it waited: another worker has it
                 return LeaseLost(task.lease.task_id, task.lease.fencing_token)
-            lease, extended_at = held
-            task = attrs.evolve(task, lease=lease)
         else:
             claimed = self.store.claim(self.worker_id, self.lease_duration, limit=self._claim_batch)
             if not claimed:

@@ -1,9 +1,11 @@
 """A worker that claims ahead (several tasks at once, or the next task with a completion)
 runs them in turn, keeps the waiting ones' leases alive, reports a lease lost while
-waiting, and hands unstarted ones back on close."""
+waiting, hands waiting ones back when the task before them runs long, and hands unstarted
+ones back on close."""
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 
@@ -31,8 +33,15 @@ LEASE = LeaseDuration(timedelta(seconds=1))
 flow = Workflow("batched", 1)
 
 
+# Set by a test to make the task of value 0 wait in its step until it is released.
+SLOW_STEP: dict[str, threading.Event] = {}
+
+
 @flow.step()
 def double(ctx: StepContext, value: int) -> int:
+    if value == 0 and SLOW_STEP:
+        SLOW_STEP["started"].set()
+        SLOW_STEP["release"].wait(10)
     return value * 2
 
 
@@ -88,6 +97,44 @@ def test_a_lease_lost_while_waiting_is_reported_and_the_task_left_to_its_new_own
     record = sqlite_store.get_task("b1")
     assert (record.state, record.worker_id, record.fencing_token) == (TaskState.LEASED, "other", 2)
     assert taken.lease.fencing_token == 2
+
+
+def test_tasks_waiting_behind_a_long_task_go_back_to_the_queue_for_other_workers(
+    sqlite_store: SqliteWorkflowStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = _enqueue(sqlite_store, 3)
+    monkeypatch.setitem(SLOW_STEP, "started", threading.Event())
+    monkeypatch.setitem(SLOW_STEP, "release", threading.Event())
+    worker = _worker(sqlite_store, batch=3)
+    outcomes = []
+    running = threading.Thread(target=lambda: outcomes.append(worker.run_once()))
+    running.start()
+    try:
+        assert SLOW_STEP["started"].wait(5)
+        deadline = time.monotonic() + 5  # half the 1 s lease, then the next beat
+        while sqlite_store.get_task("b2").state is not TaskState.QUEUED and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [sqlite_store.get_task(i).state for i in ids] == [
+            TaskState.LEASED,
+            TaskState.QUEUED,
+            TaskState.QUEUED,
+        ]
+        released = sqlite_store.history("b1")[-1]
+        assert released.kind == "released"
+        assert str(released.detail["reason"]).startswith("handed back unstarted: the task before it ran")
+        other = [c.lease.task_id for c in sqlite_store.claim(WorkerId.parse("idle"), LEASE, limit=10)]
+        assert other == ids[1:]
+    finally:
+        SLOW_STEP["release"].set()
+        running.join(10)
+    try:
+        assert outcomes == [Completed("b0", 0)]
+        assert worker.run_once() == Idle()  # the handed-back tasks are skipped, not lost
+    finally:
+        worker.close()
+    for task_id in ids[1:]:
+        record = sqlite_store.get_task(task_id)
+        assert (record.worker_id, record.claims_since_progress) == ("idle", 1)
 
 
 def test_closing_hands_unstarted_tasks_back_without_counting_an_attempt(
