@@ -17,6 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -262,22 +263,125 @@ def wait_completed(store: WorkflowStore, count: int, *, timeout_s: float = 180.0
         time.sleep(0.05)
 
 
-def drain_span_s(url: str) -> float:
-    """Store time from the first claim to the last completion, from the history events."""
+def drain_window(url: str) -> tuple[float, float]:
+    """Store times (seconds since the epoch) of the first claim and the last completion,
+    from the history events."""
     if url.startswith("sqlite"):
         with sqlite3.connect(sqlite_path(url)) as conn:
             first, last = conn.execute(
                 "SELECT MIN(at) FILTER (WHERE kind = 'claimed'), MAX(at) FILTER (WHERE kind = 'completed')"
                 " FROM runifold_events"
             ).fetchone()
-        return float(last - first) / 1e6
+        return first / 1e6, last / 1e6
     with psycopg.connect(url) as pg:
         row = pg.execute(
-            "SELECT EXTRACT(EPOCH FROM MAX(at) FILTER (WHERE kind = 'completed')"
-            " - MIN(at) FILTER (WHERE kind = 'claimed'))::float8 FROM runifold_events"
+            "SELECT EXTRACT(EPOCH FROM MIN(at) FILTER (WHERE kind = 'claimed'))::float8,"
+            " EXTRACT(EPOCH FROM MAX(at) FILTER (WHERE kind = 'completed'))::float8 FROM runifold_events"
         ).fetchone()
     assert row is not None
-    return float(row[0])
+    return float(row[0]), float(row[1])
+
+
+# --- CPU use of the whole machine while a pool drains ----------------------------------
+
+
+@functools.cache
+def _postmaster_pid() -> int:
+    """The PostgreSQL server's parent process: the parent of this session's backend."""
+    with admin_connection() as conn:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    assert row is not None
+    with open(f"/proc/{row[0]}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
+def _cpu_ticks(pid: int, *, reaped: bool) -> int:
+    """User and system ticks of ``pid`` (and, with ``reaped``, of its children that have
+    exited and been waited for); 0 once it has gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return sum(int(field) for field in fields[11 : 15 if reaped else 13])
+
+
+def server_cpu_s() -> float | None:
+    """CPU time used so far by the local PostgreSQL server (user and system): the
+    postmaster with the backends and background workers it has reaped, plus those still
+    running. Reading the postmaster's children is cheap enough to sample every few
+    milliseconds, where scanning all of /proc cost about 1 ms a time. None when the
+    server is not on this machine."""
+    if urlsplit(PG_ADMIN_URL).hostname not in (None, "", "localhost", "127.0.0.1", "::1"):
+        return None
+    try:
+        postmaster = _postmaster_pid()
+        with open(f"/proc/{postmaster}/task/{postmaster}/children") as children:
+            pids = [int(pid) for pid in children.read().split()]
+    except OSError:
+        return None
+    ticks = _cpu_ticks(postmaster, reaped=True) + sum(_cpu_ticks(pid, reaped=False) for pid in pids)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def busy_cpu_s() -> float:
+    """CPU time all cores of the machine spent busy (not idle, not waiting for I/O) since boot."""
+    with open("/proc/stat") as stat:
+        ticks = [int(field) for field in stat.readline().split()[1:9]]
+    idle, iowait = ticks[3], ticks[4]
+    return (sum(ticks) - idle - iowait) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class CpuUse:
+    """What the machine's processes used over ``seconds`` of wall time."""
+
+    seconds: float
+    busy_s: float  # all processes, all cores
+    server_s: float | None  # PostgreSQL server processes (None on SQLite)
+
+    @property
+    def busy_cores(self) -> float:
+        return self.busy_s / self.seconds
+
+
+class CpuMeter:
+    """Samples the machine's busy CPU time (and the PostgreSQL server's) every 20 ms in a
+    thread, so the CPU of a drain can be cut out of a longer run once its first claim and
+    last completion are known. Everything on the machine counts, this script included:
+    the figure says how close to saturated the cores were, not what one process cost."""
+
+    INTERVAL_S = 0.02
+
+    def __init__(self, with_server: bool) -> None:
+        self._with_server = with_server
+        self._samples: list[tuple[float, float, float | None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample_until_stopped, name="cpu-meter", daemon=True)
+
+    def __enter__(self) -> CpuMeter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample_until_stopped(self) -> None:
+        while True:
+            self._samples.append((time.time(), busy_cpu_s(), server_cpu_s() if self._with_server else None))
+            if self._stop.wait(self.INTERVAL_S):
+                return
+
+    def between(self, start: float, end: float) -> CpuUse | None:
+        """Use between the first sample at or after ``start`` and the last at or before
+        ``end`` (wall-clock seconds); None when the window holds fewer than two samples."""
+        inside = [sample for sample in self._samples if start <= sample[0] <= end]
+        if len(inside) < 2:
+            return None
+        (t0, busy0, server0), (t1, busy1, server1) = inside[0], inside[-1]
+        server = None if server0 is None or server1 is None else server1 - server0
+        return CpuUse(t1 - t0, busy1 - busy0, server)
 
 
 @dataclass(frozen=True)
@@ -287,6 +391,7 @@ class Throughput:
     processes: int
     seconds: float
     claim_batch: int = 1
+    cpu: CpuUse | None = None  # the machine's, while this drain ran
 
     @property
     def steps_per_s(self) -> float:
@@ -303,11 +408,13 @@ def measure_pool(url: str, *, workflows: int, steps: int, processes: int, claim_
     store = open_store(url)
     try:
         enqueue_workflows(store, workflows, steps, delay=START_DELAY)
-        with running_pool(url, processes, claim_batch=claim_batch):
-            wait_completed(store, workflows)
+        with CpuMeter(with_server=url.startswith("postgresql")) as meter:
+            with running_pool(url, processes, claim_batch=claim_batch):
+                wait_completed(store, workflows)
     finally:
         store.close()
-    return Throughput(workflows, steps, processes, drain_span_s(url), claim_batch)
+    first, last = drain_window(url)
+    return Throughput(workflows, steps, processes, last - first, claim_batch, meter.between(first, last))
 
 
 @retry_on_restart

@@ -16,30 +16,19 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from commit_limit import measure_commit_loop
-from common import Row, arg_parser, enqueue_workflows, fresh_store, print_table, progress, registry
+from common import (
+    Row,
+    arg_parser,
+    enqueue_workflows,
+    fresh_store,
+    print_table,
+    progress,
+    registry,
+    server_cpu_s,
+)
 
 from runifold_sync import Completed, DefinitionIdentity, LeaseDuration, WorkerId, WorkflowWorker, open_store
 from runifold_sync.checkpoint import DEFAULT_MAX_CHECKPOINT_BYTES, Checkpoint, JournalEntry
-
-
-def server_cpu_s() -> float | None:
-    """CPU time used so far by the PostgreSQL server processes on this machine (user and
-    system, backends and background workers), read from /proc; None when none is seen."""
-    ticks, seen = 0, False
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/comm") as comm:
-                if not comm.read().startswith("postgres"):
-                    continue
-            with open(f"/proc/{entry.name}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:  # the process ended meanwhile
-            continue
-        ticks += int(fields[11]) + int(fields[12])
-        seen = True
-    return ticks / os.sysconf("SC_CLK_TCK") if seen else None
 
 
 def _server_spent(before: float | None) -> float | None:

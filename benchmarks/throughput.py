@@ -11,6 +11,8 @@ Each figure is the best of 2 runs taken in turns.
 
 from __future__ import annotations
 
+import os
+
 from commit_limit import CommitLimits, measure_limits
 from common import (
     QUICK_WORKFLOWS,
@@ -82,7 +84,26 @@ def rows_for(results: dict[tuple[str, int], Throughput], limits: CommitLimits) -
                 f"commits ({commits_per_workflow(result.steps)} per workflow)",
             )
         )
+        if result.cpu is not None:
+            rows.append(cpu_row(name, result))
     return rows
+
+
+def cpu_row(name: str, result: Throughput) -> Row:
+    """How busy the machine's cores were while the pool drained, and what that makes per
+    step: when the cores are saturated, CPU per step is what bounds steps/s."""
+    assert result.cpu is not None
+    cores = os.cpu_count() or 1
+    per_step_us = result.cpu.busy_s / (result.steps_per_s * result.cpu.seconds) * 1e6
+    server = ""
+    if result.cpu.server_s is not None:
+        server = f", {result.cpu.server_s / result.cpu.busy_s:.0%} of it in PostgreSQL"
+    return Row(
+        f"{name}: CPU while draining (whole machine)",
+        f"{result.cpu.busy_cores:.2f} of {cores} cores",
+        f"{per_step_us:,.0f} µs CPU per step{server}; at this cost {cores} saturated cores "
+        f"make {cores * 1e6 / per_step_us:,.0f} steps/s",
+    )
 
 
 Results = dict[tuple[str, int], Throughput]
