@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import psycopg
 from common import (
+    CpuMeter,
     Row,
     arg_parser,
     fresh_postgres,
@@ -95,17 +96,28 @@ def _child(args: tuple[str, int, float, float]) -> CommitLoop:
     return _loop(*args)
 
 
-def measure_parallel_commits(url: str, *, connections: int, duration_s: float, prepare: bool = True) -> float:
+@dataclass(frozen=True)
+class ParallelCommits:
+    per_s: float
+    cpu_us_per_commit: float | None  # the whole machine's CPU, server included
+
+
+def measure_parallel_commits(
+    url: str, *, connections: int, duration_s: float, prepare: bool = True
+) -> ParallelCommits:
     """Commits per second of ``connections`` processes started together, over the span
-    from the first one's start to the last one's end."""
+    from the first one's start to the last one's end, and the machine's CPU per commit
+    over that span."""
     if prepare:
         _prepare(url, connections)
     start_at = time.time() + 2.0  # every process connected and warmed up by then
     context = multiprocessing.get_context("spawn")
-    with context.Pool(connections) as pool:
+    with CpuMeter(with_server=False) as meter, context.Pool(connections) as pool:
         loops = pool.map(_child, [(url, i, start_at, duration_s) for i in range(connections)])
-    span_s = max(loop.ended for loop in loops) - min(loop.started for loop in loops)
-    return sum(loop.commits for loop in loops) / span_s
+    first, last = min(loop.started for loop in loops), max(loop.ended for loop in loops)
+    per_s = sum(loop.commits for loop in loops) / (last - first)
+    cpu = meter.between(first, last)
+    return ParallelCommits(per_s, None if cpu is None else cpu.busy_s / (per_s * cpu.seconds) * 1e6)
 
 
 @dataclass(frozen=True)
@@ -113,6 +125,7 @@ class CommitLimits:
     sqlite: float
     postgres_1: float
     postgres_4: float
+    postgres_4_cpu_us: float | None = None  # per commit, of the best sample
 
 
 SAMPLES = 3
@@ -126,14 +139,15 @@ def measure_limits(duration_s: float) -> CommitLimits:
         _prepare(lite_url, 1)
         _prepare(pg1_url, 1)
         _prepare(pg4_url, 4)
-        lite = pg1 = pg4 = 0.0
+        lite = pg1 = 0.0
+        pg4 = ParallelCommits(0.0, None)
         for turn in range(1, SAMPLES + 1):
             progress(f"commit limit: SQLite, PostgreSQL 1 and 4 connections, sample {turn} of {SAMPLES}")
             lite = max(lite, measure_commit_loop(lite_url, duration_s=sample_s, prepare=False).per_s)
             pg1 = max(pg1, measure_commit_loop(pg1_url, duration_s=sample_s, prepare=False).per_s)
             parallel = measure_parallel_commits(pg4_url, connections=4, duration_s=sample_s, prepare=False)
-            pg4 = max(pg4, parallel)
-    return CommitLimits(lite, pg1, pg4)
+            pg4 = max(pg4, parallel, key=lambda commits: commits.per_s)
+    return CommitLimits(lite, pg1, pg4.per_s, pg4.cpu_us_per_commit)
 
 
 def rows_for(limits: CommitLimits) -> list[Row]:
@@ -143,7 +157,12 @@ def rows_for(limits: CommitLimits) -> list[Row]:
         Row(
             "commit limit: PostgreSQL, 4 connections",
             rate(limits.postgres_4),
-            f"{limits.postgres_4 / limits.postgres_1:.2f}x 1 connection",
+            f"{limits.postgres_4 / limits.postgres_1:.2f}x 1 connection"
+            + (
+                ""
+                if limits.postgres_4_cpu_us is None
+                else f"; {limits.postgres_4_cpu_us:,.0f} µs CPU per commit (whole machine, server included)"
+            ),
         ),
     ]
 
