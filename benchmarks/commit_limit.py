@@ -117,7 +117,7 @@ def measure_parallel_commits(
     first, last = min(loop.started for loop in loops), max(loop.ended for loop in loops)
     per_s = sum(loop.commits for loop in loops) / (last - first)
     cpu = meter.between(first, last)
-    return ParallelCommits(per_s, None if cpu is None else cpu.busy_s / (per_s * cpu.seconds) * 1e6)
+    return ParallelCommits(per_s, None if cpu is None else cpu.us_per(per_s))
 
 
 @dataclass(frozen=True)

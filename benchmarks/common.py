@@ -344,6 +344,10 @@ class CpuUse:
     def busy_cores(self) -> float:
         return self.busy_s / self.seconds
 
+    def us_per(self, per_s: float) -> float:
+        """CPU microseconds per unit of work done at ``per_s`` units a second."""
+        return self.busy_s / (per_s * self.seconds) * 1e6
+
 
 class CpuMeter:
     """Samples the machine's busy CPU time (and the PostgreSQL server's) every 20 ms in a

@@ -94,7 +94,7 @@ def cpu_row(name: str, result: Throughput) -> Row:
     step: when the cores are saturated, CPU per step is what bounds steps/s."""
     assert result.cpu is not None
     cores = os.cpu_count() or 1
-    per_step_us = result.cpu.busy_s / (result.steps_per_s * result.cpu.seconds) * 1e6
+    per_step_us = result.cpu.us_per(result.steps_per_s)
     server = ""
     if result.cpu.server_s is not None:
         server = f", {result.cpu.server_s / result.cpu.busy_s:.0%} of it in PostgreSQL"
