@@ -605,7 +605,14 @@ STALE_WRITES: dict[str, Callable[[WorkflowStore, Lease], object]] = {
     "release": lambda s, lease: s.release(lease, delay=timedelta(0), reason="back"),
     "complete": lambda s, lease: s.complete(lease, 0, CHECKPOINT, to_json(1)),
     "fail": lambda s, lease: s.fail(lease, 0, None, reason="no"),
+    "acknowledge_cancel": lambda s, lease: s.acknowledge_cancel(lease, 0, CHECKPOINT),
+    "consume_signal": lambda s, lease: s.consume_signal(lease, 0, CHECKPOINT, "s1", accepted=True, note="ok"),
 }
+
+
+def signalled(store: WorkflowStore) -> None:
+    """Give t1 a pending signal "s1", which consume_signal needs to have anything to do."""
+    store.send_signal("t1", "approval", to_json(True), signal_id="s1", sender="alice")
 
 
 @pytest.mark.parametrize("operation", sorted(STALE_WRITES))
@@ -613,6 +620,7 @@ def test_every_fenced_write_with_a_stale_lease_is_refused_and_changes_nothing(
     store: WorkflowStore, operation: str
 ) -> None:
     enqueue(store)
+    signalled(store)
     old, new = taken_over(store)
     before = store.get_task("t1")
     history = store.history("t1")
@@ -621,6 +629,7 @@ def test_every_fenced_write_with_a_stale_lease_is_refused_and_changes_nothing(
     assert (info.value.task_id, info.value.fencing_token) == ("t1", 1)
     assert store.get_task("t1") == before
     assert store.history("t1") == history
+    assert [s.signal_id for s in store.pending_signals("t1", "approval")] == ["s1"]
     assert (before.state, before.worker_id, before.fencing_token) == (
         TaskState.LEASED,
         "worker-2",
@@ -629,13 +638,62 @@ def test_every_fenced_write_with_a_stale_lease_is_refused_and_changes_nothing(
 
 
 @pytest.mark.parametrize("operation", sorted(set(STALE_WRITES) - {"heartbeat", "commit_checkpoint"}))
-def test_a_transition_after_the_lease_expired_is_refused(store: WorkflowStore, operation: str) -> None:
+def test_a_transition_after_the_lease_expired_is_refused_and_changes_nothing(
+    store: WorkflowStore, operation: str
+) -> None:
     enqueue(store)
+    signalled(store)
     lease = claim_one(store).lease
     store.set_clock_offset(timedelta(seconds=31))
+    before = store.get_task("t1")
+    history = store.history("t1")
     with pytest.raises(LeaseLostError):
         STALE_WRITES[operation](store, lease)
-    assert store.get_task("t1").state == TaskState.LEASED
+    assert store.get_task("t1") == before
+    assert store.history("t1") == history
+    assert [s.signal_id for s in store.pending_signals("t1", "approval")] == ["s1"]
+    assert (before.state, before.worker_id) == (TaskState.LEASED, "worker-1")
+
+
+# Writes that extend a revision, called with a held lease and the given revision.
+REVISIONED_WRITES: dict[str, Callable[[WorkflowStore, Lease, int], object]] = {
+    "commit_checkpoint": lambda s, lease, rev: s.commit_checkpoint(lease, rev, LATER),
+    "suspend": lambda s, lease, rev: s.suspend(lease, rev, LATER, wake_at=None, reason="wait"),
+    "retry": lambda s, lease, rev: s.retry(lease, rev, LATER, delay=timedelta(0), reason="again"),
+    "complete": lambda s, lease, rev: s.complete(lease, rev, LATER, to_json(1)),
+    "complete then claim": lambda s, lease, rev: s.complete(
+        lease, rev, LATER, to_json(1), then_claim=ClaimRequest(W1, LEASE)
+    ),
+    "fail": lambda s, lease, rev: s.fail(lease, rev, LATER, reason="no"),
+    "acknowledge_cancel": lambda s, lease, rev: s.acknowledge_cancel(lease, rev, LATER),
+    "consume_signal": lambda s, lease, rev: s.consume_signal(
+        lease, rev, LATER, "s1", accepted=True, note="ok"
+    ),
+}
+
+
+@pytest.mark.parametrize("operation", sorted(REVISIONED_WRITES))
+def test_every_progress_write_on_a_stale_revision_is_refused_and_changes_nothing(
+    store: WorkflowStore, operation: str
+) -> None:
+    enqueue(store)
+    enqueue(store, "t2")  # what a completion that then claims would lease
+    lease = claim_one(store).lease
+    signalled(store)
+    assert store.cancel("t1", actor="ops", reason="stop") is TaskState.LEASED  # for acknowledge_cancel
+    assert store.commit_checkpoint(lease, 0, CHECKPOINT) == 1
+    before = store.get_task("t1")
+    history = store.history("t1")
+    with pytest.raises(LeaseLostError) as info:
+        REVISIONED_WRITES[operation](store, lease, 0)  # the lease holds; revision 0 is stale
+    assert (info.value.task_id, info.value.fencing_token) == ("t1", 1)
+    assert store.get_task("t1") == before
+    assert store.history("t1") == history
+    assert [s.signal_id for s in store.pending_signals("t1", "approval")] == ["s1"]
+    assert (store.get_task("t2").state, kinds(store, "t2")) == (TaskState.QUEUED, ["enqueued"])
+    assert (before.state, before.revision, before.checkpoint_json) == (TaskState.LEASED, 1, CHECKPOINT)
+    REVISIONED_WRITES[operation](store, lease, 1)  # the current revision is accepted
+    assert store.get_task("t1").revision == 2
 
 
 # --- resolving ambiguous effects ----------------------------------------------------
