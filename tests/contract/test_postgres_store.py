@@ -3,6 +3,7 @@ pool's arguments and its errors."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -10,11 +11,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from runifold_sync import InvalidArgument, LeaseDuration, StoreUnavailable, WorkerId, WorkflowTask
 from runifold_sync.codec import to_json
 from runifold_sync.postgres import PostgresWorkflowStore
-from runifold_sync.store.postgres import _Q
+from runifold_sync.store.postgres import _Q, _claim_with_limit
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 W1 = WorkerId.parse("worker-1")
@@ -118,27 +120,71 @@ def test_transitions_that_make_work_claimable_notify_idle_workers(
         assert notified(conn), "resolve_effect"
 
 
-def test_the_claim_reads_the_partial_index_whatever_the_number_of_finished_tasks(
+FINISHED = 200_000
+
+
+def _numbered(query: str) -> tuple[str, list[str]]:
+    """``query`` with psycopg's ``%(name)s`` placeholders as the ``$1, $2...`` psycopg
+    sends to the server, and the parameter names in that order."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+
+    numbered = re.sub(r"%\((\w+)\)s", number, query)
+    assert "%" not in numbered, "a placeholder the conversion missed"
+    return numbered, names
+
+
+def test_the_claim_as_production_runs_it_reads_the_partial_index_past_many_finished_tasks(
     pg: PostgresWorkflowStore, postgres_url: str
 ) -> None:
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(
+    """The statement ``claim`` sends (the limit in its text), prepared and run on its
+    generic plan as ``plan_cache_mode = force_generic_plan`` makes it, on a store
+    connection, over 200,000 finished tasks."""
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(
             "INSERT INTO runifold_tasks (task_id, definition_name, definition_version, tenant, input, "
             "input_text, state, outcome, created_at, updated_at) "
             "SELECT 'done-' || g, 'orders', 1, 'default', '{}', '{}', 'terminal', 'completed', "
-            "clock_timestamp(), clock_timestamp() FROM generate_series(1, 20000) g"
+            "clock_timestamp(), clock_timestamp() FROM generate_series(1, %s) g",
+            (FINISHED,),
         )
-        conn.execute("ANALYZE runifold_tasks")
-        for n in range(5):
-            pg.enqueue(task(f"live-{n}"))
-        params = {"limit": 3, "worker_id": "w1", "lease_s": 30.0}
-        with conn.transaction():  # EXPLAIN ANALYZE runs the UPDATE: roll it back
-            [(plan,)] = conn.execute(("EXPLAIN (ANALYZE, FORMAT JSON) " + _Q["claim_tasks"]).encode(), params)
-            raise psycopg.Rollback()
-    nodes = list(_plan_nodes(plan[0]["Plan"]))
-    assert any(n.get("Index Name") == "runifold_tasks_claimable" for n in nodes)
-    # The task table is never read whole; sorts see the few candidates only.
-    assert "runifold_tasks" not in {n["Relation Name"] for n in nodes if n["Node Type"] == "Seq Scan"}
+        admin.execute("ANALYZE runifold_tasks")
+    for n in range(5):
+        pg.enqueue(task(f"live-{n}"))
+    numbered, names = _numbered(_Q[_claim_with_limit(3)])
+    params = {"worker_id": "worker-1", "lease_s": 30.0}
+    arguments = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
+    with pg._pool.connection() as conn, conn.transaction():
+        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        conn.execute(_Q["lock_limited_tenants"])
+        conn.execute(("PREPARE runifold_claim AS " + numbered).encode())
+        explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE runifold_claim ({})")
+        [plan] = conn.execute(explain.format(arguments)).fetchall()
+        plans = conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = 'runifold_claim'"
+        ).fetchall()
+        conn.execute("DEALLOCATE runifold_claim")  # prepared statements outlive a rollback
+        raise psycopg.Rollback()  # EXPLAIN ANALYZE ran the UPDATE
+    assert plans == [{"generic_plans": 1, "custom_plans": 0}]
+    nodes = list(_plan_nodes(plan["QUERY PLAN"][0]["Plan"]))
+    scans = {
+        (n["Node Type"], n.get("Index Name"))
+        for n in nodes
+        if n.get("Relation Name") == "runifold_tasks" and n["Node Type"].endswith("Scan")
+    }
+    # Candidates from the partial index, locked as they are read; the lease written by
+    # primary key; a tenant's lease count (for a lease limit) from its partial index.
+    assert scans == {
+        ("Index Scan", "runifold_tasks_claimable"),
+        ("Index Scan", "runifold_tasks_pkey"),
+        ("Index Only Scan", "runifold_tasks_leased"),
+    }
+    [lock] = [n for n in nodes if n["Node Type"] == "LockRows" and n["Plans"][0].get("Relation Name")]
+    assert lock["Plans"][0]["Index Name"] == "runifold_tasks_claimable"
     assert all(n["Actual Rows"] <= 3 for n in nodes if n["Node Type"] == "Sort")
     assert len(pg.claim(W1, LEASE, limit=10)) == 5
 
