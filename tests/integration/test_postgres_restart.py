@@ -14,8 +14,9 @@ execution writes a ledger line with its own run id outside the store, and the co
 execution of every step (its run id is in the checkpoint) is the last one in the ledger.
 
 This restarts the server every other test uses, so it runs only when the server is a
-local cluster this process may control (root or the cluster owner) and, as a courtesy,
-after other runifold databases on it have gone quiet (skipped if they stay busy for
+local cluster this process may control (root or the cluster owner); otherwise it skips,
+or fails under ``CI``, where a restart left untested is a hole. As a courtesy it waits
+until other runifold databases on it have gone quiet (skipped if they stay busy for
 20 s); the server is started again whatever happens.
 """
 
@@ -41,6 +42,7 @@ from runifold_sync import StoreUnavailable, TaskOutcome, TaskState, WorkflowStor
 from runifold_sync.codec import from_json
 
 from . import pool_app
+from .conftest import fail_in_ci_when_not_restartable
 
 TASKS = 60
 CONCURRENCY = 3
@@ -157,6 +159,7 @@ def server(postgres_admin_url: str, postgres_url: str) -> Iterator[Server]:
     and always leaves the server running."""
     cluster = _local_cluster(postgres_admin_url)
     if cluster is None:
+        fail_in_ci_when_not_restartable(postgres_admin_url)
         pytest.skip("the test PostgreSQL server is not a local cluster this process may restart")
     own_db = urlsplit(postgres_url).path.lstrip("/")
     if not _wait_for_other_runifold_databases_to_go_quiet(postgres_admin_url, own_db):
