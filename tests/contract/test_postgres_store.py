@@ -4,6 +4,7 @@ pool's arguments and its errors."""
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -118,6 +119,59 @@ def test_transitions_that_make_work_claimable_notify_idle_workers(
         assert not notified(conn), "fail"
         pg.resolve_effect("a", "a/charge#1", applied=False, result_json=None, actor="ops", reason="checked")
         assert notified(conn), "resolve_effect"
+        claimed = pg.claim(W1, LEASE)[0]
+        pg.fail(claimed.lease, claimed.revision, None, reason="boom")
+        assert not notified(conn), "fail"
+        pg.requeue("a", actor="ops", reason="fixed upstream")
+        assert notified(conn), "requeue"
+        claimed = pg.claim(W1, LEASE)[0]
+        pg.suspend(claimed.lease, claimed.revision, to_json({}), wake_at=None, reason="wait", signal="go")
+        assert not notified(conn), "suspend until a signal, without a timer"
+        pg.send_signal("a", "other", to_json(1), signal_id="s1", sender="ops")
+        assert not notified(conn), "a signal the task does not wait for"
+        pg.send_signal("a", "go", to_json(1), signal_id="s2", sender="ops")
+        assert notified(conn), "send_signal waking the waiting task"
+        assert pg.claim(W1, LEASE)[0].lease.task_id == "a"
+
+
+def test_work_that_came_without_a_notify_is_found_when_the_wait_ends(
+    pg: PostgresWorkflowStore, postgres_url: str
+) -> None:
+    """A wait that no NOTIFY wakes (the task below is inserted by raw SQL once the waiter
+    has looked for due work and sleeps) still reports the work when its timeout ends:
+    idle workers wait in short slices (0.5 s in the supervisor), so a NOTIFY only makes
+    the pickup sooner."""
+    inserted_at: list[float] = []
+
+    def insert_once_the_waiter_sleeps() -> None:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            deadline = time.monotonic() + 10
+            while not conn.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle' "
+                "AND query LIKE '%%due_in_s%%' AND pid <> pg_backend_pid()"
+            ).fetchall():
+                assert time.monotonic() < deadline, "the waiter never looked for due work"
+                time.sleep(0.01)
+            conn.execute(
+                "INSERT INTO runifold_tasks (task_id, definition_name, definition_version, tenant, input, "
+                "input_text, state, ready_at, created_at, updated_at) VALUES ('silent', 'orders', 1, "
+                "'default', '{}', '{}', 'queued', clock_timestamp(), clock_timestamp(), clock_timestamp())"
+            )
+            inserted_at.append(time.monotonic())
+
+    with listen(postgres_url) as conn:
+        inserter = threading.Thread(target=insert_once_the_waiter_sleeps)
+        started = time.monotonic()
+        inserter.start()
+        try:
+            found = pg.wait_for_work(timedelta(seconds=2.0))
+        finally:
+            inserter.join()
+        elapsed_s = time.monotonic() - started
+        assert not notified(conn), "the raw INSERT sent no NOTIFY"
+    assert inserted_at and inserted_at[0] - started < 1.9, "inserted too late to test the wait"
+    assert found and 1.95 <= elapsed_s < 6, elapsed_s  # woken by nothing: the whole wait
+    assert pg.claim(W1, LEASE)[0].lease.task_id == "silent"
 
 
 FINISHED = 200_000

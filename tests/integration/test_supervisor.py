@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from runifold_sync import (
@@ -231,6 +232,39 @@ def test_idle_pool_on_postgres_starts_a_new_task_at_once_instead_of_after_its_ba
     delays.sort()
     print(f"enqueue -> first step delays (s): {[round(d, 3) for d in delays]}")
     assert statistics.median(delays) < 0.5, delays
+
+
+@pytest.mark.timeout(90)
+def test_idle_pool_on_postgres_starts_work_that_came_without_a_notify_within_a_wait_slice(
+    postgres_url: str, ledger: Path, pool: list[subprocess.Popen[str]]
+) -> None:
+    """NOTIFY is the fast path, polling the fallback: a task inserted by raw SQL (no
+    NOTIFY, as when a notification is lost) is found when a child's next ``wait_for_work``
+    slice (0.5 s) looks for due work, not after its 5 s backoff. Measured from just before
+    the INSERT to the first step's ledger line."""
+    store = open_store(postgres_url)
+    _start_pool(pool, postgres_url, lease_s=2.0, grace_s=10.0, concurrency=2, backoff_s=IDLE_BACKOFF_S)
+    [warm_up] = _enqueue(store, 1, prefix="warm")
+    _wait_terminal(store, warm_up)
+    delays = []
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("LISTEN runifold_tasks")  # to show that nothing notified
+        for n in range(5):
+            time.sleep(0.2 + 0.1 * (n % 4))
+            task_id = f"silent{n}"
+            inserted_at = time.time()
+            conn.execute(
+                "INSERT INTO runifold_tasks (task_id, definition_name, definition_version, tenant, input, "
+                "input_text, state, ready_at, created_at, updated_at) VALUES (%s, 'pool-flow', 1, "
+                "'default', '1', '1', 'queued', clock_timestamp(), clock_timestamp(), clock_timestamp())",
+                (task_id,),
+            )
+            delays.append(_first_step_at(ledger, task_id) - inserted_at)
+            _wait_terminal(store, task_id)
+        assert list(conn.notifies(timeout=0.2)) == []
+    store.close()
+    print(f"insert without NOTIFY -> first step delays (s): {[round(d, 3) for d in delays]}")
+    assert max(delays) < 2.5, delays  # a wake-up only at the end of the backoff takes 5 s
 
 
 @pytest.mark.timeout(60)
