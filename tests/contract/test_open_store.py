@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from runifold_sync import InvalidArgument, WorkflowTask, open_store
 from runifold_sync.postgres import PostgresWorkflowStore
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store.queries import load_migrations
 from runifold_sync.stores import ENV_VAR, sqlite_path
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_three_slashes_name_a_sqlite_file_relative_to_the_working_directory(
@@ -81,3 +89,43 @@ def test_a_refused_url_does_not_echo_its_password() -> None:
     with pytest.raises(InvalidArgument) as info:
         open_store("mysql://admin:hunter2@db.internal/app")
     assert "hunter2" not in str(info.value) and "db.internal" in str(info.value)
+
+
+def _cli(cwd: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``python -m runifold_sync ARGS`` in ``cwd`` with exactly the given runifold
+    environment (this checkout importable, no inherited ``RUNIFOLD_DATABASE_URL``)."""
+    base = {k: v for k, v in os.environ.items() if k != ENV_VAR} | {"PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "runifold_sync", *args],
+        cwd=cwd,
+        env=base | env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.timeout(90)
+def test_the_migrate_command_with_a_postgresql_url_migrates_that_database(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    latest = load_migrations("postgres")[-1][0]
+    done = _cli(tmp_path, "migrate", "--database", postgres_url, env={})
+    assert (done.returncode, done.stdout) == (0, f"schema version {latest}\n"), done.stderr
+    with psycopg.connect(postgres_url) as conn:
+        versions = [v for (v,) in conn.execute("SELECT version FROM runifold_schema ORDER BY version")]
+    assert versions == list(range(1, latest + 1))
+    assert list(tmp_path.iterdir()) == []  # no SQLite file was opened instead
+
+
+@pytest.mark.timeout(90)
+def test_the_environment_variable_alone_points_the_cli_at_postgresql(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    with open_store(postgres_url) as store:
+        store.enqueue(WorkflowTask.new("orders", 1, {}, checkpoint_id="t1", tenant="acme"))
+    done = _cli(tmp_path, "stats", "--json", env={ENV_VAR: postgres_url})
+    assert done.returncode == 0, done.stderr
+    queues = json.loads(done.stdout)["queues"]
+    assert [(q["tenant"], q["state"], q["count"]) for q in queues] == [("acme", "queued", 1)]
+    assert list(tmp_path.iterdir()) == []  # no SQLite file was opened instead
