@@ -143,6 +143,8 @@ def test_concurrent_claimers_complete_every_task_exactly_once(shared_url: str) -
     reports = run_claimers(shared_url, processes)
     check_exactly_once(shared_url, 2000, reports)
     assert sum(len(r["refused"]) for r in reports) == 0  # leases never expired
+    claimed = Counter(task_id for r in reports for task_id, _ in r["claims"])
+    assert (len(claimed), sum(claimed.values())) == (2000, 2000)  # each task claimed exactly once
     # Every claimer gets a share: on SQLite, a waiter for the lock must catch the gaps
     # between a busy writer's transactions (SQLite's own busy handler, sleeping up to
     # 100 ms between tries, let one process do nearly all the work).
