@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sqlite3
 import threading
@@ -20,6 +21,7 @@ from runifold_sync import (
     WorkerId,
     WorkflowStore,
     WorkflowTask,
+    open_store,
 )
 from runifold_sync.codec import to_json
 from runifold_sync.store.queries import load_migrations
@@ -88,6 +90,35 @@ def test_stores_opened_at_once_on_a_fresh_database_migrate_it_exactly_once(backe
     with ThreadPoolExecutor(6) as pool:
         stores = list(pool.map(lambda _: open_after_barrier(), range(6)))
     assert [s.migrate() for s in stores] == [LATEST] * 6
+    every = [(version,) for version, _script in load_migrations(backend.name)]
+    assert raw_query(backend, "SELECT version FROM runifold_schema ORDER BY version") == every
+
+
+def open_and_migrate(url: str, barrier: Any, results: Any) -> None:
+    """In a spawned process: open a store on ``url`` (which migrates it) the moment every
+    other process is ready too, migrate once more, and report the versions or the error."""
+    try:
+        barrier.wait(timeout=60)
+        with open_store(url) as store:
+            results.put(("migrated", store.migrate()))
+    except Exception as exc:
+        results.put(("error", repr(exc)))
+
+
+@pytest.mark.timeout(120)
+def test_processes_started_at_once_on_a_fresh_database_migrate_it_exactly_once(backend: Backend) -> None:
+    context = multiprocessing.get_context("spawn")  # fresh interpreters, nothing shared
+    barrier, results = context.Barrier(6), context.Queue()
+    processes = [
+        context.Process(target=open_and_migrate, args=(backend.url, barrier, results)) for _ in range(6)
+    ]
+    for process in processes:
+        process.start()
+    reports = [results.get(timeout=90) for _ in processes]  # drain before join
+    for process in processes:
+        process.join(timeout=30)
+    assert reports == [("migrated", LATEST)] * 6
+    assert [process.exitcode for process in processes] == [0] * 6
     every = [(version,) for version, _script in load_migrations(backend.name)]
     assert raw_query(backend, "SELECT version FROM runifold_schema ORDER BY version") == every
 
