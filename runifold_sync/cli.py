@@ -161,7 +161,9 @@ def run(
     as_json: bool,
 ) -> None:
     """Run workers: a supervised pool of processes, or with --once a single cycle whose
-    exit status is 0 for idle, completed, suspended, retried or yielded and 1 otherwise."""
+    exit status is 0 for idle, completed, suspended, retried or yielded (a per-claim step
+    limit reached: progress committed and the task requeued) and 1 for failed, lease
+    lost, definition unavailable or cancelled."""
     if once and metrics_port is not None:
         raise click.UsageError(
             "--metrics-port serves a running pool's metrics and cannot be used with --once"

@@ -17,7 +17,7 @@ from .definition import WorkflowRegistry
 from .errors import InvalidArgument
 from .models import LeaseDuration, WorkerId
 from .observer import CycleObserver
-from .outcomes import Cancelled, Completed, Idle, Retried, RunOutcome, Suspended, Yielded
+from .outcomes import Completed, Idle, Retried, RunOutcome, Suspended, Yielded
 from .store.base import WorkflowStore
 from .stores import default_url, open_store
 from .supervisor import CancellationToken, SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
@@ -31,7 +31,7 @@ SETTING_NAMES = (
     "RUNIFOLD_HEARTBEAT_SECONDS",
     "RUNIFOLD_CLAIM_BATCH",
 )
-_OK_ONCE = (Idle, Completed, Suspended, Retried, Yielded, Cancelled)
+_OK_ONCE = (Idle, Completed, Suspended, Retried, Yielded)
 
 CycleHook = Callable[[], AbstractContextManager[object]]
 
@@ -93,8 +93,11 @@ class RunifoldSettings:
 
 
 def once_succeeded(outcome: RunOutcome) -> bool:
-    """The ``--once`` exit rule: 0 for idle, completed, suspended, retried, yielded or
-    cancelled (an operator's decision, not a fault)."""
+    """The ``--once`` exit rule (cron): success for idle, completed, suspended and
+    retried, as the seed says, and for yielded, this design's addition, which like
+    retried means progress was committed and the task requeued. Failed, lease lost,
+    definition unavailable and cancelled fail, so cron reports them: a cycle that ended
+    in any of those left work to look at."""
     return isinstance(outcome, _OK_ONCE)
 
 

@@ -162,8 +162,9 @@ runifold_cli = AppGroup("runifold", help="Run runifold workflow workers for this
 def run_command(concurrency: int | None, worker_id: str, once: bool) -> None:
     """Run workers: a supervised pool of forked processes until SIGINT or SIGTERM, or
     with --once a single cycle whose exit status is 0 for idle, completed, suspended,
-    retried or yielded and 1 otherwise. Store and registry come from RUNIFOLD_DATABASE_URL
-    and RUNIFOLD_APP in the app's config."""
+    retried or yielded (progress committed and the task requeued) and 1 for failed,
+    lease lost, definition unavailable or cancelled. Store and registry come from
+    RUNIFOLD_DATABASE_URL and RUNIFOLD_APP in the app's config."""
     app: Flask = current_app._get_current_object()  # type: ignore[attr-defined]
     settings = _state_of(app).settings
 
