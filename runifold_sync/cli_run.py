@@ -68,6 +68,14 @@ DEMO_URL = "sqlite:///runifold-demo.db"
     "handed back if the task before them runs over half a lease). More saves claims on "
     "short tasks; 1 keeps claims fairest across tenants.",
 )
+@click.option(
+    "--recycle-after",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="TASKS",
+    help="Replace each pool worker with a fresh process in its slot after it has run this "
+    "many tasks (bounds slow leaks in application code). Default: never.",
+)
 @click.option("--once", is_flag=True, help="Claim and run one task, then exit (cron mode).")
 @click.option(
     "--metrics-port",
@@ -103,6 +111,7 @@ def run(
     lease_s: float,
     heartbeat_s: float,
     claim_batch: int,
+    recycle_after: int | None,
     once: bool,
     metrics_port: int | None,
     metrics_host: str,
@@ -128,6 +137,7 @@ def run(
             "RUNIFOLD_LEASE_SECONDS": lease_s,
             "RUNIFOLD_HEARTBEAT_SECONDS": heartbeat_s,
             "RUNIFOLD_CLAIM_BATCH": claim_batch,
+            "RUNIFOLD_RECYCLE_AFTER": recycle_after,
         },
     )
     if once:

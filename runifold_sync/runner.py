@@ -30,6 +30,7 @@ SETTING_NAMES = (
     "RUNIFOLD_LEASE_SECONDS",
     "RUNIFOLD_HEARTBEAT_SECONDS",
     "RUNIFOLD_CLAIM_BATCH",
+    "RUNIFOLD_RECYCLE_AFTER",
 )
 _OK_ONCE = (Idle, Completed, Suspended, Retried, Yielded)
 
@@ -52,6 +53,7 @@ class RunifoldSettings:
     lease: LeaseDuration
     heartbeat: timedelta
     claim_batch: int = 1
+    recycle_after: int | None = None  # tasks after which a pool worker is replaced
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> RunifoldSettings:
@@ -79,7 +81,12 @@ class RunifoldSettings:
         claim_batch = WorkflowWorker.validate_claim_batch(
             values.get("RUNIFOLD_CLAIM_BATCH", 1), "RUNIFOLD_CLAIM_BATCH"
         )
-        return cls(url, app, concurrency, lease, heartbeat, claim_batch)
+        recycle_after = values.get("RUNIFOLD_RECYCLE_AFTER")
+        if recycle_after is not None and (
+            isinstance(recycle_after, bool) or not isinstance(recycle_after, int) or recycle_after < 1
+        ):
+            raise InvalidArgument(f"RUNIFOLD_RECYCLE_AFTER must be an integer >= 1, got {recycle_after!r}")
+        return cls(url, app, concurrency, lease, heartbeat, claim_batch, recycle_after)
 
     def registry(self) -> WorkflowRegistry:
         """The application's registry (imported from ``RUNIFOLD_APP`` on each call)."""
@@ -169,6 +176,8 @@ def run_pool(
     registry = settings.registry()
     base = WorkerId.parse(worker_id)
     config = WorkflowSupervisorConfig(concurrency)
+    if settings.recycle_after is not None:
+        config = config.with_recycling(settings.recycle_after)
 
     def factory(child_id: WorkerId) -> WorkflowWorker:
         recorder = None if observer is None else observer()
@@ -181,4 +190,4 @@ def run_pool(
 
 
 def describe_report(report: SupervisorReport) -> str:
-    return f"stopped. outcomes: {report.outcomes}; restarts: {report.restarts}"
+    return f"stopped. outcomes: {report.outcomes}; restarts: {report.restarts}; recycled: {report.recycled}"
