@@ -130,9 +130,16 @@ def test_four_processes_drain_300_five_step_tasks(backend: Backend, ledger: Path
 
 
 @pytest.mark.timeout(90)
-def test_sigterm_stops_pool_within_lease_plus_grace_and_leaves_no_task_leased(
-    backend: Backend, ledger: Path, pool: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_stop_signal_ends_pool_within_lease_plus_grace_and_leaves_no_task_leased(
+    backend: Backend,
+    ledger: Path,
+    pool: list[subprocess.Popen[str]],
+    monkeypatch: pytest.MonkeyPatch,
+    stop: signal.Signals,
 ) -> None:
+    """SIGTERM (a service manager) and SIGINT (Ctrl-C) both stop new claims and let
+    every started cycle finish its lease protocol."""
     monkeypatch.setenv("POOL_STEP_SECONDS", "0.3")
     store = backend.open()
     ids = _enqueue(store, 40)
@@ -141,10 +148,10 @@ def test_sigterm_stops_pool_within_lease_plus_grace_and_leaves_no_task_leased(
     deadline = time.monotonic() + 30
     while len(_ledger(ledger)) < 8 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _states(store, ids)["leased"] >= 1, "steps should be in flight when SIGTERM arrives"
+    assert _states(store, ids)["leased"] >= 1, "steps should be in flight when the signal arrives"
 
     stopped_at = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(stop)
     out, _ = proc.communicate(timeout=lease_s + grace_s + 5)
     elapsed = time.monotonic() - stopped_at
 
@@ -180,7 +187,9 @@ def test_child_killed_mid_step_is_replaced_and_its_task_completes_after_lease_ex
 
     assert _states(store, ids)["terminal"] == len(ids)
     assert all(store.get_task(t).result == n + pool_app.STEPS for n, t in enumerate(ids))
-    assert json.loads(out)["restarts"] == 1
+    report = json.loads(out)
+    assert report["restarts"] == 1
+    assert set(report["per_worker"]) == {f"pool-{n}" for n in range(4)}  # slots, not processes
     takeover = [
         e for e in store.history(victim_task) if e.kind == "claimed" and e.detail.get("expired_owner")
     ]
@@ -188,6 +197,19 @@ def test_child_killed_mid_step_is_replaced_and_its_task_completes_after_lease_ex
     pids = {pid for _t, _c, pid in _ledger(ledger)}
     assert victim_pid in pids and len(pids) >= 5  # four children plus the replacement
     assert store.get_task(victim_task).state is TaskState.TERMINAL
+    # The replacement works under the victim's id: tasks first claimed by that id after
+    # the kill ran all their steps in one new process.
+    victim_id = next(e.worker_id for e in store.history(victim_task) if e.kind == "claimed")
+    fresh = {
+        t
+        for t in ids
+        for e in store.history(t)
+        if t != victim_task and e.kind == "claimed" and e.worker_id == victim_id and e.at > killed_at
+    }
+    assert fresh, f"no task claimed by {victim_id} after the kill"
+    replacement_pids = {pid for t, _c, pid in _ledger(ledger) if t in fresh}
+    assert len(replacement_pids) == 1 and victim_pid not in replacement_pids
+    assert report["per_worker"][victim_id]["completed"] >= len(fresh)
 
 
 def _wait_terminal(store: WorkflowStore, task_id: str, timeout_s: float = 30.0) -> None:
