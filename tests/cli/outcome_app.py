@@ -3,7 +3,9 @@ names, for the exit-status tests: ``APP = "tests.cli.outcome_app:registry"``.
 
 ``lose_lease`` moves the store's clock (kept in the database, read from the URL in
 ``OUTCOME_DATABASE_URL``) an hour ahead while its step runs, so the step's checkpoint
-commit finds the lease expired: the worker really loses it.
+commit finds the lease expired: the worker really loses it. ``charge`` runs an effect
+that is neither idempotent nor reconcilable, so a worker killed inside it leaves the task
+failed on an ambiguous effect, for ``resolve``.
 """
 
 from __future__ import annotations
@@ -49,9 +51,15 @@ def outlive_lease(ctx: StepContext, mode: str) -> str:
     return mode
 
 
+@outcome_flow.effect(idempotent=False)  # no reconciler: an interrupted charge is ambiguous
+def charge(ctx: StepContext, mode: str) -> str:
+    return "ch-from-body"
+
+
 @outcome_flow.main
 def run(ctx: WorkflowContext, mode: str) -> str:
     if mode == "suspend":
+        done(ctx, "before the timer")
         ctx.sleep(timedelta(hours=1))
     elif mode == "retry":
         flaky(ctx, mode)
@@ -59,6 +67,8 @@ def run(ctx: WorkflowContext, mode: str) -> str:
         broken(ctx, mode)
     elif mode == "lose_lease":
         outlive_lease(ctx, mode)
+    elif mode == "charge":
+        return charge(ctx, mode)
     return done(ctx, mode)
 
 
