@@ -237,14 +237,15 @@ def demo(database: str, orders: int, concurrency: int, as_json: bool) -> None:
 
 def _print_demo_table(rows: list[DemoRow]) -> None:
     click.echo("")
+    width = max(10, *(len(r.task_id) for r in rows))
     header = (
-        f"{'task':<10} {'state':<10} {'steps done':>10} {'bodies started':>15} "
+        f"{'task':<{width}} {'state':<10} {'steps done':>10} {'bodies started':>15} "
         f"{'fencing token':>14}  last worker"
     )
     click.echo(header)
     click.echo("-" * len(header))
     for r in rows:
         click.echo(
-            f"{r.task_id:<10} {r.state:<10} {r.steps_done:>10} {r.step_runs:>15} "
+            f"{r.task_id:<{width}} {r.state:<10} {r.steps_done:>10} {r.step_runs:>15} "
             f"{r.fencing_token:>14}  {r.last_worker}"
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -141,17 +142,19 @@ class DemoResult:
     killed: str | None  # "pid P in CALL of TASK", or None if no worker was killed
 
 
-def _fresh_start(url: str) -> tuple[Path, str]:
-    """The ledger path and the task id prefix of a new run. A SQLite store is replaced
-    (with the ledger beside it); another store keeps its tasks, so this run's get ids of
-    their own and a ledger in a new temporary directory."""
+def _fresh_start(url: str) -> tuple[Path, str, Path | None]:
+    """The ledger path, the task id prefix and the scratch directory (removed at the
+    end) of a new run. A SQLite store is replaced (with the ledger beside it); another
+    store keeps its tasks, so this run's get ids of their own and a ledger in a new
+    temporary directory."""
     if url.startswith("sqlite:"):
         db_path = Path(sqlite_path(url))
         ledger = db_path.with_suffix(".ledger")
         for path in (db_path, ledger, Path(f"{db_path}-wal"), Path(f"{db_path}-shm")):
             path.unlink(missing_ok=True)
-        return ledger, "order"
-    return Path(tempfile.mkdtemp(prefix="runifold-demo-")) / "demo.ledger", f"order-{uuid.uuid4().hex[:6]}"
+        return ledger, "order", None
+    scratch = Path(tempfile.mkdtemp(prefix="runifold-demo-"))
+    return scratch / "demo.ledger", f"order-{uuid.uuid4().hex[:6]}", scratch
 
 
 def run_demo(
@@ -160,7 +163,7 @@ def run_demo(
     """Enqueue ``orders`` tasks on the store ``url`` names, run a supervised pool, SIGKILL
     one worker in the middle of a step and let the pool recover. ``report`` gets a phase
     label and the rows."""
-    ledger, prefix = _fresh_start(url)
+    ledger, prefix, scratch = _fresh_start(url)
     store = open_store(url)
     ids = [f"{prefix}-{n}" for n in range(1, orders + 1)]
     for n, task_id in enumerate(ids, 1):
@@ -203,6 +206,8 @@ def run_demo(
         pool.join()
     final = rows()
     store.close()
+    if scratch is not None:
+        shutil.rmtree(scratch)
     return DemoResult(final, killed)
 
 
