@@ -55,6 +55,7 @@ from .outcomes import (
 )
 from .store.base import Lease, TaskEvent, TaskRecord, WorkflowStore
 from .stores import open_store
+from .supervisor import CancellationToken, SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
 from .waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut
 from .worker import WorkflowWorker
 from .workflow import Workflow
@@ -65,6 +66,7 @@ __all__ = [
     "ApprovalTimedOut",
     "Budget",
     "BudgetUsage",
+    "CancellationToken",
     "Cancelled",
     "CapabilitySet",
     "CheckpointError",
@@ -98,6 +100,7 @@ __all__ = [
     "StepContext",
     "StoreClosed",
     "StoreUnavailable",
+    "SupervisorReport",
     "Suspended",
     "TaskEvent",
     "TaskNotFound",
@@ -113,6 +116,8 @@ __all__ = [
     "WorkflowDefinition",
     "WorkflowRegistry",
     "WorkflowStore",
+    "WorkflowSupervisor",
+    "WorkflowSupervisorConfig",
     "WorkflowTask",
     "WorkflowWorker",
     "Yielded",

@@ -10,8 +10,11 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
+import tempfile
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
@@ -23,8 +26,8 @@ from .checkpoint import Checkpoint
 from .context import StepContext, WorkflowContext
 from .definition import WorkflowDefinition, WorkflowRegistry
 from .models import Budget, CapabilitySet, LeaseDuration, TaskState, WorkerId, WorkflowTask
-from .sqlite import SqliteWorkflowStore
 from .store.base import TaskRecord
+from .stores import open_store, sqlite_path
 from .supervisor import CancellationToken, WorkflowSupervisor, WorkflowSupervisorConfig
 from .worker import WorkflowWorker
 from .workflow import Workflow
@@ -109,13 +112,13 @@ def registry() -> WorkflowRegistry:
     return reg
 
 
-def _pool_process(db_path: str, ledger: str, concurrency: int) -> None:
+def _pool_process(url: str, ledger: str, concurrency: int) -> None:
     """Body of the demo's supervisor process; each forked worker opens its own store."""
     os.environ["RUNIFOLD_DEMO_LEDGER"] = ledger
     logging.getLogger("runifold_sync").setLevel(logging.ERROR)  # the demo narrates instead
 
     def factory(worker_id: WorkerId) -> WorkflowWorker:
-        return WorkflowWorker(SqliteWorkflowStore.open(db_path), registry(), worker_id, LEASE, HEARTBEAT)
+        return WorkflowWorker(open_store(url), registry(), worker_id, LEASE, HEARTBEAT)
 
     config = WorkflowSupervisorConfig(concurrency).with_backoff(
         timedelta(milliseconds=20), timedelta(milliseconds=200)
@@ -133,16 +136,36 @@ class DemoRow:
     last_worker: str | None
 
 
+@attrs.frozen
+class DemoResult:
+    rows: list[DemoRow]
+    killed: str | None  # "pid P in CALL of TASK", or None if no worker was killed
+
+
+def _fresh_start(url: str) -> tuple[Path, str, Path | None]:
+    """The ledger path, the task id prefix and the scratch directory (removed at the
+    end) of a new run. A SQLite store is replaced (with the ledger beside it); another
+    store keeps its tasks, so this run's get ids of their own and a ledger in a new
+    temporary directory."""
+    if url.startswith("sqlite:"):
+        db_path = Path(sqlite_path(url))
+        ledger = db_path.with_suffix(".ledger")
+        for path in (db_path, ledger, Path(f"{db_path}-wal"), Path(f"{db_path}-shm")):
+            path.unlink(missing_ok=True)
+        return ledger, "order", None
+    scratch = Path(tempfile.mkdtemp(prefix="runifold-demo-"))
+    return scratch / "demo.ledger", f"order-{uuid.uuid4().hex[:6]}", scratch
+
+
 def run_demo(
-    db_path: Path, orders: int, concurrency: int, report: Callable[[str, list[DemoRow]], None]
-) -> list[DemoRow]:
-    """Enqueue ``orders`` tasks, run a supervised pool, SIGKILL one worker in the middle
-    of a step and let the pool recover. ``report`` gets a phase label and the rows."""
-    ledger = db_path.with_suffix(".ledger")
-    for path in (db_path, ledger, Path(f"{db_path}-wal"), Path(f"{db_path}-shm")):
-        path.unlink(missing_ok=True)
-    store = SqliteWorkflowStore.open(db_path)
-    ids = [f"order-{n}" for n in range(1, orders + 1)]
+    url: str, orders: int, concurrency: int, report: Callable[[str, list[DemoRow]], None]
+) -> DemoResult:
+    """Enqueue ``orders`` tasks on the store ``url`` names, run a supervised pool, SIGKILL
+    one worker in the middle of a step and let the pool recover. ``report`` gets a phase
+    label and the rows."""
+    ledger, prefix, scratch = _fresh_start(url)
+    store = open_store(url)
+    ids = [f"{prefix}-{n}" for n in range(1, orders + 1)]
     for n, task_id in enumerate(ids, 1):
         order = Order(task_id, 1000 * n)
         store.enqueue(WorkflowTask.new(order_intake.name, 1, order, checkpoint_id=task_id))
@@ -152,12 +175,12 @@ def run_demo(
         return [_row(store.get_task(t), runs[t]) for t in ids]
 
     pool = multiprocessing.get_context("spawn").Process(
-        target=_pool_process, args=(str(db_path), str(ledger), concurrency)
+        target=_pool_process, args=(url, str(ledger), concurrency)
     )
     pool.start()
     try:
         phase = f"pool of {concurrency} worker processes running"
-        killed = False
+        killed: str | None = None
         seen_pids: set[str] = set()
         deadline = time.monotonic() + 60 + orders * 10
         while time.monotonic() < deadline:
@@ -173,8 +196,8 @@ def run_demo(
                 task_id, call_id, victim = _read(ledger)[-1].split()
                 time.sleep(STEP_SECONDS / 2)
                 os.kill(int(victim), signal.SIGKILL)
-                killed = True
-                phase = f"SIGKILLed pid {victim} in {call_id} of {task_id}"
+                killed = f"pid {victim} in {call_id} of {task_id}"
+                phase = f"SIGKILLed {killed}"
             seen_pids = pids
             time.sleep(0.1)
     finally:
@@ -183,7 +206,9 @@ def run_demo(
         pool.join()
     final = rows()
     store.close()
-    return final
+    if scratch is not None:
+        shutil.rmtree(scratch)
+    return DemoResult(final, killed)
 
 
 def _read(path: Path) -> list[str]:

@@ -17,7 +17,7 @@ from .definition import WorkflowRegistry
 from .errors import InvalidArgument
 from .models import LeaseDuration, WorkerId
 from .observer import CycleObserver
-from .outcomes import Cancelled, Completed, Idle, Retried, RunOutcome, Suspended, Yielded
+from .outcomes import Completed, Idle, Retried, RunOutcome, Suspended, Yielded
 from .store.base import WorkflowStore
 from .stores import default_url, open_store
 from .supervisor import CancellationToken, SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
@@ -30,8 +30,9 @@ SETTING_NAMES = (
     "RUNIFOLD_LEASE_SECONDS",
     "RUNIFOLD_HEARTBEAT_SECONDS",
     "RUNIFOLD_CLAIM_BATCH",
+    "RUNIFOLD_RECYCLE_AFTER",
 )
-_OK_ONCE = (Idle, Completed, Suspended, Retried, Yielded, Cancelled)
+_OK_ONCE = (Idle, Completed, Suspended, Retried, Yielded)
 
 CycleHook = Callable[[], AbstractContextManager[object]]
 
@@ -52,6 +53,7 @@ class RunifoldSettings:
     lease: LeaseDuration
     heartbeat: timedelta
     claim_batch: int = 1
+    recycle_after: int | None = None  # tasks after which a pool worker is replaced
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> RunifoldSettings:
@@ -79,7 +81,12 @@ class RunifoldSettings:
         claim_batch = WorkflowWorker.validate_claim_batch(
             values.get("RUNIFOLD_CLAIM_BATCH", 1), "RUNIFOLD_CLAIM_BATCH"
         )
-        return cls(url, app, concurrency, lease, heartbeat, claim_batch)
+        recycle_after = values.get("RUNIFOLD_RECYCLE_AFTER")
+        if recycle_after is not None and (
+            isinstance(recycle_after, bool) or not isinstance(recycle_after, int) or recycle_after < 1
+        ):
+            raise InvalidArgument(f"RUNIFOLD_RECYCLE_AFTER must be an integer >= 1, got {recycle_after!r}")
+        return cls(url, app, concurrency, lease, heartbeat, claim_batch, recycle_after)
 
     def registry(self) -> WorkflowRegistry:
         """The application's registry (imported from ``RUNIFOLD_APP`` on each call)."""
@@ -93,8 +100,11 @@ class RunifoldSettings:
 
 
 def once_succeeded(outcome: RunOutcome) -> bool:
-    """The ``--once`` exit rule: 0 for idle, completed, suspended, retried, yielded or
-    cancelled (an operator's decision, not a fault)."""
+    """The ``--once`` exit rule (cron): success for idle, completed, suspended and
+    retried, as the seed says, and for yielded, this design's addition, which like
+    retried means progress was committed and the task requeued. Failed, lease lost,
+    definition unavailable and cancelled fail, so cron reports them: a cycle that ended
+    in any of those left work to look at."""
     return isinstance(outcome, _OK_ONCE)
 
 
@@ -166,6 +176,8 @@ def run_pool(
     registry = settings.registry()
     base = WorkerId.parse(worker_id)
     config = WorkflowSupervisorConfig(concurrency)
+    if settings.recycle_after is not None:
+        config = config.with_recycling(settings.recycle_after)
 
     def factory(child_id: WorkerId) -> WorkflowWorker:
         recorder = None if observer is None else observer()
@@ -178,4 +190,4 @@ def run_pool(
 
 
 def describe_report(report: SupervisorReport) -> str:
-    return f"stopped. outcomes: {report.outcomes}; restarts: {report.restarts}"
+    return f"stopped. outcomes: {report.outcomes}; restarts: {report.restarts}; recycled: {report.recycled}"

@@ -108,16 +108,19 @@ class SupervisorReport:
 
 
 class IdleBackoff:
-    """Exponential idle delay between min and max with full jitter in the upper half,
-    so idle workers do not poll the store in lockstep."""
+    """Exponential idle delay between min and max, jittered over the upper half of each
+    step so idle workers do not poll the store in lockstep. The first step spans
+    [min, 2 * min] (capped at max): starting at exactly min would put workers that went
+    idle together back in step on their first wait."""
 
     def __init__(self, minimum: timedelta, maximum: timedelta) -> None:
         self._min_s = minimum.total_seconds()
         self._max_s = maximum.total_seconds()
-        self._current_s = self._min_s
+        self._first_s = min(2 * self._min_s, self._max_s)
+        self._current_s = self._first_s
 
     def reset(self) -> None:
-        self._current_s = self._min_s
+        self._current_s = self._first_s
 
     def next_s(self) -> float:
         delay = random.uniform(max(self._min_s, self._current_s / 2), self._current_s)

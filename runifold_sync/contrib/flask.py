@@ -22,7 +22,8 @@ Settings, read from ``app.config`` when ``init_app`` runs:
 - ``RUNIFOLD_APP``: ``module:attribute`` of the ``WorkflowRegistry`` (or the registry
   itself); needed only by processes that run workers.
 - ``RUNIFOLD_CONCURRENCY`` (1), ``RUNIFOLD_LEASE_SECONDS`` (30),
-  ``RUNIFOLD_HEARTBEAT_SECONDS`` (10, at most half the lease), ``RUNIFOLD_CLAIM_BATCH`` (1).
+  ``RUNIFOLD_HEARTBEAT_SECONDS`` (10, at most half the lease), ``RUNIFOLD_CLAIM_BATCH`` (1),
+  ``RUNIFOLD_RECYCLE_AFTER`` (tasks after which a pool worker is replaced; default never).
 
 The store is opened on first use in each process and closed when the process exits, not
 after each request. A process forked after the store was opened (gunicorn ``--preload``)
@@ -162,8 +163,9 @@ runifold_cli = AppGroup("runifold", help="Run runifold workflow workers for this
 def run_command(concurrency: int | None, worker_id: str, once: bool) -> None:
     """Run workers: a supervised pool of forked processes until SIGINT or SIGTERM, or
     with --once a single cycle whose exit status is 0 for idle, completed, suspended,
-    retried or yielded and 1 otherwise. Store and registry come from RUNIFOLD_DATABASE_URL
-    and RUNIFOLD_APP in the app's config."""
+    retried or yielded (progress committed and the task requeued) and 1 for failed,
+    lease lost, definition unavailable or cancelled. Store and registry come from
+    RUNIFOLD_DATABASE_URL and RUNIFOLD_APP in the app's config."""
     app: Flask = current_app._get_current_object()  # type: ignore[attr-defined]
     settings = _state_of(app).settings
 

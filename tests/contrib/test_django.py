@@ -94,3 +94,27 @@ def test_django_case(django_run: CaseRun, case: str) -> None:
 
 def test_every_django_case_is_listed_here(django_run: CaseRun) -> None:
     assert sorted(django_run.outcomes) == sorted(EXPECTED)
+
+
+@pytest.mark.timeout(150)
+def test_example_project_passes_its_own_tests_under_the_django_test_runner(tmp_path: Path) -> None:
+    """``python manage.py test`` in examples/django_project: its ``shop/tests.py``
+    enqueues from a view after commit and completes the task with ``runworkflows --once``."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "RUNIFOLD_DATABASE_URL": f"sqlite:///{tmp_path}/unused-workflows.db",
+    }
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "test", "--noinput", "-v", "2"],
+        cwd=EXAMPLE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    report = proc.stdout + proc.stderr
+    assert proc.returncode == 0, report
+    assert "Ran 2 tests" in report and "\nOK" in report
+    assert "test_a_committed_order_is_enqueued_and_runworkflows_once_confirms_it" in report

@@ -3,11 +3,13 @@ SIGTERM, a child killed mid-step being replaced, and idle children waiting for w
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import signal
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -129,9 +131,16 @@ def test_four_processes_drain_300_five_step_tasks(backend: Backend, ledger: Path
 
 
 @pytest.mark.timeout(90)
-def test_sigterm_stops_pool_within_lease_plus_grace_and_leaves_no_task_leased(
-    backend: Backend, ledger: Path, pool: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_stop_signal_ends_pool_within_lease_plus_grace_and_leaves_no_task_leased(
+    backend: Backend,
+    ledger: Path,
+    pool: list[subprocess.Popen[str]],
+    monkeypatch: pytest.MonkeyPatch,
+    stop: signal.Signals,
 ) -> None:
+    """SIGTERM (a service manager) and SIGINT (Ctrl-C) both stop new claims and let
+    every started cycle finish its lease protocol."""
     monkeypatch.setenv("POOL_STEP_SECONDS", "0.3")
     store = backend.open()
     ids = _enqueue(store, 40)
@@ -140,10 +149,10 @@ def test_sigterm_stops_pool_within_lease_plus_grace_and_leaves_no_task_leased(
     deadline = time.monotonic() + 30
     while len(_ledger(ledger)) < 8 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _states(store, ids)["leased"] >= 1, "steps should be in flight when SIGTERM arrives"
+    assert _states(store, ids)["leased"] >= 1, "steps should be in flight when the signal arrives"
 
     stopped_at = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(stop)
     out, _ = proc.communicate(timeout=lease_s + grace_s + 5)
     elapsed = time.monotonic() - stopped_at
 
@@ -179,7 +188,9 @@ def test_child_killed_mid_step_is_replaced_and_its_task_completes_after_lease_ex
 
     assert _states(store, ids)["terminal"] == len(ids)
     assert all(store.get_task(t).result == n + pool_app.STEPS for n, t in enumerate(ids))
-    assert json.loads(out)["restarts"] == 1
+    report = json.loads(out)
+    assert report["restarts"] == 1
+    assert set(report["per_worker"]) == {f"pool-{n}" for n in range(4)}  # slots, not processes
     takeover = [
         e for e in store.history(victim_task) if e.kind == "claimed" and e.detail.get("expired_owner")
     ]
@@ -187,6 +198,19 @@ def test_child_killed_mid_step_is_replaced_and_its_task_completes_after_lease_ex
     pids = {pid for _t, _c, pid in _ledger(ledger)}
     assert victim_pid in pids and len(pids) >= 5  # four children plus the replacement
     assert store.get_task(victim_task).state is TaskState.TERMINAL
+    # The replacement works under the victim's id: tasks first claimed by that id after
+    # the kill ran all their steps in one new process.
+    victim_id = next(e.worker_id for e in store.history(victim_task) if e.kind == "claimed")
+    fresh = {
+        t
+        for t in ids
+        for e in store.history(t)
+        if t != victim_task and e.kind == "claimed" and e.worker_id == victim_id and e.at > killed_at
+    }
+    assert fresh, f"no task claimed by {victim_id} after the kill"
+    replacement_pids = {pid for t, _c, pid in _ledger(ledger) if t in fresh}
+    assert len(replacement_pids) == 1 and victim_pid not in replacement_pids
+    assert report["per_worker"][victim_id]["completed"] >= len(fresh)
 
 
 def _wait_terminal(store: WorkflowStore, task_id: str, timeout_s: float = 30.0) -> None:
@@ -303,3 +327,64 @@ def test_a_slot_whose_worker_dies_at_start_is_respawned_with_growing_delay() -> 
     stop.join()
     # Delays 0, 0.1, 0.2, 0.4, 0.8 s...: about five restarts in 2.5 s, not hundreds.
     assert 3 <= report.restarts <= 8
+
+
+def _readme_block(heading: str, language: str) -> str:
+    """The first ``language`` fenced block after ``heading`` in README.md."""
+    text = (pool_app.ROOT / "README.md").read_text()
+    after = text[text.index(heading) :]
+    start = after.index(f"```{language}\n") + len(f"```{language}\n")
+    return after[start : after.index("```", start)]
+
+
+@pytest.mark.timeout(90)
+def test_readme_supervisor_snippet_runs_a_pool_and_reports_per_worker(
+    sqlite_path: Path, ledger: Path, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{sqlite_path}"
+    snippet = _readme_block("## A worker pool in Python", "python")
+    assert snippet.count('"sqlite:///workflows.db"') == 1
+    assert snippet.count("from myapp.workflows import registry\n") == 1
+    script = tmp_path / "readme_pool.py"
+    script.write_text(
+        snippet.replace('"sqlite:///workflows.db"', repr(url)).replace(
+            "from myapp.workflows import registry\n",
+            "from tests.integration import pool_app\nregistry = pool_app.registry()\n",
+        )
+    )
+    store = open_store(url)
+    ids = _enqueue(store, 10)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=pool_app.ROOT,
+        env=os.environ | {"PYTHONPATH": str(pool_app.ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while _states(store, ids)["terminal"] < len(ids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0
+    assert _states(store, ids) == {"terminal": 10}
+    store.close()
+    outcomes, per_worker, restarts, recycled = (ast.literal_eval(part) for part in _split_report(out))
+    assert outcomes["completed"] == 10
+    assert set(per_worker) == {f"orders-{n}" for n in range(8)}
+    assert sum(w.get("completed", 0) for w in per_worker.values()) == 10
+    assert (restarts, recycled) == (0, 0)
+
+
+def _split_report(line: str) -> list[str]:
+    """``print(outcomes, per_worker, restarts, recycled)``: two dicts and two integers."""
+    first_end = line.index("} {") + 1
+    rest = line[first_end + 1 :].strip()
+    per_worker, restarts, recycled = rest.rsplit(" ", 2)
+    return [line[:first_end], per_worker, restarts, recycled]

@@ -36,7 +36,8 @@ class Command(BaseCommand):  # type: ignore[misc]
     help = (
         "Run runifold workflow workers: a supervised pool of forked worker processes until "
         "SIGINT or SIGTERM, or with --once a single claim-and-run cycle (cron mode) that "
-        "fails for outcomes other than idle, completed, suspended, retried or yielded. "
+        "exits 0 for idle, completed, suspended, retried or yielded (progress committed and "
+        "the task requeued) and 1 for failed, lease lost, definition unavailable or cancelled. "
         "The store and registry come from RUNIFOLD_DATABASE_URL and RUNIFOLD_APP."
     )
 

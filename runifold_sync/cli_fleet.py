@@ -1,0 +1,258 @@
+"""The store-wide commands: schema migration, referenced definition versions, the
+worker registry, queue statistics and tenant admission policies."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import timedelta
+
+import attrs
+import click
+
+from .admission import TenantAdmission, TenantBudget, TenantPolicy
+from .cli_common import checked, database_option, echo_json, json_option, opened_store
+from .operations import served_versions
+from .store.base import VersionReference
+
+
+@click.command()
+@database_option
+@json_option
+def migrate(database: str | None, as_json: bool) -> None:
+    """Create or upgrade the store's schema (safe while workers run)."""
+    with opened_store(database) as store:
+        version = store.migrate()
+    if as_json:
+        echo_json({"schema_version": version})
+    else:
+        click.echo(f"schema version {version}")
+
+
+def _version_json(r: VersionReference) -> dict[str, object]:
+    return {"name": r.name, "version": r.version, "tasks": r.total}
+
+
+live_option = click.option(
+    "--live-within",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    help="A worker seen within this many seconds (store time) counts as live.",
+)
+
+
+@click.command()
+@click.option(
+    "--app", "app_ref", default=None, metavar="MODULE:ATTR", help="Check these versions are registered."
+)
+@live_option
+@database_option
+@json_option
+def versions(app_ref: str | None, live_within: float, database: str | None, as_json: bool) -> None:
+    """List definition versions still referenced by queued, leased, waiting or
+    recoverable tasks, and how many live workers serve each. With --app, exit 1 when the
+    app lacks one of them (the deploy preflight)."""
+    from .app import load_registry
+
+    registry = None if app_ref is None else checked(load_registry, app_ref)
+    window = timedelta(seconds=live_within)
+    with opened_store(database) as store:
+        served = served_versions(store, window)
+    references = [s.reference for s in served]
+    missing = [r for r in references if registry is not None and registry.get(r.name, r.version) is None]
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "referenced": [
+                        attrs.asdict(s.reference) | {"live_workers": s.live_workers} for s in served
+                    ],
+                    "missing": [{"name": r.name, "version": r.version} for r in missing],
+                    "unserved": [_version_json(s.reference) for s in served if not s.live_workers],
+                },
+                indent=2,
+            )
+        )
+    else:
+        for s in served:
+            r = s.reference
+            flag = "  MISSING from app" if r in missing else ""
+            click.echo(
+                f"{r.name} v{r.version}: {r.queued} queued, {r.leased} leased, {r.waiting} waiting, "
+                f"{r.recoverable} recoverable; served by {s.live_workers} live worker(s){flag}"
+            )
+        if not references:
+            click.echo("no task references any definition version")
+    if missing:
+        sys.exit(1)
+
+
+@click.command()
+@live_option
+@database_option
+@json_option
+def workers(live_within: float, database: str | None, as_json: bool) -> None:
+    """List registered workers: host, pid, start, last seen and the versions they serve."""
+    window = timedelta(seconds=live_within)
+    with opened_store(database) as store:
+        records = store.workers()
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "worker_id": w.worker_id,
+                        "host": w.host,
+                        "pid": w.pid,
+                        "started_at": w.started_at.isoformat(),
+                        "last_seen": w.last_seen.isoformat(),
+                        "stopped_at": None if w.stopped_at is None else w.stopped_at.isoformat(),
+                        "live": w.live(window),
+                        "definitions": [{"name": n, "version": v} for n, v in w.definitions],
+                    }
+                    for w in records
+                ],
+                indent=2,
+            )
+        )
+        return
+    for w in records:
+        status = "live" if w.live(window) else ("stopped" if w.stopped_at else f"silent {w.silent_s:.0f}s")
+        serves = ", ".join(f"{n} v{v}" for n, v in w.definitions) or "-"
+        click.echo(f"{w.worker_id:<24} {w.host:<16} pid {w.pid:<8} {status:<14} {serves}")
+
+
+@click.command()
+@live_option
+@database_option
+@json_option
+def stats(live_within: float, database: str | None, as_json: bool) -> None:
+    """Show queue depth and the oldest ready task's age per tenant and state, tenants
+    held back by admission, and referenced definition versions no live worker serves."""
+    with opened_store(database) as store:
+        queues = store.queue_stats()
+        tenants = store.tenant_admission()
+        unserved = [
+            s.reference for s in served_versions(store, timedelta(seconds=live_within)) if not s.live_workers
+        ]
+    if as_json:
+        report = {
+            "queues": [
+                {
+                    "tenant": r.tenant,
+                    "state": r.state.value,
+                    "outcome": None if r.outcome is None else r.outcome.value,
+                    "count": r.count,
+                    "oldest_ready_age_s": r.oldest_ready_age_s,
+                }
+                for r in queues
+            ],
+            "tenants": [_admission_json(a) for a in tenants],
+            "unserved": [_version_json(v) for v in unserved],
+        }
+        click.echo(json.dumps(report, indent=2))
+        return
+    for r in queues:
+        state = r.state.value if r.outcome is None else f"{r.state.value}/{r.outcome.value}"
+        age = "" if r.oldest_ready_age_s is None else f"  oldest ready for {r.oldest_ready_age_s:.1f}s"
+        click.echo(f"{r.tenant:<16} {state:<20} {r.count:>8}{age}")
+    for a in tenants:
+        click.echo(_admission_line(a))
+    for v in unserved:
+        click.echo(f"UNSERVED: {v.name} v{v.version} ({v.total} tasks): no live worker registers it")
+
+
+def _admission_json(a: TenantAdmission) -> dict[str, object]:
+    budget = a.policy.budget
+    return {
+        "tenant": a.policy.tenant,
+        "max_leased": a.policy.max_leased,
+        "leased": a.leased,
+        "budget_cost": None if budget is None else budget.cost,
+        "budget_window_s": None if budget is None else budget.window.total_seconds(),
+        "spent": a.spent,
+        "ready": a.ready,
+        "held": a.held,
+        "hold_reason": a.hold_reason(),
+    }
+
+
+def _admission_line(a: TenantAdmission) -> str:
+    limit = "unlimited" if a.policy.max_leased is None else str(a.policy.max_leased)
+    budget = a.policy.budget
+    spend = "no budget" if budget is None else f"charged {a.spent:g} of {budget.cost:g} per {budget.window}"
+    held = f"; {a.held} ready task(s) held: {a.hold_reason()}" if a.held else ""
+    return f"tenant {a.policy.tenant}: {a.leased} leased of {limit}; {spend}{held}"
+
+
+@click.group()
+def tenant() -> None:
+    """Tenant admission: limits on leased tasks and cost budgets, kept in the store."""
+
+
+@tenant.command("set")
+@click.argument("name")
+@click.option(
+    "--max-leased",
+    type=click.IntRange(min=0),
+    default=None,
+    help="At most this many of its tasks leased at once (0 pauses the tenant). Default: unlimited.",
+)
+@click.option(
+    "--budget",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="At most this many cost units (ctx.charge) per budget window. Default: no budget.",
+)
+@click.option(
+    "--budget-window",
+    type=click.FloatRange(min=0, min_open=True),
+    default=3600.0,
+    show_default=True,
+    help="Length of the sliding budget window in seconds.",
+)
+@database_option
+@json_option
+def tenant_set(
+    name: str,
+    max_leased: int | None,
+    budget: float | None,
+    budget_window: float,
+    database: str | None,
+    as_json: bool,
+) -> None:
+    """Replace tenant NAME's admission policy; a limit left out is unlimited. Workers
+    everywhere apply it from their next claim; held tasks stay queued, never fail. Prints
+    the tenant's admission as ``tenant list`` does (all limits null when none is left)."""
+    source = click.get_current_context().get_parameter_source("budget_window")
+    if budget is None and source is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--budget-window needs --budget: the window is the budget's")
+    window = timedelta(seconds=budget_window)
+    policy = checked(
+        TenantPolicy, name, max_leased, None if budget is None else checked(TenantBudget, budget, window)
+    )
+    with opened_store(database) as store:
+        store.set_tenant_policy(policy)
+        current = {a.policy.tenant: a for a in store.tenant_admission()}
+    if as_json:
+        unlimited = {"tenant": name, "max_leased": None, "budget_cost": None, "budget_window_s": None}
+        echo_json(_admission_json(current[name]) if name in current else unlimited)
+    else:
+        click.echo(_admission_line(current[name]) if name in current else f"tenant {name}: no limits")
+
+
+@tenant.command("list")
+@database_option
+@json_option
+def tenant_list(database: str | None, as_json: bool) -> None:
+    """List tenants with a policy: leases and limit, charges and budget, held tasks."""
+    with opened_store(database) as store:
+        tenants = store.tenant_admission()
+    if as_json:
+        click.echo(json.dumps([_admission_json(a) for a in tenants], indent=2))
+        return
+    for a in tenants:
+        click.echo(_admission_line(a))
+    if not tenants:
+        click.echo("no tenant has a policy: every tenant is unlimited")

@@ -1,0 +1,251 @@
+"""The commands that run workflows: ``run`` (a supervised pool, or one cycle for cron)
+and ``demo`` (a pool recovering from a worker killed mid-step)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import click
+
+from .cli_common import checked, database_option, echo_json, json_option
+from .errors import RunifoldError
+from .logs import LogFormat, configure_logging
+from .metrics_endpoint import MetricsEndpoint, serving_metrics
+from .outcomes import RunOutcome
+from .runner import (
+    RunifoldSettings,
+    default_worker_id,
+    describe_report,
+    once_succeeded,
+    run_one_cycle,
+    run_pool,
+)
+
+if TYPE_CHECKING:
+    from .demo import DemoRow
+
+DEMO_URL = "sqlite:///runifold-demo.db"
+
+
+@click.command()
+@click.option(
+    "--app", "app_ref", required=True, metavar="MODULE:ATTR", help="The application's WorkflowRegistry."
+)
+@database_option
+@click.option(
+    "--concurrency", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes."
+)
+@click.option(
+    "--worker-id",
+    default=default_worker_id,
+    help="Stable base id; pool workers are <base>-<slot>.  [default: host name]",
+)
+@click.option(
+    "--lease",
+    "lease_s",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    help="Lease seconds.",
+)
+@click.option(
+    "--heartbeat",
+    "heartbeat_s",
+    type=click.FloatRange(min=0.05),
+    default=10.0,
+    show_default=True,
+    help="Heartbeat interval seconds (at most half the lease).",
+)
+@click.option(
+    "--claim-batch",
+    type=click.IntRange(1, 100),
+    default=1,
+    show_default=True,
+    help="Tasks each worker claims at once and runs in turn (their leases kept alive; "
+    "handed back if the task before them runs over half a lease). More saves claims on "
+    "short tasks; 1 keeps claims fairest across tenants.",
+)
+@click.option(
+    "--recycle-after",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="TASKS",
+    help="Replace each pool worker with a fresh process in its slot after it has run this "
+    "many tasks (bounds slow leaks in application code). Default: never.",
+)
+@click.option("--once", is_flag=True, help="Claim and run one task, then exit (cron mode).")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    metavar="PORT",
+    help="Serve the pool's Prometheus metrics at http://HOST:PORT/metrics from an exporter "
+    "process of its own (not with --once).",
+)
+@click.option(
+    "--metrics-host", default="127.0.0.1", show_default=True, help="Address the metrics endpoint listens on."
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="info",
+    show_default=True,
+    help="Least severe log level written to stderr.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Log lines with task_id, worker_id and fencing_token fields: text, or one JSON object per line.",
+)
+@json_option
+def run(
+    app_ref: str,
+    database: str | None,
+    concurrency: int,
+    worker_id: str,
+    lease_s: float,
+    heartbeat_s: float,
+    claim_batch: int,
+    recycle_after: int | None,
+    once: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+    log_level: str,
+    log_format: LogFormat,
+    as_json: bool,
+) -> None:
+    """Run workers: a supervised pool of processes, or with --once a single cycle whose
+    exit status is 0 for idle, completed, suspended, retried or yielded (a per-claim step
+    limit reached: progress committed and the task requeued) and 1 for failed, lease
+    lost, definition unavailable or cancelled."""
+    if once and metrics_port is not None:
+        raise click.UsageError(
+            "--metrics-port serves a running pool's metrics and cannot be used with --once"
+        )
+    configure_logging(log_level, log_format)
+    settings = checked(
+        RunifoldSettings.from_mapping,
+        {
+            "RUNIFOLD_DATABASE_URL": database,
+            "RUNIFOLD_APP": app_ref,
+            "RUNIFOLD_CONCURRENCY": concurrency,
+            "RUNIFOLD_LEASE_SECONDS": lease_s,
+            "RUNIFOLD_HEARTBEAT_SECONDS": heartbeat_s,
+            "RUNIFOLD_CLAIM_BATCH": claim_batch,
+            "RUNIFOLD_RECYCLE_AFTER": recycle_after,
+        },
+    )
+    if once:
+        outcome = checked(run_one_cycle, settings, worker_id)
+        _print_outcome(outcome, as_json)
+        sys.exit(0 if once_succeeded(outcome) else 1)
+    if metrics_port is None:
+        report = checked(run_pool, settings, concurrency, worker_id)
+    else:
+        endpoint = MetricsEndpoint(metrics_host, metrics_port)
+        metrics = serving_metrics(endpoint, settings.database_url, log_level=log_level, log_format=log_format)
+        try:
+            with metrics as observer:
+                report = run_pool(settings, concurrency, worker_id, observer=observer)
+        except RunifoldError as exc:
+            raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "outcomes": report.outcomes,
+                    "per_worker": report.per_worker,
+                    "restarts": report.restarts,
+                    "recycled": report.recycled,
+                }
+            )
+        )
+    else:
+        click.echo(describe_report(report))
+
+
+def _print_outcome(outcome: RunOutcome, as_json: bool) -> None:
+    if as_json:
+        from .codec import unstructure
+
+        click.echo(json.dumps({"outcome": outcome.kind, **unstructure(outcome)}, default=str))
+    else:
+        click.echo(repr(outcome))
+
+
+@click.command()
+@click.option(
+    "--database",
+    metavar="URL",
+    default=DEMO_URL,
+    show_default=True,
+    help="Store URL the demo runs on. A SQLite file is replaced if it exists; on another "
+    "store the demo's tasks get ids of their own for this run.",
+)
+@click.option("--orders", type=click.IntRange(1, 20), default=4, show_default=True, help="Tasks to enqueue.")
+@click.option(
+    "--concurrency", type=click.IntRange(1, 8), default=2, show_default=True, help="Worker processes."
+)
+@json_option
+def demo(database: str, orders: int, concurrency: int, as_json: bool) -> None:
+    """Run order-intake workflows on a pool of worker processes, SIGKILL one worker
+    mid-step and watch the pool finish every task without repeating completed steps.
+    Exits 1 unless every order completed."""
+    from .demo import STEPS_PER_ORDER, run_demo
+
+    last: list[Any] = []
+
+    def report(phase: str, rows: list[DemoRow]) -> None:
+        snapshot = [phase, [(r.state, r.steps_done) for r in rows]]
+        if as_json or snapshot == last:
+            return
+        last[:] = snapshot
+        progress = "  ".join(f"{r.task_id}:{r.state}[{r.steps_done}/{STEPS_PER_ORDER}]" for r in rows)
+        click.echo(f"{phase:<48} {progress}")
+
+    if not as_json:
+        click.echo(f"demo store: {database}")
+    result = checked(run_demo, database, orders, concurrency, report)
+    rows = result.rows
+    completed = sum(r.state == "completed" for r in rows)
+    repeated = sum(r.step_runs - r.steps_done for r in rows)
+    if as_json:
+        echo_json(
+            {
+                "database": database,
+                "killed": result.killed,
+                "orders": [attrs.asdict(r) for r in rows],
+                "completed": completed,
+                "step_bodies_repeated": repeated,
+            }
+        )
+    else:
+        _print_demo_table(rows)
+        click.echo(
+            f"\n{completed}/{len(rows)} completed. "
+            f"Step bodies started again after the kill: {repeated} (only the step in flight "
+            "may run again; completed steps are replayed from the checkpoint)."
+        )
+    if completed != len(rows):
+        sys.exit(1)
+
+
+def _print_demo_table(rows: list[DemoRow]) -> None:
+    click.echo("")
+    width = max(10, *(len(r.task_id) for r in rows))
+    header = (
+        f"{'task':<{width}} {'state':<10} {'steps done':>10} {'bodies started':>15} "
+        f"{'fencing token':>14}  last worker"
+    )
+    click.echo(header)
+    click.echo("-" * len(header))
+    for r in rows:
+        click.echo(
+            f"{r.task_id:<{width}} {r.state:<10} {r.steps_done:>10} {r.step_runs:>15} "
+            f"{r.fencing_token:>14}  {r.last_worker}"
+        )

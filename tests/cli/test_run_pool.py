@@ -1,0 +1,67 @@
+"""``run`` as a pool, in a real process: worker recycling with ``--recycle-after``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runifold_sync import RunifoldError, TaskState, WorkflowTask
+from runifold_sync.runner import RunifoldSettings
+from runifold_sync.sqlite import SqliteWorkflowStore
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = "tests.integration.pool_app:registry"
+
+
+@pytest.mark.timeout(120)
+def test_run_recycles_workers_after_three_tasks_in_their_slots_and_finishes_every_task(
+    sqlite_path: Path, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{sqlite_path}"
+    store = SqliteWorkflowStore.open(sqlite_path)
+    ids = [f"r{n:02d}" for n in range(12)]
+    for n, task_id in enumerate(ids):
+        store.enqueue(WorkflowTask.new("pool-flow", 1, n, checkpoint_id=task_id))
+    command = [sys.executable, "-m", "runifold_sync", "run", "--app", APP, "--database", url]
+    command += ["--concurrency", "2", "--worker-id", "recycler", "--recycle-after", "3", "--json"]
+    proc = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=os.environ | {"POOL_LEDGER": str(tmp_path / "ledger.txt")},
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if all(store.get_task(t).state is TaskState.TERMINAL for t in ids):
+                break
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    report = json.loads(out)
+    assert proc.returncode == 0
+    assert [store.get_task(t).result for t in ids] == [n + 5 for n in range(12)]
+    assert report["outcomes"]["completed"] == 12
+    # 12 tasks, a worker replaced after each 3: at least 3 recycles (each slot ran >= 3).
+    assert report["recycled"] >= 3 and report["restarts"] == 0
+    assert set(report["per_worker"]) == {"recycler-0", "recycler-1"}
+    store.close()
+
+
+def test_recycle_after_setting_must_be_a_positive_integer() -> None:
+    with pytest.raises(RunifoldError, match="RUNIFOLD_RECYCLE_AFTER must be an integer >= 1, got 0"):
+        RunifoldSettings.from_mapping({"RUNIFOLD_RECYCLE_AFTER": 0})
+    assert RunifoldSettings.from_mapping({"RUNIFOLD_RECYCLE_AFTER": 3}).recycle_after == 3
