@@ -21,6 +21,15 @@ from .models import BudgetUsage, DefinitionIdentity
 
 FORMAT_VERSION = 1
 DEFAULT_MAX_CHECKPOINT_BYTES = 1 << 20
+# How a stored checkpoint that is JSON but not an object is named in the error.
+_JSON_KINDS: dict[type, str] = {
+    list: "an array",
+    str: "a string",
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+    type(None): "null",
+}
 
 
 @attrs.define
@@ -104,7 +113,10 @@ class Checkpoint:
         """Parse a stored checkpoint; anything unreadable fails closed, never resets."""
         try:
             raw = from_json(text)
-            version = raw.get("format_version") if isinstance(raw, dict) else None
+            if not isinstance(raw, dict):
+                kind = _JSON_KINDS.get(type(raw), type(raw).__name__)
+                raise CheckpointError(f"checkpoint of task {task_id!r} is corrupt: {kind}, not an object")
+            version = raw.get("format_version")
             if version != FORMAT_VERSION:
                 raise CheckpointError(
                     f"checkpoint of task {task_id!r} has format version {version!r}; "

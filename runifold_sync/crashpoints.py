@@ -1,4 +1,4 @@
-"""Named crash points: SIGKILL this process at an exact place in the lease protocol.
+"""Named crash points: SIGKILL (or pause) this process at an exact place in the lease protocol.
 
 For tests of what survives a crash. Enabled only by the environment variable
 ``RUNIFOLD_CRASH_AT``, read once at import; when it is unset, ``ARMED`` is empty and
@@ -13,16 +13,27 @@ that subject::
 
 The process writes one line naming the point to stderr, then kills itself with SIGKILL:
 no ``finally`` block, ``atexit`` handler or buffered write runs, as in a real crash.
+
+With ``RUNIFOLD_CRASH_PAUSE=<path>`` also set, an armed point pauses instead: the thread
+that reached it waits until the file at ``path`` exists, then carries on. The other
+threads keep running (the heartbeat goes on extending the lease), so a test can freeze
+the process there with SIGSTOP, let the lease lapse and another worker take over, and
+then see the write that was about to be sent reach the store as a stale owner's::
+
+    RUNIFOLD_CRASH_AT=before_commit:s3#1 RUNIFOLD_CRASH_PAUSE=/tmp/go
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 from .errors import InvalidArgument
 
 ENV_VAR = "RUNIFOLD_CRASH_AT"
+PAUSE_ENV_VAR = "RUNIFOLD_CRASH_PAUSE"
+PAUSE_LIMIT_S = 600.0  # a pause nobody releases ends as the crash, so no orphan waits forever
 
 # point -> what its subject is
 POINTS = {
@@ -59,15 +70,27 @@ def parse(text: str) -> dict[str, frozenset[str] | None]:
 
 
 ARMED = parse(os.environ.get(ENV_VAR, ""))
+PAUSE_UNTIL = os.environ.get(PAUSE_ENV_VAR) or None
 
 
 def reached(point: str, subject: str = "") -> None:
-    """Kill this process if ``point`` (for ``subject``) is armed. Callers test ``ARMED``
-    first, so an unarmed process never gets here."""
+    """Kill this process (or pause this thread, see ``RUNIFOLD_CRASH_PAUSE``) if ``point``
+    (for ``subject``) is armed. Callers test ``ARMED`` first, so an unarmed process never
+    gets here."""
     if point not in ARMED:
         return
     subjects = ARMED[point]
     if subjects is not None and subject not in subjects:
         return
-    os.write(2, f"runifold crash point {point}:{subject} reached in pid {os.getpid()}\n".encode())
-    os.kill(os.getpid(), signal.SIGKILL)
+    pid = os.getpid()
+    if PAUSE_UNTIL is None:
+        os.write(2, f"runifold crash point {point}:{subject} reached in pid {pid}\n".encode())
+        os.kill(pid, signal.SIGKILL)
+        return
+    os.write(2, f"runifold crash point {point}:{subject} paused in pid {pid}\n".encode())
+    deadline = time.monotonic() + PAUSE_LIMIT_S
+    while not os.path.exists(PAUSE_UNTIL):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+    os.write(2, f"runifold crash point {point}:{subject} resumed in pid {pid}\n".encode())

@@ -16,7 +16,7 @@ FailureCause = Literal[
     "ambiguous_effect",  # an interrupted effect may or may not have happened
     "budget",  # a step, cost or branch reservation limit was exceeded
     "nondeterminism",  # replay no longer matches the journal
-    "checkpoint",  # a checkpoint that cannot be read, written or continued
+    "checkpoint",  # a checkpoint that cannot be read, written or continued (or a result over its size limit)
     "not_serializable",  # an output or result that cannot be stored as JSON
     "bad_input",  # the task's input does not fit the workflow's input type
     "crash_loop",  # claimed too often without progress: a step keeps killing its worker

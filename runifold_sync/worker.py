@@ -340,6 +340,7 @@ class WorkflowWorker:
                 raise FailRequested(
                     f"workflow result cannot be stored as JSON: {exc}", cause="not_serializable"
                 ) from exc
+            self._check_result_size(lease.task_id, result_json)
             ctx.checkpoint.phase = "completed"
             if crashpoints.ARMED:
                 crashpoints.reached("before_transition", "complete")
@@ -397,6 +398,18 @@ class WorkflowWorker:
         undone = ", ".join(ctx.checkpoint.compensated) or "nothing"
         reason = f"{reason} (compensated: {undone})"
         return self._fail(claimed, ctx.revision, ctx.encode(), reason, failure_cause)
+
+    def _check_result_size(self, task_id: str, result_json: str) -> None:
+        """Hold the result to the checkpoint's size limit: it is stored in the same row
+        and read back by everyone who looks at the task."""
+        size = len(result_json.encode())
+        if size > self._max_checkpoint_bytes:
+            raise FailRequested(
+                f"workflow result of task {task_id!r} is {size} bytes, over the limit of "
+                f"{self._max_checkpoint_bytes} bytes (max_checkpoint_bytes); keep large "
+                "artifacts outside and return their ids",
+                cause="checkpoint",
+            )
 
     def _encode_or_fail(self, ctx: WorkflowContext) -> str:
         try:

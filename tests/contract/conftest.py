@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -94,3 +95,21 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 @pytest.fixture
 def store(backend: Backend) -> WorkflowStore:
     return backend.open()
+
+
+class Clock:
+    """Moves store time forward for every connection to the database (the store's shared
+    clock offset); offsets are absolute, so it keeps the running total."""
+
+    def __init__(self, store: WorkflowStore) -> None:
+        self.store = store
+        self.offset = timedelta(0)
+
+    def advance(self, delta: timedelta) -> None:
+        self.offset += delta
+        self.store.set_clock_offset(self.offset)
+
+
+@pytest.fixture
+def clock(store: WorkflowStore) -> Clock:
+    return Clock(store)

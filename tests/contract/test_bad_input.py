@@ -3,16 +3,23 @@ stuck, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from runifold_sync import (
+    Budget,
+    Completed,
+    DefinitionUnavailable,
     Failed,
+    Idle,
     InvalidArgument,
     LeaseDuration,
+    RunOutcome,
     StepContext,
+    TaskOutcome,
     TaskState,
     WorkerId,
     Workflow,
@@ -23,6 +30,10 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.checkpoint import DEFAULT_MAX_CHECKPOINT_BYTES
+from runifold_sync.codec import from_json
+
+from .conftest import Clock
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 SQL_NAME = "x'); DROP TABLE runifold_tasks; --"
@@ -35,10 +46,52 @@ def _nested(depth: int) -> Any:
     return value
 
 
-def _worker(store: WorkflowStore, workflow: Workflow) -> WorkflowWorker:
+def _worker(store: WorkflowStore, *workflows: Workflow, **options: Any) -> WorkflowWorker:
     registry = WorkflowRegistry()
-    registry.register(WorkflowDefinition(workflow))
-    return WorkflowWorker(store, registry, WorkerId.parse("w1"), LEASE, timedelta(seconds=5))
+    for workflow in workflows:
+        registry.register(WorkflowDefinition(workflow))
+    return WorkflowWorker(store, registry, WorkerId.parse("w1"), LEASE, timedelta(seconds=5), **options)
+
+
+def _run_all(worker: WorkflowWorker, cycles: int) -> dict[str, RunOutcome]:
+    """Run ``cycles`` cycles, then one more that must find nothing left to claim."""
+    try:
+        outcomes = {o.task_id: o for o in (worker.run_once() for _ in range(cycles))}
+        assert worker.run_once() == Idle()
+    finally:
+        worker.close()
+    return outcomes
+
+
+def _vandalise(store: WorkflowStore, task_id: str, text: str) -> None:
+    """Overwrite the checkpoint of ``task_id`` (next to be claimed) under its own lease,
+    as a buggy tool might, and put it back in the queue."""
+    (claimed,) = store.claim(WorkerId.parse("vandal"), LEASE)
+    assert claimed.lease.task_id == task_id
+    store.commit_checkpoint(claimed.lease, claimed.revision, text)
+    store.release(claimed.lease, delay=timedelta(0), reason="vandalised")
+
+
+# A workflow whose first step counts its real runs, so a test can tell that a task it
+# failed closed never ran anything.
+counted = Workflow("counted", 1)
+COUNTED_RUNS: list[str] = []
+
+
+@counted.step()
+def tally(ctx: StepContext, n: int) -> int:
+    COUNTED_RUNS.append(ctx.task_id)
+    return n + 1
+
+
+@counted.main
+def counted_main(ctx: WorkflowContext, n: int) -> int:
+    return tally(ctx, n)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counts() -> None:
+    COUNTED_RUNS.clear()
 
 
 def test_names_with_sql_metacharacters_are_stored_as_plain_text(store: WorkflowStore) -> None:
@@ -67,8 +120,7 @@ def test_a_step_output_that_cannot_be_stored_fails_only_its_task(store: Workflow
 
     for kind in ("deep", "object", "nan", "fine"):
         store.enqueue(WorkflowTask.new("bad-output", 1, kind, checkpoint_id=kind))
-    worker = _worker(store, workflow)
-    outcomes = {o.task_id: o for o in (worker.run_once() for _ in range(4))}
+    outcomes = _run_all(_worker(store, workflow), 4)
     for kind in ("deep", "object", "nan"):
         outcome = outcomes[kind]
         assert isinstance(outcome, Failed)
@@ -96,9 +148,193 @@ def test_a_corrupt_checkpoint_fails_its_task_closed_and_others_go_on(store: Work
     assert claimed.lease.task_id == "corrupt"
     store.commit_checkpoint(claimed.lease, claimed.revision, '{"format_version": 1, "journal": "nonsense"}')
     store.release(claimed.lease, delay=timedelta(0), reason="vandalised")
-    worker = _worker(store, workflow)
-    outcomes = {o.task_id: o for o in (worker.run_once(), worker.run_once())}
+    outcomes = _run_all(_worker(store, workflow), 2)
     corrupt = outcomes["corrupt"]
     assert isinstance(corrupt, Failed) and "checkpoint of task 'corrupt' is corrupt" in corrupt.reason
     assert outcomes["healthy"].kind == "suspended"
     assert store.get_task("corrupt").state is TaskState.TERMINAL
+
+
+def _assert_failed_closed(store: WorkflowStore, outcome: RunOutcome, task_id: str, reason: str) -> None:
+    assert outcome == Failed(task_id, reason, recoverable=False, cause="checkpoint")
+    record = store.get_task(task_id)
+    assert (record.state, record.outcome, record.reason) == (TaskState.TERMINAL, TaskOutcome.FAILED, reason)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (
+            '{"format_version": 2, "journal": []}',
+            "checkpoint of task 'bad' has format version 2; this runifold_sync reads version 1",
+        ),
+        ('["not", "a", "checkpoint"]', "checkpoint of task 'bad' is corrupt: an array, not an object"),
+        ('"a checkpoint"', "checkpoint of task 'bad' is corrupt: a string, not an object"),
+    ],
+    ids=["other-format-version", "array", "string"],
+)
+def test_a_checkpoint_of_another_format_version_or_shape_fails_only_its_task_closed(
+    store: WorkflowStore, text: str, reason: str
+) -> None:
+    for task_id in ("bad", "sibling"):
+        store.enqueue(WorkflowTask.new("counted", 1, 1, checkpoint_id=task_id))
+    _vandalise(store, "bad", text)
+    outcomes = _run_all(_worker(store, counted), 2)
+
+    _assert_failed_closed(store, outcomes["bad"], "bad", reason)
+    # Kept as found, for whoever investigates; nothing ran on it.
+    assert from_json(store.get_task("bad").checkpoint_json or "") == from_json(text)
+    assert outcomes["sibling"] == Completed("sibling", 2)
+    assert COUNTED_RUNS == ["sibling"]
+
+
+def test_a_checkpoint_row_that_is_not_json_fails_only_its_task_closed(sqlite_store: WorkflowStore) -> None:
+    """SQLite stores checkpoints as text, so a torn or hand-edited row can hold anything;
+    PostgreSQL's JSONB column cannot hold text that is not JSON at all, so its nearest
+    corruptions are the other shapes above."""
+    store = sqlite_store
+    for task_id in ("bad", "sibling"):
+        store.enqueue(WorkflowTask.new("counted", 1, 1, checkpoint_id=task_id))
+    torn = '{"format_version": 1, "journal": ['
+    _vandalise(store, "bad", torn)
+    outcomes = _run_all(_worker(store, counted), 2)
+
+    reason = "checkpoint of task 'bad' is corrupt: Expecting value: line 1 column 35 (char 34)"
+    _assert_failed_closed(store, outcomes["bad"], "bad", reason)
+    assert store.get_task("bad").checkpoint_json == torn
+    assert outcomes["sibling"] == Completed("sibling", 2)
+    assert COUNTED_RUNS == ["sibling"]
+
+
+def test_an_unregistered_definition_version_requeues_without_counting_an_attempt_and_others_run(
+    store: WorkflowStore, clock: Clock
+) -> None:
+    store.enqueue(WorkflowTask.new("counted", 2, 1, checkpoint_id="v2"))
+    store.enqueue(WorkflowTask.new("counted", 1, 1, checkpoint_id="v1"))
+
+    def refused_and_requeued(outcome: RunOutcome) -> None:
+        assert outcome == DefinitionUnavailable("v2", "counted", 2)
+        record = store.get_task("v2")
+        assert (record.state, record.claims_since_progress, record.reason) == (
+            TaskState.QUEUED,
+            0,
+            "definition unavailable: 'counted' version 2 is not registered on worker w1",
+        )
+        assert record.ready_at is not None and record.ready_at > store.now()
+
+    lacking = _worker(store, counted)  # has version 1 only
+    try:
+        refused_and_requeued(lacking.run_once())
+        assert lacking.run_once() == Completed("v1", 2)  # the registered version runs meanwhile
+        for _ in range(2):
+            assert lacking.run_once() == Idle()  # not claimed again before the delay
+            clock.advance(timedelta(seconds=6))  # past the 5 s definition-unavailable delay
+            refused_and_requeued(lacking.run_once())
+    finally:
+        lacking.close()
+    assert COUNTED_RUNS == ["v1"]
+
+    counted_v2 = Workflow("counted", 2)
+
+    @counted_v2.step()
+    def tally(ctx: StepContext, n: int) -> int:
+        COUNTED_RUNS.append(ctx.task_id)
+        return n + 2
+
+    @counted_v2.main
+    def main(ctx: WorkflowContext, n: int) -> int:
+        return tally(ctx, n)
+
+    # Three refused claims did not use up a budget of one attempt.
+    clock.advance(timedelta(seconds=6))
+    registry = WorkflowRegistry()
+    registry.register(WorkflowDefinition(counted_v2, Budget(max_attempts=1)))
+    capable = WorkflowWorker(store, registry, WorkerId.parse("capable"), LEASE, timedelta(seconds=5))
+    try:
+        assert capable.run_once() == Completed("v2", 3)
+    finally:
+        capable.close()
+    assert COUNTED_RUNS == ["v1", "v2"]
+
+
+# --- size limits ------------------------------------------------------------------------
+
+SMALL_LIMIT = 4096
+
+
+def test_a_step_output_over_max_checkpoint_bytes_fails_only_its_task_naming_the_sizes(
+    store: WorkflowStore,
+) -> None:
+    workflow = Workflow("big-output", 1)
+
+    @workflow.step()
+    def produce(ctx: StepContext, size: int) -> str:
+        return "x" * size
+
+    @workflow.main
+    def main(ctx: WorkflowContext, size: int) -> int:
+        return len(produce(ctx, size))
+
+    store.enqueue(WorkflowTask.new("big-output", 1, SMALL_LIMIT, checkpoint_id="big"))
+    store.enqueue(WorkflowTask.new("big-output", 1, 10, checkpoint_id="small"))
+    outcomes = _run_all(_worker(store, workflow, max_checkpoint_bytes=SMALL_LIMIT), 2)
+
+    big = outcomes["big"]
+    assert isinstance(big, Failed) and big.cause == "checkpoint"
+    size = re.fullmatch(
+        r"checkpoint of task 'big' is (\d+) bytes, over the limit of 4096 bytes; "
+        r"keep large artifacts outside and store their ids",
+        big.reason,
+    )
+    assert size is not None and int(size[1]) > SMALL_LIMIT
+    _assert_failed_closed(store, big, "big", big.reason)
+    assert store.get_task("big").checkpoint_json is None  # the output was never stored
+    assert outcomes["small"] == Completed("small", 10)
+
+
+@pytest.mark.parametrize("value", [1023, 0, -1, True, 4096.0, "4096"])
+def test_max_checkpoint_bytes_below_the_minimum_or_not_an_integer_is_refused_naming_it(
+    sqlite_store: WorkflowStore, value: Any
+) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        WorkflowWorker(
+            sqlite_store,
+            WorkflowRegistry(),
+            WorkerId.parse("w1"),
+            LEASE,
+            timedelta(seconds=5),
+            max_checkpoint_bytes=value,
+        )
+    assert str(info.value) == f"max_checkpoint_bytes must be an integer >= 1024, got {value!r}"
+
+
+def test_a_workflow_result_over_max_checkpoint_bytes_fails_only_its_task_naming_the_sizes(
+    store: WorkflowStore,
+) -> None:
+    workflow = Workflow("big-result", 1)
+
+    @workflow.step()
+    def measure(ctx: StepContext, size: int) -> int:
+        return size
+
+    @workflow.main
+    def main(ctx: WorkflowContext, size: int) -> str:
+        return "x" * measure(ctx, size)  # built in main: the checkpoint stays small
+
+    store.enqueue(WorkflowTask.new("big-result", 1, 3 * 1024 * 1024, checkpoint_id="big"))
+    store.enqueue(WorkflowTask.new("big-result", 1, 10, checkpoint_id="small"))
+    outcomes = _run_all(_worker(store, workflow), 2)  # the default limit, 1 MiB
+
+    reason = (
+        f"workflow result of task 'big' is {3 * 1024 * 1024 + 2} bytes, over the limit of "
+        f"{DEFAULT_MAX_CHECKPOINT_BYTES} bytes (max_checkpoint_bytes); keep large artifacts "
+        "outside and return their ids"
+    )
+    _assert_failed_closed(store, outcomes["big"], "big", reason)
+    record = store.get_task("big")
+    assert record.result is None
+    journal = from_json(record.checkpoint_json or "")["journal"]
+    assert [(e["call_id"], e["status"], e["output"]) for e in journal] == [
+        ("measure#1", "done", 3 * 1024 * 1024)
+    ]
+    assert outcomes["small"] == Completed("small", "x" * 10)

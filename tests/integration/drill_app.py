@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -239,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _ledger_path, _block_at, _worker_id = args.ledger, args.block_at, args.worker_id
 
+    # Warnings (a lease lost, and the store's refusal that told) go to stderr for the test.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     store = open_store(args.url)
     worker = WorkflowWorker(
         store,

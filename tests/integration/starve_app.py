@@ -1,6 +1,7 @@
 """A worker process whose first step holds the GIL (a catastrophic regex inside the C
 regex engine) for longer than its lease, so its heartbeat thread cannot run:
-``python -m tests.integration.starve_app --db PATH --worker-id ID --ledger PATH --hog-n N``.
+``python -m tests.integration.starve_app --url URL --worker-id ID --ledger PATH --hog-n N``
+(URL: ``sqlite:///...`` or ``postgresql://...``).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from runifold_sync import (
     WorkflowDefinition,
     WorkflowRegistry,
     WorkflowWorker,
+    open_store,
 )
-from runifold_sync.sqlite import SqliteWorkflowStore
 
 starving = Workflow("starving", 1)
 HOG_N = 0
@@ -64,7 +65,7 @@ def main(ctx: WorkflowContext, _input: None) -> list[str]:
 def run() -> None:
     global HOG_N
     parser = argparse.ArgumentParser()
-    parser.add_argument("--db", required=True)
+    parser.add_argument("--url", required=True)
     parser.add_argument("--worker-id", required=True)
     parser.add_argument("--ledger", required=True)
     parser.add_argument("--hog-n", type=int, default=0)
@@ -74,7 +75,7 @@ def run() -> None:
     os.environ["STARVE_LEDGER"] = args.ledger
     registry = WorkflowRegistry()
     registry.register(WorkflowDefinition(starving))
-    store = SqliteWorkflowStore.open(args.db)
+    store = open_store(args.url)
     lease = LeaseDuration(timedelta(seconds=1))
     worker = WorkflowWorker(store, registry, WorkerId.parse(args.worker_id), lease, timedelta(seconds=0.25))
     deadline = time.monotonic() + args.until_completed_s
@@ -84,6 +85,7 @@ def run() -> None:
         outcome = worker.run_once()
     print(json.dumps({"outcome": outcome.kind}), flush=True)
     worker.close()
+    store.close()
 
 
 if __name__ == "__main__":

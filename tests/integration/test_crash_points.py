@@ -131,6 +131,7 @@ def test_crash_spec_parsing() -> None:
 def test_an_unset_variable_arms_nothing() -> None:
     assert os.environ.get(crashpoints.ENV_VAR) is None
     assert crashpoints.ARMED == {}
+    assert crashpoints.PAUSE_UNTIL is None  # an armed point kills unless told to pause
 
 
 def _crash(backend: Backend, ledger: Path, spec: str) -> None:

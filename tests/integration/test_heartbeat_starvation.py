@@ -1,5 +1,6 @@
 """A step that holds the GIL past its lease starves the heartbeat thread. Another worker
-takes the task over; the starved worker must not commit anything afterwards."""
+takes the task over; the starved worker must not commit anything afterwards. On both
+stores: a SQLite file, and a fresh PostgreSQL database."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from runifold_sync import TaskState, WorkflowTask
-from runifold_sync.sqlite import SqliteWorkflowStore
 
+from .conftest import Backend
 from .starve_app import hold_the_gil
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,14 +33,14 @@ def _gil_hog_size(target_s: float) -> int:
         n += 2
 
 
-def _worker(db: Path, ledger: Path, worker_id: str, *extra: str) -> subprocess.Popen[str]:
+def _worker(url: str, ledger: Path, worker_id: str, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
             "-m",
             "tests.integration.starve_app",
-            "--db",
-            str(db),
+            "--url",
+            url,
             "--worker-id",
             worker_id,
             "--ledger",
@@ -52,21 +53,26 @@ def _worker(db: Path, ledger: Path, worker_id: str, *extra: str) -> subprocess.P
     )
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(120)
 def test_a_worker_starved_by_a_gil_holding_step_commits_nothing_after_takeover(
-    sqlite_path: Path, tmp_path: Path
+    backend: Backend, tmp_path: Path
 ) -> None:
     ledger = tmp_path / "ledger.txt"
-    store = SqliteWorkflowStore.open(sqlite_path)
+    store = backend.open()
     store.enqueue(WorkflowTask.new("starving", 1, None, checkpoint_id="s1"))
     hog_n = _gil_hog_size(target_s=4.0)  # the lease is 1 s
-    starved = _worker(sqlite_path, ledger, "starved", "--hog-n", str(hog_n))
+    starved = _worker(backend.url, ledger, "starved", "--hog-n", str(hog_n))
     try:
         deadline = time.monotonic() + 30
-        while not ledger.exists() and time.monotonic() < deadline:
+        while not ledger.exists():  # the starved worker is in its step
+            assert time.monotonic() < deadline, "the starved worker never started its step"
             time.sleep(0.02)
-        time.sleep(1.5)  # the starved worker's lease has expired by store time
-        rescuer = _worker(sqlite_path, ledger, "rescuer", "--until-completed-s", "30")
+        expires = store.get_task("s1").lease_expires
+        assert expires is not None
+        while store.now() <= expires:  # its lease has expired by store time
+            assert time.monotonic() < deadline, "store time never passed the starved worker's lease"
+            time.sleep(0.05)
+        rescuer = _worker(backend.url, ledger, "rescuer", "--until-completed-s", "30")
         rescued, _ = rescuer.communicate(timeout=60)
         starved_out, _ = starved.communicate(timeout=60)
     finally:
@@ -82,4 +88,3 @@ def test_a_worker_starved_by_a_gil_holding_step_commits_nothing_after_takeover(
     history = store.history("s1")
     takeover = next(i for i, e in enumerate(history) if e.kind == "claimed" and e.fencing_token == 2)
     assert all(e.fencing_token != 1 for e in history[takeover:])
-    store.close()

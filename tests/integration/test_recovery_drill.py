@@ -24,7 +24,15 @@ from typing import Any
 
 import pytest
 
-from runifold_sync import BudgetUsage, LeaseDuration, TaskOutcome, TaskState, WorkerId, WorkflowTask
+from runifold_sync import (
+    BudgetUsage,
+    LeaseDuration,
+    TaskOutcome,
+    TaskState,
+    WorkerId,
+    WorkflowTask,
+    crashpoints,
+)
 from runifold_sync.codec import from_json
 from runifold_sync.stores import sqlite_path
 from tests.integration import drill_app
@@ -57,7 +65,9 @@ class Drill:
         registry: str = "v1",
         block_at: str | None = None,
         until_idle: bool = False,
+        pause_at: str | None = None,
     ) -> subprocess.Popen[bytes]:
+        """Start a worker; ``pause_at`` (a crash point spec) pauses it there until :meth:`resume`."""
         args = [
             sys.executable,
             "-m",
@@ -79,17 +89,39 @@ class Drill:
             args += ["--block-at", block_at]
         if until_idle:
             args.append("--until-idle")
+        env = dict(os.environ)
+        if pause_at is not None:
+            env[crashpoints.ENV_VAR] = pause_at
+            env[crashpoints.PAUSE_ENV_VAR] = str(self._resume_file(worker_id))
         with (
             open(self.tmp_path / f"{worker_id}.out", "wb") as out,
             open(self.tmp_path / f"{worker_id}.err", "wb") as err,
         ):
-            proc = subprocess.Popen(args, cwd=REPO, stdout=out, stderr=err)
+            proc = subprocess.Popen(args, cwd=REPO, stdout=out, stderr=err, env=env)
         self.procs.append(proc)
         self.names[proc.pid] = worker_id
         return proc
 
     def stderr(self, proc: subprocess.Popen[bytes]) -> str:
         return (self.tmp_path / f"{self.names[proc.pid]}.err").read_text()
+
+    def _resume_file(self, worker_id: str) -> Path:
+        return self.tmp_path / f"{worker_id}.resume"
+
+    def wait_for_stderr(self, proc: subprocess.Popen[bytes], text: str) -> None:
+        """Wait until ``proc`` has written ``text`` to its stderr (a crash point's line)."""
+        deadline = time.monotonic() + PROCESS_TIMEOUT_S
+        while text not in self.stderr(proc):
+            if proc.poll() is not None:
+                pytest.fail(f"worker {self.names[proc.pid]} exited {proc.returncode}: {self.stderr(proc)}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"worker {self.names[proc.pid]} never wrote {text!r}: {self.stderr(proc)}")
+            time.sleep(0.02)
+
+    def resume(self, proc: subprocess.Popen[bytes]) -> None:
+        """Let a worker paused at its crash point go on, and wake it if it is stopped."""
+        self._resume_file(self.names[proc.pid]).touch()
+        os.kill(proc.pid, signal.SIGCONT)
 
     def finish(self, proc: subprocess.Popen[bytes]) -> list[dict[str, Any]]:
         """Wait for a worker that must exit normally; its outcomes, one per run_once."""
@@ -345,7 +377,7 @@ def test_interrupted_non_idempotent_effect_fails_closed_as_ambiguous_until_resol
 
 
 @pytest.mark.timeout(60)
-def test_stopped_owner_resumed_after_takeover_reports_lease_lost_and_its_writes_are_refused(
+def test_stopped_owner_resumed_after_takeover_reports_lease_lost_and_changes_nothing(
     drill: Drill,
 ) -> None:
     drill.store.enqueue(WorkflowTask.new("drill", 1, 1, checkpoint_id="stale-1"))
@@ -392,6 +424,68 @@ def test_stopped_owner_resumed_after_takeover_reports_lease_lost_and_its_writes_
     assert [(e.kind, e.worker_id, e.fencing_token) for e in after_takeover] == [("completed", "stale-b", 2)]
     # A's s3 finished after SIGCONT, but its next step never ran.
     assert drill.ledger_lines("stale-1") == [
+        ("s1", a.pid),
+        ("s2", a.pid),
+        ("s3", a.pid),
+        ("s3", b.pid),
+        ("s4", b.pid),
+    ]
+
+
+@pytest.mark.timeout(60)
+def test_stale_owner_frozen_past_its_lease_check_has_its_commit_refused_by_the_store(drill: Drill) -> None:
+    """A is frozen after its last local lease check (s3 ran, its lease was held), with
+    the commit recording s3 about to be sent. B takes over at the revision A read, so
+    when A wakes and sends that commit only the store's fencing token can refuse it."""
+    drill.store.enqueue(WorkflowTask.new("drill", 1, 1, checkpoint_id="fenced-1"))
+    a = drill.start("fenced-a", pause_at="before_commit:s3#1")
+    drill.wait_for_stderr(a, f"runifold crash point before_commit:s3#1 paused in pid {a.pid}")
+    paused = drill.store.get_task("fenced-1")
+    assert (paused.state, paused.worker_id, paused.fencing_token, paused.revision) == (
+        TaskState.LEASED,
+        "fenced-a",
+        1,
+        2,
+    )
+    assert list(_journal(paused.checkpoint_json)) == ["s1#1", "s2#1"]
+    drill.stop_outside_transaction(a)
+    drill.assert_lease_held_against_claims("fenced-1")
+    drill.wait_past_lease("fenced-1")  # real time: A's heartbeat thread is frozen too
+
+    b = drill.start("fenced-b", block_at="s3")
+    drill.wait_for_step("s3", "fenced-1", b)
+    taken = drill.store.get_task("fenced-1")
+    assert (taken.state, taken.worker_id, taken.fencing_token, taken.revision) == (
+        TaskState.LEASED,
+        "fenced-b",
+        2,
+        paused.revision,
+    )
+    assert taken.checkpoint_json is not None
+    history_at_takeover = drill.store.history("fenced-1")
+
+    drill.resume(a)
+    [a_outcome] = drill.finish(a)
+    assert a_outcome == {"kind": "lease_lost", "task_id": "fenced-1", "fencing_token": 1, "pid": a.pid}
+    a_stderr = drill.stderr(a)
+    assert f"runifold crash point before_commit:s3#1 resumed in pid {a.pid}" in a_stderr
+    # The refusal is the store's answer to the commit, not A's own lease check.
+    refused = "lease on task 'fenced-1' with fencing token 1 is no longer held; checkpoint commit was refused"
+    assert refused in a_stderr
+    assert "next step was refused" not in a_stderr
+
+    after_a = drill.store.get_task("fenced-1")
+    assert (after_a.state, after_a.worker_id, after_a.fencing_token) == (TaskState.LEASED, "fenced-b", 2)
+    assert (after_a.revision, after_a.checkpoint_json) == (taken.revision, taken.checkpoint_json)
+    assert drill.store.history("fenced-1") == history_at_takeover
+
+    drill.release(b)
+    [b_outcome] = drill.finish(b)
+    assert (b_outcome["kind"], b_outcome["result"]) == ("completed", {"value": ((1 + 1) * 10 + 3) * 2})
+    done = drill.store.get_task("fenced-1")
+    assert (done.state, done.outcome, done.fencing_token) == (TaskState.TERMINAL, TaskOutcome.COMPLETED, 2)
+    assert list(_journal(done.checkpoint_json)) == ["s1#1", "s2#1", "s3#1", "s4#1"]
+    assert drill.ledger_lines("fenced-1") == [
         ("s1", a.pid),
         ("s2", a.pid),
         ("s3", a.pid),

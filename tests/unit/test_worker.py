@@ -17,7 +17,6 @@ from runifold_sync import (
     AmbiguousEffect,
     Budget,
     Completed,
-    DefinitionUnavailable,
     EffectEvidence,
     EnqueueConflict,
     Failed,
@@ -466,28 +465,6 @@ def test_continuing_with_a_different_step_graph_fails_closed_with_fingerprint_mi
     )
     assert not any(c.startswith("changed") for c in CALLS)
     assert sqlite_store.get_task(task_id).outcome == TaskOutcome.FAILED
-
-
-def test_unregistered_version_requeues_without_counting_an_attempt(
-    sqlite_store: SqliteWorkflowStore, make_worker: WorkerFactory, clock: Clock
-) -> None:
-    task_id = enqueue(sqlite_store, three_steps, 1)
-    lacking = make_worker(worker_id="lacking")  # registers nothing
-
-    for _ in range(3):
-        outcome = lacking.run_once()
-        assert outcome == DefinitionUnavailable(task_id, "three-steps", 1)
-        record = sqlite_store.get_task(task_id)
-        assert record.state == TaskState.QUEUED
-        assert record.claims_since_progress == 0
-        assert record.reason is not None
-        assert "'three-steps' version 1" in record.reason
-        assert record.ready_at is not None and record.ready_at > sqlite_store.now()
-        clock.advance(6)
-
-    # three refused claims did not use up a budget of one attempt
-    capable = make_worker(WorkflowDefinition(three_steps, Budget(max_attempts=1)), worker_id="capable")
-    assert capable.run_once() == Completed(task_id, 17)
 
 
 def _crash_claims(store: SqliteWorkflowStore, clock: Clock, times: int) -> None:
