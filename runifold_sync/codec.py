@@ -47,13 +47,41 @@ def structure(raw: Any, type_: Any) -> Any:
     return converter.structure(raw, type_)
 
 
+def _unstorable_string(raw: Any) -> str | None:
+    """The first string in ``raw`` that a store could not keep, described, or None.
+
+    PostgreSQL's JSONB refuses U+0000 and lone surrogates. Refusing them on every
+    backend keeps the stores interchangeable, and refusing them here, where the value was
+    produced, fails the one task closed instead of surfacing later as a store error that
+    looks like an outage and gets the task claimed again and again.
+    """
+    if isinstance(raw, str):
+        if "\x00" in raw:
+            return f"{raw[:40]!r} contains U+0000"
+        try:
+            raw.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"{raw[:40]!r} contains a lone surrogate"
+        return None
+    if isinstance(raw, dict):
+        return next(filter(None, map(_unstorable_string, [*raw.keys(), *raw.values()])), None)
+    if isinstance(raw, (list, tuple)):
+        return next(filter(None, map(_unstorable_string, raw)), None)
+    return None
+
+
 def _encode(value: Any) -> tuple[Any, str]:
     """The JSON form of ``value`` and its canonical text (sorted keys, compact)."""
     try:
         raw = unstructure(value)
-        return raw, CANONICAL_ENCODER.encode(raw)
+        text = CANONICAL_ENCODER.encode(raw)
     except (TypeError, ValueError, RecursionError) as exc:
         raise NotJsonable(f"{type(exc).__name__}: {exc}") from exc
+    # Both characters only ever appear escaped as \u.... (the encoder is ASCII-only), so
+    # the walk is needed only for text that holds an escape at all.
+    if "\\u" in text and (problem := _unstorable_string(raw)) is not None:
+        raise NotJsonable(f"string {problem}, which no store can keep")
+    return raw, text
 
 
 def to_json(value: Any) -> str:

@@ -112,19 +112,30 @@ def test_a_step_output_that_cannot_be_stored_fails_only_its_task(store: Workflow
 
     @workflow.step()
     def produce(ctx: StepContext, kind: str) -> Any:
-        return {"deep": _nested(100_000), "object": object(), "nan": float("nan")}.get(kind, kind)
+        unstorable = {
+            "deep": _nested(100_000),
+            "object": object(),
+            "nan": float("nan"),
+            # PostgreSQL's JSONB refuses these two; SQLite is held to the same rule.
+            "nul": {"note": "a\x00b"},
+            "surrogate": ["\ud800"],
+        }
+        return unstorable.get(kind, kind)
 
     @workflow.main
     def main(ctx: WorkflowContext, kind: str) -> Any:
         return produce(ctx, kind)
 
-    for kind in ("deep", "object", "nan", "fine"):
+    bad = ("deep", "object", "nan", "nul", "surrogate")
+    for kind in (*bad, "fine"):
         store.enqueue(WorkflowTask.new("bad-output", 1, kind, checkpoint_id=kind))
-    outcomes = _run_all(_worker(store, workflow), 4)
-    for kind in ("deep", "object", "nan"):
+    outcomes = _run_all(_worker(store, workflow), len(bad) + 1)
+    for kind in bad:
         outcome = outcomes[kind]
         assert isinstance(outcome, Failed)
         assert "output of 'produce#1' cannot be stored as JSON" in outcome.reason
+    assert "contains U+0000" in outcomes["nul"].reason
+    assert "contains a lone surrogate" in outcomes["surrogate"].reason
     assert outcomes["fine"].kind == "completed" and store.get_task("fine").result == "fine"
 
 

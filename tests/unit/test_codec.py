@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -86,9 +87,15 @@ def test_any_annotation_returns_the_json_value_unchanged() -> None:
     assert structure(raw, Any) is raw
 
 
+# Every string a store can keep: what UTF-8 can encode (no lone surrogates) but U+0000.
+storable_text = st.text(st.characters(codec="utf-8", exclude_characters="\x00"))
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
-    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(), children, max_size=5),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | storable_text,
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(storable_text, children, max_size=5),
     max_leaves=30,
 )
 
@@ -99,7 +106,7 @@ def test_json_like_values_round_trip_unchanged(value: Any) -> None:
     assert structure(from_json(to_json(value)), Any) == value
 
 
-@given(st.dictionaries(st.text(), st.integers(), min_size=2, max_size=8))
+@given(st.dictionaries(storable_text, st.integers(), min_size=2, max_size=8))
 def test_equal_dicts_in_any_key_order_encode_identically(mapping: dict[str, int]) -> None:
     reordered = dict(reversed(list(mapping.items())))
     assert list(reordered) != list(mapping)
@@ -116,6 +123,25 @@ def test_nested_dicts_are_encoded_canonically_and_compactly() -> None:
 def test_values_that_are_not_strict_json_raise_not_jsonable(value: Any) -> None:
     with pytest.raises(NotJsonable):
         to_json(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("a\x00b", "contains U+0000"),
+        ({"k": ["ok", "\ud800"]}, "contains a lone surrogate"),
+        ({"\udfff": 1}, "contains a lone surrogate"),
+    ],
+    ids=["nul", "surrogate-in-list", "surrogate-key"],
+)
+def test_strings_no_store_can_keep_raise_not_jsonable_naming_the_character(value: Any, problem: str) -> None:
+    with pytest.raises(NotJsonable, match=re.escape(problem)):
+        to_json(value)
+
+
+def test_non_ascii_text_and_escaped_backslashes_still_encode() -> None:
+    value = {"name": "訂單 ✓", "path": "C:\\u0000"}
+    assert from_json(to_json(value)) == value
 
 
 def test_encoded_text_is_standard_json() -> None:
