@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import attrs
+import chaos_audit
 from chaos_app import FLOW, SIGNAL, parse_ledger
 from chaos_check import Kill, RunData, Sample, render, verify
 
@@ -574,6 +575,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         specs = plan_tasks(rng, args)
         store = open_store(db.url)
+        chaos_audit.install(args.store, db.url)
         actions = plan_chaos(rng, args)
         arrivals = plan_arrivals(rng, args, specs)
 
@@ -621,6 +623,7 @@ def run(args: argparse.Namespace) -> int:
             samples=watcher.samples,
             kills=chaos.kills,
             integrity=db.integrity(),
+            writes=_retry(partial(chaos_audit.read, args.store, db.url)),
         )
         verdict = verify(data)
         outcomes = report.get("outcomes", {})

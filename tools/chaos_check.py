@@ -1,9 +1,11 @@
 """The invariants a chaos run must keep, computed from what really happened.
 
 Inputs are independent of the engine's own bookkeeping where they can be: the ledger
-the step bodies wrote outside the store (what ran, under which fencing token), the
-store's history (who wrote what, under which token), the final checkpoints (which
-execution of each step was the committed one) and usage samples taken during the run.
+the step bodies wrote outside the store (what ran, under which fencing token), an audit
+of every write the database accepted to the tasks table (a trigger, see
+``chaos_audit.py``), the store's history (who wrote what, under which token), the final
+checkpoints (which execution of each step was the committed one) and usage samples
+taken during the run.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import attrs
 from chaos_app import LedgerLine
+from chaos_audit import Write
 
 from runifold_sync import BudgetUsage, TaskEvent, TaskOutcome, TaskRecord, TaskState
 from runifold_sync.codec import from_json
@@ -49,6 +52,7 @@ class RunData:
     samples: list[Sample]
     kills: list[Kill]
     integrity: str | None  # SQLite PRAGMA integrity_check; None on PostgreSQL
+    writes: list[Write] = attrs.Factory(list)  # the audit, in the order writes were accepted
 
 
 @attrs.define
@@ -91,6 +95,7 @@ def verify(data: RunData) -> Verdict:
     verdict.count("completed steps executed again", _executed_again(data, journals, executions, reruns))
     verdict.count("committed outputs missing from the ledger", _missing(journals, executions))
     verdict.count("writes accepted from a stale fencing token", _stale_writes(data, journals))
+    verdict.count("claims missing from the write audit", _unaudited_claims(data))
     verdict.count("non-idempotent effects run twice", _charged_twice(executions))
     verdict.count("usage that decreased", _usage_decreased(data))
     if data.integrity is not None:
@@ -108,7 +113,9 @@ def verify(data: RunData) -> Verdict:
             "first_claim_delay_p50_s": percentile(first_claims, 50),
             "first_claim_delay_p99_s": percentile(first_claims, 99),
             "steps re-run while in flight at an interruption": len(reruns),
-            "stale bodies refused by the fence": len(data.refused),
+            "stale bodies refused by the ledger's fence": len(data.refused),
+            "writes audited": len(data.writes),
+            "checkpoint writes audited": sum(w.checkpoint is not None for w in data.writes),
             "charges reconciled from the ledger": sum(
                 1 for j in journals.values() for e in j if e.get("evidence") == "reconciled"
             ),
@@ -196,9 +203,43 @@ def _missing(
 
 
 def _stale_writes(data: RunData, journals: dict[str, list[dict[str, Any]]]) -> Iterable[str]:
-    """From the history: no event under token t after an event under a higher token.
-    From the checkpoints: no journal entry committed under a lower token than an entry
-    before it, and none above the task's final token. From the ledger: the fence held."""
+    """Writes the store accepted from an owner whose token was no longer the newest.
+
+    From the audit of accepted writes (every checkpoint commit included, which the
+    history does not show): a body result a write adds to the journal carries its
+    writer's token (each body returns ``ctx.fence``), so one whose token is not the
+    newest token granted by a claim of that task before the write is a stale write; so
+    is a write that lowered the task's token or revision. Results taken from a
+    reconcile carry the token of the run they found, not the writer's, and are skipped.
+    From the history: no event under a token after an event under a higher one. From
+    the final checkpoints: no entry committed under a lower token than one before it,
+    or above the task's final token."""
+    by_task: dict[str, list[Write]] = defaultdict(list)
+    for write in data.writes:
+        by_task[write.task_id].append(write)
+    for tid, writes in sorted(by_task.items()):
+        granted = 0
+        committed: set[tuple[str, str]] = set()  # (call id, run id) in the previous checkpoint
+        for write in writes:
+            where = f"{tid} write {write.write_id} at {write.at:.6f}"
+            if write.token < write.old_token or write.revision < write.old_revision:
+                yield (
+                    f"{where} lowered token {write.old_token}->{write.token} or revision "
+                    f"{write.old_revision}->{write.revision}"
+                )
+            granted = max(granted, write.token)
+            if write.checkpoint is None:
+                continue
+            entries = list(_bodies(from_json(write.checkpoint)["journal"]))
+            for entry in entries:
+                token = entry["output"]["token"]
+                added = (entry["call_id"], entry["output"]["run"]) not in committed
+                if added and entry.get("evidence") in (None, "ran") and token != granted:
+                    yield (
+                        f"{where} committed {entry['call_id']} run under token {token} "
+                        f"after token {granted} was granted"
+                    )
+            committed = {(e["call_id"], e["output"]["run"]) for e in entries}
     for tid, events in sorted(data.histories.items()):
         highest = 0
         for event in events:
@@ -218,12 +259,16 @@ def _stale_writes(data: RunData, journals: dict[str, list[dict[str, Any]]]) -> I
             if token < highest or token > final:
                 yield f"{tid} {entry['call_id']}: token {token} committed after {highest} (final {final})"
             highest = max(highest, token)
-    highest_seen: dict[str, int] = {}
-    for line in data.ledger:
-        if line.token < highest_seen.get(line.task_id, 0):
-            seen = highest_seen[line.task_id]
-            yield f"{line.task_id} {line.call_id}: ledger accepted token {line.token} after {seen}"
-        highest_seen[line.task_id] = max(line.token, highest_seen.get(line.task_id, 0))
+
+
+def _unaudited_claims(data: RunData) -> Iterable[str]:
+    """Claims in the history whose grant the write audit lacks: the audit, and so the
+    stale-write check built on it, would have a gap."""
+    granted = {(w.task_id, w.token) for w in data.writes if w.token > w.old_token}
+    for tid, events in sorted(data.histories.items()):
+        for event in events:
+            if event.kind == "claimed" and (tid, event.fencing_token) not in granted:
+                yield f"{tid} claim of token {event.fencing_token} at {event.at.isoformat()} is not audited"
 
 
 def _charged_twice(executions: dict[tuple[str, str], list[LedgerLine]]) -> Iterable[str]:
@@ -314,7 +359,9 @@ def render(verdict: Verdict) -> list[str]:
     )
     for name in (
         "steps re-run while in flight at an interruption",
-        "stale bodies refused by the fence",
+        "stale bodies refused by the ledger's fence",
+        "writes audited",
+        "checkpoint writes audited",
         "charges reconciled from the ledger",
         "usage samples",
         "ledger lines",

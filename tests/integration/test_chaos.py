@@ -32,6 +32,7 @@ INVARIANTS = {
     "completed steps executed again",
     "committed outputs missing from the ledger",
     "writes accepted from a stale fencing token",
+    "claims missing from the write audit",
     "non-idempotent effects run twice",
     "usage that decreased",
 }
