@@ -12,6 +12,14 @@ server mid-run. Then it checks (``chaos_check.py``) and prints one line per inva
 each must be 0, and the exit status is 1 otherwise (2 when the run itself could not do
 what was asked, such as fewer kills than requested).
 
+A stop must be seen to matter: it lasts past the lease and prefers a worker that holds a
+lease at that moment, so another worker should take the frozen task over before the
+resume, and the resumed worker's late write should be refused. The tool prints how many
+stops froze a task, how many of those tasks were taken over while stopped, and how many
+late writes were refused (by the worker's own lease check, the store's fence or the
+ledger's). A run with stops none of which had its task taken over exercised nothing of
+the stale-owner case and fails with exit status 2.
+
 Tasks arrive during the run (``--arrival-rate``), so a killed task competes with a
 realistic queue rather than the whole run's backlog. Everything random comes from
 ``random.Random(seed)``: task plans, arrival and signal times, and the chaos schedule
@@ -27,6 +35,7 @@ import logging
 import os
 import pwd
 import random
+import re
 import shutil
 import signal
 import sqlite3
@@ -45,7 +54,7 @@ from urllib.parse import urlsplit
 import attrs
 import chaos_audit
 from chaos_app import FLOW, SIGNAL, parse_ledger
-from chaos_check import Kill, RunData, Sample, render, verify
+from chaos_check import Kill, Refusal, RunData, Sample, Stop, render, verify
 
 from runifold_sync import (
     BudgetUsage,
@@ -281,6 +290,17 @@ def plan_chaos(rng: random.Random, args: argparse.Namespace) -> list[Action]:
 # --- the run -----------------------------------------------------------------------
 
 
+_LEASE_LOST = re.compile(
+    r"lease on task '([^']+)' with fencing token (\d+) is no longer held; (.+) was refused"
+)
+
+
+def parse_refusals(path: Path) -> list[Refusal]:
+    """The lease losses the workers logged (one line each, see ``LeaseLostError``)."""
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return [Refusal(task, int(token), op) for task, token, op in _LEASE_LOST.findall(text)]
+
+
 def _note(text: str) -> None:
     print(f"chaos: {text}", file=sys.stderr, flush=True)
 
@@ -304,7 +324,8 @@ class Chaos:
         self.workdir = workdir
         self.rng = rng
         self.kills: list[Kill] = []
-        self.stopped: dict[int, float] = {}  # pid -> monotonic time to resume it
+        self.stopped: dict[int, tuple[float, float, str]] = {}  # pid -> (resume due, stopped at, worker)
+        self.stop_log: list[Stop] = []
         self.stops = self.stops_skipped = self.restarts = 0
         self.store: WorkflowStore | None = None
         self.server = PostgresServer(db.admin_url or "") if db.kind == "postgres" else None
@@ -378,7 +399,8 @@ class Chaos:
             self.kills.append(Kill(time.time(), pid, children[pid]))
         elif self._stop(pid):
             self.stops += 1
-            self.stopped[pid] = time.monotonic() + self.args.lease_s + action.stop_s
+            due = time.monotonic() + self.args.lease_s + action.stop_s
+            self.stopped[pid] = (due, time.time(), children[pid])
         else:
             self.stops_skipped += 1
 
@@ -414,13 +436,14 @@ class Chaos:
 
     def resume_due(self, everything: bool = False) -> None:
         now = time.monotonic()
-        for pid, due in list(self.stopped.items()):
+        for pid, (due, stopped_at, worker_id) in list(self.stopped.items()):
             if everything or now >= due:
                 try:
                     os.kill(pid, signal.SIGCONT)
                 except ProcessLookupError:
                     pass
                 del self.stopped[pid]
+                self.stop_log.append(Stop(stopped_at, time.time(), pid, worker_id))
 
     def _restart_database(self) -> None:
         if self.server is None or self.server.cluster is None:
@@ -624,6 +647,8 @@ def run(args: argparse.Namespace) -> int:
             kills=chaos.kills,
             integrity=db.integrity(),
             writes=_retry(partial(chaos_audit.read, args.store, db.url)),
+            stops=chaos.stop_log,
+            refusals=parse_refusals(workdir / "supervisor.err"),
         )
         verdict = verify(data)
         outcomes = report.get("outcomes", {})
@@ -641,6 +666,11 @@ def run(args: argparse.Namespace) -> int:
             shortfalls.append(f"only {len(chaos.kills)} of {args.kills} kills happened before the end")
         if chaos.stops < args.stops:
             shortfalls.append(f"only {chaos.stops} of {args.stops} stops happened")
+        if chaos.stops and not verdict.figures["stops whose task was taken over while stopped"]:
+            shortfalls.append(
+                f"none of the {chaos.stops} stops had its task taken over while stopped: "
+                "the stale-owner scenario was not exercised"
+            )
         if chaos.restarts < args.db_restarts:
             shortfalls.append(f"only {chaos.restarts} of {args.db_restarts} database restarts happened")
         for text in shortfalls:

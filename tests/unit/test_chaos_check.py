@@ -13,12 +13,14 @@ import attrs
 import pytest
 
 from runifold_sync import BudgetUsage, TaskEvent, TaskOutcome, TaskRecord, TaskState
+from runifold_sync.errors import LeaseLostError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
+from chaos import parse_refusals  # noqa: E402
 from chaos_app import LedgerLine  # noqa: E402
 from chaos_audit import Write  # noqa: E402
-from chaos_check import Kill, RunData, Sample, Verdict, percentile, verify  # noqa: E402
+from chaos_check import Kill, Refusal, RunData, Sample, Stop, Verdict, percentile, verify  # noqa: E402
 
 T0 = 1_700_000_000.0
 SPEC = {"n": 7, "start": 10, "plan": ["step", "charge", "notify"], "timer_after": 0, "signal_after": 1}
@@ -254,3 +256,43 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile(values, 99) == 99.0
     assert percentile([3.0], 99) == 3.0
     assert percentile([], 50) is None
+
+
+def test_a_stop_whose_task_was_claimed_by_another_worker_before_the_resume_was_taken_over() -> None:
+    """chaos-0 held token 1 when stopped at 1.5 s; chaos-1 claimed token 2 at 3.0 s,
+    before the resume at 3.5 s, and chaos-0 then logged its refused step. A stop of
+    chaos-1 after its completion froze no task."""
+    data = _clean()
+    stops = [Stop(T0 + 1.5, T0 + 3.5, 100, "chaos-0"), Stop(T0 + 4.5, T0 + 7.0, 200, "chaos-1")]
+    refusals = [Refusal("t1", 1, "next step"), Refusal("t1", 1, "checkpoint commit")]
+    verdict = verify(attrs.evolve(data, kills=[], stops=stops, refusals=refusals))
+    assert verdict.ok
+    figures = verdict.figures
+    assert (
+        figures["stops"],
+        figures["stops that froze a task"],
+        figures["stops whose task was taken over while stopped"],
+        figures["stops whose late write was refused after resume"],
+        figures["bodies refused by the worker's lease check"],
+        figures["writes refused by the store's fence"],
+    ) == (2, 1, 1, 1, 1, 1)
+
+
+def test_a_stop_resumed_before_anyone_claimed_its_task_was_not_taken_over() -> None:
+    data = _clean()
+    verdict = verify(attrs.evolve(data, kills=[], stops=[Stop(T0 + 1.5, T0 + 2.5, 100, "chaos-0")]))
+    assert verdict.figures["stops that froze a task"] == 1
+    assert verdict.figures["stops whose task was taken over while stopped"] == 0
+    assert verdict.figures["stops whose late write was refused after resume"] == 0
+
+
+def test_the_lease_losses_workers_log_are_read_back_with_their_operation(tmp_path: Path) -> None:
+    log = tmp_path / "supervisor.err"
+    lines = [str(LeaseLostError("chaos-00004", 3, "next step")), "some other warning"]
+    lines.append(str(LeaseLostError("chaos-00012", 1, "checkpoint commit")))
+    log.write_text("\n".join(lines) + "\n")
+    assert parse_refusals(log) == [
+        Refusal("chaos-00004", 3, "next step"),
+        Refusal("chaos-00012", 1, "checkpoint commit"),
+    ]
+    assert parse_refusals(tmp_path / "absent.err") == []
