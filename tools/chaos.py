@@ -59,6 +59,7 @@ from chaos_check import Kill, Refusal, RunData, Sample, Stop, render, verify
 from runifold_sync import (
     BudgetUsage,
     StoreUnavailable,
+    TaskNotFound,
     TaskState,
     WorkflowStore,
     WorkflowTask,
@@ -71,6 +72,7 @@ T = TypeVar("T")
 TOOLS = Path(__file__).resolve().parent
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 SAMPLE_INTERVAL_S = 0.25
+LIST_LIMIT = 10_000  # the store's most per list: the watcher samples at most this many per state
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -359,7 +361,7 @@ class Chaos:
         """Worker ids holding a lease now (``fallback``, the last sample, if the store is away)."""
         try:
             self.store = self.store or open_store(self.db.url)
-            leased = self.store.list_tasks(state=TaskState.LEASED, definition=FLOW, limit=10_000)
+            leased = self.store.list_tasks(state=TaskState.LEASED, definition=FLOW, limit=LIST_LIMIT)
         except Exception:
             return fallback
         return frozenset(r.worker_id for r in leased if r.worker_id)
@@ -479,7 +481,8 @@ class Chaos:
 
 
 class Watcher(threading.Thread):
-    """Samples every task's revision and usage, and notices when all are terminal."""
+    """Samples every unfinished task's revision and usage, and notices when all are
+    terminal (counted, not listed: a run may have more tasks than one list returns)."""
 
     def __init__(self, url: str, total: int) -> None:
         super().__init__(name="chaos-watcher", daemon=True)
@@ -489,7 +492,7 @@ class Watcher(threading.Thread):
         self.done = threading.Event()
         self.progress_at = time.monotonic()  # when the tasks last changed
         self.busy: frozenset[str] = frozenset()  # worker ids holding a lease at the last sample
-        self._last: dict[str, int] = {}
+        self._last: dict[str, int] = {}  # task id -> revision and state; "" -> tasks finished
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -497,7 +500,12 @@ class Watcher(threading.Thread):
         while not self.stop.is_set():
             try:
                 store = store or open_store(self.url)
-                records = store.list_tasks(definition=FLOW, limit=10_000)
+                records = [
+                    record
+                    for state in (TaskState.QUEUED, TaskState.LEASED, TaskState.WAITING)
+                    for record in store.list_tasks(state=state, definition=FLOW, limit=LIST_LIMIT)
+                ]
+                finished = sum(s.count for s in store.queue_stats() if s.state is TaskState.TERMINAL)
             except Exception as exc:  # the server restarting: sample again shortly
                 _note(f"watcher: {type(exc).__name__}")
                 self.stop.wait(SAMPLE_INTERVAL_S)
@@ -509,10 +517,11 @@ class Watcher(threading.Thread):
                     self.samples.append(Sample(at, rec.task_id, rec.revision, usage))
             self.busy = frozenset(r.worker_id for r in records if r.state is TaskState.LEASED and r.worker_id)
             revisions = {r.task_id: r.revision * 10 + list(TaskState).index(r.state) for r in records}
+            revisions[""] = finished
             if revisions != self._last:
                 self._last = revisions
                 self.progress_at = time.monotonic()
-            if sum(r.state is TaskState.TERMINAL for r in records) >= self.total:
+            if finished >= self.total:
                 self.done.set()
             self.stop.wait(SAMPLE_INTERVAL_S)
         if store is not None:
@@ -634,7 +643,12 @@ def run(args: argparse.Namespace) -> int:
             producer.join(30)
             watcher.join(30)
 
-        tasks = _retry(lambda: {r.task_id: r for r in store.list_tasks(definition=FLOW, limit=10_000)})
+        tasks = {}  # read one by one: a list stops at LIST_LIMIT tasks
+        for task_id in specs:
+            try:
+                tasks[task_id] = _retry(partial(store.get_task, task_id))
+            except TaskNotFound:
+                pass  # reported as lost
         histories = {t: _retry(partial(store.history, t)) for t in tasks}
         store.close()
         data = RunData(
