@@ -10,6 +10,11 @@ that subject::
     RUNIFOLD_CRASH_AT=before_commit:reserve#1          # before the commit recording reserve#1
     RUNIFOLD_CRASH_AT=after_commit:charge#1:intent     # the effect's intent is durable
     RUNIFOLD_CRASH_AT=after_effect:charge#1,before_heartbeat
+    RUNIFOLD_CRASH_AT=before_transition:retry          # before a failed step's retry is stored
+
+Together the points bracket every fenced write a worker makes (claims, checkpoint
+commits, signal consumption included, heartbeats, and each write that ends a claim)
+and every step and effect body.
 
 The process writes one line naming the point to stderr, then kills itself with SIGKILL:
 no ``finally`` block, ``atexit`` handler or buffered write runs, as in a real crash.
@@ -37,6 +42,8 @@ PAUSE_LIMIT_S = 600.0  # a pause nobody releases ends as the crash, so no orphan
 
 # point -> what its subject is
 POINTS = {
+    "before_claim": "worker id; a claim is about to be sent (claims made by a completion "
+    "are part of the complete transition)",
     "after_claim": "task id; a claim returned the lease, nothing ran under it yet",
     "before_step": "call id; a step body is about to run",
     "after_step": "call id; a step body returned, its output is not committed",
@@ -44,9 +51,13 @@ POINTS = {
     "after_effect": "call id; an effect body returned, its result is not committed",
     "before_commit": "call id (effect intents: '<call id>:intent'); a checkpoint commit is about to be sent",
     "after_commit": "as before_commit; the commit returned",
-    "before_heartbeat": "task id; a lease extension is about to be sent",
-    "after_heartbeat": "task id; a lease extension returned",
-    "before_transition": "complete, suspend or fail; the cycle's final write is about to be sent",
+    "before_heartbeat": "task id, of the running task or of one claimed ahead; a lease "
+    "extension is about to be sent",
+    "after_heartbeat": "as before_heartbeat; the lease extension returned",
+    "before_transition": "complete, suspend, fail, retry, cancel (acknowledging a cancel "
+    "request), yield (step slice used up), unavailable (definition not registered here) or "
+    "hand_back (a task claimed ahead given back unstarted); the write that ends a claim is "
+    "about to be sent",
     "after_transition": "as before_transition; the write returned",
 }
 

@@ -137,8 +137,12 @@ class LeaseKeeper:
             held = [lease for lease, _extended in self._held.values()]
         for lease in held:
             started = time.monotonic()
+            if crashpoints.ARMED:
+                crashpoints.reached("before_heartbeat", lease.task_id)
             try:
                 renewed: Lease | None = self._store.heartbeat(lease, self._duration)
+                if crashpoints.ARMED:
+                    crashpoints.reached("after_heartbeat", lease.task_id)
             except LeaseLostError:
                 renewed = None
                 log.warning("lease of a task claimed ahead lost before its turn", extra=task_fields(lease))
@@ -189,12 +193,17 @@ class LeaseKeeper:
             self._handed_back.update(lease.task_id for lease in held)
         reason = f"handed back unstarted: the task before it ran for {running_s:.0f} s"
         for lease in held:
+            if crashpoints.ARMED:
+                crashpoints.reached("before_transition", "hand_back")
             try:
                 self._store.release(lease, delay=timedelta(0), reason=reason)
             except StoreClosed:
                 return False
             except Exception:  # lost already, or an unreachable store: its lease runs out
                 log.exception("could not hand back a task claimed ahead", extra=task_fields(lease))
+                continue
+            if crashpoints.ARMED:
+                crashpoints.reached("after_transition", "hand_back")
         return True
 
     def _extend_current(self, lease: Lease, flags: LeaseFlags) -> bool:

@@ -182,6 +182,8 @@ class WorkflowWorker:
                 # its lease ran out while it waited: another worker has it
                 return LeaseLost(task.lease.task_id, task.lease.fencing_token)
         else:
+            if crashpoints.ARMED:
+                crashpoints.reached("before_claim", str(self.worker_id))
             claimed = self.store.claim(self.worker_id, self.lease_duration, limit=self._claim_batch)
             if not claimed:
                 return Idle()
@@ -212,12 +214,17 @@ class WorkflowWorker:
             held = self._keeper.take(task.lease.task_id)
             if held is None:
                 continue
+            if crashpoints.ARMED:
+                crashpoints.reached("before_transition", "hand_back")
             try:
                 self.store.release(
                     held[0], delay=timedelta(0), reason="handed back unstarted by a stopping worker"
                 )
             except (LeaseLostError, StoreUnavailable) as exc:
                 log.warning("could not hand back a task claimed ahead: %s", exc, extra=task_fields(held[0]))
+                continue
+            if crashpoints.ARMED:
+                crashpoints.reached("after_transition", "hand_back")
 
     def _run(self, claimed: ClaimedTask, extended_at: float | None = None) -> RunOutcome:
         lease = claimed.lease
@@ -228,10 +235,14 @@ class WorkflowWorker:
                 f"{claimed.definition_version} is not registered on worker {self.worker_id}"
             )
             log.warning(reason, extra=task_fields(lease))
+            if crashpoints.ARMED:
+                crashpoints.reached("before_transition", "unavailable")
             try:
                 self.store.release(lease, delay=self._unavailable_delay, reason=reason)
             except LeaseLostError as error:
                 return self._lease_lost(claimed, error)
+            if crashpoints.ARMED:
+                crashpoints.reached("after_transition", "unavailable")
             return DefinitionUnavailable(lease.task_id, claimed.definition_name, claimed.definition_version)
         try:
             checkpoint = self._load_checkpoint(claimed, definition)
@@ -371,10 +382,18 @@ class WorkflowWorker:
         except RetryRequested as retry:
             text = self._encode_or_fail(ctx)
             delay = timedelta(seconds=retry.delay_s)
+            if crashpoints.ARMED:
+                crashpoints.reached("before_transition", "retry")
             retry_at = self.store.retry(lease, ctx.revision, text, delay=delay, reason=retry.reason)
+            if crashpoints.ARMED:
+                crashpoints.reached("after_transition", "retry")
             return Retried(lease.task_id, retry.reason, retry_at)
         except YieldRequested:
+            if crashpoints.ARMED:
+                crashpoints.reached("before_transition", "yield")
             self.store.release(lease, delay=timedelta(0), reason="step slice used up; requeued")
+            if crashpoints.ARMED:
+                crashpoints.reached("after_transition", "yield")
             return Yielded(lease.task_id)
 
     def _compensate(
@@ -392,7 +411,12 @@ class WorkflowWorker:
         reason = ctx.checkpoint.compensation_reason or reason
         if cause == "cancel":
             ctx.checkpoint.phase = "cancelled"
-            self.store.acknowledge_cancel(lease, ctx.revision, self._encode_or_fail(ctx))
+            text = self._encode_or_fail(ctx)
+            if crashpoints.ARMED:
+                crashpoints.reached("before_transition", "cancel")
+            self.store.acknowledge_cancel(lease, ctx.revision, text)
+            if crashpoints.ARMED:
+                crashpoints.reached("after_transition", "cancel")
             return Cancelled(lease.task_id, self.store.get_task(lease.task_id).reason or "cancelled")
         ctx.checkpoint.phase = "failed"
         undone = ", ".join(ctx.checkpoint.compensated) or "nothing"

@@ -12,6 +12,14 @@ server mid-run. Then it checks (``chaos_check.py``) and prints one line per inva
 each must be 0, and the exit status is 1 otherwise (2 when the run itself could not do
 what was asked, such as fewer kills than requested).
 
+A stop must be seen to matter: it lasts past the lease and prefers a worker that holds a
+lease at that moment, so another worker should take the frozen task over before the
+resume, and the resumed worker's late write should be refused. The tool prints how many
+stops froze a task, how many of those tasks were taken over while stopped, and how many
+late writes were refused (by the worker's own lease check, the store's fence or the
+ledger's). A run with stops none of which had its task taken over exercised nothing of
+the stale-owner case and fails with exit status 2.
+
 Tasks arrive during the run (``--arrival-rate``), so a killed task competes with a
 realistic queue rather than the whole run's backlog. Everything random comes from
 ``random.Random(seed)``: task plans, arrival and signal times, and the chaos schedule
@@ -27,6 +35,7 @@ import logging
 import os
 import pwd
 import random
+import re
 import shutil
 import signal
 import sqlite3
@@ -43,12 +52,14 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import attrs
+import chaos_audit
 from chaos_app import FLOW, SIGNAL, parse_ledger
-from chaos_check import Kill, RunData, Sample, render, verify
+from chaos_check import Kill, Refusal, RunData, Sample, Stop, render, verify
 
 from runifold_sync import (
     BudgetUsage,
     StoreUnavailable,
+    TaskNotFound,
     TaskState,
     WorkflowStore,
     WorkflowTask,
@@ -61,6 +72,7 @@ T = TypeVar("T")
 TOOLS = Path(__file__).resolve().parent
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 SAMPLE_INTERVAL_S = 0.25
+LIST_LIMIT = 10_000  # the store's most per list: the watcher samples at most this many per state
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -280,6 +292,17 @@ def plan_chaos(rng: random.Random, args: argparse.Namespace) -> list[Action]:
 # --- the run -----------------------------------------------------------------------
 
 
+_LEASE_LOST = re.compile(
+    r"lease on task '([^']+)' with fencing token (\d+) is no longer held; (.+) was refused"
+)
+
+
+def parse_refusals(path: Path) -> list[Refusal]:
+    """The lease losses the workers logged (one line each, see ``LeaseLostError``)."""
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return [Refusal(task, int(token), op) for task, token, op in _LEASE_LOST.findall(text)]
+
+
 def _note(text: str) -> None:
     print(f"chaos: {text}", file=sys.stderr, flush=True)
 
@@ -303,7 +326,8 @@ class Chaos:
         self.workdir = workdir
         self.rng = rng
         self.kills: list[Kill] = []
-        self.stopped: dict[int, float] = {}  # pid -> monotonic time to resume it
+        self.stopped: dict[int, tuple[float, float, str]] = {}  # pid -> (resume due, stopped at, worker)
+        self.stop_log: list[Stop] = []
         self.stops = self.stops_skipped = self.restarts = 0
         self.store: WorkflowStore | None = None
         self.server = PostgresServer(db.admin_url or "") if db.kind == "postgres" else None
@@ -337,7 +361,7 @@ class Chaos:
         """Worker ids holding a lease now (``fallback``, the last sample, if the store is away)."""
         try:
             self.store = self.store or open_store(self.db.url)
-            leased = self.store.list_tasks(state=TaskState.LEASED, definition=FLOW, limit=10_000)
+            leased = self.store.list_tasks(state=TaskState.LEASED, definition=FLOW, limit=LIST_LIMIT)
         except Exception:
             return fallback
         return frozenset(r.worker_id for r in leased if r.worker_id)
@@ -377,7 +401,8 @@ class Chaos:
             self.kills.append(Kill(time.time(), pid, children[pid]))
         elif self._stop(pid):
             self.stops += 1
-            self.stopped[pid] = time.monotonic() + self.args.lease_s + action.stop_s
+            due = time.monotonic() + self.args.lease_s + action.stop_s
+            self.stopped[pid] = (due, time.time(), children[pid])
         else:
             self.stops_skipped += 1
 
@@ -413,13 +438,14 @@ class Chaos:
 
     def resume_due(self, everything: bool = False) -> None:
         now = time.monotonic()
-        for pid, due in list(self.stopped.items()):
+        for pid, (due, stopped_at, worker_id) in list(self.stopped.items()):
             if everything or now >= due:
                 try:
                     os.kill(pid, signal.SIGCONT)
                 except ProcessLookupError:
                     pass
                 del self.stopped[pid]
+                self.stop_log.append(Stop(stopped_at, time.time(), pid, worker_id))
 
     def _restart_database(self) -> None:
         if self.server is None or self.server.cluster is None:
@@ -455,7 +481,8 @@ class Chaos:
 
 
 class Watcher(threading.Thread):
-    """Samples every task's revision and usage, and notices when all are terminal."""
+    """Samples every unfinished task's revision and usage, and notices when all are
+    terminal (counted, not listed: a run may have more tasks than one list returns)."""
 
     def __init__(self, url: str, total: int) -> None:
         super().__init__(name="chaos-watcher", daemon=True)
@@ -465,7 +492,7 @@ class Watcher(threading.Thread):
         self.done = threading.Event()
         self.progress_at = time.monotonic()  # when the tasks last changed
         self.busy: frozenset[str] = frozenset()  # worker ids holding a lease at the last sample
-        self._last: dict[str, int] = {}
+        self._last: dict[str, int] = {}  # task id -> revision and state; "" -> tasks finished
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -473,7 +500,12 @@ class Watcher(threading.Thread):
         while not self.stop.is_set():
             try:
                 store = store or open_store(self.url)
-                records = store.list_tasks(definition=FLOW, limit=10_000)
+                records = [
+                    record
+                    for state in (TaskState.QUEUED, TaskState.LEASED, TaskState.WAITING)
+                    for record in store.list_tasks(state=state, definition=FLOW, limit=LIST_LIMIT)
+                ]
+                finished = sum(s.count for s in store.queue_stats() if s.state is TaskState.TERMINAL)
             except Exception as exc:  # the server restarting: sample again shortly
                 _note(f"watcher: {type(exc).__name__}")
                 self.stop.wait(SAMPLE_INTERVAL_S)
@@ -485,10 +517,11 @@ class Watcher(threading.Thread):
                     self.samples.append(Sample(at, rec.task_id, rec.revision, usage))
             self.busy = frozenset(r.worker_id for r in records if r.state is TaskState.LEASED and r.worker_id)
             revisions = {r.task_id: r.revision * 10 + list(TaskState).index(r.state) for r in records}
+            revisions[""] = finished
             if revisions != self._last:
                 self._last = revisions
                 self.progress_at = time.monotonic()
-            if sum(r.state is TaskState.TERMINAL for r in records) >= self.total:
+            if finished >= self.total:
                 self.done.set()
             self.stop.wait(SAMPLE_INTERVAL_S)
         if store is not None:
@@ -574,6 +607,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         specs = plan_tasks(rng, args)
         store = open_store(db.url)
+        chaos_audit.install(args.store, db.url)
         actions = plan_chaos(rng, args)
         arrivals = plan_arrivals(rng, args, specs)
 
@@ -609,7 +643,12 @@ def run(args: argparse.Namespace) -> int:
             producer.join(30)
             watcher.join(30)
 
-        tasks = _retry(lambda: {r.task_id: r for r in store.list_tasks(definition=FLOW, limit=10_000)})
+        tasks = {}  # read one by one: a list stops at LIST_LIMIT tasks
+        for task_id in specs:
+            try:
+                tasks[task_id] = _retry(partial(store.get_task, task_id))
+            except TaskNotFound:
+                pass  # reported as lost
         histories = {t: _retry(partial(store.history, t)) for t in tasks}
         store.close()
         data = RunData(
@@ -621,6 +660,9 @@ def run(args: argparse.Namespace) -> int:
             samples=watcher.samples,
             kills=chaos.kills,
             integrity=db.integrity(),
+            writes=_retry(partial(chaos_audit.read, args.store, db.url)),
+            stops=chaos.stop_log,
+            refusals=parse_refusals(workdir / "supervisor.err"),
         )
         verdict = verify(data)
         outcomes = report.get("outcomes", {})
@@ -638,6 +680,11 @@ def run(args: argparse.Namespace) -> int:
             shortfalls.append(f"only {len(chaos.kills)} of {args.kills} kills happened before the end")
         if chaos.stops < args.stops:
             shortfalls.append(f"only {chaos.stops} of {args.stops} stops happened")
+        if chaos.stops and not verdict.figures["stops whose task was taken over while stopped"]:
+            shortfalls.append(
+                f"none of the {chaos.stops} stops had its task taken over while stopped: "
+                "the stale-owner scenario was not exercised"
+            )
         if chaos.restarts < args.db_restarts:
             shortfalls.append(f"only {chaos.restarts} of {args.db_restarts} database restarts happened")
         for text in shortfalls:

@@ -1,9 +1,11 @@
 """The invariants a chaos run must keep, computed from what really happened.
 
 Inputs are independent of the engine's own bookkeeping where they can be: the ledger
-the step bodies wrote outside the store (what ran, under which fencing token), the
-store's history (who wrote what, under which token), the final checkpoints (which
-execution of each step was the committed one) and usage samples taken during the run.
+the step bodies wrote outside the store (what ran, under which fencing token), an audit
+of every write the database accepted to the tasks table (a trigger, see
+``chaos_audit.py``), the store's history (who wrote what, under which token), the final
+checkpoints (which execution of each step was the committed one) and usage samples
+taken during the run.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import attrs
 from chaos_app import LedgerLine
+from chaos_audit import Write
 
 from runifold_sync import BudgetUsage, TaskEvent, TaskOutcome, TaskRecord, TaskState
 from runifold_sync.codec import from_json
@@ -22,6 +25,9 @@ from runifold_sync.codec import from_json
 # Events that end the cycle of the token that wrote them.
 CYCLE_ENDS = frozenset({"suspended", "completed", "failed", "released", "retried", "cancelled"})
 DETAIL_LIMIT = 8
+LEDGER_REFUSALS = "stale bodies refused by the ledger's fence"
+STORE_REFUSALS = "writes refused by the store's fence"
+WORKER_REFUSALS = "bodies refused by the worker's lease check"
 
 
 @attrs.frozen
@@ -29,6 +35,24 @@ class Kill:
     at: float  # wall time just after SIGKILL; store time is wall time here (no offset)
     pid: int
     worker_id: str
+
+
+@attrs.frozen
+class Stop:
+    at: float  # wall time once the child was seen stopped
+    resumed_at: float  # wall time of its SIGCONT
+    pid: int
+    worker_id: str
+
+
+@attrs.frozen
+class Refusal:
+    """A lease loss a worker logged: ``operation`` is ``next step`` when the worker's own
+    lease check stopped it before a body, otherwise the write the store's fence refused."""
+
+    task_id: str
+    token: int
+    operation: str
 
 
 @attrs.frozen
@@ -49,6 +73,9 @@ class RunData:
     samples: list[Sample]
     kills: list[Kill]
     integrity: str | None  # SQLite PRAGMA integrity_check; None on PostgreSQL
+    writes: list[Write] = attrs.Factory(list)  # the audit, in the order writes were accepted
+    stops: list[Stop] = attrs.Factory(list)
+    refusals: list[Refusal] = attrs.Factory(list)
 
 
 @attrs.define
@@ -91,12 +118,14 @@ def verify(data: RunData) -> Verdict:
     verdict.count("completed steps executed again", _executed_again(data, journals, executions, reruns))
     verdict.count("committed outputs missing from the ledger", _missing(journals, executions))
     verdict.count("writes accepted from a stale fencing token", _stale_writes(data, journals))
+    verdict.count("claims missing from the write audit", _unaudited_claims(data))
     verdict.count("non-idempotent effects run twice", _charged_twice(executions))
     verdict.count("usage that decreased", _usage_decreased(data))
     if data.integrity is not None:
         verdict.count("sqlite integrity_check problems", [] if data.integrity == "ok" else [data.integrity])
 
     recoveries = _recoveries(data)
+    verdict.figures.update(_stops(data))
     first_claims = _first_claim_delays(data)
     verdict.figures.update(
         {
@@ -108,7 +137,11 @@ def verify(data: RunData) -> Verdict:
             "first_claim_delay_p50_s": percentile(first_claims, 50),
             "first_claim_delay_p99_s": percentile(first_claims, 99),
             "steps re-run while in flight at an interruption": len(reruns),
-            "stale bodies refused by the fence": len(data.refused),
+            LEDGER_REFUSALS: len(data.refused),
+            STORE_REFUSALS: sum(r.operation != "next step" for r in data.refusals),
+            WORKER_REFUSALS: sum(r.operation == "next step" for r in data.refusals),
+            "writes audited": len(data.writes),
+            "checkpoint writes audited": sum(w.checkpoint is not None for w in data.writes),
             "charges reconciled from the ledger": sum(
                 1 for j in journals.values() for e in j if e.get("evidence") == "reconciled"
             ),
@@ -196,9 +229,43 @@ def _missing(
 
 
 def _stale_writes(data: RunData, journals: dict[str, list[dict[str, Any]]]) -> Iterable[str]:
-    """From the history: no event under token t after an event under a higher token.
-    From the checkpoints: no journal entry committed under a lower token than an entry
-    before it, and none above the task's final token. From the ledger: the fence held."""
+    """Writes the store accepted from an owner whose token was no longer the newest.
+
+    From the audit of accepted writes (every checkpoint commit included, which the
+    history does not show): a body result a write adds to the journal carries its
+    writer's token (each body returns ``ctx.fence``), so one whose token is not the
+    newest token granted by a claim of that task before the write is a stale write; so
+    is a write that lowered the task's token or revision. Results taken from a
+    reconcile carry the token of the run they found, not the writer's, and are skipped.
+    From the history: no event under a token after an event under a higher one. From
+    the final checkpoints: no entry committed under a lower token than one before it,
+    or above the task's final token."""
+    by_task: dict[str, list[Write]] = defaultdict(list)
+    for write in data.writes:
+        by_task[write.task_id].append(write)
+    for tid, writes in sorted(by_task.items()):
+        granted = 0
+        committed: set[tuple[str, str]] = set()  # (call id, run id) in the previous checkpoint
+        for write in writes:
+            where = f"{tid} write {write.write_id} at {write.at:.6f}"
+            if write.token < write.old_token or write.revision < write.old_revision:
+                yield (
+                    f"{where} lowered token {write.old_token}->{write.token} or revision "
+                    f"{write.old_revision}->{write.revision}"
+                )
+            granted = max(granted, write.token)
+            if write.checkpoint is None:
+                continue
+            entries = list(_bodies(from_json(write.checkpoint)["journal"]))
+            for entry in entries:
+                token = entry["output"]["token"]
+                added = (entry["call_id"], entry["output"]["run"]) not in committed
+                if added and entry.get("evidence") in (None, "ran") and token != granted:
+                    yield (
+                        f"{where} committed {entry['call_id']} run under token {token} "
+                        f"after token {granted} was granted"
+                    )
+            committed = {(e["call_id"], e["output"]["run"]) for e in entries}
     for tid, events in sorted(data.histories.items()):
         highest = 0
         for event in events:
@@ -218,12 +285,16 @@ def _stale_writes(data: RunData, journals: dict[str, list[dict[str, Any]]]) -> I
             if token < highest or token > final:
                 yield f"{tid} {entry['call_id']}: token {token} committed after {highest} (final {final})"
             highest = max(highest, token)
-    highest_seen: dict[str, int] = {}
-    for line in data.ledger:
-        if line.token < highest_seen.get(line.task_id, 0):
-            seen = highest_seen[line.task_id]
-            yield f"{line.task_id} {line.call_id}: ledger accepted token {line.token} after {seen}"
-        highest_seen[line.task_id] = max(line.token, highest_seen.get(line.task_id, 0))
+
+
+def _unaudited_claims(data: RunData) -> Iterable[str]:
+    """Claims in the history whose grant the write audit lacks: the audit, and so the
+    stale-write check built on it, would have a gap."""
+    granted = {(w.task_id, w.token) for w in data.writes if w.token > w.old_token}
+    for tid, events in sorted(data.histories.items()):
+        for event in events:
+            if event.kind == "claimed" and (tid, event.fencing_token) not in granted:
+                yield f"{tid} claim of token {event.fencing_token} at {event.at.isoformat()} is not audited"
 
 
 def _charged_twice(executions: dict[tuple[str, str], list[LedgerLine]]) -> Iterable[str]:
@@ -253,35 +324,79 @@ def _usage_decreased(data: RunData) -> Iterable[str]:
                 yield f"{tid}: final usage {usage} is below sampled {samples[-1].usage}"
 
 
-def _recoveries(data: RunData) -> list[float]:
-    """For each kill of a worker that held a task: seconds from the kill to that task's
-    next claim. A worker held a task when its latest claim before the kill had not ended
-    (suspend, complete, fail, release, retry) by the time of the kill."""
-    claims: dict[str, list[tuple[float, str, int]]] = defaultdict(list)  # worker -> (at, task, token)
-    ends: dict[tuple[str, int], float] = {}
-    next_claims: dict[str, list[float]] = defaultdict(list)
+@attrs.frozen
+class _Cycles:
+    """Who held which task when, from the history."""
+
+    claims: dict[str, list[tuple[float, str, int]]]  # worker -> (at, task, token) of its claims
+    ends: dict[tuple[str, int], float]  # (task, token) -> when that claim's cycle ended
+    next_claims: dict[str, list[tuple[float, int]]]  # task -> (at, token) of its claims
+
+
+def _cycles(data: RunData) -> _Cycles:
+    cycles = _Cycles(defaultdict(list), {}, defaultdict(list))
     for tid, events in data.histories.items():
         for event in events:
             at = event.at.timestamp()
             if event.kind == "claimed" and event.worker_id is not None and event.fencing_token is not None:
-                claims[event.worker_id].append((at, tid, event.fencing_token))
-                next_claims[tid].append(at)
+                cycles.claims[event.worker_id].append((at, tid, event.fencing_token))
+                cycles.next_claims[tid].append((at, event.fencing_token))
             elif event.kind in CYCLE_ENDS and event.fencing_token is not None:
                 key = (tid, event.fencing_token)
-                ends[key] = min(ends.get(key, at), at)
+                cycles.ends[key] = min(cycles.ends.get(key, at), at)
+    return cycles
+
+
+def _held_at(cycles: _Cycles, worker_id: str, at: float, until: float) -> tuple[str, int] | None:
+    """The task and token ``worker_id`` held at ``at``: its latest claim before then,
+    unless that cycle ended by ``until``."""
+    before = [c for c in cycles.claims.get(worker_id, []) if c[0] <= at]
+    if not before:
+        return None
+    _at, tid, token = max(before)
+    ended = cycles.ends.get((tid, token))
+    return None if ended is not None and ended <= until else (tid, token)
+
+
+def _recoveries(data: RunData) -> list[float]:
+    """For each kill of a worker that held a task: seconds from the kill to that task's
+    next claim. A worker held a task when its latest claim before the kill had not ended
+    (suspend, complete, fail, release, retry) by the time of the kill."""
+    cycles = _cycles(data)
     recoveries = []
     for kill in data.kills:
-        before = [c for c in claims.get(kill.worker_id, []) if c[0] <= kill.at]
-        if not before:
+        held = _held_at(cycles, kill.worker_id, kill.at, kill.at)
+        if held is None:
             continue
-        _at, tid, token = max(before)
-        ended = ends.get((tid, token))
-        if ended is not None and ended <= kill.at:
-            continue
-        after = [at for at in next_claims[tid] if at > kill.at]
+        after = [at for at, _token in cycles.next_claims[held[0]] if at > kill.at]
         if after:
             recoveries.append(min(after) - kill.at)
     return recoveries
+
+
+def _stops(data: RunData) -> dict[str, int]:
+    """What the SIGSTOPs exercised. A stop froze a task when the stopped worker's latest
+    claim had not ended by its resume (a write sent just before the stop may still land
+    while it is stopped); the task was taken over when another claim of it came while the
+    worker was stopped (every stop lasts past the lease), and the late write was refused
+    when that worker then logged the loss of that lease."""
+    cycles = _cycles(data)
+    refused = {(r.task_id, r.token) for r in data.refusals}
+    froze = taken = late = 0
+    for stop in data.stops:
+        held = _held_at(cycles, stop.worker_id, stop.at, stop.resumed_at)
+        if held is None:
+            continue
+        froze += 1
+        tid, token = held
+        taken += any(stop.at < at <= stop.resumed_at and t > token for at, t in cycles.next_claims[tid])
+        late += held in refused
+    return {
+        "stops": len(data.stops),
+        "stops that froze a task": froze,
+        "stops whose task was taken over while stopped": taken,
+        "stops whose late write was refused after resume": late,
+    }
 
 
 def _first_claim_delays(data: RunData) -> list[float]:
@@ -309,12 +424,22 @@ def render(verdict: Verdict) -> list[str]:
         f"{fig['kills that held a task']})"
     )
     lines.append(
+        f"stops: {fig['stops']}, of which froze a task {fig['stops that froze a task']}, whose task was "
+        f"taken over while stopped {fig['stops whose task was taken over while stopped']}, whose late "
+        f"write was refused after resume {fig['stops whose late write was refused after resume']}"
+    )
+    lines.append(
+        f"fence refusals: by the store {fig[STORE_REFUSALS]}, by the worker's lease check "
+        f"{fig[WORKER_REFUSALS]}, by the ledger (stale bodies) {fig[LEDGER_REFUSALS]}"
+    )
+    lines.append(
         f"info queue delay of first claims (the backlog a recovered task waits behind too): "
         f"p50={seconds(fig['first_claim_delay_p50_s'])} p99={seconds(fig['first_claim_delay_p99_s'])}"
     )
     for name in (
         "steps re-run while in flight at an interruption",
-        "stale bodies refused by the fence",
+        "writes audited",
+        "checkpoint writes audited",
         "charges reconciled from the ledger",
         "usage samples",
         "ledger lines",

@@ -10,9 +10,15 @@ step. Each body appends ``<call id> <task> <pid> <idempotency key>`` to the ledg
 (``O_APPEND``, fsynced), so the test counts what really ran; the slow first step
 records itself before it sleeps, so a crash during its heartbeats leaves its line.
 
-The process runs ``run_once`` until the task is terminal or nothing was claimable for
-a while, printing each outcome kind; with a crash point armed it is expected to die of
-SIGKILL on the way.
+Two variables of the crashing process change ``prepare`` for the cases of the other
+claim-ending writes: with ``CRASH_FLAKY`` set its first run for a task fails (a retry);
+``CRASH_SLOW_S`` is how long it sleeps.
+
+The process runs ``run_once`` until the task is terminal or cancelled, nothing was
+claimable for a while, or ``--cycles`` cycles ran, printing each outcome kind; with a
+crash point armed it is expected to die of SIGKILL on the way. ``--claim-batch``,
+``--max-steps`` and ``--no-definitions`` set up tasks claimed ahead, a step slice and a
+definition this worker lacks.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ from runifold_sync import (
 )
 
 LEDGER_ENV = "CRASH_LEDGER"
+FLAKY_ENV = "CRASH_FLAKY"
+SLOW_ENV = "CRASH_SLOW_S"
 LEASE = LeaseDuration(timedelta(seconds=2))
 HEARTBEAT = timedelta(seconds=0.1)
 SLOW_STEP_S = 0.3  # heartbeats run beside the first step
@@ -73,7 +81,12 @@ def ledger_lines() -> list[list[str]]:
 @flow.step()
 def prepare(ctx: StepContext, order: str) -> str:
     record("prepare", ctx)
-    time.sleep(SLOW_STEP_S)
+    if (
+        os.environ.get(FLAKY_ENV)
+        and sum(line[:2] == ["prepare", ctx.task_id] for line in ledger_lines()) == 1
+    ):
+        raise RuntimeError("the first run of prepare fails")
+    time.sleep(float(os.environ.get(SLOW_ENV, SLOW_STEP_S)))
     return f"prepared {order}"
 
 
@@ -119,17 +132,23 @@ def crashy_main(ctx: WorkflowContext, order: str) -> dict[str, Any]:
     return {"charge": receipt["charge"], "shipment": shipment, "approval": approval, "end": end}
 
 
-def registry() -> WorkflowRegistry:
+def registry(*, empty: bool = False) -> WorkflowRegistry:
     reg = WorkflowRegistry()
-    reg.register(WorkflowDefinition(flow, Budget(), CapabilitySet()))
+    if not empty:
+        reg.register(WorkflowDefinition(flow, Budget(), CapabilitySet()))
     return reg
 
 
-def drive(worker: WorkflowWorker, task_id: str, idle_limit_s: float = IDLE_LIMIT_S) -> list[str]:
-    """Run cycles until the task is terminal, or nothing was claimable for ``idle_limit_s``."""
+def drive(
+    worker: WorkflowWorker, task_id: str, idle_limit_s: float = IDLE_LIMIT_S, cycles: int | None = None
+) -> list[str]:
+    """Run cycles until the task is terminal or cancelled, nothing was claimable for
+    ``idle_limit_s``, or ``cycles`` cycles ran."""
     kinds: list[str] = []
     idle_since = time.monotonic()
-    while worker.store.get_task(task_id).state is not TaskState.TERMINAL:
+    while worker.store.get_task(task_id).state not in (TaskState.TERMINAL, TaskState.CANCELLED):
+        if cycles is not None and len(kinds) >= cycles:
+            break
         outcome = worker.run_once()
         kinds.append(outcome.kind)
         if outcome.kind != "idle":
@@ -146,12 +165,24 @@ def main() -> int:
     parser.add_argument("--url", required=True)
     parser.add_argument("--ledger", required=True)
     parser.add_argument("--task", required=True)
+    parser.add_argument("--cycles", type=int)
+    parser.add_argument("--claim-batch", type=int, default=1)
+    parser.add_argument("--max-steps", type=int)
+    parser.add_argument("--no-definitions", action="store_true")
     args = parser.parse_args()
     os.environ[LEDGER_ENV] = args.ledger
     store = open_store(args.url)
-    worker = WorkflowWorker(store, registry(), WorkerId.parse(f"crash-{os.getpid()}"), LEASE, HEARTBEAT)
+    worker = WorkflowWorker(
+        store,
+        registry(empty=args.no_definitions),
+        WorkerId.parse(f"crash-{os.getpid()}"),
+        LEASE,
+        HEARTBEAT,
+        max_steps_per_claim=args.max_steps,
+        claim_batch=args.claim_batch,
+    )
     try:
-        print(" ".join(drive(worker, args.task)), flush=True)
+        print(" ".join(drive(worker, args.task, cycles=args.cycles)), flush=True)
     finally:
         worker.close()
         store.close()

@@ -36,6 +36,7 @@ INVARIANTS = {
     "completed steps executed again",
     "committed outputs missing from the ledger",
     "writes accepted from a stale fencing token",
+    "claims missing from the write audit",
     "non-idempotent effects run twice",
     "usage that decreased",
 }
@@ -72,6 +73,7 @@ def _chaos(
     assert result["invariants"] == {name: 0 for name in expected}
     assert result["kills"] == profile["kills"] and result["stops"] == profile["stops"]
     assert result["figures"]["kills that held a task"] >= 1
+    assert result["figures"]["stops whose task was taken over while stopped"] >= 1
     # The report counts outcomes children wrote to their pipe: a child killed (or cut off
     # by a database restart) between its completion commit and that write loses one count,
     # while the store says every task finished (the invariants above).

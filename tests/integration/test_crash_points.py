@@ -17,7 +17,13 @@ write outside the store says which bodies ran again:
 - a non-idempotent effect with a reconcile asks it: not applied runs it once, applied
   takes the result from the evidence without running it again;
 - crashes around heartbeats, the claim, a signal consumption, the suspend for a timer and
-  the final complete or fail lose only the step in flight, if any.
+  the final complete or fail lose only the step in flight, if any;
+- so do crashes around the other writes that end a claim: a failed step's retry (the
+  failure is counted only once the retry is stored), the release after a step slice or
+  for a definition this worker lacks, the acknowledgement of a cancel (the task ends
+  cancelled with no body run), and the hand-back of a task claimed ahead, on close or by
+  the heartbeat thread; a crash around a held task's heartbeat leaves it to be claimed
+  again once its lease runs out.
 """
 
 from __future__ import annotations
@@ -43,13 +49,20 @@ from .conftest import Backend
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = "t1"
+HELD = "t2"  # claimed ahead by the crashing worker in the cases that enqueue it
 CHARGE_KEY = f"{TASK}/charge#1"
-RESULT = {
-    "charge": f"ch-{CHARGE_KEY}",
-    "shipment": f"shipped {TASK}/ship#1",
-    "approval": {"ok": True},
-    "end": "done",
-}
+
+
+def result_of(task_id: str) -> dict[str, object]:
+    return {
+        "charge": f"ch-{task_id}/charge#1",
+        "shipment": f"shipped {task_id}/ship#1",
+        "approval": {"ok": True},
+        "end": "done",
+    }
+
+
+RESULT = result_of(TASK)
 
 P, N, C, S = "prepare#1:done", "notify#1:done", "charge#1:done", "ship#1:done"
 G, T, F = "signal:go#1:done", "timer#1:done", "finish#1:done"
@@ -64,6 +77,19 @@ class Case:
     state: TaskState = TaskState.LEASED  # right after the crashes
     ambiguous: bool | None = None  # the task fails ambiguous; resolved applied (True) or not
     evidence: str | None = None  # the ship effect's evidence in the final checkpoint
+    args: tuple[str, ...] = ()  # crash_app options of the crashing processes
+    env: tuple[tuple[str, str], ...] = ()  # crash_app variables of the crashing processes
+    held: TaskState | None = None  # a second task, claimed ahead: its state after the crashes
+    cancel: bool = False  # cancel requested after the first crash: ends cancelled, no body ran
+    # The crash is at the first heartbeat of a held task, which may come before or after
+    # the running task's first body began: that body runs again iff it had begun.
+    racy_first_body: bool = False
+
+
+BATCH = ("--claim-batch", "2")
+FLAKY = ((crash_app.FLAKY_ENV, "1"),)
+# Long enough that the heartbeat thread hands the held task back (half the lease).
+SLOW = ((crash_app.SLOW_ENV, str(crash_app.LEASE.seconds * 0.6)),)
 
 
 CASES = {
@@ -109,6 +135,58 @@ CASES = {
         state=TaskState.TERMINAL,
         ambiguous=True,
     ),
+    "before_claim": Case(("before_claim",), (), state=TaskState.QUEUED),
+    "before_retry": Case(("before_transition:retry",), (), ran_twice=("prepare",), env=FLAKY),
+    "after_retry": Case(
+        ("after_transition:retry",), (), ran_twice=("prepare",), state=TaskState.QUEUED, env=FLAKY
+    ),
+    "before_yield": Case(("before_transition:yield",), (P,), args=("--max-steps", "1")),
+    "after_yield": Case(("after_transition:yield",), (P,), state=TaskState.QUEUED, args=("--max-steps", "1")),
+    "before_unavailable_release": Case(("before_transition:unavailable",), (), args=("--no-definitions",)),
+    "after_unavailable_release": Case(
+        ("after_transition:unavailable",), (), state=TaskState.QUEUED, args=("--no-definitions",)
+    ),
+    "before_cancel": Case(("after_claim", "before_transition:cancel"), (), cancel=True),
+    "after_cancel": Case(
+        ("after_claim", "after_transition:cancel"), (), state=TaskState.CANCELLED, cancel=True
+    ),
+    "before_held_heartbeat": Case(
+        (f"before_heartbeat:{HELD}",), (), args=BATCH, held=TaskState.LEASED, racy_first_body=True
+    ),
+    "after_held_heartbeat": Case(
+        (f"after_heartbeat:{HELD}",), (), args=BATCH, held=TaskState.LEASED, racy_first_body=True
+    ),
+    # --cycles 1: the worker stops after the first task suspends, handing the second back.
+    "before_hand_back_on_close": Case(
+        ("before_transition:hand_back",),
+        (P, N, C, S, G, "timer#1:pending"),
+        state=TaskState.WAITING,
+        args=(*BATCH, "--cycles", "1"),
+        held=TaskState.LEASED,
+    ),
+    "after_hand_back_on_close": Case(
+        ("after_transition:hand_back",),
+        (P, N, C, S, G, "timer#1:pending"),
+        state=TaskState.WAITING,
+        args=(*BATCH, "--cycles", "1"),
+        held=TaskState.QUEUED,
+    ),
+    "before_hand_back_by_heartbeat": Case(
+        ("before_transition:hand_back",),
+        (),
+        ran_twice=("prepare",),
+        args=BATCH,
+        env=SLOW,
+        held=TaskState.LEASED,
+    ),
+    "after_hand_back_by_heartbeat": Case(
+        ("after_transition:hand_back",),
+        (),
+        ran_twice=("prepare",),
+        args=BATCH,
+        env=SLOW,
+        held=TaskState.QUEUED,
+    ),
 }
 
 
@@ -124,8 +202,9 @@ def test_crash_spec_parsing() -> None:
         "before_commit": frozenset({"reserve#1", "x#1:intent"}),
     }
     assert crashpoints.parse("after_commit:a#1,after_commit") == {"after_commit": None}
-    with pytest.raises(InvalidArgument, match="unknown crash point 'before_claim'"):
-        crashpoints.parse("before_claim")
+    assert crashpoints.parse("before_claim") == {"before_claim": None}
+    with pytest.raises(InvalidArgument, match="unknown crash point 'before_lunch'"):
+        crashpoints.parse("before_lunch")
 
 
 def test_an_unset_variable_arms_nothing() -> None:
@@ -134,11 +213,11 @@ def test_an_unset_variable_arms_nothing() -> None:
     assert crashpoints.PAUSE_UNTIL is None  # an armed point kills unless told to pause
 
 
-def _crash(backend: Backend, ledger: Path, spec: str) -> None:
-    env = dict(os.environ, RUNIFOLD_CRASH_AT=spec)
+def _crash(backend: Backend, ledger: Path, spec: str, case: Case) -> None:
+    env = dict(os.environ, RUNIFOLD_CRASH_AT=spec, **dict(case.env))
     proc = subprocess.run(
         [sys.executable, "-m", "tests.integration.crash_app", "--url", backend.url, "--ledger", str(ledger)]
-        + ["--task", TASK],
+        + ["--task", TASK, *case.args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -163,23 +242,32 @@ def test_crash_point(name: str, backend: Backend, tmp_path: Path, monkeypatch: p
     ledger = tmp_path / "ledger.txt"
     monkeypatch.setenv(crash_app.LEDGER_ENV, str(ledger))
     store = backend.open()
-    store.enqueue(WorkflowTask.new("crashy", 1, "order-1", checkpoint_id=TASK))
-    store.send_signal(TASK, "go", '{"ok": true}', signal_id="s1", sender="test")
+    tasks = [TASK] if case.held is None else [TASK, HELD]
+    for priority, task_id in enumerate(reversed(tasks)):  # the first is claimed first
+        store.enqueue(WorkflowTask.new("crashy", 1, "order-1", checkpoint_id=task_id, priority=priority))
+        store.send_signal(task_id, "go", '{"ok": true}', signal_id="s1", sender="test")
 
     offset = timedelta(0)
     for spec in case.crash:
-        _crash(backend, ledger, spec)
+        _crash(backend, ledger, spec, case)
+        if case.cancel and offset == timedelta(0):
+            assert store.cancel(TASK, actor="test", reason="stop") is TaskState.LEASED
         offset += crash_app.LEASE.value * 3  # past the dead worker's lease, heartbeats included
         store.set_clock_offset(offset)
     record = store.get_task(TASK)
     assert _journal(record.checkpoint_json) == case.journal
     assert record.state is case.state
+    if case.held is not None:
+        held = store.get_task(HELD)
+        assert (held.state, _journal(held.checkpoint_json)) == (case.held, ())
+    begun = {line[0] for line in crash_app.ledger_lines() if line[1] == TASK}
 
     worker = WorkflowWorker(
         store, crash_app.registry(), WorkerId.parse("recovery"), crash_app.LEASE, crash_app.HEARTBEAT
     )
     try:
-        crash_app.drive(worker, TASK)
+        for task_id in reversed(tasks):
+            crash_app.drive(worker, task_id)
         record = store.get_task(TASK)
         if case.ambiguous is not None:
             assert (record.state, record.outcome, record.ambiguous_effect) == (
@@ -196,13 +284,20 @@ def test_crash_point(name: str, backend: Backend, tmp_path: Path, monkeypatch: p
     finally:
         worker.close()
 
+    lines = crash_app.ledger_lines()
+    if case.cancel:
+        assert (record.state, record.outcome, lines) == (TaskState.CANCELLED, None, [])
+        return
     assert (record.state, record.outcome) == (TaskState.TERMINAL, TaskOutcome.COMPLETED), record.reason
     assert record.result == RESULT
-    lines = crash_app.ledger_lines()
-    runs = Counter(line[0] for line in lines)
-    assert runs == {body: 2 if body in case.ran_twice else 1 for body in crash_app.BODIES}
+    ran_twice = set(case.ran_twice) | ({"prepare"} & begun if case.racy_first_body else set())
+    runs = Counter(line[0] for line in lines if line[1] == TASK)
+    assert runs == {body: 2 if body in ran_twice else 1 for body in crash_app.BODIES}
+    if case.held is not None:  # the held task never started under the dead worker
+        assert store.get_task(HELD).result == result_of(HELD)
+        assert Counter(line[0] for line in lines if line[1] == HELD) == dict.fromkeys(crash_app.BODIES, 1)
     for body in crash_app.BODIES:  # every run of an effect used the same idempotency key
-        assert len({line[3] for line in lines if line[0] == body}) == 1
+        assert len({line[3] for line in lines if line[:2] == [body, TASK]}) == 1
     journal = from_json(record.checkpoint_json or "{}")["journal"]
     ship = next(e for e in journal if e["call_id"] == "ship#1")
     assert ship["evidence"] == (case.evidence or "ran")

@@ -13,11 +13,14 @@ import attrs
 import pytest
 
 from runifold_sync import BudgetUsage, TaskEvent, TaskOutcome, TaskRecord, TaskState
+from runifold_sync.errors import LeaseLostError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
+from chaos import parse_refusals  # noqa: E402
 from chaos_app import LedgerLine  # noqa: E402
-from chaos_check import Kill, RunData, Sample, Verdict, percentile, verify  # noqa: E402
+from chaos_audit import Write  # noqa: E402
+from chaos_check import Kill, Refusal, RunData, Sample, Stop, Verdict, percentile, verify  # noqa: E402
 
 T0 = 1_700_000_000.0
 SPEC = {"n": 7, "start": 10, "plan": ["step", "charge", "notify"], "timer_after": 0, "signal_after": 1}
@@ -65,14 +68,28 @@ def _event(event_id: int, at_s: float, kind: str, worker: str | None, token: int
     return TaskEvent(event_id, "t1", _at(at_s), kind, worker, token, {})
 
 
+def _entry(call: str, kind: str, value: int, token: int = 2, run: str | None = None) -> dict[str, Any]:
+    output = {"value": value, "run": run or f"r-{call}", "token": token}
+    return {"call_id": call, "kind": kind, "status": "done", "output": output}
+
+
+def _write(
+    write_id: int, at_s: float, tokens: tuple[int, int], revisions: tuple[int, int], entries: int | None
+) -> Write:
+    """An audited update; ``entries``: how many of the journal's entries its checkpoint
+    holds (None: the update wrote no checkpoint)."""
+    checkpoint = None
+    if entries is not None:
+        checkpoint = json.dumps({"journal": [_entry(c, k, v) for c, k, v in CALLS[:entries]]})
+    state = "terminal" if entries == len(CALLS) else "leased"
+    return Write(write_id, "t1", *tokens, *revisions, state, T0 + at_s, checkpoint)
+
+
 def _clean() -> RunData:
     """Token 1 ran work#1 and was killed at 1.5 s before committing it; token 2 took
     over at 3.0 s, ran it again and everything after it once."""
     kind = {"work#1": "step", "charge#1": "charge", "notify#1": "notify"}
-    journal = [
-        {"call_id": c, "kind": k, "status": "done", "output": {"value": v, "run": f"r-{c}", "token": 2}}
-        for c, k, v in CALLS
-    ]
+    journal = [_entry(c, k, v) for c, k, v in CALLS]
     ledger = [_line("work#1", 1, "r-old", 11)] + [
         _line(c, 2, f"r-{c}", v, kind=kind[c], pid=200) for c, _k, v in CALLS
     ]
@@ -95,6 +112,14 @@ def _clean() -> RunData:
         samples=samples,
         kills=[Kill(T0 + 1.5, 100, "chaos-0")],
         integrity="ok",
+        writes=[
+            _write(1, 1.0, (0, 1), (0, 0), None),  # claims
+            _write(2, 3.0, (1, 2), (0, 0), None),
+            _write(3, 3.1, (2, 2), (0, 0), None),  # a heartbeat
+            _write(4, 3.5, (2, 2), (0, 1), 1),
+            _write(5, 3.8, (2, 2), (1, 2), 2),
+            _write(6, 4.0, (2, 2), (2, 3), 3),  # the completion
+        ],
     )
 
 
@@ -111,6 +136,7 @@ def _nonzero(verdict: Verdict) -> dict[str, int]:
 def test_a_clean_run_has_no_violations_and_counts_the_in_flight_rerun_and_the_recovery() -> None:
     verdict = verify(_clean())
     assert verdict.ok, verdict.details
+    assert (verdict.figures["writes audited"], verdict.figures["checkpoint writes audited"]) == (6, 3)
     assert verdict.figures["steps re-run while in flight at an interruption"] == 1
     assert verdict.figures["kills that held a task"] == 1
     assert verdict.figures["recovery_p50_s"] == pytest.approx(1.5)
@@ -154,9 +180,40 @@ def test_a_checkpoint_entry_committed_under_an_older_token_is_a_stale_write() ->
         ln for ln in stale_ledger if ln.call_id == "notify#1"
     ]
     verdict = verify(attrs.evolve(data, tasks={"t1": _record(journal)}, ledger=ledger))
-    # The checkpoint has it (entry after a token-2 entry) and the ledger has it (a token-1
-    # line accepted after token-2 lines).
+    # The final checkpoint has it: an entry after a token-2 entry.
+    assert _nonzero(verdict) == {"writes accepted from a stale fencing token": 1}
+
+
+def test_a_commit_by_the_old_owner_after_the_new_claim_is_a_stale_write_though_overwritten_later() -> None:
+    """The old owner (token 1) commits its run of work#1 after token 2 was granted; the
+    new owner's later commits replace it, so only the audit of accepted writes shows it."""
+    data = _clean()
+    journal = [_entry("work#1", "step", 11, token=1, run="r-old")]
+    stale = Write(30, "t1", 2, 2, 0, 1, "leased", T0 + 3.2, json.dumps({"journal": journal}))
+    later = [
+        attrs.evolve(w, old_revision=w.old_revision + 1, revision=w.revision + 1) for w in data.writes[3:]
+    ]
+    writes = [*data.writes[:3], stale, *later]
+    verdict = verify(attrs.evolve(data, writes=writes))
+    assert _nonzero(verdict) == {"writes accepted from a stale fencing token": 1}
+    assert verdict.details == [
+        "writes accepted from a stale fencing token: t1 write 30 at 1700000003.200000 committed "
+        "work#1 run under token 1 after token 2 was granted"
+    ]
+
+
+def test_a_write_that_lowers_the_token_or_the_revision_is_a_stale_write() -> None:
+    data = _clean()
+    lowered = Write(40, "t1", 2, 1, 3, 3, "leased", T0 + 4.5, None)
+    rewound = Write(41, "t1", 2, 2, 3, 2, "leased", T0 + 4.6, None)
+    verdict = verify(attrs.evolve(data, writes=[*data.writes, lowered, rewound]))
     assert _nonzero(verdict) == {"writes accepted from a stale fencing token": 2}
+
+
+def test_a_claim_the_write_audit_lacks_is_counted() -> None:
+    data = _clean()
+    verdict = verify(attrs.evolve(data, writes=[w for w in data.writes if w.token == w.old_token]))
+    assert _nonzero(verdict) == {"claims missing from the write audit": 2}
 
 
 def test_usage_that_shrinks_between_samples_is_counted() -> None:
@@ -199,3 +256,43 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile(values, 99) == 99.0
     assert percentile([3.0], 99) == 3.0
     assert percentile([], 50) is None
+
+
+def test_a_stop_whose_task_was_claimed_by_another_worker_before_the_resume_was_taken_over() -> None:
+    """chaos-0 held token 1 when stopped at 1.5 s; chaos-1 claimed token 2 at 3.0 s,
+    before the resume at 3.5 s, and chaos-0 then logged its refused step. A stop of
+    chaos-1 after its completion froze no task."""
+    data = _clean()
+    stops = [Stop(T0 + 1.5, T0 + 3.5, 100, "chaos-0"), Stop(T0 + 4.5, T0 + 7.0, 200, "chaos-1")]
+    refusals = [Refusal("t1", 1, "next step"), Refusal("t1", 1, "checkpoint commit")]
+    verdict = verify(attrs.evolve(data, kills=[], stops=stops, refusals=refusals))
+    assert verdict.ok
+    figures = verdict.figures
+    assert (
+        figures["stops"],
+        figures["stops that froze a task"],
+        figures["stops whose task was taken over while stopped"],
+        figures["stops whose late write was refused after resume"],
+        figures["bodies refused by the worker's lease check"],
+        figures["writes refused by the store's fence"],
+    ) == (2, 1, 1, 1, 1, 1)
+
+
+def test_a_stop_resumed_before_anyone_claimed_its_task_was_not_taken_over() -> None:
+    data = _clean()
+    verdict = verify(attrs.evolve(data, kills=[], stops=[Stop(T0 + 1.5, T0 + 2.5, 100, "chaos-0")]))
+    assert verdict.figures["stops that froze a task"] == 1
+    assert verdict.figures["stops whose task was taken over while stopped"] == 0
+    assert verdict.figures["stops whose late write was refused after resume"] == 0
+
+
+def test_the_lease_losses_workers_log_are_read_back_with_their_operation(tmp_path: Path) -> None:
+    log = tmp_path / "supervisor.err"
+    lines = [str(LeaseLostError("chaos-00004", 3, "next step")), "some other warning"]
+    lines.append(str(LeaseLostError("chaos-00012", 1, "checkpoint commit")))
+    log.write_text("\n".join(lines) + "\n")
+    assert parse_refusals(log) == [
+        Refusal("chaos-00004", 3, "next step"),
+        Refusal("chaos-00012", 1, "checkpoint commit"),
+    ]
+    assert parse_refusals(tmp_path / "absent.err") == []

@@ -1,0 +1,110 @@
+"""An audit of every write the store accepted to the tasks table of a chaos database.
+
+Checkpoint commits and heartbeats write no history event, so the history alone cannot
+show a stale owner's commit that got through. The chaos tool therefore installs, in its
+own throwaway database only, an ``AFTER UPDATE`` trigger on ``runifold_tasks`` that
+copies each accepted (committed) update into ``chaos_writes``: the task, its fencing
+token before and after (a claim raises it), its revision before and after, its state,
+the store's time of the write (the store's own time expression) and, when the revision
+changed, the checkpoint written. Rolled-back updates leave no row. ``write_id`` orders
+the writes of one task as they were accepted: SQLite has one writer at a time, and on
+PostgreSQL a second update of a row waits for the first one's transaction to end.
+
+The row does not name its writer: fenced writes never change ``fencing_token`` (the
+fence is in their ``WHERE`` clause). What names the writer is the checkpoint: every
+chaos body returns the fencing token it ran under, so a result a write adds to the
+journal carries its writer's token (see ``chaos_check._stale_writes``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import attrs
+
+from runifold_sync.store.postgres import _NOW as POSTGRES_NOW
+from runifold_sync.store.sqlite import _NOW as SQLITE_NOW
+
+_COLUMNS = "write_id, task_id, old_token, token, old_revision, revision, state, at, checkpoint"
+_VALUES = (
+    "NEW.task_id, OLD.fencing_token, NEW.fencing_token, OLD.revision, NEW.revision, NEW.state, {now}, "
+    "CASE WHEN NEW.revision <> OLD.revision THEN NEW.checkpoint END"
+)
+_SQLITE = f"""
+CREATE TABLE IF NOT EXISTS chaos_writes (
+    write_id INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT NOT NULL,
+    old_token INTEGER NOT NULL, token INTEGER NOT NULL,
+    old_revision INTEGER NOT NULL, revision INTEGER NOT NULL,
+    state TEXT NOT NULL, at INTEGER NOT NULL, checkpoint TEXT
+);
+CREATE TRIGGER IF NOT EXISTS chaos_audit AFTER UPDATE ON runifold_tasks BEGIN
+    INSERT INTO chaos_writes ({_COLUMNS.removeprefix("write_id, ")})
+    VALUES ({_VALUES.format(now=SQLITE_NOW)});
+END;
+"""
+_POSTGRES = f"""
+CREATE TABLE IF NOT EXISTS chaos_writes (
+    write_id BIGSERIAL PRIMARY KEY, task_id TEXT NOT NULL,
+    old_token BIGINT NOT NULL, token BIGINT NOT NULL,
+    old_revision BIGINT NOT NULL, revision BIGINT NOT NULL,
+    state TEXT NOT NULL, at TIMESTAMPTZ NOT NULL, checkpoint TEXT
+);
+CREATE OR REPLACE FUNCTION chaos_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO chaos_writes ({_COLUMNS.removeprefix("write_id, ")})
+    VALUES ({_VALUES.format(now=POSTGRES_NOW)});
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS chaos_audit ON runifold_tasks;
+CREATE TRIGGER chaos_audit AFTER UPDATE ON runifold_tasks FOR EACH ROW EXECUTE FUNCTION chaos_audit();
+"""
+
+
+@attrs.frozen
+class Write:
+    """One accepted update of a task row."""
+
+    write_id: int
+    task_id: str
+    old_token: int
+    token: int  # the grant in force after the write: raised only by a claim
+    old_revision: int
+    revision: int
+    state: str
+    at: float  # store time, epoch seconds
+    checkpoint: str | None  # written by this update; None when the revision did not change
+
+
+def install(kind: str, url: str) -> None:
+    """Create the audit table and trigger in the chaos database at ``url``, whose schema
+    the store has already migrated."""
+    if kind == "sqlite":
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=30)
+        try:
+            conn.executescript(_SQLITE)
+        finally:
+            conn.close()
+        return
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as pg:
+        pg.execute(_POSTGRES.encode())
+
+
+def read(kind: str, url: str) -> list[Write]:
+    """Every audited write, in the order they were accepted."""
+    query = f"SELECT {_COLUMNS} FROM chaos_writes ORDER BY write_id"
+    rows: list[Any]
+    if kind == "sqlite":
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=30)
+        try:
+            rows = conn.execute(query).fetchall()
+        finally:
+            conn.close()
+        return [Write(*row[:7], row[7] / 1_000_000, row[8]) for row in rows]
+    import psycopg
+
+    with psycopg.connect(url, connect_timeout=10) as pg:
+        rows = pg.execute(query.encode()).fetchall()
+    return [Write(*row[:7], row[7].timestamp(), row[8]) for row in rows]
