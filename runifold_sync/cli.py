@@ -614,7 +614,7 @@ def signal(
     database: str | None,
 ) -> None:
     """Send signal NAME to a task (an approval is {"approved": true, "reason": "..."})."""
-    payload = _canonical_json(payload_json, "--payload")
+    payload = json.loads(_canonical_json(payload_json, "--payload"))  # a value, checked strict
     with _store(database) as store:
         delivery = store.send_signal(
             task_id, name, payload, signal_id=signal_id, sender=sender, tenant=tenant, reason=reason

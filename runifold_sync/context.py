@@ -623,7 +623,16 @@ class WorkflowContext:
 
     def _policy_refusal(self, signal: Signal, payload: Any) -> str | None:
         policy = self._definition.sender_policy
-        if policy is None or policy(signal.sender, signal.name, payload):
+        if policy is None:
+            return None
+        try:
+            accepted = policy(signal.sender, signal.name, payload)
+        except Exception as exc:  # the policy's bug refuses this signal; it must not fail the task
+            return (
+                f"sender {signal.sender!r} refused: the definition's sender policy raised "
+                f"{type(exc).__name__}: {exc}"
+            )
+        if accepted:
             return None
         return f"sender {signal.sender!r} refused by the definition's sender policy"
 
