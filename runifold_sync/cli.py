@@ -277,6 +277,7 @@ def show(task_id: str, database: str | None, as_json: bool) -> None:
         usage = {
             "steps": checkpoint.usage.steps,
             "cost": checkpoint.usage.cost,
+            "elapsed_s": round(checkpoint.usage.elapsed_s, 3),
             "claims": checkpoint.usage.claims,
         }
     if as_json:

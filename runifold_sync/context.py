@@ -120,6 +120,15 @@ class _Progress:
     # before the next body runs, or with the cycle's transition (complete, suspend...),
     # which saves the last step of a run its own round trip.
     unsaved: str | None = None
+    # Run time (Budget.max_duration) is wall time while claimed: each tick adds the time
+    # since the previous one (or since the claim) to the checkpoint's usage.
+    ticked_at: float = attrs.Factory(time.monotonic)
+
+    def tick(self) -> None:
+        """Add the wall time since the last tick to usage (caller holds the lock)."""
+        now = time.monotonic()
+        self.checkpoint.usage = self.checkpoint.usage.add(elapsed_s=now - self.ticked_at)
+        self.ticked_at = now
 
 
 @attrs.frozen
@@ -191,7 +200,10 @@ class WorkflowContext:
     # --- checkpoint plumbing -------------------------------------------------------
 
     def encode(self) -> str:
-        return self.checkpoint.encode(self.task_id, self._max_checkpoint_bytes)
+        """The checkpoint as text, its run time brought up to now."""
+        with self._progress.lock:
+            self._progress.tick()
+            return self.checkpoint.encode(self.task_id, self._max_checkpoint_bytes)
 
     def commit(self, subject: str = "") -> None:
         """Commit the checkpoint; ``subject`` (the call id it records) names the commit
@@ -269,6 +281,7 @@ class WorkflowContext:
         if not self._definition.budget.limits_usage() and (branch is None or branch.reserve is None):
             return  # nothing to check: skip building usage objects twice a step
         with self._progress.lock:
+            self._progress.tick()
             over = self._definition.budget.exceeded(self.checkpoint.usage.add(steps=next_steps))
             if branch is not None and branch.reserve is not None and not over:
                 used = self.checkpoint.branch_usage.get(branch.key, BudgetUsage())
@@ -430,10 +443,12 @@ class WorkflowContext:
         return output
 
     def _account(self, *, steps: int, cost: float, started: float) -> None:
-        """Add a body's usage to the task, and to its branch's share (caller holds the lock)."""
+        """Add a body's usage to the task (its run time by a tick), and to its branch's
+        share, whose time is the branch's own bodies (caller holds the lock)."""
         elapsed_s = time.monotonic() - started
         checkpoint = self.checkpoint
-        checkpoint.usage = checkpoint.usage.add(steps=steps, cost=cost, elapsed_s=elapsed_s)
+        checkpoint.usage = checkpoint.usage.add(steps=steps, cost=cost)
+        self._progress.tick()
         if self._branch is not None:
             used = checkpoint.branch_usage.get(self._branch.key, BudgetUsage())
             checkpoint.branch_usage[self._branch.key] = used.add(steps=steps, cost=cost, elapsed_s=elapsed_s)

@@ -7,6 +7,7 @@ test can tell a recorded payload from a fresh one; ``CALLS`` records step bodies
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -641,6 +642,66 @@ def test_usage_in_the_checkpoint_never_decreases_across_claims(
         assert later.covers(earlier), (earlier, later)
     assert [u.claims for u in usages] == [1, 2, 3, 4]
     assert (usages[-1].steps, usages[-1].cost) == (2, 3)
+
+
+def _slow_main(pause_s: float, *, wait: bool) -> Workflow:
+    """Step a, then ``pause_s`` of wall time in the main function itself (optionally
+    after a durable timer), then step b."""
+    wf = Workflow("slow-main", 1)
+
+    @wf.step()
+    def a(ctx: StepContext) -> None:
+        CALLS.append("a")
+
+    @wf.step()
+    def b(ctx: StepContext) -> None:
+        CALLS.append("b")
+
+    @wf.main
+    def main(ctx: WorkflowContext, _input: None) -> None:
+        a(ctx)
+        if wait:
+            ctx.sleep(timedelta(seconds=10))
+        else:
+            time.sleep(pause_s)
+        b(ctx)
+
+    return wf
+
+
+def test_max_duration_counts_wall_time_while_claimed_not_only_step_bodies(
+    sqlite_store: SqliteWorkflowStore, make_worker: WorkerFactory
+) -> None:
+    wf = _slow_main(0.5, wait=False)
+    worker = make_worker(WorkflowDefinition(wf, budget=Budget(max_duration=timedelta(seconds=0.3))))
+    task_id = enqueue(sqlite_store, wf)
+
+    outcome = worker.run_once()
+
+    assert isinstance(outcome, Failed)
+    assert outcome.reason.startswith("budget max_duration=0:00:00.300000 exceeded (")
+    assert outcome.reason.endswith("s of run time)")
+    assert CALLS == ["a"]  # b never started
+    usage = checkpoint_of(sqlite_store, task_id).usage
+    assert usage.elapsed_s >= 0.5 and usage.steps == 1
+    assert sqlite_store.get_task(task_id).reason == outcome.reason
+
+
+def test_max_duration_does_not_count_time_spent_waiting(
+    sqlite_store: SqliteWorkflowStore, make_worker: WorkerFactory, clock: Clock
+) -> None:
+    wf = _slow_main(0.0, wait=True)
+    worker = make_worker(WorkflowDefinition(wf, budget=Budget(max_duration=timedelta(seconds=2))))
+    task_id = enqueue(sqlite_store, wf)
+    assert isinstance(worker.run_once(), Suspended)
+    waited_since = time.monotonic()
+    while time.monotonic() - waited_since < 2.5:  # longer than the whole budget, but waiting
+        time.sleep(0.1)
+    clock.advance(11)
+
+    assert worker.run_once() == Completed(task_id, None)
+    assert CALLS == ["a", "b"]
+    assert checkpoint_of(sqlite_store, task_id).usage.elapsed_s < 2
 
 
 # --- regressions: approvers as a string, payloads that do not fit -----------------------
