@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from datetime import timedelta
@@ -220,3 +221,86 @@ def test_race_records_the_first_success_and_stops_only_safe_losers(sqlite_store:
     race = _checkpoint(sqlite_store, "race1").journal[0]
     assert race.output["winner"] == "quick"
     assert race.output["superseded"] == ["effect"] and race.output["cancelled"] == ["slow"]
+
+
+def _sharing(costs: dict[str, list[float]], reserve: dict[str, Budget]) -> Workflow:
+    """Branches run one at a time in ``costs`` order, each charging its costs in steps."""
+    workflow = Workflow("sharing", 1)
+
+    @workflow.step()
+    def spend(ctx: StepContext, cost: float) -> None:
+        ctx.charge(cost)
+
+    def branch(charges: list[float]) -> Any:
+        def run(bctx: WorkflowContext) -> None:
+            for cost in charges:
+                spend(bctx, cost)
+
+        return run
+
+    @workflow.main
+    def main(ctx: WorkflowContext, _input: None) -> None:
+        ctx.parallel({key: branch(c) for key, c in costs.items()}, reserve=reserve, max_threads=1)
+
+    return workflow
+
+
+def test_an_unreserved_branch_cannot_spend_what_a_running_sibling_reserved(
+    sqlite_store: SqliteWorkflowStore,
+) -> None:
+    workflow = _sharing({"b": [3, 3, 3], "a": [2]}, {"a": Budget(max_cost=6)})
+    worker = _worker(sqlite_store, workflow, Budget(max_cost=10))
+    sqlite_store.enqueue(WorkflowTask.new("sharing", 1, None, checkpoint_id="s1"))
+
+    outcome = worker.run_once()
+
+    assert isinstance(outcome, Failed)
+    assert outcome.reason == (
+        "branch 'parallel#1/b' is unreserved and may not spend what its siblings reserved "
+        "(0 steps, cost 6 still held): budget max_cost=10 exceeded (cost 12) counting the reservations"
+    )
+    checkpoint = _checkpoint(sqlite_store, "s1")
+    assert checkpoint.usage.cost == 6  # b's second step is recorded, its third never ran
+    assert checkpoint.branch_journals.get("parallel#1/a", []) == []  # a never ran a step
+
+
+def test_a_reserved_branch_spends_its_whole_share_after_an_unreserved_one_took_the_rest(
+    sqlite_store: SqliteWorkflowStore,
+) -> None:
+    workflow = _sharing({"b": [2, 2], "a": [3, 3]}, {"a": Budget(max_cost=6)})
+    worker = _worker(sqlite_store, workflow, Budget(max_cost=10))
+    sqlite_store.enqueue(WorkflowTask.new("sharing", 1, None, checkpoint_id="s2"))
+
+    assert worker.run_once() == Completed("s2", None)
+    checkpoint = _checkpoint(sqlite_store, "s2")
+    assert checkpoint.usage.cost == 10
+    assert checkpoint.branch_usage["parallel#1/a"].cost == 6
+
+
+def test_a_finished_branch_frees_its_unspent_share_for_its_siblings(
+    sqlite_store: SqliteWorkflowStore,
+) -> None:
+    workflow = _sharing({"a": [2], "b": [4, 4]}, {"a": Budget(max_cost=6)})
+    worker = _worker(sqlite_store, workflow, Budget(max_cost=10))
+    sqlite_store.enqueue(WorkflowTask.new("sharing", 1, None, checkpoint_id="s3"))
+
+    assert worker.run_once() == Completed("s3", None)
+    assert _checkpoint(sqlite_store, "s3").usage.cost == 10
+
+
+def test_a_duration_share_longer_than_the_run_time_left_is_refused_up_front(
+    sqlite_store: SqliteWorkflowStore,
+) -> None:
+    workflow = _sharing({"a": [1], "b": [1]}, {"a": Budget(max_duration=timedelta(seconds=5))})
+    worker = _worker(sqlite_store, workflow, Budget(max_duration=timedelta(seconds=2)))
+    sqlite_store.enqueue(WorkflowTask.new("sharing", 1, None, checkpoint_id="s4"))
+
+    outcome = worker.run_once()
+
+    assert isinstance(outcome, Failed)
+    assert re.fullmatch(
+        r"parallel branch 'a' reserves max_duration=0:00:05 but only [12]\.\d{3}s of the task's run "
+        r"time remains",
+        outcome.reason,
+    ), outcome.reason
+    assert _checkpoint(sqlite_store, "s4").branch_journals == {}
