@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .codec import NotJsonable, structure, to_jsonable
@@ -80,8 +81,13 @@ def _encode(key: str, value: Any) -> Any:
 
 
 def _check_reservations(ctx: WorkflowContext, reserve: Mapping[str, Budget]) -> None:
-    """Refuse up front when the rest of the task's budget cannot cover the shares."""
-    budget, usage = ctx._definition.budget, ctx.checkpoint.usage
+    """Refuse up front when the rest of the task's budget cannot cover the shares. Steps
+    and cost shares add up; branches run at the same time, so each duration share must
+    fit in the run time left, not their sum."""
+    budget = ctx._definition.budget
+    with ctx._progress.lock:
+        ctx._progress.tick()
+        usage = ctx.checkpoint.usage
     for limit, used, field in (
         (budget.max_steps, usage.steps, "max_steps"),
         (budget.max_cost, usage.cost, "max_cost"),
@@ -91,6 +97,16 @@ def _check_reservations(ctx: WorkflowContext, reserve: Mapping[str, Budget]) -> 
             raise FailRequested(
                 f"parallel branches reserve {field}={wanted:g} but only {limit - used:g} of the "
                 f"task's budget remains",
+                cause="budget",
+            )
+    if budget.max_duration is None:
+        return
+    left = budget.max_duration - timedelta(seconds=usage.elapsed_s)
+    for key, share in reserve.items():
+        if share.max_duration is not None and share.max_duration > left:
+            raise FailRequested(
+                f"parallel branch {key!r} reserves max_duration={share.max_duration} but only "
+                f"{max(left.total_seconds(), 0):.3f}s of the task's run time remains",
                 cause="budget",
             )
 
@@ -103,6 +119,8 @@ class _Runner:
         self.call_id = call_id
         self.reserve = reserve
         self.stops: dict[str, threading.Event] = {}
+        # Reservations of branches that have not finished; read by unreserved branches.
+        self.held = {f"{call_id}/{key}": share for key, share in reserve.items()}
         self.results: dict[str, Any] = {}
         self.interrupts: dict[str, _Interrupt] = {}
         self.lock = threading.Lock()
@@ -114,12 +132,14 @@ class _Runner:
 
         def body(key: str, fn: Branch) -> None:
             threading.current_thread().name = f"runifold-branch-{key}"
-            branch_ctx = self.ctx.branch(f"{self.call_id}/{key}", self.reserve.get(key), self.stops[key])
+            full_key = f"{self.call_id}/{key}"
+            branch_ctx = self.ctx.branch(full_key, self.reserve.get(key), self.stops[key], self.held)
             try:
                 value = _encode(key, fn(branch_ctx))
                 # A finished branch's last step is committed now, so a crash while its
                 # siblings run does not run it again.
                 branch_ctx._commit_unsaved()
+                self.held.pop(full_key, None)  # its unspent share is free for the others
             except _Interrupt as interrupt:
                 self._interrupted(key, interrupt)
                 return

@@ -77,6 +77,7 @@ def show(task_id: str, database: str | None, as_json: bool) -> None:
         usage = {
             "steps": checkpoint.usage.steps,
             "cost": checkpoint.usage.cost,
+            "elapsed_s": round(checkpoint.usage.elapsed_s, 3),
             "claims": checkpoint.usage.claims,
         }
     if as_json:
@@ -198,7 +199,7 @@ def signal(
     as_json: bool,
 ) -> None:
     """Send signal NAME to a task (an approval is {"approved": true, "reason": "..."})."""
-    payload = canonical_json(payload_json, "--payload")
+    payload = json.loads(canonical_json(payload_json, "--payload"))  # a value, checked strict
     with opened_store(database) as store:
         delivery = store.send_signal(
             task_id, name, payload, signal_id=signal_id, sender=sender, tenant=tenant, reason=reason

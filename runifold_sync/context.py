@@ -120,6 +120,15 @@ class _Progress:
     # before the next body runs, or with the cycle's transition (complete, suspend...),
     # which saves the last step of a run its own round trip.
     unsaved: str | None = None
+    # Run time (Budget.max_duration) is wall time while claimed: each tick adds the time
+    # since the previous one (or since the claim) to the checkpoint's usage.
+    ticked_at: float = attrs.Factory(time.monotonic)
+
+    def tick(self) -> None:
+        """Add the wall time since the last tick to usage (caller holds the lock)."""
+        now = time.monotonic()
+        self.checkpoint.usage = self.checkpoint.usage.add(elapsed_s=now - self.ticked_at)
+        self.ticked_at = now
 
 
 @attrs.frozen
@@ -127,6 +136,20 @@ class _Branch:
     key: str  # "parallel#1/a": scopes the branch's call ids and its journal
     reserve: Budget | None
     stop: threading.Event  # set when the branch must stop at its next step boundary
+    # Shares of the parallel call's unfinished reserved branches, by key; the runner drops
+    # a branch's entry when it finishes. An unreserved branch may not spend them.
+    held: Mapping[str, Budget] = attrs.Factory(dict)
+
+    def held_for_others(self, branch_usage: Mapping[str, BudgetUsage]) -> tuple[int, float]:
+        """Steps and cost reserved by unfinished sibling branches and not yet spent."""
+        steps, cost = 0, 0.0
+        for key, share in tuple(self.held.items()):  # a snapshot: the runner removes entries
+            if key == self.key:
+                continue
+            used = branch_usage.get(key, BudgetUsage())
+            steps += max((share.max_steps or 0) - used.steps, 0)
+            cost += max((share.max_cost or 0) - used.cost, 0.0)
+        return steps, cost
 
 
 class WorkflowContext:
@@ -159,11 +182,13 @@ class WorkflowContext:
         self._occurrences: Counter[str] = Counter()
         self._executed = 0
 
-    def branch(self, key: str, reserve: Budget | None, stop: threading.Event) -> WorkflowContext:
+    def branch(
+        self, key: str, reserve: Budget | None, stop: threading.Event, held: Mapping[str, Budget]
+    ) -> WorkflowContext:
         """A context for one parallel branch: same lease and checkpoint, its own journal
-        and call ids scoped by ``key``."""
+        and call ids scoped by ``key``; ``held`` are the reservations of all branches."""
         child = copy.copy(self)
-        child._branch = _Branch(key, reserve, stop)
+        child._branch = _Branch(key, reserve, stop, held)
         with self._progress.lock:
             child._journal = self.checkpoint.branch_journals.setdefault(key, [])
         child._cursor = 0
@@ -191,7 +216,10 @@ class WorkflowContext:
     # --- checkpoint plumbing -------------------------------------------------------
 
     def encode(self) -> str:
-        return self.checkpoint.encode(self.task_id, self._max_checkpoint_bytes)
+        """The checkpoint as text, its run time brought up to now."""
+        with self._progress.lock:
+            self._progress.tick()
+            return self.checkpoint.encode(self.task_id, self._max_checkpoint_bytes)
 
     def commit(self, subject: str = "") -> None:
         """Commit the checkpoint; ``subject`` (the call id it records) names the commit
@@ -269,11 +297,22 @@ class WorkflowContext:
         if not self._definition.budget.limits_usage() and (branch is None or branch.reserve is None):
             return  # nothing to check: skip building usage objects twice a step
         with self._progress.lock:
-            over = self._definition.budget.exceeded(self.checkpoint.usage.add(steps=next_steps))
+            self._progress.tick()
+            usage = self.checkpoint.usage.add(steps=next_steps)
+            over = self._definition.budget.exceeded(usage)
             if branch is not None and branch.reserve is not None and not over:
                 used = self.checkpoint.branch_usage.get(branch.key, BudgetUsage())
                 share = branch.reserve.exceeded(used.add(steps=next_steps))
                 over = None if share is None else f"branch {branch.key!r} reserve: {share}"
+            elif branch is not None and not over:
+                steps, cost = branch.held_for_others(self.checkpoint.branch_usage)
+                held = self._definition.budget.exceeded(usage.add(steps=steps, cost=cost))
+                if held is not None:
+                    over = (
+                        f"branch {branch.key!r} is unreserved and may not spend what its siblings "
+                        f"reserved ({steps} steps, cost {cost:g} still held): {held} counting the "
+                        "reservations"
+                    )
         if over:
             raise FailRequested(over, cause="budget")
 
@@ -430,10 +469,12 @@ class WorkflowContext:
         return output
 
     def _account(self, *, steps: int, cost: float, started: float) -> None:
-        """Add a body's usage to the task, and to its branch's share (caller holds the lock)."""
+        """Add a body's usage to the task (its run time by a tick), and to its branch's
+        share, whose time is the branch's own bodies (caller holds the lock)."""
         elapsed_s = time.monotonic() - started
         checkpoint = self.checkpoint
-        checkpoint.usage = checkpoint.usage.add(steps=steps, cost=cost, elapsed_s=elapsed_s)
+        checkpoint.usage = checkpoint.usage.add(steps=steps, cost=cost)
+        self._progress.tick()
         if self._branch is not None:
             used = checkpoint.branch_usage.get(self._branch.key, BudgetUsage())
             checkpoint.branch_usage[self._branch.key] = used.add(steps=steps, cost=cost, elapsed_s=elapsed_s)
@@ -495,8 +536,10 @@ class WorkflowContext:
     ) -> dict[str, Any]:
         """Run ``branches`` (name -> function of a branch ctx) on up to ``max_threads``
         threads and return each one's result. ``reserve`` gives branches a share of the
-        task's budget (steps, cost), refused up front if the remaining budget cannot
-        cover all shares. Waits (timers, signals) belong in the main function."""
+        task's budget (steps, cost, duration), refused up front if the remaining budget
+        cannot cover all shares. A reserved branch may spend its share; an unreserved one
+        only what no unfinished sibling holds. Waits (timers, signals) belong in the main
+        function."""
         from .branches import run_parallel
 
         return run_parallel(self, branches, reserve, max_threads)
@@ -623,7 +666,16 @@ class WorkflowContext:
 
     def _policy_refusal(self, signal: Signal, payload: Any) -> str | None:
         policy = self._definition.sender_policy
-        if policy is None or policy(signal.sender, signal.name, payload):
+        if policy is None:
+            return None
+        try:
+            accepted = policy(signal.sender, signal.name, payload)
+        except Exception as exc:  # the policy's bug refuses this signal; it must not fail the task
+            return (
+                f"sender {signal.sender!r} refused: the definition's sender policy raised "
+                f"{type(exc).__name__}: {exc}"
+            )
+        if accepted:
             return None
         return f"sender {signal.sender!r} refused by the definition's sender policy"
 

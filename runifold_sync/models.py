@@ -152,8 +152,15 @@ class BudgetUsage:
 
 @attrs.frozen
 class Budget:
-    """Limits on one task's run. ``max_attempts`` counts claims that made no progress,
-    which is how a task that crashes its worker every time (a poison task) is stopped."""
+    """Limits on one task's run, checked before each step and after each commit; the
+    task fails with a reason naming the limit it went over.
+
+    ``max_duration`` is the task's run time: wall time while a worker held it, from each
+    claim to the end of that claim's cycle, summed over claims (the time between steps in
+    the main function counts; time queued, waiting on a timer or signal, or lost with a
+    crashed worker after its last commit does not). Use wait timeouts to bound waits.
+    ``max_attempts`` counts claims that made no progress, which is how a task that
+    crashes its worker every time (a poison task) is stopped."""
 
     max_steps: int | None = attrs.field(default=None, validator=_optional_positive)
     max_cost: float | None = attrs.field(default=None, validator=_optional_positive)
@@ -173,7 +180,7 @@ class Budget:
         if self.max_cost is not None and usage.cost > self.max_cost:
             return f"budget max_cost={self.max_cost} exceeded (cost {usage.cost:g})"
         if self.max_duration is not None and usage.elapsed_s > self.max_duration.total_seconds():
-            return f"budget max_duration={self.max_duration} exceeded ({usage.elapsed_s:.3f}s of execution)"
+            return f"budget max_duration={self.max_duration} exceeded ({usage.elapsed_s:.3f}s of run time)"
         return None
 
 

@@ -15,6 +15,7 @@ from urllib.parse import unquote, urlsplit
 
 from .errors import InvalidArgument
 from .store.base import WorkflowStore
+from .store.rows import MAX_PENDING_SIGNALS
 
 ENV_VAR = "RUNIFOLD_DATABASE_URL"
 DEFAULT_URL = "sqlite:///runifold-workflows.db"
@@ -39,9 +40,10 @@ def sqlite_path(url: str) -> str:
     return path
 
 
-def open_store(url: str | None = None) -> WorkflowStore:
+def open_store(url: str | None = None, *, max_pending_signals: int = MAX_PENDING_SIGNALS) -> WorkflowStore:
     """Open (and migrate) the store ``url`` names; see the module docstring for the forms.
-    Unknown schemes raise :class:`InvalidArgument` naming the URL."""
+    Unknown schemes raise :class:`InvalidArgument` naming the URL. ``max_pending_signals``
+    caps the signals a task keeps unconsumed (more are refused)."""
     if url is None:
         url = default_url()
     if not isinstance(url, str):
@@ -50,7 +52,7 @@ def open_store(url: str | None = None) -> WorkflowStore:
     if scheme == "sqlite":
         from .store.sqlite import SqliteWorkflowStore
 
-        return SqliteWorkflowStore.open(sqlite_path(url))
+        return SqliteWorkflowStore.open(sqlite_path(url), max_pending_signals=max_pending_signals)
     if scheme in ("postgresql", "postgres"):
         try:
             from .store.postgres import PostgresWorkflowStore
@@ -58,7 +60,7 @@ def open_store(url: str | None = None) -> WorkflowStore:
             raise InvalidArgument(
                 f"store URL {url!r} needs psycopg 3 and psycopg-pool: pip install 'runifold_sync[postgres]'"
             ) from exc
-        return PostgresWorkflowStore.connect(url)
+        return PostgresWorkflowStore.connect(url, max_pending_signals=max_pending_signals)
     raise InvalidArgument(
         f"unsupported store URL {_redacted(url)!r}: use sqlite:///path.db, "
         "sqlite:////abs/path.db or postgresql://..."

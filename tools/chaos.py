@@ -586,7 +586,7 @@ class Producer(threading.Thread):
             store.close()
 
     def _signal(self, store: WorkflowStore, task_id: str) -> SignalDelivery:
-        payload = json.dumps({"n": self.specs[task_id]["n"]})
+        payload = {"n": self.specs[task_id]["n"]}
         return store.send_signal(task_id, SIGNAL, payload, signal_id=f"go-{task_id}", sender="chaos")
 
 

@@ -63,6 +63,10 @@ class Signal:
     reason: str | None
     sent_at: datetime
 
+    @property
+    def payload(self) -> Any:
+        return from_json(self.payload_json)
+
 
 @attrs.frozen
 class SignalDelivery:
@@ -248,17 +252,21 @@ class WorkflowStore(abc.ABC):
         self,
         task_id: str,
         name: str,
-        payload_json: str,
+        payload: Any,
         *,
         signal_id: str,
         sender: str,
         tenant: str = "default",
         reason: str | None = None,
     ) -> SignalDelivery:
-        """Deliver a signal, deduplicated by ``signal_id`` (same content: delivered once;
-        other content: :class:`SignalConflict`). Refused with :class:`SignalRefused` for a
-        task of another tenant (recorded in its history), a finished task, or a task with
-        too many pending signals. Wakes the task if it waits for ``name``."""
+        """Deliver a signal whose ``payload`` is a JSON-serializable value, deduplicated by
+        ``signal_id`` (same name and payload, compared as canonical JSON: delivered once;
+        other content: :class:`SignalConflict`). A payload that is not JSON, nests too
+        deeply or is too large raises :class:`InvalidArgument` and nothing is stored.
+        Refused with :class:`SignalRefused` (and recorded in the task's history) for a
+        sender of another tenant, checked before the signal id is looked up, a finished
+        task, or a task at its cap of pending signals. Wakes the task if it waits for
+        ``name``."""
 
     @abc.abstractmethod
     def cancel(self, task_id: str, *, actor: str, reason: str) -> TaskState:

@@ -159,8 +159,9 @@ def _free_text(text: str) -> str:
 
 
 class PostgresWorkflowStore(WorkflowStore):
-    def __init__(self, pool: ProcessPool) -> None:
+    def __init__(self, pool: ProcessPool, *, max_pending_signals: int = rows.MAX_PENDING_SIGNALS) -> None:
         self._pool = pool
+        self._max_pending_signals = rows.check_pending_cap(max_pending_signals)
 
     @classmethod
     def connect(
@@ -172,10 +173,13 @@ class PostgresWorkflowStore(WorkflowStore):
         connect_timeout: timedelta = timedelta(seconds=10),
         pool_timeout: timedelta = timedelta(seconds=30),
         migrate: bool = True,
+        max_pending_signals: int = rows.MAX_PENDING_SIGNALS,
     ) -> PostgresWorkflowStore:
         """Open a connection pool on ``url`` (a ``postgresql://`` URL or a libpq conninfo)
         in this process and migrate the schema. ``connect_timeout`` bounds the wait for
-        the first connections, ``pool_timeout`` the wait for a free one later."""
+        the first connections, ``pool_timeout`` the wait for a free one later;
+        ``max_pending_signals`` caps the signals a task keeps unconsumed."""
+        rows.check_pending_cap(max_pending_signals)
         pool = ProcessPool.open(
             url,
             min_size=min_size,
@@ -183,7 +187,7 @@ class PostgresWorkflowStore(WorkflowStore):
             connect_timeout=connect_timeout,
             pool_timeout=pool_timeout,
         )
-        store = cls(pool)
+        store = cls(pool, max_pending_signals=max_pending_signals)
         if migrate:
             try:
                 store.migrate()
@@ -300,34 +304,37 @@ class PostgresWorkflowStore(WorkflowStore):
         self,
         task_id: str,
         name: str,
-        payload_json: str,
+        payload: Any,
         *,
         signal_id: str,
         sender: str,
         tenant: str = "default",
         reason: str | None = None,
     ) -> SignalDelivery:
-        rows.check_signal(name, signal_id, sender, tenant, reason)
-        payload = _jsonb("signal payload", payload_json)
+        payload_text = rows.check_signal(name, signal_id, sender, tenant, reason, payload)
+        _jsonb("signal payload", payload_text)
         refusal = None
         with self._pool.transaction() as conn:
             params = {"task_id": task_id, "signal_id": signal_id, "name": name}
             task = conn.execute(_Q["lock_task_for_signal"], params).fetchone()
-            existing = conn.execute(_Q["select_signal"], params).fetchone()
-            if existing is not None:
-                if (existing["name"], existing["payload"]) != (name, payload_json):
-                    raise SignalConflict(task_id, signal_id)
-                return SignalDelivery(signal_id, created=False)
             if task is None:
                 raise TaskNotFound(task_id)
-            counted = conn.execute(_Q["count_pending_signals"], params).fetchone()
-            assert counted is not None
-            refusal = rows.signal_refusal(task, tenant, counted["pending"])
+            refusal = rows.tenant_refusal(task, tenant)
+            if refusal is None:
+                existing = conn.execute(_Q["select_signal"], params).fetchone()
+                if existing is not None:
+                    if not rows.same_signal(existing, name, payload_text):
+                        raise SignalConflict(task_id, signal_id)
+                    return SignalDelivery(signal_id, created=False)
+                counted = conn.execute(_Q["count_pending_signals"], params).fetchone()
+                assert counted is not None
+                refusal = rows.signal_refusal(task, counted["pending"], self._max_pending_signals)
             detail = rows.signal_detail(signal_id, name, sender, reason, refusal)
             now = _now(conn)
             if refusal is None:
                 conn.execute(
-                    _Q["insert_signal"], params | {"payload": payload, "sender": sender, "reason": reason}
+                    _Q["insert_signal"],
+                    params | {"payload": payload_text, "sender": sender, "reason": reason},
                 )
                 if conn.execute(_Q["wake_for_signal"], params | {"now": now}).rowcount:
                     conn.execute(_Q["notify_work"])

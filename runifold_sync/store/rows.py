@@ -14,8 +14,9 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from ..admission import TenantAdmission, TenantBudget, TenantPolicy
+from ..codec import NotJsonable, to_json
 from ..errors import EnqueueConflict, InvalidArgument, InvalidState
-from ..models import TaskOutcome, TaskState, WorkflowTask, check_name
+from ..models import MAX_INPUT_BYTES, TaskOutcome, TaskState, WorkflowTask, check_name
 from .base import (
     ClaimedTask,
     EffectResolution,
@@ -95,26 +96,92 @@ def already_enqueued(task: WorkflowTask, stored: Row) -> EnqueueResult:
     return EnqueueResult(task.task_id, created=False)
 
 
-MAX_PENDING_SIGNALS = 100
+MAX_PENDING_SIGNALS = 100  # the default cap; stores take ``max_pending_signals``
+# A signal payload is decoded inside a worker, below its own stack frames: an explicit
+# depth keeps that decode far from the interpreter's recursion limit.
+MAX_SIGNAL_PAYLOAD_DEPTH = 100
 
 
-def check_signal(name: str, signal_id: str, sender: str, tenant: str, reason: str | None) -> None:
+def check_pending_cap(cap: object) -> int:
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise InvalidArgument(f"max_pending_signals must be an integer >= 1, got {cap!r}")
+    return cap
+
+
+def check_signal(
+    name: str, signal_id: str, sender: str, tenant: str, reason: str | None, payload: Any
+) -> str:
+    """Check a delivery's arguments; returns the payload's canonical JSON text, the form
+    that is stored and that deduplication compares."""
     check_name("signal name", name)
     check_name("signal id", signal_id)
     check_name("sender", sender)
     check_name("tenant", tenant)
     if reason is not None:
         check_name("reason", reason)
+    return signal_payload_text(signal_id, payload)
 
 
-def signal_refusal(task: Row, tenant: str, pending: int) -> str | None:
-    """Why a task may not take a new signal, or None. Checked before a delivery is kept."""
+def signal_payload_text(signal_id: str, payload: Any) -> str:
+    """Refuse what a waiting task could not decode: values that are not JSON, nesting
+    past :data:`MAX_SIGNAL_PAYLOAD_DEPTH`, text over :data:`MAX_INPUT_BYTES`."""
+    if _nesting_exceeds(payload, MAX_SIGNAL_PAYLOAD_DEPTH):
+        raise InvalidArgument(
+            f"payload of signal {signal_id!r} nests deeper than {MAX_SIGNAL_PAYLOAD_DEPTH} levels"
+        )
+    try:
+        text = to_json(payload)
+    except NotJsonable as exc:
+        raise InvalidArgument(f"payload of signal {signal_id!r} is not JSON-serializable: {exc}") from exc
+    size = len(text.encode())
+    if size > MAX_INPUT_BYTES:
+        raise InvalidArgument(
+            f"payload of signal {signal_id!r} is {size} bytes encoded, over the limit of "
+            f"{MAX_INPUT_BYTES}; store large data outside and send its id"
+        )
+    return text
+
+
+def _nesting_exceeds(value: Any, limit: int) -> bool:
+    """True when lists, tuples, sets or dicts nest deeper than ``limit`` (iterative, so a
+    value nested 100,000 deep is measured without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def same_signal(stored: Row, name: str, payload_text: str) -> bool:
+    """Whether a stored delivery has this name and payload. The stored text is encoded
+    again, so text kept before payloads were canonical compares by value too."""
+    if stored["name"] != name:
+        return False
+    return bool(stored["payload"] == payload_text or to_json(json.loads(stored["payload"])) == payload_text)
+
+
+def tenant_refusal(task: Row, tenant: str) -> str | None:
+    """Checked before anything else about a delivery, so a sender of another tenant
+    learns nothing about the task's signals (not even whether a signal id is taken)."""
     if task["tenant"] != tenant:
         return f"sender's tenant {tenant!r} is not the task's tenant {task['tenant']!r}"
+    return None
+
+
+def signal_refusal(task: Row, pending: int, cap: int) -> str | None:
+    """Why a task may not take a new signal, or None. Checked before a delivery is kept."""
     if task["state"] in ("terminal", "cancelled"):
         return f"the task is {task['state']}"
-    if pending >= MAX_PENDING_SIGNALS:
-        return f"the task already has {pending} pending signals (limit {MAX_PENDING_SIGNALS})"
+    if pending >= cap:
+        return f"the task already has {pending} pending signals (limit {cap})"
     return None
 
 

@@ -149,8 +149,16 @@ class _Connection:
 
 
 class SqliteWorkflowStore(WorkflowStore):
-    def __init__(self, path: str, *, synchronous: str, busy_timeout: timedelta) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        synchronous: str,
+        busy_timeout: timedelta,
+        max_pending_signals: int = rows.MAX_PENDING_SIGNALS,
+    ) -> None:
         self.path = path
+        self._max_pending_signals = rows.check_pending_cap(max_pending_signals)
         self._synchronous = synchronous
         self._busy_timeout_s = busy_timeout.total_seconds()
         self._local = threading.local()
@@ -166,8 +174,10 @@ class SqliteWorkflowStore(WorkflowStore):
         *,
         synchronous: str = "FULL",
         busy_timeout: timedelta = timedelta(seconds=30),
+        max_pending_signals: int = rows.MAX_PENDING_SIGNALS,
     ) -> SqliteWorkflowStore:
-        """Open (creating if needed) and migrate the database at ``path``."""
+        """Open (creating if needed) and migrate the database at ``path``.
+        ``max_pending_signals`` caps the signals a task keeps unconsumed; more are refused."""
         text = os.fspath(path)
         if not text:
             raise InvalidArgument("SQLite path must not be empty")
@@ -177,7 +187,12 @@ class SqliteWorkflowStore(WorkflowStore):
             raise InvalidArgument(f"busy_timeout must be a non-negative timedelta, got {busy_timeout!r}")
         if text != ":memory:" and not Path(text).parent.exists():
             raise InvalidArgument(f"directory of SQLite path {text!r} does not exist")
-        store = cls(text, synchronous=synchronous.upper(), busy_timeout=busy_timeout)
+        store = cls(
+            text,
+            synchronous=synchronous.upper(),
+            busy_timeout=busy_timeout,
+            max_pending_signals=max_pending_signals,
+        )
         store.migrate()
         return store
 
@@ -323,32 +338,34 @@ class SqliteWorkflowStore(WorkflowStore):
         self,
         task_id: str,
         name: str,
-        payload_json: str,
+        payload: Any,
         *,
         signal_id: str,
         sender: str,
         tenant: str = "default",
         reason: str | None = None,
     ) -> SignalDelivery:
-        rows.check_signal(name, signal_id, sender, tenant, reason)
+        payload_text = rows.check_signal(name, signal_id, sender, tenant, reason, payload)
         refusal = None
         with self._write() as (conn, now):
             params = {"task_id": task_id, "signal_id": signal_id, "name": name, "now": now}
-            existing = conn.execute(_Q["select_signal"], params).fetchone()
-            if existing is not None:
-                if (existing["name"], existing["payload"]) != (name, payload_json):
-                    raise SignalConflict(task_id, signal_id)
-                return SignalDelivery(signal_id, created=False)
             task = conn.execute(_Q["lock_task_for_signal"], params).fetchone()
             if task is None:
                 raise TaskNotFound(task_id)
-            pending = conn.execute(_Q["count_pending_signals"], params).fetchone()["pending"]
-            refusal = rows.signal_refusal(task, tenant, pending)
+            refusal = rows.tenant_refusal(task, tenant)
+            if refusal is None:
+                existing = conn.execute(_Q["select_signal"], params).fetchone()
+                if existing is not None:
+                    if not rows.same_signal(existing, name, payload_text):
+                        raise SignalConflict(task_id, signal_id)
+                    return SignalDelivery(signal_id, created=False)
+                pending = conn.execute(_Q["count_pending_signals"], params).fetchone()["pending"]
+                refusal = rows.signal_refusal(task, pending, self._max_pending_signals)
             detail = rows.signal_detail(signal_id, name, sender, reason, refusal)
             if refusal is None:
                 conn.execute(
                     _Q["insert_signal"],
-                    params | {"payload": payload_json, "sender": sender, "reason": reason},
+                    params | {"payload": payload_text, "sender": sender, "reason": reason},
                 )
                 conn.execute(_Q["wake_for_signal"], params)
             _event(

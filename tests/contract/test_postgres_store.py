@@ -127,9 +127,9 @@ def test_transitions_that_make_work_claimable_notify_idle_workers(
         claimed = pg.claim(W1, LEASE)[0]
         pg.suspend(claimed.lease, claimed.revision, to_json({}), wake_at=None, reason="wait", signal="go")
         assert not notified(conn), "suspend until a signal, without a timer"
-        pg.send_signal("a", "other", to_json(1), signal_id="s1", sender="ops")
+        pg.send_signal("a", "other", 1, signal_id="s1", sender="ops")
         assert not notified(conn), "a signal the task does not wait for"
-        pg.send_signal("a", "go", to_json(1), signal_id="s2", sender="ops")
+        pg.send_signal("a", "go", 1, signal_id="s2", sender="ops")
         assert notified(conn), "send_signal waking the waiting task"
         assert pg.claim(W1, LEASE)[0].lease.task_id == "a"
 

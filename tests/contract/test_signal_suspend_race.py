@@ -77,7 +77,7 @@ def test_signal_delivered_while_the_worker_suspends_for_it_wakes_the_task(
             _blocked_on_lock(postgres_url)
 
     monkeypatch.setattr(pg_store, "_event", event_then_let_the_suspend_block)
-    pg.send_signal("t1", "go", '{"ok": true}', signal_id="s1", sender="test")
+    pg.send_signal("t1", "go", {"ok": True}, signal_id="s1", sender="test")
     thread.join(30)
     suspender.close()
     assert not errors, errors

@@ -612,7 +612,7 @@ STALE_WRITES: dict[str, Callable[[WorkflowStore, Lease], object]] = {
 
 def signalled(store: WorkflowStore) -> None:
     """Give t1 a pending signal "s1", which consume_signal needs to have anything to do."""
-    store.send_signal("t1", "approval", to_json(True), signal_id="s1", sender="alice")
+    store.send_signal("t1", "approval", True, signal_id="s1", sender="alice")
 
 
 @pytest.mark.parametrize("operation", sorted(STALE_WRITES))

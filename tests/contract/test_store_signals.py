@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,7 @@ from runifold_sync.store.rows import MAX_PENDING_SIGNALS
 LEASE = LeaseDuration(timedelta(seconds=30))
 W1 = WorkerId.parse("worker-1")
 FAR = timedelta(days=1)
+OK = {"ok": True}
 
 
 def _task(store: WorkflowStore, task_id: str = "t1", tenant: str = "acme") -> None:
@@ -35,7 +37,7 @@ def _claim(store: WorkflowStore) -> ClaimedTask:
     return claimed
 
 
-def _send(store: WorkflowStore, signal_id: str = "s1", payload: str = '{"ok":true}', **kw: str) -> bool:
+def _send(store: WorkflowStore, signal_id: str = "s1", payload: Any = OK, **kw: str) -> bool:
     options = {"sender": "alice", "tenant": "acme"} | kw
     return store.send_signal("t1", "approval", payload, signal_id=signal_id, **options).created
 
@@ -63,7 +65,7 @@ def test_the_same_signal_id_with_another_payload_is_a_conflict(store: WorkflowSt
     _task(store)
     _send(store)
     with pytest.raises(SignalConflict, match="'s1' was already delivered"):
-        _send(store, payload='{"ok":false}')
+        _send(store, payload={"ok": False})
 
 
 def test_a_waiting_task_wakes_when_its_signal_arrives(store: WorkflowStore) -> None:
@@ -99,7 +101,7 @@ def test_a_resumed_task_reports_how_long_and_on_what_it_waited(store: WorkflowSt
 def test_a_signal_of_another_name_does_not_wake_the_task(store: WorkflowStore) -> None:
     _task(store)
     _wait_for_signal(store, _claim(store))
-    store.send_signal("t1", "other", "null", signal_id="x", sender="alice", tenant="acme")
+    store.send_signal("t1", "other", None, signal_id="x", sender="alice", tenant="acme")
     assert store.claim(W1, LEASE) == []
 
 

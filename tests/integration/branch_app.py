@@ -1,5 +1,5 @@
 """A worker process for the parallel-branch crash test:
-``python -m tests.integration.branch_app --db PATH --worker-id ID --ledger PATH``.
+``python -m tests.integration.branch_app --database URL --worker-id ID --ledger PATH``.
 
 Branch "quick" finishes its two steps at once; branch "slow" blocks in its second step
 until a release file appears, so the test can SIGKILL the process there.
@@ -23,8 +23,8 @@ from runifold_sync import (
     WorkflowDefinition,
     WorkflowRegistry,
     WorkflowWorker,
+    open_store,
 )
-from runifold_sync.sqlite import SqliteWorkflowStore
 
 branching = Workflow("branching", 1)
 
@@ -70,14 +70,14 @@ def main(ctx: WorkflowContext, _input: None) -> dict[str, int]:
 
 def run() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--db", required=True)
+    parser.add_argument("--database", required=True, help="store URL (sqlite:/// or postgresql://)")
     parser.add_argument("--worker-id", required=True)
     parser.add_argument("--ledger", required=True)
     args = parser.parse_args()
     os.environ["BRANCH_LEDGER"] = args.ledger
     registry = WorkflowRegistry()
     registry.register(WorkflowDefinition(branching))
-    store = SqliteWorkflowStore.open(args.db)
+    store = open_store(args.database)
     lease = LeaseDuration(timedelta(seconds=1.5))
     worker = WorkflowWorker(store, registry, WorkerId.parse(args.worker_id), lease, timedelta(seconds=0.5))
     outcome = worker.run_once()

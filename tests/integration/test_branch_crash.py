@@ -1,5 +1,5 @@
 """A worker SIGKILLed inside one parallel branch after the other branch completed: the
-next worker finishes only the unfinished branch."""
+next worker finishes only the unfinished branch. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -14,19 +14,19 @@ from pathlib import Path
 import pytest
 
 from runifold_sync import TaskState, WorkflowTask
-from runifold_sync.sqlite import SqliteWorkflowStore
+from tests.integration.conftest import Backend
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _worker(db: Path, ledger: Path, worker_id: str) -> subprocess.Popen[str]:
+def _worker(url: str, ledger: Path, worker_id: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
             "-m",
             "tests.integration.branch_app",
-            "--db",
-            str(db),
+            "--database",
+            url,
             "--worker-id",
             worker_id,
             "--ledger",
@@ -45,11 +45,11 @@ def _calls(ledger: Path) -> Counter[str]:
 
 
 @pytest.mark.timeout(60)
-def test_sigkill_mid_branch_resumes_only_the_unfinished_branch(sqlite_path: Path, tmp_path: Path) -> None:
+def test_sigkill_mid_branch_resumes_only_the_unfinished_branch(backend: Backend, tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.txt"
-    store = SqliteWorkflowStore.open(sqlite_path)
+    store = backend.open()
     store.enqueue(WorkflowTask.new("branching", 1, None, checkpoint_id="b1"))
-    first = _worker(sqlite_path, ledger, "worker-a")
+    first = _worker(backend.url, ledger, "worker-a")
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -69,7 +69,7 @@ def test_sigkill_mid_branch_resumes_only_the_unfinished_branch(sqlite_path: Path
         first.wait()
     (tmp_path / "ledger.txt.release").touch()
     time.sleep(1.6)  # past the dead worker's lease (store time)
-    second = _worker(sqlite_path, ledger, "worker-b")
+    second = _worker(backend.url, ledger, "worker-b")
     out, _ = second.communicate(timeout=30)
     assert json.loads(out) == {"outcome": "completed"}
     record = store.get_task("b1")
@@ -78,4 +78,3 @@ def test_sigkill_mid_branch_resumes_only_the_unfinished_branch(sqlite_path: Path
     assert calls["parallel#1/quick/quick#1"] == 1 and calls["parallel#1/quick/quick#2"] == 1
     assert calls["parallel#1/slow/slow#1"] == 1
     assert calls["parallel#1/slow/slow#2"] == 2  # in flight at the kill, then run to completion
-    store.close()

@@ -245,7 +245,7 @@ def test_crash_point(name: str, backend: Backend, tmp_path: Path, monkeypatch: p
     tasks = [TASK] if case.held is None else [TASK, HELD]
     for priority, task_id in enumerate(reversed(tasks)):  # the first is claimed first
         store.enqueue(WorkflowTask.new("crashy", 1, "order-1", checkpoint_id=task_id, priority=priority))
-        store.send_signal(task_id, "go", '{"ok": true}', signal_id="s1", sender="test")
+        store.send_signal(task_id, "go", {"ok": True}, signal_id="s1", sender="test")
 
     offset = timedelta(0)
     for spec in case.crash:
@@ -316,7 +316,7 @@ def test_a_clean_run_of_the_matrix_workflow_runs_every_body_once(
     monkeypatch.setenv(crash_app.LEDGER_ENV, str(ledger))
     store = backend.open()
     store.enqueue(WorkflowTask.new("crashy", 1, "order-1", checkpoint_id=TASK))
-    store.send_signal(TASK, "go", '{"ok": true}', signal_id="s1", sender="test")
+    store.send_signal(TASK, "go", {"ok": True}, signal_id="s1", sender="test")
     worker = WorkflowWorker(
         store, crash_app.registry(), WorkerId.parse("w"), crash_app.LEASE, crash_app.HEARTBEAT
     )

@@ -175,7 +175,7 @@ def test_a_task_cancelled_while_waiting_for_a_signal_refuses_the_signal(
     store.cancel(task_id, actor="ops", reason="customer left")
 
     with pytest.raises(SignalRefused, match="the task is cancelled"):
-        store.send_signal(task_id, "picked-up", "null", signal_id="p1", sender="courier")
+        store.send_signal(task_id, "picked-up", None, signal_id="p1", sender="courier")
     assert worker.run_once() == Idle()
     assert "ship" not in CALLS
 

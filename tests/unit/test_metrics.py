@@ -241,7 +241,7 @@ def test_a_resumed_wait_records_how_long_it_waited_by_kind(
     assert _value(registry, "runifold_wait_seconds_sum", kind="timer") >= 90
 
     sqlite_store.set_clock_offset(timedelta(seconds=100))
-    sqlite_store.send_signal(task_id, "go", "null", signal_id="s1", sender="ops")
+    sqlite_store.send_signal(task_id, "go", None, signal_id="s1", sender="ops")
     assert isinstance(run(wf), Completed)
     assert _value(registry, "runifold_wait_seconds_count", kind="signal") == 1
     assert 10 <= _value(registry, "runifold_wait_seconds_sum", kind="signal") < 90

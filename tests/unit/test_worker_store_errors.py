@@ -79,7 +79,7 @@ def test_store_unavailable_under_ctx_ends_the_cycle_and_the_task_completes_later
     worker = WorkflowWorker(store, registry, WorkerId.parse("w1"), LEASE, timedelta(seconds=2))
     try:
         task_id = store.enqueue(WorkflowTask.new("store-away", 1, 1, checkpoint_id="t")).task_id
-        store.send_signal(task_id, "go", '{"ok": true}', signal_id="s1", sender="test")
+        store.send_signal(task_id, "go", {"ok": True}, signal_id="s1", sender="test")
         store.fail = failing
 
         with pytest.raises(StoreUnavailable, match="simulated server restart"):
