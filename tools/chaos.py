@@ -12,9 +12,10 @@ server mid-run. Then it checks (``chaos_check.py``) and prints one line per inva
 each must be 0, and the exit status is 1 otherwise (2 when the run itself could not do
 what was asked, such as fewer kills than requested).
 
-A stop must be seen to matter: it lasts past the lease and prefers a worker that holds a
-lease at that moment, so another worker should take the frozen task over before the
-resume, and the resumed worker's late write should be refused. The tool prints how many
+A stop must be seen to matter: it prefers a worker that holds a lease at that moment and
+lasts past the lease, and then until another worker has claimed the frozen task again (at
+most TAKEOVER_WAIT_S more), so the resumed worker's late write meets a newer owner and
+should be refused. The tool prints how many
 stops froze a task, how many of those tasks were taken over while stopped, and how many
 late writes were refused (by the worker's own lease check, the store's fence or the
 ledger's). A run with stops none of which had its task taken over exercised nothing of
@@ -73,6 +74,9 @@ TOOLS = Path(__file__).resolve().parent
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 SAMPLE_INTERVAL_S = 0.25
 LIST_LIMIT = 10_000  # the store's most per list: the watcher samples at most this many per state
+# A frozen worker stays stopped past its lease until its task has been claimed again (so the
+# stale-owner case is exercised, not left to the queue's luck), but never longer than this.
+TAKEOVER_WAIT_S = 15.0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -280,6 +284,14 @@ class Action:
     stop_s: float  # how long a stop lasts beyond the lease
 
 
+@attrs.frozen
+class _Frozen:
+    due: float  # monotonic time the stop's planned length ends
+    stopped_at: float  # wall time, for the check
+    worker_id: str
+    leases: dict[str, int]  # task id -> fencing token held when the stop began
+
+
 def plan_chaos(rng: random.Random, args: argparse.Namespace) -> list[Action]:
     kinds = ["kill"] * args.kills + ["stop"] * args.stops
     rng.shuffle(kinds)
@@ -326,7 +338,7 @@ class Chaos:
         self.workdir = workdir
         self.rng = rng
         self.kills: list[Kill] = []
-        self.stopped: dict[int, tuple[float, float, str]] = {}  # pid -> (resume due, stopped at, worker)
+        self.stopped: dict[int, _Frozen] = {}  # pid -> what its stop froze
         self.stop_log: list[Stop] = []
         self.stops = self.stops_skipped = self.restarts = 0
         self.store: WorkflowStore | None = None
@@ -402,7 +414,7 @@ class Chaos:
         elif self._stop(pid):
             self.stops += 1
             due = time.monotonic() + self.args.lease_s + action.stop_s
-            self.stopped[pid] = (due, time.time(), children[pid])
+            self.stopped[pid] = _Frozen(due, time.time(), children[pid], self._leases_of(children[pid]))
         else:
             self.stops_skipped += 1
 
@@ -436,16 +448,41 @@ class Chaos:
         finally:
             conn.close()
 
+    def _leases_of(self, worker_id: str) -> dict[str, int]:
+        """Task id -> fencing token of each lease ``worker_id`` holds now (empty if the
+        store cannot say: the stop then simply lasts its planned time)."""
+        try:
+            self.store = self.store or open_store(self.db.url)
+            leased = self.store.list_tasks(state=TaskState.LEASED, definition=FLOW, limit=LIST_LIMIT)
+        except Exception:
+            return {}
+        return {r.task_id: r.fencing_token for r in leased if r.worker_id == worker_id}
+
+    def _taken_over(self, frozen: _Frozen) -> bool:
+        """Whether every lease the stop froze has moved on (claimed again with a higher
+        token, or ended by a write that landed just before the stop)."""
+        try:
+            self.store = self.store or open_store(self.db.url)
+            records = [self.store.get_task(task_id) for task_id in frozen.leases]
+        except Exception:
+            return False
+        return all(
+            r.state is not TaskState.LEASED or r.fencing_token > frozen.leases[r.task_id] for r in records
+        )
+
     def resume_due(self, everything: bool = False) -> None:
         now = time.monotonic()
-        for pid, (due, stopped_at, worker_id) in list(self.stopped.items()):
-            if everything or now >= due:
-                try:
-                    os.kill(pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
-                del self.stopped[pid]
-                self.stop_log.append(Stop(stopped_at, time.time(), pid, worker_id))
+        for pid, frozen in list(self.stopped.items()):
+            if not everything and now < frozen.due:
+                continue
+            if not everything and now < frozen.due + TAKEOVER_WAIT_S and not self._taken_over(frozen):
+                continue
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            del self.stopped[pid]
+            self.stop_log.append(Stop(frozen.stopped_at, time.time(), pid, frozen.worker_id))
 
     def _restart_database(self) -> None:
         if self.server is None or self.server.cluster is None:
