@@ -11,6 +11,7 @@ from .definition import WorkflowDefinition, WorkflowRegistry
 from .effects import EffectEvidence, EffectStatus
 from .errors import (
     AmbiguousEffect,
+    CancelPending,
     CheckpointError,
     CheckpointTooLarge,
     DefinitionConflict,
@@ -66,6 +67,7 @@ __all__ = [
     "ApprovalTimedOut",
     "Budget",
     "BudgetUsage",
+    "CancelPending",
     "CancellationToken",
     "Cancelled",
     "CapabilitySet",

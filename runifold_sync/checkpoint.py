@@ -65,6 +65,11 @@ class Checkpoint:
     compensating_for: str | None = None
     compensation_reason: str | None = None
     compensated: list[str] = attrs.Factory(list)
+    # Call ids of completed steps and effects that have a compensation, in the order they
+    # completed across the main function and its branches: undone in reverse. The store
+    # reads it too: a queued or waiting task whose ``undo`` is longer than its
+    # ``compensated`` is not cancelled at once but left for a worker to compensate.
+    undo: list[str] = attrs.Factory(list)
     # The canonical text of each finished journal entry, by id(entry): a finished entry
     # never changes, so each commit encodes only what is new instead of the whole journal.
     _entry_texts: dict[int, tuple[JournalEntry, str]] = attrs.field(

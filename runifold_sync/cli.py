@@ -220,13 +220,15 @@ def signal(
 @json_option
 def cancel(task_id: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
     """Cancel a task: at once if queued or waiting, at its next step boundary if running.
-    Completed external writes are not undone."""
+    Completed external writes are not undone, except by the workflow's compensations."""
     with opened_store(database) as store:
-        state = store.cancel(task_id, actor=actor, reason=reason)
+        state = store.cancel(task_id, actor, reason)
     if as_json:
         echo_json({"task_id": task_id, "state": state.value, "cancelled": state is TaskState.CANCELLED})
     elif state is TaskState.CANCELLED:
         click.echo(f"{task_id}: cancelled")
+    elif state is TaskState.QUEUED:
+        click.echo(f"{task_id}: cancelling; a worker runs its compensations, then it ends cancelled")
     else:
         click.echo(f"{task_id}: running; its worker stops at the next step boundary")
 

@@ -37,7 +37,7 @@ from .heartbeat import LeaseFlags
 from .logs import task_fields
 from .models import Budget, BudgetUsage
 from .outcomes import FailureCause
-from .store.base import ClaimedTask, Lease, Signal, WorkflowStore
+from .store.base import ClaimedTask, Committed, Lease, Signal, WorkflowStore
 from .waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut, approval_payload_problem
 
 if TYPE_CHECKING:
@@ -226,8 +226,10 @@ class WorkflowContext:
         for crash points."""
         self._write(lambda text: self._store.commit_checkpoint(self.lease, self.revision, text), subject)
 
-    def _write(self, write: Callable[[str], int], subject: str = "") -> None:
-        """Encode the checkpoint and make one fenced write of it; keeps the new revision."""
+    def _write(self, write: Callable[[str], Committed], subject: str = "") -> None:
+        """Encode the checkpoint and make one fenced write of it; keeps the new revision.
+        The write also answers whether a cancel is pending, so a task stops at its next
+        step boundary (see ``_check_continue``) without waiting for a heartbeat."""
         with self._progress.lock:
             try:
                 text = self.encode()
@@ -236,9 +238,12 @@ class WorkflowContext:
             if crashpoints.ARMED:
                 crashpoints.reached("before_commit", subject)
             try:
-                self._progress.revision = write(text)
+                committed = write(text)
             except LeaseLostError as exc:
                 raise LeaseGone(exc) from exc
+            self._progress.revision = committed.revision
+            if committed.cancel_requested is not None:
+                self._flags.cancel = True
             self._progress.unsaved = None
             if crashpoints.ARMED:
                 crashpoints.reached("after_commit", subject)
@@ -347,6 +352,7 @@ class WorkflowContext:
         output = self._execute(spec, call_id, None, args, kwargs)
         with self._progress.lock:
             self._journal.append(JournalEntry(call_id, "step", "done", output))
+            self._completed(spec, call_id)
             self._progress.unsaved = call_id
         self._cursor += 1
         self._check_budget()
@@ -420,6 +426,7 @@ class WorkflowContext:
             entry.status = "done"
             entry.output = output
             entry.evidence = evidence
+            self._completed(spec, entry.call_id)
         self._cursor += 1
         self.commit(entry.call_id)
         self._check_budget()
@@ -468,6 +475,12 @@ class WorkflowContext:
         self._executed += 1
         return output
 
+    def _completed(self, spec: StepSpec, call_id: str) -> None:
+        """Note a completed call that has a compensation, in completion order across
+        branches (caller holds the lock): the undo runs in exactly the reverse order."""
+        if spec.step_id in self._definition.workflow.compensations:
+            self.checkpoint.undo.append(call_id)
+
     def _account(self, *, steps: int, cost: float, started: float) -> None:
         """Add a body's usage to the task (its run time by a tick), and to its branch's
         share, whose time is the branch's own bodies (caller holds the lock)."""
@@ -489,41 +502,44 @@ class WorkflowContext:
         """Undo completed steps newest first, committing after each, after the task
         failed or was cancelled. A compensation that raises fails the task as it is."""
         with self._progress.lock:
-            if self.checkpoint.compensating_for is None:
+            starting = self.checkpoint.compensating_for is None
+            if starting:
                 self.checkpoint.compensating_for = cause
                 self.checkpoint.compensation_reason = reason
-        self.commit()
+        if starting:  # resuming commits only after an undo: a crashing one must not count as progress
+            self.commit()
         workflow = self._definition.workflow
         for entry, step_id in list(self._to_compensate()):
             self._check_lease()
             spec = workflow.steps[step_id]
             call_id = f"compensate:{entry.call_id}"
             context = StepContext(self.task_id, call_id, 1, self.fence, f"{self.task_id}/{call_id}")
+            started = time.monotonic()
             try:
                 workflow.compensations[step_id](context, self._structure(spec, entry.output))
             except Exception as exc:
+                with self._progress.lock:  # what it spent before raising was spent
+                    self._account(steps=0, cost=context.cost, started=started)
                 raise FailRequested(
                     f"{reason}; compensation of {entry.call_id} raised {type(exc).__name__}: {exc}",
                     cause="compensation_error",
                 ) from exc
             with self._progress.lock:
+                self._account(steps=0, cost=context.cost, started=started)
                 self.checkpoint.compensated.append(entry.call_id)
             self.commit()
 
     def _to_compensate(self) -> Iterator[tuple[JournalEntry, str]]:
+        """Completed calls still to undo with their step ids, newest completion first."""
         checkpoint = self.checkpoint
-        entries = list(checkpoint.journal)
+        if len(checkpoint.undo) == len(checkpoint.compensated):
+            return
+        entries = {entry.call_id: entry for entry in checkpoint.journal}
         for journal in checkpoint.branch_journals.values():
-            entries.extend(journal)
-        for entry in reversed(entries):
-            step_id = entry.call_id.rsplit("/", 1)[-1].split("#")[0]
-            if (
-                entry.kind in ("step", "effect")
-                and entry.status == "done"
-                and step_id in self._definition.workflow.compensations
-                and entry.call_id not in checkpoint.compensated
-            ):
-                yield entry, step_id
+            entries.update((entry.call_id, entry) for entry in journal)
+        for call_id in reversed(checkpoint.undo):
+            if call_id not in checkpoint.compensated:
+                yield entries[call_id], call_id.rsplit("/", 1)[-1].split("#")[0]
 
     # --- parallel branches and races ------------------------------------------------
 

@@ -69,6 +69,17 @@ class LeaseLostError(RunifoldError):
         )
 
 
+class CancelPending(RunifoldError):
+    """A worker tried to complete, suspend or retry a task whose cancel was requested:
+    the cancel wins, so the worker compensates and ends the task cancelled instead."""
+
+    def __init__(self, task_id: str, request: str, operation: str) -> None:
+        self.task_id = task_id
+        self.request = request
+        self.operation = operation
+        super().__init__(f"task {task_id!r} has a pending cancel ({request}); {operation} was refused")
+
+
 class StoreUnavailable(RunifoldError):
     """The store could not be reached or answered with a driver error."""
 

@@ -31,6 +31,7 @@ from .context import (
 )
 from .definition import WorkflowDefinition, WorkflowRegistry
 from .errors import (
+    CancelPending,
     CheckpointError,
     FingerprintMismatch,
     InvalidArgument,
@@ -248,12 +249,6 @@ class WorkflowWorker:
             checkpoint = self._load_checkpoint(claimed, definition)
         except CheckpointError as exc:
             return self._fail(claimed, claimed.revision, None, str(exc), "checkpoint")
-        if claimed.claims_since_progress > definition.budget.max_attempts:
-            reason = (
-                f"claimed {claimed.claims_since_progress} times without progress, over "
-                f"max_attempts={definition.budget.max_attempts}: a step keeps crashing its worker"
-            )
-            return self._fail(claimed, claimed.revision, None, reason, "crash_loop")
         if checkpoint.phase == "failed":  # requeued by an operator: failing steps start afresh
             checkpoint.step_failures.clear()
         checkpoint.phase = "running"
@@ -289,9 +284,22 @@ class WorkflowWorker:
     ) -> RunOutcome:
         try:
             try:
+                if claimed.claims_since_progress > definition.budget.max_attempts:
+                    raise FailRequested(
+                        f"claimed {claimed.claims_since_progress} times without progress, over "
+                        f"max_attempts={definition.budget.max_attempts}: a step keeps crashing its worker",
+                        cause="crash_loop",
+                    )
                 if ctx.checkpoint.compensating_for is not None:  # a crash interrupted the undo
                     return self._compensate(claimed, ctx, ctx.checkpoint.compensating_for, "", "other")
-                return self._drive(claimed, definition, ctx)
+                if claimed.lease.cancel_requested is None:
+                    try:
+                        return self._drive(claimed, definition, ctx)
+                    except CancelPending:
+                        pass  # the cancel reached the row before this cycle's transition: it wins
+                # Cancelled before this claim (while queued, waiting, or under a worker that
+                # died): no step of the main function runs again, only the compensations.
+                return self._compensate(claimed, ctx, "cancel", "cancel requested", "other")
             except FailRequested as failure:
                 return self._fail_after_undo(claimed, ctx, failure)
         except LeaseGone as gone:  # also while undoing: the new owner carries on

@@ -32,6 +32,16 @@ class Lease:
 
 
 @attrs.frozen
+class Committed:
+    """A fenced checkpoint write: the new revision, and the cancel request the task row
+    held when it committed. Every step boundary commits, so a worker learns of a cancel
+    at its next boundary even when no heartbeat has come round yet."""
+
+    revision: int
+    cancel_requested: str | None = None
+
+
+@attrs.frozen
 class ClaimRequest:
     """A claim to make in the same transaction as a completion (see
     :meth:`WorkflowStore.complete`): what ``claim(worker_id, lease, limit=limit)`` takes."""
@@ -269,10 +279,20 @@ class WorkflowStore(abc.ABC):
         ``name``."""
 
     @abc.abstractmethod
-    def cancel(self, task_id: str, *, actor: str, reason: str) -> TaskState:
-        """Cancel a queued or waiting task at once (returns ``cancelled``); for a leased
-        one, ask its worker to stop at its next step boundary (returns ``leased``).
-        Completed external writes are not undone."""
+    def cancel(self, task_id: str, actor: str, reason: str) -> TaskState:
+        """Cancel a task; returns the state it is in now.
+
+        - ``cancelled``: it was queued or waiting with nothing to undo, and ended at once.
+        - ``queued``: it was queued or waiting with completed steps whose compensations
+          have not run (its checkpoint's ``undo`` list is longer than ``compensated``).
+          No step of its main function runs again: the next worker to claim it runs the
+          compensations, checkpointed, and ends it cancelled.
+        - ``leased``: it is running; its worker learns of the request at its next step
+          boundary (every checkpoint commit answers with it) or heartbeat, stops there,
+          compensates and ends it cancelled. A completion, suspension or retry that has
+          not committed yet is refused (:class:`CancelPending`): the cancel wins.
+
+        Completed external writes are not undone, except by declared compensations."""
 
     @abc.abstractmethod
     def requeue(self, task_id: str, *, actor: str, reason: str) -> None:
@@ -347,8 +367,9 @@ class WorkflowStore(abc.ABC):
         """Extend a held lease from store now; raises LeaseLostError if it is not held."""
 
     @abc.abstractmethod
-    def commit_checkpoint(self, lease: Lease, revision: int, checkpoint_json: str) -> int:
-        """Store progress that extends ``revision``; returns the new revision."""
+    def commit_checkpoint(self, lease: Lease, revision: int, checkpoint_json: str) -> Committed:
+        """Store progress that extends ``revision``; returns the new revision and any
+        pending cancel request."""
 
     @abc.abstractmethod
     def suspend(
@@ -362,7 +383,8 @@ class WorkflowStore(abc.ABC):
         signal: str | None = None,
     ) -> None:
         """Move to ``waiting`` until ``wake_at`` (store time) or, with ``signal``, until a
-        signal of that name arrives (at once if one is already pending)."""
+        signal of that name arrives (at once if one is already pending). Refused with
+        :class:`CancelPending` while a cancel is requested."""
 
     @abc.abstractmethod
     def pending_signals(self, task_id: str, name: str) -> list[Signal]:
@@ -378,9 +400,10 @@ class WorkflowStore(abc.ABC):
         *,
         accepted: bool,
         note: str,
-    ) -> int:
+    ) -> Committed:
         """Commit the checkpoint that records a wait's decision about a signal and mark
-        the signal consumed, in one fenced write; returns the new revision."""
+        the signal consumed, in one fenced write; returns what
+        :meth:`commit_checkpoint` returns."""
 
     @abc.abstractmethod
     def acknowledge_cancel(self, lease: Lease, revision: int, checkpoint_json: str) -> None:
@@ -390,7 +413,8 @@ class WorkflowStore(abc.ABC):
     def retry(
         self, lease: Lease, revision: int, checkpoint_json: str, *, delay: timedelta, reason: str
     ) -> datetime:
-        """Requeue after ``delay`` counted from store now; returns when it is due."""
+        """Requeue after ``delay`` counted from store now; returns when it is due.
+        Refused with :class:`CancelPending` while a cancel is requested."""
 
     @abc.abstractmethod
     def release(self, lease: Lease, *, delay: timedelta, reason: str) -> None:
@@ -406,7 +430,9 @@ class WorkflowStore(abc.ABC):
         *,
         then_claim: ClaimRequest | None = None,
     ) -> list[ClaimedTask]:
-        """End the task completed. With ``then_claim`` the same transaction then claims
+        """End the task completed; refused with :class:`CancelPending` while a cancel is
+        requested (a cancel that reached the row first wins over the completion, even
+        after the last step ran). With ``then_claim`` the same transaction then claims
         as :meth:`claim` would and returns what it leased: a worker that goes on working
         saves a commit per task. A refused completion (lease lost) claims nothing."""
 

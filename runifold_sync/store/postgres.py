@@ -18,13 +18,14 @@ from __future__ import annotations
 import re
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from psycopg.rows import DictRow
 
 from ..admission import TenantAdmission, TenantPolicy
 from ..codec import from_json, to_json
 from ..errors import (
+    CancelPending,
     InvalidArgument,
     InvalidState,
     LeaseLostError,
@@ -39,6 +40,7 @@ from . import rows
 from .base import (
     ClaimedTask,
     ClaimRequest,
+    Committed,
     EnqueueResult,
     Lease,
     QueueStats,
@@ -60,6 +62,8 @@ _MIGRATION_LOCK = 0x52554E49464F4C44
 # A JSON text PostgreSQL refuses as JSONB: a raw NUL, or a \u0000 escape that is not
 # itself an escaped backslash followed by "u0000".
 _NUL = re.compile(r"\x00|(?<!\\)(?:\\\\)*\\u0000")
+# Transitions that would end a run's cycle without honouring a cancel request.
+_REFUSED_WHILE_CANCEL_PENDING = frozenset({"complete", "suspend", "retry"})
 
 
 def _utc(value: datetime) -> datetime:
@@ -344,7 +348,7 @@ class PostgresWorkflowStore(WorkflowStore):
             raise SignalRefused(task_id, signal_id, refusal)
         return SignalDelivery(signal_id, created=True)
 
-    def cancel(self, task_id: str, *, actor: str, reason: str) -> TaskState:
+    def cancel(self, task_id: str, actor: str, reason: str) -> TaskState:
         rows.check_operator(actor, reason)
         note = _free_text(f"cancelled by {actor}: {reason}")
         detail = {"actor": actor, "reason": _free_text(reason)}
@@ -354,10 +358,16 @@ class PostgresWorkflowStore(WorkflowStore):
             if cancelled is not None:
                 _event(conn, cancelled["at"], task_id, "cancelled", None, None, detail)
                 return TaskState.CANCELLED
-            requested = conn.execute(_Q["request_cancel"], params).fetchone()
-            if requested is not None:
-                _event(conn, requested["at"], task_id, "cancel_requested", None, None, detail)
-                return TaskState.LEASED
+            for query, state in (
+                ("cancel_with_undo", TaskState.QUEUED),
+                ("request_cancel", TaskState.LEASED),
+            ):
+                requested = conn.execute(_Q[query], params).fetchone()
+                if requested is not None:
+                    _event(conn, requested["at"], task_id, "cancel_requested", None, None, detail)
+                    if state is TaskState.QUEUED:
+                        conn.execute(_Q["notify_work"])  # a worker runs its compensations now
+                    return state
             raise rows.not_cancellable(_record(conn.execute(_Q["select_task"], params).fetchone(), task_id))
 
     def requeue(self, task_id: str, *, actor: str, reason: str) -> None:
@@ -453,7 +463,7 @@ class PostgresWorkflowStore(WorkflowStore):
             row["cancel_requested"],
         )
 
-    def commit_checkpoint(self, lease: Lease, revision: int, checkpoint_json: str) -> int:
+    def commit_checkpoint(self, lease: Lease, revision: int, checkpoint_json: str) -> Committed:
         row = self._one(
             "commit_checkpoint",
             {
@@ -465,8 +475,7 @@ class PostgresWorkflowStore(WorkflowStore):
         )
         if row is None:
             raise LeaseLostError(lease.task_id, lease.fencing_token, "checkpoint commit")
-        new_revision: int = row["revision"]
-        return new_revision
+        return Committed(row["revision"], row["cancel_requested"])
 
     def _fenced_transition(
         self,
@@ -480,11 +489,11 @@ class PostgresWorkflowStore(WorkflowStore):
     ) -> DictRow:
         """One fenced UPDATE with its history event (and NOTIFY) in one statement: one
         round trip, and the event is written exactly when the update matched."""
-        row = self._one(
-            _transition_with_event(name, notify), _transition_params(lease, params, event, detail)
-        )
+        params = _transition_params(lease, params, event, detail)
+        row = self._one(_transition_with_event(name, notify), params)
         if row is None:
-            raise LeaseLostError(lease.task_id, lease.fencing_token, event)
+            pending = self._one("pending_cancel", params) if name in _REFUSED_WHILE_CANCEL_PENDING else None
+            _refused(lease, event, pending)
         return row
 
     def suspend(
@@ -506,11 +515,10 @@ class PostgresWorkflowStore(WorkflowStore):
             "signal": signal,
         }
         with self._pool.transaction() as conn:
-            row = conn.execute(
-                _Q["suspend"], params | {"task_id": lease.task_id, "token": lease.fencing_token}
-            ).fetchone()
+            params |= {"task_id": lease.task_id, "token": lease.fencing_token}
+            row = conn.execute(_Q["suspend"], params).fetchone()
             if row is None:
-                raise LeaseLostError(lease.task_id, lease.fencing_token, "suspended")
+                _refused(lease, "suspended", conn.execute(_Q["pending_cancel"], params).fetchone())
             _event(
                 conn,
                 row["at"],
@@ -546,7 +554,7 @@ class PostgresWorkflowStore(WorkflowStore):
         *,
         accepted: bool,
         note: str,
-    ) -> int:
+    ) -> Committed:
         with self._pool.transaction() as conn:
             params = {"task_id": lease.task_id, "token": lease.fencing_token, "revision": revision}
             checkpoint = _jsonb("checkpoint", checkpoint_json)
@@ -562,8 +570,7 @@ class PostgresWorkflowStore(WorkflowStore):
             kind = "signal_consumed" if accepted else "signal_refused"
             detail = {"signal_id": signal_id, "sender": consumed["sender"], "note": _free_text(note)}
             _event(conn, now, lease.task_id, kind, lease.worker_id, lease.fencing_token, detail)
-            new_revision: int = row["revision"]
-            return new_revision
+            return Committed(row["revision"], row["cancel_requested"])
 
     def acknowledge_cancel(self, lease: Lease, revision: int, checkpoint_json: str) -> None:
         params = {"revision": revision, "checkpoint": _jsonb("checkpoint", checkpoint_json)}
@@ -618,10 +625,11 @@ class PostgresWorkflowStore(WorkflowStore):
             return []
         query = _Q[_transition_with_event("complete", False)]
         with self._pool.pipelined_transaction() as conn:
-            completed = conn.execute(query, _transition_params(lease, params, "completed", {}))
+            params = _transition_params(lease, params, "completed", {})
+            completed = conn.execute(query, params)
             claimed = _claim_in(conn, then_claim)
             if completed.fetchone() is None:  # rolls the claim back with it
-                raise LeaseLostError(lease.task_id, lease.fencing_token, "completed")
+                _refused(lease, "completed", conn.execute(_Q["pending_cancel"], params).fetchone())
             return claimed
 
     def fail(
@@ -698,6 +706,14 @@ class PostgresWorkflowStore(WorkflowStore):
         if not isinstance(offset, timedelta):
             raise InvalidArgument(f"clock offset must be a timedelta, got {offset!r}")
         self._execute("set_clock_offset", {"offset_s": offset.total_seconds()})
+
+
+def _refused(lease: Lease, operation: str, pending: DictRow | None) -> NoReturn:
+    """Why a fenced transition changed no row: a pending cancel request (``pending``,
+    from query ``pending_cancel``) when the lease still holds, otherwise a lost lease."""
+    if pending is not None:
+        raise CancelPending(lease.task_id, pending["cancel_requested"], operation)
+    raise LeaseLostError(lease.task_id, lease.fencing_token, operation)
 
 
 def _record(row: DictRow | None, task_id: str) -> TaskRecord:

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..admission import TenantAdmission, TenantPolicy
 from ..errors import (
+    CancelPending,
     InvalidArgument,
     InvalidState,
     LeaseLostError,
@@ -39,6 +40,7 @@ from . import rows
 from .base import (
     ClaimedTask,
     ClaimRequest,
+    Committed,
     EnqueueResult,
     Lease,
     QueueStats,
@@ -62,6 +64,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _FIRST_LOCK_PAUSE_S = 0.0005
 _MAX_LOCK_PAUSE_S = 0.005
 _MICROSECOND = timedelta(microseconds=1)
+# Transitions that would end a run's cycle without honouring a cancel request.
+_REFUSED_WHILE_CANCEL_PENDING = frozenset({"complete", "suspend", "retry"})
 _Q = load_queries("sqlite", _NOW)
 _SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
 # SQLite has no notifications: wait_for_work polls PRAGMA data_version (a read of shared
@@ -381,7 +385,7 @@ class SqliteWorkflowStore(WorkflowStore):
             raise SignalRefused(task_id, signal_id, refusal)
         return SignalDelivery(signal_id, created=True)
 
-    def cancel(self, task_id: str, *, actor: str, reason: str) -> TaskState:
+    def cancel(self, task_id: str, actor: str, reason: str) -> TaskState:
         rows.check_operator(actor, reason)
         note = f"cancelled by {actor}: {reason}"
         with self._write() as (conn, now):
@@ -390,9 +394,13 @@ class SqliteWorkflowStore(WorkflowStore):
             if conn.execute(_Q["cancel_unleased"], params).fetchone() is not None:
                 _event(conn, now, task_id, "cancelled", None, None, detail)
                 return TaskState.CANCELLED
-            if conn.execute(_Q["request_cancel"], params).fetchone() is not None:
-                _event(conn, now, task_id, "cancel_requested", None, None, detail)
-                return TaskState.LEASED
+            for query, state in (
+                ("cancel_with_undo", TaskState.QUEUED),
+                ("request_cancel", TaskState.LEASED),
+            ):
+                if conn.execute(_Q[query], params).fetchone() is not None:
+                    _event(conn, now, task_id, "cancel_requested", None, None, detail)
+                    return state
             raise rows.not_cancellable(
                 self._record(conn.execute(_Q["select_task"], params).fetchone(), task_id)
             )
@@ -492,7 +500,7 @@ class SqliteWorkflowStore(WorkflowStore):
             found[0]["cancel_requested"],
         )
 
-    def commit_checkpoint(self, lease: Lease, revision: int, checkpoint_json: str) -> int:
+    def commit_checkpoint(self, lease: Lease, revision: int, checkpoint_json: str) -> Committed:
         found = self._run(
             "commit_checkpoint",
             {
@@ -504,8 +512,7 @@ class SqliteWorkflowStore(WorkflowStore):
         )
         if not found:
             raise LeaseLostError(lease.task_id, lease.fencing_token, "checkpoint commit")
-        new_revision: int = found[0]["revision"]
-        return new_revision
+        return Committed(found[0]["revision"], found[0]["cancel_requested"])
 
     def _fenced_transition(
         self, name: str, lease: Lease, params: dict[str, Any], event: str, detail: dict[str, Any]
@@ -553,7 +560,7 @@ class SqliteWorkflowStore(WorkflowStore):
         *,
         accepted: bool,
         note: str,
-    ) -> int:
+    ) -> Committed:
         with self._write() as (conn, now):
             params = {"task_id": lease.task_id, "token": lease.fencing_token, "revision": revision}
             row = conn.execute(_Q["commit_checkpoint"], params | {"checkpoint": checkpoint_json}).fetchone()
@@ -567,8 +574,7 @@ class SqliteWorkflowStore(WorkflowStore):
             kind = "signal_consumed" if accepted else "signal_refused"
             detail = {"signal_id": signal_id, "sender": consumed["sender"], "note": note}
             _event(conn, now, lease.task_id, kind, lease.worker_id, lease.fencing_token, detail)
-            new_revision: int = row["revision"]
-            return new_revision
+            return Committed(row["revision"], row["cancel_requested"])
 
     def acknowledge_cancel(self, lease: Lease, revision: int, checkpoint_json: str) -> None:
         row = self._fenced_transition(
@@ -703,10 +709,13 @@ def _fenced_update(
     detail: dict[str, Any],
 ) -> sqlite3.Row:
     """A fenced UPDATE and its history event, inside the caller's write transaction."""
-    row = conn.execute(
-        _Q[name], params | {"task_id": lease.task_id, "token": lease.fencing_token, "now": now}
-    ).fetchone()
+    params = params | {"task_id": lease.task_id, "token": lease.fencing_token, "now": now}
+    row = conn.execute(_Q[name], params).fetchone()
     if row is None:
+        if name in _REFUSED_WHILE_CANCEL_PENDING:
+            pending = conn.execute(_Q["pending_cancel"], params).fetchone()
+            if pending is not None:
+                raise CancelPending(lease.task_id, pending["cancel_requested"], event)
         raise LeaseLostError(lease.task_id, lease.fencing_token, event)
     _event(conn, now, lease.task_id, event, lease.worker_id, lease.fencing_token, detail)
     result: sqlite3.Row = row

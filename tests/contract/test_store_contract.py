@@ -330,7 +330,7 @@ def test_a_heartbeat_extends_the_lease_from_store_now(store: WorkflowStore) -> N
     assert record.lease_expires == record.ready_at == renewed.expires_at
     store.set_clock_offset(timedelta(seconds=40))  # past the first expiry, inside the renewed one
     assert store.claim(W2, LEASE) == []
-    assert store.commit_checkpoint(renewed, 0, CHECKPOINT) == 1
+    assert store.commit_checkpoint(renewed, 0, CHECKPOINT).revision == 1
 
 
 def test_a_heartbeat_with_a_stale_token_is_refused(store: WorkflowStore) -> None:
@@ -356,8 +356,8 @@ def test_a_heartbeat_after_expiry_is_refused_even_if_nobody_reclaimed(store: Wor
 def test_a_checkpoint_commit_stores_progress_and_raises_the_revision(store: WorkflowStore) -> None:
     enqueue(store)
     lease = claim_one(store).lease
-    assert store.commit_checkpoint(lease, 0, CHECKPOINT) == 1
-    assert store.commit_checkpoint(lease, 1, LATER) == 2
+    assert store.commit_checkpoint(lease, 0, CHECKPOINT).revision == 1
+    assert store.commit_checkpoint(lease, 1, LATER).revision == 2
     record = store.get_task("t1")
     assert (record.revision, record.checkpoint_json, record.state) == (2, LATER, TaskState.LEASED)
     assert kinds(store) == ["enqueued", "claimed"]  # progress is not a transition

@@ -100,7 +100,7 @@ def test_queue_stats_counts_per_tenant_state_and_outcome_with_queue_delay(store:
 def test_requeue_puts_a_failed_task_back_with_its_checkpoint_and_audits_it(store: WorkflowStore) -> None:
     _enqueue(store, "t1")
     claimed = store.claim(W1, LEASE)[0]
-    revision = store.commit_checkpoint(claimed.lease, claimed.revision, '{"kept":true}')
+    revision = store.commit_checkpoint(claimed.lease, claimed.revision, '{"kept":true}').revision
     store.fail(claimed.lease, revision, None, reason="boom")
     store.requeue("t1", actor="ops", reason="bug fixed")
     record = store.get_task("t1")

@@ -155,10 +155,8 @@ def test_consuming_a_signal_commits_the_checkpoint_and_records_the_decision(stor
     claimed = _claim(store)
     revision = store.consume_signal(
         claimed.lease, claimed.revision, '{"a":1}', "forged", accepted=False, note="no"
-    )
-    revision = store.consume_signal(
-        claimed.lease, revision, '{"a":2}', "real", accepted=True, note="approved"
-    )
+    ).revision
+    store.consume_signal(claimed.lease, revision, '{"a":2}', "real", accepted=True, note="approved")
     assert store.get_task("t1").checkpoint_json == '{"a":2}'
     assert store.pending_signals("t1", "approval") == []
     events = [(e.kind, e.detail.get("sender")) for e in store.history("t1")[-2:]]

@@ -165,7 +165,7 @@ def test_a_tenant_over_its_budget_is_deferred_not_failed_until_charges_leave_the
     store.set_tenant_policy(TenantPolicy("acme", budget=TenantBudget(10, HOUR)))
     enqueue(store, "acme", 3)
     (first,) = store.claim(W1, LEASE)
-    revision = store.commit_checkpoint(first.lease, first.revision, with_cost(4))
+    revision = store.commit_checkpoint(first.lease, first.revision, with_cost(4)).revision
     store.complete(first.lease, revision, with_cost(12), "null")  # 12 charged in all
     assert claimed_ids(store) == []
     record = store.get_task("acme-1")
@@ -185,7 +185,7 @@ def test_only_the_growth_of_a_tasks_cost_is_charged(store: WorkflowStore) -> Non
     (claimed,) = store.claim(W1, LEASE)
     revision = claimed.revision
     for cost in (3, 3, 5, 5):
-        revision = store.commit_checkpoint(claimed.lease, revision, with_cost(cost))
+        revision = store.commit_checkpoint(claimed.lease, revision, with_cost(cost)).revision
     assert store.tenant_admission()[0].spent == 5
 
 

@@ -24,7 +24,7 @@ from runifold_sync import (
     WorkflowWorker,
 )
 from runifold_sync.sqlite import SqliteWorkflowStore
-from runifold_sync.store.base import Lease
+from runifold_sync.store.base import Committed, Lease
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 
@@ -81,7 +81,7 @@ def test_a_store_outage_inside_a_branch_ends_the_cycle_and_the_task_continues_la
     commit = sqlite_store.commit_checkpoint
     outage = [True]
 
-    def commit_once_unreachable(lease: Lease, revision: int, checkpoint_json: str) -> int:
+    def commit_once_unreachable(lease: Lease, revision: int, checkpoint_json: str) -> Committed:
         if outage and outage.pop():
             raise StoreUnavailable("connection terminated (simulated server restart)")
         return commit(lease, revision, checkpoint_json)

@@ -844,7 +844,7 @@ def test_commit_with_a_lease_taken_over_by_another_worker_is_refused(
     task_id = enqueue(sqlite_store, three_steps, 1)
     lease = LeaseDuration(timedelta(seconds=5))
     [first] = sqlite_store.claim(WorkerId.parse("first"), lease)
-    assert sqlite_store.commit_checkpoint(first.lease, first.revision, '{"n": 1}') == 1
+    assert sqlite_store.commit_checkpoint(first.lease, first.revision, '{"n": 1}').revision == 1
 
     clock.advance(6)
     [second] = sqlite_store.claim(WorkerId.parse("second"), lease)
@@ -853,7 +853,7 @@ def test_commit_with_a_lease_taken_over_by_another_worker_is_refused(
     with pytest.raises(LeaseLostError) as info:
         sqlite_store.commit_checkpoint(first.lease, 1, '{"n": "late"}')
     assert (info.value.task_id, info.value.fencing_token) == (task_id, first.lease.fencing_token)
-    assert sqlite_store.commit_checkpoint(second.lease, second.revision, '{"n": 2}') == 2
+    assert sqlite_store.commit_checkpoint(second.lease, second.revision, '{"n": 2}').revision == 2
     assert sqlite_store.get_task(task_id).checkpoint_json == '{"n": 2}'
 
 

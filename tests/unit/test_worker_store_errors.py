@@ -29,7 +29,7 @@ from runifold_sync import (
     WorkflowWorker,
 )
 from runifold_sync.sqlite import SqliteWorkflowStore
-from runifold_sync.store.base import Lease
+from runifold_sync.store.base import Committed, Lease
 
 LEASE = LeaseDuration(timedelta(seconds=10))
 flow = Workflow("store-away", 1, signals=["go"])
@@ -58,13 +58,13 @@ class FlakyStore(SqliteWorkflowStore):
             self.fail = None
             raise StoreUnavailable(f"{method}: connection terminated (simulated server restart)")
 
-    def commit_checkpoint(self, lease: Lease, revision: int, checkpoint_json: str) -> int:
+    def commit_checkpoint(self, lease: Lease, revision: int, checkpoint_json: str) -> Committed:
         self._maybe_fail("commit_checkpoint")
         return super().commit_checkpoint(lease, revision, checkpoint_json)
 
     def consume_signal(
         self, lease: Lease, revision: int, checkpoint_json: str, signal_id: str, **kw: Any
-    ) -> int:
+    ) -> Committed:
         self._maybe_fail("consume_signal")
         return super().consume_signal(lease, revision, checkpoint_json, signal_id, **kw)
 

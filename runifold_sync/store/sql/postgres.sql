@@ -135,7 +135,7 @@ SET checkpoint = %(checkpoint)s::jsonb, revision = t.revision + 1, claims_since_
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
     AND t.lease_expires > clock.now AND t.revision = %(revision)s
-RETURNING t.revision;
+RETURNING t.revision, t.cancel_requested;
 
 -- name: suspend
 WITH clock AS (SELECT {now} AS now)
@@ -150,7 +150,7 @@ SET state = 'waiting', checkpoint = %(checkpoint)s::jsonb, revision = t.revision
     ) THEN clock.now ELSE %(wake_at)s::timestamptz END
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
-    AND t.lease_expires > clock.now AND t.revision = %(revision)s
+    AND t.lease_expires > clock.now AND t.revision = %(revision)s AND t.cancel_requested IS NULL
 RETURNING clock.now AS at;
 
 -- name: retry
@@ -161,7 +161,7 @@ SET state = 'queued', checkpoint = %(checkpoint)s::jsonb, revision = t.revision 
     lease_expires = NULL, reason = %(reason)s, updated_at = clock.now
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
-    AND t.lease_expires > clock.now AND t.revision = %(revision)s
+    AND t.lease_expires > clock.now AND t.revision = %(revision)s AND t.cancel_requested IS NULL
 RETURNING t.ready_at, clock.now AS at;
 
 -- name: release
@@ -183,8 +183,15 @@ SET state = 'terminal', outcome = 'completed', checkpoint = %(checkpoint)s::json
     lease_expires = NULL, reason = NULL, updated_at = clock.now
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
-    AND t.lease_expires > clock.now AND t.revision = %(revision)s
+    AND t.lease_expires > clock.now AND t.revision = %(revision)s AND t.cancel_requested IS NULL
 RETURNING clock.now AS at;
+
+-- name: pending_cancel
+-- Why complete, suspend or retry changed no row: the lease still holds and only a cancel
+-- request stood in the way (no row: the lease was lost).
+SELECT cancel_requested FROM runifold_tasks
+WHERE task_id = %(task_id)s AND fencing_token = %(token)s AND state = 'leased'
+    AND lease_expires > {now} AND revision = %(revision)s AND cancel_requested IS NOT NULL;
 
 -- name: fail
 WITH clock AS (SELECT {now} AS now)
@@ -317,12 +324,35 @@ WHERE task_id = %(task_id)s AND signal_id = %(signal_id)s AND consumed_at IS NUL
 RETURNING sender;
 
 -- name: cancel_unleased
+-- Only a task with nothing to undo: its checkpoint lists no more completed steps with a
+-- compensation ("undo") than it has compensated.
 WITH clock AS (SELECT {now} AS now)
 UPDATE runifold_tasks AS t
 SET state = 'cancelled', ready_at = NULL, waiting_for_signal = NULL, reason = %(reason)s,
     updated_at = clock.now
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.state IN ('queued', 'waiting')
+    AND NOT (CASE WHEN jsonb_typeof(t.checkpoint -> 'undo') = 'array'
+        THEN jsonb_array_length(t.checkpoint -> 'undo') ELSE 0 END
+    > CASE WHEN jsonb_typeof(t.checkpoint -> 'compensated') = 'array'
+        THEN jsonb_array_length(t.checkpoint -> 'compensated') ELSE 0 END)
+RETURNING clock.now AS at;
+
+-- name: cancel_with_undo
+-- A queued or waiting task with compensations to run: no step of its main function runs
+-- again, but a worker claims it at once, sees cancel_requested, runs them and ends it
+-- cancelled.
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET state = 'queued', cancel_requested = %(reason)s, ready_at = clock.now,
+    waiting_for_signal = NULL, reason = %(reason)s || '; its compensations run next',
+    updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.state IN ('queued', 'waiting')
+    AND (CASE WHEN jsonb_typeof(t.checkpoint -> 'undo') = 'array'
+        THEN jsonb_array_length(t.checkpoint -> 'undo') ELSE 0 END
+    > CASE WHEN jsonb_typeof(t.checkpoint -> 'compensated') = 'array'
+        THEN jsonb_array_length(t.checkpoint -> 'compensated') ELSE 0 END)
 RETURNING clock.now AS at;
 
 -- name: request_cancel

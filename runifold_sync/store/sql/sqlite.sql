@@ -84,7 +84,7 @@ SET checkpoint = :checkpoint, revision = revision + 1, claims_since_progress = 0
     updated_at = {now}
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
     AND lease_expires > {now} AND revision = :revision
-RETURNING revision;
+RETURNING revision, cancel_requested;
 
 -- name: suspend
 UPDATE runifold_tasks
@@ -97,7 +97,7 @@ SET state = 'waiting', checkpoint = :checkpoint, revision = revision + 1,
         WHERE s.task_id = :task_id AND s.name = :signal AND s.consumed_at IS NULL
     ) THEN :now ELSE :wake_at END
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
-    AND lease_expires > :now AND revision = :revision
+    AND lease_expires > :now AND revision = :revision AND cancel_requested IS NULL
 RETURNING task_id;
 
 -- name: retry
@@ -106,7 +106,7 @@ SET state = 'queued', checkpoint = :checkpoint, revision = revision + 1,
     claims_since_progress = 0, ready_at = :now + :delay_us, lease_expires = NULL,
     reason = :reason, updated_at = :now
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
-    AND lease_expires > :now AND revision = :revision
+    AND lease_expires > :now AND revision = :revision AND cancel_requested IS NULL
 RETURNING ready_at;
 
 -- name: release
@@ -124,8 +124,15 @@ SET state = 'terminal', outcome = 'completed', checkpoint = :checkpoint,
     revision = revision + 1, result = :result, ready_at = NULL, lease_expires = NULL,
     reason = NULL, updated_at = :now
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
-    AND lease_expires > :now AND revision = :revision
+    AND lease_expires > :now AND revision = :revision AND cancel_requested IS NULL
 RETURNING task_id;
+
+-- name: pending_cancel
+-- Why complete, suspend or retry changed no row: the lease still holds and only a cancel
+-- request stood in the way (no row: the lease was lost).
+SELECT cancel_requested FROM runifold_tasks
+WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
+    AND lease_expires > :now AND revision = :revision AND cancel_requested IS NOT NULL;
 
 -- name: fail
 UPDATE runifold_tasks
@@ -226,10 +233,26 @@ WHERE task_id = :task_id AND signal_id = :signal_id AND consumed_at IS NULL
 RETURNING sender;
 
 -- name: cancel_unleased
+-- Only a task with nothing to undo: its checkpoint lists no more completed steps with a
+-- compensation ("undo") than it has compensated.
 UPDATE runifold_tasks
 SET state = 'cancelled', ready_at = NULL, waiting_for_signal = NULL, reason = :reason,
     updated_at = :now
 WHERE task_id = :task_id AND state IN ('queued', 'waiting')
+    AND NOT (CASE WHEN json_valid(checkpoint) THEN COALESCE(json_array_length(checkpoint, '$.undo'), 0)
+        > COALESCE(json_array_length(checkpoint, '$.compensated'), 0) ELSE 0 END)
+RETURNING state;
+
+-- name: cancel_with_undo
+-- A queued or waiting task with compensations to run: no step of its main function runs
+-- again, but a worker claims it at once, sees cancel_requested, runs them and ends it
+-- cancelled.
+UPDATE runifold_tasks
+SET state = 'queued', cancel_requested = :reason, ready_at = :now, waiting_for_signal = NULL,
+    reason = :reason || '; its compensations run next', updated_at = :now
+WHERE task_id = :task_id AND state IN ('queued', 'waiting')
+    AND (CASE WHEN json_valid(checkpoint) THEN COALESCE(json_array_length(checkpoint, '$.undo'), 0)
+        > COALESCE(json_array_length(checkpoint, '$.compensated'), 0) ELSE 0 END)
 RETURNING state;
 
 -- name: request_cancel
