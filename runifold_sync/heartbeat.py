@@ -3,7 +3,9 @@
 Step bodies block the worker thread (a model call, a slow query), so lease extension runs
 beside them in a named daemon thread with its own store connection. When the lease cannot
 be extended the thread sets the lease's ``lost`` flag, and when the store reports a cancel
-request it sets ``cancel``; the workflow context checks both at every step boundary.
+request it sets ``cancel``; the workflow context checks both at every step boundary. (The
+boundary's own checkpoint commit also reports a cancel, so a task of short steps does not
+wait for a heartbeat to learn of one.)
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class LeaseFlags:
     # Monotonic time by which the lease surely expired unless a heartbeat extended it.
     deadline: float
     lost: bool = False
-    cancel: bool = False  # store.cancel() was called
+    cancel: bool = False  # store.cancel() was called (also set by a checkpoint commit)
 
     def expired(self) -> bool:
         """Lost, or past the deadline: a resumed (SIGCONT) or starved process must not

@@ -86,8 +86,8 @@ class Failed(RunOutcome):
 
 @attrs.frozen
 class Cancelled(RunOutcome):
-    """``store.cancel()`` stopped the task at a step boundary; completed external writes
-    were not undone."""
+    """``store.cancel()`` stopped the task at a step boundary (or before it resumed) and
+    its declared compensations ran; other completed external writes were not undone."""
 
     kind: ClassVar[str] = "cancelled"
     task_id: str

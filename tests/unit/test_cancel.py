@@ -1,6 +1,8 @@
 """Cancellation through ``store.cancel``, seen by an in-process ``WorkflowWorker`` on a
 real SQLite file: at once for queued and waiting tasks, at the next step boundary for a
-running one (its heartbeat carries the request), and never undoing completed effects.
+running one (here its heartbeat carries the request; tests/integration/test_cancel_worker.py
+covers step-boundary commits on both stores), and never undoing completed effects that
+have no compensation.
 """
 
 from __future__ import annotations

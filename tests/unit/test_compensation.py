@@ -1,5 +1,6 @@
-"""Compensation steps: run newest first when a task fails or is cancelled, each one
-checkpointed, never for an ambiguous effect."""
+"""Compensation steps: run newest first (in the order steps completed, parallel branches
+included) when a task fails, is cancelled or keeps crashing its worker, each one
+checkpointed and its cost charged, never for an ambiguous effect."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from datetime import timedelta
 import pytest
 
 from runifold_sync import (
+    Budget,
     Cancelled,
     Failed,
     InvalidArgument,
@@ -168,3 +170,136 @@ def test_a_compensation_for_an_undeclared_step_is_refused() -> None:
 
     with pytest.raises(InvalidArgument, match="compensation for 'nothing'"):
         WorkflowDefinition(workflow)
+
+
+def test_compensations_undo_in_reverse_completion_order_across_a_parallel_block(
+    sqlite_store: SqliteWorkflowStore,
+) -> None:
+    log: list[str] = []
+    workflow = Workflow("trip-parallel", 1)
+
+    @workflow.step()
+    def reserve(ctx: StepContext) -> str:
+        log.append("reserve")
+        return "seat"
+
+    @workflow.step()
+    def book(ctx: StepContext) -> str:
+        log.append("book")
+        return "hotel"
+
+    @workflow.step()
+    def charge(ctx: StepContext) -> str:
+        log.append("charge")
+        return "card"
+
+    @workflow.step(retry=ONCE)
+    def confirm(ctx: StepContext) -> None:
+        raise RuntimeError("confirmation refused")
+
+    for step in ("reserve", "book", "charge"):
+
+        @workflow.compensate_for(step)
+        def undo(ctx: StepContext, what: str) -> None:
+            log.append(f"undo {what}")
+
+    @workflow.main
+    def main(ctx: WorkflowContext, _input: None) -> None:
+        reserve(ctx)
+        ctx.parallel({"hotel": lambda branch: book(branch)})
+        charge(ctx)
+        confirm(ctx)
+
+    sqlite_store.enqueue(WorkflowTask.new("trip-parallel", 1, None, checkpoint_id="tp"))
+    outcome = _worker(sqlite_store, workflow).run_once()
+
+    assert isinstance(outcome, Failed) and "confirmation refused" in outcome.reason
+    assert log == ["reserve", "book", "charge", "undo card", "undo hotel", "undo seat"]
+    checkpoint = Checkpoint.decode("tp", sqlite_store.get_task("tp").checkpoint_json or "")
+    assert checkpoint.undo == ["reserve#1", "parallel#1/hotel/book#1", "charge#1"]
+    assert checkpoint.compensated == ["charge#1", "parallel#1/hotel/book#1", "reserve#1"]
+
+
+def test_a_task_that_keeps_crashing_its_worker_is_compensated_when_it_fails(
+    sqlite_store: SqliteWorkflowStore,
+) -> None:
+    log: list[str] = []
+    workflow = Workflow("crashes", 1)
+
+    @workflow.step()
+    def reserve(ctx: StepContext) -> str:
+        log.append("reserve")
+        return "seat"
+
+    @workflow.step()
+    def crash(ctx: StepContext) -> None:
+        log.append("crash")
+        raise Crash()
+
+    @workflow.compensate_for("reserve")
+    def release(ctx: StepContext, what: str) -> None:
+        log.append(f"release {what}")
+
+    @workflow.main
+    def main(ctx: WorkflowContext, _input: None) -> None:
+        reserve(ctx)
+        crash(ctx)
+
+    registry = WorkflowRegistry()
+    registry.register(WorkflowDefinition(workflow, Budget(max_attempts=1)))
+    sqlite_store.enqueue(WorkflowTask.new("crashes", 1, None, checkpoint_id="cr"))
+    for dead in range(2):  # the first claim commits reserve; then two claims die without progress
+        worker = WorkflowWorker(
+            sqlite_store,
+            registry,
+            WorkerId.parse(f"w{dead}"),
+            LeaseDuration(timedelta(seconds=30)),
+            timedelta(seconds=5),
+        )
+        with pytest.raises(Crash):
+            worker.run_once()
+        worker.close()
+        sqlite_store.set_clock_offset(timedelta(seconds=31 * (dead + 1)))  # its lease expires
+
+    outcome = WorkflowWorker(
+        sqlite_store,
+        registry,
+        WorkerId.parse("w2"),
+        LeaseDuration(timedelta(seconds=30)),
+        timedelta(seconds=5),
+    ).run_once()
+
+    assert isinstance(outcome, Failed) and outcome.cause == "crash_loop"
+    assert "claimed 2 times without progress" in outcome.reason
+    assert outcome.reason.endswith("(compensated: reserve#1)")
+    assert log == ["reserve", "crash", "crash", "release seat"]
+
+
+def test_cost_charged_inside_a_compensation_is_added_to_the_tasks_usage(
+    sqlite_store: SqliteWorkflowStore,
+) -> None:
+    workflow = Workflow("costly-undo", 1)
+
+    @workflow.step()
+    def call_model(ctx: StepContext) -> str:
+        ctx.charge(10)
+        return "answer"
+
+    @workflow.step(retry=ONCE)
+    def fail(ctx: StepContext) -> None:
+        raise RuntimeError("bad answer")
+
+    @workflow.compensate_for("call_model")
+    def retract(ctx: StepContext, answer: str) -> None:
+        ctx.charge(3)
+
+    @workflow.main
+    def main(ctx: WorkflowContext, _input: None) -> None:
+        call_model(ctx)
+        fail(ctx)
+
+    sqlite_store.enqueue(WorkflowTask.new("costly-undo", 1, None, checkpoint_id="cu"))
+    assert isinstance(_worker(sqlite_store, workflow).run_once(), Failed)
+
+    checkpoint = Checkpoint.decode("cu", sqlite_store.get_task("cu").checkpoint_json or "")
+    assert (checkpoint.usage.cost, checkpoint.compensated) == (13, ["call_model#1"])

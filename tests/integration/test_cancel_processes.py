@@ -1,0 +1,101 @@
+"""Cancel of a running task across real processes, on SQLite and PostgreSQL: a worker
+process runs a long task of short steps, ``python -m runifold_sync cancel`` (another
+process) asks it to stop, and the worker process stops at its next step boundary (its
+heartbeat is far too slow to have told it), undoes its steps and ends the task cancelled.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runifold_sync import TaskState, WorkflowTask
+from runifold_sync.checkpoint import Checkpoint
+from tests.integration.cancel_app import STEPS
+
+from .conftest import Backend
+
+REPO = Path(__file__).resolve().parents[2]
+PROCESS_TIMEOUT_S = 60.0
+TASK = "batch-1"
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _steps_committed(text: str | None) -> int:
+    return 0 if text is None else len(Checkpoint.decode(TASK, text).journal)
+
+
+def test_a_cli_cancel_stops_a_worker_process_at_its_next_step_boundary(backend: Backend) -> None:
+    store = backend.open()
+    store.enqueue(WorkflowTask.new("batch", 1, STEPS, checkpoint_id=TASK))
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.cancel_app",
+            "--database",
+            backend.url,
+            "--worker-id",
+            "w1",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + PROCESS_TIMEOUT_S
+        while _steps_committed(store.get_task(TASK).checkpoint_json) < 5:
+            assert time.monotonic() < deadline and worker.poll() is None, "the worker never got going"
+            time.sleep(0.02)
+
+        cancel = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "runifold_sync",
+                "cancel",
+                TASK,
+                "--actor",
+                "ops",
+                "--reason",
+                "batch no longer needed",
+                "--database",
+                backend.url,
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=PROCESS_TIMEOUT_S,
+        )
+        committed_at_cancel = _steps_committed(store.get_task(TASK).checkpoint_json)
+        stdout, stderr = worker.communicate(timeout=PROCESS_TIMEOUT_S)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+    assert cancel.returncode == 0, cancel.stderr
+    assert cancel.stdout == f"{TASK}: running; its worker stops at the next step boundary\n"
+    assert worker.returncode == 0, stderr
+    note = "cancelled by ops: batch no longer needed"
+    assert json.loads(stdout) == {"outcome": "cancelled", "task_id": TASK, "reason": note}
+    record = store.get_task(TASK)
+    assert (record.state, record.reason) == (TaskState.CANCELLED, note)
+    assert record.checkpoint_json is not None
+    checkpoint = Checkpoint.decode(TASK, record.checkpoint_json)
+    # At most the step committed late (a result is saved at the next boundary) and the
+    # step in flight when the cancel landed ran after it.
+    assert committed_at_cancel <= len(checkpoint.journal) <= committed_at_cancel + 2 < STEPS
+    assert checkpoint.compensated == list(reversed(checkpoint.undo))
+    assert len(checkpoint.undo) == len(checkpoint.journal)
+    history = store.history(TASK)
+    requested = [e for e in history if e.kind == "cancel_requested"]
+    assert [e.detail for e in requested] == [{"actor": "ops", "reason": "batch no longer needed"}]
+    assert history[-1].kind == "cancelled"
