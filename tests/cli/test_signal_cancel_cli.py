@@ -137,6 +137,19 @@ def test_cancel_of_a_running_task_says_its_worker_stops_at_the_next_boundary(
     assert store.get_task("t1").state is TaskState.LEASED
 
 
+def test_cancel_of_a_waiting_task_with_steps_to_undo_says_a_worker_compensates_them(
+    store: SqliteWorkflowStore, url: str
+) -> None:
+    (claimed,) = store.claim(WorkerId.parse("w1"), LeaseDuration(timedelta(seconds=30)))
+    undo = '{"compensated":[],"undo":["reserve#1"]}'
+    store.suspend(claimed.lease, claimed.revision, undo, wake_at=None, reason="waiting", signal="go")
+
+    code, out = _invoke("cancel", "t1", "--actor", "ops", "--reason", "stop", "--database", url)
+
+    assert (code, out) == (0, "t1: cancelling; a worker runs its compensations, then it ends cancelled\n")
+    assert store.get_task("t1").state is TaskState.QUEUED
+
+
 def test_cancel_of_a_finished_task_fails_with_the_reason(store: SqliteWorkflowStore, url: str) -> None:
     (claimed,) = store.claim(WorkerId.parse("w1"), LeaseDuration(timedelta(seconds=30)))
     store.complete(claimed.lease, claimed.revision, "{}", '"done"')
