@@ -280,10 +280,12 @@ class WorkflowContext:
 
     def _commit_unsaved(self) -> None:
         """Commit a step result still held back (see ``_Progress.unsaved``), so nothing
-        that ran is only in memory when the outside world is touched again."""
-        unsaved = self._progress.unsaved
-        if unsaved is not None:
-            self.commit(unsaved)
+        that ran is only in memory when the outside world is touched again. Checked
+        under the lock: two branches reaching a boundary at once must not both commit it."""
+        with self._progress.lock:
+            unsaved = self._progress.unsaved
+            if unsaved is not None:
+                self.commit(unsaved)
 
     def _boundary(self) -> None:
         """Checks made before a step or effect body runs, after saving the previous

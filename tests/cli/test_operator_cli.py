@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -111,7 +112,13 @@ def test_show_text_gives_state_reason_journal_usage_and_history(url: str, store:
     assert lines[0] == "task s1: outcome-flow v1 (default)"
     assert lines[1] == "state: waiting"
     assert lines[2].startswith("reason: waiting for timer timer#1 until ")
-    assert lines[3] == "revision 1, fencing token 1, usage {'steps': 1, 'cost': 0.0, 'claims': 1}"
+    usage = re.fullmatch(
+        r"revision 1, fencing token 1, usage "
+        r"\{'steps': 1, 'cost': 0\.0, 'elapsed_s': ([0-9.]+), 'claims': 1\}",
+        lines[3],
+    )
+    assert usage is not None, lines[3]
+    assert 0 <= float(usage.group(1)) < 60  # run time of one short claim
     assert lines[4:6] == ["  done#1 (step, done)", "  timer#1 (timer, pending)"]
     history = lines[lines.index("history:") + 1 :]
     assert [h.split()[1] for h in history] == ["enqueued", "claimed", "suspended"]
