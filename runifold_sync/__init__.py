@@ -28,6 +28,7 @@ from .errors import (
     SignalRefused,
     StoreClosed,
     StoreUnavailable,
+    StoreUsedAcrossFork,
     TaskNotFound,
 )
 from .models import (
@@ -102,6 +103,7 @@ __all__ = [
     "StepContext",
     "StoreClosed",
     "StoreUnavailable",
+    "StoreUsedAcrossFork",
     "SupervisorReport",
     "Suspended",
     "TaskEvent",

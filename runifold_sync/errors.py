@@ -88,6 +88,12 @@ class StoreClosed(StoreUnavailable):
     """The store was closed by its owner: unlike an unreachable one, it will not return."""
 
 
+class StoreUsedAcrossFork(RunifoldError, RuntimeError):
+    """A store opened in one process was used in a process forked from it. A programming
+    error, not an outage: retrying would fail the same way, so it is not StoreUnavailable
+    (which workers and the supervisor survive and retry)."""
+
+
 class SchemaTooNew(RunifoldError):
     """The database was migrated by a newer runifold_sync than this one."""
 

@@ -58,7 +58,8 @@ def open_store(url: str | None = None, *, max_pending_signals: int = MAX_PENDING
             from .store.postgres import PostgresWorkflowStore
         except ImportError as exc:  # the optional dependency is missing
             raise InvalidArgument(
-                f"store URL {url!r} needs psycopg 3 and psycopg-pool: pip install 'runifold_sync[postgres]'"
+                f"store URL {_redacted(url)!r} needs psycopg 3 and psycopg-pool: "
+                "pip install 'runifold_sync[postgres]'"
             ) from exc
         return PostgresWorkflowStore.connect(url, max_pending_signals=max_pending_signals)
     raise InvalidArgument(

@@ -23,7 +23,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
-from ..errors import InvalidArgument, StoreClosed, StoreUnavailable
+from ..errors import InvalidArgument, StoreClosed, StoreUnavailable, StoreUsedAcrossFork
 
 Connection = psycopg.Connection[DictRow]
 
@@ -132,7 +132,7 @@ class ProcessPool:
         if self._closed:
             raise StoreClosed(f"store on {self.where} is closed")
         if self._pid != os.getpid():
-            raise StoreUnavailable(
+            raise StoreUsedAcrossFork(
                 f"store on {self.where} was opened in process {self._pid} and cannot be used "
                 f"in forked process {os.getpid()}: a connection pool never crosses a fork; "
                 "open a new store in the child after it starts"

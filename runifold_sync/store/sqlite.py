@@ -33,6 +33,7 @@ from ..errors import (
     SignalRefused,
     StoreClosed,
     StoreUnavailable,
+    StoreUsedAcrossFork,
     TaskNotFound,
 )
 from ..models import LeaseDuration, TaskState, WorkerId, WorkflowTask
@@ -146,7 +147,7 @@ class _Connection:
 
     def check_pid(self) -> None:
         if self.pid != os.getpid():
-            raise StoreUnavailable(
+            raise StoreUsedAcrossFork(
                 f"this store's SQLite connection was opened in process {self.pid} and "
                 f"cannot be used in forked process {os.getpid()}; open a new store after fork"
             )

@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from runifold_sync import InvalidArgument, WorkflowTask, open_store
+from runifold_sync import InvalidArgument, TaskOutcome, TaskState, WorkflowTask, open_store
 from runifold_sync.postgres import PostgresWorkflowStore
 from runifold_sync.sqlite import SqliteWorkflowStore
 from runifold_sync.store.queries import load_migrations
@@ -91,6 +91,16 @@ def test_a_refused_url_does_not_echo_its_password() -> None:
     assert "hunter2" not in str(info.value) and "db.internal" in str(info.value)
 
 
+def test_a_postgresql_url_without_the_driver_installed_names_the_extra_but_not_the_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "runifold_sync.store.postgres", None)  # as if psycopg were absent
+    with pytest.raises(InvalidArgument) as info:
+        open_store("postgresql://admin:hunter2@db.internal/app")
+    assert "runifold_sync[postgres]" in str(info.value)
+    assert "hunter2" not in str(info.value) and "db.internal" in str(info.value)
+
+
 def _cli(cwd: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """``python -m runifold_sync ARGS`` in ``cwd`` with exactly the given runifold
     environment (this checkout importable, no inherited ``RUNIFOLD_DATABASE_URL``)."""
@@ -129,3 +139,31 @@ def test_the_environment_variable_alone_points_the_cli_at_postgresql(
     queues = json.loads(done.stdout)["queues"]
     assert [(q["tenant"], q["state"], q["count"]) for q in queues] == [("acme", "queued", 1)]
     assert list(tmp_path.iterdir()) == []  # no SQLite file was opened instead
+
+
+@pytest.mark.timeout(90)
+def test_run_once_with_a_postgresql_url_runs_a_task_of_that_database(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    with open_store(postgres_url) as store:
+        store.enqueue(WorkflowTask.new("outcome-flow", 1, "complete", checkpoint_id="t1"))
+    app = "tests.cli.outcome_app:registry"
+    done = _cli(tmp_path, "run", "--app", app, "--database", postgres_url, "--once", "--json", env={})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"outcome": "completed", "task_id": "t1", "result": "complete"}
+    with open_store(postgres_url) as store:
+        assert store.get_task("t1").state is TaskState.TERMINAL
+    assert list(tmp_path.iterdir()) == []  # no SQLite file was opened instead
+
+
+@pytest.mark.timeout(120)
+def test_the_demo_runs_on_a_postgresql_url_and_every_order_completes(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    done = _cli(tmp_path, "demo", "--database", postgres_url, "--orders", "2", env={})
+    assert done.returncode == 0, done.stdout + done.stderr
+    with open_store(postgres_url) as store:
+        tasks = store.list_tasks()
+    assert len(tasks) == 2
+    assert {(t.state, t.outcome) for t in tasks} == {(TaskState.TERMINAL, TaskOutcome.COMPLETED)}
+    assert list(tmp_path.iterdir()) == []  # nothing written to the working directory

@@ -18,6 +18,7 @@ from runifold_sync import (
     InvalidArgument,
     LeaseDuration,
     StoreUnavailable,
+    StoreUsedAcrossFork,
     WorkerId,
     WorkflowStore,
     WorkflowTask,
@@ -227,7 +228,7 @@ def test_a_store_used_in_a_forked_child_refuses_with_a_fork_message(store: Workf
         code = 2
         try:
             store.get_task("t1")
-        except StoreUnavailable as exc:
+        except StoreUsedAcrossFork as exc:
             os.write(write, str(exc).encode())
             code = 0
         except BaseException as exc:  # report anything else to the parent
@@ -241,6 +242,8 @@ def test_a_store_used_in_a_forked_child_refuses_with_a_fork_message(store: Workf
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, message
     assert "fork" in message and str(pid) in message
+    # A programming error, not an outage the worker and supervisor would retry forever.
+    assert not issubclass(StoreUsedAcrossFork, StoreUnavailable)
     assert store.get_task("t1").task_id == "t1"  # the parent's store still works
 
 
