@@ -181,11 +181,11 @@ class Workflow:
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidArgument(f"retry must be a RetryPolicy, got {retry!r}")
         caps = frozenset(check_name("capability", c) for c in capabilities)
+        if step_id is not None:  # refused at the call that named it, not at decoration
+            _check_step_id(kind, step_id)
 
         def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-            sid = check_name(f"{kind} id", step_id if step_id is not None else fn.__name__)
-            if "#" in sid or "/" in sid:
-                raise InvalidArgument(f"{kind} id may not contain '#' or '/', got {sid!r}")
+            sid = _check_step_id(kind, step_id if step_id is not None else fn.__name__)
             if sid in self.steps:
                 raise InvalidArgument(f"{self!r} already declares a step or effect {sid!r}")
             spec = StepSpec(sid, kind, fn, retry or RetryPolicy(), caps, idempotent, reconcile)
@@ -207,3 +207,11 @@ class Workflow:
             return call
 
         return decorate
+
+
+def _check_step_id(kind: str, step_id: str) -> str:
+    """A step id is schema (it names checkpoint entries): a plain, non-empty name."""
+    sid = check_name(f"{kind} id", step_id)
+    if "#" in sid or "/" in sid:
+        raise InvalidArgument(f"{kind} id may not contain '#' or '/', got {sid!r}")
+    return sid
