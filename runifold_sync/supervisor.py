@@ -325,11 +325,12 @@ def _child_main(
     due_but_unclaimable = False
     try:
         while not token.cancelled:
-            # Claim the next task with this one's completion unless this child stops
-            # (or is recycled) after the cycle; a stop during it hands that task back.
+            # Claim the next task with this one's completion unless this child is
+            # recycled after the cycle or stops: the worker checks the token again just
+            # before the completion, so a SIGTERM during the cycle makes no new claim.
             last = config.recycle_after_tasks is not None and tasks + 1 >= config.recycle_after_tasks
             try:
-                outcome = worker.run_once(claim_next=not (last or token.cancelled))
+                outcome = worker.run_once(claim_next=not last, stopping=token)
             except Exception:
                 # An unreachable store (a database restart) ends the cycle, not the child:
                 # the store reconnects, and a task the cycle held is claimed again once its
