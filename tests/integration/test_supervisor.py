@@ -137,6 +137,9 @@ def test_four_processes_drain_300_five_step_tasks(backend: Backend, ledger: Path
     assert all(store.get_task(t).result == n + pool_app.STEPS for n, t in enumerate(ids))
     runs = Counter((t, c) for t, c, _pid in _ledger(ledger))
     assert len(runs) == 300 * pool_app.STEPS and set(runs.values()) == {1}
+    # Four forked workers ran the steps; none ran in this (the supervisor's) process.
+    pids = {pid for _t, _c, pid in _ledger(ledger)}
+    assert len(pids) == 4 and os.getpid() not in pids
 
 
 @pytest.mark.timeout(90)
@@ -146,27 +149,40 @@ def test_stop_signal_ends_pool_within_lease_plus_grace_and_leaves_no_task_leased
     ledger: Path,
     pool: list[subprocess.Popen[str]],
     monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
     stop: signal.Signals,
 ) -> None:
-    """SIGTERM (a service manager) and SIGINT (Ctrl-C) both stop new claims and let
-    every started cycle finish its lease protocol."""
+    """SIGTERM (a service manager, to the supervisor) and SIGINT (Ctrl-C in a terminal,
+    which signals the whole foreground process group: supervisor and children) both stop
+    new claims and let every started cycle finish its lease protocol."""
     monkeypatch.setenv("POOL_STEP_SECONDS", "0.3")
     store = backend.open()
     ids = _enqueue(store, 40)
     lease_s, grace_s = 2.0, 10.0
-    proc = _start_pool(pool, backend.url, lease_s=lease_s, grace_s=grace_s)
+    stderr_path = tmp_path / "pool.stderr"
+    with stderr_path.open("w") as stderr:
+        proc = pool_app.spawn(backend.url, lease_s=lease_s, grace_s=grace_s, stderr=stderr)
+    pool.append(proc)
     deadline = time.monotonic() + 30
     while len(_ledger(ledger)) < 8 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _states(store, ids)["leased"] >= 1, "steps should be in flight when the signal arrives"
+    # Forked children stay in the supervisor's process group, so killpg reaches them too.
+    assert {os.getpgid(pid) for _t, _c, pid in _ledger(ledger)} == {proc.pid}
 
     stopped_at = time.monotonic()
-    proc.send_signal(stop)
+    if stop is signal.SIGINT:
+        os.killpg(proc.pid, stop)  # the pool runs in its own session: its own group
+    else:
+        proc.send_signal(stop)
     out, _ = proc.communicate(timeout=lease_s + grace_s + 5)
     elapsed = time.monotonic() - stopped_at
 
     assert proc.returncode == 0
     assert elapsed < lease_s + grace_s
+    # No child died of the signal (a crash is logged with a traceback) or was killed
+    # for overrunning the grace.
+    assert stderr_path.read_text() == ""
     assert json.loads(out)["outcomes"]["completed"] >= 1
     # Every started cycle ended with its lease protocol: nothing is left leased.
     states = _states(store, ids)
