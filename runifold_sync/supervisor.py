@@ -158,7 +158,7 @@ class WorkflowSupervisor:
                 self._spawn(slot, children, selector, crashes=0)
             while children or respawn_at:
                 if token.cancelled:
-                    self._stop_children(children, selector, counts)
+                    recycled += self._stop_children(children, selector, counts)
                     break
                 # Reports are read in batches: waking for each one cost the parent about
                 # 25 us of CPU per task, on the cores its busy children share.
@@ -167,12 +167,12 @@ class WorkflowSupervisor:
                 for pid, child, status in _reap(children):
                     self._drain(child, selector, counts)
                     code = os.waitstatus_to_exitcode(status)
+                    if code == _EXIT_RECYCLE:
+                        recycled += 1
                     if token.cancelled:
                         continue
                     crashes = 0
-                    if code == _EXIT_RECYCLE:
-                        recycled += 1
-                    else:
+                    if code != _EXIT_RECYCLE:
                         restarts += 1
                         quick = time.monotonic() - child.started < _QUICK_CRASH_S
                         crashes = child.crashes + 1 if quick else 0
@@ -242,14 +242,18 @@ class WorkflowSupervisor:
 
     def _stop_children(
         self, children: dict[int, _Child], selector: selectors.BaseSelector, counts: dict[str, Counter[str]]
-    ) -> None:
+    ) -> int:
+        """SIGTERM the children, wait out the grace, SIGKILL the rest. Returns how many
+        exited to be recycled (their last task was done as the stop came)."""
         for pid in children:
             _signal(pid, signal.SIGTERM)
+        recycled = 0
         deadline = time.monotonic() + self._config.shutdown_grace.total_seconds()
         while children and time.monotonic() < deadline:
             self._read_reports(selector, counts, timeout_s=0.05)
-            for _pid, child, _status in _reap(children):
+            for _pid, child, status in _reap(children):
                 self._drain(child, selector, counts)
+                recycled += os.waitstatus_to_exitcode(status) == _EXIT_RECYCLE
         for pid, child in list(children.items()):
             log.error(
                 "worker %s did not stop within the grace period; killing it",
@@ -260,6 +264,7 @@ class WorkflowSupervisor:
             os.waitpid(pid, 0)
             self._drain(child, selector, counts)
             del children[pid]
+        return recycled
 
 
 @attrs.define
