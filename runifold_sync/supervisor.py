@@ -9,8 +9,10 @@ second (and reaps dead children as often). An idle child waits in the store's
 ``wait_for_work`` (woken by NOTIFY on PostgreSQL) for up to its backoff. A cycle that
 fails on an unreachable store is logged and retried after ``max_backoff`` in the same
 child. Shutdown (the token, SIGINT or SIGTERM) reaches children as SIGTERM, which only
-cancels their token: a started cycle finishes its lease protocol before the child exits,
-and an idle one stops within ``_IDLE_WAIT_SLICE_S``.
+cancels their token: a started cycle finishes its lease protocol before the child exits
+(its completion claiming no next task), an idle one stops within ``_IDLE_WAIT_SLICE_S``,
+and one still running after ``shutdown_grace`` is SIGKILLed, its task claimed again once
+its lease expires.
 """
 
 from __future__ import annotations
