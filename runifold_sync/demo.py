@@ -2,7 +2,9 @@
 worker with a new identity finishes its tasks without repeating completed steps.
 
 Step bodies append to a ledger file outside the store, so the final table shows what
-really ran, not what the store believes.
+really ran, not what the store believes. Each body writes a ``start`` line when it begins
+and an ``end`` line when it is done; the drill kills a worker only while its body is
+between the two, so exactly one step body runs twice.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from .checkpoint import Checkpoint
 from .context import StepContext, WorkflowContext
 from .definition import WorkflowDefinition, WorkflowRegistry
 from .models import Budget, CapabilitySet, LeaseDuration, TaskState, WorkerId, WorkflowTask
-from .store.base import TaskRecord
+from .store.base import TaskRecord, WorkflowStore
 from .stores import open_store, sqlite_path
 from .supervisor import CancellationToken, WorkflowSupervisor, WorkflowSupervisorConfig
 from .worker import WorkflowWorker
@@ -52,19 +54,20 @@ class Receipt:
     shipment_id: str
 
 
-def _ledger(ctx: StepContext) -> None:
+def _ledger(ctx: StepContext, mark: str) -> None:
     path = os.environ["RUNIFOLD_DEMO_LEDGER"]
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, f"{ctx.task_id} {ctx.call_id} {os.getpid()}\n".encode())
+        os.write(fd, f"{ctx.task_id} {ctx.call_id} {os.getpid()} {mark}\n".encode())
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
 def _work(ctx: StepContext) -> None:
-    _ledger(ctx)  # recorded when the body starts, so a body cut short still counts
+    _ledger(ctx, "start")  # recorded when the body starts, so a body cut short still counts
     time.sleep(STEP_SECONDS)  # a slow downstream call: the window in which a worker dies
+    _ledger(ctx, "end")
 
 
 @order_intake.step()
@@ -171,9 +174,10 @@ def run_demo(
         store.enqueue(WorkflowTask.new(order_intake.name, 1, order, checkpoint_id=task_id))
 
     def rows() -> list[DemoRow]:
-        runs = Counter(line.split()[0] for line in _read(ledger))
+        runs = Counter(task for task, _call, _pid, mark in _read(ledger) if mark == "start")
         return [_row(store.get_task(t), runs[t]) for t in ids]
 
+    report(f"{orders} orders enqueued", rows())
     pool = multiprocessing.get_context("spawn").Process(
         target=_pool_process, args=(url, str(ledger), concurrency)
     )
@@ -181,24 +185,24 @@ def run_demo(
     try:
         phase = f"pool of {concurrency} worker processes running"
         killed: str | None = None
-        seen_pids: set[str] = set()
+        victim: tuple[str, int] | None = None  # worker id and pid of the killed worker
         deadline = time.monotonic() + 60 + orders * 10
         while time.monotonic() < deadline:
             current = rows()
+            if victim is not None and (replacement := _replacement(store, *victim)) is not None:
+                phase = f"slot restarted as pid {replacement}; recovering"
+                victim = None
             report(phase, current)
             if all(r.state in FINISHED for r in current):
                 break
-            pids = {line.split()[2] for line in _read(ledger)}
-            if killed and pids - seen_pids:
-                phase = f"slot restarted as pid {min(pids - seen_pids)}; recovering"
-            if not killed and current[0].steps_done >= 2:
-                # A third step has begun: the worker running it dies mid-step.
-                task_id, call_id, victim = _read(ledger)[-1].split()
-                time.sleep(STEP_SECONDS / 2)
-                os.kill(int(victim), signal.SIGKILL)
-                killed = f"pid {victim} in {call_id} of {task_id}"
+            if not killed and current[0].steps_done >= 2 and (hit := _kill_mid_step(ledger)):
+                # Two steps of the first order are committed: a worker dies mid-step.
+                task_id, call_id, pid = hit
+                # (the latest registration with that pid: another store may hold old runs)
+                worker = max((w for w in store.workers() if w.pid == pid), key=lambda w: w.started_at)
+                victim = (worker.worker_id, pid)
+                killed = f"pid {pid} in {call_id} of {task_id}"
                 phase = f"SIGKILLed {killed}"
-            seen_pids = pids
             time.sleep(0.1)
     finally:
         assert pool.pid is not None
@@ -211,8 +215,63 @@ def run_demo(
     return DemoResult(final, killed)
 
 
-def _read(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
+def _read(path: Path) -> list[tuple[str, str, int, str]]:
+    """The ledger's lines as (task id, call id, pid, "start" or "end")."""
+    if not path.exists():
+        return []
+    return [(t, c, int(p), m) for t, c, p, m in (line.split() for line in path.read_text().splitlines())]
+
+
+def _in_flight(ledger: Path) -> list[tuple[str, str, int]]:
+    """Step bodies that started and have not ended, in the order they started."""
+    ended = {(t, c, p) for t, c, p, mark in _read(ledger) if mark == "end"}
+    return [(t, c, p) for t, c, p, mark in _read(ledger) if mark == "start" and (t, c, p) not in ended]
+
+
+def _kill_mid_step(ledger: Path) -> tuple[str, str, int] | None:
+    """SIGKILL the worker running the most recently started step body, or return None
+    when no body is in flight. Checking the ledger and then killing would race with the
+    body's end, so the worker is first stopped (SIGSTOP): once it is, its body cannot
+    end, and the ledger says for sure whether the kill lands mid-step. If the body ended
+    first, the worker is resumed (SIGCONT) and the caller tries again later."""
+    in_flight = _in_flight(ledger)
+    if not in_flight:
+        return None
+    hit = in_flight[-1]
+    os.kill(hit[2], signal.SIGSTOP)
+    _wait_stopped(hit[2])
+    if hit in _in_flight(ledger):
+        os.kill(hit[2], signal.SIGKILL)
+        return hit
+    os.kill(hit[2], signal.SIGCONT)
+    return None
+
+
+def _wait_stopped(pid: int) -> None:
+    """Wait until ``pid`` is stopped: a signal takes effect when the process next leaves
+    the kernel, so a write it is in the middle of may still land. Linux shows the state
+    in /proc; elsewhere a short sleep stands in."""
+    stat = Path(f"/proc/{pid}/stat")
+    if not stat.exists():
+        time.sleep(0.1)
+        return
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            if stat.read_text().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                return
+        except FileNotFoundError:
+            return  # it died
+        time.sleep(0.002)
+
+
+def _replacement(store: WorkflowStore, worker_id: str, killed_pid: int) -> int | None:
+    """The pid of the process that registered under ``worker_id`` after ``killed_pid``
+    (the supervisor restarts a slot under the same worker id), or None while there is none."""
+    for worker in store.workers():
+        if worker.worker_id == worker_id and worker.pid != killed_pid:
+            return worker.pid
+    return None
 
 
 def _row(record: TaskRecord, step_runs: int) -> DemoRow:

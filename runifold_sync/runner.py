@@ -140,9 +140,9 @@ class EmbeddedWorker(WorkflowWorker):
             raise
         self._cycle = cycle
 
-    def run_once(self, *, claim_next: bool = False) -> RunOutcome:
+    def run_once(self, *, claim_next: bool = False, stopping: CancellationToken | None = None) -> RunOutcome:
         with self._cycle():
-            return super().run_once(claim_next=claim_next)
+            return super().run_once(claim_next=claim_next, stopping=stopping)
 
     def close(self) -> None:
         try:

@@ -9,8 +9,10 @@ second (and reaps dead children as often). An idle child waits in the store's
 ``wait_for_work`` (woken by NOTIFY on PostgreSQL) for up to its backoff. A cycle that
 fails on an unreachable store is logged and retried after ``max_backoff`` in the same
 child. Shutdown (the token, SIGINT or SIGTERM) reaches children as SIGTERM, which only
-cancels their token: a started cycle finishes its lease protocol before the child exits,
-and an idle one stops within ``_IDLE_WAIT_SLICE_S``.
+cancels their token: a started cycle finishes its lease protocol before the child exits
+(its completion claiming no next task), an idle one stops within ``_IDLE_WAIT_SLICE_S``,
+and one still running after ``shutdown_grace`` is SIGKILLed, its task claimed again once
+its lease expires.
 """
 
 from __future__ import annotations
@@ -158,7 +160,7 @@ class WorkflowSupervisor:
                 self._spawn(slot, children, selector, crashes=0)
             while children or respawn_at:
                 if token.cancelled:
-                    self._stop_children(children, selector, counts)
+                    recycled += self._stop_children(children, selector, counts)
                     break
                 # Reports are read in batches: waking for each one cost the parent about
                 # 25 us of CPU per task, on the cores its busy children share.
@@ -167,12 +169,12 @@ class WorkflowSupervisor:
                 for pid, child, status in _reap(children):
                     self._drain(child, selector, counts)
                     code = os.waitstatus_to_exitcode(status)
+                    if code == _EXIT_RECYCLE:
+                        recycled += 1
                     if token.cancelled:
                         continue
                     crashes = 0
-                    if code == _EXIT_RECYCLE:
-                        recycled += 1
-                    else:
+                    if code != _EXIT_RECYCLE:
                         restarts += 1
                         quick = time.monotonic() - child.started < _QUICK_CRASH_S
                         crashes = child.crashes + 1 if quick else 0
@@ -242,14 +244,18 @@ class WorkflowSupervisor:
 
     def _stop_children(
         self, children: dict[int, _Child], selector: selectors.BaseSelector, counts: dict[str, Counter[str]]
-    ) -> None:
+    ) -> int:
+        """SIGTERM the children, wait out the grace, SIGKILL the rest. Returns how many
+        exited to be recycled (their last task was done as the stop came)."""
         for pid in children:
             _signal(pid, signal.SIGTERM)
+        recycled = 0
         deadline = time.monotonic() + self._config.shutdown_grace.total_seconds()
         while children and time.monotonic() < deadline:
             self._read_reports(selector, counts, timeout_s=0.05)
-            for _pid, child, _status in _reap(children):
+            for _pid, child, status in _reap(children):
                 self._drain(child, selector, counts)
+                recycled += os.waitstatus_to_exitcode(status) == _EXIT_RECYCLE
         for pid, child in list(children.items()):
             log.error(
                 "worker %s did not stop within the grace period; killing it",
@@ -260,6 +266,7 @@ class WorkflowSupervisor:
             os.waitpid(pid, 0)
             self._drain(child, selector, counts)
             del children[pid]
+        return recycled
 
 
 @attrs.define
@@ -325,11 +332,12 @@ def _child_main(
     due_but_unclaimable = False
     try:
         while not token.cancelled:
-            # Claim the next task with this one's completion unless this child stops
-            # (or is recycled) after the cycle; a stop during it hands that task back.
+            # Claim the next task with this one's completion unless this child is
+            # recycled after the cycle or stops: the worker checks the token again just
+            # before the completion, so a SIGTERM during the cycle makes no new claim.
             last = config.recycle_after_tasks is not None and tasks + 1 >= config.recycle_after_tasks
             try:
-                outcome = worker.run_once(claim_next=not (last or token.cancelled))
+                outcome = worker.run_once(claim_next=not last, stopping=token)
             except Exception:
                 # An unreachable store (a database restart) ends the cycle, not the child:
                 # the store reconnects, and a task the cycle held is claimed again once its

@@ -14,6 +14,7 @@ import socket
 import time
 from collections import deque
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -56,6 +57,9 @@ from .outcomes import (
     Yielded,
 )
 from .store.base import ClaimedTask, ClaimRequest, WorkflowStore
+
+if TYPE_CHECKING:
+    from .supervisor import CancellationToken
 
 log = logging.getLogger("runifold_sync.worker")
 
@@ -116,6 +120,7 @@ class WorkflowWorker:
         self._claim_batch = claim_batch
         self._ahead: deque[ClaimedTask] = deque()  # claimed in a batch, not run yet
         self._claim_next = False  # this cycle's run_once(claim_next=...)
+        self._stopping: CancellationToken | None = None  # this cycle's run_once(stopping=...)
         self._registered = False
         self._keeper = LeaseKeeper(
             store, lease_duration, heartbeat_interval.total_seconds(), f"runifold-heartbeat-{worker_id}"
@@ -156,14 +161,17 @@ class WorkflowWorker:
                     extra={"worker_id": str(self.worker_id)},
                 )
 
-    def run_once(self, *, claim_next: bool = False) -> RunOutcome:
+    def run_once(self, *, claim_next: bool = False, stopping: CancellationToken | None = None) -> RunOutcome:
         """Claim one ready task and run it until it completes, waits, fails or yields.
 
         ``claim_next`` is for a loop that calls again at once (the supervisor's children):
         a completion then also claims the next task, in the completion's transaction,
         which saves a commit per task; the next call runs that task, and :meth:`close`
-        hands it back unstarted."""
+        hands it back unstarted. ``stopping`` is that loop's stop token: once it is
+        cancelled (a SIGTERM during the cycle) the completion claims nothing, since a
+        stopping worker takes no new work."""
         self._claim_next = claim_next
+        self._stopping = stopping
         if not self._registered:  # in the process that runs, so after any fork
             definitions = sorted((d.workflow.name, d.workflow.version) for d in self.registry)
             self.store.register_worker(
@@ -364,7 +372,8 @@ class WorkflowWorker:
             if crashpoints.ARMED:
                 crashpoints.reached("before_transition", "complete")
             then_claim = None
-            if self._claim_next and not self._ahead:
+            stopping = self._stopping is not None and self._stopping.cancelled
+            if self._claim_next and not self._ahead and not stopping:
                 then_claim = ClaimRequest(self.worker_id, self.lease_duration, self._claim_batch)
             self._hold_ahead(
                 self.store.complete(

@@ -13,7 +13,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from runifold_sync import TaskOutcome, WorkerId
+from runifold_sync import LeaseDuration, TaskOutcome, WorkerId
 from runifold_sync.cli import main
 from runifold_sync.sqlite import SqliteWorkflowStore
 
@@ -191,6 +191,29 @@ def test_versions_preflight_exits_non_zero_when_the_app_lacks_a_referenced_versi
     assert code == 1 and "pool-flow v2: 1 queued" in out and "MISSING from app" in out
     code, out = _invoke("versions", "--database", url)  # without --app it only lists
     assert code == 0 and "pool-flow v1" in out
+
+
+def test_versions_preflight_fails_on_a_version_only_a_waiting_task_references(url: str) -> None:
+    """A task asleep on a timer or a signal resumes on the version it started with, so the
+    app must still carry that version even when no task of it is queued or leased."""
+    _invoke("enqueue", "pool-flow", "1", "--checkpoint-id", "v1", "--database", url)
+    _invoke("enqueue", "pool-flow", "2", "--checkpoint-id", "v2", "--database", url)
+    store = SqliteWorkflowStore.open(url.removeprefix("sqlite:///"))
+    for claimed in store.claim(WorkerId.parse("w-0"), LeaseDuration(timedelta(seconds=30)), limit=2):
+        if claimed.lease.task_id == "v2":
+            store.suspend(claimed.lease, claimed.revision, "{}", wake_at=None, reason="approval", signal="go")
+        else:
+            store.release(claimed.lease, delay=timedelta(0), reason="back")
+    store.close()
+    code, out = _invoke("versions", "--app", APP, "--database", url)
+    assert code == 1
+    assert (
+        "pool-flow v2: 0 queued, 0 leased, 1 waiting, 0 recoverable; "
+        "served by 0 live worker(s)  MISSING from app" in out
+    )
+    assert "pool-flow v1: 1 queued, 0 leased, 0 waiting, 0 recoverable; served by 0 live worker(s)\n" in out
+    code, out = _invoke("versions", "--app", APP, "--database", url, "--json")
+    assert code == 1 and json.loads(out)["missing"] == [{"name": "pool-flow", "version": 2}]
 
 
 def test_stats_json_reports_queues_tenant_holds_and_unserved_versions(url: str) -> None:

@@ -63,8 +63,14 @@ def test_referenced_versions_counts_unfinished_and_recoverable_tasks_only(store:
     _enqueue(store, "done", version=3)
     _enqueue(store, "broken", version=3)
     _enqueue(store, "ambiguous", version=4)
+    _enqueue(store, "napping")  # waits on a timer, beside q1's lease
+    _enqueue(store, "parked", version=5)  # waits for a signal: its version's only reference
     for c in store.claim(W1, LEASE, limit=10):
-        if c.lease.task_id == "done":
+        if c.lease.task_id == "napping":
+            store.suspend(c.lease, c.revision, "{}", wake_at=store.now() + timedelta(hours=1), reason="timer")
+        elif c.lease.task_id == "parked":
+            store.suspend(c.lease, c.revision, "{}", wake_at=None, reason="approval", signal="approve")
+        elif c.lease.task_id == "done":
             store.complete(c.lease, c.revision, "{}", "null")
         elif c.lease.task_id == "broken":
             store.fail(c.lease, c.revision, None, reason="boom")
@@ -73,9 +79,10 @@ def test_referenced_versions_counts_unfinished_and_recoverable_tasks_only(store:
         elif c.lease.task_id == "q2":
             store.release(c.lease, delay=timedelta(0), reason="back")
     assert store.referenced_versions() == [
-        VersionReference("orders", 1, queued=0, leased=1, waiting=0, recoverable=0),
+        VersionReference("orders", 1, queued=0, leased=1, waiting=1, recoverable=0),
         VersionReference("orders", 2, queued=1, leased=0, waiting=0, recoverable=0),
         VersionReference("orders", 4, queued=0, leased=0, waiting=0, recoverable=1),
+        VersionReference("orders", 5, queued=0, leased=0, waiting=1, recoverable=0),
     ]
 
 

@@ -25,7 +25,7 @@ import pytest
 
 django.setup()
 
-from django.core.management import call_command  # noqa: E402
+from django.core.management import ManagementUtility, call_command  # noqa: E402
 from django.core.management.base import CommandError  # noqa: E402
 from django.db import transaction  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
@@ -118,6 +118,22 @@ def test_enqueue_on_commit_checks_its_arguments_at_the_call(store: SqliteWorkflo
             enqueue_on_commit("order-intake", 0, 1)
         with pytest.raises(InvalidArgument, match="not JSON-serializable"):
             enqueue_on_commit("order-intake", 1, object())
+
+
+def test_manage_py_help_runworkflows_describes_the_command_and_each_option(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ManagementUtility(["manage.py", "help", "runworkflows"]).execute()
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert text.startswith("usage: manage.py runworkflows ")
+    assert "Run runifold workflow workers: a supervised pool of forked worker processes" in text
+    assert "The store and registry come from RUNIFOLD_DATABASE_URL and RUNIFOLD_APP." in text
+    for option, described in (
+        ("--concurrency CONCURRENCY", "Worker processes (default: RUNIFOLD_CONCURRENCY, else 1)."),
+        ("--once", "Claim and run one task in this process, then exit."),
+        ("--worker-id WORKER_ID", "Stable base id; pool workers are <base>-<slot> (default: the host name)."),
+    ):
+        assert f"{option} {described}" in text
 
 
 def test_runworkflows_once_completes_the_task_and_its_effect_updates_the_row(

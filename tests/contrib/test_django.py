@@ -25,6 +25,7 @@ EXPECTED = [
     "test_view_inside_a_rolled_back_transaction_enqueues_nothing",
     "test_view_in_autocommit_enqueues_when_its_atomic_block_commits",
     "test_enqueue_on_commit_checks_its_arguments_at_the_call",
+    "test_manage_py_help_runworkflows_describes_the_command_and_each_option",
     "test_runworkflows_once_completes_the_task_and_its_effect_updates_the_row",
     "test_runworkflows_once_fails_with_status_1_when_the_task_fails",
     "test_invalid_settings_are_a_command_error",

@@ -82,11 +82,20 @@ def _start_pool(
     return proc
 
 
-def test_config_rejects_bad_concurrency_and_backoff() -> None:
+def test_config_rejects_bad_concurrency_backoff_and_shutdown_grace() -> None:
     with pytest.raises(InvalidArgument, match="concurrency must be an integer >= 1, got 0"):
         WorkflowSupervisorConfig(0)
     with pytest.raises(InvalidArgument, match="above maximum"):
         WorkflowSupervisorConfig(2).with_backoff(timedelta(seconds=2), timedelta(seconds=1))
+    with pytest.raises(
+        InvalidArgument, match=r"shutdown grace must be positive, got datetime.timedelta\(0\)"
+    ):
+        WorkflowSupervisorConfig(2).with_shutdown_grace(timedelta(0))
+    with pytest.raises(InvalidArgument, match="shutdown grace must be a datetime.timedelta, got 30"):
+        WorkflowSupervisorConfig(2).with_shutdown_grace(30)  # type: ignore[arg-type]
+    assert WorkflowSupervisorConfig(2).with_shutdown_grace(timedelta(seconds=1)).shutdown_grace == timedelta(
+        seconds=1
+    )
 
 
 @pytest.mark.timeout(120)
@@ -128,6 +137,9 @@ def test_four_processes_drain_300_five_step_tasks(backend: Backend, ledger: Path
     assert all(store.get_task(t).result == n + pool_app.STEPS for n, t in enumerate(ids))
     runs = Counter((t, c) for t, c, _pid in _ledger(ledger))
     assert len(runs) == 300 * pool_app.STEPS and set(runs.values()) == {1}
+    # Four forked workers ran the steps; none ran in this (the supervisor's) process.
+    pids = {pid for _t, _c, pid in _ledger(ledger)}
+    assert len(pids) == 4 and os.getpid() not in pids
 
 
 @pytest.mark.timeout(90)
@@ -137,32 +149,136 @@ def test_stop_signal_ends_pool_within_lease_plus_grace_and_leaves_no_task_leased
     ledger: Path,
     pool: list[subprocess.Popen[str]],
     monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
     stop: signal.Signals,
 ) -> None:
-    """SIGTERM (a service manager) and SIGINT (Ctrl-C) both stop new claims and let
-    every started cycle finish its lease protocol."""
+    """SIGTERM (a service manager, to the supervisor) and SIGINT (Ctrl-C in a terminal,
+    which signals the whole foreground process group: supervisor and children) both stop
+    new claims and let every started cycle finish its lease protocol."""
     monkeypatch.setenv("POOL_STEP_SECONDS", "0.3")
     store = backend.open()
     ids = _enqueue(store, 40)
     lease_s, grace_s = 2.0, 10.0
-    proc = _start_pool(pool, backend.url, lease_s=lease_s, grace_s=grace_s)
+    stderr_path = tmp_path / "pool.stderr"
+    with stderr_path.open("w") as stderr:
+        proc = pool_app.spawn(backend.url, lease_s=lease_s, grace_s=grace_s, stderr=stderr)
+    pool.append(proc)
     deadline = time.monotonic() + 30
     while len(_ledger(ledger)) < 8 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _states(store, ids)["leased"] >= 1, "steps should be in flight when the signal arrives"
+    # Forked children stay in the supervisor's process group, so killpg reaches them too.
+    assert {os.getpgid(pid) for _t, _c, pid in _ledger(ledger)} == {proc.pid}
 
     stopped_at = time.monotonic()
-    proc.send_signal(stop)
+    if stop is signal.SIGINT:
+        os.killpg(proc.pid, stop)  # the pool runs in its own session: its own group
+    else:
+        proc.send_signal(stop)
     out, _ = proc.communicate(timeout=lease_s + grace_s + 5)
     elapsed = time.monotonic() - stopped_at
 
     assert proc.returncode == 0
     assert elapsed < lease_s + grace_s
+    # No child died of the signal (a crash is logged with a traceback) or was killed
+    # for overrunning the grace.
+    assert stderr_path.read_text() == ""
     assert json.loads(out)["outcomes"]["completed"] >= 1
     # Every started cycle ended with its lease protocol: nothing is left leased.
     states = _states(store, ids)
     assert states["leased"] == 0
     assert states["terminal"] + states["queued"] == len(ids)
+
+
+@pytest.mark.timeout(90)
+def test_sigterm_during_running_cycles_makes_no_claim_after_the_signal(
+    backend: Backend, ledger: Path, pool: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shutdown stops new claims (DESIGN 9): a child whose task is mid-step when SIGTERM
+    arrives completes that task, but the completion claims no next task with it (which
+    ``close()`` would only hand back). The signal lands while every child is inside a
+    step body, so each completion comes after it."""
+    monkeypatch.setenv("POOL_STEP_SECONDS", "0.3")
+    store = backend.open()
+    ids = _enqueue(store, 40)
+    proc = _start_pool(pool, backend.url, lease_s=2.0, grace_s=10.0)
+    deadline = time.monotonic() + 30
+    while len(_ledger(ledger)) < 8 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    started = {t for t, _c, _pid in _ledger(ledger)}
+    signalled_at = store.now()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+
+    assert proc.returncode == 0
+    events = [e for t in ids for e in store.history(t)]
+    late_claims = [
+        (e.task_id, e.worker_id, e.at) for e in events if e.kind == "claimed" and e.at > signalled_at
+    ]
+    assert late_claims == []
+    # The cycles running at the signal finished; every other task is untouched.
+    assert all(store.get_task(t).state is TaskState.TERMINAL for t in started)
+    states = _states(store, ids)
+    assert states["terminal"] == json.loads(out)["outcomes"]["completed"] >= len(started)
+    assert states["terminal"] + states["queued"] == len(ids)
+
+
+@pytest.mark.timeout(120)
+def test_children_overrunning_the_shutdown_grace_are_killed_and_their_tasks_complete_after_lease_expiry(
+    backend: Backend,
+    ledger: Path,
+    pool: list[subprocess.Popen[str]],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """A 5 s step outlasts a 1 s shutdown grace: the supervisor SIGKILLs the children at
+    the end of the grace and exits, and the tasks they held are claimed again (by a new
+    pool) once their leases expire, their interrupted first step running again."""
+    monkeypatch.setenv("POOL_STEP_SECONDS", "5")
+    store = backend.open()
+    ids = _enqueue(store, 2)
+    lease_s, grace_s = 2.0, 1.0
+    with (tmp_path / "pool.stderr").open("w") as stderr:
+        proc = pool_app.spawn(backend.url, lease_s=lease_s, grace_s=grace_s, concurrency=2, stderr=stderr)
+    pool.append(proc)
+    deadline = time.monotonic() + 30
+    while len(_ledger(ledger)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    children = {pid for _t, _c, pid in _ledger(ledger)}
+    assert len(children) == 2, "both children should be inside their first step"
+
+    stopped_at = time.monotonic()
+    signalled_at = store.now()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    elapsed = time.monotonic() - stopped_at
+
+    print(f"pool with a {grace_s} s grace stopped {elapsed:.3f} s after SIGTERM")
+    assert proc.returncode == 0
+    assert grace_s <= elapsed < grace_s + 3.0
+    assert json.loads(out)["outcomes"] == {}  # no cycle finished
+    for pid in children:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # killed, and reaped by the supervisor
+    log = (tmp_path / "pool.stderr").read_text()
+    for slot in (0, 1):
+        assert f"worker pool-{slot} did not stop within the grace period; killing it" in log
+    assert _states(store, ids) == {"leased": 2}  # held by dead workers until the leases expire
+
+    monkeypatch.setenv("POOL_STEP_SECONDS", "0")
+    second = _start_pool(pool, backend.url, lease_s=lease_s, grace_s=10.0, concurrency=2)
+    for task_id in ids:
+        _wait_terminal(store, task_id)
+    second.send_signal(signal.SIGTERM)
+    second.communicate(timeout=30)
+    for n, task_id in enumerate(ids):
+        assert store.get_task(task_id).result == n + pool_app.STEPS
+        takeover = [
+            e for e in store.history(task_id) if e.kind == "claimed" and e.detail.get("expired_owner")
+        ]
+        assert len(takeover) == 1 and takeover[0].at >= signalled_at + timedelta(seconds=grace_s)
+        first_steps = [pid for t, c, pid in _ledger(ledger) if t == task_id and c == "work#1"]
+        assert len(first_steps) == 2 and first_steps[0] in children and first_steps[1] not in children
 
 
 @pytest.mark.timeout(90)
