@@ -77,6 +77,7 @@ LIST_LIMIT = 10_000  # the store's most per list: the watcher samples at most th
 # A frozen worker stays stopped past its lease until its task has been claimed again (so the
 # stale-owner case is exercised, not left to the queue's luck), but never longer than this.
 TAKEOVER_WAIT_S = 15.0
+FREEZE_SEARCH_S = 20.0  # how long a stop looks for a child holding a lease
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -392,31 +393,63 @@ class Chaos:
         return live
 
     def perform(self, action: Action, busy: frozenset[str]) -> None:
-        """Do ``action``; a kill or stop prefers a child that held a lease when last
-        sampled, so most of them interrupt a task rather than an idle loop."""
+        """Do ``action``; a kill prefers a child that held a lease when last sampled, so
+        most kills interrupt a task rather than an idle loop; a stop waits for a child
+        that holds one (see ``_freeze_lease_holder``)."""
         if action.kind == "restart":
             self._restart_database()
             return
-        children = self.children()
-        deadline = time.monotonic() + 10
-        while not children and time.monotonic() < deadline:  # all dead or stopped: wait
-            time.sleep(0.01)
-            self.resume_due()
-            children = self.children()
+        if action.kind == "stop":
+            if not self._freeze_lease_holder(action):
+                self.stops_skipped += 1
+            return
+        children = self._running_children()
         if not children:
             _note(f"no running child to {action.kind}")
             return
         pids = sorted(pid for pid, worker_id in children.items() if worker_id in busy) or sorted(children)
         pid = pids[min(int(action.pick * len(pids)), len(pids) - 1)]
-        if action.kind == "kill":
-            os.kill(pid, signal.SIGKILL)
-            self.kills.append(Kill(time.time(), pid, children[pid]))
-        elif self._stop(pid):
+        os.kill(pid, signal.SIGKILL)
+        self.kills.append(Kill(time.time(), pid, children[pid]))
+
+    def _running_children(self) -> dict[int, str]:
+        """The live, running children, waiting a while when all are dead or stopped."""
+        children = self.children()
+        deadline = time.monotonic() + 10
+        while not children and time.monotonic() < deadline:
+            time.sleep(0.01)
+            self.resume_due()
+            children = self.children()
+        return children
+
+    def _freeze_lease_holder(self, action: Action) -> bool:
+        """SIGSTOP a child while it holds a lease, so the stop exercises a stale owner:
+        pick among the children the store shows holding one, stop it, and keep it
+        stopped only if it still holds that lease once frozen (otherwise resume it and
+        look again). Most of a chaos run's workers are idle between timers and signals,
+        so this may take a while; after FREEZE_SEARCH_S the stop is skipped."""
+        deadline = time.monotonic() + FREEZE_SEARCH_S
+        while time.monotonic() < deadline:
+            self.resume_due()
+            held = self._leases()
+            holding = {pid: wid for pid, wid in self._running_children().items() if wid in held}
+            if not holding:
+                time.sleep(0.02)
+                continue
+            pids = sorted(holding)
+            pid = pids[min(int(action.pick * len(pids)), len(pids) - 1)]
+            if not self._stop(pid):
+                continue
+            leases = self._leases().get(holding[pid], {})  # what it holds now that it cannot move
+            if not leases:
+                os.kill(pid, signal.SIGCONT)
+                continue
             self.stops += 1
             due = time.monotonic() + self.args.lease_s + action.stop_s
-            self.stopped[pid] = _Frozen(due, time.time(), children[pid], self._leases_of(children[pid]))
-        else:
-            self.stops_skipped += 1
+            self.stopped[pid] = _Frozen(due, time.time(), holding[pid], leases)
+            return True
+        _note("no child held a lease long enough to be frozen with it; stop skipped")
+        return False
 
     def _stop(self, pid: int) -> bool:
         """SIGSTOP ``pid``. On SQLite only at a moment it holds no write lock: a process
@@ -448,15 +481,27 @@ class Chaos:
         finally:
             conn.close()
 
-    def _leases_of(self, worker_id: str) -> dict[str, int]:
-        """Task id -> fencing token of each lease ``worker_id`` holds now (empty if the
-        store cannot say: the stop then simply lasts its planned time)."""
+    def _leases(self) -> dict[str, dict[str, int]]:
+        """Worker id -> {task id: fencing token} of the live leases its running process
+        holds now (empty if the store cannot say). A killed process leaves its leases in
+        the store under the worker id its replacement reuses until they expire; a lease
+        last extended before the latest kill of that id is the dead process's."""
         try:
             self.store = self.store or open_store(self.db.url)
             leased = self.store.list_tasks(state=TaskState.LEASED, definition=FLOW, limit=LIST_LIMIT)
+            now = self.store.now().timestamp()
         except Exception:
             return {}
-        return {r.task_id: r.fencing_token for r in leased if r.worker_id == worker_id}
+        killed_at = {kill.worker_id: kill.at for kill in self.kills}
+        held: dict[str, dict[str, int]] = {}
+        for record in leased:
+            if record.worker_id is None or record.lease_expires is None:
+                continue
+            expires = record.lease_expires.timestamp()
+            if expires <= now or expires - self.args.lease_s <= killed_at.get(record.worker_id, 0.0):
+                continue
+            held.setdefault(record.worker_id, {})[record.task_id] = record.fencing_token
+        return held
 
     def _taken_over(self, frozen: _Frozen) -> bool:
         """Whether every lease the stop froze has moved on (claimed again with a higher
