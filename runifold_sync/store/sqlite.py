@@ -353,7 +353,7 @@ class SqliteWorkflowStore(WorkflowStore):
         refusal = None
         with self._write() as (conn, now):
             params = {"task_id": task_id, "signal_id": signal_id, "name": name, "now": now}
-            task = conn.execute(_Q["lock_task_for_signal"], params).fetchone()
+            task = conn.execute(_Q["lock_task"], params).fetchone()
             if task is None:
                 raise TaskNotFound(task_id)
             refusal = rows.tenant_refusal(task, tenant)
