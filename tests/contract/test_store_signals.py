@@ -18,6 +18,7 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
+from runifold_sync.codec import to_json
 from runifold_sync.errors import SignalConflict, SignalRefused
 from runifold_sync.store.base import ClaimedTask
 from runifold_sync.store.rows import MAX_PENDING_SIGNALS
@@ -130,6 +131,35 @@ def test_signals_to_finished_or_missing_tasks_are_refused(store: WorkflowStore) 
     store.cancel("t1", actor="ops", reason="not needed")
     with pytest.raises(SignalRefused, match="the task is cancelled"):
         _send(store)
+
+
+@pytest.mark.parametrize("where", ["leased", "waiting with compensations to run"])
+def test_a_signal_to_a_task_being_cancelled_is_refused_and_recorded(store: WorkflowStore, where: str) -> None:
+    _task(store)
+    claimed = _claim(store)
+    if where == "leased":
+        answer = TaskState.LEASED
+    else:
+        undo = to_json({"undo": ["reserve#1"]})
+        store.suspend(claimed.lease, claimed.revision, undo, wake_at=None, reason="wait")
+        answer = TaskState.QUEUED  # handed to a worker that runs the compensation
+    assert store.cancel("t1", actor="ops", reason="customer left") is answer
+
+    with pytest.raises(SignalRefused, match="the task is being cancelled"):
+        _send(store)
+
+    assert store.pending_signals("t1", "approval") == []
+    refused = store.history("t1")[-1]
+    assert (refused.kind, refused.detail) == (
+        "signal_refused",
+        {
+            "signal_id": "s1",
+            "name": "approval",
+            "sender": "alice",
+            "reason": None,
+            "refused": "the task is being cancelled",
+        },
+    )
 
 
 def test_pending_signals_are_capped_per_task(store: WorkflowStore) -> None:
