@@ -735,7 +735,17 @@ class WorkflowContext:
             due = None if timeout is None else (now + timeout).timestamp()
             entry = JournalEntry(call_id, "signal", "pending", due=due)
             self._journal.append(entry)
-        for signal in self._store.pending_signals(self.task_id, name):
+        # The store keeps any name (it does not know the definition); the wait refuses the
+        # names the definition does not declare, so they leave the pending count, and leaves
+        # other declared names for their own wait.
+        workflow = self._definition.workflow
+        for signal in self._store.pending_signals(self.task_id):
+            if signal.name not in workflow.signals:
+                note = f"signal {signal.name!r} is not declared by {workflow!r}"
+                self._consume(signal, call_id, accepted=False, note=note)
+                continue
+            if signal.name != name:
+                continue
             payload = from_json(signal.payload_json)
             refused = refusal(signal, payload)
             if refused is None:

@@ -544,10 +544,11 @@ class PostgresWorkflowStore(WorkflowStore):
             if wake_at is not None or woken:  # idle workers recompute the earliest due time
                 conn.execute(_Q["notify_work"])
 
-    def pending_signals(self, task_id: str, name: str) -> list[Signal]:
+    def pending_signals(self, task_id: str, name: str | None = None) -> list[Signal]:
+        query = "all_pending_signals" if name is None else "pending_signals"
         return [
             Signal(r["signal_id"], r["name"], r["payload"], r["sender"], r["reason"], _utc(r["sent_at"]))
-            for r in self._all("pending_signals", {"task_id": task_id, "name": name})
+            for r in self._all(query, {"task_id": task_id, "name": name})
         ]
 
     def consume_signal(

@@ -545,10 +545,11 @@ class SqliteWorkflowStore(WorkflowStore):
             {"reason": reason},
         )
 
-    def pending_signals(self, task_id: str, name: str) -> list[Signal]:
+    def pending_signals(self, task_id: str, name: str | None = None) -> list[Signal]:
+        query = "all_pending_signals" if name is None else "pending_signals"
         return [
             Signal(r["signal_id"], r["name"], r["payload"], r["sender"], r["reason"], _at(r["sent_at"]))
-            for r in self._run("pending_signals", {"task_id": task_id, "name": name})
+            for r in self._run(query, {"task_id": task_id, "name": name})
         ]
 
     def consume_signal(

@@ -99,6 +99,21 @@ def test_a_resumed_task_reports_how_long_and_on_what_it_waited(store: WorkflowSt
     assert resumed.claimed_at >= timer_set_at
 
 
+def test_pending_signals_without_a_name_lists_every_unconsumed_one_oldest_first(
+    store: WorkflowStore,
+) -> None:
+    _task(store)
+    for signal_id, name in (("s1", "approval"), ("s2", "typo"), ("s3", "approval")):
+        store.send_signal("t1", name, None, signal_id=signal_id, sender="alice", tenant="acme")
+    claimed = _claim(store)
+    store.consume_signal(claimed.lease, claimed.revision, "{}", "s1", accepted=True, note="taken")
+
+    pending = store.pending_signals("t1")
+
+    assert [(s.signal_id, s.name) for s in pending] == [("s2", "typo"), ("s3", "approval")]
+    assert [s.signal_id for s in store.pending_signals("t1", "approval")] == ["s3"]
+
+
 def test_a_signal_of_another_name_does_not_wake_the_task(store: WorkflowStore) -> None:
     _task(store)
     _wait_for_signal(store, _claim(store))

@@ -318,6 +318,11 @@ SELECT signal_id, name, payload_text AS payload, sender, reason, sent_at FROM ru
 WHERE task_id = %(task_id)s AND name = %(name)s AND consumed_at IS NULL
 ORDER BY sent_at, signal_id;
 
+-- name: all_pending_signals
+SELECT signal_id, name, payload_text AS payload, sender, reason, sent_at FROM runifold_signals
+WHERE task_id = %(task_id)s AND consumed_at IS NULL
+ORDER BY sent_at, signal_id;
+
 -- name: consume_signal
 UPDATE runifold_signals SET consumed_at = %(now)s
 WHERE task_id = %(task_id)s AND signal_id = %(signal_id)s AND consumed_at IS NULL

@@ -227,6 +227,11 @@ SELECT signal_id, name, payload, sender, reason, sent_at FROM runifold_signals
 WHERE task_id = :task_id AND name = :name AND consumed_at IS NULL
 ORDER BY sent_at, signal_id;
 
+-- name: all_pending_signals
+SELECT signal_id, name, payload, sender, reason, sent_at FROM runifold_signals
+WHERE task_id = :task_id AND consumed_at IS NULL
+ORDER BY sent_at, signal_id;
+
 -- name: consume_signal
 UPDATE runifold_signals SET consumed_at = :now
 WHERE task_id = :task_id AND signal_id = :signal_id AND consumed_at IS NULL
