@@ -374,6 +374,7 @@ class WorkflowContext:
             with self._progress.lock:
                 self._journal.append(entry)
             self.commit(f"{call_id}:intent")  # durable before the outside world is touched
+            self._continue_after_intent(entry)
         else:
             self._boundary()
             known = self._known_outcome(spec, entry, args, kwargs)
@@ -382,6 +383,21 @@ class WorkflowContext:
                 return self._finish_effect(spec, entry, output, evidence)
         output = self._execute(spec, call_id, entry.key, args, kwargs)
         return self._finish_effect(spec, entry, output, "ran")
+
+    def _continue_after_intent(self, entry: JournalEntry) -> None:
+        """The intent's commit may have answered with a cancel (or the branch was stopped
+        meanwhile): checked again here, so the body is not called once the task is to stop.
+        The intent is then taken back out of the journal, so the checkpoint the task ends
+        with records the effect as never called rather than as interrupted mid-call (which
+        a replay would have to reconcile or fail closed on). Only if this worker dies before
+        that checkpoint is written does the intent stay; a cancelled task never replays its
+        main function, so it is then only a conservative record."""
+        try:
+            self._check_continue()
+        except (CancelRequested, BranchStopped):
+            with self._progress.lock:
+                self._journal.remove(entry)
+            raise
 
     def _known_outcome(
         self, spec: StepSpec, entry: JournalEntry, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -719,7 +735,17 @@ class WorkflowContext:
             due = None if timeout is None else (now + timeout).timestamp()
             entry = JournalEntry(call_id, "signal", "pending", due=due)
             self._journal.append(entry)
-        for signal in self._store.pending_signals(self.task_id, name):
+        # The store keeps any name (it does not know the definition); the wait refuses the
+        # names the definition does not declare, so they leave the pending count, and leaves
+        # other declared names for their own wait.
+        workflow = self._definition.workflow
+        for signal in self._store.pending_signals(self.task_id):
+            if signal.name not in workflow.signals:
+                note = f"signal {signal.name!r} is not declared by {workflow!r}"
+                self._consume(signal, call_id, accepted=False, note=note)
+                continue
+            if signal.name != name:
+                continue
             payload = from_json(signal.payload_json)
             refused = refusal(signal, payload)
             if refused is None:

@@ -387,8 +387,10 @@ class WorkflowStore(abc.ABC):
         :class:`CancelPending` while a cancel is requested."""
 
     @abc.abstractmethod
-    def pending_signals(self, task_id: str, name: str) -> list[Signal]:
-        """Signals named ``name`` not yet consumed, oldest first."""
+    def pending_signals(self, task_id: str, name: str | None = None) -> list[Signal]:
+        """Signals not yet consumed, oldest first: those named ``name``, or all of them
+        when ``name`` is None (a wait reads them all, to refuse the names its definition
+        does not declare)."""
 
     @abc.abstractmethod
     def consume_signal(

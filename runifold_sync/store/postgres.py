@@ -320,7 +320,7 @@ class PostgresWorkflowStore(WorkflowStore):
         refusal = None
         with self._pool.transaction() as conn:
             params = {"task_id": task_id, "signal_id": signal_id, "name": name}
-            task = conn.execute(_Q["lock_task_for_signal"], params).fetchone()
+            task = conn.execute(_Q["lock_task"], params).fetchone()
             if task is None:
                 raise TaskNotFound(task_id)
             refusal = rows.tenant_refusal(task, tenant)
@@ -354,6 +354,11 @@ class PostgresWorkflowStore(WorkflowStore):
         detail = {"actor": actor, "reason": _free_text(reason)}
         with self._pool.transaction() as conn:
             params = {"task_id": task_id, "reason": note}
+            # Lock the row first. Unlocked, a worker's suspend, retry or yield could commit
+            # between the UPDATEs below (leased when the first looked, waiting when the
+            # last did) and an unfinished task would be refused as not cancellable.
+            if conn.execute(_Q["lock_task"], params).fetchone() is None:
+                raise TaskNotFound(task_id)
             cancelled = conn.execute(_Q["cancel_unleased"], params).fetchone()
             if cancelled is not None:
                 _event(conn, cancelled["at"], task_id, "cancelled", None, None, detail)
@@ -539,10 +544,11 @@ class PostgresWorkflowStore(WorkflowStore):
             if wake_at is not None or woken:  # idle workers recompute the earliest due time
                 conn.execute(_Q["notify_work"])
 
-    def pending_signals(self, task_id: str, name: str) -> list[Signal]:
+    def pending_signals(self, task_id: str, name: str | None = None) -> list[Signal]:
+        query = "all_pending_signals" if name is None else "pending_signals"
         return [
             Signal(r["signal_id"], r["name"], r["payload"], r["sender"], r["reason"], _utc(r["sent_at"]))
-            for r in self._all("pending_signals", {"task_id": task_id, "name": name})
+            for r in self._all(query, {"task_id": task_id, "name": name})
         ]
 
     def consume_signal(

@@ -180,6 +180,8 @@ def signal_refusal(task: Row, pending: int, cap: int) -> str | None:
     """Why a task may not take a new signal, or None. Checked before a delivery is kept."""
     if task["state"] in ("terminal", "cancelled"):
         return f"the task is {task['state']}"
+    if task["cancel_requested"] is not None:  # no wait of it will run again to take it
+        return "the task is being cancelled"
     if pending >= cap:
         return f"the task already has {pending} pending signals (limit {cap})"
     return None

@@ -354,7 +354,7 @@ class SqliteWorkflowStore(WorkflowStore):
         refusal = None
         with self._write() as (conn, now):
             params = {"task_id": task_id, "signal_id": signal_id, "name": name, "now": now}
-            task = conn.execute(_Q["lock_task_for_signal"], params).fetchone()
+            task = conn.execute(_Q["lock_task"], params).fetchone()
             if task is None:
                 raise TaskNotFound(task_id)
             refusal = rows.tenant_refusal(task, tenant)
@@ -546,10 +546,11 @@ class SqliteWorkflowStore(WorkflowStore):
             {"reason": reason},
         )
 
-    def pending_signals(self, task_id: str, name: str) -> list[Signal]:
+    def pending_signals(self, task_id: str, name: str | None = None) -> list[Signal]:
+        query = "all_pending_signals" if name is None else "pending_signals"
         return [
             Signal(r["signal_id"], r["name"], r["payload"], r["sender"], r["reason"], _at(r["sent_at"]))
-            for r in self._run("pending_signals", {"task_id": task_id, "name": name})
+            for r in self._run(query, {"task_id": task_id, "name": name})
         ]
 
     def consume_signal(

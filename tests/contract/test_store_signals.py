@@ -18,6 +18,7 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
+from runifold_sync.codec import to_json
 from runifold_sync.errors import SignalConflict, SignalRefused
 from runifold_sync.store.base import ClaimedTask
 from runifold_sync.store.rows import MAX_PENDING_SIGNALS
@@ -98,6 +99,21 @@ def test_a_resumed_task_reports_how_long_and_on_what_it_waited(store: WorkflowSt
     assert resumed.claimed_at >= timer_set_at
 
 
+def test_pending_signals_without_a_name_lists_every_unconsumed_one_oldest_first(
+    store: WorkflowStore,
+) -> None:
+    _task(store)
+    for signal_id, name in (("s1", "approval"), ("s2", "typo"), ("s3", "approval")):
+        store.send_signal("t1", name, None, signal_id=signal_id, sender="alice", tenant="acme")
+    claimed = _claim(store)
+    store.consume_signal(claimed.lease, claimed.revision, "{}", "s1", accepted=True, note="taken")
+
+    pending = store.pending_signals("t1")
+
+    assert [(s.signal_id, s.name) for s in pending] == [("s2", "typo"), ("s3", "approval")]
+    assert [s.signal_id for s in store.pending_signals("t1", "approval")] == ["s3"]
+
+
 def test_a_signal_of_another_name_does_not_wake_the_task(store: WorkflowStore) -> None:
     _task(store)
     _wait_for_signal(store, _claim(store))
@@ -130,6 +146,35 @@ def test_signals_to_finished_or_missing_tasks_are_refused(store: WorkflowStore) 
     store.cancel("t1", actor="ops", reason="not needed")
     with pytest.raises(SignalRefused, match="the task is cancelled"):
         _send(store)
+
+
+@pytest.mark.parametrize("where", ["leased", "waiting with compensations to run"])
+def test_a_signal_to_a_task_being_cancelled_is_refused_and_recorded(store: WorkflowStore, where: str) -> None:
+    _task(store)
+    claimed = _claim(store)
+    if where == "leased":
+        answer = TaskState.LEASED
+    else:
+        undo = to_json({"undo": ["reserve#1"]})
+        store.suspend(claimed.lease, claimed.revision, undo, wake_at=None, reason="wait")
+        answer = TaskState.QUEUED  # handed to a worker that runs the compensation
+    assert store.cancel("t1", actor="ops", reason="customer left") is answer
+
+    with pytest.raises(SignalRefused, match="the task is being cancelled"):
+        _send(store)
+
+    assert store.pending_signals("t1", "approval") == []
+    refused = store.history("t1")[-1]
+    assert (refused.kind, refused.detail) == (
+        "signal_refused",
+        {
+            "signal_id": "s1",
+            "name": "approval",
+            "sender": "alice",
+            "reason": None,
+            "refused": "the task is being cancelled",
+        },
+    )
 
 
 def test_pending_signals_are_capped_per_task(store: WorkflowStore) -> None:

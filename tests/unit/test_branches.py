@@ -165,13 +165,15 @@ def test_waits_inside_a_branch_fail_the_task_with_a_clear_reason(store: Workflow
     assert isinstance(outcome, Failed) and "durable waits belong in the main function" in outcome.reason
 
 
-def _race_workflow(ran: list[str], release: threading.Event, safe: list[str]) -> Workflow:
+def _race_workflow(store: WorkflowStore, ran: list[str], safe: list[str]) -> Workflow:
     workflow = Workflow("race-flow", 1)
     plodding = threading.Event()
+    writing = threading.Event()
 
     @workflow.step()
     def quick(ctx: StepContext) -> str:
-        assert plodding.wait(10)  # win while the slow branch is inside its first step
+        # Win while the slow branch is inside its first step and the effect's body runs.
+        assert plodding.wait(10) and writing.wait(10)
         ran.append(ctx.call_id)
         return "quick"
 
@@ -184,8 +186,14 @@ def _race_workflow(ran: list[str], release: threading.Event, safe: list[str]) ->
     @workflow.effect(idempotent=False)
     def write(ctx: StepContext) -> str:
         ran.append(ctx.call_id)
-        assert release.wait(10)
+        writing.set()
+        assert _await_winner(store, ctx.task_id) == "quick"  # still in flight when the race is won
         return "written"
+
+    @workflow.step()
+    def record_receipt(ctx: StepContext, receipt: str) -> str:
+        ran.append(ctx.call_id)
+        return f"{receipt}, receipt kept"
 
     def slow(bctx: WorkflowContext) -> str:
         for _ in range(5):
@@ -193,7 +201,8 @@ def _race_workflow(ran: list[str], release: threading.Event, safe: list[str]) ->
         return "slow"
 
     def effect(bctx: WorkflowContext) -> str:
-        return write(bctx)
+        # A step after the effect: only a loser that is left to finish reaches it.
+        return record_receipt(bctx, write(bctx))
 
     @workflow.main
     def main(ctx: WorkflowContext, _input: None) -> list[Any]:
@@ -208,20 +217,24 @@ def _race_workflow(ran: list[str], release: threading.Event, safe: list[str]) ->
 @pytest.mark.timeout(30)
 def test_race_records_the_first_success_and_stops_only_safe_losers(store: WorkflowStore) -> None:
     ran: list[str] = []
-    release = threading.Event()
-    worker = _worker(store, _race_workflow(ran, release, ["slow"]))
+    worker = _worker(store, _race_workflow(store, ran, ["slow"]))
     store.enqueue(WorkflowTask.new("race-flow", 1, None, checkpoint_id="race1"))
-    timer = threading.Timer(0.5, release.set)  # the effect finishes well after the winner
-    timer.start()
     assert worker.run_once() == Completed("race1", ["quick", "quick"])
-    timer.join()
     # The safe loser stopped at a step boundary; the unsafe one held an in-flight
     # non-idempotent effect and was left to finish.
     assert ran.count("race#1/slow/plod#1") == 1 and "race#1/slow/plod#5" not in ran
     assert ran.count("race#1/effect/write#1") == 1
-    race = _checkpoint(store, "race1").journal[0]
+    assert ran.count("race#1/effect/record_receipt#1") == 1  # it ran on past the effect
+    checkpoint = _checkpoint(store, "race1")
+    race = checkpoint.journal[0]
     assert race.output["winner"] == "quick"
     assert race.output["superseded"] == ["effect"] and race.output["cancelled"] == ["slow"]
+    receipt = checkpoint.branch_journals["race#1/effect"][-1]
+    assert (receipt.call_id, receipt.status, receipt.output) == (
+        "race#1/effect/record_receipt#1",
+        "done",
+        "written, receipt kept",
+    )
 
 
 def _sharing(costs: dict[str, list[float]], reserve: dict[str, Budget]) -> Workflow:
@@ -401,9 +414,18 @@ def test_a_race_loser_with_a_non_idempotent_effect_in_flight_is_not_cancelled_an
         winner_seen_while_in_flight.append(str(_await_winner(store, ctx.task_id)))
         return "charged"
 
+    @workflow.step()
+    def record_receipt(ctx: StepContext, charge: str) -> str:
+        writes.append(ctx.call_id)
+        return f"receipt for {charge}"
+
+    def charge(bctx: WorkflowContext) -> str:
+        # The step after the effect is what a cancelled loser would never reach.
+        return record_receipt(bctx, charge_card(bctx))
+
     @workflow.main
     def main(ctx: WorkflowContext, _input: None) -> list[Any]:
-        winner, result = ctx.race({"quick": lambda b: quick(b), "charge": lambda b: charge_card(b)})
+        winner, result = ctx.race({"quick": lambda b: quick(b), "charge": charge})
         return [winner, result]
 
     worker = _worker(store, workflow)
@@ -411,16 +433,16 @@ def test_a_race_loser_with_a_non_idempotent_effect_in_flight_is_not_cancelled_an
 
     assert worker.run_once() == Completed("rf", ["quick", "quick"])
     assert winner_seen_while_in_flight == ["quick"]  # decided and durable while it ran
-    assert writes == ["race#1/charge/charge_card#1"]  # ran once, to the end
+    # The effect ran once and the loser went on to its next step: it was not stopped.
+    assert writes == ["race#1/charge/charge_card#1", "race#1/charge/record_receipt#1"]
     checkpoint = _checkpoint(store, "rf")
     race = checkpoint.journal[0]
     assert (race.output["superseded"], race.output["cancelled"]) == (["charge"], [])
-    (effect,) = checkpoint.branch_journals["race#1/charge"]
-    assert (effect.call_id, effect.status, effect.output) == (
-        "race#1/charge/charge_card#1",
-        "done",
-        "charged",
-    )
+    effect, receipt = checkpoint.branch_journals["race#1/charge"]
+    assert [(e.call_id, e.status, e.output) for e in (effect, receipt)] == [
+        ("race#1/charge/charge_card#1", "done", "charged"),
+        ("race#1/charge/record_receipt#1", "done", "receipt for charged"),
+    ]
 
 
 @pytest.mark.timeout(60)

@@ -318,6 +318,11 @@ SELECT signal_id, name, payload_text AS payload, sender, reason, sent_at FROM ru
 WHERE task_id = %(task_id)s AND name = %(name)s AND consumed_at IS NULL
 ORDER BY sent_at, signal_id;
 
+-- name: all_pending_signals
+SELECT signal_id, name, payload_text AS payload, sender, reason, sent_at FROM runifold_signals
+WHERE task_id = %(task_id)s AND consumed_at IS NULL
+ORDER BY sent_at, signal_id;
+
 -- name: consume_signal
 UPDATE runifold_signals SET consumed_at = %(now)s
 WHERE task_id = %(task_id)s AND signal_id = %(signal_id)s AND consumed_at IS NULL
@@ -372,9 +377,10 @@ WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'lea
     AND t.lease_expires > clock.now AND t.revision = %(revision)s
 RETURNING clock.now AS at, t.reason;
 
--- name: lock_task_for_signal
--- Serializes deliveries to one task, so the pending-signal cap counts exactly.
-SELECT tenant, state FROM runifold_tasks WHERE task_id = %(task_id)s FOR UPDATE;
+-- name: lock_task
+-- Serializes deliveries and cancels of one task: the pending-signal cap counts exactly,
+-- and a worker's suspend, retry or yield cannot move the row between a cancel's checks.
+SELECT tenant, state, cancel_requested FROM runifold_tasks WHERE task_id = %(task_id)s FOR UPDATE;
 
 -- name: wake_if_signal_pending
 UPDATE runifold_tasks AS t SET ready_at = %(now)s

@@ -227,6 +227,11 @@ SELECT signal_id, name, payload, sender, reason, sent_at FROM runifold_signals
 WHERE task_id = :task_id AND name = :name AND consumed_at IS NULL
 ORDER BY sent_at, signal_id;
 
+-- name: all_pending_signals
+SELECT signal_id, name, payload, sender, reason, sent_at FROM runifold_signals
+WHERE task_id = :task_id AND consumed_at IS NULL
+ORDER BY sent_at, signal_id;
+
 -- name: consume_signal
 UPDATE runifold_signals SET consumed_at = :now
 WHERE task_id = :task_id AND signal_id = :signal_id AND consumed_at IS NULL
@@ -268,9 +273,9 @@ WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
     AND lease_expires > :now AND revision = :revision
 RETURNING reason;
 
--- name: lock_task_for_signal
+-- name: lock_task
 -- BEGIN IMMEDIATE already serializes writers: a plain read is enough here.
-SELECT tenant, state FROM runifold_tasks WHERE task_id = :task_id;
+SELECT tenant, state, cancel_requested FROM runifold_tasks WHERE task_id = :task_id;
 
 -- name: register_worker
 INSERT INTO runifold_workers (worker_id, host, pid, started_at, last_seen, stopped_at, definitions)
