@@ -10,6 +10,7 @@ they fail: a backend test that quietly skips is a hole in CI.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -21,6 +22,7 @@ import psycopg
 import pytest
 
 from runifold_sync import WorkflowStore, open_store
+from runifold_sync.postgres import PostgresWorkflowStore
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 BACKENDS = ["sqlite", "postgres"]
@@ -113,3 +115,27 @@ class Clock:
 @pytest.fixture
 def clock(store: WorkflowStore) -> Clock:
     return Clock(store)
+
+
+@pytest.fixture
+def pg(postgres_url: str) -> Iterator[PostgresWorkflowStore]:
+    """A PostgreSQL store on a fresh database, for tests of that backend alone."""
+    store = PostgresWorkflowStore.connect(postgres_url, max_size=4)
+    yield store
+    store.close()
+
+
+def wait_until_blocked_on_a_lock(url: str, what: str, timeout_s: float = 20.0) -> None:
+    """Return once some session of the database at ``url`` waits on a lock: the call a
+    race test started in another thread has reached the row the test holds."""
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'"
+            ).fetchone()
+            if row is not None and row[0]:
+                return
+            time.sleep(0.01)
+    raise AssertionError(f"{what} never blocked on the task row")

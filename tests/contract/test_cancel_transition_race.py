@@ -13,8 +13,6 @@ statement and holds its transaction open until the cancel is blocked on the row 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -22,31 +20,12 @@ import psycopg
 import pytest
 
 import runifold_sync.store.postgres as pg_store
-from runifold_sync import LeaseDuration, TaskState, WorkerId, WorkflowTask, open_store
+from runifold_sync import LeaseDuration, TaskState, WorkerId, WorkflowTask
 from runifold_sync.store.base import WorkflowStore
 
+from .conftest import wait_until_blocked_on_a_lock
+
 NOTE = "cancelled by ops: customer left"
-
-
-@pytest.fixture
-def pg(postgres_url: str) -> Iterator[WorkflowStore]:
-    store = open_store(postgres_url)
-    yield store
-    store.close()
-
-
-def _await_blocked_on_lock(url: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    with psycopg.connect(url, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock'"
-            ).fetchone()
-            if row is not None and row[0]:
-                return
-            time.sleep(0.01)
-    raise AssertionError("the cancel never blocked on the task row")
 
 
 # The worker's end of a run, as the store runs it: (query, its parameters, the state it leaves).
@@ -87,7 +66,7 @@ def test_a_cancel_blocked_behind_the_workers_end_of_a_run_cancels_the_task(
         state = worker_conn.execute("SELECT state FROM runifold_tasks WHERE task_id = 't1'").fetchone()
         assert state == (left_in,)
         canceller.start()
-        _await_blocked_on_lock(postgres_url)  # the cancel waits for this transaction
+        wait_until_blocked_on_a_lock(postgres_url, "the cancel")  # the cancel waits for this transaction
         assert answers == []
     canceller.join(timeout=30)
 

@@ -23,13 +23,6 @@ LEASE = LeaseDuration(timedelta(seconds=30))
 W1 = WorkerId.parse("worker-1")
 
 
-@pytest.fixture
-def pg(postgres_url: str) -> Iterator[PostgresWorkflowStore]:
-    store = PostgresWorkflowStore.connect(postgres_url, max_size=4)
-    yield store
-    store.close()
-
-
 def task(task_id: str = "t1", value: Any = None) -> WorkflowTask:
     return WorkflowTask.new("orders", 1, value or {"order_id": task_id}, checkpoint_id=task_id)
 

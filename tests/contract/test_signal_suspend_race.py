@@ -15,38 +15,16 @@ pauses (before its commit) until the suspend is blocked on the row lock.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-import psycopg
 import pytest
 
 import runifold_sync.store.postgres as pg_store
 from runifold_sync import LeaseDuration, TaskState, WorkerId, WorkflowTask, open_store
 from runifold_sync.store.base import WorkflowStore
 
-
-@pytest.fixture
-def pg(postgres_url: str) -> Iterator[WorkflowStore]:
-    store = open_store(postgres_url)
-    yield store
-    store.close()
-
-
-def _blocked_on_lock(url: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    with psycopg.connect(url, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock'"
-            ).fetchone()
-            if row is not None and row[0]:
-                return
-            time.sleep(0.01)
-    raise AssertionError("the suspend never blocked on the task row")
+from .conftest import wait_until_blocked_on_a_lock
 
 
 @pytest.mark.timeout(60)
@@ -74,7 +52,7 @@ def test_signal_delivered_while_the_worker_suspends_for_it_wakes_the_task(
         original(conn, at, task_id, kind, *rest)
         if kind == "signal_received":  # the delivery holds the row lock and has not committed
             thread.start()
-            _blocked_on_lock(postgres_url)
+            wait_until_blocked_on_a_lock(postgres_url, "the suspend")
 
     monkeypatch.setattr(pg_store, "_event", event_then_let_the_suspend_block)
     pg.send_signal("t1", "go", {"ok": True}, signal_id="s1", sender="test")
