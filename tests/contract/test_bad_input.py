@@ -4,6 +4,7 @@ stuck, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -101,6 +102,66 @@ def test_names_with_sql_metacharacters_are_stored_as_plain_text(store: WorkflowS
     record = store.get_task(SQL_NAME)
     assert (record.definition_name, record.tenant, record.input) == (SQL_NAME, SQL_NAME, {"q": SQL_NAME})
     assert [t.task_id for t in store.list_tasks(tenant=SQL_NAME)] == [SQL_NAME]
+
+
+def _noop(ctx: StepContext) -> None:
+    return None
+
+
+# By case: the field as the error names it, and a call that passes ``bad`` in it, to
+# the store (enqueue, signal, operator actions) or to the authoring API a worker's
+# registry is built from.
+NAMED_FIELDS: dict[str, tuple[str, Callable[[WorkflowStore, str], object]]] = {
+    "tenant": ("tenant", lambda store, bad: store.enqueue(WorkflowTask.new("counted", 1, 1, tenant=bad))),
+    "checkpoint-id": (
+        "checkpoint id",
+        lambda store, bad: store.enqueue(WorkflowTask.new("counted", 1, 1, checkpoint_id=bad)),
+    ),
+    "workflow-name": ("workflow name", lambda store, bad: store.enqueue(WorkflowTask.new(bad, 1, 1))),
+    "signal-name": (
+        "signal name",
+        lambda store, bad: store.send_signal("sibling", bad, 1, signal_id="s1", sender="ops"),
+    ),
+    "signal-id": (
+        "signal id",
+        lambda store, bad: store.send_signal("sibling", "go", 1, signal_id=bad, sender="ops"),
+    ),
+    "sender": (
+        "sender",
+        lambda store, bad: store.send_signal("sibling", "go", 1, signal_id="s1", sender=bad),
+    ),
+    "signal-tenant": (
+        "tenant",
+        lambda store, bad: store.send_signal("sibling", "go", 1, signal_id="s1", sender="ops", tenant=bad),
+    ),
+    "signal-reason": (
+        "reason",
+        lambda store, bad: store.send_signal("sibling", "go", 1, signal_id="s1", sender="ops", reason=bad),
+    ),
+    "cancel-actor": ("actor", lambda store, bad: store.cancel("sibling", bad, "no longer needed")),
+    "requeue-reason": ("reason", lambda store, bad: store.requeue("sibling", actor="ops", reason=bad)),
+    "declared-signal": ("signal name", lambda store, bad: Workflow("named", 1, signals=[bad])),
+    "step-id": ("step id", lambda store, bad: Workflow("named", 1).step(bad)(_noop)),
+    "effect-id": ("effect id", lambda store, bad: Workflow("named", 1).effect(bad, idempotent=True)(_noop)),
+}
+
+
+@pytest.mark.parametrize("bad", ["go\nnow", "esc\x1b[31m", "rtl\u202eevil", "del\x7f"])
+@pytest.mark.parametrize("case", NAMED_FIELDS)
+def test_a_name_with_control_characters_is_refused_naming_its_field_and_a_sibling_still_completes(
+    store: WorkflowStore, case: str, bad: str
+) -> None:
+    store.enqueue(WorkflowTask.new("counted", 1, 1, checkpoint_id="sibling"))
+    history = store.history("sibling")
+    field, attempt = NAMED_FIELDS[case]
+    with pytest.raises(
+        InvalidArgument, match=f"^{field} contains control characters: {re.escape(repr(bad))}$"
+    ):
+        attempt(store, bad)
+
+    assert [t.task_id for t in store.list_tasks()] == ["sibling"]
+    assert store.history("sibling") == history  # nothing recorded, not even a refusal
+    assert _run_all(_worker(store, counted), 1) == {"sibling": Completed("sibling", 2)}
 
 
 TOO_DEEP = f"nests deeper than {MAX_NESTING_DEPTH} levels"
