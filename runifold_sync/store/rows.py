@@ -15,7 +15,14 @@ from typing import Any, Protocol
 
 from ..admission import TenantAdmission, TenantBudget, TenantPolicy
 from ..codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
-from ..errors import EnqueueConflict, InvalidArgument, InvalidState
+from ..errors import (
+    EnqueueConflict,
+    InvalidArgument,
+    InvalidState,
+    RunifoldError,
+    SignalRefused,
+    TaskNotFound,
+)
 from ..models import MAX_INPUT_BYTES, TaskOutcome, TaskState, WorkflowTask, check_name
 from .base import (
     ClaimedTask,
@@ -147,10 +154,19 @@ def same_signal(stored: Row, name: str, payload_text: str) -> bool:
 
 def tenant_refusal(task: Row, tenant: str) -> str | None:
     """Checked before anything else about a delivery, so a sender of another tenant
-    learns nothing about the task's signals (not even whether a signal id is taken)."""
+    learns nothing about the task's signals (not even whether a signal id is taken). The
+    text is for the task's history, which operators read; the sender gets
+    :func:`refused_signal`'s answer."""
     if task["tenant"] != tenant:
         return f"sender's tenant {tenant!r} is not the task's tenant {task['tenant']!r}"
     return None
+
+
+def refused_signal(task_id: str, signal_id: str, refusal: str, *, foreign: bool) -> RunifoldError:
+    """What a refused delivery raises, after its refusal is recorded. A sender of another
+    tenant (``foreign``) gets exactly the answer for a task that does not exist, so it
+    cannot even learn that the task exists; everyone else is told why."""
+    return TaskNotFound(task_id) if foreign else SignalRefused(task_id, signal_id, refusal)
 
 
 def signal_refusal(task: Row, pending: int, cap: int) -> str | None:
