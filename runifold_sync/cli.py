@@ -183,7 +183,12 @@ def list_(
 @click.option("--payload", "payload_json", default="null", show_default=True, help="Signal payload as JSON.")
 @click.option("--signal-id", required=True, help="Deduplication id: resending it delivers nothing new.")
 @click.option("--sender", required=True, help="Who sends it (checked by the workflow, kept in the history).")
-@click.option("--tenant", default="default", show_default=True, help="The sender's tenant.")
+@click.option(
+    "--tenant",
+    default="default",
+    show_default=True,
+    help="The sender's tenant; a task of another tenant answers as if it did not exist.",
+)
 @click.option("--reason", default=None, help="Why (kept in the history).")
 @database_option
 @json_option

@@ -35,6 +35,22 @@ class NotJsonable(TypeError):
     """Raised by :func:`to_json` with a description of what could not be encoded."""
 
 
+# How deep an input, step output, workflow result or signal payload may nest. A value is
+# decoded and re-encoded inside a worker, below the worker's own stack frames, by code
+# that recurses once (or more) per level: an explicit limit keeps every such call far
+# from the interpreter's recursion limit, so a value accepted where it was produced is
+# never refused later where a worker holds it.
+MAX_NESTING_DEPTH = 100
+
+
+class NestedTooDeep(NotJsonable):
+    """The value's JSON form nests lists and objects deeper than the limit."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(f"nests deeper than {limit} levels")
+
+
 def unstructure(value: Any) -> Any:
     """Turn attrs classes, dataclasses, enums and datetimes into JSON-ready values."""
     return converter.unstructure(value)
@@ -70,13 +86,73 @@ def _unstorable_string(raw: Any) -> str | None:
     return None
 
 
-def _encode(value: Any) -> tuple[Any, str]:
-    """The JSON form of ``value`` and its canonical text (sorted keys, compact)."""
+def _nesting_exceeds(value: Any, limit: int) -> bool:
+    """True when lists, tuples, sets or dicts nest deeper than ``limit``; a top-level
+    container is level 1. Iterative, so a value nested 100,000 deep (or one that
+    contains itself) is measured without recursion."""
+    containers = (dict, list, tuple, set, frozenset)
+    stack = [(value, 1)] if isinstance(value, containers) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, containers))
+    return False
+
+
+# Keep the bytes that tell the structure of canonical JSON text (which is ASCII): the
+# brackets, with "{}" turned into "[]", and the quotes around strings.
+_BRACES_AS_BRACKETS = bytes.maketrans(b"{}", b"[]")
+_NOT_STRUCTURE = bytes(c for c in range(256) if c not in b'[]{}"')
+
+
+def _text_nests_within(text: str, limit: int) -> bool:
+    """True when canonical JSON ``text`` provably nests at most ``limit`` deep; False
+    when it nests deeper or a string in it holds brackets (the walk then decides).
+
+    Every step is a C-speed bytes method, so a 1000-record output is measured in a
+    fraction of the time a walk of its values takes. Escaped backslashes and quotes are
+    dropped first, so every quote left delimits a string; a string without brackets then
+    reduces to an empty pair; each pass of removing "[]" takes off one level.
+    """
+    shape = text.encode()
+    if b"\\" in shape:
+        shape = shape.replace(b"\\\\", b"").replace(b'\\"', b"")
+    shape = shape.translate(_BRACES_AS_BRACKETS, _NOT_STRUCTURE).replace(b'""', b"")
+    if b'"' in shape:
+        return False
+    for _ in range(limit):
+        if not shape:
+            return True
+        shape = shape.replace(b"[]", b"")
+    return not shape
+
+
+def _encode(value: Any, max_depth: int | None) -> tuple[Any, str]:
+    """The JSON form of ``value`` and its canonical text (sorted keys, compact),
+    refused when it nests deeper than ``max_depth`` (None: no limit)."""
     try:
         raw = unstructure(value)
         text = CANONICAL_ENCODER.encode(raw)
-    except (TypeError, ValueError, RecursionError) as exc:
+    except RecursionError as exc:
+        # Either the value nests too deep for the recursive encoders or the caller's
+        # stack was already deep; only the first is the value's fault.
+        if max_depth is not None and _nesting_exceeds(value, max_depth):
+            raise NestedTooDeep(max_depth) from exc
         raise NotJsonable(f"{type(exc).__name__}: {exc}") from exc
+    except (TypeError, ValueError) as exc:
+        raise NotJsonable(f"{type(exc).__name__}: {exc}") from exc
+    # Every level opens with "[" or "{", so text with at most ``max_depth`` of them
+    # cannot nest deeper: two counts settle almost every step output; the text measure
+    # settles nearly all the rest, and the walk of the values only what it cannot.
+    if (
+        max_depth is not None
+        and text.count("[") + text.count("{") > max_depth
+        and not _text_nests_within(text, max_depth)
+        and _nesting_exceeds(raw, max_depth)
+    ):
+        raise NestedTooDeep(max_depth)
     # Both characters only ever appear escaped as \u.... (the encoder is ASCII-only), so
     # the walk is needed only for text that holds an escape at all.
     if "\\u" in text and (problem := _unstorable_string(raw)) is not None:
@@ -84,14 +160,17 @@ def _encode(value: Any) -> tuple[Any, str]:
     return raw, text
 
 
-def to_json(value: Any) -> str:
-    """Encode a value canonically so equal values give equal text."""
-    return _encode(value)[1]
+def to_json(value: Any, *, max_depth: int | None = None) -> str:
+    """Encode a value canonically so equal values give equal text. Values a user hands
+    in (inputs, results, signal payloads) pass ``max_depth=MAX_NESTING_DEPTH``; records
+    that wrap them, such as checkpoints, are encoded without a limit."""
+    return _encode(value, max_depth)[1]
 
 
 def to_jsonable(value: Any) -> Any:
-    """The JSON form a checkpoint keeps of ``value``, checked to encode as strict JSON."""
-    return _encode(value)[0]
+    """The JSON form a checkpoint keeps of a step output, checked to encode as strict
+    JSON nested at most :data:`MAX_NESTING_DEPTH` deep."""
+    return _encode(value, MAX_NESTING_DEPTH)[0]
 
 
 def from_json(text: str) -> Any:

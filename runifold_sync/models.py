@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from .codec import NotJsonable, to_json
+from .codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
 from .errors import InvalidArgument
 
 MAX_INPUT_BYTES = 1 << 20
@@ -265,7 +265,9 @@ class WorkflowTask:
         if not_before is not None and (not isinstance(not_before, datetime) or not_before.tzinfo is None):
             raise InvalidArgument(f"not_before must be a timezone-aware datetime, got {not_before!r}")
         try:
-            input_json = to_json(input)
+            input_json = to_json(input, max_depth=MAX_NESTING_DEPTH)
+        except NestedTooDeep as exc:
+            raise InvalidArgument(f"workflow input {exc}") from exc
         except NotJsonable as exc:
             raise InvalidArgument(
                 f"workflow input {_BOUNDED.repr(input)} is not JSON-serializable: {exc}"

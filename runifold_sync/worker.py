@@ -20,7 +20,7 @@ import attrs
 
 from . import crashpoints
 from .checkpoint import DEFAULT_MAX_CHECKPOINT_BYTES, Checkpoint
-from .codec import NotJsonable, from_json, structure, to_json
+from .codec import MAX_NESTING_DEPTH, NotJsonable, from_json, structure, to_json
 from .context import (
     CancelRequested,
     FailRequested,
@@ -362,7 +362,7 @@ class WorkflowWorker:
                     f"workflow main raised {type(exc).__name__}: {exc}", cause="workflow_error"
                 ) from exc
             try:
-                result_json = to_json(value)
+                result_json = to_json(value, max_depth=MAX_NESTING_DEPTH)
             except NotJsonable as exc:
                 raise FailRequested(
                     f"workflow result cannot be stored as JSON: {exc}", cause="not_serializable"

@@ -273,10 +273,11 @@ class WorkflowStore(abc.ABC):
         ``signal_id`` (same name and payload, compared as canonical JSON: delivered once;
         other content: :class:`SignalConflict`). A payload that is not JSON, nests too
         deeply or is too large raises :class:`InvalidArgument` and nothing is stored.
-        Refused with :class:`SignalRefused` (and recorded in the task's history) for a
-        sender of another tenant, checked before the signal id is looked up, a finished
-        task, or a task at its cap of pending signals. Wakes the task if it waits for
-        ``name``."""
+        A sender of another tenant, checked before the signal id is looked up, gets
+        :class:`TaskNotFound` exactly as for a task that does not exist (its refusal is
+        recorded in the task's history for operators). Refused with
+        :class:`SignalRefused` (and recorded) for a finished task or a task at its cap of
+        pending signals. Wakes the task if it waits for ``name``."""
 
     @abc.abstractmethod
     def cancel(self, task_id: str, actor: str, reason: str) -> TaskState:

@@ -31,7 +31,6 @@ from ..errors import (
     LeaseLostError,
     SchemaTooNew,
     SignalConflict,
-    SignalRefused,
     StoreUnavailable,
     TaskNotFound,
 )
@@ -324,6 +323,7 @@ class PostgresWorkflowStore(WorkflowStore):
             if task is None:
                 raise TaskNotFound(task_id)
             refusal = rows.tenant_refusal(task, tenant)
+            foreign = refusal is not None
             if refusal is None:
                 existing = conn.execute(_Q["select_signal"], params).fetchone()
                 if existing is not None:
@@ -345,7 +345,7 @@ class PostgresWorkflowStore(WorkflowStore):
             kind = "signal_received" if refusal is None else "signal_refused"
             _event(conn, now, task_id, kind, None, None, detail)
         if refusal is not None:  # raised after the commit, so the refusal stays recorded
-            raise SignalRefused(task_id, signal_id, refusal)
+            raise rows.refused_signal(task_id, signal_id, refusal, foreign=foreign)
         return SignalDelivery(signal_id, created=True)
 
     def cancel(self, task_id: str, actor: str, reason: str) -> TaskState:

@@ -14,8 +14,15 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from ..admission import TenantAdmission, TenantBudget, TenantPolicy
-from ..codec import NotJsonable, to_json
-from ..errors import EnqueueConflict, InvalidArgument, InvalidState
+from ..codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
+from ..errors import (
+    EnqueueConflict,
+    InvalidArgument,
+    InvalidState,
+    RunifoldError,
+    SignalRefused,
+    TaskNotFound,
+)
 from ..models import MAX_INPUT_BYTES, TaskOutcome, TaskState, WorkflowTask, check_name
 from .base import (
     ClaimedTask,
@@ -97,9 +104,6 @@ def already_enqueued(task: WorkflowTask, stored: Row) -> EnqueueResult:
 
 
 MAX_PENDING_SIGNALS = 100  # the default cap; stores take ``max_pending_signals``
-# A signal payload is decoded inside a worker, below its own stack frames: an explicit
-# depth keeps that decode far from the interpreter's recursion limit.
-MAX_SIGNAL_PAYLOAD_DEPTH = 100
 
 
 def check_pending_cap(cap: object) -> int:
@@ -124,13 +128,11 @@ def check_signal(
 
 def signal_payload_text(signal_id: str, payload: Any) -> str:
     """Refuse what a waiting task could not decode: values that are not JSON, nesting
-    past :data:`MAX_SIGNAL_PAYLOAD_DEPTH`, text over :data:`MAX_INPUT_BYTES`."""
-    if _nesting_exceeds(payload, MAX_SIGNAL_PAYLOAD_DEPTH):
-        raise InvalidArgument(
-            f"payload of signal {signal_id!r} nests deeper than {MAX_SIGNAL_PAYLOAD_DEPTH} levels"
-        )
+    past :data:`~runifold_sync.codec.MAX_NESTING_DEPTH`, text over :data:`MAX_INPUT_BYTES`."""
     try:
-        text = to_json(payload)
+        text = to_json(payload, max_depth=MAX_NESTING_DEPTH)
+    except NestedTooDeep as exc:
+        raise InvalidArgument(f"payload of signal {signal_id!r} {exc}") from exc
     except NotJsonable as exc:
         raise InvalidArgument(f"payload of signal {signal_id!r} is not JSON-serializable: {exc}") from exc
     size = len(text.encode())
@@ -140,24 +142,6 @@ def signal_payload_text(signal_id: str, payload: Any) -> str:
             f"{MAX_INPUT_BYTES}; store large data outside and send its id"
         )
     return text
-
-
-def _nesting_exceeds(value: Any, limit: int) -> bool:
-    """True when lists, tuples, sets or dicts nest deeper than ``limit`` (iterative, so a
-    value nested 100,000 deep is measured without recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Iterable[Any] = item.values()
-        elif isinstance(item, (list, tuple, set, frozenset)):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
 
 
 def same_signal(stored: Row, name: str, payload_text: str) -> bool:
@@ -170,10 +154,19 @@ def same_signal(stored: Row, name: str, payload_text: str) -> bool:
 
 def tenant_refusal(task: Row, tenant: str) -> str | None:
     """Checked before anything else about a delivery, so a sender of another tenant
-    learns nothing about the task's signals (not even whether a signal id is taken)."""
+    learns nothing about the task's signals (not even whether a signal id is taken). The
+    text is for the task's history, which operators read; the sender gets
+    :func:`refused_signal`'s answer."""
     if task["tenant"] != tenant:
         return f"sender's tenant {tenant!r} is not the task's tenant {task['tenant']!r}"
     return None
+
+
+def refused_signal(task_id: str, signal_id: str, refusal: str, *, foreign: bool) -> RunifoldError:
+    """What a refused delivery raises, after its refusal is recorded. A sender of another
+    tenant (``foreign``) gets exactly the answer for a task that does not exist, so it
+    cannot even learn that the task exists; everyone else is told why."""
+    return TaskNotFound(task_id) if foreign else SignalRefused(task_id, signal_id, refusal)
 
 
 def signal_refusal(task: Row, pending: int, cap: int) -> str | None:

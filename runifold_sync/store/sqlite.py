@@ -30,7 +30,6 @@ from ..errors import (
     LeaseLostError,
     SchemaTooNew,
     SignalConflict,
-    SignalRefused,
     StoreClosed,
     StoreUnavailable,
     StoreUsedAcrossFork,
@@ -358,6 +357,7 @@ class SqliteWorkflowStore(WorkflowStore):
             if task is None:
                 raise TaskNotFound(task_id)
             refusal = rows.tenant_refusal(task, tenant)
+            foreign = refusal is not None
             if refusal is None:
                 existing = conn.execute(_Q["select_signal"], params).fetchone()
                 if existing is not None:
@@ -383,7 +383,7 @@ class SqliteWorkflowStore(WorkflowStore):
                 detail,
             )
         if refusal is not None:  # raised after the commit, so the refusal stays recorded
-            raise SignalRefused(task_id, signal_id, refusal)
+            raise rows.refused_signal(task_id, signal_id, refusal, foreign=foreign)
         return SignalDelivery(signal_id, created=True)
 
     def cancel(self, task_id: str, actor: str, reason: str) -> TaskState:

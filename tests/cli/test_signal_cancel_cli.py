@@ -97,25 +97,18 @@ def test_signal_reusing_an_id_with_another_payload_is_refused(store: SqliteWorkf
     assert pending.payload_json == '{"approved":true}'
 
 
-def test_signal_from_another_tenant_is_refused_and_recorded(store: SqliteWorkflowStore, url: str) -> None:
-    code, out = _invoke(
-        "signal",
-        "t1",
-        "approval",
-        "--signal-id",
-        "x",
-        "--sender",
-        "mallory",
-        "--tenant",
-        "globex",
-        "--database",
-        url,
-    )
+def test_signal_from_another_tenant_answers_as_for_no_such_task_and_is_recorded(
+    store: SqliteWorkflowStore, url: str
+) -> None:
+    def send(task_id: str) -> tuple[int, str]:
+        options = ("--signal-id", "x", "--sender", "mallory", "--tenant", "globex", "--database", url)
+        return _invoke("signal", task_id, "approval", *options)
 
-    assert code == 1
-    assert "refused: sender's tenant 'globex' is not the task's tenant 'acme'" in out
+    assert send("t1") == (1, "Error: no task with id 't1'\n")
+    assert send("t9") == (1, "Error: no task with id 't9'\n")  # the same for a task that does not exist
     refused = store.history("t1")[-1]
     assert (refused.kind, refused.detail["sender"]) == ("signal_refused", "mallory")
+    assert refused.detail["refused"] == "sender's tenant 'globex' is not the task's tenant 'acme'"
 
 
 def test_cancel_of_a_queued_task_cancels_it_at_once(store: SqliteWorkflowStore, url: str) -> None:

@@ -4,6 +4,7 @@ stuck, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -31,7 +32,7 @@ from runifold_sync import (
     WorkflowWorker,
 )
 from runifold_sync.checkpoint import DEFAULT_MAX_CHECKPOINT_BYTES
-from runifold_sync.codec import from_json
+from runifold_sync.codec import MAX_NESTING_DEPTH, from_json
 
 from .conftest import Clock
 
@@ -40,8 +41,9 @@ SQL_NAME = "x'); DROP TABLE runifold_tasks; --"
 
 
 def _nested(depth: int) -> Any:
+    """Lists nested ``depth`` levels deep (``[]`` is one level)."""
     value: Any = []
-    for _ in range(depth):
+    for _ in range(depth - 1):
         value = [value]
     return value
 
@@ -102,9 +104,144 @@ def test_names_with_sql_metacharacters_are_stored_as_plain_text(store: WorkflowS
     assert [t.task_id for t in store.list_tasks(tenant=SQL_NAME)] == [SQL_NAME]
 
 
-def test_deeply_nested_input_is_refused_at_enqueue_naming_the_problem() -> None:
-    with pytest.raises(InvalidArgument, match="not JSON-serializable: RecursionError"):
-        WorkflowTask.new("deep", 1, _nested(100_000))
+def _noop(ctx: StepContext) -> None:
+    return None
+
+
+# By case: the field as the error names it, and a call that passes ``bad`` in it, to
+# the store (enqueue, signal, operator actions) or to the authoring API a worker's
+# registry is built from.
+NAMED_FIELDS: dict[str, tuple[str, Callable[[WorkflowStore, str], object]]] = {
+    "tenant": ("tenant", lambda store, bad: store.enqueue(WorkflowTask.new("counted", 1, 1, tenant=bad))),
+    "checkpoint-id": (
+        "checkpoint id",
+        lambda store, bad: store.enqueue(WorkflowTask.new("counted", 1, 1, checkpoint_id=bad)),
+    ),
+    "workflow-name": ("workflow name", lambda store, bad: store.enqueue(WorkflowTask.new(bad, 1, 1))),
+    "signal-name": (
+        "signal name",
+        lambda store, bad: store.send_signal("sibling", bad, 1, signal_id="s1", sender="ops"),
+    ),
+    "signal-id": (
+        "signal id",
+        lambda store, bad: store.send_signal("sibling", "go", 1, signal_id=bad, sender="ops"),
+    ),
+    "sender": (
+        "sender",
+        lambda store, bad: store.send_signal("sibling", "go", 1, signal_id="s1", sender=bad),
+    ),
+    "signal-tenant": (
+        "tenant",
+        lambda store, bad: store.send_signal("sibling", "go", 1, signal_id="s1", sender="ops", tenant=bad),
+    ),
+    "signal-reason": (
+        "reason",
+        lambda store, bad: store.send_signal("sibling", "go", 1, signal_id="s1", sender="ops", reason=bad),
+    ),
+    "cancel-actor": ("actor", lambda store, bad: store.cancel("sibling", bad, "no longer needed")),
+    "requeue-reason": ("reason", lambda store, bad: store.requeue("sibling", actor="ops", reason=bad)),
+    "declared-signal": ("signal name", lambda store, bad: Workflow("named", 1, signals=[bad])),
+    "step-id": ("step id", lambda store, bad: Workflow("named", 1).step(bad)(_noop)),
+    "effect-id": ("effect id", lambda store, bad: Workflow("named", 1).effect(bad, idempotent=True)(_noop)),
+}
+
+
+@pytest.mark.parametrize("bad", ["go\nnow", "esc\x1b[31m", "rtl\u202eevil", "del\x7f"])
+@pytest.mark.parametrize("case", NAMED_FIELDS)
+def test_a_name_with_control_characters_is_refused_naming_its_field_and_a_sibling_still_completes(
+    store: WorkflowStore, case: str, bad: str
+) -> None:
+    store.enqueue(WorkflowTask.new("counted", 1, 1, checkpoint_id="sibling"))
+    history = store.history("sibling")
+    field, attempt = NAMED_FIELDS[case]
+    with pytest.raises(
+        InvalidArgument, match=f"^{field} contains control characters: {re.escape(repr(bad))}$"
+    ):
+        attempt(store, bad)
+
+    assert [t.task_id for t in store.list_tasks()] == ["sibling"]
+    assert store.history("sibling") == history  # nothing recorded, not even a refusal
+    assert _run_all(_worker(store, counted), 1) == {"sibling": Completed("sibling", 2)}
+
+
+TOO_DEEP = f"nests deeper than {MAX_NESTING_DEPTH} levels"
+
+
+# 330 levels encode without hitting the interpreter's recursion limit at enqueue, but
+# not from inside a worker's step: the limit must refuse them at the call, not later.
+@pytest.mark.parametrize("depth", [MAX_NESTING_DEPTH + 1, 330, 100_000])
+def test_deeply_nested_input_is_refused_at_enqueue_naming_the_problem(depth: int) -> None:
+    with pytest.raises(InvalidArgument, match=f"^workflow input {TOO_DEEP}$"):
+        WorkflowTask.new("deep", 1, _nested(depth))
+
+
+echo = Workflow("echo", 1, signals=["deep"])
+
+
+@echo.step()
+def build(ctx: StepContext, spec: dict[str, Any]) -> Any:
+    return _nested(spec["depth"]) if spec["where"] == "output" else spec
+
+
+@echo.main
+def echo_main(ctx: WorkflowContext, spec: dict[str, Any]) -> Any:
+    """Puts a value nested ``depth`` deep where ``where`` says: a step output, the
+    result, or a signal payload (returned); an input is echoed by a step and returned."""
+    if spec["where"] == "result":
+        return _nested(spec["depth"])
+    if spec["where"] == "signal":
+        return ctx.wait_for_signal("deep")
+    output = build(ctx, spec)
+    return output if spec["where"] == "input" else "built"
+
+
+def test_an_input_nested_exactly_at_the_limit_is_echoed_by_a_step_and_returned(store: WorkflowStore) -> None:
+    deepest = {"where": "input", "value": _nested(MAX_NESTING_DEPTH - 1)}  # the dict is a level
+    store.enqueue(WorkflowTask.new("echo", 1, deepest, checkpoint_id="t"))
+    assert _run_all(_worker(store, echo), 1) == {"t": Completed("t", deepest)}
+    assert store.get_task("t").result == deepest
+
+
+@pytest.mark.parametrize(
+    ("where", "reason"),
+    [
+        ("output", f"output of 'build#1' cannot be stored as JSON: {TOO_DEEP}"),
+        ("result", f"workflow result cannot be stored as JSON: {TOO_DEEP}"),
+    ],
+)
+def test_an_output_or_result_one_level_past_the_limit_fails_its_task_and_one_at_it_completes(
+    store: WorkflowStore, where: str, reason: str
+) -> None:
+    store.enqueue(
+        WorkflowTask.new("echo", 1, {"where": where, "depth": MAX_NESTING_DEPTH + 1}, checkpoint_id="over")
+    )
+    store.enqueue(
+        WorkflowTask.new("echo", 1, {"where": where, "depth": MAX_NESTING_DEPTH}, checkpoint_id="at")
+    )
+    outcomes = _run_all(_worker(store, echo), 2)
+
+    assert outcomes["over"] == Failed("over", reason, recoverable=False, cause="not_serializable")
+    over = store.get_task("over")
+    assert (over.state, over.outcome, over.reason) == (TaskState.TERMINAL, TaskOutcome.FAILED, reason)
+    expected = _nested(MAX_NESTING_DEPTH) if where == "result" else "built"
+    assert outcomes["at"] == Completed("at", expected)
+
+
+def test_a_signal_payload_one_level_past_the_limit_is_refused_and_one_at_it_is_delivered(
+    store: WorkflowStore,
+) -> None:
+    store.enqueue(WorkflowTask.new("echo", 1, {"where": "signal"}, checkpoint_id="t"))
+    worker = _worker(store, echo)
+    try:
+        assert worker.run_once().kind == "suspended"
+        with pytest.raises(InvalidArgument, match=f"^payload of signal 'too-deep' {TOO_DEEP}$"):
+            store.send_signal("t", "deep", _nested(MAX_NESTING_DEPTH + 1), signal_id="too-deep", sender="s")
+        assert store.pending_signals("t", "deep") == []
+        deepest = _nested(MAX_NESTING_DEPTH)
+        store.send_signal("t", "deep", deepest, signal_id="deepest", sender="s")
+        assert worker.run_once() == Completed("t", deepest)
+    finally:
+        worker.close()
 
 
 def test_a_step_output_that_cannot_be_stored_fails_only_its_task(store: WorkflowStore) -> None:
@@ -134,6 +271,7 @@ def test_a_step_output_that_cannot_be_stored_fails_only_its_task(store: Workflow
         outcome = outcomes[kind]
         assert isinstance(outcome, Failed)
         assert "output of 'produce#1' cannot be stored as JSON" in outcome.reason
+    assert outcomes["deep"].reason.endswith(f"JSON: {TOO_DEEP}")
     assert "contains U+0000" in outcomes["nul"].reason
     assert "contains a lone surrogate" in outcomes["surrogate"].reason
     assert outcomes["fine"].kind == "completed" and store.get_task("fine").result == "fine"

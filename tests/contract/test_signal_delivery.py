@@ -28,8 +28,8 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
-from runifold_sync.errors import SignalConflict, SignalRefused
-from runifold_sync.store.rows import MAX_SIGNAL_PAYLOAD_DEPTH
+from runifold_sync.codec import MAX_NESTING_DEPTH
+from runifold_sync.errors import SignalConflict, SignalRefused, TaskNotFound
 from tests.contract.conftest import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=30))
@@ -75,8 +75,8 @@ def _kinds(store: WorkflowStore, task_id: str) -> list[str]:
     [
         (object(), "payload of signal 'bad' is not JSON-serializable: TypeError"),
         ({"n": float("nan")}, "payload of signal 'bad' is not JSON-serializable: ValueError"),
-        (_nested(100_000), f"payload of signal 'bad' nests deeper than {MAX_SIGNAL_PAYLOAD_DEPTH} levels"),
-        (_nested(MAX_SIGNAL_PAYLOAD_DEPTH + 1), "nests deeper than"),
+        (_nested(100_000), f"payload of signal 'bad' nests deeper than {MAX_NESTING_DEPTH} levels"),
+        (_nested(MAX_NESTING_DEPTH + 1), "nests deeper than"),
         ("x" * (5 << 20), r"payload of signal 'bad' is 5242882 bytes encoded, over the limit of 1048576"),
     ],
     ids=["object", "nan", "nested-100000", "nested-one-too-deep", "5-MiB"],
@@ -95,9 +95,8 @@ def test_a_payload_the_task_could_not_decode_is_refused_and_nothing_is_stored(
     assert _kinds(store, task_id) == history
     assert store.get_task(task_id).state is TaskState.WAITING
     assert worker.run_once() == Idle()
-    deepest_allowed = _nested(MAX_SIGNAL_PAYLOAD_DEPTH)
-    store.send_signal(task_id, "shipped", deepest_allowed, signal_id="bad", sender="warehouse")
-    assert worker.run_once() == Completed(task_id, {"order": "o1", "shipment": deepest_allowed})
+    store.send_signal(task_id, "shipped", {"carrier": "dhl"}, signal_id="bad", sender="warehouse")
+    assert worker.run_once() == Completed(task_id, {"order": "o1", "shipment": {"carrier": "dhl"}})
 
 
 def test_a_resent_signal_id_compares_payloads_as_canonical_json(store: WorkflowStore) -> None:
@@ -117,24 +116,27 @@ def test_a_resent_signal_id_compares_payloads_as_canonical_json(store: WorkflowS
     assert (kept.signal_id, kept.payload) == ("s1", first)
 
 
-def test_a_sender_of_another_tenant_cannot_learn_whether_a_signal_id_exists(store: WorkflowStore) -> None:
+def test_a_sender_of_another_tenant_cannot_learn_whether_the_task_or_a_signal_id_exists(
+    store: WorkflowStore,
+) -> None:
     store.enqueue(WorkflowTask.new("shipping", 1, "o1", checkpoint_id="t1", tenant="acme"))
     store.send_signal("t1", "shipped", {"ok": True}, signal_id="s1", sender="warehouse", tenant="acme")
 
-    refusals = []
-    for signal_id in ("s1", "never-sent"):  # the same answer for a taken id and a free one
-        with pytest.raises(SignalRefused) as refused:
+    answers = []
+    # A taken signal id, a free one, and a task that does not exist: the same answer.
+    for task_id, signal_id in (("t1", "s1"), ("t1", "never-sent"), ("no-such-task", "s1")):
+        with pytest.raises(TaskNotFound) as refused:
             store.send_signal(
-                "t1", "shipped", {"ok": False}, signal_id=signal_id, sender="mallory", tenant="globex"
+                task_id, "shipped", {"ok": False}, signal_id=signal_id, sender="mallory", tenant="globex"
             )
-        refusals.append(refused.value.why)
+        answers.append((type(refused.value), str(refused.value).replace(repr(task_id), "<id>")))
 
-    assert refusals == ["sender's tenant 'globex' is not the task's tenant 'acme'"] * 2
+    assert answers == [(TaskNotFound, "no task with id <id>")] * 3
     assert [s.signal_id for s in store.pending_signals("t1", "shipped")] == ["s1"]
     refused_events = [e.detail for e in store.history("t1") if e.kind == "signal_refused"]
-    assert [(d["signal_id"], d["sender"]) for d in refused_events] == [
-        ("s1", "mallory"),
-        ("never-sent", "mallory"),
+    assert [(d["signal_id"], d["sender"], d["refused"]) for d in refused_events] == [
+        ("s1", "mallory", "sender's tenant 'globex' is not the task's tenant 'acme'"),
+        ("never-sent", "mallory", "sender's tenant 'globex' is not the task's tenant 'acme'"),
     ]
 
 

@@ -129,14 +129,20 @@ def test_a_signal_pending_before_the_wait_makes_the_suspension_wake_at_once(stor
     assert _claim(store).lease.task_id == "t1"
 
 
-def test_a_signal_from_another_tenant_is_refused_and_recorded(store: WorkflowStore) -> None:
+def test_a_signal_from_another_tenant_is_answered_as_for_no_such_task_and_recorded(
+    store: WorkflowStore,
+) -> None:
     _task(store)
-    with pytest.raises(SignalRefused, match="tenant 'globex' is not the task's tenant 'acme'"):
+    with pytest.raises(TaskNotFound) as foreign:
         _send(store, tenant="globex", sender="mallory")
+    with pytest.raises(TaskNotFound) as missing:
+        store.send_signal("t0", "approval", OK, signal_id="s1", sender="mallory", tenant="globex")
+    assert (str(foreign.value), str(missing.value)) == ("no task with id 't1'", "no task with id 't0'")
     assert store.pending_signals("t1", "approval") == []
-    refused = store.history("t1")[-1]
+    refused = store.history("t1")[-1]  # operators still see who tried, and why it failed
     assert refused.kind == "signal_refused"
     assert (refused.detail["sender"], refused.detail["signal_id"]) == ("mallory", "s1")
+    assert refused.detail["refused"] == "sender's tenant 'globex' is not the task's tenant 'acme'"
 
 
 def test_signals_to_finished_or_missing_tasks_are_refused(store: WorkflowStore) -> None:

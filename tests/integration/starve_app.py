@@ -1,15 +1,25 @@
-"""A worker process whose first step holds the GIL (a catastrophic regex inside the C
-regex engine) for longer than its lease, so its heartbeat thread cannot run:
-``python -m tests.integration.starve_app --url URL --worker-id ID --ledger PATH --hog-n N``
-(URL: ``sqlite:///...`` or ``postgresql://...``).
+"""A worker process for the heartbeat starvation test:
+``python -m tests.integration.starve_app --url URL --worker-id ID --ledger PATH
+[--hold-gil-fd FD] [--hold-until PATH] [--until-completed-s S]``
+(URL: ``sqlite:///...`` or ``postgresql://...``). Logs go to stderr as JSON lines.
+
+The first owner's ``hog`` step (``--hold-gil-fd``) blocks in a C ``read`` of the pipe
+``FD`` through ``ctypes.PyDLL``, which never releases the GIL, so its heartbeat thread
+cannot run until the test writes a byte: the lease lapses while the worker is still
+inside its step, for exactly as long as the test decides. It then sleeps (the GIL free)
+for a few heartbeat intervals, in which the heartbeat thread sends the starved lease's
+extension. A later owner's ``hog`` step (``--hold-until``) waits, heartbeating, until the
+file ``PATH`` exists, so it holds the task while the starved worker wakes.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
+import logging
 import os
-import re
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -17,6 +27,7 @@ from pathlib import Path
 from runifold_sync import (
     Completed,
     LeaseDuration,
+    LeaseLost,
     StepContext,
     WorkerId,
     Workflow,
@@ -26,14 +37,26 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
+from runifold_sync.logs import JsonFormatter
+
+LEASE = LeaseDuration(timedelta(seconds=1))
+HEARTBEAT = timedelta(seconds=0.25)
+AFTER_STARVING_S = 1.0  # four heartbeat intervals with the GIL free
+HOLD_LIMIT_S = 60.0  # a hold nobody releases ends, so no orphan waits forever
 
 starving = Workflow("starving", 1)
-HOG_N = 0
+_gil_fd: int | None = None
+_hold_until: str | None = None
 
 
-def hold_the_gil(n: int) -> None:
-    """Exponential backtracking inside re's C code, which never releases the GIL."""
-    re.match(r"(a+)+$", "a" * n + "b")
+def hold_the_gil_until_written(fd: int) -> None:
+    """Block in C ``read(fd)`` with the GIL held: ``PyDLL`` calls keep it."""
+    libc = ctypes.PyDLL(None)
+    libc.read.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t)
+    libc.read.restype = ctypes.c_ssize_t
+    buffer = ctypes.create_string_buffer(1)
+    if libc.read(fd, buffer, 1) != 1:
+        raise OSError(f"read of fd {fd} did not return the byte the test writes")
 
 
 def _ledger(ctx: StepContext) -> None:
@@ -44,10 +67,13 @@ def _ledger(ctx: StepContext) -> None:
 @starving.step()
 def hog(ctx: StepContext) -> str:
     _ledger(ctx)
-    marker = Path(os.environ["STARVE_LEDGER"] + ".hogged")
-    if not marker.exists():  # only the first owner starves
-        marker.touch()
-        hold_the_gil(HOG_N)
+    if _gil_fd is not None:
+        hold_the_gil_until_written(_gil_fd)
+        time.sleep(AFTER_STARVING_S)
+    elif _hold_until is not None:
+        deadline = time.monotonic() + HOLD_LIMIT_S
+        while not Path(_hold_until).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
     return "hogged"
 
 
@@ -63,27 +89,31 @@ def main(ctx: WorkflowContext, _input: None) -> list[str]:
 
 
 def run() -> None:
-    global HOG_N
+    global _gil_fd, _hold_until
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True)
     parser.add_argument("--worker-id", required=True)
     parser.add_argument("--ledger", required=True)
-    parser.add_argument("--hog-n", type=int, default=0)
+    parser.add_argument("--hold-gil-fd", type=int, default=None)
+    parser.add_argument("--hold-until", default=None)
     parser.add_argument("--until-completed-s", type=float, default=0.0)
     args = parser.parse_args()
-    HOG_N = args.hog_n
+    _gil_fd, _hold_until = args.hold_gil_fd, args.hold_until
     os.environ["STARVE_LEDGER"] = args.ledger
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     registry = WorkflowRegistry()
     registry.register(WorkflowDefinition(starving))
     store = open_store(args.url)
-    lease = LeaseDuration(timedelta(seconds=1))
-    worker = WorkflowWorker(store, registry, WorkerId.parse(args.worker_id), lease, timedelta(seconds=0.25))
+    worker = WorkflowWorker(store, registry, WorkerId.parse(args.worker_id), LEASE, HEARTBEAT)
     deadline = time.monotonic() + args.until_completed_s
     outcome = worker.run_once()
     while not isinstance(outcome, Completed) and time.monotonic() < deadline:
         time.sleep(0.05)
         outcome = worker.run_once()
-    print(json.dumps({"outcome": outcome.kind}), flush=True)
+    token = outcome.fencing_token if isinstance(outcome, LeaseLost) else None
+    print(json.dumps({"outcome": outcome.kind, "fencing_token": token}), flush=True)
     worker.close()
     store.close()
 

@@ -28,6 +28,7 @@ write outside the store says which bodies ran again:
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import signal
@@ -190,9 +191,34 @@ CASES = {
 }
 
 
-def test_every_crash_point_is_covered_by_the_matrix() -> None:
-    armed = {spec.split(":")[0] for case in CASES.values() for spec in case.crash}
-    assert armed == set(crashpoints.POINTS)
+TRANSITION_KINDS = ("complete", "suspend", "fail", "retry", "cancel", "yield", "unavailable", "hand_back")
+
+
+def _transition_hooks() -> set[tuple[str, str]]:
+    """(point, kind) of every ``crashpoints.reached("..._transition", "<kind>")`` call in
+    the library's source: the writes that end a claim, as the code has them."""
+    hooks = set()
+    for path in (ROOT / "runifold_sync").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            args = node.args
+            if node.func.attr == "reached" and len(args) == 2 and isinstance(args[0], ast.Constant):
+                point = args[0].value
+                if point in ("before_transition", "after_transition"):
+                    assert isinstance(args[1], ast.Constant), f"{path}: a transition kind must be a literal"
+                    hooks.add((point, args[1].value))
+    return hooks
+
+
+def test_every_crash_point_and_every_transition_kind_before_and_after_is_covered_by_the_matrix() -> None:
+    armed = [spec.partition(":") for case in CASES.values() for spec in case.crash]
+    assert {point for point, _, _ in armed} == set(crashpoints.POINTS)
+    # A point name alone would pass with one transition kind covered: each kind must be
+    # crashed both before and after its write.
+    expected = {(f"{when}_transition", kind) for when in ("before", "after") for kind in TRANSITION_KINDS}
+    assert _transition_hooks() == expected
+    assert {(point, kind) for point, _, kind in armed if point.endswith("_transition")} == expected
 
 
 def test_crash_spec_parsing() -> None:

@@ -1,39 +1,33 @@
 """A step that holds the GIL past its lease starves the heartbeat thread. Another worker
-takes the task over; the starved worker must not commit anything afterwards. On both
-stores: a SQLite file, and a fresh PostgreSQL database."""
+takes the task over and still holds it, in a step, when the starved worker wakes: the
+starved worker's lease extension then meets the new owner's live lease and is refused
+by the fencing token alone, and the starved worker commits nothing. On both stores: a
+SQLite file, and a fresh PostgreSQL database."""
 
 from __future__ import annotations
 
 import json
-import math
+import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from runifold_sync import TaskState, WorkflowTask
 
 from .conftest import Backend
-from .starve_app import hold_the_gil
 
 ROOT = Path(__file__).resolve().parents[2]
+WAIT_S = 60.0
 
 
-def _gil_hog_size(target_s: float) -> int:
-    """The regex size whose match holds the GIL for about ``target_s`` here."""
-    n = 16
-    while True:
-        started = time.monotonic()
-        hold_the_gil(n)
-        took = time.monotonic() - started
-        if took > 0.05:
-            return n + max(0, math.ceil(math.log2(target_s / took)))
-        n += 2
-
-
-def _worker(url: str, ledger: Path, worker_id: str, *extra: str) -> subprocess.Popen[str]:
+def _worker(
+    url: str, ledger: Path, worker_id: str, *extra: str, pass_fds: tuple[int, ...] = ()
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -49,42 +43,82 @@ def _worker(url: str, ledger: Path, worker_id: str, *extra: str) -> subprocess.P
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
+        pass_fds=pass_fds,
     )
 
 
-@pytest.mark.timeout(120)
-def test_a_worker_starved_by_a_gil_holding_step_commits_nothing_after_takeover(
+def _runs(ledger: Path) -> list[tuple[str, str]]:
+    """(call id, fencing token) of every step body that started, in order."""
+    if not ledger.exists():
+        return []
+    return [(call, token) for call, _pid, token in map(str.split, ledger.read_text().splitlines())]
+
+
+def _wait(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def _log_lines(stderr: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.timeout(150)
+def test_a_starved_worker_wakes_into_a_live_newer_lease_and_its_write_is_refused_by_the_fence(
     backend: Backend, tmp_path: Path
 ) -> None:
     ledger = tmp_path / "ledger.txt"
+    release_rescuer = tmp_path / "release-rescuer"
     store = backend.open()
     store.enqueue(WorkflowTask.new("starving", 1, None, checkpoint_id="s1"))
-    hog_n = _gil_hog_size(target_s=4.0)  # the lease is 1 s
-    starved = _worker(backend.url, ledger, "starved", "--hog-n", str(hog_n))
+    gil_read, gil_write = os.pipe()
+    starved = _worker(backend.url, ledger, "starved", "--hold-gil-fd", str(gil_read), pass_fds=(gil_read,))
+    os.close(gil_read)
+    rescuer = None
     try:
-        deadline = time.monotonic() + 30
-        while not ledger.exists():  # the starved worker is in its step
-            assert time.monotonic() < deadline, "the starved worker never started its step"
-            time.sleep(0.02)
+        _wait(lambda: _runs(ledger) == [("hog#1", "1")], "the starved worker never started its step")
         expires = store.get_task("s1").lease_expires
         assert expires is not None
-        while store.now() <= expires:  # its lease has expired by store time
-            assert time.monotonic() < deadline, "store time never passed the starved worker's lease"
-            time.sleep(0.05)
-        rescuer = _worker(backend.url, ledger, "rescuer", "--until-completed-s", "30")
-        rescued, _ = rescuer.communicate(timeout=60)
-        starved_out, _ = starved.communicate(timeout=60)
+        _wait(lambda: store.now() > expires, "store time never passed the starved worker's lease")
+        rescuer = _worker(
+            backend.url, ledger, "rescuer", "--hold-until", str(release_rescuer), "--until-completed-s", "60"
+        )
+        _wait(lambda: ("hog#1", "2") in _runs(ledger), "the rescuer never took the task over")
+        os.write(gil_write, b"x")  # the starved worker's C call returns; the rescuer holds on
+        starved_out, starved_err = starved.communicate(timeout=WAIT_S)
+
+        # While the starved worker woke and wrote, the task was leased, live, to the
+        # rescuer: the state and the expiry admitted a write, only the token refused it.
+        record = store.get_task("s1")
+        assert (record.state, record.worker_id, record.fencing_token) == (TaskState.LEASED, "rescuer", 2)
+        assert record.lease_expires is not None and record.lease_expires > store.now()
+        release_rescuer.touch()
+        rescued, _ = rescuer.communicate(timeout=WAIT_S)
     finally:
-        starved.kill()
-        starved.wait()
-    assert json.loads(rescued) == {"outcome": "completed"}
-    assert json.loads(starved_out) == {"outcome": "lease_lost"}
+        os.close(gil_write)
+        for proc in (starved, rescuer):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    assert json.loads(starved_out) == {"outcome": "lease_lost", "fencing_token": 1}
+    # The starved heartbeat thread's lease extension reached the store and was refused.
+    refused = [line for line in _log_lines(starved_err) if line["message"] == "lease lost"]
+    assert [(line["task_id"], line["fencing_token"]) for line in refused] == [("s1", 1)]
+    assert json.loads(rescued) == {"outcome": "completed", "fencing_token": None}
     record = store.get_task("s1")
     assert record.state is TaskState.TERMINAL and record.result == ["hogged", "after"]
-    runs = [line.split() for line in ledger.read_text().splitlines()]
-    assert [(call, token) for call, _pid, token in runs] == [("hog#1", "1"), ("hog#1", "2"), ("after#1", "2")]
-    # Nothing after the takeover carries the starved worker's token.
+    assert _runs(ledger) == [("hog#1", "1"), ("hog#1", "2"), ("after#1", "2")]
+    # The rescuer's lease held throughout (two claims only), and nothing after the
+    # takeover carries the starved worker's token.
     history = store.history("s1")
+    claims = [e for e in history if e.kind == "claimed"]
+    assert [(e.fencing_token, e.worker_id) for e in claims] == [(1, "starved"), (2, "rescuer")]
+    # Taken over from an expired lease: the starved worker's heartbeat never ran meanwhile.
+    assert claims[1].detail == {"from_state": "leased", "expired_owner": "starved"}
     takeover = next(i for i, e in enumerate(history) if e.kind == "claimed" and e.fencing_token == 2)
     assert all(e.fencing_token != 1 for e in history[takeover:])

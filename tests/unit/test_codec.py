@@ -10,10 +10,18 @@ from typing import Any
 
 import attrs
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from runifold_sync.codec import NotJsonable, from_json, structure, to_json
+from runifold_sync.codec import (
+    MAX_NESTING_DEPTH,
+    NestedTooDeep,
+    NotJsonable,
+    _text_nests_within,
+    from_json,
+    structure,
+    to_json,
+)
 
 
 @attrs.frozen
@@ -154,3 +162,73 @@ def test_sets_encode_in_sorted_order_so_equal_sets_give_equal_text() -> None:
     backward = set(sorted(forward, reverse=True))
     assert to_json({"s": forward}) == to_json({"s": backward})
     assert to_json(frozenset({3, 1, 2})) == "[1,2,3]"
+
+
+def _depth(value: Any) -> int:
+    """Reference nesting depth, by plain recursion (fine for the small values here)."""
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+# Strings full of brackets, quotes and backslashes: what could fool a measure of the text.
+tricky_text = st.text(alphabet='[]{}"\\a\n', max_size=6)
+tricky_values = st.recursive(
+    st.none() | st.integers() | tricky_text,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(tricky_text, children, max_size=4),
+    max_leaves=30,
+)
+
+
+@given(tricky_values, st.integers(min_value=1, max_value=6))
+@example(["]", [[]], "["], 2)
+def test_a_depth_limit_refuses_exactly_the_values_nested_deeper(value: Any, limit: int) -> None:
+    if _depth(value) > limit:
+        with pytest.raises(NestedTooDeep, match=f"^nests deeper than {limit} levels$"):
+            to_json(value, max_depth=limit)
+    else:
+        assert to_json(value, max_depth=limit) == to_json(value)
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [*value, *(s for v in value.values() for s in _strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return [value] if isinstance(value, str) else []
+
+
+@given(tricky_values, st.integers(min_value=1, max_value=6))
+# Strings whose brackets balance the real ones: the text alone would look 2 deep.
+@example(["]", [[]], "["], 2)
+@example({"]": [[]], "k": '[\\"{'}, 2)
+def test_the_text_measure_never_clears_a_value_nested_deeper_and_is_exact_without_bracketed_strings(
+    value: Any, limit: int
+) -> None:
+    within = _text_nests_within(to_json(value), limit)
+    if within:
+        assert _depth(value) <= limit
+    if not any(ch in s for s in _strings(value) for ch in "[]{}"):
+        assert within == (_depth(value) <= limit)
+
+
+def test_a_wide_value_is_within_the_limit_and_one_level_past_it_is_refused() -> None:
+    records = [{"id": n, "tags": ["a", "b"], "meta": {"x": [n]}} for n in range(1000)]
+    deepest: Any = records
+    for _ in range(MAX_NESTING_DEPTH - 4):  # records nest 4 deep
+        deepest = [deepest]
+    assert _depth(deepest) == MAX_NESTING_DEPTH
+    assert to_json(deepest, max_depth=MAX_NESTING_DEPTH) == to_json(deepest)
+    with pytest.raises(NestedTooDeep):
+        to_json([deepest], max_depth=MAX_NESTING_DEPTH)
+
+
+def test_a_value_that_contains_itself_is_refused_as_nesting_too_deep() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(NestedTooDeep, match=f"nests deeper than {MAX_NESTING_DEPTH} levels"):
+        to_json(loop, max_depth=MAX_NESTING_DEPTH)
+    with pytest.raises(NotJsonable, match="RecursionError"):  # without a limit: no depth claim
+        to_json(loop)

@@ -1,0 +1,134 @@
+"""A supervisor pool with a poison workflow among healthy ones, for the poison pool test:
+
+    python -m tests.integration.poison_app --url URL --ledger PATH --concurrency P --lease-s X
+
+``poison``'s only step SIGKILLs the child process running it, every time; its budget
+allows ``POISON_MAX_ATTEMPTS`` claims without progress. ``healthy`` runs
+``HEALTHY_STEPS`` short steps and returns its input plus that many. Every step body first
+appends ``"<step> <task id> <pid>"`` to the ledger (``O_APPEND``, fsynced), so the test
+counts outside the process what really ran. On SIGTERM the process prints the
+supervisor's report as one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from runifold_sync import (
+    Budget,
+    LeaseDuration,
+    StepContext,
+    WorkerId,
+    Workflow,
+    WorkflowContext,
+    WorkflowDefinition,
+    WorkflowRegistry,
+    WorkflowWorker,
+    open_store,
+)
+from runifold_sync.supervisor import CancellationToken, WorkflowSupervisor, WorkflowSupervisorConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+POISON_MAX_ATTEMPTS = 3
+HEALTHY_STEPS = 3
+HEALTHY_STEP_S = 0.05  # so the healthy work spans the poison's crash loop
+
+poison = Workflow("poison", 1)
+healthy = Workflow("healthy", 1)
+
+
+def _record(step: str, ctx: StepContext) -> None:
+    fd = os.open(os.environ["POISON_LEDGER"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, f"{step} {ctx.task_id} {os.getpid()}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@poison.step()
+def explode(ctx: StepContext, n: int) -> int:
+    _record("explode", ctx)
+    os.kill(os.getpid(), signal.SIGKILL)
+    return n  # never reached
+
+
+@poison.main
+def poison_main(ctx: WorkflowContext, n: int) -> int:
+    return explode(ctx, n)
+
+
+@healthy.step()
+def work(ctx: StepContext, n: int) -> int:
+    _record("work", ctx)
+    time.sleep(HEALTHY_STEP_S)
+    return n + 1
+
+
+@healthy.main
+def healthy_main(ctx: WorkflowContext, n: int) -> int:
+    for _ in range(HEALTHY_STEPS):
+        n = work(ctx, n)
+    return n
+
+
+def registry() -> WorkflowRegistry:
+    reg = WorkflowRegistry()
+    reg.register(WorkflowDefinition(poison, Budget(max_attempts=POISON_MAX_ATTEMPTS)))
+    reg.register(WorkflowDefinition(healthy))
+    return reg
+
+
+def spawn(url: str, ledger: Path, *, concurrency: int, lease_s: float) -> subprocess.Popen[str]:
+    """Start the pool in its own session (``os.killpg`` ends all of it)."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.poison_app",
+            "--url",
+            url,
+            "--ledger",
+            str(ledger),
+            "--concurrency",
+            str(concurrency),
+            "--lease-s",
+            str(lease_s),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.integration.poison_app")
+    parser.add_argument("--url", required=True, help="store URL: sqlite:///... or postgresql://...")
+    parser.add_argument("--ledger", required=True)
+    parser.add_argument("--concurrency", type=int, required=True)
+    parser.add_argument("--lease-s", type=float, required=True)
+    args = parser.parse_args()
+    os.environ["POISON_LEDGER"] = args.ledger
+    lease = LeaseDuration(timedelta(seconds=args.lease_s))
+
+    def factory(worker_id: WorkerId) -> WorkflowWorker:  # runs in the child, after the fork
+        return WorkflowWorker(open_store(args.url), registry(), worker_id, lease, lease.value / 4)
+
+    config = WorkflowSupervisorConfig(args.concurrency).with_backoff(
+        timedelta(milliseconds=10), timedelta(milliseconds=100)
+    )
+    report = WorkflowSupervisor(factory, config, base_id="poison-pool").run(CancellationToken())
+    print(json.dumps({"outcomes": report.outcomes, "restarts": report.restarts}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
