@@ -206,8 +206,8 @@ class StoreMachine(RuleBasedStateMachine):
         expected: type[RunifoldError] | None
         if sent is not None:  # a duplicate is answered before the task's state is looked at
             expected = None if (sent.name, sent.payload) == (name, payload) else SignalConflict
-        elif task.state in (TaskState.TERMINAL, TaskState.CANCELLED):
-            expected = SignalRefused
+        elif task.state in (TaskState.TERMINAL, TaskState.CANCELLED) or task.cancel is not None:
+            expected = SignalRefused  # finished, or no wait of it will run again to take it
         else:
             expected = None
         delivery = self._expect(
