@@ -31,7 +31,14 @@ from django.db import transaction  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
 from shop.models import Order  # noqa: E402
 
-from runifold_sync import InvalidArgument, TaskNotFound, TaskOutcome, TaskState, WorkflowStore  # noqa: E402
+from runifold_sync import (  # noqa: E402
+    InvalidArgument,
+    StoreUsedAcrossFork,
+    TaskNotFound,
+    TaskOutcome,
+    TaskState,
+    WorkflowStore,
+)
 from runifold_sync.contrib.django import (  # noqa: E402
     close_store,
     enqueue,
@@ -202,7 +209,7 @@ def _child_report(parent_store: WorkflowStore) -> dict[str, object]:
     try:
         parent_store.get_task("x")
         refused = ""
-    except Exception as exc:
+    except StoreUsedAcrossFork as exc:
         refused = str(exc)
     report = {
         "new_store": child_store is not parent_store,

@@ -18,7 +18,7 @@ from types import ModuleType
 import pytest
 from flask import Flask
 
-from runifold_sync import InvalidArgument, StoreUnavailable, TaskOutcome, TaskState, WorkflowStore
+from runifold_sync import InvalidArgument, StoreUsedAcrossFork, TaskOutcome, TaskState, WorkflowStore
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -155,7 +155,7 @@ def _child_report(example: ModuleType, app: Flask, parent_store: WorkflowStore) 
     try:
         parent_store.get_task("order-x")
         refused = ""
-    except StoreUnavailable as exc:
+    except StoreUsedAcrossFork as exc:
         refused = str(exc)
     report = {
         "new_store": child_store is not parent_store,
