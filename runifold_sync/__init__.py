@@ -6,7 +6,7 @@ a timer or a human approval.
 """
 
 from .admission import TenantAdmission, TenantBudget, TenantPolicy
-from .context import StepContext, WorkflowContext
+from .context import WorkflowContext
 from .definition import WorkflowDefinition, WorkflowRegistry
 from .effects import EffectEvidence, EffectStatus
 from .errors import (
@@ -55,6 +55,7 @@ from .outcomes import (
     Suspended,
     Yielded,
 )
+from .step_context import StepContext
 from .store.base import Lease, TaskEvent, TaskRecord, WorkflowStore
 from .stores import open_store
 from .supervisor import CancellationToken, SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig

@@ -15,16 +15,16 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .codec import NotJsonable, structure, to_jsonable
-from .context import (
+from .errors import InvalidArgument, StoreUnavailable
+from .interrupts import (
     BranchStopped,
     CancelRequested,
     FailRequested,
+    Interrupt,
     LeaseGone,
     RetryRequested,
     YieldRequested,
-    _Interrupt,
 )
-from .errors import InvalidArgument, StoreUnavailable
 from .models import Budget, check_name
 from .workflow import return_type
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 Branch = Callable[["WorkflowContext"], Any]
 
 
-class StoreAway(_Interrupt):
+class StoreAway(Interrupt):
     """A branch found the store unreachable; re-raised as StoreUnavailable after the
     siblings stopped, so the cycle ends and the task is claimed again."""
 
@@ -43,7 +43,7 @@ class StoreAway(_Interrupt):
 
 
 # When several branches are interrupted, the most consequential interruption wins.
-_SEVERITY: tuple[type[_Interrupt], ...] = (
+_SEVERITY: tuple[type[Interrupt], ...] = (
     LeaseGone,
     StoreAway,
     FailRequested,
@@ -122,7 +122,7 @@ class _Runner:
         # Reservations of branches that have not finished; read by unreserved branches.
         self.held = {f"{call_id}/{key}": share for key, share in reserve.items()}
         self.results: dict[str, Any] = {}
-        self.interrupts: dict[str, _Interrupt] = {}
+        self.interrupts: dict[str, Interrupt] = {}
         self.lock = threading.Lock()
 
     def run(
@@ -140,7 +140,7 @@ class _Runner:
                 # siblings run does not run it again.
                 branch_ctx._commit_unsaved()
                 self.held.pop(full_key, None)  # its unspent share is free for the others
-            except _Interrupt as interrupt:
+            except Interrupt as interrupt:
                 self._interrupted(key, interrupt)
                 return
             except StoreUnavailable as exc:  # ends the cycle, as in the main function
@@ -160,14 +160,14 @@ class _Runner:
             for future in [pool.submit(body, key, fn) for key, fn in branches.items()]:
                 future.result()
 
-    def _interrupted(self, key: str, interrupt: _Interrupt) -> None:
+    def _interrupted(self, key: str, interrupt: Interrupt) -> None:
         with self.lock:
             self.interrupts[key] = interrupt
         if not isinstance(interrupt, BranchStopped):
             for stop in self.stops.values():  # siblings stop at their next step boundary
                 stop.set()
 
-    def worst(self, ignore: Collection[type[_Interrupt]] = ()) -> _Interrupt | None:
+    def worst(self, ignore: Collection[type[Interrupt]] = ()) -> Interrupt | None:
         found = [i for i in self.interrupts.values() if not isinstance(i, tuple(ignore))]
         for kind in _SEVERITY:
             for interrupt in found:
@@ -251,7 +251,7 @@ def run_race(
     return winner, _structured(branches[winner], decided["result"])
 
 
-def _raise(interrupt: _Interrupt | None) -> None:
+def _raise(interrupt: Interrupt | None) -> None:
     if isinstance(interrupt, StoreAway):
         raise interrupt.error
     if interrupt is not None:

@@ -3,7 +3,7 @@
 The main function runs from the top on every claim. Each step, effect or timer call
 takes the next position in the checkpoint journal: a recorded call returns its recorded
 output, the first unrecorded one runs and is committed (fenced, revision-checked) before
-the function goes on. Control leaves the main function through ``_Interrupt``
+the function goes on. Control leaves the main function through ``Interrupt``
 exceptions, which derive from ``BaseException`` so that ``except Exception`` in workflow
 code cannot swallow a suspension or a lost lease.
 """
@@ -19,8 +19,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
 from . import crashpoints
 from .checkpoint import Checkpoint, JournalEntry
 from .codec import NotJsonable, from_json, structure, to_jsonable
@@ -34,9 +32,19 @@ from .errors import (
     OutputNotSerializable,
 )
 from .heartbeat import LeaseFlags
+from .interrupts import (
+    BranchStopped,
+    CancelRequested,
+    FailRequested,
+    LeaseGone,
+    RetryRequested,
+    SuspendRequested,
+    YieldRequested,
+)
 from .logs import task_fields
 from .models import Budget, BudgetUsage
-from .outcomes import FailureCause
+from .progress import BranchScope, Progress
+from .step_context import StepContext
 from .store.base import ClaimedTask, Committed, Lease, Signal, WorkflowStore
 from .waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut, approval_payload_problem
 
@@ -46,110 +54,6 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger("runifold_sync.context")
-
-
-class _Interrupt(BaseException):
-    """Ends the main function early; the worker turns it into a store transition."""
-
-
-class SuspendRequested(_Interrupt):
-    def __init__(self, wake_at: datetime | None, reason: str, signal: str | None = None) -> None:
-        self.wake_at = wake_at
-        self.reason = reason
-        self.signal = signal
-
-
-class CancelRequested(_Interrupt):
-    """``store.cancel()`` reached this task; it stops at this step boundary."""
-
-
-class BranchStopped(_Interrupt):
-    """A parallel branch was told to stop (a sibling failed, or it lost a race)."""
-
-
-class RetryRequested(_Interrupt):
-    def __init__(self, delay_s: float, reason: str) -> None:
-        self.delay_s = delay_s
-        self.reason = reason
-
-
-class FailRequested(_Interrupt):
-    def __init__(self, reason: str, ambiguous_effect: str | None = None, *, cause: FailureCause) -> None:
-        self.reason = reason
-        self.ambiguous_effect = ambiguous_effect
-        self.cause = cause
-
-
-class YieldRequested(_Interrupt):
-    """The per-claim step slice is used up."""
-
-
-class LeaseGone(_Interrupt):
-    def __init__(self, error: LeaseLostError) -> None:
-        self.error = error
-
-
-@attrs.define
-class StepContext:
-    """What a step or effect body receives: identity for logs and idempotency, the
-    fencing token for conditional writes of its own, and cost accounting."""
-
-    task_id: str
-    call_id: str
-    attempt: int
-    fence: int
-    idempotency_key: str | None
-    cost: float = 0.0
-
-    def charge(self, cost: float) -> None:
-        """Add ``cost`` units (tokens, cents...) to the task's budget usage."""
-        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not cost >= 0:
-            raise InvalidArgument(f"charge must be a non-negative number, got {cost!r}")
-        self.cost += cost
-
-
-@attrs.define
-class _Progress:
-    """The checkpoint and its revision, shared by the main function and its parallel
-    branches; the lock serializes their commits into one revision sequence."""
-
-    checkpoint: Checkpoint
-    revision: int
-    lock: threading.RLock = attrs.Factory(threading.RLock)
-    # A step whose result is in the checkpoint but not yet committed: it is committed
-    # before the next body runs, or with the cycle's transition (complete, suspend...),
-    # which saves the last step of a run its own round trip.
-    unsaved: str | None = None
-    # Run time (Budget.max_duration) is wall time while claimed: each tick adds the time
-    # since the previous one (or since the claim) to the checkpoint's usage.
-    ticked_at: float = attrs.Factory(time.monotonic)
-
-    def tick(self) -> None:
-        """Add the wall time since the last tick to usage (caller holds the lock)."""
-        now = time.monotonic()
-        self.checkpoint.usage = self.checkpoint.usage.add(elapsed_s=now - self.ticked_at)
-        self.ticked_at = now
-
-
-@attrs.frozen
-class _Branch:
-    key: str  # "parallel#1/a": scopes the branch's call ids and its journal
-    reserve: Budget | None
-    stop: threading.Event  # set when the branch must stop at its next step boundary
-    # Shares of the parallel call's unfinished reserved branches, by key; the runner drops
-    # a branch's entry when it finishes. An unreserved branch may not spend them.
-    held: Mapping[str, Budget] = attrs.Factory(dict)
-
-    def held_for_others(self, branch_usage: Mapping[str, BudgetUsage]) -> tuple[int, float]:
-        """Steps and cost reserved by unfinished sibling branches and not yet spent."""
-        steps, cost = 0, 0.0
-        for key, share in tuple(self.held.items()):  # a snapshot: the runner removes entries
-            if key == self.key:
-                continue
-            used = branch_usage.get(key, BudgetUsage())
-            steps += max((share.max_steps or 0) - used.steps, 0)
-            cost += max((share.max_cost or 0) - used.cost, 0.0)
-        return steps, cost
 
 
 class WorkflowContext:
@@ -171,13 +75,13 @@ class WorkflowContext:
         self.tenant = claimed.lease.tenant
         self._claimed = claimed
         self._definition = definition
-        self._progress = _Progress(checkpoint, claimed.revision)
+        self._progress = Progress(checkpoint, claimed.revision)
         self._store = store
         self._flags = flags  # set by the heartbeat thread
         self._max_steps_per_claim = max_steps_per_claim
         self._max_checkpoint_bytes = max_checkpoint_bytes
         self._journal = checkpoint.journal
-        self._branch: _Branch | None = None
+        self._branch: BranchScope | None = None
         self._cursor = 0
         self._occurrences: Counter[str] = Counter()
         self._executed = 0
@@ -188,7 +92,7 @@ class WorkflowContext:
         """A context for one parallel branch: same lease and checkpoint, its own journal
         and call ids scoped by ``key``; ``held`` are the reservations of all branches."""
         child = copy.copy(self)
-        child._branch = _Branch(key, reserve, stop, held)
+        child._branch = BranchScope(key, reserve, stop, held)
         with self._progress.lock:
             child._journal = self.checkpoint.branch_journals.setdefault(key, [])
         child._cursor = 0
@@ -279,7 +183,7 @@ class WorkflowContext:
             raise BranchStopped()
 
     def _commit_unsaved(self) -> None:
-        """Commit a step result still held back (see ``_Progress.unsaved``), so nothing
+        """Commit a step result still held back (see ``Progress.unsaved``), so nothing
         that ran is only in memory when the outside world is touched again. Checked
         under the lock: two branches reaching a boundary at once must not both commit it."""
         with self._progress.lock:

@@ -25,9 +25,10 @@ from pathlib import Path
 import attrs
 
 from .checkpoint import Checkpoint
-from .context import StepContext, WorkflowContext
+from .context import WorkflowContext
 from .definition import WorkflowDefinition, WorkflowRegistry
 from .models import Budget, CapabilitySet, LeaseDuration, TaskState, WorkerId, WorkflowTask
+from .step_context import StepContext
 from .store.base import TaskRecord, WorkflowStore
 from .stores import open_store, sqlite_path
 from .supervisor import CancellationToken, WorkflowSupervisor, WorkflowSupervisorConfig

@@ -21,15 +21,7 @@ import attrs
 from . import crashpoints
 from .checkpoint import DEFAULT_MAX_CHECKPOINT_BYTES, Checkpoint
 from .codec import MAX_NESTING_DEPTH, NotJsonable, from_json, structure, to_json
-from .context import (
-    CancelRequested,
-    FailRequested,
-    LeaseGone,
-    RetryRequested,
-    SuspendRequested,
-    WorkflowContext,
-    YieldRequested,
-)
+from .context import WorkflowContext
 from .definition import WorkflowDefinition, WorkflowRegistry
 from .errors import (
     CancelPending,
@@ -40,6 +32,14 @@ from .errors import (
     StoreUnavailable,
 )
 from .heartbeat import LeaseKeeper
+from .interrupts import (
+    CancelRequested,
+    FailRequested,
+    LeaseGone,
+    RetryRequested,
+    SuspendRequested,
+    YieldRequested,
+)
 from .logs import task_fields
 from .models import LeaseDuration, WorkerId
 from .observer import CycleObserver

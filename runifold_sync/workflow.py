@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import attrs
 
-from .context import StepContext, WorkflowContext
+from .context import WorkflowContext
 from .errors import InvalidArgument
 from .models import RetryPolicy, check_name, check_version
+from .step_context import StepContext
 
 if TYPE_CHECKING:
     from .effects import EffectEvidence

@@ -34,7 +34,6 @@ import argparse
 import json
 import logging
 import os
-import pwd
 import random
 import re
 import shutil
@@ -45,21 +44,18 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from typing import Any
 
 import attrs
 import chaos_audit
 from chaos_app import FLOW, SIGNAL, parse_ledger
 from chaos_check import Kill, Refusal, RunData, Sample, Stop, render, verify
+from chaos_db import Database, PostgresServer, note, retry
 
 from runifold_sync import (
     BudgetUsage,
-    StoreUnavailable,
     TaskNotFound,
     TaskState,
     WorkflowStore,
@@ -69,9 +65,7 @@ from runifold_sync import (
 from runifold_sync.codec import from_json
 from runifold_sync.store.base import SignalDelivery
 
-T = TypeVar("T")
 TOOLS = Path(__file__).resolve().parent
-DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 SAMPLE_INTERVAL_S = 0.25
 LIST_LIMIT = 10_000  # the store's most per list: the watcher samples at most this many per state
 # A frozen worker stays stopped past its lease until its task has been claimed again (so the
@@ -145,119 +139,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-# --- databases ---------------------------------------------------------------------
-
-
-@attrs.define
-class Database:
-    kind: str
-    url: str
-    admin_url: str | None = None
-    dbname: str | None = None
-
-    @classmethod
-    def create(cls, kind: str, workdir: Path, admin_url: str | None) -> Database:
-        if kind == "sqlite":
-            return cls(kind, f"sqlite:///{workdir / 'chaos.db'}")
-        import psycopg
-
-        admin = admin_url or os.environ.get("RUNIFOLD_TEST_POSTGRES_URL") or DEFAULT_POSTGRES_URL
-        dbname = f"runifold_chaos_{uuid.uuid4().hex[:12]}"
-        _retry(lambda: _admin(psycopg, admin, f'CREATE DATABASE "{dbname}"'))
-        return cls(kind, urlsplit(admin)._replace(path=f"/{dbname}").geturl(), admin, dbname)
-
-    def integrity(self) -> str | None:
-        if self.kind != "sqlite":
-            return None
-        conn = sqlite3.connect(self.url.removeprefix("sqlite:///"))
-        try:
-            rows = conn.execute("PRAGMA integrity_check").fetchall()
-        finally:
-            conn.close()
-        return "; ".join(str(r[0]) for r in rows)
-
-    def drop(self) -> None:
-        if self.admin_url is None:
-            return
-        import psycopg
-
-        sql = f'DROP DATABASE IF EXISTS "{self.dbname}" WITH (FORCE)'
-        _retry(lambda: _admin(psycopg, self.admin_url, sql))
-
-
-def _admin(psycopg: Any, url: str | None, sql: str) -> None:
-    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(sql)
-
-
-def _transient() -> tuple[type[Exception], ...]:
-    """Errors that mean the database is away for now (a server restart)."""
-    try:
-        import psycopg
-    except ImportError:
-        return (StoreUnavailable, OSError)
-    return (StoreUnavailable, OSError, psycopg.OperationalError)
-
-
-def _retry(action: Callable[[], T], attempts: int = 60) -> T:
-    """Run ``action``, retrying while the database is away."""
-    for attempt in range(attempts):
-        try:
-            return action()
-        except _transient() as exc:
-            if attempt == attempts - 1:
-                raise
-            _note(f"retrying after {type(exc).__name__}: {exc}".splitlines()[0])
-            time.sleep(0.5)
-    raise AssertionError("unreachable")
-
-
-class PostgresServer:
-    """The local cluster behind a URL, restarted with ``pg_ctlcluster``; ``cluster`` is
-    None unless it runs on this host and this process may control it (root or its owner)."""
-
-    def __init__(self, url: str) -> None:
-        self.cluster: tuple[str, str] | None = None
-        port = urlsplit(url).port or 5432
-        if urlsplit(url).hostname not in (None, "", "127.0.0.1", "localhost", "::1"):
-            return
-        if shutil.which("pg_lsclusters") is None or shutil.which("pg_ctlcluster") is None:
-            return
-        out = subprocess.run(["pg_lsclusters", "--no-header"], capture_output=True, text=True, timeout=30)
-        for line in out.stdout.splitlines():
-            version, name, cluster_port, _status, owner, *_ = line.split()
-            if int(cluster_port) == port and os.geteuid() in (0, pwd.getpwnam(owner).pw_uid):
-                self.cluster = (version, name)
-
-    def _ctl(self, action: str) -> subprocess.CompletedProcess[str]:
-        assert self.cluster is not None
-        version, name = self.cluster
-        return subprocess.run(
-            ["pg_ctlcluster", "--skip-systemctl-redirect", version, name, action],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-
-    def restart(self) -> bool:
-        """Restart the server (a fast shutdown: every connection is cut); always leaves
-        it running, even when someone else restarts it at the same moment."""
-        if self.cluster is None:
-            return False
-        done = self._ctl("restart").returncode == 0
-        self.ensure_running()
-        return done
-
-    def ensure_running(self) -> None:
-        if self.cluster is None:
-            return
-        for _ in range(60):
-            if self._ctl("status").returncode == 0:
-                return
-            self._ctl("start")
-            time.sleep(1)
-
-
 # --- the plan ----------------------------------------------------------------------
 
 
@@ -314,10 +195,6 @@ def parse_refusals(path: Path) -> list[Refusal]:
     """The lease losses the workers logged (one line each, see ``LeaseLostError``)."""
     text = path.read_text(errors="replace") if path.exists() else ""
     return [Refusal(task, int(token), op) for task, token, op in _LEASE_LOST.findall(text)]
-
-
-def _note(text: str) -> None:
-    print(f"chaos: {text}", file=sys.stderr, flush=True)
 
 
 def _proc_state(pid: int) -> tuple[str, int] | None:
@@ -405,7 +282,7 @@ class Chaos:
             return
         children = self._running_children()
         if not children:
-            _note(f"no running child to {action.kind}")
+            note(f"no running child to {action.kind}")
             return
         pids = sorted(pid for pid, worker_id in children.items() if worker_id in busy) or sorted(children)
         pid = pids[min(int(action.pick * len(pids)), len(pids) - 1)]
@@ -448,7 +325,7 @@ class Chaos:
             due = time.monotonic() + self.args.lease_s + action.stop_s
             self.stopped[pid] = _Frozen(due, time.time(), holding[pid], leases)
             return True
-        _note("no child held a lease long enough to be frozen with it; stop skipped")
+        note("no child held a lease long enough to be frozen with it; stop skipped")
         return False
 
     def _stop(self, pid: int) -> bool:
@@ -531,14 +408,14 @@ class Chaos:
 
     def _restart_database(self) -> None:
         if self.server is None or self.server.cluster is None:
-            _note("database restart skipped: the server is not a local cluster this tool can restart")
+            note("database restart skipped: the server is not a local cluster this tool can restart")
             return
         began = time.monotonic()
         if self.server.restart():
             self.restarts += 1
-            _note(f"PostgreSQL restarted in {time.monotonic() - began:.2f}s")
+            note(f"PostgreSQL restarted in {time.monotonic() - began:.2f}s")
         else:
-            _note("PostgreSQL restart failed (someone else restarting it?); it is running again")
+            note("PostgreSQL restart failed (someone else restarting it?); it is running again")
 
     def finish(self) -> dict[str, Any]:
         """Resume everyone, stop the pool gracefully, return its report."""
@@ -554,7 +431,7 @@ class Chaos:
             out, _ = self.proc.communicate(timeout=self.args.lease_s * 5 + 30)
             report = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
         except subprocess.TimeoutExpired:
-            _note("the supervisor did not stop; killing its process group")
+            note("the supervisor did not stop; killing its process group")
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         finally:
@@ -589,7 +466,7 @@ class Watcher(threading.Thread):
                 ]
                 finished = sum(s.count for s in store.queue_stats() if s.state is TaskState.TERMINAL)
             except Exception as exc:  # the server restarting: sample again shortly
-                _note(f"watcher: {type(exc).__name__}")
+                note(f"watcher: {type(exc).__name__}")
                 self.stop.wait(SAMPLE_INTERVAL_S)
                 continue
             at = time.time()
@@ -648,7 +525,7 @@ class Producer(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        store = _retry(lambda: open_store(self.url))
+        store = retry(lambda: open_store(self.url))
         started = time.monotonic()
         try:
             for arrival in self.arrivals:
@@ -658,10 +535,10 @@ class Producer(threading.Thread):
                     task = WorkflowTask.new(
                         FLOW, 1, self.specs[arrival.task_id], checkpoint_id=arrival.task_id
                     )
-                    _retry(partial(store.enqueue, task))
+                    retry(partial(store.enqueue, task))
                     continue
                 for _ in range(2 if arrival.duplicate else 1):
-                    delivery = _retry(partial(self._signal, store, arrival.task_id))
+                    delivery = retry(partial(self._signal, store, arrival.task_id))
                     self.sent += delivery.created
                     self.duplicates += not delivery.created
         finally:
@@ -714,7 +591,7 @@ def run(args: argparse.Namespace) -> int:
                 if not pending and not producer.is_alive():
                     stalled_s = time.monotonic() - watcher.progress_at
                     if stalled_s > args.stall_limit_s:
-                        _note(f"no task changed for {stalled_s:.0f}s; giving up on the unfinished ones")
+                        note(f"no task changed for {stalled_s:.0f}s; giving up on the unfinished ones")
                         break
                 time.sleep(0.005)
             elapsed_s = time.monotonic() - started
@@ -728,10 +605,10 @@ def run(args: argparse.Namespace) -> int:
         tasks = {}  # read one by one: a list stops at LIST_LIMIT tasks
         for task_id in specs:
             try:
-                tasks[task_id] = _retry(partial(store.get_task, task_id))
+                tasks[task_id] = retry(partial(store.get_task, task_id))
             except TaskNotFound:
                 pass  # reported as lost
-        histories = {t: _retry(partial(store.history, t)) for t in tasks}
+        histories = {t: retry(partial(store.history, t)) for t in tasks}
         store.close()
         data = RunData(
             specs=specs,
@@ -742,7 +619,7 @@ def run(args: argparse.Namespace) -> int:
             samples=watcher.samples,
             kills=chaos.kills,
             integrity=db.integrity(),
-            writes=_retry(partial(chaos_audit.read, args.store, db.url)),
+            writes=retry(partial(chaos_audit.read, args.store, db.url)),
             stops=chaos.stop_log,
             refusals=parse_refusals(workdir / "supervisor.err"),
         )

@@ -9,23 +9,21 @@ processes and hosts claiming from one database.
   resolve also ``NOTIFY runifold_tasks`` (delivered at commit) to wake idle workers
   blocked in :meth:`PostgresWorkflowStore.wait_for_work`.
 - The pool belongs to the process that opened it: any use from a forked child raises
-  :class:`StoreUnavailable`; open a new store in the child after it starts.
+  :class:`StoreUsedAcrossFork`; open a new store in the child after it starts.
 - Driver errors become :class:`StoreUnavailable` in one place, ``pgpool.ProcessPool``.
+- The statements, and how their rows become values, are in ``pgstatements``.
 """
 
 from __future__ import annotations
 
-import re
 import time
-from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn
+from datetime import datetime, timedelta
+from typing import Any
 
 from psycopg.rows import DictRow
 
 from ..admission import TenantAdmission, TenantPolicy
-from ..codec import from_json, to_json
 from ..errors import (
-    CancelPending,
     InvalidArgument,
     InvalidState,
     LeaseLostError,
@@ -51,114 +49,25 @@ from .base import (
     WorkerRecord,
     WorkflowStore,
 )
-from .pgpool import Connection, ProcessPool
-from .queries import load_migrations, load_queries
+from .pgpool import ProcessPool
+from .pgstatements import (
+    REFUSED_WHILE_CANCEL_PENDING,
+    Q,
+    claim_in,
+    free_text,
+    insert_event,
+    jsonb,
+    refused,
+    store_now,
+    task_of,
+    transition_params,
+    transition_with_event,
+    utc,
+)
+from .queries import load_migrations
 
-_NOW = "(clock_timestamp() + make_interval(secs => (SELECT offset_s FROM runifold_clock WHERE id = 1)))"
-_Q = load_queries("postgres", _NOW)
 # pg_advisory_xact_lock key that serializes migrations of one database ("RUNIFOLD").
 _MIGRATION_LOCK = 0x52554E49464F4C44
-# A JSON text PostgreSQL refuses as JSONB: a raw NUL, or a \u0000 escape that is not
-# itself an escaped backslash followed by "u0000".
-_NUL = re.compile(r"\x00|(?<!\\)(?:\\\\)*\\u0000")
-# Transitions that would end a run's cycle without honouring a cancel request.
-_REFUSED_WHILE_CANCEL_PENDING = frozenset({"complete", "suspend", "retry"})
-
-
-def _utc(value: datetime) -> datetime:
-    return value.astimezone(UTC)
-
-
-def _transition_with_event(name: str, notify: bool) -> str:
-    """The key in ``_Q`` of query ``name`` extended with its history event (and NOTIFY),
-    built on first use."""
-    key = f"{name}+event" + ("+notify" if notify else "")
-    if key not in _Q:
-        notified = ", pg_notify('runifold_tasks', '') AS notified" if notify else ""
-        _Q[key] = (
-            f"WITH transition AS ({_Q[name]}), "
-            "event AS (INSERT INTO runifold_events (task_id, at, kind, worker_id, fencing_token, detail) "
-            "SELECT %(task_id)s, at, %(event_kind)s, %(event_worker)s, %(token)s, %(event_detail)s::jsonb "
-            f"FROM transition) SELECT *{notified} FROM transition"
-        )
-    return key
-
-
-def _claim_with_limit(limit: int) -> str:
-    """The key in ``_Q`` of the claim statement with ``limit`` (checked) in its text,
-    built on first use."""
-    key = f"claim_tasks+limit{limit}"
-    if key not in _Q:
-        _Q[key] = _Q["claim_tasks"].replace("%(limit)s", str(limit))
-    return key
-
-
-def _claim_order(row: DictRow) -> tuple[Any, ...]:
-    """The claim statement's ORDER BY (turn, least recently served tenant first, then
-    priority and due time), which its UPDATE ... RETURNING does not keep."""
-    served = row["served_at"]
-    return (row["turn"], served is not None, served or row["at"], -row["priority"], row["due_at"])
-
-
-def _claim_in(conn: Connection, request: ClaimRequest) -> list[ClaimedTask]:
-    """The claim, inside the caller's pipelined transaction (a bad limit rolls it back)."""
-    limit = rows.check_claim_limit(request.limit)
-    claimed = []
-    params = {"worker_id": request.worker_id.value, "lease_s": request.lease.seconds}
-    # The claim statement takes about 1 ms to plan, more than it takes to run. With
-    # plan_cache_mode=auto the server plans it for each of a connection's first five
-    # calls, and on every call for as long as its generic plan is estimated dearer than
-    # the custom ones (which is what happened while the limit was a parameter). Forced,
-    # the prepared statement's generic plan serves from the first call, with the limit
-    # (checked to be an integer) written into the text: as a parameter the planner
-    # guessed thousands of rows and leased them through a scan of the whole table.
-    conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-    conn.execute(_Q["lock_limited_tenants"])
-    leased = conn.execute(_Q[_claim_with_limit(limit)], params).fetchall()
-    # UPDATE ... RETURNING has no order: hand tasks out in claim order.
-    leased.sort(key=_claim_order)
-    for row in leased:
-        resolutions = {}
-        if row["resolved"]:  # rare: only tasks an operator resolved have any
-            found = conn.execute(_Q["resolutions_for_task"], {"task_id": row["task_id"]}).fetchall()
-            resolutions = rows.effect_resolutions(r | {"result": _canonical(r["result"])} for r in found)
-        row["checkpoint"] = _canonical(row["checkpoint"])
-        claimed.append(rows.claimed_task(row, request.worker_id.value, _utc, resolutions))
-    return claimed
-
-
-def _transition_params(
-    lease: Lease, params: dict[str, Any], event: str, detail: dict[str, Any]
-) -> dict[str, Any]:
-    return params | {
-        "task_id": lease.task_id,
-        "token": lease.fencing_token,
-        "event_kind": event,
-        "event_worker": lease.worker_id,
-        "event_detail": to_json(detail),
-    }
-
-
-def _canonical(text: str | None) -> str | None:
-    """JSONB text (keys reordered, ``", "`` separators) back to the canonical encoding
-    the rest of runifold_sync writes; JSON null stays ``"null"``."""
-    return None if text is None else to_json(from_json(text))
-
-
-def _jsonb(kind: str, text: str | None) -> str | None:
-    # Substring tests first: the regex costs tens of microseconds on every checkpoint
-    # commit, and it can only match where one of these substrings occurs.
-    if text is not None and ("\x00" in text or "\\u0000" in text) and _NUL.search(text):
-        raise InvalidArgument(
-            f"{kind} contains the character U+0000, which PostgreSQL cannot store in JSONB; "
-            "remove NUL characters from strings before storing them"
-        )
-    return text
-
-
-def _free_text(text: str) -> str:
-    """Reasons are free text from exception messages; PostgreSQL text cannot hold NUL."""
-    return text.replace("\x00", "\ufffd")
 
 
 class PostgresWorkflowStore(WorkflowStore):
@@ -201,14 +110,14 @@ class PostgresWorkflowStore(WorkflowStore):
 
     def _execute(self, name: str, params: dict[str, Any]) -> None:
         """One statement without a result, its own transaction (autocommit)."""
-        self._pool.execute(_Q[name], params)
+        self._pool.execute(Q[name], params)
 
     def _all(self, name: str, params: dict[str, Any]) -> list[DictRow]:
-        return self._pool.fetch_all(_Q[name], params)
+        return self._pool.fetch_all(Q[name], params)
 
     def _one(self, name: str, params: dict[str, Any]) -> DictRow | None:
         """One statement, its own transaction (autocommit)."""
-        return self._pool.fetch_one(_Q[name], params)
+        return self._pool.fetch_one(Q[name], params)
 
     def migrate(self) -> int:
         """Apply pending numbered migrations under an advisory lock, so workers starting
@@ -251,23 +160,23 @@ class PostgresWorkflowStore(WorkflowStore):
                     "definition_name": task.definition_name,
                     "definition_version": task.definition_version,
                     "tenant": task.tenant,
-                    "input": _jsonb("workflow input", task.input_json),
+                    "input": jsonb("workflow input", task.input_json),
                     "priority": task.priority,
                     "not_before": task.not_before,
                 }
-                inserted = conn.execute(_Q["insert_task"], params).fetchone()
+                inserted = conn.execute(Q["insert_task"], params).fetchone()
                 if inserted is not None:
-                    _event(
+                    insert_event(
                         conn, inserted["at"], task.task_id, "enqueued", None, None, rows.enqueued_detail(task)
                     )
                     results.append(EnqueueResult(task.task_id, created=True))
                     continue
-                row = conn.execute(_Q["select_task"], {"task_id": task.task_id}).fetchone()
+                row = conn.execute(Q["select_task"], {"task_id": task.task_id}).fetchone()
                 if row is None:  # inserted and deleted in between: nothing deletes tasks today
                     raise StoreUnavailable(f"task {task.task_id!r} conflicted on insert but cannot be read")
                 results.append(rows.already_enqueued(task, row))  # a conflict rolls the batch back
             if any(r.created for r in results):
-                conn.execute(_Q["notify_work"])
+                conn.execute(Q["notify_work"])
         return results
 
     def resolve_effect(
@@ -281,15 +190,15 @@ class PostgresWorkflowStore(WorkflowStore):
         reason: str,
     ) -> None:
         rows.check_resolution(applied, actor, reason)
-        result = _jsonb("effect result", result_json)
+        result = jsonb("effect result", result_json)
         with self._pool.transaction() as conn:
             params = {"task_id": task_id, "effect_key": effect_key}
-            requeued = conn.execute(_Q["requeue_resolved"], params).fetchone()
+            requeued = conn.execute(Q["requeue_resolved"], params).fetchone()
             if requeued is None:
-                record = _record(conn.execute(_Q["select_task"], params).fetchone(), task_id)
+                record = task_of(conn.execute(Q["select_task"], params).fetchone(), task_id)
                 raise rows.not_resolvable(record, effect_key)
             conn.execute(
-                _Q["insert_resolution"],
+                Q["insert_resolution"],
                 params
                 | {
                     "applied": applied,
@@ -300,8 +209,8 @@ class PostgresWorkflowStore(WorkflowStore):
                 },
             )
             detail = rows.resolved_detail(effect_key, applied, actor, reason)
-            _event(conn, requeued["at"], task_id, "effect_resolved", None, None, detail)
-            conn.execute(_Q["notify_work"])
+            insert_event(conn, requeued["at"], task_id, "effect_resolved", None, None, detail)
+            conn.execute(Q["notify_work"])
 
     def send_signal(
         self,
@@ -315,80 +224,82 @@ class PostgresWorkflowStore(WorkflowStore):
         reason: str | None = None,
     ) -> SignalDelivery:
         payload_text = rows.check_signal(name, signal_id, sender, tenant, reason, payload)
-        _jsonb("signal payload", payload_text)
+        jsonb("signal payload", payload_text)
         refusal = None
         with self._pool.transaction() as conn:
             params = {"task_id": task_id, "signal_id": signal_id, "name": name}
-            task = conn.execute(_Q["lock_task"], params).fetchone()
+            task = conn.execute(Q["lock_task"], params).fetchone()
             if task is None:
                 raise TaskNotFound(task_id)
             refusal = rows.tenant_refusal(task, tenant)
             foreign = refusal is not None
             if refusal is None:
-                existing = conn.execute(_Q["select_signal"], params).fetchone()
+                existing = conn.execute(Q["select_signal"], params).fetchone()
                 if existing is not None:
                     if not rows.same_signal(existing, name, payload_text):
                         raise SignalConflict(task_id, signal_id)
                     return SignalDelivery(signal_id, created=False)
-                counted = conn.execute(_Q["count_pending_signals"], params).fetchone()
+                counted = conn.execute(Q["count_pending_signals"], params).fetchone()
                 assert counted is not None
                 refusal = rows.signal_refusal(task, counted["pending"], self._max_pending_signals)
             detail = rows.signal_detail(signal_id, name, sender, reason, refusal)
-            now = _now(conn)
+            now = store_now(conn)
             if refusal is None:
                 conn.execute(
-                    _Q["insert_signal"],
+                    Q["insert_signal"],
                     params | {"payload": payload_text, "sender": sender, "reason": reason},
                 )
-                if conn.execute(_Q["wake_for_signal"], params | {"now": now}).rowcount:
-                    conn.execute(_Q["notify_work"])
+                if conn.execute(Q["wake_for_signal"], params | {"now": now}).rowcount:
+                    conn.execute(Q["notify_work"])
             kind = "signal_received" if refusal is None else "signal_refused"
-            _event(conn, now, task_id, kind, None, None, detail)
+            insert_event(conn, now, task_id, kind, None, None, detail)
         if refusal is not None:  # raised after the commit, so the refusal stays recorded
             raise rows.refused_signal(task_id, signal_id, refusal, foreign=foreign)
         return SignalDelivery(signal_id, created=True)
 
     def cancel(self, task_id: str, actor: str, reason: str) -> TaskState:
         rows.check_operator(actor, reason)
-        note = _free_text(f"cancelled by {actor}: {reason}")
-        detail = {"actor": actor, "reason": _free_text(reason)}
+        note = free_text(f"cancelled by {actor}: {reason}")
+        detail = {"actor": actor, "reason": free_text(reason)}
         with self._pool.transaction() as conn:
             params = {"task_id": task_id, "reason": note}
             # Lock the row first. Unlocked, a worker's suspend, retry or yield could commit
             # between the UPDATEs below (leased when the first looked, waiting when the
             # last did) and an unfinished task would be refused as not cancellable.
-            if conn.execute(_Q["lock_task"], params).fetchone() is None:
+            if conn.execute(Q["lock_task"], params).fetchone() is None:
                 raise TaskNotFound(task_id)
-            cancelled = conn.execute(_Q["cancel_unleased"], params).fetchone()
+            cancelled = conn.execute(Q["cancel_unleased"], params).fetchone()
             if cancelled is not None:
-                _event(conn, cancelled["at"], task_id, "cancelled", None, None, detail)
+                insert_event(conn, cancelled["at"], task_id, "cancelled", None, None, detail)
                 return TaskState.CANCELLED
             for query, state in (
                 ("cancel_with_undo", TaskState.QUEUED),
                 ("request_cancel", TaskState.LEASED),
             ):
-                requested = conn.execute(_Q[query], params).fetchone()
+                requested = conn.execute(Q[query], params).fetchone()
                 if requested is not None:
-                    _event(conn, requested["at"], task_id, "cancel_requested", None, None, detail)
+                    insert_event(conn, requested["at"], task_id, "cancel_requested", None, None, detail)
                     if state is TaskState.QUEUED:
-                        conn.execute(_Q["notify_work"])  # a worker runs its compensations now
+                        conn.execute(Q["notify_work"])  # a worker runs its compensations now
                     return state
-            raise rows.not_cancellable(_record(conn.execute(_Q["select_task"], params).fetchone(), task_id))
+            raise rows.not_cancellable(task_of(conn.execute(Q["select_task"], params).fetchone(), task_id))
 
     def requeue(self, task_id: str, *, actor: str, reason: str) -> None:
         rows.check_operator(actor, reason)
         with self._pool.transaction() as conn:
             params = {"task_id": task_id}
-            requeued = conn.execute(_Q["requeue_failed"], params).fetchone()
+            requeued = conn.execute(Q["requeue_failed"], params).fetchone()
             if requeued is None:
                 raise rows.not_requeueable(
-                    _record(conn.execute(_Q["select_task"], params).fetchone(), task_id)
+                    task_of(conn.execute(Q["select_task"], params).fetchone(), task_id)
                 )
-            _event(conn, requeued["at"], task_id, "requeued", None, None, rows.requeued_detail(actor, reason))
-            conn.execute(_Q["notify_work"])
+            insert_event(
+                conn, requeued["at"], task_id, "requeued", None, None, rows.requeued_detail(actor, reason)
+            )
+            conn.execute(Q["notify_work"])
 
     def get_task(self, task_id: str) -> TaskRecord:
-        return self.explain_reasons([_record(self._one("select_task", {"task_id": task_id}), task_id)])[0]
+        return self.explain_reasons([task_of(self._one("select_task", {"task_id": task_id}), task_id)])[0]
 
     def list_tasks(
         self,
@@ -399,7 +310,7 @@ class PostgresWorkflowStore(WorkflowStore):
         limit: int = 100,
     ) -> list[TaskRecord]:
         found = self._all("list_tasks", rows.list_filters(state, tenant, definition, limit))
-        return self.explain_reasons([_record(row, row["task_id"]) for row in found])
+        return self.explain_reasons([task_of(row, row["task_id"]) for row in found])
 
     def referenced_versions(self) -> list[VersionReference]:
         return [rows.version_reference(row) for row in self._all("referenced_versions", {})]
@@ -424,7 +335,7 @@ class PostgresWorkflowStore(WorkflowStore):
         return [
             rows.tenant_admission(
                 row,
-                _utc,
+                utc,
                 None if row["budget_window_s"] is None else timedelta(seconds=float(row["budget_window_s"])),
             )
             for row in self._all("tenant_admission", {})
@@ -436,7 +347,7 @@ class PostgresWorkflowStore(WorkflowStore):
             TaskEvent(
                 row["event_id"],
                 row["task_id"],
-                _utc(row["at"]),
+                utc(row["at"]),
                 row["kind"],
                 row["worker_id"],
                 row["fencing_token"],
@@ -451,7 +362,7 @@ class PostgresWorkflowStore(WorkflowStore):
         # Pipelined: BEGIN, the tenant locks and the claim (with its events) go out
         # together, and the claim statement still runs after the locks are held.
         with self._pool.pipelined_transaction() as conn:
-            return _claim_in(conn, ClaimRequest(worker_id, lease, limit))
+            return claim_in(conn, ClaimRequest(worker_id, lease, limit))
 
     def heartbeat(self, lease: Lease, duration: LeaseDuration) -> Lease:
         row = self._one(
@@ -464,7 +375,7 @@ class PostgresWorkflowStore(WorkflowStore):
             lease.tenant,
             lease.worker_id,
             lease.fencing_token,
-            _utc(row["lease_expires"]),
+            utc(row["lease_expires"]),
             row["cancel_requested"],
         )
 
@@ -475,7 +386,7 @@ class PostgresWorkflowStore(WorkflowStore):
                 "task_id": lease.task_id,
                 "token": lease.fencing_token,
                 "revision": revision,
-                "checkpoint": _jsonb("checkpoint", checkpoint_json),
+                "checkpoint": jsonb("checkpoint", checkpoint_json),
             },
         )
         if row is None:
@@ -494,11 +405,11 @@ class PostgresWorkflowStore(WorkflowStore):
     ) -> DictRow:
         """One fenced UPDATE with its history event (and NOTIFY) in one statement: one
         round trip, and the event is written exactly when the update matched."""
-        params = _transition_params(lease, params, event, detail)
-        row = self._one(_transition_with_event(name, notify), params)
+        params = transition_params(lease, params, event, detail)
+        row = self._one(transition_with_event(name, notify), params)
         if row is None:
-            pending = self._one("pending_cancel", params) if name in _REFUSED_WHILE_CANCEL_PENDING else None
-            _refused(lease, event, pending)
+            pending = self._one("pending_cancel", params) if name in REFUSED_WHILE_CANCEL_PENDING else None
+            refused(lease, event, pending)
         return row
 
     def suspend(
@@ -511,20 +422,20 @@ class PostgresWorkflowStore(WorkflowStore):
         reason: str,
         signal: str | None = None,
     ) -> None:
-        reason = _free_text(reason)
+        reason = free_text(reason)
         params = {
             "revision": revision,
-            "checkpoint": _jsonb("checkpoint", checkpoint_json),
+            "checkpoint": jsonb("checkpoint", checkpoint_json),
             "wake_at": wake_at,
             "reason": reason,
             "signal": signal,
         }
         with self._pool.transaction() as conn:
             params |= {"task_id": lease.task_id, "token": lease.fencing_token}
-            row = conn.execute(_Q["suspend"], params).fetchone()
+            row = conn.execute(Q["suspend"], params).fetchone()
             if row is None:
-                _refused(lease, "suspended", conn.execute(_Q["pending_cancel"], params).fetchone())
-            _event(
+                refused(lease, "suspended", conn.execute(Q["pending_cancel"], params).fetchone())
+            insert_event(
                 conn,
                 row["at"],
                 lease.task_id,
@@ -538,16 +449,16 @@ class PostgresWorkflowStore(WorkflowStore):
             woken = (
                 signal is not None
                 and conn.execute(
-                    _Q["wake_if_signal_pending"], {"task_id": lease.task_id, "name": signal, "now": row["at"]}
+                    Q["wake_if_signal_pending"], {"task_id": lease.task_id, "name": signal, "now": row["at"]}
                 ).rowcount
             )
             if wake_at is not None or woken:  # idle workers recompute the earliest due time
-                conn.execute(_Q["notify_work"])
+                conn.execute(Q["notify_work"])
 
     def pending_signals(self, task_id: str, name: str | None = None) -> list[Signal]:
         query = "all_pending_signals" if name is None else "pending_signals"
         return [
-            Signal(r["signal_id"], r["name"], r["payload"], r["sender"], r["reason"], _utc(r["sent_at"]))
+            Signal(r["signal_id"], r["name"], r["payload"], r["sender"], r["reason"], utc(r["sent_at"]))
             for r in self._all(query, {"task_id": task_id, "name": name})
         ]
 
@@ -563,35 +474,35 @@ class PostgresWorkflowStore(WorkflowStore):
     ) -> Committed:
         with self._pool.transaction() as conn:
             params = {"task_id": lease.task_id, "token": lease.fencing_token, "revision": revision}
-            checkpoint = _jsonb("checkpoint", checkpoint_json)
-            row = conn.execute(_Q["commit_checkpoint"], params | {"checkpoint": checkpoint}).fetchone()
+            checkpoint = jsonb("checkpoint", checkpoint_json)
+            row = conn.execute(Q["commit_checkpoint"], params | {"checkpoint": checkpoint}).fetchone()
             if row is None:
                 raise LeaseLostError(lease.task_id, lease.fencing_token, "signal consumption")
-            now = _now(conn)
+            now = store_now(conn)
             consumed = conn.execute(
-                _Q["consume_signal"], {"task_id": lease.task_id, "signal_id": signal_id, "now": now}
+                Q["consume_signal"], {"task_id": lease.task_id, "signal_id": signal_id, "now": now}
             ).fetchone()
             if consumed is None:
                 raise InvalidState(f"signal {signal_id!r} of task {lease.task_id!r} is not pending")
             kind = "signal_consumed" if accepted else "signal_refused"
-            detail = {"signal_id": signal_id, "sender": consumed["sender"], "note": _free_text(note)}
-            _event(conn, now, lease.task_id, kind, lease.worker_id, lease.fencing_token, detail)
+            detail = {"signal_id": signal_id, "sender": consumed["sender"], "note": free_text(note)}
+            insert_event(conn, now, lease.task_id, kind, lease.worker_id, lease.fencing_token, detail)
             return Committed(row["revision"], row["cancel_requested"])
 
     def acknowledge_cancel(self, lease: Lease, revision: int, checkpoint_json: str) -> None:
-        params = {"revision": revision, "checkpoint": _jsonb("checkpoint", checkpoint_json)}
+        params = {"revision": revision, "checkpoint": jsonb("checkpoint", checkpoint_json)}
         self._fenced_transition("acknowledge_cancel", lease, params, "cancelled", {}, notify=False)
 
     def retry(
         self, lease: Lease, revision: int, checkpoint_json: str, *, delay: timedelta, reason: str
     ) -> datetime:
-        reason = _free_text(reason)
+        reason = free_text(reason)
         row = self._fenced_transition(
             "retry",
             lease,
             {
                 "revision": revision,
-                "checkpoint": _jsonb("checkpoint", checkpoint_json),
+                "checkpoint": jsonb("checkpoint", checkpoint_json),
                 "delay_s": delay.total_seconds(),
                 "reason": reason,
             },
@@ -599,10 +510,10 @@ class PostgresWorkflowStore(WorkflowStore):
             rows.retried_detail(reason, delay),
             notify=True,
         )
-        return _utc(row["ready_at"])
+        return utc(row["ready_at"])
 
     def release(self, lease: Lease, *, delay: timedelta, reason: str) -> None:
-        reason = _free_text(reason)
+        reason = free_text(reason)
         self._fenced_transition(
             "release",
             lease,
@@ -623,19 +534,19 @@ class PostgresWorkflowStore(WorkflowStore):
     ) -> list[ClaimedTask]:
         params = {
             "revision": revision,
-            "checkpoint": _jsonb("checkpoint", checkpoint_json),
-            "result": _jsonb("result", result_json),
+            "checkpoint": jsonb("checkpoint", checkpoint_json),
+            "result": jsonb("result", result_json),
         }
         if then_claim is None:
             self._fenced_transition("complete", lease, params, "completed", {}, notify=False)
             return []
-        query = _Q[_transition_with_event("complete", False)]
+        query = Q[transition_with_event("complete", False)]
         with self._pool.pipelined_transaction() as conn:
-            params = _transition_params(lease, params, "completed", {})
+            params = transition_params(lease, params, "completed", {})
             completed = conn.execute(query, params)
-            claimed = _claim_in(conn, then_claim)
+            claimed = claim_in(conn, then_claim)
             if completed.fetchone() is None:  # rolls the claim back with it
-                _refused(lease, "completed", conn.execute(_Q["pending_cancel"], params).fetchone())
+                refused(lease, "completed", conn.execute(Q["pending_cancel"], params).fetchone())
             return claimed
 
     def fail(
@@ -647,13 +558,13 @@ class PostgresWorkflowStore(WorkflowStore):
         reason: str,
         ambiguous_effect: str | None = None,
     ) -> None:
-        reason = _free_text(reason)
+        reason = free_text(reason)
         self._fenced_transition(
             "fail",
             lease,
             {
                 "revision": revision,
-                "checkpoint": _jsonb("checkpoint", checkpoint_json),
+                "checkpoint": jsonb("checkpoint", checkpoint_json),
                 "reason": reason,
                 "ambiguous_effect": ambiguous_effect,
             },
@@ -667,10 +578,10 @@ class PostgresWorkflowStore(WorkflowStore):
         due time (a timer, a backoff, a lease expiry), whichever comes first."""
         deadline = time.monotonic() + rows.check_wait_timeout(timeout)
         with self._pool.connection() as conn:
-            conn.execute(_Q["listen_work"])  # before looking, so no notification is missed
+            conn.execute(Q["listen_work"])  # before looking, so no notification is missed
             try:
                 while True:
-                    row = conn.execute(_Q["seconds_until_due"]).fetchone()
+                    row = conn.execute(Q["seconds_until_due"]).fetchone()
                     due_in_s = None if row is None else row["due_in_s"]
                     if due_in_s is not None and due_in_s <= 0:
                         return True
@@ -682,7 +593,7 @@ class PostgresWorkflowStore(WorkflowStore):
                     for _ in conn.notifies(timeout=sleep_s, stop_after=1):
                         pass
             finally:
-                conn.execute(_Q["unlisten_work"])
+                conn.execute(Q["unlisten_work"])
 
     # --- worker registry -----------------------------------------------------------
 
@@ -699,61 +610,16 @@ class PostgresWorkflowStore(WorkflowStore):
         self._execute("worker_stopped", {"worker_id": worker_id.value, "pid": pid})
 
     def workers(self) -> list[WorkerRecord]:
-        return [rows.worker_record(row, _utc) for row in self._all("list_workers", {})]
+        return [rows.worker_record(row, utc) for row in self._all("list_workers", {})]
 
     # --- time ----------------------------------------------------------------------
 
     def now(self) -> datetime:
         row = self._one("now", {})
         assert row is not None
-        return _utc(row["now"])
+        return utc(row["now"])
 
     def set_clock_offset(self, offset: timedelta) -> None:
         if not isinstance(offset, timedelta):
             raise InvalidArgument(f"clock offset must be a timedelta, got {offset!r}")
         self._execute("set_clock_offset", {"offset_s": offset.total_seconds()})
-
-
-def _refused(lease: Lease, operation: str, pending: DictRow | None) -> NoReturn:
-    """Why a fenced transition changed no row: a pending cancel request (``pending``,
-    from query ``pending_cancel``) when the lease still holds, otherwise a lost lease."""
-    if pending is not None:
-        raise CancelPending(lease.task_id, pending["cancel_requested"], operation)
-    raise LeaseLostError(lease.task_id, lease.fencing_token, operation)
-
-
-def _record(row: DictRow | None, task_id: str) -> TaskRecord:
-    if row is None:
-        raise TaskNotFound(task_id)
-    return rows.task_record(
-        row | {"checkpoint": _canonical(row["checkpoint"]), "result": _canonical(row["result"])}, _utc
-    )
-
-
-def _now(conn: Connection) -> datetime:
-    row = conn.execute(_Q["now"]).fetchone()
-    assert row is not None
-    now: datetime = row["now"]
-    return now
-
-
-def _event(
-    conn: Connection,
-    at: datetime,
-    task_id: str,
-    kind: str,
-    worker_id: str | None,
-    token: int | None,
-    detail: dict[str, Any],
-) -> None:
-    conn.execute(
-        _Q["insert_event"],
-        {
-            "task_id": task_id,
-            "now": at,
-            "kind": kind,
-            "worker_id": worker_id,
-            "token": token,
-            "detail": to_json(detail),
-        },
-    )

@@ -4,21 +4,21 @@ Each thread gets its own connection (the heartbeat thread never shares the step 
 connection), each connection remembers the pid that opened it, and every multi-statement
 write starts with ``BEGIN IMMEDIATE`` so two processes can never both read a task as
 claimable. WAL with ``synchronous=FULL`` keeps a commit durable across power loss, which
-the ambiguous-effect promise relies on. Waiting for the database lock is done here, in
-short random pauses up to the busy timeout, so processes sharing a file share the work.
+the ambiguous-effect promise relies on. Waiting for the database lock is done by the
+connection (``sqlite_connection``), in short random pauses up to the busy timeout, so
+processes sharing a file share the work.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,6 @@ from ..errors import (
     SignalConflict,
     StoreClosed,
     StoreUnavailable,
-    StoreUsedAcrossFork,
     TaskNotFound,
 )
 from ..models import LeaseDuration, TaskState, WorkerId, WorkflowTask
@@ -53,17 +52,13 @@ from .base import (
     WorkflowStore,
 )
 from .queries import load_migrations, load_queries
+from .sqlite_connection import MICROSECOND, SqliteConnection, in_us, migration_statements, time_at
 
 # Store time in integer microseconds: SQL time (millisecond resolution) plus the offset.
 _NOW = (
     "(CAST(ROUND((julianday('now') - 2440587.5) * 86400000000.0) AS INTEGER)"
     " + (SELECT offset_us FROM runifold_clock))"
 )
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# Pauses between tries for the database lock: random up to this, doubling to the cap.
-_FIRST_LOCK_PAUSE_S = 0.0005
-_MAX_LOCK_PAUSE_S = 0.005
-_MICROSECOND = timedelta(microseconds=1)
 # Transitions that would end a run's cycle without honouring a cancel request.
 _REFUSED_WHILE_CANCEL_PENDING = frozenset({"complete", "suspend", "retry"})
 _Q = load_queries("sqlite", _NOW)
@@ -72,84 +67,6 @@ _SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
 # memory that changes when another connection commits) at this interval, and asks for
 # due work again only when it changed or a known due time passed.
 _WAIT_POLL_S = 0.005
-
-
-def _at(epoch_us: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=epoch_us)
-
-
-def _us(value: datetime | timedelta) -> int:
-    """A datetime as epoch microseconds, or a duration in microseconds, exactly."""
-    if isinstance(value, datetime):
-        value = value - _EPOCH
-    return value // _MICROSECOND
-
-
-def _enable_wal(raw: sqlite3.Connection, busy_timeout_s: float) -> None:
-    """Switch a database to WAL, waiting out other connections doing the same.
-
-    Changing the journal mode of a fresh file takes a lock that SQLite reports as busy
-    at once, without its busy handler, when another connection is switching it too; so
-    several processes starting on a new database retry here within the busy timeout.
-    """
-    deadline = time.monotonic() + busy_timeout_s
-    while True:
-        try:
-            raw.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.005)
-
-
-class _Connection:
-    """A sqlite3 connection bound to the process that opened it.
-
-    It waits for the database lock itself (:meth:`execute`) rather than through SQLite's
-    busy handler. That handler sleeps 1, 2, 5, 10 ... up to 100 ms between tries, while a
-    busy writer frees the lock for well under a millisecond between its transactions: a
-    waiter then kept missing those gaps, and of four processes claiming from one file,
-    one often did nearly all the work while the others waited.
-    """
-
-    def __init__(self, path: str, synchronous: str, busy_timeout_s: float) -> None:
-        self.pid = os.getpid()
-        self.busy_timeout_s = busy_timeout_s
-        # Each connection serves one thread (see _conn); check_same_thread=False only lets
-        # close() release connections of threads that have finished.
-        self.raw = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
-        self.raw.row_factory = sqlite3.Row
-        _enable_wal(self.raw, busy_timeout_s)
-        self.raw.execute(f"PRAGMA synchronous={synchronous}")
-
-    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
-        """Run a statement that may have to wait for the database lock (one that starts a
-        transaction, or a single statement in autocommit mode): a refused try changed
-        nothing, so it is tried again, after a short random pause, until the busy timeout."""
-        deadline = None
-        pause_s = _FIRST_LOCK_PAUSE_S
-        while True:
-            try:
-                return self.raw.execute(sql, params)
-            except sqlite3.OperationalError as exc:
-                # Errors the sqlite3 module raises itself carry no SQLite code.
-                if getattr(exc, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_BUSY:
-                    raise
-                now = time.monotonic()
-                if deadline is None:
-                    deadline = now + self.busy_timeout_s
-                if now >= deadline:
-                    raise
-            time.sleep(random.uniform(0, pause_s))
-            pause_s = min(pause_s * 2, _MAX_LOCK_PAUSE_S)
-
-    def check_pid(self) -> None:
-        if self.pid != os.getpid():
-            raise StoreUsedAcrossFork(
-                f"this store's SQLite connection was opened in process {self.pid} and "
-                f"cannot be used in forked process {os.getpid()}; open a new store after fork"
-            )
 
 
 class SqliteWorkflowStore(WorkflowStore):
@@ -166,7 +83,7 @@ class SqliteWorkflowStore(WorkflowStore):
         self._synchronous = synchronous
         self._busy_timeout_s = busy_timeout.total_seconds()
         self._local = threading.local()
-        self._all: list[_Connection] = []
+        self._all: list[SqliteConnection] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._closed = False
@@ -202,10 +119,10 @@ class SqliteWorkflowStore(WorkflowStore):
 
     # --- connections and transactions ----------------------------------------------
 
-    def _conn(self) -> _Connection:
+    def _conn(self) -> SqliteConnection:
         if self._closed:
             raise StoreClosed(f"store {self.path!r} is closed")
-        conn: _Connection | None = getattr(self._local, "conn", None)
+        conn: SqliteConnection | None = getattr(self._local, "conn", None)
         if conn is None:
             if self._pid != os.getpid():
                 raise StoreUnavailable(
@@ -213,7 +130,7 @@ class SqliteWorkflowStore(WorkflowStore):
                     f"used in forked process {os.getpid()}; open a new store after fork"
                 )
             try:
-                conn = _Connection(self.path, self._synchronous, self._busy_timeout_s)
+                conn = SqliteConnection(self.path, self._synchronous, self._busy_timeout_s)
             except sqlite3.Error as exc:
                 raise StoreUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
             self._local.conn = conn
@@ -268,7 +185,7 @@ class SqliteWorkflowStore(WorkflowStore):
                     )
                 for version, script in migrations:
                     if version > current:
-                        for statement in _statements(script):
+                        for statement in migration_statements(script):
                             conn.execute(statement)
                         conn.execute("INSERT INTO runifold_schema VALUES (?, datetime('now'))", (version,))
             except BaseException:
@@ -303,7 +220,7 @@ class SqliteWorkflowStore(WorkflowStore):
                         "tenant": task.tenant,
                         "input": task.input_json,
                         "priority": task.priority,
-                        "not_before": None if task.not_before is None else _us(task.not_before),
+                        "not_before": None if task.not_before is None else in_us(task.not_before),
                         "now": now,
                     },
                 )
@@ -447,14 +364,16 @@ class SqliteWorkflowStore(WorkflowStore):
                 "tenant": policy.tenant,
                 "max_leased": policy.max_leased,
                 "budget_cost": None if budget is None else budget.cost,
-                "budget_window_us": None if budget is None else _us(budget.window),
+                "budget_window_us": None if budget is None else in_us(budget.window),
             },
         )
 
     def tenant_admission(self) -> list[TenantAdmission]:
         return [
             rows.tenant_admission(
-                row, _at, None if row["budget_window_us"] is None else _MICROSECOND * row["budget_window_us"]
+                row,
+                time_at,
+                None if row["budget_window_us"] is None else MICROSECOND * row["budget_window_us"],
             )
             for row in self._run("tenant_admission", {})
         ]
@@ -464,7 +383,7 @@ class SqliteWorkflowStore(WorkflowStore):
             TaskEvent(
                 row["event_id"],
                 row["task_id"],
-                _at(row["at"]),
+                time_at(row["at"]),
                 row["kind"],
                 row["worker_id"],
                 row["fencing_token"],
@@ -477,7 +396,7 @@ class SqliteWorkflowStore(WorkflowStore):
     def _record(row: sqlite3.Row | None, task_id: str) -> TaskRecord:
         if row is None:
             raise TaskNotFound(task_id)
-        return rows.task_record(row, _at)
+        return rows.task_record(row, time_at)
 
     # --- workers -----------------------------------------------------------------
 
@@ -488,7 +407,7 @@ class SqliteWorkflowStore(WorkflowStore):
     def heartbeat(self, lease: Lease, duration: LeaseDuration) -> Lease:
         found = self._run(
             "heartbeat",
-            {"task_id": lease.task_id, "token": lease.fencing_token, "lease_us": _us(duration.value)},
+            {"task_id": lease.task_id, "token": lease.fencing_token, "lease_us": in_us(duration.value)},
         )
         if not found:
             raise LeaseLostError(lease.task_id, lease.fencing_token, "heartbeat")
@@ -497,7 +416,7 @@ class SqliteWorkflowStore(WorkflowStore):
             lease.tenant,
             lease.worker_id,
             lease.fencing_token,
-            _at(found[0]["lease_expires"]),
+            time_at(found[0]["lease_expires"]),
             found[0]["cancel_requested"],
         )
 
@@ -531,7 +450,7 @@ class SqliteWorkflowStore(WorkflowStore):
         reason: str,
         signal: str | None = None,
     ) -> None:
-        wake_us = None if wake_at is None else _us(wake_at)
+        wake_us = None if wake_at is None else in_us(wake_at)
         self._fenced_transition(
             "suspend",
             lease,
@@ -549,7 +468,7 @@ class SqliteWorkflowStore(WorkflowStore):
     def pending_signals(self, task_id: str, name: str | None = None) -> list[Signal]:
         query = "all_pending_signals" if name is None else "pending_signals"
         return [
-            Signal(r["signal_id"], r["name"], r["payload"], r["sender"], r["reason"], _at(r["sent_at"]))
+            Signal(r["signal_id"], r["name"], r["payload"], r["sender"], r["reason"], time_at(r["sent_at"]))
             for r in self._run(query, {"task_id": task_id, "name": name})
         ]
 
@@ -597,19 +516,19 @@ class SqliteWorkflowStore(WorkflowStore):
             {
                 "revision": revision,
                 "checkpoint": checkpoint_json,
-                "delay_us": _us(delay),
+                "delay_us": in_us(delay),
                 "reason": reason,
             },
             "retried",
             rows.retried_detail(reason, delay),
         )
-        return _at(row["ready_at"])
+        return time_at(row["ready_at"])
 
     def release(self, lease: Lease, *, delay: timedelta, reason: str) -> None:
         self._fenced_transition(
             "release",
             lease,
-            {"delay_us": _us(delay), "reason": reason},
+            {"delay_us": in_us(delay), "reason": reason},
             "released",
             {"reason": reason},
         )
@@ -665,15 +584,15 @@ class SqliteWorkflowStore(WorkflowStore):
         self._run("worker_stopped", {"worker_id": worker_id.value, "pid": pid})
 
     def workers(self) -> list[WorkerRecord]:
-        return [rows.worker_record(row, _at) for row in self._run("list_workers", {})]
+        return [rows.worker_record(row, time_at) for row in self._run("list_workers", {})]
 
     # --- time ----------------------------------------------------------------------
 
     def now(self) -> datetime:
-        return _at(self._run("now", {})[0][0])
+        return time_at(self._run("now", {})[0][0])
 
     def set_clock_offset(self, offset: timedelta) -> None:
-        self._run("set_clock_offset", {"offset_us": _us(offset)})
+        self._run("set_clock_offset", {"offset_us": in_us(offset)})
 
     def wait_for_work(self, timeout: timedelta) -> bool:
         """Poll until a task is due; see ``_WAIT_POLL_S``."""
@@ -739,7 +658,7 @@ def _claim_in(conn: sqlite3.Connection, now: int, request: ClaimRequest) -> list
                 "task_id": candidate["task_id"],
                 "worker_id": request.worker_id.value,
                 "now": now,
-                "lease_us": _us(request.lease.value),
+                "lease_us": in_us(request.lease.value),
             },
         ).fetchone()
         detail = rows.claimed_detail(candidate["state"], candidate["worker_id"])
@@ -756,7 +675,7 @@ def _claim_in(conn: sqlite3.Connection, now: int, request: ClaimRequest) -> list
             "previous_updated_at": candidate["updated_at"],
             "previous_signal": candidate["waiting_for_signal"],
         }
-        claimed.append(rows.claimed_task(dict(row) | timing, request.worker_id.value, _at, resolutions))
+        claimed.append(rows.claimed_task(dict(row) | timing, request.worker_id.value, time_at, resolutions))
     return claimed
 
 
@@ -780,18 +699,3 @@ def _event(
             "detail": json.dumps(detail, sort_keys=True),
         },
     )
-
-
-def _statements(script: str) -> Iterator[str]:
-    """Split a migration script into complete statements (sqlite3 runs one at a time)."""
-    pending = ""
-    for line in script.splitlines(keepends=True):
-        pending += line
-        if sqlite3.complete_statement(pending):
-            if pending.strip():
-                yield pending
-            pending = ""
-    if pending.strip() and not all(
-        ln.strip().startswith("--") or not ln.strip() for ln in pending.splitlines()
-    ):
-        raise RuntimeError(f"incomplete statement at end of migration: {pending!r}")

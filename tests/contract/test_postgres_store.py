@@ -17,7 +17,7 @@ from psycopg import sql
 from runifold_sync import InvalidArgument, LeaseDuration, StoreUnavailable, WorkerId, WorkflowTask
 from runifold_sync.codec import to_json
 from runifold_sync.postgres import PostgresWorkflowStore
-from runifold_sync.store.postgres import _Q, _claim_with_limit
+from runifold_sync.store.pgstatements import Q, claim_with_limit
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 W1 = WorkerId.parse("worker-1")
@@ -202,12 +202,12 @@ def test_the_claim_as_production_runs_it_reads_the_partial_index_past_many_finis
         admin.execute("ANALYZE runifold_tasks")
     for n in range(5):
         pg.enqueue(task(f"live-{n}"))
-    numbered, names = _numbered(_Q[_claim_with_limit(3)])
+    numbered, names = _numbered(Q[claim_with_limit(3)])
     params = {"worker_id": "worker-1", "lease_s": 30.0}
     arguments = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
     with pg._pool.connection() as conn, conn.transaction():
         conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        conn.execute(_Q["lock_limited_tenants"])
+        conn.execute(Q["lock_limited_tenants"])
         conn.execute(("PREPARE runifold_claim AS " + numbered).encode())
         explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE runifold_claim ({})")
         [plan] = conn.execute(explain.format(arguments)).fetchall()

@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 
 def _restartable(admin_url: str) -> bool:
-    from chaos import PostgresServer
+    from chaos_db import PostgresServer
 
     return PostgresServer(admin_url).cluster is not None
 

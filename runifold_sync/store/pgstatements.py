@@ -1,0 +1,171 @@
+"""The PostgreSQL store's statements and how their rows become the store's values.
+
+Store time is ``clock_timestamp()`` plus the test clock offset, never ``now()``, which is
+frozen at transaction start. Statements that are variants of a named query (a transition
+with its history event and NOTIFY, the claim with its limit written in) are built on
+first use and kept beside the named ones.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+
+from psycopg.rows import DictRow
+
+from ..codec import from_json, to_json
+from ..errors import CancelPending, InvalidArgument, LeaseLostError, TaskNotFound
+from . import rows
+from .base import ClaimedTask, ClaimRequest, Lease, TaskRecord
+from .pgpool import Connection
+from .queries import load_queries
+
+NOW = "(clock_timestamp() + make_interval(secs => (SELECT offset_s FROM runifold_clock WHERE id = 1)))"
+Q = load_queries("postgres", NOW)
+# A JSON text PostgreSQL refuses as JSONB: a raw NUL, or a \u0000 escape that is not
+# itself an escaped backslash followed by "u0000".
+_NUL = re.compile(r"\x00|(?<!\\)(?:\\\\)*\\u0000")
+# Transitions that would end a run's cycle without honouring a cancel request.
+REFUSED_WHILE_CANCEL_PENDING = frozenset({"complete", "suspend", "retry"})
+
+
+def utc(value: datetime) -> datetime:
+    return value.astimezone(UTC)
+
+
+def transition_with_event(name: str, notify: bool) -> str:
+    """The key in ``Q`` of query ``name`` extended with its history event (and NOTIFY),
+    built on first use."""
+    key = f"{name}+event" + ("+notify" if notify else "")
+    if key not in Q:
+        notified = ", pg_notify('runifold_tasks', '') AS notified" if notify else ""
+        Q[key] = (
+            f"WITH transition AS ({Q[name]}), "
+            "event AS (INSERT INTO runifold_events (task_id, at, kind, worker_id, fencing_token, detail) "
+            "SELECT %(task_id)s, at, %(event_kind)s, %(event_worker)s, %(token)s, %(event_detail)s::jsonb "
+            f"FROM transition) SELECT *{notified} FROM transition"
+        )
+    return key
+
+
+def claim_with_limit(limit: int) -> str:
+    """The key in ``Q`` of the claim statement with ``limit`` (checked) in its text,
+    built on first use."""
+    key = f"claim_tasks+limit{limit}"
+    if key not in Q:
+        Q[key] = Q["claim_tasks"].replace("%(limit)s", str(limit))
+    return key
+
+
+def _claim_order(row: DictRow) -> tuple[Any, ...]:
+    """The claim statement's ORDER BY (turn, least recently served tenant first, then
+    priority and due time), which its UPDATE ... RETURNING does not keep."""
+    served = row["served_at"]
+    return (row["turn"], served is not None, served or row["at"], -row["priority"], row["due_at"])
+
+
+def claim_in(conn: Connection, request: ClaimRequest) -> list[ClaimedTask]:
+    """The claim, inside the caller's pipelined transaction (a bad limit rolls it back)."""
+    limit = rows.check_claim_limit(request.limit)
+    claimed = []
+    params = {"worker_id": request.worker_id.value, "lease_s": request.lease.seconds}
+    # The claim statement takes about 1 ms to plan, more than it takes to run. With
+    # plan_cache_mode=auto the server plans it for each of a connection's first five
+    # calls, and on every call for as long as its generic plan is estimated dearer than
+    # the custom ones (which is what happened while the limit was a parameter). Forced,
+    # the prepared statement's generic plan serves from the first call, with the limit
+    # (checked to be an integer) written into the text: as a parameter the planner
+    # guessed thousands of rows and leased them through a scan of the whole table.
+    conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+    conn.execute(Q["lock_limited_tenants"])
+    leased = conn.execute(Q[claim_with_limit(limit)], params).fetchall()
+    # UPDATE ... RETURNING has no order: hand tasks out in claim order.
+    leased.sort(key=_claim_order)
+    for row in leased:
+        resolutions = {}
+        if row["resolved"]:  # rare: only tasks an operator resolved have any
+            found = conn.execute(Q["resolutions_for_task"], {"task_id": row["task_id"]}).fetchall()
+            resolutions = rows.effect_resolutions(r | {"result": canonical(r["result"])} for r in found)
+        row["checkpoint"] = canonical(row["checkpoint"])
+        claimed.append(rows.claimed_task(row, request.worker_id.value, utc, resolutions))
+    return claimed
+
+
+def transition_params(
+    lease: Lease, params: dict[str, Any], event: str, detail: dict[str, Any]
+) -> dict[str, Any]:
+    return params | {
+        "task_id": lease.task_id,
+        "token": lease.fencing_token,
+        "event_kind": event,
+        "event_worker": lease.worker_id,
+        "event_detail": to_json(detail),
+    }
+
+
+def canonical(text: str | None) -> str | None:
+    """JSONB text (keys reordered, ``", "`` separators) back to the canonical encoding
+    the rest of runifold_sync writes; JSON null stays ``"null"``."""
+    return None if text is None else to_json(from_json(text))
+
+
+def jsonb(kind: str, text: str | None) -> str | None:
+    # Substring tests first: the regex costs tens of microseconds on every checkpoint
+    # commit, and it can only match where one of these substrings occurs.
+    if text is not None and ("\x00" in text or "\\u0000" in text) and _NUL.search(text):
+        raise InvalidArgument(
+            f"{kind} contains the character U+0000, which PostgreSQL cannot store in JSONB; "
+            "remove NUL characters from strings before storing them"
+        )
+    return text
+
+
+def free_text(text: str) -> str:
+    """Reasons are free text from exception messages; PostgreSQL text cannot hold NUL."""
+    return text.replace("\x00", "\ufffd")
+
+
+def refused(lease: Lease, operation: str, pending: DictRow | None) -> NoReturn:
+    """Why a fenced transition changed no row: a pending cancel request (``pending``,
+    from query ``pending_cancel``) when the lease still holds, otherwise a lost lease."""
+    if pending is not None:
+        raise CancelPending(lease.task_id, pending["cancel_requested"], operation)
+    raise LeaseLostError(lease.task_id, lease.fencing_token, operation)
+
+
+def task_of(row: DictRow | None, task_id: str) -> TaskRecord:
+    if row is None:
+        raise TaskNotFound(task_id)
+    return rows.task_record(
+        row | {"checkpoint": canonical(row["checkpoint"]), "result": canonical(row["result"])}, utc
+    )
+
+
+def store_now(conn: Connection) -> datetime:
+    row = conn.execute(Q["now"]).fetchone()
+    assert row is not None
+    now: datetime = row["now"]
+    return now
+
+
+def insert_event(
+    conn: Connection,
+    at: datetime,
+    task_id: str,
+    kind: str,
+    worker_id: str | None,
+    token: int | None,
+    detail: dict[str, Any],
+) -> None:
+    conn.execute(
+        Q["insert_event"],
+        {
+            "task_id": task_id,
+            "now": at,
+            "kind": kind,
+            "worker_id": worker_id,
+            "token": token,
+            "detail": to_json(detail),
+        },
+    )

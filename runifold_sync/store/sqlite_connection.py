@@ -1,0 +1,118 @@
+"""One SQLite connection of the store and the store's time format.
+
+A connection belongs to the process that opened it and waits for the database lock
+itself, in short random pauses; store time is kept in integer microseconds so a time
+the store handed out compares exactly when it comes back.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ..errors import StoreUsedAcrossFork
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
+# Pauses between tries for the database lock: random up to this, doubling to the cap.
+_FIRST_LOCK_PAUSE_S = 0.0005
+_MAX_LOCK_PAUSE_S = 0.005
+
+
+def time_at(epoch_us: int) -> datetime:
+    """Store time (epoch microseconds, as SQLite keeps it) as an aware datetime."""
+    return EPOCH + timedelta(microseconds=epoch_us)
+
+
+def in_us(value: datetime | timedelta) -> int:
+    """A datetime as epoch microseconds, or a duration in microseconds, exactly."""
+    if isinstance(value, datetime):
+        value = value - EPOCH
+    return value // MICROSECOND
+
+
+def _enable_wal(raw: sqlite3.Connection, busy_timeout_s: float) -> None:
+    """Switch a database to WAL, waiting out other connections doing the same.
+
+    Changing the journal mode of a fresh file takes a lock that SQLite reports as busy
+    at once, without its busy handler, when another connection is switching it too; so
+    several processes starting on a new database retry here within the busy timeout.
+    """
+    deadline = time.monotonic() + busy_timeout_s
+    while True:
+        try:
+            raw.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)
+
+
+class SqliteConnection:
+    """A sqlite3 connection bound to the process that opened it.
+
+    It waits for the database lock itself (:meth:`execute`) rather than through SQLite's
+    busy handler. That handler sleeps 1, 2, 5, 10 ... up to 100 ms between tries, while a
+    busy writer frees the lock for well under a millisecond between its transactions: a
+    waiter then kept missing those gaps, and of four processes claiming from one file,
+    one often did nearly all the work while the others waited.
+    """
+
+    def __init__(self, path: str, synchronous: str, busy_timeout_s: float) -> None:
+        self.pid = os.getpid()
+        self.busy_timeout_s = busy_timeout_s
+        # Each connection serves one thread (see _conn); check_same_thread=False only lets
+        # close() release connections of threads that have finished.
+        self.raw = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+        self.raw.row_factory = sqlite3.Row
+        _enable_wal(self.raw, busy_timeout_s)
+        self.raw.execute(f"PRAGMA synchronous={synchronous}")
+
+    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        """Run a statement that may have to wait for the database lock (one that starts a
+        transaction, or a single statement in autocommit mode): a refused try changed
+        nothing, so it is tried again, after a short random pause, until the busy timeout."""
+        deadline = None
+        pause_s = _FIRST_LOCK_PAUSE_S
+        while True:
+            try:
+                return self.raw.execute(sql, params)
+            except sqlite3.OperationalError as exc:
+                # Errors the sqlite3 module raises itself carry no SQLite code.
+                if getattr(exc, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_BUSY:
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.busy_timeout_s
+                if now >= deadline:
+                    raise
+            time.sleep(random.uniform(0, pause_s))
+            pause_s = min(pause_s * 2, _MAX_LOCK_PAUSE_S)
+
+    def check_pid(self) -> None:
+        if self.pid != os.getpid():
+            raise StoreUsedAcrossFork(
+                f"this store's SQLite connection was opened in process {self.pid} and "
+                f"cannot be used in forked process {os.getpid()}; open a new store after fork"
+            )
+
+
+def migration_statements(script: str) -> Iterator[str]:
+    """Split a migration script into complete statements (sqlite3 runs one at a time)."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            if pending.strip():
+                yield pending
+            pending = ""
+    if pending.strip() and not all(
+        ln.strip().startswith("--") or not ln.strip() for ln in pending.splitlines()
+    ):
+        raise RuntimeError(f"incomplete statement at end of migration: {pending!r}")
