@@ -136,8 +136,10 @@ class _Runner:
             branch_ctx = self.ctx.branch(full_key, self.reserve.get(key), self.stops[key], self.held)
             try:
                 value = _encode(key, fn(branch_ctx))
-                # A finished branch's last step is committed now, so a crash while its
-                # siblings run does not run it again.
+                # Recorded, and the branch's last step committed, before its share is
+                # freed: a crash while its siblings run neither runs it again nor, on the
+                # resumed claim, holds its share against them.
+                on_done(key, value)
                 branch_ctx._commit_unsaved()
                 self.held.pop(full_key, None)  # its unspent share is free for the others
             except Interrupt as interrupt:
@@ -154,7 +156,6 @@ class _Runner:
                 return
             with self.lock:
                 self.results[key] = value
-            on_done(key, value)
 
         with ThreadPoolExecutor(min(max_threads, len(branches))) as pool:
             for future in [pool.submit(body, key, fn) for key, fn in branches.items()]:
@@ -195,11 +196,22 @@ def run_parallel(
         ctx._check_continue()
         _check_reservations(ctx, reserve)
         entry = ctx._begin(call_id, "parallel")
-    runner = _Runner(ctx, call_id, reserve)
-    runner.run(branches, max_threads, lambda _key, _value: None)
+    # Branches that finished before an interruption: their results are in the pending
+    # entry; only the others run again, and only theirs are reserved.
+    done: dict[str, Any] = dict(entry.output or {})
+    parallel_entry = entry
+    runner = _Runner(ctx, call_id, {k: share for k, share in reserve.items() if k not in done})
+
+    def on_done(key: str, value: Any) -> None:
+        with ctx._progress.lock:
+            done[key] = value
+            parallel_entry.output = dict(done)
+            ctx._progress.unsaved = f"{call_id}/{key}"  # committed by the branch right after
+
+    runner.run({k: fn for k, fn in branches.items() if k not in done}, max_threads, on_done)
     _raise(runner.worst())
-    ctx._finish(entry, runner.results)
-    return {key: _structured(fn, runner.results[key]) for key, fn in branches.items()}
+    ctx._finish(entry, done)
+    return {key: _structured(fn, done[key]) for key, fn in branches.items()}
 
 
 def run_race(

@@ -178,8 +178,11 @@ def test_list_filters_by_state_and_prints_json(url: str) -> None:
     _invoke("enqueue", "pool-flow", "1", "--checkpoint-id", "l2", "--tenant", "globex", "--database", url)
     code, out = _invoke("list", "--tenant", "globex", "--database", url, "--json")
     assert code == 0 and [t["task_id"] for t in json.loads(out)] == ["l2"]
-    code, out = _invoke("list", "--state", "queued", "--database", url)
-    assert code == 0 and "l1" in out and "l2" in out
+    _invoke("cancel", "l2", "--actor", "ops", "--reason", "duplicate order", "--database", url)
+    code, out = _invoke("list", "--state", "queued", "--database", url, "--json")
+    assert code == 0 and [t["task_id"] for t in json.loads(out)] == ["l1"]
+    code, out = _invoke("list", "--state", "cancelled", "--database", url)
+    assert code == 0 and [line.split()[0] for line in out.splitlines()] == ["l2"]
 
 
 def test_versions_preflight_exits_non_zero_when_the_app_lacks_a_referenced_version(url: str) -> None:

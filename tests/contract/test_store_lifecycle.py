@@ -214,7 +214,9 @@ def test_wait_for_work_refuses_a_timeout_that_is_not_a_non_negative_timedelta(
 def test_close_is_idempotent_and_a_closed_store_is_unavailable(backend: Backend) -> None:
     with backend.open() as store:
         store.enqueue(task())
-    store.close()
+    with pytest.raises(StoreUnavailable, match="closed"):  # leaving the block closed it
+        store.get_task("t1")
+    store.close()  # closing again is harmless
     with pytest.raises(StoreUnavailable, match="closed"):
         store.get_task("t1")
     assert backend.open().get_task("t1").task_id == "t1"

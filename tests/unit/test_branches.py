@@ -87,9 +87,10 @@ def test_parallel_branches_run_with_scoped_step_ids_and_typed_results(
     assert set(checkpoint.branch_journals) == {"parallel#1/left", "parallel#1/right"}
     assert checkpoint.usage.steps == 3
     # One revision sequence: a step's result is committed before the next body in any
-    # branch runs (how many commits that takes depends on how the branches interleave),
-    # then the parallel entry, then completion with nothing left unsaved.
-    assert 3 <= store.get_task("p1").revision <= 5
+    # branch runs, and each finished branch's result with or after its last step (how
+    # many commits that takes depends on how the branches interleave), then the parallel
+    # entry, then completion with nothing left unsaved.
+    assert 3 <= store.get_task("p1").revision <= 6
 
 
 def test_a_retried_parallel_run_does_not_rerun_the_finished_branch(store: WorkflowStore) -> None:
@@ -300,6 +301,47 @@ def test_a_finished_branch_frees_its_unspent_share_for_its_siblings(
 
     assert worker.run_once() == Completed("s3", None)
     assert _checkpoint(store, "s3").usage.cost == 10
+
+
+def test_a_branch_that_finished_before_a_retry_neither_runs_again_nor_holds_its_share(
+    store: WorkflowStore,
+) -> None:
+    ran: list[str] = []
+    failed_once: list[bool] = []
+    workflow = Workflow("resumed-shares", 1)
+
+    @workflow.step()
+    def work(ctx: StepContext, pause_s: float) -> None:
+        ran.append(ctx.call_id)
+        time.sleep(pause_s)
+        if ctx.call_id.endswith("b/work#3") and not failed_once:
+            failed_once.append(True)
+            raise RuntimeError("transient")
+
+    def a(bctx: WorkflowContext) -> str:
+        work(bctx, 0.0)
+        time.sleep(0.3)  # plain code after its one step: a finishes well before b
+        return "a"
+
+    def b(bctx: WorkflowContext) -> str:
+        work(bctx, 0.5)
+        work(bctx, 0.0)
+        work(bctx, 0.0)
+        return "b"
+
+    @workflow.main
+    def main(ctx: WorkflowContext, _input: None) -> Any:
+        return ctx.parallel({"a": a, "b": b}, reserve={"a": Budget(max_steps=3)})
+
+    worker = _worker(store, workflow, Budget(max_steps=4))
+    store.enqueue(WorkflowTask.new("resumed-shares", 1, None, checkpoint_id="r1"))
+    assert worker.run_once().kind == "retried"
+    store.set_clock_offset(timedelta(minutes=5))
+    # On the resumed claim a's share would leave b only one step; a finished, so none is held.
+    assert worker.run_once() == Completed("r1", {"a": "a", "b": "b"})
+    assert ran.count("parallel#1/a/work#1") == 1
+    assert ran.count("parallel#1/b/work#3") == 2
+    assert _checkpoint(store, "r1").usage.steps == 4
 
 
 def test_a_duration_share_longer_than_the_run_time_left_is_refused_up_front(
