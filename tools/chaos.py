@@ -303,14 +303,17 @@ class Chaos:
         """SIGSTOP a child while it holds a lease, so the stop exercises a stale owner:
         pick among the children the store shows holding one, stop it, and keep it
         stopped only if it still holds that lease once frozen (otherwise resume it and
-        look again). Most of a chaos run's workers are idle between timers and signals,
-        so this may take a while; after FREEZE_SEARCH_S the stop is skipped."""
+        look again). At least one other child must be running to take the task over.
+        Most of a chaos run's workers are idle between timers and signals, so this may
+        take a while; after FREEZE_SEARCH_S the stop is skipped."""
         deadline = time.monotonic() + FREEZE_SEARCH_S
         while time.monotonic() < deadline:
             self.resume_due()
+            running = self._running_children()
             held = self._leases()
-            holding = {pid: wid for pid, wid in self._running_children().items() if wid in held}
-            if not holding:
+            holding = {pid: wid for pid, wid in running.items() if wid in held}
+            # Someone must stay running to take the frozen task over.
+            if not holding or len(running) < 2:
                 time.sleep(0.02)
                 continue
             pids = sorted(holding)
