@@ -19,9 +19,9 @@ from typing import Any
 import psycopg
 import pytest
 
-import runifold_sync.store.postgres as pg_store
 from runifold_sync import LeaseDuration, TaskState, WorkerId, WorkflowTask
 from runifold_sync.store.base import WorkflowStore
+from runifold_sync.store.pgstatements import Q
 
 from .conftest import wait_until_blocked_on_a_lock
 
@@ -59,7 +59,7 @@ def test_a_cancel_blocked_behind_the_workers_end_of_a_run_cancels_the_task(
     canceller = threading.Thread(target=cancel)
     with psycopg.connect(postgres_url) as worker_conn:  # one transaction, committed on exit
         moved = worker_conn.execute(
-            pg_store._Q[query],
+            Q[query],
             params | {"task_id": "t1", "token": claimed.lease.fencing_token, "revision": claimed.revision},
         ).fetchone()
         assert moved is not None

@@ -46,7 +46,7 @@ def test_signal_delivered_while_the_worker_suspends_for_it_wakes_the_task(
             errors.append(exc)
 
     thread = threading.Thread(target=suspend)
-    original = pg_store._event
+    original = pg_store.insert_event  # as the store module calls it
 
     def event_then_let_the_suspend_block(conn: Any, at: Any, task_id: str, kind: str, *rest: Any) -> None:
         original(conn, at, task_id, kind, *rest)
@@ -54,7 +54,7 @@ def test_signal_delivered_while_the_worker_suspends_for_it_wakes_the_task(
             thread.start()
             wait_until_blocked_on_a_lock(postgres_url, "the suspend")
 
-    monkeypatch.setattr(pg_store, "_event", event_then_let_the_suspend_block)
+    monkeypatch.setattr(pg_store, "insert_event", event_then_let_the_suspend_block)
     pg.send_signal("t1", "go", {"ok": True}, signal_id="s1", sender="test")
     thread.join(30)
     suspender.close()
