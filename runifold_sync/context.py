@@ -408,8 +408,7 @@ class WorkflowContext:
         share, whose time is the branch's own bodies (caller holds the lock)."""
         elapsed_s = time.monotonic() - started
         checkpoint = self.checkpoint
-        checkpoint.usage = checkpoint.usage.add(steps=steps, cost=cost)
-        self._progress.tick()
+        self._progress.tick(steps=steps, cost=cost)
         if self._branch is not None:
             used = checkpoint.branch_usage.get(self._branch.key, BudgetUsage())
             checkpoint.branch_usage[self._branch.key] = used.add(steps=steps, cost=cost, elapsed_s=elapsed_s)

@@ -105,9 +105,11 @@ class LeaseDuration:
         return self.value.total_seconds()
 
 
-def _check_count(kind: str, value: object) -> None:
+def check_count(kind: str, value: object) -> int:
+    """A setting that counts something (attempts, processes, tasks): an integer >= 1."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidArgument(f"{kind} must be an integer >= 1, got {value!r}")
+    return value
 
 
 def _optional_positive(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -166,7 +168,7 @@ class Budget:
     max_cost: float | None = attrs.field(default=None, validator=_optional_positive)
     max_duration: timedelta | None = attrs.field(default=None, validator=_optional_positive)
     max_attempts: int = attrs.field(
-        default=5, validator=lambda _i, _a, v: _check_count(f"{type(_i).__name__}.max_attempts", v)
+        default=5, validator=lambda _i, _a, v: check_count(f"{type(_i).__name__}.max_attempts", v)
     )
 
     def limits_usage(self) -> bool:
@@ -203,7 +205,7 @@ class RetryPolicy:
     """How often a failing step is retried, with exponential backoff and jitter."""
 
     max_attempts: int = attrs.field(
-        default=3, validator=lambda _i, _a, v: _check_count(f"{type(_i).__name__}.max_attempts", v)
+        default=3, validator=lambda _i, _a, v: check_count(f"{type(_i).__name__}.max_attempts", v)
     )
     initial_backoff: timedelta = attrs.field(
         default=timedelta(seconds=1),

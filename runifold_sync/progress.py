@@ -28,10 +28,12 @@ class Progress:
     # since the previous one (or since the claim) to the checkpoint's usage.
     ticked_at: float = attrs.Factory(time.monotonic)
 
-    def tick(self) -> None:
-        """Add the wall time since the last tick to usage (caller holds the lock)."""
+    def tick(self, *, steps: int = 0, cost: float = 0.0) -> None:
+        """Add the wall time since the last tick, and ``steps`` and ``cost`` if given,
+        to usage in one update (caller holds the lock)."""
         now = time.monotonic()
-        self.checkpoint.usage = self.checkpoint.usage.add(elapsed_s=now - self.ticked_at)
+        elapsed_s = now - self.ticked_at
+        self.checkpoint.usage = self.checkpoint.usage.add(steps=steps, cost=cost, elapsed_s=elapsed_s)
         self.ticked_at = now
 
 

@@ -15,7 +15,7 @@ import attrs
 from .app import load_registry
 from .definition import WorkflowRegistry
 from .errors import InvalidArgument
-from .models import LeaseDuration, WorkerId
+from .models import LeaseDuration, WorkerId, check_count
 from .observer import CycleObserver
 from .outcomes import Completed, Idle, Retried, RunOutcome, Suspended, Yielded
 from .store.base import WorkflowStore
@@ -68,9 +68,7 @@ class RunifoldSettings:
             raise InvalidArgument(
                 f"RUNIFOLD_APP must be a 'module:attribute' string or a WorkflowRegistry, got {app!r}"
             )
-        concurrency = values.get("RUNIFOLD_CONCURRENCY", 1)
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise InvalidArgument(f"RUNIFOLD_CONCURRENCY must be an integer >= 1, got {concurrency!r}")
+        concurrency = check_count("RUNIFOLD_CONCURRENCY", values.get("RUNIFOLD_CONCURRENCY", 1))
         lease_s = _number("RUNIFOLD_LEASE_SECONDS", values.get("RUNIFOLD_LEASE_SECONDS", 30), 0.1)
         heartbeat_s = _number(
             "RUNIFOLD_HEARTBEAT_SECONDS", values.get("RUNIFOLD_HEARTBEAT_SECONDS", 10), 0.05
@@ -82,10 +80,8 @@ class RunifoldSettings:
             values.get("RUNIFOLD_CLAIM_BATCH", 1), "RUNIFOLD_CLAIM_BATCH"
         )
         recycle_after = values.get("RUNIFOLD_RECYCLE_AFTER")
-        if recycle_after is not None and (
-            isinstance(recycle_after, bool) or not isinstance(recycle_after, int) or recycle_after < 1
-        ):
-            raise InvalidArgument(f"RUNIFOLD_RECYCLE_AFTER must be an integer >= 1, got {recycle_after!r}")
+        if recycle_after is not None:
+            recycle_after = check_count("RUNIFOLD_RECYCLE_AFTER", recycle_after)
         return cls(url, app, concurrency, lease, heartbeat, claim_batch, recycle_after)
 
     def registry(self) -> WorkflowRegistry:

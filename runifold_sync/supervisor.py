@@ -33,7 +33,7 @@ from types import FrameType
 import attrs
 
 from .errors import InvalidArgument
-from .models import WorkerId, check_positive_timedelta
+from .models import WorkerId, check_count, check_positive_timedelta
 from .outcomes import Idle, Yielded
 from .worker import WorkflowWorker
 
@@ -66,8 +66,7 @@ class CancellationToken:
 
 
 def _check_concurrency(_inst: object, _attr: object, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgument(f"concurrency must be an integer >= 1, got {value!r}")
+    check_count("concurrency", value)
 
 
 @attrs.frozen
@@ -92,9 +91,7 @@ class WorkflowSupervisorConfig:
         return attrs.evolve(self, shutdown_grace=check_positive_timedelta("shutdown grace", grace))
 
     def with_recycling(self, tasks: int) -> WorkflowSupervisorConfig:
-        if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1:
-            raise InvalidArgument(f"recycle_after_tasks must be an integer >= 1, got {tasks!r}")
-        return attrs.evolve(self, recycle_after_tasks=tasks)
+        return attrs.evolve(self, recycle_after_tasks=check_count("recycle_after_tasks", tasks))
 
 
 @attrs.frozen

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import Any
 
 from psycopg.rows import DictRow
 
 from ..codec import from_json, to_json
-from ..errors import CancelPending, InvalidArgument, LeaseLostError, TaskNotFound
+from ..errors import InvalidArgument, TaskNotFound
 from . import rows
 from .base import ClaimedTask, ClaimRequest, Lease, TaskRecord
 from .pgpool import Connection
@@ -26,8 +26,6 @@ Q = load_queries("postgres", NOW)
 # A JSON text PostgreSQL refuses as JSONB: a raw NUL, or a \u0000 escape that is not
 # itself an escaped backslash followed by "u0000".
 _NUL = re.compile(r"\x00|(?<!\\)(?:\\\\)*\\u0000")
-# Transitions that would end a run's cycle without honouring a cancel request.
-REFUSED_WHILE_CANCEL_PENDING = frozenset({"complete", "suspend", "retry"})
 
 
 def utc(value: datetime) -> datetime:
@@ -124,14 +122,6 @@ def jsonb(kind: str, text: str | None) -> str | None:
 def free_text(text: str) -> str:
     """Reasons are free text from exception messages; PostgreSQL text cannot hold NUL."""
     return text.replace("\x00", "\ufffd")
-
-
-def refused(lease: Lease, operation: str, pending: DictRow | None) -> NoReturn:
-    """Why a fenced transition changed no row: a pending cancel request (``pending``,
-    from query ``pending_cancel``) when the lease still holds, otherwise a lost lease."""
-    if pending is not None:
-        raise CancelPending(lease.task_id, pending["cancel_requested"], operation)
-    raise LeaseLostError(lease.task_id, lease.fencing_token, operation)
 
 
 def task_of(row: DictRow | None, task_id: str) -> TaskRecord:

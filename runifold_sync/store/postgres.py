@@ -51,13 +51,11 @@ from .base import (
 )
 from .pgpool import ProcessPool
 from .pgstatements import (
-    REFUSED_WHILE_CANCEL_PENDING,
     Q,
     claim_in,
     free_text,
     insert_event,
     jsonb,
-    refused,
     store_now,
     task_of,
     transition_params,
@@ -408,8 +406,10 @@ class PostgresWorkflowStore(WorkflowStore):
         params = transition_params(lease, params, event, detail)
         row = self._one(transition_with_event(name, notify), params)
         if row is None:
-            pending = self._one("pending_cancel", params) if name in REFUSED_WHILE_CANCEL_PENDING else None
-            refused(lease, event, pending)
+            pending = (
+                self._one("pending_cancel", params) if name in rows.REFUSED_WHILE_CANCEL_PENDING else None
+            )
+            rows.refused_transition(lease, event, pending)
         return row
 
     def suspend(
@@ -434,7 +434,9 @@ class PostgresWorkflowStore(WorkflowStore):
             params |= {"task_id": lease.task_id, "token": lease.fencing_token}
             row = conn.execute(Q["suspend"], params).fetchone()
             if row is None:
-                refused(lease, "suspended", conn.execute(Q["pending_cancel"], params).fetchone())
+                rows.refused_transition(
+                    lease, "suspended", conn.execute(Q["pending_cancel"], params).fetchone()
+                )
             insert_event(
                 conn,
                 row["at"],
@@ -546,7 +548,9 @@ class PostgresWorkflowStore(WorkflowStore):
             completed = conn.execute(query, params)
             claimed = claim_in(conn, then_claim)
             if completed.fetchone() is None:  # rolls the claim back with it
-                refused(lease, "completed", conn.execute(Q["pending_cancel"], params).fetchone())
+                rows.refused_transition(
+                    lease, "completed", conn.execute(Q["pending_cancel"], params).fetchone()
+                )
             return claimed
 
     def fail(

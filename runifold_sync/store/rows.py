@@ -11,19 +11,21 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from ..admission import TenantAdmission, TenantBudget, TenantPolicy
 from ..codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
 from ..errors import (
+    CancelPending,
     EnqueueConflict,
     InvalidArgument,
     InvalidState,
+    LeaseLostError,
     RunifoldError,
     SignalRefused,
     TaskNotFound,
 )
-from ..models import MAX_INPUT_BYTES, TaskOutcome, TaskState, WorkflowTask, check_name
+from ..models import MAX_INPUT_BYTES, TaskOutcome, TaskState, WorkflowTask, check_count, check_name
 from .base import (
     ClaimedTask,
     EffectResolution,
@@ -103,13 +105,24 @@ def already_enqueued(task: WorkflowTask, stored: Row) -> EnqueueResult:
     return EnqueueResult(task.task_id, created=False)
 
 
+# Transitions that would end a run's cycle without honouring a cancel request: while one
+# is pending the store refuses them (query ``pending_cancel`` tells why no row changed).
+REFUSED_WHILE_CANCEL_PENDING = frozenset({"complete", "suspend", "retry"})
+
+
+def refused_transition(lease: Lease, operation: str, pending: Row | None) -> NoReturn:
+    """Why a fenced transition changed no row: a pending cancel request (``pending``,
+    from query ``pending_cancel``) when the lease still holds, otherwise a lost lease."""
+    if pending is not None:
+        raise CancelPending(lease.task_id, pending["cancel_requested"], operation)
+    raise LeaseLostError(lease.task_id, lease.fencing_token, operation)
+
+
 MAX_PENDING_SIGNALS = 100  # the default cap; stores take ``max_pending_signals``
 
 
 def check_pending_cap(cap: object) -> int:
-    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
-        raise InvalidArgument(f"max_pending_signals must be an integer >= 1, got {cap!r}")
-    return cap
+    return check_count("max_pending_signals", cap)
 
 
 def check_signal(

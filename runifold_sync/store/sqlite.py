@@ -24,7 +24,6 @@ from typing import Any
 
 from ..admission import TenantAdmission, TenantPolicy
 from ..errors import (
-    CancelPending,
     InvalidArgument,
     InvalidState,
     LeaseLostError,
@@ -59,8 +58,6 @@ _NOW = (
     "(CAST(ROUND((julianday('now') - 2440587.5) * 86400000000.0) AS INTEGER)"
     " + (SELECT offset_us FROM runifold_clock))"
 )
-# Transitions that would end a run's cycle without honouring a cancel request.
-_REFUSED_WHILE_CANCEL_PENDING = frozenset({"complete", "suspend", "retry"})
 _Q = load_queries("sqlite", _NOW)
 _SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
 # SQLite has no notifications: wait_for_work polls PRAGMA data_version (a read of shared
@@ -633,11 +630,10 @@ def _fenced_update(
     params = params | {"task_id": lease.task_id, "token": lease.fencing_token, "now": now}
     row = conn.execute(_Q[name], params).fetchone()
     if row is None:
-        if name in _REFUSED_WHILE_CANCEL_PENDING:
+        pending = None
+        if name in rows.REFUSED_WHILE_CANCEL_PENDING:
             pending = conn.execute(_Q["pending_cancel"], params).fetchone()
-            if pending is not None:
-                raise CancelPending(lease.task_id, pending["cancel_requested"], event)
-        raise LeaseLostError(lease.task_id, lease.fencing_token, event)
+        rows.refused_transition(lease, event, pending)
     _event(conn, now, lease.task_id, event, lease.worker_id, lease.fencing_token, detail)
     result: sqlite3.Row = row
     return result
