@@ -225,8 +225,9 @@ def _read(path: Path) -> list[tuple[str, str, int, str]]:
 
 def _in_flight(ledger: Path) -> list[tuple[str, str, int]]:
     """Step bodies that started and have not ended, in the order they started."""
-    ended = {(t, c, p) for t, c, p, mark in _read(ledger) if mark == "end"}
-    return [(t, c, p) for t, c, p, mark in _read(ledger) if mark == "start" and (t, c, p) not in ended]
+    lines = _read(ledger)
+    ended = {(t, c, p) for t, c, p, mark in lines if mark == "end"}
+    return [(t, c, p) for t, c, p, mark in lines if mark == "start" and (t, c, p) not in ended]
 
 
 def _kill_mid_step(ledger: Path) -> tuple[str, str, int] | None:

@@ -54,11 +54,11 @@ from .queries import load_migrations, load_queries
 from .sqlite_connection import MICROSECOND, SqliteConnection, in_us, migration_statements, time_at
 
 # Store time in integer microseconds: SQL time (millisecond resolution) plus the offset.
-_NOW = (
+NOW = (
     "(CAST(ROUND((julianday('now') - 2440587.5) * 86400000000.0) AS INTEGER)"
     " + (SELECT offset_us FROM runifold_clock))"
 )
-_Q = load_queries("sqlite", _NOW)
+_Q = load_queries("sqlite", NOW)
 _SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
 # SQLite has no notifications: wait_for_work polls PRAGMA data_version (a read of shared
 # memory that changes when another connection commits) at this interval, and asks for

@@ -11,7 +11,6 @@ refused by the workflow and kept in the task's history.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import timedelta
 from typing import Any
@@ -20,17 +19,14 @@ import attrs
 
 from runifold_sync import (
     ApprovalTimedOut,
-    LeaseDuration,
     StepContext,
-    WorkerId,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
     WorkflowRegistry,
-    WorkflowWorker,
-    open_store,
 )
-from runifold_sync.codec import unstructure
+
+from .one_cycle import run_one_cycle
 
 APPROVERS = ("manager",)
 
@@ -81,21 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heartbeat-s", type=float, default=2.0)
     args = parser.parse_args(argv)
 
-    store = open_store(args.database)
-    worker = WorkflowWorker(
-        store,
+    return run_one_cycle(
+        args.database,
         registry,
-        WorkerId.parse(args.worker_id),
-        LeaseDuration(timedelta(seconds=args.lease_s)),
+        args.worker_id,
+        timedelta(seconds=args.lease_s),
         timedelta(seconds=args.heartbeat_s),
     )
-    try:
-        outcome = worker.run_once()
-    finally:
-        worker.close()
-        store.close()
-    print(json.dumps({"outcome": outcome.kind, **unstructure(outcome)}, default=str), flush=True)
-    return 0
 
 
 if __name__ == "__main__":

@@ -11,23 +11,19 @@ a cancel can only reach it through its step-boundary commits.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from datetime import timedelta
 
 from runifold_sync import (
-    LeaseDuration,
     StepContext,
-    WorkerId,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
     WorkflowRegistry,
-    WorkflowWorker,
-    open_store,
 )
-from runifold_sync.codec import unstructure
+
+from .one_cycle import run_one_cycle
 
 STEPS = 400
 STEP_S = 0.05
@@ -61,21 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker-id", required=True)
     args = parser.parse_args(argv)
 
-    store = open_store(args.database)
-    worker = WorkflowWorker(
-        store,
-        registry,
-        WorkerId.parse(args.worker_id),
-        LeaseDuration(timedelta(minutes=2)),
-        timedelta(minutes=1),
-    )
-    try:
-        outcome = worker.run_once()
-    finally:
-        worker.close()
-        store.close()
-    print(json.dumps({"outcome": outcome.kind, **unstructure(outcome)}, default=str), flush=True)
-    return 0
+    return run_one_cycle(args.database, registry, args.worker_id, timedelta(minutes=2), timedelta(minutes=1))
 
 
 if __name__ == "__main__":
