@@ -1,22 +1,8 @@
-"""Shared fixtures: a fresh SQLite database file per test."""
+"""Registers the shared fixtures (``tests/support``) for every test directory: the
+backends (``sqlite_store``, ``pg``, ``backend``, ``store``, ``postgres_url``...), the
+store clock, the worker factory and the private PostgreSQL cluster of the tests that
+restart a server."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
-from runifold_sync.sqlite import SqliteWorkflowStore
-
-
-@pytest.fixture
-def sqlite_path(tmp_path: Path) -> Path:
-    return tmp_path / "workflows.db"
-
-
-@pytest.fixture
-def sqlite_store(sqlite_path: Path) -> Iterator[SqliteWorkflowStore]:
-    store = SqliteWorkflowStore.open(sqlite_path)
-    yield store
-    store.close()
+pytest_plugins = ["tests.support.backends", "tests.support.workers", "tests.support.pgcluster"]

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,8 +13,8 @@ import pytest
 from runifold_sync import RunifoldError, TaskState, WorkflowTask
 from runifold_sync.runner import RunifoldSettings
 from runifold_sync.sqlite import SqliteWorkflowStore
+from tests.support import processes
 
-ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.integration.pool_app:registry"
 
 
@@ -29,16 +27,10 @@ def test_run_recycles_workers_after_three_tasks_in_their_slots_and_finishes_ever
     ids = [f"r{n:02d}" for n in range(12)]
     for n, task_id in enumerate(ids):
         store.enqueue(WorkflowTask.new("pool-flow", 1, n, checkpoint_id=task_id))
-    command = [sys.executable, "-m", "runifold_sync", "run", "--app", APP, "--database", url]
+    command = ["run", "--app", APP, "--database", url]
     command += ["--concurrency", "2", "--worker-id", "recycler", "--recycle-after", "3", "--json"]
-    proc = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env=os.environ | {"POOL_LEDGER": str(tmp_path / "ledger.txt")},
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    env = os.environ | {"POOL_LEDGER": str(tmp_path / "ledger.txt")}
+    proc = processes.spawn("runifold_sync", *command, env=env, own_session=True)
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -48,9 +40,7 @@ def test_run_recycles_workers_after_three_tasks_in_their_slots_and_finishes_ever
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        processes.kill(proc)
     report = json.loads(out)
     assert proc.returncode == 0
     assert [store.get_task(t).result for t in ids] == [n + 5 for n in range(12)]

@@ -33,8 +33,7 @@ from runifold_sync import (
 )
 from runifold_sync.checkpoint import DEFAULT_MAX_CHECKPOINT_BYTES
 from runifold_sync.codec import MAX_NESTING_DEPTH, from_json
-
-from .conftest import Clock
+from tests.support.clock import Clock
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 SQL_NAME = "x'); DROP TABLE runifold_tasks; --"

@@ -30,7 +30,7 @@ from runifold_sync import (
 )
 from runifold_sync.codec import MAX_NESTING_DEPTH
 from runifold_sync.errors import SignalConflict, SignalRefused, TaskNotFound
-from tests.contract.conftest import Backend
+from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 SenderPolicy = Callable[[str, str, Any], bool] | None

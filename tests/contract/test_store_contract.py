@@ -28,8 +28,7 @@ from runifold_sync import (
 )
 from runifold_sync.codec import to_json
 from runifold_sync.store.base import ClaimedTask, ClaimRequest, EffectResolution, Lease
-
-from .conftest import Backend
+from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 W1 = WorkerId.parse("worker-1")

@@ -27,8 +27,7 @@ from runifold_sync import (
 from runifold_sync.codec import to_json
 from runifold_sync.store.queries import load_migrations
 from runifold_sync.stores import sqlite_path
-
-from .conftest import Backend, with_database
+from tests.support.backends import Backend, with_database
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 W1 = WorkerId.parse("worker-1")

@@ -32,8 +32,7 @@ from runifold_sync import (
     WorkflowWorker,
 )
 from runifold_sync.codec import from_json
-
-from .conftest import Clock
+from tests.support.clock import Clock
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 RAN: list[str] = []  # step bodies that really ran, in order

@@ -47,6 +47,7 @@ from runifold_sync.contrib.django import (  # noqa: E402
     runifold_settings,
 )
 from runifold_sync.sqlite import SqliteWorkflowStore  # noqa: E402
+from tests.support import processes  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "django_project"
 
@@ -242,9 +243,7 @@ def test_runworkflows_pool_runs_tasks_in_forked_workers_that_use_the_orm(
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=20)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        processes.kill(proc)
     assert proc.returncode == 0, err
     assert "'completed': 3" in out and "restarts: 0" in out
     orders = Order.objects.filter(pk__in=[b["order_id"] for b in bodies])

@@ -20,6 +20,7 @@ from flask import Flask
 
 from runifold_sync import InvalidArgument, StoreUsedAcrossFork, TaskOutcome, TaskState, WorkflowStore
 from runifold_sync.sqlite import SqliteWorkflowStore
+from tests.support import processes
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "flask_app"
@@ -195,9 +196,7 @@ def test_flask_runifold_run_pool_completes_tasks_and_stops_on_sigterm(
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=20)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        processes.kill(proc)
     assert proc.returncode == 0, err
     assert [store.get_task(t).outcome for t in task_ids] == [TaskOutcome.COMPLETED] * 4
     assert "'completed': 4" in out and "restarts: 0" in out

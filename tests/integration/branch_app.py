@@ -25,17 +25,13 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
+from tests.support import ledger
 
 branching = Workflow("branching", 1)
 
 
 def _ledger(ctx: StepContext) -> None:
-    fd = os.open(os.environ["BRANCH_LEDGER"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{ctx.call_id} {os.getpid()}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    ledger.append(os.environ["BRANCH_LEDGER"], ctx.call_id, os.getpid())
 
 
 @branching.step()

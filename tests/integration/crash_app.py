@@ -46,6 +46,7 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
+from tests.support import ledger
 
 LEDGER_ENV = "CRASH_LEDGER"
 FLAKY_ENV = "CRASH_FLAKY"
@@ -65,17 +66,11 @@ def _ledger() -> Path:
 
 
 def record(step: str, ctx: StepContext) -> None:
-    fd = os.open(_ledger(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, f"{step} {ctx.task_id} {os.getpid()} {ctx.idempotency_key}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    ledger.append(_ledger(), step, ctx.task_id, os.getpid(), ctx.idempotency_key)
 
 
 def ledger_lines() -> list[list[str]]:
-    path = _ledger()
-    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+    return ledger.read(_ledger())
 
 
 @flow.step()

@@ -43,6 +43,7 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
+from tests.support import ledger
 
 MAX_RUNS = 20
 BLOCK_LIMIT_S = 120.0  # a blocked step gives up eventually, so no orphan lives forever
@@ -57,13 +58,7 @@ _worker_id: str | None = None
 def record(step_id: str, ctx: StepContext) -> None:
     """Append this step's ledger line durably, then block if told to block here."""
     assert _ledger_path is not None, "drill_app.configure() was not called"
-    line = f"{step_id} {ctx.task_id} {os.getpid()}\n".encode()
-    fd = os.open(_ledger_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    ledger.append(_ledger_path, step_id, ctx.task_id, os.getpid())
     if step_id == _block_at:
         release = f"{_ledger_path}.release.{_worker_id}"
         deadline = time.monotonic() + BLOCK_LIMIT_S

@@ -17,7 +17,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -35,8 +34,8 @@ from runifold_sync import (
     open_store,
 )
 from runifold_sync.supervisor import CancellationToken, WorkflowSupervisor, WorkflowSupervisorConfig
+from tests.support import ledger, processes
 
-ROOT = Path(__file__).resolve().parents[2]
 POISON_MAX_ATTEMPTS = 3
 HEALTHY_STEPS = 3
 HEALTHY_STEP_S = 0.05  # so the healthy work spans the poison's crash loop
@@ -46,12 +45,7 @@ healthy = Workflow("healthy", 1)
 
 
 def _record(step: str, ctx: StepContext) -> None:
-    fd = os.open(os.environ["POISON_LEDGER"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, f"{step} {ctx.task_id} {os.getpid()}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    ledger.append(os.environ["POISON_LEDGER"], step, ctx.task_id, os.getpid())
 
 
 @poison.step()
@@ -87,26 +81,19 @@ def registry() -> WorkflowRegistry:
     return reg
 
 
-def spawn(url: str, ledger: Path, *, concurrency: int, lease_s: float) -> subprocess.Popen[str]:
-    """Start the pool in its own session (``os.killpg`` ends all of it)."""
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.integration.poison_app",
-            "--url",
-            url,
-            "--ledger",
-            str(ledger),
-            "--concurrency",
-            str(concurrency),
-            "--lease-s",
-            str(lease_s),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+def spawn(url: str, ledger_path: Path, *, concurrency: int, lease_s: float) -> subprocess.Popen[str]:
+    """Start the pool in its own session (``processes.kill`` ends all of it)."""
+    return processes.spawn(
+        "tests.integration.poison_app",
+        "--url",
+        url,
+        "--ledger",
+        str(ledger_path),
+        "--concurrency",
+        str(concurrency),
+        "--lease-s",
+        str(lease_s),
+        own_session=True,
     )
 
 

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import time
 import uuid
 from datetime import timedelta
@@ -36,8 +35,8 @@ from runifold_sync import (
     open_store,
 )
 from runifold_sync.supervisor import CancellationToken, WorkflowSupervisor, WorkflowSupervisorConfig
+from tests.support import ledger, processes
 
-ROOT = Path(__file__).resolve().parents[2]
 STEPS = 5
 pool_flow = Workflow("pool-flow", 1)
 traced_flow = Workflow("pool-traced", 1)
@@ -52,22 +51,16 @@ class LedgerLine(NamedTuple):
 
 
 def read_ledger(path: Path) -> list[LedgerLine]:
-    if not path.exists():
-        return []
     return [
-        LedgerLine(task, call, int(pid), run, float(at))
-        for task, call, pid, run, at in (line.split() for line in path.read_text().splitlines())
+        LedgerLine(task, call, int(pid), run, float(at)) for task, call, pid, run, at in ledger.read(path)
     ]
 
 
 def _ledger(ctx: StepContext) -> str:
     """Record that this step body started; returns the id of this execution."""
     run_id = uuid.uuid4().hex[:12]
-    fd = os.open(os.environ["POOL_LEDGER"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{ctx.task_id} {ctx.call_id} {os.getpid()} {run_id} {time.time():.6f}\n".encode())
-    finally:
-        os.close(fd)
+    at = f"{time.time():.6f}"
+    ledger.append(os.environ["POOL_LEDGER"], ctx.task_id, ctx.call_id, os.getpid(), run_id, at, durable=False)
     return run_id
 
 
@@ -131,30 +124,23 @@ def spawn(
     """Start a supervisor process in its own session (``os.killpg`` ends all of it); its
     report is the one line on its stdout."""
     options = [] if pool_timeout_s is None else ["--pool-timeout-s", str(pool_timeout_s)]
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.integration.pool_app",
-            "--url",
-            url,
-            "--concurrency",
-            str(concurrency),
-            "--lease-s",
-            str(lease_s),
-            "--grace-s",
-            str(grace_s),
-            "--min-backoff-s",
-            str(backoff_s[0]),
-            "--max-backoff-s",
-            str(backoff_s[1]),
-            *options,
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
+    return processes.spawn(
+        "tests.integration.pool_app",
+        "--url",
+        url,
+        "--concurrency",
+        str(concurrency),
+        "--lease-s",
+        str(lease_s),
+        "--grace-s",
+        str(grace_s),
+        "--min-backoff-s",
+        str(backoff_s[0]),
+        "--max-backoff-s",
+        str(backoff_s[1]),
+        *options,
         stderr=stderr,
-        text=True,
-        start_new_session=True,
+        own_session=True,
     )
 
 

@@ -38,6 +38,7 @@ from runifold_sync import (
     open_store,
 )
 from runifold_sync.logs import JsonFormatter
+from tests.support import ledger
 
 LEASE = LeaseDuration(timedelta(seconds=1))
 HEARTBEAT = timedelta(seconds=0.25)
@@ -60,8 +61,7 @@ def hold_the_gil_until_written(fd: int) -> None:
 
 
 def _ledger(ctx: StepContext) -> None:
-    with open(os.environ["STARVE_LEDGER"], "a") as ledger:
-        ledger.write(f"{ctx.call_id} {os.getpid()} {ctx.fence}\n")
+    ledger.append(os.environ["STARVE_LEDGER"], ctx.call_id, os.getpid(), ctx.fence, durable=False)
 
 
 @starving.step()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +15,8 @@ from typing import Any
 import pytest
 
 from runifold_sync import TaskOutcome, TaskState, WorkflowStore, WorkflowTask, open_store
-from tests.contract.conftest import postgres_admin_url, postgres_url  # noqa: F401  (fixtures)
+from tests.support import processes
 
-REPO = Path(__file__).resolve().parents[2]
 PROCESS_TIMEOUT_S = 30.0
 TASK = "exp-1"
 
@@ -47,20 +45,13 @@ def store(database_url: str) -> Iterator[WorkflowStore]:
 
 def run_worker(database_url: str, worker_id: str) -> dict[str, Any]:
     """One worker process, one ``run_once``: its outcome as printed."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.integration.approval_app",
-            "--database",
-            database_url,
-            "--worker-id",
-            worker_id,
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=PROCESS_TIMEOUT_S,
+    done = processes.run(
+        "tests.integration.approval_app",
+        "--database",
+        database_url,
+        "--worker-id",
+        worker_id,
+        timeout_s=PROCESS_TIMEOUT_S,
     )
     assert done.returncode == 0, f"worker {worker_id} exited {done.returncode}: {done.stderr}"
     (line,) = done.stdout.splitlines()
@@ -71,29 +62,22 @@ def run_worker(database_url: str, worker_id: str) -> dict[str, Any]:
 def cli_signal(
     database_url: str, payload: str, *, signal_id: str, sender: str, tenant: str = "acme"
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "runifold_sync",
-            "signal",
-            TASK,
-            "approval",
-            "--payload",
-            payload,
-            "--signal-id",
-            signal_id,
-            "--sender",
-            sender,
-            "--tenant",
-            tenant,
-            "--database",
-            database_url,
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=PROCESS_TIMEOUT_S,
+    return processes.run(
+        "runifold_sync",
+        "signal",
+        TASK,
+        "approval",
+        "--payload",
+        payload,
+        "--signal-id",
+        signal_id,
+        "--sender",
+        sender,
+        "--tenant",
+        tenant,
+        "--database",
+        database_url,
+        timeout_s=PROCESS_TIMEOUT_S,
     )
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -14,34 +13,18 @@ from pathlib import Path
 import pytest
 
 from runifold_sync import TaskState, WorkflowTask
-from tests.integration.conftest import Backend
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import ledger as ledger_file
+from tests.support import processes
+from tests.support.backends import Backend
 
 
 def _worker(url: str, ledger: Path, worker_id: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.integration.branch_app",
-            "--database",
-            url,
-            "--worker-id",
-            worker_id,
-            "--ledger",
-            str(ledger),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    args = ["--database", url, "--worker-id", worker_id, "--ledger", str(ledger)]
+    return processes.spawn("tests.integration.branch_app", *args)
 
 
 def _calls(ledger: Path) -> Counter[str]:
-    return (
-        Counter(line.split()[0] for line in ledger.read_text().splitlines()) if ledger.exists() else Counter()
-    )
+    return Counter(line[0] for line in ledger_file.read(ledger))
 
 
 @pytest.mark.timeout(60)
@@ -65,8 +48,7 @@ def test_sigkill_mid_branch_resumes_only_the_unfinished_branch(backend: Backend,
         ]
         first.send_signal(signal.SIGKILL)
     finally:
-        first.kill()
-        first.wait()
+        processes.kill(first)
     (tmp_path / "ledger.txt.release").touch()
     time.sleep(1.6)  # past the dead worker's lease (store time)
     second = _worker(backend.url, ledger, "worker-b")

@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from runifold_sync import TaskState, WorkflowTask
 from runifold_sync.checkpoint import Checkpoint
 from tests.integration.cancel_app import STEPS
+from tests.support import processes
+from tests.support.backends import Backend
 
-from .conftest import Backend
-
-REPO = Path(__file__).resolve().parents[2]
 PROCESS_TIMEOUT_S = 60.0
 TASK = "batch-1"
 
@@ -34,20 +31,8 @@ def _steps_committed(text: str | None) -> int:
 def test_a_cli_cancel_stops_a_worker_process_at_its_next_step_boundary(backend: Backend) -> None:
     store = backend.open()
     store.enqueue(WorkflowTask.new("batch", 1, STEPS, checkpoint_id=TASK))
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.integration.cancel_app",
-            "--database",
-            backend.url,
-            "--worker-id",
-            "w1",
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    worker = processes.spawn(
+        "tests.integration.cancel_app", "--database", backend.url, "--worker-id", "w1", stderr=subprocess.PIPE
     )
     try:
         deadline = time.monotonic() + PROCESS_TIMEOUT_S
@@ -55,31 +40,22 @@ def test_a_cli_cancel_stops_a_worker_process_at_its_next_step_boundary(backend: 
             assert time.monotonic() < deadline and worker.poll() is None, "the worker never got going"
             time.sleep(0.02)
 
-        cancel = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "runifold_sync",
-                "cancel",
-                TASK,
-                "--actor",
-                "ops",
-                "--reason",
-                "batch no longer needed",
-                "--database",
-                backend.url,
-            ],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=PROCESS_TIMEOUT_S,
+        cancel = processes.run(
+            "runifold_sync",
+            "cancel",
+            TASK,
+            "--actor",
+            "ops",
+            "--reason",
+            "batch no longer needed",
+            "--database",
+            backend.url,
+            timeout_s=PROCESS_TIMEOUT_S,
         )
         committed_at_cancel = _steps_committed(store.get_task(TASK).checkpoint_json)
         stdout, stderr = worker.communicate(timeout=PROCESS_TIMEOUT_S)
     finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
+        processes.kill(worker)
 
     assert cancel.returncode == 0, cancel.stderr
     assert cancel.stdout == f"{TASK}: running; its worker stops at the next step boundary\n"

@@ -35,8 +35,7 @@ from runifold_sync import (
     WorkflowWorker,
 )
 from runifold_sync.checkpoint import Checkpoint
-
-from .conftest import Backend
+from tests.support.backends import Backend
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -32,8 +32,6 @@ import ast
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
@@ -44,9 +42,10 @@ import pytest
 from runifold_sync import TaskOutcome, TaskState, WorkerId, WorkflowTask, WorkflowWorker, crashpoints
 from runifold_sync.codec import from_json
 from runifold_sync.errors import InvalidArgument
+from tests.support import processes
+from tests.support.backends import Backend
 
 from . import crash_app
-from .conftest import Backend
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = "t1"
@@ -241,15 +240,8 @@ def test_an_unset_variable_arms_nothing() -> None:
 
 def _crash(backend: Backend, ledger: Path, spec: str, case: Case) -> None:
     env = dict(os.environ, RUNIFOLD_CRASH_AT=spec, **dict(case.env))
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.integration.crash_app", "--url", backend.url, "--ledger", str(ledger)]
-        + ["--task", TASK, *case.args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    args = ["--url", backend.url, "--ledger", str(ledger), "--task", TASK, *case.args]
+    proc = processes.run("tests.integration.crash_app", *args, env=env, timeout_s=60)
     point, _, subject = spec.partition(":")
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
     assert f"runifold crash point {point}:{subject}" in proc.stderr, proc.stderr

@@ -22,7 +22,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from tests.contract.conftest import Backend
+from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=1))
 STEP_S = 3.5  # more than three leases

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,49 +16,27 @@ from typing import Any
 import pytest
 
 from runifold_sync import TaskState, WorkflowTask
+from tests.support import ledger as ledger_file
+from tests.support import processes
+from tests.support.backends import Backend
 
-from .conftest import Backend
-
-ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 60.0
 
 
 def _worker(
     url: str, ledger: Path, worker_id: str, *extra: str, pass_fds: tuple[int, ...] = ()
 ) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.integration.starve_app",
-            "--url",
-            url,
-            "--worker-id",
-            worker_id,
-            "--ledger",
-            str(ledger),
-            *extra,
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        pass_fds=pass_fds,
-    )
+    args = ["--url", url, "--worker-id", worker_id, "--ledger", str(ledger), *extra]
+    return processes.spawn("tests.integration.starve_app", *args, stderr=subprocess.PIPE, pass_fds=pass_fds)
 
 
 def _runs(ledger: Path) -> list[tuple[str, str]]:
     """(call id, fencing token) of every step body that started, in order."""
-    if not ledger.exists():
-        return []
-    return [(call, token) for call, _pid, token in map(str.split, ledger.read_text().splitlines())]
+    return [(call, token) for call, _pid, token in ledger_file.read(ledger)]
 
 
 def _wait(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
+    processes.wait_until(condition, what, WAIT_S)
 
 
 def _log_lines(stderr: str) -> list[dict[str, Any]]:
@@ -101,9 +77,8 @@ def test_a_starved_worker_wakes_into_a_live_newer_lease_and_its_write_is_refused
     finally:
         os.close(gil_write)
         for proc in (starved, rescuer):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            if proc is not None:
+                processes.kill(proc)
 
     assert json.loads(starved_out) == {"outcome": "lease_lost", "fencing_token": 1}
     # The starved heartbeat thread's lease extension reached the store and was refused.

@@ -24,8 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from runifold_sync import TaskState, WorkflowStore, WorkflowTask, open_store
 from runifold_sync.cli import main
 from runifold_sync.metrics_endpoint import MULTIPROC_ENV, MetricsEndpoint, MetricsUnavailable, serving_metrics
+from tests.support import processes
 
-ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.integration.pool_app:registry"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -111,34 +111,20 @@ def store(url: str) -> Iterator[WorkflowStore]:
 
 @pytest.fixture
 def start(tmp_path: Path, url: str, store: WorkflowStore) -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
+    with processes.reaped() as started:  # the whole session: workers outlive a killed parent
 
-    def start_run(port: int, *options: str) -> subprocess.Popen[str]:
-        env = {**os.environ, "POOL_LEDGER": str(tmp_path / "ledger.txt"), "POOL_STEP_SECONDS": "0.4"}
-        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-        command = [sys.executable, "-m", "runifold_sync", "run", "--app", APP, "--database", url]
-        command += ["--worker-id", "metrics", "--metrics-port", str(port), *options]
-        stderr = (tmp_path / "stderr.txt").open("w")
-        proc = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            start_new_session=True,
-        )
-        stderr.close()
-        started.append(proc)
-        return proc
+        def start_run(port: int, *options: str) -> subprocess.Popen[str]:
+            env = {**os.environ, "POOL_LEDGER": str(tmp_path / "ledger.txt"), "POOL_STEP_SECONDS": "0.4"}
+            env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+            command = ["runifold_sync", "run", "--app", APP, "--database", url]
+            command += ["--worker-id", "metrics", "--metrics-port", str(port), *options]
+            with (tmp_path / "stderr.txt").open("w") as stderr:
+                proc = processes.spawn(*command, stderr=stderr, env=env, own_session=True)
+            started.append(proc)
+            return proc
 
-    yield start_run
+        yield start_run
     for proc in started:
-        try:  # the whole session: workers outlive a killed parent
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
 

@@ -5,7 +5,6 @@ costs exactly one child restart, and every healthy task sharing the pool complet
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from pathlib import Path
@@ -13,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from runifold_sync import TaskOutcome, TaskState, WorkflowStore, WorkflowTask
+from tests.support import processes
+from tests.support.backends import Backend
 
 from . import poison_app
-from .conftest import Backend
 
 HEALTHY_TASKS = 40
 POOL_SIZE = 2
@@ -58,9 +58,7 @@ def test_a_poison_task_fails_after_max_attempts_while_every_healthy_task_in_the_
         proc.send_signal(signal.SIGTERM)
         stdout, _ = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        processes.kill(proc)
     report = json.loads(stdout.splitlines()[-1])
 
     max_attempts = poison_app.POISON_MAX_ATTEMPTS

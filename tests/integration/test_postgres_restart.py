@@ -13,120 +13,38 @@ Every task completes, and no step whose checkpoint was committed ran again: each
 execution writes a ledger line with its own run id outside the store, and the committed
 execution of every step (its run id is in the checkpoint) is the last one in the ledger.
 
-This restarts the server every other test uses, so it runs only when the server is a
-local cluster this process may control (root or the cluster owner); otherwise it skips,
-or fails under ``CI``, where a restart left untested is a hole. As a courtesy it waits
-until other runifold databases on it have gone quiet (skipped if they stay busy for
-20 s); the server is started again whatever happens.
+The server restarted is this test process's private cluster (``private_postgres``,
+``tests/support/pgcluster.py``), never the shared one every other test uses; where no
+private cluster can be made the test skips, or fails under ``CI``, where a restart left
+untested is a hole. The cluster is started again whatever happens.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import pwd
-import shutil
 import signal
 import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
-import attrs
 import psycopg
 import pytest
 
 from runifold_sync import StoreUnavailable, TaskOutcome, TaskState, WorkflowStore, WorkflowTask, open_store
 from runifold_sync.codec import from_json
+from tests.support import processes
+from tests.support.pgcluster import PrivateCluster
 
 from . import pool_app
-from .conftest import fail_in_ci_when_not_restartable
 
 TASKS = 60
 CONCURRENCY = 3
 STEP_S = 0.08
 LEASE_S = 3.0
 RESTART_AFTER_STEPS = 60  # of TASKS * STEPS = 300: the restart lands early in the run
-OTHERS_QUIET_S = 20.0
 IDLE_PICKUP_LIMIT_S = 10.0
-
-
-@attrs.frozen
-class Cluster:
-    version: str
-    name: str
-    port: int
-    owner: str
-
-    def ctl(self, action: str) -> None:
-        subprocess.run(
-            ["pg_ctlcluster", "--skip-systemctl-redirect", self.version, self.name, action],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
-
-    def online(self) -> bool:
-        return any(listed.online for listed in _clusters() if listed.cluster == self)
-
-
-@attrs.frozen
-class _Listed:
-    cluster: Cluster
-    online: bool
-
-
-def _clusters() -> list[_Listed]:
-    out = subprocess.run(
-        ["pg_lsclusters", "--no-header"], check=True, capture_output=True, text=True, timeout=30
-    ).stdout
-    listed = []
-    for line in out.splitlines():
-        version, name, port, status, owner, *_ = line.split()
-        listed.append(_Listed(Cluster(version, name, int(port), owner), status.startswith("online")))
-    return listed
-
-
-def _local_cluster(url: str) -> Cluster | None:
-    """The cluster behind ``url`` if it runs on this host and this process may control it."""
-    parts = urlsplit(url)
-    if parts.hostname not in (None, "", "127.0.0.1", "localhost", "::1"):
-        return None
-    if shutil.which("pg_lsclusters") is None or shutil.which("pg_ctlcluster") is None:
-        return None
-    port = parts.port or 5432
-    for listed in _clusters():
-        cluster = listed.cluster
-        if cluster.port == port and listed.online:
-            if os.geteuid() in (0, pwd.getpwnam(cluster.owner).pw_uid):
-                return cluster
-    return None
-
-
-_others_stayed_busy: list[bool] = []  # once they did, later tests skip without waiting again
-
-
-def _wait_for_other_runifold_databases_to_go_quiet(admin_url: str, own_db: str) -> bool:
-    """A restart would break another session's work on this server (someone running the
-    contract suite or a chaos run meanwhile); give it a while to finish."""
-    if _others_stayed_busy:
-        return False
-    deadline = time.monotonic() + OTHERS_QUIET_S
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        while True:
-            busy = admin.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname LIKE 'runifold%%' "
-                "AND datname <> %s AND pid <> pg_backend_pid()",
-                (own_db,),
-            ).fetchone()
-            if busy is None or busy[0] == 0:
-                return True
-            if time.monotonic() > deadline:
-                _others_stayed_busy.append(True)
-                return False
-            time.sleep(0.5)
 
 
 def _server_started_at(admin_url: str) -> object:
@@ -137,9 +55,9 @@ def _server_started_at(admin_url: str) -> object:
 
 
 class Server:
-    """The local cluster behind the test database, restarted in place."""
+    """The private cluster behind the test database, restarted in place."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: PrivateCluster) -> None:
         self._cluster = cluster
 
     def restart(self) -> None:
@@ -155,33 +73,19 @@ class Server:
 
 
 @pytest.fixture
-def server(postgres_admin_url: str, postgres_url: str) -> Iterator[Server]:
+def postgres_admin_url(private_postgres: PrivateCluster) -> str:
+    """The test databases (``postgres_url``) live on the private cluster this test restarts."""
+    return private_postgres.admin_url
+
+
+@pytest.fixture
+def server(private_postgres: PrivateCluster, postgres_url: str) -> Iterator[Server]:
     """The server behind ``postgres_url``; torn down before that database is dropped,
     and always leaves the server running."""
-    cluster = _local_cluster(postgres_admin_url)
-    if cluster is None:
-        fail_in_ci_when_not_restartable(postgres_admin_url)
-        pytest.skip("the test PostgreSQL server is not a local cluster this process may restart")
-    own_db = urlsplit(postgres_url).path.lstrip("/")
-    if not _wait_for_other_runifold_databases_to_go_quiet(postgres_admin_url, own_db):
-        why = f"other runifold databases on the server stayed busy for {OTHERS_QUIET_S}s"
-        if os.environ.get("CI"):  # CI owns the server: a session left busy is a leak to fix
-            pytest.fail(f"{why}; CI is set, so the restart must be tested, not skipped")
-        pytest.skip(f"{why}; not restarting it under them")
     try:
-        yield Server(cluster)
+        yield Server(private_postgres)
     finally:
-        if not cluster.online():
-            cluster.ctl("start")
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                psycopg.connect(postgres_admin_url, connect_timeout=2).close()
-                break
-            except psycopg.OperationalError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        private_postgres.ensure_running()
 
 
 def _terminal_count(store: WorkflowStore, ids: list[str]) -> int:
@@ -280,9 +184,7 @@ def test_pool_survives_a_postgres_restart_and_no_committed_step_runs_again(
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=45)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        processes.kill(proc)
 
     assert proc.returncode == 0, err.read_text()
     report = json.loads(out)

@@ -15,7 +15,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -36,9 +35,9 @@ from runifold_sync import (
 from runifold_sync.codec import from_json
 from runifold_sync.stores import sqlite_path
 from tests.integration import drill_app
-from tests.integration.conftest import Backend
+from tests.support import ledger, processes
+from tests.support.backends import Backend
 
-REPO = Path(__file__).resolve().parents[2]
 LEASE_S = 2.0
 HEARTBEAT_S = 0.5
 PROCESS_TIMEOUT_S = 20.0
@@ -53,7 +52,7 @@ class Drill:
         self.ledger = tmp_path / "ledger.txt"
         self.store = backend.open()
         self.clock_offset = timedelta(0)
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: list[subprocess.Popen[str]] = []
         self.names: dict[int, str] = {}  # pid -> worker id, which also names its output files
 
     # --- worker processes ----------------------------------------------------------
@@ -66,12 +65,9 @@ class Drill:
         block_at: str | None = None,
         until_idle: bool = False,
         pause_at: str | None = None,
-    ) -> subprocess.Popen[bytes]:
+    ) -> subprocess.Popen[str]:
         """Start a worker; ``pause_at`` (a crash point spec) pauses it there until :meth:`resume`."""
         args = [
-            sys.executable,
-            "-m",
-            "tests.integration.drill_app",
             "--url",
             self.backend.url,
             "--worker-id",
@@ -97,18 +93,18 @@ class Drill:
             open(self.tmp_path / f"{worker_id}.out", "wb") as out,
             open(self.tmp_path / f"{worker_id}.err", "wb") as err,
         ):
-            proc = subprocess.Popen(args, cwd=REPO, stdout=out, stderr=err, env=env)
+            proc = processes.spawn("tests.integration.drill_app", *args, stdout=out, stderr=err, env=env)
         self.procs.append(proc)
         self.names[proc.pid] = worker_id
         return proc
 
-    def stderr(self, proc: subprocess.Popen[bytes]) -> str:
+    def stderr(self, proc: subprocess.Popen[str]) -> str:
         return (self.tmp_path / f"{self.names[proc.pid]}.err").read_text()
 
     def _resume_file(self, worker_id: str) -> Path:
         return self.tmp_path / f"{worker_id}.resume"
 
-    def wait_for_stderr(self, proc: subprocess.Popen[bytes], text: str) -> None:
+    def wait_for_stderr(self, proc: subprocess.Popen[str], text: str) -> None:
         """Wait until ``proc`` has written ``text`` to its stderr (a crash point's line)."""
         deadline = time.monotonic() + PROCESS_TIMEOUT_S
         while text not in self.stderr(proc):
@@ -118,12 +114,12 @@ class Drill:
                 pytest.fail(f"worker {self.names[proc.pid]} never wrote {text!r}: {self.stderr(proc)}")
             time.sleep(0.02)
 
-    def resume(self, proc: subprocess.Popen[bytes]) -> None:
+    def resume(self, proc: subprocess.Popen[str]) -> None:
         """Let a worker paused at its crash point go on, and wake it if it is stopped."""
         self._resume_file(self.names[proc.pid]).touch()
         os.kill(proc.pid, signal.SIGCONT)
 
-    def finish(self, proc: subprocess.Popen[bytes]) -> list[dict[str, Any]]:
+    def finish(self, proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
         """Wait for a worker that must exit normally; its outcomes, one per run_once."""
         returncode = proc.wait(PROCESS_TIMEOUT_S)
         assert returncode == 0, f"worker {self.names[proc.pid]} exited {returncode}: {self.stderr(proc)}"
@@ -133,11 +129,11 @@ class Drill:
     def run(self, worker_id: str, **options: Any) -> list[dict[str, Any]]:
         return self.finish(self.start(worker_id, **options))
 
-    def kill(self, proc: subprocess.Popen[bytes]) -> None:
+    def kill(self, proc: subprocess.Popen[str]) -> None:
         os.kill(proc.pid, signal.SIGKILL)
         assert proc.wait(PROCESS_TIMEOUT_S) == -signal.SIGKILL
 
-    def stop_outside_transaction(self, proc: subprocess.Popen[bytes]) -> None:
+    def stop_outside_transaction(self, proc: subprocess.Popen[str]) -> None:
         """SIGSTOP ``proc`` at a moment its heartbeat thread holds no SQLite write lock.
 
         A process frozen inside a write transaction would block every other writer of the
@@ -147,12 +143,10 @@ class Drill:
         server finishes it (and releases its row lock) whether or not the client is frozen.
         """
         if self.backend.name != "sqlite":
-            os.kill(proc.pid, signal.SIGSTOP)
-            _wait_until_stopped(proc.pid)
+            processes.stop(proc.pid)
             return
         for _ in range(100):
-            os.kill(proc.pid, signal.SIGSTOP)
-            _wait_until_stopped(proc.pid)
+            processes.stop(proc.pid)
             if not self._write_locked():
                 return
             os.kill(proc.pid, signal.SIGCONT)
@@ -184,16 +178,13 @@ class Drill:
 
     def ledger_lines(self, task_id: str) -> list[tuple[str, int]]:
         """(step id, pid) of every step body that started for ``task_id``, in order."""
-        if not self.ledger.exists():
-            return []
         lines = []
-        for line in self.ledger.read_text().splitlines():
-            step_id, line_task, pid = line.split()
+        for step_id, line_task, pid in ledger.read(self.ledger):
             if line_task == task_id:
                 lines.append((step_id, int(pid)))
         return lines
 
-    def wait_for_step(self, step_id: str, task_id: str, proc: subprocess.Popen[bytes]) -> None:
+    def wait_for_step(self, step_id: str, task_id: str, proc: subprocess.Popen[str]) -> None:
         """Wait until ``proc`` is inside ``step_id``: its ledger line is written first."""
         deadline = time.monotonic() + PROCESS_TIMEOUT_S
         while (step_id, proc.pid) not in self.ledger_lines(task_id):
@@ -204,7 +195,7 @@ class Drill:
                 pytest.fail(f"worker {self.names[proc.pid]} never reached step {step_id}")
             time.sleep(0.02)
 
-    def release(self, proc: subprocess.Popen[bytes]) -> None:
+    def release(self, proc: subprocess.Popen[str]) -> None:
         """Let ``proc``'s blocked step return."""
         Path(f"{self.ledger}.release.{self.names[proc.pid]}").touch()
 
@@ -236,16 +227,6 @@ class Drill:
         assert expires is not None
         self.advance_clock(expires - self.store.now() + timedelta(seconds=0.5))
         assert self.store.now() > expires
-
-
-def _wait_until_stopped(pid: int) -> None:
-    deadline = time.monotonic() + PROCESS_TIMEOUT_S
-    while True:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] in ("T", "t"):
-            return
-        assert time.monotonic() < deadline, f"process {pid} did not stop"
-        time.sleep(0.005)
 
 
 def _usage(checkpoint_json: str | None) -> BudgetUsage:

@@ -31,9 +31,10 @@ from runifold_sync import (
     open_store,
 )
 from runifold_sync.supervisor import CancellationToken, WorkflowSupervisor, WorkflowSupervisorConfig
+from tests.support import processes
+from tests.support.backends import Backend
 
 from . import pool_app
-from .conftest import Backend
 
 
 def _enqueue(store: WorkflowStore, count: int, *, prefix: str = "t") -> list[str]:
@@ -60,12 +61,8 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def pool(ledger: Path) -> Iterator[list[subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    with processes.reaped() as started:
+        yield started
 
 
 def _start_pool(
@@ -447,7 +444,7 @@ def test_a_slot_whose_worker_dies_at_start_is_respawned_with_growing_delay() -> 
 
 def _readme_block(heading: str, language: str) -> str:
     """The first ``language`` fenced block after ``heading`` in README.md."""
-    text = (pool_app.ROOT / "README.md").read_text()
+    text = (processes.ROOT / "README.md").read_text()
     after = text[text.index(heading) :]
     start = after.index(f"```{language}\n") + len(f"```{language}\n")
     return after[start : after.index("```", start)]
@@ -472,8 +469,8 @@ def test_readme_supervisor_snippet_runs_a_pool_and_reports_per_worker(
     ids = _enqueue(store, 10)
     proc = subprocess.Popen(
         [sys.executable, str(script)],
-        cwd=pool_app.ROOT,
-        env=os.environ | {"PYTHONPATH": str(pool_app.ROOT)},
+        cwd=processes.ROOT,
+        env=os.environ | {"PYTHONPATH": str(processes.ROOT)},
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
@@ -485,9 +482,7 @@ def test_readme_supervisor_snippet_runs_a_pool_and_reports_per_worker(
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        processes.kill(proc)
     assert proc.returncode == 0
     assert _states(store, ids) == {"terminal": 10}
     store.close()

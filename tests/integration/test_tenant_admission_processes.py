@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from runifold_sync import TaskState, TenantPolicy, WorkflowStore, WorkflowTask
+from tests.support import processes
+from tests.support.backends import Backend
 
 from . import pool_app
-from .conftest import Backend
 
 STEP_S = 0.15
 
@@ -31,12 +32,8 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def pools() -> Iterator[list[subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    with processes.reaped() as started:
+        yield started
 
 
 def _enqueue(store: WorkflowStore, tenant: str, count: int) -> list[str]:

@@ -26,8 +26,7 @@ from runifold_sync import (
     open_store,
 )
 from runifold_sync.errors import SignalRefused
-
-from .conftest import Backend
+from tests.support.backends import Backend
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -23,8 +23,7 @@ import pytest
 import runifold_sync.store.postgres as pg_store
 from runifold_sync import LeaseDuration, TaskState, WorkerId, WorkflowTask, open_store
 from runifold_sync.store.base import WorkflowStore
-
-from .conftest import wait_until_blocked_on_a_lock
+from tests.support.backends import wait_until_blocked_on_a_lock
 
 
 @pytest.mark.timeout(60)

@@ -1,4 +1,6 @@
-"""Fixtures that run every contract test against SQLite and PostgreSQL.
+"""The backend fixtures of every test directory (registered by ``tests/conftest.py``):
+``sqlite_store`` and ``pg`` for tests of one backend, ``backend`` and ``store`` for tests
+that run once per backend.
 
 SQLite: a fresh file in ``tmp_path``. PostgreSQL: a fresh database per test, created
 from the server named by ``RUNIFOLD_TEST_POSTGRES_URL`` (default
@@ -13,7 +15,6 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -23,6 +24,9 @@ import pytest
 
 from runifold_sync import WorkflowStore, open_store
 from runifold_sync.postgres import PostgresWorkflowStore
+from runifold_sync.sqlite import SqliteWorkflowStore
+
+from .clock import Clock
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 BACKENDS = ["sqlite", "postgres"]
@@ -99,22 +103,23 @@ def store(backend: Backend) -> WorkflowStore:
     return backend.open()
 
 
-class Clock:
-    """Moves store time forward for every connection to the database (the store's shared
-    clock offset); offsets are absolute, so it keeps the running total."""
-
-    def __init__(self, store: WorkflowStore) -> None:
-        self.store = store
-        self.offset = timedelta(0)
-
-    def advance(self, delta: timedelta) -> None:
-        self.offset += delta
-        self.store.set_clock_offset(self.offset)
+@pytest.fixture
+def clock(store: WorkflowStore) -> Clock:
+    """The shared clock of ``store`` (``tests/unit/conftest.py`` puts it on ``sqlite_store``)."""
+    return Clock(store)
 
 
 @pytest.fixture
-def clock(store: WorkflowStore) -> Clock:
-    return Clock(store)
+def sqlite_path(tmp_path: Path) -> Path:
+    return tmp_path / "workflows.db"
+
+
+@pytest.fixture
+def sqlite_store(sqlite_path: Path) -> Iterator[SqliteWorkflowStore]:
+    """A SQLite store on a fresh file, for tests of that backend alone."""
+    store = SqliteWorkflowStore.open(sqlite_path)
+    yield store
+    store.close()
 
 
 @pytest.fixture

@@ -1,14 +1,14 @@
-"""Unit fixtures: the contract suite's backends, for the in-process tests that also run
-on PostgreSQL (a test that takes ``store`` runs once per backend)."""
+"""Unit fixtures: the in-process worker tests move the clock of ``sqlite_store`` (tests
+that take ``store`` run once per backend, with the fixtures of ``tests/support``)."""
 
 from __future__ import annotations
 
-from tests.contract.conftest import (  # noqa: F401  (fixtures, registered by import)
-    Backend,
-    backend,
-    postgres_admin_url,
-    postgres_url,
-    store,
-)
+import pytest
 
-__all__ = ["Backend"]
+from runifold_sync.sqlite import SqliteWorkflowStore
+from tests.support.clock import Clock
+
+
+@pytest.fixture
+def clock(sqlite_store: SqliteWorkflowStore) -> Clock:
+    return Clock(sqlite_store)

@@ -8,7 +8,7 @@ test can tell a recorded payload from a fresh one; ``CALLS`` records step bodies
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -24,7 +24,6 @@ from runifold_sync import (
     DefinitionConflict,
     Failed,
     Idle,
-    LeaseDuration,
     Retried,
     RetryPolicy,
     SignalTimedOut,
@@ -32,16 +31,16 @@ from runifold_sync import (
     Suspended,
     TaskOutcome,
     TaskState,
-    WorkerId,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
     WorkflowRegistry,
     WorkflowTask,
-    WorkflowWorker,
 )
 from runifold_sync.checkpoint import Checkpoint
 from runifold_sync.sqlite import SqliteWorkflowStore
+from tests.support.clock import Clock
+from tests.support.workers import WorkerFactory
 
 CALLS: list[str] = []
 SEEN: list[Any] = []
@@ -53,49 +52,6 @@ def _reset_module_state() -> Iterator[None]:
     CALLS.clear()
     SEEN.clear()
     yield
-
-
-class Clock:
-    """Moves store time forward; offsets are absolute, so keep the running total."""
-
-    def __init__(self, store: SqliteWorkflowStore) -> None:
-        self.store = store
-        self.offset = timedelta(0)
-
-    def advance(self, seconds: float) -> None:
-        self.offset += timedelta(seconds=seconds)
-        self.store.set_clock_offset(self.offset)
-
-
-@pytest.fixture
-def clock(sqlite_store: SqliteWorkflowStore) -> Clock:
-    return Clock(sqlite_store)
-
-
-WorkerFactory = Callable[..., WorkflowWorker]
-
-
-@pytest.fixture
-def make_worker(sqlite_store: SqliteWorkflowStore) -> Iterator[WorkerFactory]:
-    workers: list[WorkflowWorker] = []
-
-    def make(*definitions: WorkflowDefinition) -> WorkflowWorker:
-        registry = WorkflowRegistry()
-        for definition in definitions:
-            registry.register(definition)
-        worker = WorkflowWorker(
-            sqlite_store,
-            registry,
-            WorkerId.parse("w1"),
-            LeaseDuration(timedelta(seconds=LEASE_S)),
-            timedelta(seconds=LEASE_S / 3),
-        )
-        workers.append(worker)
-        return worker
-
-    yield make
-    for worker in workers:
-        worker.close()
 
 
 def enqueue(store: SqliteWorkflowStore, wf: Workflow, value: Any = None) -> str:

@@ -45,6 +45,8 @@ from runifold_sync import (
 )
 from runifold_sync.checkpoint import Checkpoint
 from runifold_sync.sqlite import SqliteWorkflowStore
+from tests.support.clock import Clock
+from tests.support.workers import WorkerFactory
 
 CALLS: list[str] = []
 KEYS: list[str | None] = []
@@ -60,56 +62,6 @@ def _reset_module_state() -> Iterator[None]:
     STATE.clear()
     yield
     STATE.clear()
-
-
-class Clock:
-    """Moves store time forward; offsets are absolute, so keep the running total."""
-
-    def __init__(self, store: SqliteWorkflowStore) -> None:
-        self.store = store
-        self.offset = timedelta(0)
-
-    def advance(self, seconds: float) -> None:
-        self.offset += timedelta(seconds=seconds)
-        self.store.set_clock_offset(self.offset)
-
-
-@pytest.fixture
-def clock(sqlite_store: SqliteWorkflowStore) -> Clock:
-    return Clock(sqlite_store)
-
-
-WorkerFactory = Callable[..., WorkflowWorker]
-
-
-@pytest.fixture
-def make_worker(sqlite_store: SqliteWorkflowStore) -> Iterator[WorkerFactory]:
-    workers: list[WorkflowWorker] = []
-
-    def make(
-        *definitions: WorkflowDefinition,
-        registry: WorkflowRegistry | None = None,
-        worker_id: str = "w1",
-        lease_s: float = 30,
-        max_steps_per_claim: int | None = None,
-    ) -> WorkflowWorker:
-        reg = WorkflowRegistry() if registry is None else registry
-        for definition in definitions:
-            reg.register(definition)
-        worker = WorkflowWorker(
-            sqlite_store,
-            reg,
-            WorkerId.parse(worker_id),
-            LeaseDuration(timedelta(seconds=lease_s)),
-            timedelta(seconds=lease_s / 3),
-            max_steps_per_claim=max_steps_per_claim,
-        )
-        workers.append(worker)
-        return worker
-
-    yield make
-    for worker in workers:
-        worker.close()
 
 
 def enqueue(store: SqliteWorkflowStore, wf: Workflow, value: Any = None, **kwargs: Any) -> str:

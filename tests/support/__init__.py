@@ -1,0 +1,3 @@
+"""What the test directories share: the backend fixtures, the store clock, the worker
+factory, the ledger that subprocess apps write and the harness that starts, watches and
+kills them. ``tests/conftest.py`` registers the fixtures for every directory."""
