@@ -60,6 +60,8 @@ def django_run(tmp_path_factory: pytest.TempPathFactory) -> CaseRun:
             "pytest",
             str(CASES),
             "-q",
+            "-n",
+            "0",  # a handful of cases: no worker processes of their own
             "-p",
             "no:cacheprovider",
             f"--junitxml={report}",
