@@ -36,7 +36,7 @@ def _runs(ledger: Path) -> list[tuple[str, str]]:
 
 
 def _wait(condition: Callable[[], bool], what: str) -> None:
-    processes.wait_until(condition, what, WAIT_S)
+    processes.wait_until(condition, WAIT_S, what)
 
 
 def _log_lines(stderr: str) -> list[dict[str, Any]]:

@@ -58,13 +58,6 @@ def _value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
-def _until(condition: Callable[[], object], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def _children(pid: int) -> dict[int, str]:
     """Live child processes of ``pid`` and their command lines, read from /proc."""
     found = {}
@@ -156,7 +149,7 @@ def test_metrics_endpoint_shows_worker_metrics_and_store_gauges_through_a_stoppe
             return False
         return True
 
-    _until(a_task_is_running, 20, "a worker to run a task")
+    processes.wait_until(a_task_is_running, 20, "a worker to run a task", poll_s=0.1)
     exporter_pid, directory = _exporter(proc.pid)
     assert directory.is_dir()
     [(task_id, worker_pid)] = found
@@ -176,7 +169,9 @@ def test_metrics_endpoint_shows_worker_metrics_and_store_gauges_through_a_stoppe
             >= 1
         )
 
-    _until(metrics_show_it_all, 20, "lease loss, queue delay and definition-unavailable metrics")
+    processes.wait_until(
+        metrics_show_it_all, 20, "lease loss, queue delay and definition-unavailable metrics"
+    )
     [samples] = scraped
     assert _value(samples, "runifold_cycle_seconds_count", outcome="lease_lost") >= 1
     assert _value(samples, "runifold_store_up") == 1
@@ -202,10 +197,10 @@ def test_the_exporter_exits_when_the_pool_dies_without_stopping_it(
 ) -> None:
     port = _free_port()
     proc = start(port, "--concurrency", "1")
-    _until(lambda: _serving(port), 20, "the metrics endpoint")
+    processes.wait_until(lambda: _serving(port), 20, "the metrics endpoint", poll_s=0.1)
     exporter_pid, directory = _exporter(proc.pid)
     os.kill(proc.pid, signal.SIGKILL)  # no chance to stop the exporter itself
-    _until(lambda: not _alive(exporter_pid), 10, "the orphaned exporter to exit")
+    processes.wait_until(lambda: not _alive(exporter_pid), 10, "the orphaned exporter to exit", poll_s=0.1)
     shutil.rmtree(directory)  # a killed pool cannot remove it
 
 

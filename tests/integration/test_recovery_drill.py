@@ -37,6 +37,7 @@ from runifold_sync.stores import sqlite_path
 from tests.integration import drill_app
 from tests.support import ledger, processes
 from tests.support.backends import Backend
+from tests.support.clock import Clock
 
 LEASE_S = 2.0
 HEARTBEAT_S = 0.5
@@ -51,7 +52,7 @@ class Drill:
         self.backend = backend
         self.ledger = tmp_path / "ledger.txt"
         self.store = backend.open()
-        self.clock_offset = timedelta(0)
+        self.clock = Clock(self.store)
         self.procs: list[subprocess.Popen[str]] = []
         self.names: dict[int, str] = {}  # pid -> worker id, which also names its output files
 
@@ -219,8 +220,7 @@ class Drill:
 
     def advance_clock(self, delta: timedelta) -> None:
         """Move store time forward for every process on the database."""
-        self.clock_offset += delta
-        self.store.set_clock_offset(self.clock_offset)
+        self.clock.advance(delta)
 
     def advance_past_lease(self, task_id: str) -> None:
         expires = self.store.get_task(task_id).lease_expires
@@ -268,7 +268,7 @@ def test_worker_killed_mid_step_is_continued_by_new_worker_without_repeating_com
     drill.assert_lease_held_against_claims("drill-1")  # dead, but its lease still stands
     dead_lease_expires = drill.store.get_task("drill-1").lease_expires
     drill.wait_past_lease("drill-1")
-    assert drill.clock_offset == timedelta(0)  # the lease expired in real time
+    assert drill.clock.offset == timedelta(0)  # the lease expired in real time
 
     outcomes = drill.run("drill-b")
     assert [(o["kind"], o["task_id"], o["result"]) for o in outcomes] == [

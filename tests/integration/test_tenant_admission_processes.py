@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,14 +44,6 @@ def _enqueue(store: WorkflowStore, tenant: str, count: int) -> list[str]:
     return ids
 
 
-def _wait_until(done: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.02)
-
-
 @pytest.mark.timeout(120)
 def test_a_tenant_lease_limit_holds_across_worker_processes(
     backend: Backend, ledger: Path, pools: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch
@@ -71,7 +63,7 @@ def test_a_tenant_lease_limit_holds_across_worker_processes(
         leased_all.append(len(leased))
         return all(store.get_task(t).state is TaskState.TERMINAL for t in acme + other)
 
-    _wait_until(finished, 90, "every task to finish")
+    processes.wait_until(finished, 90, "every task to finish")
     assert max(leased_acme) == 2  # the limit was reached and never passed
     assert max(leased_all) >= 3  # while other workers ran the other tenant
     # What really ran: at no instant were more than two acme tasks inside a step.
@@ -93,7 +85,9 @@ def test_a_quiet_tenants_task_waits_about_one_claim_per_worker_behind_a_hot_back
     store = backend.open()
     _enqueue(store, "hot", 10_000)
     pools.append(pool_app.spawn(backend.url, lease_s=10, grace_s=10, concurrency=concurrency))
-    _wait_until(lambda: len(pool_app.read_ledger(ledger)) >= 50, 60, "the pool to work on the backlog")
+    processes.wait_until(
+        lambda: len(pool_app.read_ledger(ledger)) >= 50, 60, "the pool to work on the backlog"
+    )
     enqueue_called_at = time.time()
     store.enqueue(WorkflowTask.new("pool-flow", 1, 0, checkpoint_id="quiet-0", tenant="quiet"))
     # Claims are counted from the commit: on SQLite the enqueue itself may first wait for
@@ -103,7 +97,7 @@ def test_a_quiet_tenants_task_waits_about_one_claim_per_worker_behind_a_hot_back
     def quiet_started() -> bool:
         return any(line.task_id == "quiet-0" for line in pool_app.read_ledger(ledger))
 
-    _wait_until(quiet_started, 30, "the quiet tenant's task to start")
+    processes.wait_until(quiet_started, 30, "the quiet tenant's task to start")
     lines = pool_app.read_ledger(ledger)
     quiet_start = min(line.at for line in lines if line.task_id == "quiet-0")
     hot_claims_between = {

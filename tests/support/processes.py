@@ -64,20 +64,13 @@ def run(
 
 
 def wait_until(
-    condition: Callable[[], bool],
-    what: str,
-    timeout_s: float,
-    *,
-    proc: subprocess.Popen[str] | subprocess.Popen[bytes] | None = None,
-    poll_s: float = POLL_S,
+    condition: Callable[[], object], timeout_s: float, what: str, *, poll_s: float = POLL_S
 ) -> None:
     """Poll ``condition`` until it holds; fail (``AssertionError``) naming ``what`` when
-    ``timeout_s`` passes first, or when ``proc`` exits before it holds. (No pytest here:
-    the apps that import this module run outside pytest.)"""
+    ``timeout_s`` passes first. (No pytest here: the apps that import this module run
+    outside pytest.)"""
     deadline = time.monotonic() + timeout_s
     while not condition():
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the process exited {proc.returncode} before {what}")
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(poll_s)
