@@ -15,199 +15,21 @@ from typing import Any
 import attrs
 
 from ..admission import TenantAdmission, TenantPolicy, explain
-from ..codec import from_json
-from ..models import LeaseDuration, TaskOutcome, TaskState, WorkerId, WorkflowTask
-
-
-@attrs.frozen
-class Lease:
-    """Proof of ownership. Writes carry ``fencing_token``; a newer claim has a higher one."""
-
-    task_id: str
-    tenant: str
-    worker_id: str
-    fencing_token: int
-    expires_at: datetime
-    cancel_requested: str | None = None  # set by a heartbeat after store.cancel()
-
-
-@attrs.frozen
-class Committed:
-    """A fenced checkpoint write: the new revision, and the cancel request the task row
-    held when it committed. Every step boundary commits, so a worker learns of a cancel
-    at its next boundary even when no heartbeat has come round yet."""
-
-    revision: int
-    cancel_requested: str | None = None
-
-
-@attrs.frozen
-class ClaimRequest:
-    """A claim to make in the same transaction as a completion (see
-    :meth:`WorkflowStore.complete`): what ``claim(worker_id, lease, limit=limit)`` takes."""
-
-    worker_id: WorkerId
-    lease: LeaseDuration
-    limit: int = 1
-
-
-@attrs.frozen
-class EffectResolution:
-    """An operator's or application's audited decision about an ambiguous effect."""
-
-    key: str
-    applied: bool
-    result_json: str | None
-    actor: str
-    reason: str
-
-
-@attrs.frozen
-class Signal:
-    """A delivery to a task, kept until a wait consumes or refuses it."""
-
-    signal_id: str
-    name: str
-    payload_json: str
-    sender: str
-    reason: str | None
-    sent_at: datetime
-
-    @property
-    def payload(self) -> Any:
-        return from_json(self.payload_json)
-
-
-@attrs.frozen
-class SignalDelivery:
-    signal_id: str
-    created: bool  # False when this signal id was delivered before with the same content
-
-
-@attrs.frozen
-class ClaimedTask:
-    """A leased task. ``due_at`` is when it became claimable and ``claimed_at`` when this
-    claim happened (both store time), so ``claimed_at - due_at`` is its queue delay;
-    ``from_state`` is ``queued``, ``waiting`` (resumed) or ``leased`` (taken over)."""
-
-    lease: Lease
-    definition_name: str
-    definition_version: int
-    input_json: str
-    revision: int
-    checkpoint_json: str | None
-    claims_since_progress: int
-    resolutions: dict[str, EffectResolution]
-    due_at: datetime
-    claimed_at: datetime
-    from_state: str
-    wait_started_at: datetime | None = None  # resumed from a wait: when it began
-    wait_kind: str | None = None  # "timer" or "signal"
-
-    @property
-    def queue_delay(self) -> timedelta:
-        return max(self.claimed_at - self.due_at, timedelta(0))
-
-
-@attrs.frozen
-class EnqueueResult:
-    task_id: str
-    created: bool
-
-
-@attrs.frozen
-class TaskRecord:
-    """A snapshot of one task row; ``reason`` says why an unfinished task is not running
-    (or why a failed one failed)."""
-
-    task_id: str
-    definition_name: str
-    definition_version: int
-    tenant: str
-    input_json: str
-    priority: int
-    state: TaskState
-    outcome: TaskOutcome | None
-    reason: str | None
-    ambiguous_effect: str | None
-    ready_at: datetime | None
-    worker_id: str | None
-    fencing_token: int
-    lease_expires: datetime | None
-    claims_since_progress: int
-    revision: int
-    checkpoint_json: str | None
-    result_json: str | None
-    created_at: datetime
-    updated_at: datetime
-
-    @property
-    def input(self) -> Any:
-        return from_json(self.input_json)
-
-    @property
-    def result(self) -> Any:
-        return None if self.result_json is None else from_json(self.result_json)
-
-
-@attrs.frozen
-class TaskEvent:
-    """One transition in a task's history, stamped with store time."""
-
-    event_id: int
-    task_id: str
-    at: datetime
-    kind: str
-    worker_id: str | None
-    fencing_token: int | None
-    detail: dict[str, Any]
-
-
-@attrs.frozen
-class VersionReference:
-    """A definition version still needed: tasks that are queued, leased, waiting or
-    recoverable (failed on an ambiguous effect) reference it."""
-
-    name: str
-    version: int
-    queued: int
-    leased: int
-    waiting: int
-    recoverable: int
-
-    @property
-    def total(self) -> int:
-        return self.queued + self.leased + self.waiting + self.recoverable
-
-
-@attrs.frozen
-class QueueStats:
-    """Task counts per tenant, state and outcome. ``oldest_ready_age_s`` is how long the
-    longest-ready queued task has waited for a claim (queue delay), None when none waits."""
-
-    tenant: str
-    state: TaskState
-    outcome: TaskOutcome | None
-    count: int
-    oldest_ready_age_s: float | None
-
-
-@attrs.frozen
-class WorkerRecord:
-    """A registered worker. ``silent_s`` is store time since it was last seen; a worker
-    is live when that is short and it has not stopped."""
-
-    worker_id: str
-    host: str
-    pid: int
-    started_at: datetime
-    last_seen: datetime
-    stopped_at: datetime | None
-    definitions: list[tuple[str, int]]
-    silent_s: float
-
-    def live(self, within: timedelta) -> bool:
-        return self.stopped_at is None and self.silent_s <= within.total_seconds()
+from ..models import LeaseDuration, TaskState, WorkerId, WorkflowTask
+from .records import (
+    ClaimedTask,
+    ClaimRequest,
+    Committed,
+    EnqueueResult,
+    Lease,
+    QueueStats,
+    Signal,
+    SignalDelivery,
+    TaskEvent,
+    TaskRecord,
+    VersionReference,
+    WorkerRecord,
+)
 
 
 def _status(record: TaskRecord, now: datetime) -> str | None:
@@ -337,9 +159,10 @@ class WorkflowStore(abc.ABC):
         """Every tenant with a policy and where it stands now, by tenant name."""
 
     def explain_reasons(self, records: list[TaskRecord]) -> list[TaskRecord]:
-        """``records`` with a reason on every unfinished task: a ready task a claim skips
-        for admission gets that reason (the stored one kept after it), and a queued or
-        leased task without one says whether it is due, scheduled or running where."""
+        """``records`` with a ``status_note`` on every unfinished task that needs one: a
+        ready task a claim skips for admission gets that hold, and a queued or leased
+        task with no stored reason says whether it is due, scheduled or running where.
+        ``reason`` stays what the store recorded."""
         unfinished = (TaskState.QUEUED, TaskState.WAITING, TaskState.LEASED)
         if not any(r.state in unfinished for r in records):
             return records
@@ -347,13 +170,10 @@ class WorkflowStore(abc.ABC):
         now = self.now()
         explained = []
         for record in records:
-            hold = explain(record.state, record.ready_at, record.tenant, admissions)
-            if hold is not None:
-                reason = hold if record.reason is None else f"{hold}; before that: {record.reason}"
-                record = attrs.evolve(record, reason=reason)
-            elif record.reason is None and record.state in unfinished:
-                record = attrs.evolve(record, reason=_status(record, now))
-            explained.append(record)
+            note = explain(record.state, record.ready_at, record.tenant, admissions)
+            if note is None and record.reason is None and record.state in unfinished:
+                note = _status(record, now)
+            explained.append(record if note is None else attrs.evolve(record, status_note=note))
         return explained
 
     # --- workers -----------------------------------------------------------------
