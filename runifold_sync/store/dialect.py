@@ -1,5 +1,6 @@
-"""What the shared SQL store (:mod:`.sql_store`) needs from a database: the interface
-each backend implements once, so every store operation is written once above it.
+"""What the store (:class:`~runifold_sync.store.base.WorkflowStore`) needs from a
+database: the interface each backend implements, so every store operation is written
+once above it.
 
 - A :class:`Transaction` runs named queries (``sql/<dialect>.sql``) inside one
   transaction and knows the store time it runs at.
@@ -24,7 +25,25 @@ from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+import attrs
+
 from .records import ClaimedTask, ClaimRequest, Lease
+
+Params = dict[str, Any]  # a named query's parameters
+Detail = dict[str, Any]  # a history event's detail (``event_details``)
+
+
+@attrs.frozen
+class Event:
+    """A history event to append: ``at`` is store time as the dialect stores it, and a
+    worker's event names the worker and the fencing token it wrote under."""
+
+    task_id: str
+    at: Any
+    kind: str
+    detail: Detail
+    worker_id: str | None = None
+    token: int | None = None
 
 
 class Row(Protocol):
@@ -94,17 +113,8 @@ class Dialect(Values, abc.ABC):
     def execute(self, name: str, params: Mapping[str, Any]) -> None: ...
 
     @abc.abstractmethod
-    def event(
-        self,
-        tx: Transaction,
-        at: Any,
-        task_id: str,
-        kind: str,
-        worker_id: str | None,
-        token: int | None,
-        detail: dict[str, Any],
-    ) -> None:
-        """Append a history event stamped ``at`` (a column value) inside ``tx``."""
+    def event(self, tx: Transaction, event: Event) -> None:
+        """Append ``event`` to the history inside ``tx``."""
 
     @abc.abstractmethod
     def notify(self, tx: Transaction) -> None:
@@ -112,23 +122,14 @@ class Dialect(Values, abc.ABC):
 
     @abc.abstractmethod
     def transition(
-        self,
-        name: str,
-        lease: Lease,
-        params: dict[str, Any],
-        event: str,
-        detail: dict[str, Any],
-        *,
-        notify: bool,
+        self, name: str, lease: Lease, params: Params, event: str, detail: Detail, *, notify: bool
     ) -> Row:
         """Fenced query ``name`` under ``lease`` with its history event ``event``, in
         one transaction; raises CancelPending or LeaseLostError when no row matched
         (``refusals.refuse_transition``). ``notify`` wakes idle workers."""
 
     @abc.abstractmethod
-    def complete_then_claim(
-        self, lease: Lease, params: dict[str, Any], request: ClaimRequest
-    ) -> list[ClaimedTask]:
+    def complete_then_claim(self, lease: Lease, params: Params, request: ClaimRequest) -> list[ClaimedTask]:
         """The ``complete`` transition and then a claim, in one transaction: a refused
         completion claims nothing."""
 

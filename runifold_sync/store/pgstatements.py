@@ -17,7 +17,7 @@ from psycopg.rows import DictRow
 from ..codec import from_json, to_json
 from ..errors import InvalidArgument
 from . import checks, row_records
-from .dialect import Values
+from .dialect import Event, Values
 from .pgpool import Connection
 from .queries import load_queries
 from .records import ClaimedTask, ClaimRequest, Lease
@@ -131,23 +131,15 @@ def store_now(conn: Connection) -> datetime:
     return now
 
 
-def insert_event(
-    conn: Connection,
-    at: datetime,
-    task_id: str,
-    kind: str,
-    worker_id: str | None,
-    token: int | None,
-    detail: dict[str, Any],
-) -> None:
+def insert_event(conn: Connection, event: Event) -> None:
     conn.execute(
         Q["insert_event"],
         {
-            "task_id": task_id,
-            "now": at,
-            "kind": kind,
-            "worker_id": worker_id,
-            "token": token,
-            "detail": to_json(detail),
+            "task_id": event.task_id,
+            "now": event.at,
+            "kind": event.kind,
+            "worker_id": event.worker_id,
+            "token": event.token,
+            "detail": to_json(event.detail),
         },
     )

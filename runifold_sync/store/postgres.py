@@ -13,7 +13,7 @@ processes and hosts claiming from one database.
   :class:`StoreUsedAcrossFork`; open a new store in the child after it starts.
 - Driver errors become :class:`StoreUnavailable` in one place, ``pgpool.ProcessPool``.
 - The statements, and how their values are stored, are in ``pgstatements``; the
-  operations are the shared :class:`~runifold_sync.store.sql_store.SqlStore`.
+  operations are :class:`~runifold_sync.store.base.WorkflowStore`'s, written once.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from typing import Any
 
 from psycopg.rows import DictRow
 
-from ..errors import SchemaTooNew
 from . import checks, refusals
-from .dialect import Dialect, Transaction
+from .base import WorkflowStore
+from .dialect import Detail, Dialect, Event, Params, Transaction
 from .pgpool import Connection, ProcessPool
 from .pgstatements import (
     Q,
@@ -42,9 +42,8 @@ from .pgstatements import (
     transition_with_event,
     utc,
 )
-from .queries import load_migrations
+from .queries import pending_migrations
 from .records import ClaimedTask, ClaimRequest, Lease
-from .sql_store import SqlStore
 
 # pg_advisory_xact_lock key that serializes migrations of one database ("RUNIFOLD").
 _MIGRATION_LOCK = 0x52554E49464F4C44
@@ -97,18 +96,9 @@ class PostgresDialect(Dialect):
     def execute(self, name: str, params: Mapping[str, Any]) -> None:
         self.pool.execute(Q[name], params)
 
-    def event(
-        self,
-        tx: Transaction,
-        at: Any,
-        task_id: str,
-        kind: str,
-        worker_id: str | None,
-        token: int | None,
-        detail: dict[str, Any],
-    ) -> None:
+    def event(self, tx: Transaction, event: Event) -> None:
         assert isinstance(tx, PostgresTransaction)
-        insert_event(tx.conn, at, task_id, kind, worker_id, token, detail)
+        insert_event(tx.conn, event)
 
     def notify(self, tx: Transaction) -> None:
         tx.count("notify_work", {})
@@ -143,14 +133,7 @@ class PostgresDialect(Dialect):
     # --- transitions and the claim ----------------------------------------------------
 
     def transition(
-        self,
-        name: str,
-        lease: Lease,
-        params: dict[str, Any],
-        event: str,
-        detail: dict[str, Any],
-        *,
-        notify: bool,
+        self, name: str, lease: Lease, params: Params, event: str, detail: Detail, *, notify: bool
     ) -> DictRow:
         """One fenced UPDATE with its history event (and NOTIFY) in one statement: one
         round trip, and the event is written exactly when the update matched."""
@@ -160,9 +143,7 @@ class PostgresDialect(Dialect):
             refusals.refuse_transition(self.one, name, lease, event, params)
         return row
 
-    def complete_then_claim(
-        self, lease: Lease, params: dict[str, Any], request: ClaimRequest
-    ) -> list[ClaimedTask]:
+    def complete_then_claim(self, lease: Lease, params: Params, request: ClaimRequest) -> list[ClaimedTask]:
         """Pipelined: BEGIN, the completion with its event and the claim go out together;
         a refused completion raises before COMMIT, which rolls the claim back."""
         query = Q[transition_with_event("complete", False)]
@@ -218,8 +199,6 @@ class PostgresDialect(Dialect):
     def migrate(self) -> int:
         """Apply pending numbered migrations under an advisory lock, so workers starting
         at once migrate one after another."""
-        migrations = load_migrations("postgres")
-        latest = migrations[-1][0]
         with self.pool.transaction() as conn:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             conn.execute(
@@ -228,23 +207,18 @@ class PostgresDialect(Dialect):
             )
             row = conn.execute("SELECT COALESCE(MAX(version), 0) AS version FROM runifold_schema").fetchone()
             current = 0 if row is None else int(row["version"])
-            if current > latest:
-                raise SchemaTooNew(
-                    f"{self.pool.where} has schema version {current}; this runifold_sync knows "
-                    f"up to {latest}. Upgrade runifold_sync."
-                )
-            for version, script in migrations:
-                if version > current:
-                    conn.execute(script)  # several statements: no parameters, simple protocol
-                    conn.execute("INSERT INTO runifold_schema (version) VALUES (%s)", (version,))
+            latest, pending = pending_migrations("postgres", current, self.pool.where)
+            for version, script in pending:
+                conn.execute(script)  # several statements: no parameters, simple protocol
+                conn.execute("INSERT INTO runifold_schema (version) VALUES (%s)", (version,))
         return latest
 
     def close(self) -> None:
         self.pool.close()
 
 
-class PostgresWorkflowStore(SqlStore):
-    """The shared SQL store on a PostgreSQL database; open it with :meth:`connect`."""
+class PostgresWorkflowStore(WorkflowStore):
+    """The store on a PostgreSQL database; open it with :meth:`connect`."""
 
     dialect: PostgresDialect
 

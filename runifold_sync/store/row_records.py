@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..admission import TenantAdmission, TenantBudget, TenantPolicy
+from ..errors import TaskNotFound
 from ..models import TaskOutcome, TaskState
 from .dialect import Row, Values
 from .records import (
@@ -26,6 +27,13 @@ from .records import (
     VersionReference,
     WorkerRecord,
 )
+
+
+def found_task(values: Values, row: Row | None, task_id: str) -> TaskRecord:
+    """The record of a ``select_task`` or ``list_tasks`` row; no row: TaskNotFound."""
+    if row is None:
+        raise TaskNotFound(task_id)
+    return task_record(row, values)
 
 
 def task_record(row: Row, values: Values) -> TaskRecord:

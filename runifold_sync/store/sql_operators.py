@@ -13,17 +13,19 @@ from typing import Any
 from ..errors import SignalConflict, StoreUnavailable, TaskNotFound
 from ..models import TaskState, WorkflowTask
 from . import checks, event_details, refusals, row_records
-from .dialect import Dialect, Row
-from .records import EnqueueResult, SignalDelivery, TaskRecord
+from .dialect import Dialect, Event
+from .records import EnqueueResult, SignalDelivery
 
 
 class OperatorOperations:
-    """Mixed into :class:`~runifold_sync.store.sql_store.SqlStore`."""
+    """Mixed into :class:`~runifold_sync.store.base.WorkflowStore`."""
 
     dialect: Dialect
     max_pending_signals: int
 
     def enqueue_many(self, tasks: list[WorkflowTask]) -> list[EnqueueResult]:
+        """Enqueue several tasks in one transaction: all of them or, on a conflict,
+        none. Results are in the order of ``tasks``."""
         checks.check_tasks(tasks)
         d = self.dialect
         results = []
@@ -41,7 +43,7 @@ class OperatorOperations:
                 inserted = tx.one("insert_task", params)
                 if inserted is not None:
                     detail = event_details.enqueued(task)
-                    d.event(tx, inserted["at"], task.task_id, "enqueued", None, None, detail)
+                    d.event(tx, Event(task.task_id, inserted["at"], "enqueued", detail))
                     results.append(EnqueueResult(task.task_id, created=True))
                     continue
                 row = tx.one("select_task", params)
@@ -62,6 +64,8 @@ class OperatorOperations:
         actor: str,
         reason: str,
     ) -> None:
+        """Record a decision about the ambiguous effect a recoverable task failed on,
+        and requeue the task. The decision and who made it go into the history."""
         checks.check_resolution(applied, actor, reason)
         d = self.dialect
         result = d.json_in("effect result", result_json)
@@ -70,12 +74,12 @@ class OperatorOperations:
             requeued = tx.one("requeue_resolved", params)
             if requeued is None:
                 raise refusals.not_resolvable(
-                    self._record(tx.one("select_task", params), task_id), effect_key
+                    row_records.found_task(self.dialect, tx.one("select_task", params), task_id), effect_key
                 )
             resolution = {"applied": applied, "result": result, "actor": actor, "reason": reason}
             tx.count("insert_resolution", params | resolution | {"now": requeued["at"]})
             detail = event_details.resolved(effect_key, applied, actor, reason)
-            d.event(tx, requeued["at"], task_id, "effect_resolved", None, None, detail)
+            d.event(tx, Event(task_id, requeued["at"], "effect_resolved", detail))
             d.notify(tx)
 
     def send_signal(
@@ -89,6 +93,15 @@ class OperatorOperations:
         tenant: str = "default",
         reason: str | None = None,
     ) -> SignalDelivery:
+        """Deliver a signal whose ``payload`` is a JSON-serializable value, deduplicated by
+        ``signal_id`` (same name and payload, compared as canonical JSON: delivered once;
+        other content: :class:`SignalConflict`). A payload that is not JSON, nests too
+        deeply or is too large raises :class:`InvalidArgument` and nothing is stored.
+        A sender of another tenant, checked before the signal id is looked up, gets
+        :class:`TaskNotFound` exactly as for a task that does not exist (its refusal is
+        recorded in the task's history for operators). Refused with
+        :class:`SignalRefused` (and recorded) for a finished task or a task at its cap of
+        pending signals. Wakes the task if it waits for ``name``."""
         payload_text = checks.check_signal(name, signal_id, sender, tenant, reason, payload)
         d = self.dialect
         d.json_in("signal payload", payload_text)
@@ -117,12 +130,25 @@ class OperatorOperations:
                 if tx.count("wake_for_signal", params | {"now": now}):
                     d.notify(tx)
             kind = "signal_received" if refusal is None else "signal_refused"
-            d.event(tx, now, task_id, kind, None, None, detail)
+            d.event(tx, Event(task_id, now, kind, detail))
         if refusal is not None:  # raised after the commit, so the refusal stays recorded
             raise refusals.refused_signal(task_id, signal_id, refusal, foreign=foreign)
         return SignalDelivery(signal_id, created=True)
 
     def cancel(self, task_id: str, actor: str, reason: str) -> TaskState:
+        """Cancel a task; returns the state it is in now.
+
+        - ``cancelled``: it was queued or waiting with nothing to undo, and ended at once.
+        - ``queued``: it was queued or waiting with completed steps whose compensations
+          have not run (its checkpoint's ``undo`` list is longer than ``compensated``).
+          No step of its main function runs again: the next worker to claim it runs the
+          compensations, checkpointed, and ends it cancelled.
+        - ``leased``: it is running; its worker learns of the request at its next step
+          boundary (every checkpoint commit answers with it) or heartbeat, stops there,
+          compensates and ends it cancelled. A completion, suspension or retry that has
+          not committed yet is refused (:class:`CancelPending`): the cancel wins.
+
+        Completed external writes are not undone, except by declared compensations."""
         checks.check_operator(actor, reason)
         d = self.dialect
         note = d.free_text(f"cancelled by {actor}: {reason}")
@@ -136,7 +162,7 @@ class OperatorOperations:
                 raise TaskNotFound(task_id)
             cancelled = tx.one("cancel_unleased", params)
             if cancelled is not None:
-                d.event(tx, cancelled["at"], task_id, "cancelled", None, None, detail)
+                d.event(tx, Event(task_id, cancelled["at"], "cancelled", detail))
                 return TaskState.CANCELLED
             for query, state in (
                 ("cancel_with_undo", TaskState.QUEUED),
@@ -144,25 +170,26 @@ class OperatorOperations:
             ):
                 requested = tx.one(query, params)
                 if requested is not None:
-                    d.event(tx, requested["at"], task_id, "cancel_requested", None, None, detail)
+                    d.event(tx, Event(task_id, requested["at"], "cancel_requested", detail))
                     if state is TaskState.QUEUED:
                         d.notify(tx)  # a worker runs its compensations now
                     return state
-            raise refusals.not_cancellable(self._record(tx.one("select_task", params), task_id))
+            raise refusals.not_cancellable(
+                row_records.found_task(self.dialect, tx.one("select_task", params), task_id)
+            )
 
     def requeue(self, task_id: str, *, actor: str, reason: str) -> None:
+        """Operator retry: put a failed task back in the queue, its completed steps kept.
+        A task failed on an ambiguous effect needs :meth:`resolve_effect` instead."""
         checks.check_operator(actor, reason)
         d = self.dialect
         with d.transaction() as tx:
             params = {"task_id": task_id}
             requeued = tx.one("requeue_failed", params)
             if requeued is None:
-                raise refusals.not_requeueable(self._record(tx.one("select_task", params), task_id))
+                raise refusals.not_requeueable(
+                    row_records.found_task(self.dialect, tx.one("select_task", params), task_id)
+                )
             detail = event_details.operator(actor, reason)
-            d.event(tx, requeued["at"], task_id, "requeued", None, None, detail)
+            d.event(tx, Event(task_id, requeued["at"], "requeued", detail))
             d.notify(tx)
-
-    def _record(self, row: Row | None, task_id: str) -> TaskRecord:
-        if row is None:
-            raise TaskNotFound(task_id)
-        return row_records.task_record(row, self.dialect)

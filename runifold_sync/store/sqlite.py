@@ -10,7 +10,7 @@ short random pauses up to the busy timeout, so processes sharing a file share th
 
 Only what differs from PostgreSQL is here: connections, store time, the claim, waiting
 for work (SQLite has no notifications: it polls) and migrations. The operations are the
-shared :class:`~runifold_sync.store.sql_store.SqlStore`.
+:class:`~runifold_sync.store.base.WorkflowStore`'s, written once.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidArgument, SchemaTooNew, StoreClosed, StoreUnavailable, StoreUsedAcrossFork
+from ..errors import InvalidArgument, StoreClosed, StoreUnavailable, StoreUsedAcrossFork
 from . import checks, event_details, refusals, row_records
-from .dialect import Dialect, Transaction
-from .queries import load_migrations, load_queries
+from .base import WorkflowStore
+from .dialect import Detail, Dialect, Event, Params, Transaction
+from .queries import load_queries, pending_migrations
 from .records import ClaimedTask, ClaimRequest, Lease
-from .sql_store import SqlStore
 from .sqlite_connection import MICROSECOND, SqliteConnection, in_us, migration_statements, time_at
 
 # Store time in integer microseconds: SQL time (millisecond resolution) plus the offset.
@@ -143,18 +143,18 @@ class SqliteDialect(Dialect):
     def execute(self, name: str, params: Mapping[str, Any]) -> None:
         self.all(name, params)
 
-    def event(
-        self,
-        tx: Transaction,
-        at: Any,
-        task_id: str,
-        kind: str,
-        worker_id: str | None,
-        token: int | None,
-        detail: dict[str, Any],
-    ) -> None:
-        params = {"task_id": task_id, "now": at, "kind": kind, "worker_id": worker_id, "token": token}
-        tx.count("insert_event", params | {"detail": json.dumps(detail, sort_keys=True)})
+    def event(self, tx: Transaction, event: Event) -> None:
+        tx.count(
+            "insert_event",
+            {
+                "task_id": event.task_id,
+                "now": event.at,
+                "kind": event.kind,
+                "worker_id": event.worker_id,
+                "token": event.token,
+                "detail": json.dumps(event.detail, sort_keys=True),
+            },
+        )
 
     def notify(self, tx: Transaction) -> None:
         """Idle workers poll (see ``wait_for_work``): nothing to send."""
@@ -189,40 +189,25 @@ class SqliteDialect(Dialect):
     # --- transitions and the claim ----------------------------------------------------
 
     def transition(
-        self,
-        name: str,
-        lease: Lease,
-        params: dict[str, Any],
-        event: str,
-        detail: dict[str, Any],
-        *,
-        notify: bool,
+        self, name: str, lease: Lease, params: Params, event: str, detail: Detail, *, notify: bool
     ) -> sqlite3.Row:
         with self.transaction() as tx:
             return self._transition_in(tx, name, lease, params, event, detail)
 
-    def complete_then_claim(
-        self, lease: Lease, params: dict[str, Any], request: ClaimRequest
-    ) -> list[ClaimedTask]:
+    def complete_then_claim(self, lease: Lease, params: Params, request: ClaimRequest) -> list[ClaimedTask]:
         with self.transaction() as tx:
             self._transition_in(tx, "complete", lease, params, "completed", {})
             return self._claim_in(tx, request)
 
     def _transition_in(
-        self,
-        tx: SqliteTransaction,
-        name: str,
-        lease: Lease,
-        params: dict[str, Any],
-        event: str,
-        detail: dict[str, Any],
+        self, tx: SqliteTransaction, name: str, lease: Lease, params: Params, event: str, detail: Detail
     ) -> sqlite3.Row:
         """A fenced UPDATE and its history event, inside ``tx``."""
         params = params | {"task_id": lease.task_id, "token": lease.fencing_token}
         row = tx.one(name, params)
         if row is None:
             refusals.refuse_transition(tx.one, name, lease, event, params)
-        self.event(tx, tx.at, lease.task_id, event, lease.worker_id, lease.fencing_token, detail)
+        self.event(tx, Event(lease.task_id, tx.at, event, detail, lease.worker_id, lease.fencing_token))
         return row
 
     def claim(self, request: ClaimRequest) -> list[ClaimedTask]:
@@ -246,7 +231,7 @@ class SqliteDialect(Dialect):
                 {"task_id": candidate["task_id"], "worker_id": worker_id, "now": now, "lease": lease_us},
             ).fetchone()
             detail = event_details.claimed(candidate["state"], candidate["worker_id"])
-            self.event(tx, now, row["task_id"], "claimed", worker_id, row["fencing_token"], detail)
+            self.event(tx, Event(row["task_id"], now, "claimed", detail, worker_id, row["fencing_token"]))
             resolutions = {}
             if row["resolved"]:  # rare: only tasks an operator resolved have any
                 found = conn.execute(_Q["resolutions_for_task"], {"task_id": row["task_id"]})
@@ -296,24 +281,17 @@ class SqliteDialect(Dialect):
 
     def migrate(self) -> int:
         """Apply pending numbered migrations in one ``BEGIN IMMEDIATE`` transaction."""
-        migrations = load_migrations("sqlite")
-        latest = migrations[-1][0]
         with self._immediate("migrating") as conn:
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS runifold_schema "
                 "(version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
             )
             current = conn.execute("SELECT MAX(version) FROM runifold_schema").fetchone()[0] or 0
-            if current > latest:
-                raise SchemaTooNew(
-                    f"database {self.path!r} has schema version {current}; this "
-                    f"runifold_sync knows up to {latest}. Upgrade runifold_sync."
-                )
-            for version, script in migrations:
-                if version > current:
-                    for statement in migration_statements(script):
-                        conn.execute(statement)
-                    conn.execute("INSERT INTO runifold_schema VALUES (?, datetime('now'))", (version,))
+            latest, pending = pending_migrations("sqlite", current, f"database {self.path!r}")
+            for version, script in pending:
+                for statement in migration_statements(script):
+                    conn.execute(statement)
+                conn.execute("INSERT INTO runifold_schema VALUES (?, datetime('now'))", (version,))
         return latest
 
     def close(self) -> None:
@@ -325,8 +303,8 @@ class SqliteDialect(Dialect):
                 conn.raw.close()
 
 
-class SqliteWorkflowStore(SqlStore):
-    """The shared SQL store on a SQLite file; open it with :meth:`open`."""
+class SqliteWorkflowStore(WorkflowStore):
+    """The store on a SQLite file; open it with :meth:`open`."""
 
     dialect: SqliteDialect
 

@@ -1,10 +1,7 @@
-"""The shared SQL store: every :class:`WorkflowStore` operation, written once over a
-:class:`~runifold_sync.store.dialect.Dialect`.
-
-The operations live in three parts: producers and operators (:mod:`.sql_operators`),
-the worker's claim and fenced writes (:mod:`.sql_transitions`), and here the reads,
-tenant policies, the worker registry, store time and the lifecycle. The SQLite and
-PostgreSQL stores are this class with their dialect and their way of being opened.
+"""The reads of the shared SQL store (tasks, history, statistics, tenant admission),
+the worker registry, store time and the lifecycle, written once over a
+:class:`~runifold_sync.store.dialect.Dialect`. A task read says where an unfinished task
+stands now (``TaskRecord.status_note``), derived here and never stored.
 """
 
 from __future__ import annotations
@@ -12,29 +9,45 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
-from ..admission import TenantAdmission, TenantPolicy
+import attrs
+
+from ..admission import TenantAdmission, TenantPolicy, explain
 from ..models import TaskState, WorkerId
 from . import checks, row_records
-from .base import WorkflowStore
 from .dialect import Dialect
 from .records import QueueStats, TaskEvent, TaskRecord, VersionReference, WorkerRecord
-from .sql_operators import OperatorOperations
-from .sql_transitions import WorkerOperations
 
 
-class SqlStore(OperatorOperations, WorkerOperations, WorkflowStore):
-    """A store on ``dialect``. ``max_pending_signals`` caps the signals a task keeps
-    unconsumed; more are refused."""
+def _status(record: TaskRecord, now: datetime) -> str | None:
+    """Where a queued or leased task without a recorded reason stands at ``now``."""
+    if record.state is TaskState.LEASED and record.lease_expires is not None:
+        lease = f"{record.worker_id} (fencing token {record.fencing_token})"
+        if record.lease_expires <= now:
+            return (
+                f"lease of {lease} expired at {record.lease_expires.isoformat()}: claimable by another worker"
+            )
+        return f"running on {lease}, lease until {record.lease_expires.isoformat()}"
+    if record.state is TaskState.QUEUED and record.ready_at is not None:
+        if record.ready_at <= now:
+            return f"ready since {record.ready_at.isoformat()}: waiting for a free worker"
+        return f"scheduled: not claimable before {record.ready_at.isoformat()}"
+    return None
 
-    def __init__(self, dialect: Dialect, *, max_pending_signals: int = checks.MAX_PENDING_SIGNALS) -> None:
-        self.dialect = dialect
-        self.max_pending_signals = checks.check_pending_cap(max_pending_signals)
+
+class ReadOperations:
+    """Mixed into :class:`~runifold_sync.store.base.WorkflowStore`."""
+
+    dialect: Dialect
 
     # --- reads -----------------------------------------------------------------------
 
     def get_task(self, task_id: str) -> TaskRecord:
         return self.explain_reasons(
-            [self._record(self.dialect.one("select_task", {"task_id": task_id}), task_id)]
+            [
+                row_records.found_task(
+                    self.dialect, self.dialect.one("select_task", {"task_id": task_id}), task_id
+                )
+            ]
         )[0]
 
     def list_tasks(
@@ -45,10 +58,15 @@ class SqlStore(OperatorOperations, WorkerOperations, WorkflowStore):
         definition: str | None = None,
         limit: int = 100,
     ) -> list[TaskRecord]:
+        """Tasks matching every given filter, oldest first."""
         found = self.dialect.all("list_tasks", checks.list_filters(state, tenant, definition, limit))
-        return self.explain_reasons([self._record(row, row["task_id"]) for row in found])
+        return self.explain_reasons(
+            [row_records.found_task(self.dialect, row, row["task_id"]) for row in found]
+        )
 
     def referenced_versions(self) -> list[VersionReference]:
+        """Every definition version that unfinished or recoverable tasks reference: the
+        versions a deploy must keep registered."""
         return [row_records.version_reference(row) for row in self.dialect.all("referenced_versions", {})]
 
     def queue_stats(self) -> list[QueueStats]:
@@ -61,6 +79,8 @@ class SqlStore(OperatorOperations, WorkerOperations, WorkflowStore):
     # --- tenant admission ------------------------------------------------------------
 
     def set_tenant_policy(self, policy: TenantPolicy) -> None:
+        """Store ``policy`` for its tenant, replacing any earlier one; claims on every
+        worker apply it from their next claim."""
         checks.check_policy(policy)
         budget = policy.budget
         params = {
@@ -72,6 +92,7 @@ class SqlStore(OperatorOperations, WorkerOperations, WorkflowStore):
         self.dialect.execute("set_tenant_policy", params)
 
     def tenant_admission(self) -> list[TenantAdmission]:
+        """Every tenant with a policy and where it stands now, by tenant name."""
         return [
             row_records.tenant_admission(row, self.dialect)
             for row in self.dialect.all("tenant_admission", {})
@@ -82,6 +103,7 @@ class SqlStore(OperatorOperations, WorkerOperations, WorkflowStore):
     def register_worker(
         self, worker_id: WorkerId, *, host: str, pid: int, definitions: list[tuple[str, int]]
     ) -> None:
+        """Record a starting worker and the definition versions it serves."""
         params = {
             "worker_id": worker_id.value,
             "host": host,
@@ -91,6 +113,7 @@ class SqlStore(OperatorOperations, WorkerOperations, WorkflowStore):
         self.dialect.execute("register_worker", params)
 
     def worker_seen(self, worker_id: WorkerId, pid: int) -> None:
+        """Refresh ``last_seen`` of a running worker (its heartbeat thread calls this)."""
         self.dialect.execute("worker_seen", {"worker_id": worker_id.value, "pid": pid})
 
     def worker_stopped(self, worker_id: WorkerId, pid: int) -> None:
@@ -102,19 +125,40 @@ class SqlStore(OperatorOperations, WorkerOperations, WorkflowStore):
     # --- time and lifecycle ----------------------------------------------------------
 
     def now(self) -> datetime:
+        """Store time, the only clock that decides expiry, timers and backoff."""
         row = self.dialect.one("now", {})
         assert row is not None
         return self.dialect.time(row["now"])
 
     def set_clock_offset(self, offset: timedelta) -> None:
+        """Shift store time for every process using this database (tests and drills)."""
         offset = checks.check_clock_offset(offset)
         self.dialect.execute("set_clock_offset", {"offset": self.dialect.db_duration(offset)})
 
     def migrate(self) -> int:
-        """Apply pending numbered migrations; returns the schema version."""
+        """Apply pending schema migrations (safe when several processes start at once);
+        returns the schema version."""
         return self.dialect.migrate()
 
     def close(self) -> None:
         """Idempotent. In a forked child it only marks the store closed: the parent's
         connections must not be touched from there."""
         self.dialect.close()
+
+    def explain_reasons(self, records: list[TaskRecord]) -> list[TaskRecord]:
+        """``records`` with a ``status_note`` on every unfinished task that needs one: a
+        ready task a claim skips for admission gets that hold, and a queued or leased
+        task with no stored reason says whether it is due, scheduled or running where.
+        ``reason`` stays what the store recorded."""
+        unfinished = (TaskState.QUEUED, TaskState.WAITING, TaskState.LEASED)
+        if not any(r.state in unfinished for r in records):
+            return records
+        admissions = {a.policy.tenant: a for a in self.tenant_admission()}
+        now = self.now()
+        explained = []
+        for record in records:
+            note = explain(record.state, record.ready_at, record.tenant, admissions)
+            if note is None and record.reason is None and record.state in unfinished:
+                note = _status(record, now)
+            explained.append(record if note is None else attrs.evolve(record, status_note=note))
+        return explained
