@@ -1,4 +1,4 @@
-"""The reads of the shared SQL store (tasks, history, statistics, tenant admission),
+"""The store's reads (tasks, history, statistics, tenant admission),
 the worker registry, store time and the lifecycle, written once over a
 :class:`~runifold_sync.store.dialect.Dialect`. A task read says where an unfinished task
 stands now (``TaskRecord.status_note``), derived here and never stored.
@@ -42,13 +42,8 @@ class ReadOperations:
     # --- reads -----------------------------------------------------------------------
 
     def get_task(self, task_id: str) -> TaskRecord:
-        return self.explain_reasons(
-            [
-                row_records.found_task(
-                    self.dialect, self.dialect.one("select_task", {"task_id": task_id}), task_id
-                )
-            ]
-        )[0]
+        row = self.dialect.one("select_task", {"task_id": task_id})
+        return self.explain_reasons([row_records.found_task(self.dialect, row, task_id)])[0]
 
     def list_tasks(
         self,
