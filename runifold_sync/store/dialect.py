@@ -95,8 +95,7 @@ class Values(Protocol):
 
 
 class Dialect(Values, abc.ABC):
-    """One backend's database access; see the module docstring. Implementations also
-    satisfy :class:`Values`."""
+    """One backend's database access and value adapters; see the module docstring."""
 
     @abc.abstractmethod
     def transaction(self) -> AbstractContextManager[Transaction]:
