@@ -56,7 +56,8 @@ from .outcomes import (
     Yielded,
 )
 from .step_context import StepContext
-from .store.base import Lease, TaskEvent, TaskRecord, WorkflowStore
+from .store.base import WorkflowStore
+from .store.records import Lease, TaskEvent, TaskRecord
 from .stores import open_store
 from .supervisor import CancellationToken, SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
 from .waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut

@@ -17,7 +17,7 @@ from .cli_common import canonical_json, checked, database_option, echo_json, jso
 from .cli_fleet import migrate, stats, tenant, versions, workers
 from .cli_run import demo, run
 from .models import TaskState, WorkflowTask
-from .store.base import TaskRecord
+from .store.records import TaskRecord
 
 
 @click.group()
@@ -91,6 +91,7 @@ def show(task_id: str, database: str | None, as_json: bool) -> None:
                     "state": record.state.value,
                     "outcome": None if record.outcome is None else record.outcome.value,
                     "reason": record.reason,
+                    "status_note": record.status_note,
                     "ambiguous_effect": record.ambiguous_effect,
                     "revision": record.revision,
                     "fencing_token": record.fencing_token,
@@ -116,6 +117,8 @@ def show(task_id: str, database: str | None, as_json: bool) -> None:
         f"task {record.task_id}: {record.definition_name} v{record.definition_version} ({record.tenant})"
     )
     click.echo(f"state: {record.state.value}" + (f" ({record.outcome.value})" if record.outcome else ""))
+    if record.status_note:
+        click.echo(f"status: {record.status_note}")
     if record.reason:
         click.echo(f"reason: {record.reason}")
     click.echo(f"revision {record.revision}, fencing token {record.fencing_token}, usage {usage}")
@@ -135,6 +138,7 @@ def _record_json(record: TaskRecord) -> dict[str, Any]:
         "state": record.state.value,
         "outcome": None if record.outcome is None else record.outcome.value,
         "reason": record.reason,
+        "status_note": record.status_note,
         "ready_at": None if record.ready_at is None else record.ready_at.isoformat(),
         "worker": record.worker_id,
         "fencing_token": record.fencing_token,
@@ -174,7 +178,8 @@ def list_(
     for r in records:
         status = r.state.value if r.outcome is None else f"{r.state.value}/{r.outcome.value}"
         name = f"{r.definition_name} v{r.definition_version}"
-        click.echo(f"{r.task_id:<34} {name:<24} {r.tenant:<12} {status:<18} {r.reason or ''}")
+        why = "; before that: ".join(text for text in (r.status_note, r.reason) if text)
+        click.echo(f"{r.task_id:<34} {name:<24} {r.tenant:<12} {status:<18} {why}")
 
 
 @main.command()

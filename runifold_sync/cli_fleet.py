@@ -13,7 +13,7 @@ import click
 from .admission import TenantAdmission, TenantBudget, TenantPolicy
 from .cli_common import checked, database_option, echo_json, json_option, opened_store
 from .operations import served_versions
-from .store.base import VersionReference
+from .store.records import VersionReference
 
 
 @click.command()

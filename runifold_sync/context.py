@@ -45,7 +45,8 @@ from .logs import task_fields
 from .models import Budget, BudgetUsage
 from .progress import BranchScope, Progress
 from .step_context import StepContext
-from .store.base import ClaimedTask, Committed, Lease, Signal, WorkflowStore
+from .store.base import WorkflowStore
+from .store.records import ClaimedTask, Committed, Lease, Signal
 from .waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut, approval_payload_problem
 
 if TYPE_CHECKING:

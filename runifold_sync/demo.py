@@ -29,7 +29,8 @@ from .context import WorkflowContext
 from .definition import WorkflowDefinition, WorkflowRegistry
 from .models import Budget, CapabilitySet, LeaseDuration, TaskState, WorkerId, WorkflowTask
 from .step_context import StepContext
-from .store.base import TaskRecord, WorkflowStore
+from .store.base import WorkflowStore
+from .store.records import TaskRecord
 from .stores import open_store, sqlite_path
 from .supervisor import CancellationToken, WorkflowSupervisor, WorkflowSupervisorConfig
 from .worker import WorkflowWorker

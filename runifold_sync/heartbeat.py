@@ -22,7 +22,8 @@ from . import crashpoints
 from .errors import LeaseLostError, StoreClosed
 from .logs import task_fields
 from .models import LeaseDuration, WorkerId
-from .store.base import Lease, WorkflowStore
+from .store.base import WorkflowStore
+from .store.records import Lease
 
 log = logging.getLogger("runifold_sync.heartbeat")
 

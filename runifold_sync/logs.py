@@ -14,7 +14,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Literal
 
-from .store.base import Lease
+from .store.records import Lease
 
 FIELDS = ("task_id", "worker_id", "fencing_token")
 LogFormat = Literal["text", "json"]

@@ -20,7 +20,8 @@ from prometheus_client.registry import Collector
 from .observer import CycleObserver
 from .operations import served_versions
 from .outcomes import DefinitionUnavailable, Failed, LeaseLost, Retried, RunOutcome
-from .store.base import ClaimedTask, WorkflowStore
+from .store.base import WorkflowStore
+from .store.records import ClaimedTask
 
 log = logging.getLogger("runifold_sync.metrics")
 

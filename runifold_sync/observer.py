@@ -8,7 +8,7 @@ extra work, not even a clock read, so the library costs nothing when metrics are
 from __future__ import annotations
 
 from .outcomes import RunOutcome
-from .store.base import ClaimedTask
+from .store.records import ClaimedTask
 
 
 class CycleObserver:

@@ -8,7 +8,8 @@ from datetime import timedelta
 
 import attrs
 
-from .store.base import VersionReference, WorkflowStore
+from .store.base import WorkflowStore
+from .store.records import VersionReference
 
 DEFAULT_LIVE_WITHIN = timedelta(seconds=60)
 

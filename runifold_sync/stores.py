@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 
 from .errors import InvalidArgument
 from .store.base import WorkflowStore
-from .store.rows import MAX_PENDING_SIGNALS
+from .store.checks import MAX_PENDING_SIGNALS
 
 ENV_VAR = "RUNIFOLD_DATABASE_URL"
 DEFAULT_URL = "sqlite:///runifold-workflows.db"

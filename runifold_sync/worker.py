@@ -56,7 +56,8 @@ from .outcomes import (
     Suspended,
     Yielded,
 )
-from .store.base import ClaimedTask, ClaimRequest, WorkflowStore
+from .store.base import WorkflowStore
+from .store.records import ClaimedTask, ClaimRequest
 
 if TYPE_CHECKING:
     from .supervisor import CancellationToken

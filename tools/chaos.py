@@ -63,7 +63,7 @@ from runifold_sync import (
     open_store,
 )
 from runifold_sync.codec import from_json
-from runifold_sync.store.base import SignalDelivery
+from runifold_sync.store.records import SignalDelivery
 
 TOOLS = Path(__file__).resolve().parent
 SAMPLE_INTERVAL_S = 0.25

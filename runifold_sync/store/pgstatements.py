@@ -1,4 +1,4 @@
-"""The PostgreSQL store's statements and how their rows become the store's values.
+"""The PostgreSQL store's statements, the claim, and how values are stored.
 
 Store time is ``clock_timestamp()`` plus the test clock offset, never ``now()``, which is
 frozen at transaction start. Statements that are variants of a named query (a transition
@@ -15,11 +15,12 @@ from typing import Any
 from psycopg.rows import DictRow
 
 from ..codec import from_json, to_json
-from ..errors import InvalidArgument, TaskNotFound
-from . import rows
-from .base import ClaimedTask, ClaimRequest, Lease, TaskRecord
+from ..errors import InvalidArgument
+from . import checks, row_records
+from .dialect import Event, Values
 from .pgpool import Connection
 from .queries import load_queries
+from .records import ClaimedTask, ClaimRequest, Lease
 
 NOW = "(clock_timestamp() + make_interval(secs => (SELECT offset_s FROM runifold_clock WHERE id = 1)))"
 Q = load_queries("postgres", NOW)
@@ -63,11 +64,11 @@ def _claim_order(row: DictRow) -> tuple[Any, ...]:
     return (row["turn"], served is not None, served or row["at"], -row["priority"], row["due_at"])
 
 
-def claim_in(conn: Connection, request: ClaimRequest) -> list[ClaimedTask]:
+def claim_in(conn: Connection, request: ClaimRequest, values: Values) -> list[ClaimedTask]:
     """The claim, inside the caller's pipelined transaction (a bad limit rolls it back)."""
-    limit = rows.check_claim_limit(request.limit)
+    limit = checks.check_claim_limit(request.limit)
     claimed = []
-    params = {"worker_id": request.worker_id.value, "lease_s": request.lease.seconds}
+    params = {"worker_id": request.worker_id.value, "lease": request.lease.seconds}
     # The claim statement takes about 1 ms to plan, more than it takes to run. With
     # plan_cache_mode=auto the server plans it for each of a connection's first five
     # calls, and on every call for as long as its generic plan is estimated dearer than
@@ -84,9 +85,8 @@ def claim_in(conn: Connection, request: ClaimRequest) -> list[ClaimedTask]:
         resolutions = {}
         if row["resolved"]:  # rare: only tasks an operator resolved have any
             found = conn.execute(Q["resolutions_for_task"], {"task_id": row["task_id"]}).fetchall()
-            resolutions = rows.effect_resolutions(r | {"result": canonical(r["result"])} for r in found)
-        row["checkpoint"] = canonical(row["checkpoint"])
-        claimed.append(rows.claimed_task(row, request.worker_id.value, utc, resolutions))
+            resolutions = row_records.effect_resolutions(found, values)
+        claimed.append(row_records.claimed_task(row, request.worker_id.value, values, resolutions))
     return claimed
 
 
@@ -124,14 +124,6 @@ def free_text(text: str) -> str:
     return text.replace("\x00", "\ufffd")
 
 
-def task_of(row: DictRow | None, task_id: str) -> TaskRecord:
-    if row is None:
-        raise TaskNotFound(task_id)
-    return rows.task_record(
-        row | {"checkpoint": canonical(row["checkpoint"]), "result": canonical(row["result"])}, utc
-    )
-
-
 def store_now(conn: Connection) -> datetime:
     row = conn.execute(Q["now"]).fetchone()
     assert row is not None
@@ -139,23 +131,15 @@ def store_now(conn: Connection) -> datetime:
     return now
 
 
-def insert_event(
-    conn: Connection,
-    at: datetime,
-    task_id: str,
-    kind: str,
-    worker_id: str | None,
-    token: int | None,
-    detail: dict[str, Any],
-) -> None:
+def insert_event(conn: Connection, event: Event) -> None:
     conn.execute(
         Q["insert_event"],
         {
-            "task_id": task_id,
-            "now": at,
-            "kind": kind,
-            "worker_id": worker_id,
-            "token": token,
-            "detail": to_json(detail),
+            "task_id": event.task_id,
+            "now": event.at,
+            "kind": event.kind,
+            "worker_id": event.worker_id,
+            "token": event.token,
+            "detail": to_json(event.detail),
         },
     )

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from importlib import resources
 
+from ..errors import SchemaTooNew
+
 _HEADER = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
 
 
@@ -33,3 +35,17 @@ def load_migrations(dialect: str) -> list[tuple[int, str]]:
         if match:
             scripts.append((int(match.group(1)), entry.read_text()))
     return sorted(scripts)
+
+
+def pending_migrations(dialect: str, current: int, where: str) -> tuple[int, list[tuple[int, str]]]:
+    """The latest schema version and the migrations a database at version ``current``
+    lacks, in order. A database newer than this code (``where`` names it) raises
+    :class:`SchemaTooNew`: an older runifold_sync must not write to it."""
+    migrations = load_migrations(dialect)
+    latest = migrations[-1][0]
+    if current > latest:
+        raise SchemaTooNew(
+            f"{where} has schema version {current}; this runifold_sync knows up to {latest}. "
+            "Upgrade runifold_sync."
+        )
+    return latest, [(version, script) for version, script in migrations if version > current]

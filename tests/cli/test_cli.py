@@ -257,7 +257,9 @@ def test_tenant_set_and_list_show_a_policy_and_show_explains_a_held_task(url: st
     (acme,) = json.loads(out)
     assert (acme["budget_cost"], acme["budget_window_s"], acme["held"]) == (0.0, 60.0, 1)
     code, out = _invoke("show", "b1", "--database", url, "--json")
-    assert json.loads(out)["reason"].startswith("deferred by budget admission: tenant 'acme'")
+    shown = json.loads(out)
+    assert shown["status_note"].startswith("deferred by budget admission: tenant 'acme'")
+    assert shown["reason"] is None  # what the store recorded, apart from the derived note
     code, out = _invoke("list", "--database", url)
     assert "deferred by budget admission" in out
     code, out = _invoke("tenant", "set", "acme", "--database", url)

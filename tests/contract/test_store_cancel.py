@@ -21,7 +21,7 @@ from runifold_sync import (
     WorkflowTask,
 )
 from runifold_sync.codec import to_json
-from runifold_sync.store.base import ClaimedTask, ClaimRequest, Committed
+from runifold_sync.store.records import ClaimedTask, ClaimRequest, Committed
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 W1 = WorkerId.parse("worker-1")

@@ -27,7 +27,7 @@ from runifold_sync import (
     WorkflowTask,
 )
 from runifold_sync.codec import to_json
-from runifold_sync.store.base import ClaimedTask, ClaimRequest, EffectResolution, Lease
+from runifold_sync.store.records import ClaimedTask, ClaimRequest, EffectResolution, Lease
 from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=30))
@@ -77,7 +77,8 @@ def test_enqueue_creates_a_queued_task_with_an_enqueued_event(store: WorkflowSto
     assert (record.tenant, record.priority, record.input_json) == ("default", 3, task.input_json)
     assert record.input == {"order_id": "t1"}
     assert (record.state, record.outcome) == (TaskState.QUEUED, None)
-    assert record.reason == f"ready since {record.created_at.isoformat()}: waiting for a free worker"
+    assert record.reason is None  # nothing recorded; where it stands is derived on reading
+    assert record.status_note == f"ready since {record.created_at.isoformat()}: waiting for a free worker"
     assert (record.fencing_token, record.revision, record.claims_since_progress) == (0, 0, 0)
     assert (record.worker_id, record.lease_expires, record.checkpoint_json, record.result_json) == (
         None,
@@ -713,7 +714,8 @@ def test_resolving_the_ambiguous_effect_requeues_the_task_with_the_decision(stor
     )
     record = store.get_task("t1")
     assert (record.state, record.outcome, record.ambiguous_effect) == (TaskState.QUEUED, None, None)
-    assert record.reason is not None and record.reason.startswith("ready since")
+    assert record.reason is None
+    assert record.status_note is not None and record.status_note.startswith("ready since")
     assert (record.claims_since_progress, record.ready_at) == (0, record.updated_at)
     event = store.history("t1")[-1]
     assert (event.kind, event.worker_id, event.fencing_token) == ("effect_resolved", None, None)

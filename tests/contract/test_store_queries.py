@@ -18,7 +18,7 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
-from runifold_sync.store.base import VersionReference
+from runifold_sync.store.records import VersionReference
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 W1 = WorkerId.parse("worker-1")
@@ -112,7 +112,8 @@ def test_requeue_puts_a_failed_task_back_with_its_checkpoint_and_audits_it(store
     store.requeue("t1", actor="ops", reason="bug fixed")
     record = store.get_task("t1")
     assert (record.state, record.outcome) == (TaskState.QUEUED, None)
-    assert record.reason is not None and record.reason.startswith("ready since")
+    assert record.reason is None
+    assert record.status_note is not None and record.status_note.startswith("ready since")
     assert record.checkpoint_json == '{"kept":true}'
     event = store.history("t1")[-1]
     assert (event.kind, event.detail) == ("requeued", {"actor": "ops", "reason": "bug fixed"})
@@ -139,12 +140,13 @@ def test_every_unfinished_task_says_why_it_is_not_running(store: WorkflowStore) 
     _enqueue(store, "now")
     (claimed,) = store.claim(W1, LEASE)
     _enqueue(store, "ready")
-    reasons = {r.task_id: r.reason for r in store.list_tasks()}
+    assert {r.task_id: r.reason for r in store.list_tasks()} == dict.fromkeys(["later", "now", "ready"])
+    reasons = {r.task_id: r.status_note for r in store.list_tasks()}
     assert reasons["later"] == f"scheduled: not claimable before {later.isoformat()}"
     assert reasons["ready"] is not None and reasons["ready"].endswith("waiting for a free worker")
     expires = claimed.lease.expires_at.isoformat()
     assert reasons["now"] == f"running on worker-1 (fencing token 1), lease until {expires}"
     store.set_clock_offset(LEASE.value + timedelta(seconds=1))
-    assert store.get_task("now").reason == (
+    assert store.get_task("now").status_note == (
         f"lease of worker-1 (fencing token 1) expired at {expires}: claimable by another worker"
     )

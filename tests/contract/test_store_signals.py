@@ -20,8 +20,8 @@ from runifold_sync import (
 )
 from runifold_sync.codec import to_json
 from runifold_sync.errors import SignalConflict, SignalRefused
-from runifold_sync.store.base import ClaimedTask
-from runifold_sync.store.rows import MAX_PENDING_SIGNALS
+from runifold_sync.store.checks import MAX_PENDING_SIGNALS
+from runifold_sync.store.records import ClaimedTask
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 W1 = WorkerId.parse("worker-1")

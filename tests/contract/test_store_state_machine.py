@@ -52,7 +52,7 @@ from runifold_sync import (
 )
 from runifold_sync.codec import to_json
 from runifold_sync.errors import RunifoldError, SignalConflict
-from runifold_sync.store.base import Lease
+from runifold_sync.store.records import Lease
 
 LEASE_S = 30
 LEASE = LeaseDuration(timedelta(seconds=LEASE_S))

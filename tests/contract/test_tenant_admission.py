@@ -21,7 +21,7 @@ from runifold_sync import (
     WorkflowTask,
 )
 from runifold_sync.codec import to_json
-from runifold_sync.store.base import ClaimRequest
+from runifold_sync.store.records import ClaimRequest
 from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=30))
@@ -124,9 +124,10 @@ def test_a_held_task_says_it_is_queued_behind_its_tenant_limit(store: WorkflowSt
     claimed_ids(store)
     record = store.get_task("acme-1")
     assert record.state is TaskState.QUEUED
-    assert record.reason == "queued behind tenant limit: tenant 'acme' has 1 of 1 allowed tasks leased"
-    listed = {r.task_id: r.reason for r in store.list_tasks(tenant="acme")}
-    assert listed["acme-1"] == record.reason
+    assert record.status_note == "queued behind tenant limit: tenant 'acme' has 1 of 1 allowed tasks leased"
+    assert record.reason is None
+    listed = {r.task_id: r.status_note for r in store.list_tasks(tenant="acme")}
+    assert listed["acme-1"] == record.status_note
     assert (listed["acme-0"] or "").startswith("running on worker-1 (fencing token 1), lease until")
     (admission,) = store.tenant_admission()
     assert (admission.policy.tenant, admission.leased, admission.ready, admission.held) == ("acme", 1, 1, 1)
@@ -169,8 +170,8 @@ def test_a_tenant_over_its_budget_is_deferred_not_failed_until_charges_leave_the
     assert claimed_ids(store) == []
     record = store.get_task("acme-1")
     assert record.state is TaskState.QUEUED and record.outcome is None
-    assert record.reason is not None
-    assert record.reason.startswith("deferred by budget admission: tenant 'acme' charged 12 of 10")
+    assert record.status_note is not None
+    assert record.status_note.startswith("deferred by budget admission: tenant 'acme' charged 12 of 10")
     (admission,) = store.tenant_admission()
     assert (admission.spent, admission.over_budget, admission.held) == (12.0, True, 2)
     store.set_clock_offset(HOUR + timedelta(seconds=1))

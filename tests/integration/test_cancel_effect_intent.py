@@ -28,7 +28,7 @@ from runifold_sync import (
 )
 from runifold_sync.checkpoint import Checkpoint
 from runifold_sync.codec import from_json
-from runifold_sync.store.base import Committed, Lease
+from runifold_sync.store.records import Committed, Lease
 from tests.support.backends import Backend
 
 pytestmark = pytest.mark.timeout(120)

@@ -34,8 +34,8 @@ ENDS: dict[str, tuple[str, dict[str, Any], str]] = {
         {"checkpoint": "{}", "wake_at": None, "reason": "waiting", "signal": "go"},
         "waiting",
     ),
-    "retry": ("retry", {"checkpoint": "{}", "delay_s": 3600.0, "reason": "again"}, "queued"),
-    "yield": ("release", {"delay_s": 0.0, "reason": "step slice used up; requeued"}, "queued"),
+    "retry": ("retry", {"checkpoint": "{}", "delay": 3600.0, "reason": "again"}, "queued"),
+    "yield": ("release", {"delay": 0.0, "reason": "step slice used up; requeued"}, "queued"),
 }
 
 

@@ -203,9 +203,9 @@ def test_the_claim_as_production_runs_it_reads_the_partial_index_past_many_finis
     for n in range(5):
         pg.enqueue(task(f"live-{n}"))
     numbered, names = _numbered(Q[claim_with_limit(3)])
-    params = {"worker_id": "worker-1", "lease_s": 30.0}
+    params = {"worker_id": "worker-1", "lease": 30.0}
     arguments = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
-    with pg._pool.connection() as conn, conn.transaction():
+    with pg.dialect.pool.connection() as conn, conn.transaction():
         conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         conn.execute(Q["lock_limited_tenants"])
         conn.execute(("PREPARE runifold_claim AS " + numbered).encode())
@@ -239,7 +239,7 @@ def test_the_claim_as_production_runs_it_reads_the_partial_index_past_many_finis
 def test_store_connections_run_without_jit(pg: PostgresWorkflowStore) -> None:
     """A claim estimated above jit_above_cost (10,000 waiting tasks) spent ~50 ms a claim
     compiling; every connection of the pool has JIT off."""
-    with pg._pool.connection() as first, pg._pool.connection() as second:
+    with pg.dialect.pool.connection() as first, pg.dialect.pool.connection() as second:
         settings = [conn.execute("SHOW jit").fetchone() for conn in (first, second)]
     assert settings == [{"jit": "off"}, {"jit": "off"}]
 

@@ -23,6 +23,7 @@ import pytest
 import runifold_sync.store.postgres as pg_store
 from runifold_sync import LeaseDuration, TaskState, WorkerId, WorkflowTask, open_store
 from runifold_sync.store.base import WorkflowStore
+from runifold_sync.store.dialect import Event
 from tests.support.backends import wait_until_blocked_on_a_lock
 
 
@@ -47,9 +48,9 @@ def test_signal_delivered_while_the_worker_suspends_for_it_wakes_the_task(
     thread = threading.Thread(target=suspend)
     original = pg_store.insert_event  # as the store module calls it
 
-    def event_then_let_the_suspend_block(conn: Any, at: Any, task_id: str, kind: str, *rest: Any) -> None:
-        original(conn, at, task_id, kind, *rest)
-        if kind == "signal_received":  # the delivery holds the row lock and has not committed
+    def event_then_let_the_suspend_block(conn: Any, event: Event) -> None:
+        original(conn, event)
+        if event.kind == "signal_received":  # the delivery holds the row lock and has not committed
             thread.start()
             wait_until_blocked_on_a_lock(postgres_url, "the suspend")
 

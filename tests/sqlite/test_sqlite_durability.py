@@ -92,7 +92,7 @@ def test_step_and_heartbeat_connections_use_wal_and_the_chosen_synchronous_level
     with SqliteWorkflowStore.open(path, **options) as store:
         opened_by = _run_until_a_heartbeat_extended_the_lease(store, monkeypatch)
         assert opened_by == {"runifold-heartbeat-durable-w"}  # the step thread's was opened by open()
-        connections = store._all  # every connection the store opened, one per thread
+        connections = store.dialect.connections  # every connection the store opened, one per thread
         assert len(connections) == 2
         for conn in connections:
             assert _pragmas(conn.raw) == ("wal", synchronous)

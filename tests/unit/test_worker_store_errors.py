@@ -29,7 +29,7 @@ from runifold_sync import (
     WorkflowWorker,
 )
 from runifold_sync.sqlite import SqliteWorkflowStore
-from runifold_sync.store.base import Committed, Lease
+from runifold_sync.store.records import Committed, Lease
 
 LEASE = LeaseDuration(timedelta(seconds=10))
 flow = Workflow("store-away", 1, signals=["go"])

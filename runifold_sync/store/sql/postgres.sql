@@ -88,8 +88,8 @@ served AS (
 leased AS (
     UPDATE runifold_tasks AS t
     SET state = 'leased', worker_id = %(worker_id)s, fencing_token = t.fencing_token + 1,
-        lease_expires = clock.now + make_interval(secs => %(lease_s)s),
-        ready_at = clock.now + make_interval(secs => %(lease_s)s),
+        lease_expires = clock.now + make_interval(secs => %(lease)s),
+        ready_at = clock.now + make_interval(secs => %(lease)s),
         claims_since_progress = t.claims_since_progress + 1, reason = NULL,
         waiting_for_signal = NULL, updated_at = clock.now
     FROM chosen AS c, clock
@@ -120,8 +120,8 @@ FROM runifold_effect_resolutions WHERE task_id = %(task_id)s;
 -- name: heartbeat
 WITH clock AS (SELECT {now} AS now)
 UPDATE runifold_tasks AS t
-SET lease_expires = clock.now + make_interval(secs => %(lease_s)s),
-    ready_at = clock.now + make_interval(secs => %(lease_s)s)
+SET lease_expires = clock.now + make_interval(secs => %(lease)s),
+    ready_at = clock.now + make_interval(secs => %(lease)s)
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
     AND t.lease_expires > clock.now
@@ -157,7 +157,7 @@ RETURNING clock.now AS at;
 WITH clock AS (SELECT {now} AS now)
 UPDATE runifold_tasks AS t
 SET state = 'queued', checkpoint = %(checkpoint)s::jsonb, revision = t.revision + 1,
-    claims_since_progress = 0, ready_at = clock.now + make_interval(secs => %(delay_s)s),
+    claims_since_progress = 0, ready_at = clock.now + make_interval(secs => %(delay)s),
     lease_expires = NULL, reason = %(reason)s, updated_at = clock.now
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
@@ -167,7 +167,7 @@ RETURNING t.ready_at, clock.now AS at;
 -- name: release
 WITH clock AS (SELECT {now} AS now)
 UPDATE runifold_tasks AS t
-SET state = 'queued', ready_at = clock.now + make_interval(secs => %(delay_s)s),
+SET state = 'queued', ready_at = clock.now + make_interval(secs => %(delay)s),
     lease_expires = NULL, claims_since_progress = GREATEST(t.claims_since_progress - 1, 0),
     reason = %(reason)s, updated_at = clock.now
 FROM clock
@@ -231,7 +231,7 @@ SELECT event_id, task_id, at, kind, worker_id, fencing_token, detail
 FROM runifold_events WHERE task_id = %(task_id)s ORDER BY event_id;
 
 -- name: set_clock_offset
-UPDATE runifold_clock SET offset_s = %(offset_s)s WHERE id = 1;
+UPDATE runifold_clock SET offset_s = %(offset)s WHERE id = 1;
 
 -- name: seconds_until_due
 SELECT EXTRACT(EPOCH FROM MIN(ready_at) - {now})::float8 AS due_in_s FROM runifold_tasks
@@ -416,13 +416,13 @@ FROM runifold_workers, clock ORDER BY worker_id;
 -- name: set_tenant_policy
 INSERT INTO runifold_tenants (tenant, max_leased, budget_cost, budget_window)
 VALUES (%(tenant)s, %(max_leased)s, %(budget_cost)s,
-    make_interval(secs => %(budget_window_s)s::double precision))
+    make_interval(secs => %(budget_window)s::double precision))
 ON CONFLICT (tenant) DO UPDATE SET max_leased = excluded.max_leased,
     budget_cost = excluded.budget_cost, budget_window = excluded.budget_window;
 
 -- name: tenant_admission
 WITH clock AS MATERIALIZED (SELECT {now} AS now)
-SELECT p.tenant, p.max_leased, p.budget_cost, EXTRACT(EPOCH FROM p.budget_window) AS budget_window_s,
+SELECT p.tenant, p.max_leased, p.budget_cost, EXTRACT(EPOCH FROM p.budget_window) AS budget_window,
     clock.now AS at,
     (SELECT COUNT(*) FROM runifold_tasks l
         WHERE l.tenant = p.tenant AND l.state = 'leased' AND l.lease_expires > clock.now) AS leased,

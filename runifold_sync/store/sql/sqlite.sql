@@ -3,7 +3,7 @@
 -- WHERE clause; checkpoint writes also check the revision they extend.
 
 -- name: now
-SELECT {now};
+SELECT {now} AS now;
 
 -- name: insert_task
 INSERT INTO runifold_tasks (
@@ -13,7 +13,8 @@ INSERT INTO runifold_tasks (
     :task_id, :definition_name, :definition_version, :tenant, :input, :priority, 'queued',
     MAX(:now, COALESCE(:not_before, :now)), :now, :now
 )
-ON CONFLICT (task_id) DO NOTHING;
+ON CONFLICT (task_id) DO NOTHING
+RETURNING :now AS at;
 
 -- name: select_task
 SELECT * FROM runifold_tasks WHERE task_id = :task_id;
@@ -59,7 +60,7 @@ UPDATE runifold_tenants SET served_at = :now WHERE tenant = :tenant;
 -- name: lease_task
 UPDATE runifold_tasks
 SET state = 'leased', worker_id = :worker_id, fencing_token = fencing_token + 1,
-    lease_expires = :now + :lease_us, ready_at = :now + :lease_us,
+    lease_expires = :now + :lease, ready_at = :now + :lease,
     claims_since_progress = claims_since_progress + 1, reason = NULL, waiting_for_signal = NULL,
     updated_at = :now
 WHERE task_id = :task_id
@@ -73,7 +74,7 @@ FROM runifold_effect_resolutions WHERE task_id = :task_id;
 
 -- name: heartbeat
 UPDATE runifold_tasks
-SET lease_expires = {now} + :lease_us, ready_at = {now} + :lease_us
+SET lease_expires = {now} + :lease, ready_at = {now} + :lease
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
     AND lease_expires > {now}
 RETURNING lease_expires, cancel_requested;
@@ -98,12 +99,12 @@ SET state = 'waiting', checkpoint = :checkpoint, revision = revision + 1,
     ) THEN :now ELSE :wake_at END
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
     AND lease_expires > :now AND revision = :revision AND cancel_requested IS NULL
-RETURNING task_id;
+RETURNING :now AS at;
 
 -- name: retry
 UPDATE runifold_tasks
 SET state = 'queued', checkpoint = :checkpoint, revision = revision + 1,
-    claims_since_progress = 0, ready_at = :now + :delay_us, lease_expires = NULL,
+    claims_since_progress = 0, ready_at = :now + :delay, lease_expires = NULL,
     reason = :reason, updated_at = :now
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
     AND lease_expires > :now AND revision = :revision AND cancel_requested IS NULL
@@ -111,7 +112,7 @@ RETURNING ready_at;
 
 -- name: release
 UPDATE runifold_tasks
-SET state = 'queued', ready_at = :now + :delay_us, lease_expires = NULL,
+SET state = 'queued', ready_at = :now + :delay, lease_expires = NULL,
     claims_since_progress = MAX(claims_since_progress - 1, 0), reason = :reason,
     updated_at = :now
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
@@ -148,7 +149,7 @@ UPDATE runifold_tasks
 SET state = 'queued', outcome = NULL, ambiguous_effect = NULL, reason = NULL, cancel_requested = NULL,
     claims_since_progress = 0, ready_at = :now, updated_at = :now
 WHERE task_id = :task_id AND state = 'terminal' AND ambiguous_effect = :effect_key
-RETURNING task_id;
+RETURNING :now AS at;
 
 -- name: insert_resolution
 INSERT INTO runifold_effect_resolutions
@@ -166,10 +167,10 @@ VALUES (:task_id, :now, :kind, :worker_id, :token, :detail);
 SELECT * FROM runifold_events WHERE task_id = :task_id ORDER BY event_id;
 
 -- name: set_clock_offset
-UPDATE runifold_clock SET offset_us = :offset_us WHERE id = 1;
+UPDATE runifold_clock SET offset_us = :offset WHERE id = 1;
 
 -- name: seconds_until_due
-SELECT (MIN(ready_at) - {now}) / 1000000.0 FROM runifold_tasks
+SELECT (MIN(ready_at) - {now}) / 1000000.0 AS due_in_s FROM runifold_tasks
 WHERE state IN ('queued', 'waiting', 'leased') AND ready_at IS NOT NULL;
 
 -- name: requeue_failed
@@ -178,7 +179,7 @@ SET state = 'queued', outcome = NULL, reason = NULL, cancel_requested = NULL, cl
     ready_at = :now, updated_at = :now
 WHERE task_id = :task_id AND state = 'terminal' AND outcome = 'failed'
     AND ambiguous_effect IS NULL
-RETURNING task_id;
+RETURNING :now AS at;
 
 -- name: list_tasks
 SELECT * FROM runifold_tasks
@@ -246,7 +247,7 @@ SET state = 'cancelled', ready_at = NULL, waiting_for_signal = NULL, reason = :r
 WHERE task_id = :task_id AND state IN ('queued', 'waiting')
     AND NOT (CASE WHEN json_valid(checkpoint) THEN COALESCE(json_array_length(checkpoint, '$.undo'), 0)
         > COALESCE(json_array_length(checkpoint, '$.compensated'), 0) ELSE 0 END)
-RETURNING state;
+RETURNING :now AS at;
 
 -- name: cancel_with_undo
 -- A queued or waiting task with compensations to run: no step of its main function runs
@@ -258,12 +259,12 @@ SET state = 'queued', cancel_requested = :reason, ready_at = :now, waiting_for_s
 WHERE task_id = :task_id AND state IN ('queued', 'waiting')
     AND (CASE WHEN json_valid(checkpoint) THEN COALESCE(json_array_length(checkpoint, '$.undo'), 0)
         > COALESCE(json_array_length(checkpoint, '$.compensated'), 0) ELSE 0 END)
-RETURNING state;
+RETURNING :now AS at;
 
 -- name: request_cancel
 UPDATE runifold_tasks SET cancel_requested = :reason, updated_at = :now
 WHERE task_id = :task_id AND state = 'leased'
-RETURNING state;
+RETURNING :now AS at;
 
 -- name: acknowledge_cancel
 UPDATE runifold_tasks
@@ -298,12 +299,12 @@ FROM runifold_workers ORDER BY worker_id;
 
 -- name: set_tenant_policy
 INSERT INTO runifold_tenants (tenant, max_leased, budget_cost, budget_window_us)
-VALUES (:tenant, :max_leased, :budget_cost, :budget_window_us)
+VALUES (:tenant, :max_leased, :budget_cost, :budget_window)
 ON CONFLICT (tenant) DO UPDATE SET max_leased = excluded.max_leased,
     budget_cost = excluded.budget_cost, budget_window_us = excluded.budget_window_us;
 
 -- name: tenant_admission
-SELECT p.tenant, p.max_leased, p.budget_cost, p.budget_window_us, {now} AS at,
+SELECT p.tenant, p.max_leased, p.budget_cost, p.budget_window_us AS budget_window, {now} AS at,
     (SELECT COUNT(*) FROM runifold_tasks l
         WHERE l.tenant = p.tenant AND l.state = 'leased' AND l.lease_expires > {now}) AS leased,
     (SELECT COALESCE(SUM(ch.cost), 0) FROM runifold_tenant_charges ch

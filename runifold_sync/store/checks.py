@@ -1,0 +1,135 @@
+"""Argument checks of the store's operations, the same on every backend.
+
+Each raises :class:`InvalidArgument` naming the argument, before anything is written, so
+a bad call fails the same way on SQLite and PostgreSQL and never as a database error.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..admission import TenantPolicy
+from ..codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
+from ..errors import InvalidArgument
+from ..models import MAX_INPUT_BYTES, TaskState, WorkflowTask, check_count, check_name
+
+MAX_CLAIM_LIMIT = 1000
+MAX_LIST_LIMIT = 10_000
+MAX_PENDING_SIGNALS = 100  # the default cap; stores take ``max_pending_signals``
+
+
+def check_tasks(tasks: object) -> list[WorkflowTask]:
+    """A batch to enqueue: a list of WorkflowTask, each id at most once."""
+    if not isinstance(tasks, list):
+        raise InvalidArgument(f"tasks must be a list of WorkflowTask, got {type(tasks).__name__}")
+    seen: set[str] = set()
+    for task in tasks:
+        if not isinstance(task, WorkflowTask):
+            raise InvalidArgument(f"enqueue takes WorkflowTask objects (WorkflowTask.new), got {task!r}")
+        if task.task_id in seen:
+            raise InvalidArgument(f"task id {task.task_id!r} appears twice in one enqueue batch")
+        seen.add(task.task_id)
+    return tasks
+
+
+def check_claim_limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CLAIM_LIMIT:
+        raise InvalidArgument(f"claim limit must be an integer in 1..{MAX_CLAIM_LIMIT}, got {limit!r}")
+    return limit
+
+
+def check_operator(actor: str, reason: str) -> None:
+    """Operator actions are audited: who and why are required."""
+    check_name("actor", actor)
+    check_name("reason", reason)
+
+
+def check_resolution(applied: object, actor: str, reason: str) -> None:
+    check_operator(actor, reason)
+    if applied is not True and applied is not False:
+        raise InvalidArgument(f"applied must be True or False, got {applied!r}")
+
+
+def check_wait_timeout(timeout: object) -> float:
+    if not isinstance(timeout, timedelta) or timeout < timedelta(0):
+        raise InvalidArgument(f"wait timeout must be a non-negative timedelta, got {timeout!r}")
+    return timeout.total_seconds()
+
+
+def check_clock_offset(offset: object) -> timedelta:
+    if not isinstance(offset, timedelta):
+        raise InvalidArgument(f"clock offset must be a timedelta, got {offset!r}")
+    return offset
+
+
+def check_wake_at(wake_at: object) -> datetime | None:
+    """A timer's due time: None (a signal wait) or an aware datetime, which both
+    backends compare with store time exactly."""
+    if wake_at is not None and (not isinstance(wake_at, datetime) or wake_at.utcoffset() is None):
+        raise InvalidArgument(f"wake_at must be None or an aware datetime, got {wake_at!r}")
+    return wake_at
+
+
+def check_delay(delay: object) -> timedelta:
+    if not isinstance(delay, timedelta):
+        raise InvalidArgument(f"delay must be a timedelta, got {delay!r}")
+    return delay
+
+
+def check_pending_cap(cap: object) -> int:
+    return check_count("max_pending_signals", cap)
+
+
+def check_signal(
+    name: str, signal_id: str, sender: str, tenant: str, reason: str | None, payload: Any
+) -> str:
+    """Check a delivery's arguments; returns the payload's canonical JSON text, the form
+    that is stored and that deduplication compares."""
+    check_name("signal name", name)
+    check_name("signal id", signal_id)
+    check_name("sender", sender)
+    check_name("tenant", tenant)
+    if reason is not None:
+        check_name("reason", reason)
+    return signal_payload_text(signal_id, payload)
+
+
+def signal_payload_text(signal_id: str, payload: Any) -> str:
+    """Refuse what a waiting task could not decode: values that are not JSON, nesting
+    past :data:`~runifold_sync.codec.MAX_NESTING_DEPTH`, text over :data:`MAX_INPUT_BYTES`."""
+    try:
+        text = to_json(payload, max_depth=MAX_NESTING_DEPTH)
+    except NestedTooDeep as exc:
+        raise InvalidArgument(f"payload of signal {signal_id!r} {exc}") from exc
+    except NotJsonable as exc:
+        raise InvalidArgument(f"payload of signal {signal_id!r} is not JSON-serializable: {exc}") from exc
+    size = len(text.encode())
+    if size > MAX_INPUT_BYTES:
+        raise InvalidArgument(
+            f"payload of signal {signal_id!r} is {size} bytes encoded, over the limit of "
+            f"{MAX_INPUT_BYTES}; store large data outside and send its id"
+        )
+    return text
+
+
+def list_filters(
+    state: TaskState | None, tenant: str | None, definition: str | None, limit: object
+) -> dict[str, Any]:
+    """The parameters of query ``list_tasks``."""
+    if state is not None and not isinstance(state, TaskState):
+        raise InvalidArgument(f"state must be a TaskState, got {state!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
+        raise InvalidArgument(f"list limit must be an integer in 1..{MAX_LIST_LIMIT}, got {limit!r}")
+    return {
+        "state": None if state is None else state.value,
+        "tenant": tenant,
+        "definition": definition,
+        "limit": limit,
+    }
+
+
+def check_policy(policy: object) -> TenantPolicy:
+    if not isinstance(policy, TenantPolicy):
+        raise InvalidArgument(f"policy must be a TenantPolicy, got {policy!r}")
+    return policy

@@ -1,0 +1,150 @@
+"""What the store (:class:`~runifold_sync.store.base.WorkflowStore`) needs from a
+database: the interface each backend implements, so every store operation is written
+once above it.
+
+- A :class:`Transaction` runs named queries (``sql/<dialect>.sql``) inside one
+  transaction and knows the store time it runs at.
+- :class:`Values` converts between Python values and the dialect's column values
+  (SQLite keeps times and durations as integer microseconds and JSON as text; PostgreSQL
+  has ``timestamptz``, intervals and JSONB, which cannot hold NUL and reorders keys).
+- :class:`Dialect` adds autocommit statements, history events, NOTIFY, the fenced
+  transitions and the claim (where the two backends differ most for speed), waiting for
+  work, migrations and connections. Driver errors leave a dialect as
+  :class:`~runifold_sync.errors.StoreUnavailable`, use from a forked child as
+  :class:`~runifold_sync.errors.StoreUsedAcrossFork`.
+
+Every statement that changes a task row returns the store time it ran at as ``at``: its
+history event is stamped with that instant.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+import attrs
+
+from .records import ClaimedTask, ClaimRequest, Lease
+
+Params = dict[str, Any]  # a named query's parameters
+Detail = dict[str, Any]  # a history event's detail (``event_details``)
+
+
+@attrs.frozen
+class Event:
+    """A history event to append: ``at`` is store time as the dialect stores it, and a
+    worker's event names the worker and the fencing token it wrote under."""
+
+    task_id: str
+    at: Any
+    kind: str
+    detail: Detail
+    worker_id: str | None = None
+    token: int | None = None
+
+
+class Row(Protocol):
+    """A result row addressable by column name (``sqlite3.Row`` or a dict)."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+class Transaction(Protocol):
+    """Named queries run inside one open transaction."""
+
+    def one(self, name: str, params: Mapping[str, Any]) -> Row | None:
+        """The first row of query ``name``, None when it returns none."""
+
+    def all(self, name: str, params: Mapping[str, Any]) -> Sequence[Row]: ...
+
+    def count(self, name: str, params: Mapping[str, Any]) -> int:
+        """Run query ``name``; returns how many rows it changed."""
+
+    def now(self) -> Any:
+        """Store time as a column value, the same on every call in this transaction."""
+
+
+class Values(Protocol):
+    """Conversions between Python values and one dialect's column values."""
+
+    def time(self, value: Any) -> datetime:
+        """A stored timestamp as an aware UTC datetime."""
+
+    def db_time(self, value: datetime) -> Any: ...
+
+    def duration(self, value: Any) -> timedelta:
+        """A stored duration (as a query returns it) as a timedelta."""
+
+    def db_duration(self, value: timedelta) -> Any: ...
+
+    def json_in(self, kind: str, text: str | None) -> str | None:
+        """JSON text to store, refused with InvalidArgument where the column cannot
+        hold it (``kind`` names it in the message)."""
+
+    def json_out(self, text: str | None) -> str | None:
+        """JSON text read back, in the canonical encoding runifold_sync writes."""
+
+    def free_text(self, text: str) -> str:
+        """Free text (reasons, notes) in a form the database can store."""
+
+    def detail(self, value: Any) -> dict[str, Any]:
+        """A history event's stored detail as a dict."""
+
+
+class Dialect(Values, abc.ABC):
+    """One backend's database access and value adapters; see the module docstring."""
+
+    @abc.abstractmethod
+    def transaction(self) -> AbstractContextManager[Transaction]:
+        """One write transaction, committed when the block ends without an error."""
+
+    @abc.abstractmethod
+    def one(self, name: str, params: Mapping[str, Any]) -> Row | None:
+        """Query ``name`` alone, its own transaction (autocommit); its first row."""
+
+    @abc.abstractmethod
+    def all(self, name: str, params: Mapping[str, Any]) -> Sequence[Row]: ...
+
+    @abc.abstractmethod
+    def execute(self, name: str, params: Mapping[str, Any]) -> None: ...
+
+    @abc.abstractmethod
+    def event(self, tx: Transaction, event: Event) -> None:
+        """Append ``event`` to the history inside ``tx``."""
+
+    @abc.abstractmethod
+    def notify(self, tx: Transaction) -> None:
+        """Wake idle workers when ``tx`` commits (nothing to do where they poll)."""
+
+    @abc.abstractmethod
+    def transition(
+        self, name: str, lease: Lease, params: Params, event: str, detail: Detail, *, notify: bool
+    ) -> Row:
+        """Fenced query ``name`` under ``lease`` with its history event ``event``, in
+        one transaction; raises CancelPending or LeaseLostError when no row matched
+        (``refusals.refuse_transition``). ``notify`` wakes idle workers."""
+
+    @abc.abstractmethod
+    def complete_then_claim(self, lease: Lease, params: Params, request: ClaimRequest) -> list[ClaimedTask]:
+        """The ``complete`` transition and then a claim, in one transaction: a refused
+        completion claims nothing."""
+
+    @abc.abstractmethod
+    def claim(self, request: ClaimRequest) -> list[ClaimedTask]: ...
+
+    @abc.abstractmethod
+    def signal_pending_after_suspend(self, tx: Transaction, task_id: str, name: str, at: Any) -> bool:
+        """After a suspend for signal ``name`` in ``tx``: wake the task if a delivery the
+        suspend's statement could not see is pending; True when it woke."""
+
+    @abc.abstractmethod
+    def wait_for_work(self, timeout_s: float) -> bool: ...
+
+    @abc.abstractmethod
+    def migrate(self) -> int: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...

@@ -1,0 +1,212 @@
+"""The values the store hands out and takes in: leases, claimed tasks, task snapshots,
+history events, signals and the registry's rows.
+
+They are plain frozen attrs classes with no behaviour beyond decoding their JSON text, so
+any module (the worker, the CLI, the tests) can use them without reaching the store
+contract in :mod:`.base`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import attrs
+
+from ..codec import from_json
+from ..models import LeaseDuration, TaskOutcome, TaskState, WorkerId
+
+
+@attrs.frozen
+class Lease:
+    """Proof of ownership. Writes carry ``fencing_token``; a newer claim has a higher one."""
+
+    task_id: str
+    tenant: str
+    worker_id: str
+    fencing_token: int
+    expires_at: datetime
+    cancel_requested: str | None = None  # set by a heartbeat after store.cancel()
+
+
+@attrs.frozen
+class Committed:
+    """A fenced checkpoint write: the new revision, and the cancel request the task row
+    held when it committed. Every step boundary commits, so a worker learns of a cancel
+    at its next boundary even when no heartbeat has come round yet."""
+
+    revision: int
+    cancel_requested: str | None = None
+
+
+@attrs.frozen
+class ClaimRequest:
+    """A claim to make in the same transaction as a completion (see
+    :meth:`WorkflowStore.complete`): what ``claim(worker_id, lease, limit=limit)`` takes."""
+
+    worker_id: WorkerId
+    lease: LeaseDuration
+    limit: int = 1
+
+
+@attrs.frozen
+class EffectResolution:
+    """An operator's or application's audited decision about an ambiguous effect."""
+
+    key: str
+    applied: bool
+    result_json: str | None
+    actor: str
+    reason: str
+
+
+@attrs.frozen
+class Signal:
+    """A delivery to a task, kept until a wait consumes or refuses it."""
+
+    signal_id: str
+    name: str
+    payload_json: str
+    sender: str
+    reason: str | None
+    sent_at: datetime
+
+    @property
+    def payload(self) -> Any:
+        return from_json(self.payload_json)
+
+
+@attrs.frozen
+class SignalDelivery:
+    signal_id: str
+    created: bool  # False when this signal id was delivered before with the same content
+
+
+@attrs.frozen
+class ClaimedTask:
+    """A leased task. ``due_at`` is when it became claimable and ``claimed_at`` when this
+    claim happened (both store time), so ``claimed_at - due_at`` is its queue delay;
+    ``from_state`` is ``queued``, ``waiting`` (resumed) or ``leased`` (taken over)."""
+
+    lease: Lease
+    definition_name: str
+    definition_version: int
+    input_json: str
+    revision: int
+    checkpoint_json: str | None
+    claims_since_progress: int
+    resolutions: dict[str, EffectResolution]
+    due_at: datetime
+    claimed_at: datetime
+    from_state: str
+    wait_started_at: datetime | None = None  # resumed from a wait: when it began
+    wait_kind: str | None = None  # "timer" or "signal"
+
+    @property
+    def queue_delay(self) -> timedelta:
+        return max(self.claimed_at - self.due_at, timedelta(0))
+
+
+@attrs.frozen
+class EnqueueResult:
+    task_id: str
+    created: bool
+
+
+@attrs.frozen
+class TaskRecord:
+    """A snapshot of one task row. ``reason`` is what the store recorded: why an
+    unfinished task is not running, or why a failed one failed. ``status_note`` is
+    derived when the task is read (:meth:`WorkflowStore.explain_reasons`): where an
+    unfinished task stands now, such as a tenant limit holding it back or the worker
+    running it; None for a finished task."""
+
+    task_id: str
+    definition_name: str
+    definition_version: int
+    tenant: str
+    input_json: str
+    priority: int
+    state: TaskState
+    outcome: TaskOutcome | None
+    reason: str | None
+    ambiguous_effect: str | None
+    ready_at: datetime | None
+    worker_id: str | None
+    fencing_token: int
+    lease_expires: datetime | None
+    claims_since_progress: int
+    revision: int
+    checkpoint_json: str | None
+    result_json: str | None
+    created_at: datetime
+    updated_at: datetime
+    status_note: str | None = None
+
+    @property
+    def input(self) -> Any:
+        return from_json(self.input_json)
+
+    @property
+    def result(self) -> Any:
+        return None if self.result_json is None else from_json(self.result_json)
+
+
+@attrs.frozen
+class TaskEvent:
+    """One transition in a task's history, stamped with store time."""
+
+    event_id: int
+    task_id: str
+    at: datetime
+    kind: str
+    worker_id: str | None
+    fencing_token: int | None
+    detail: dict[str, Any]
+
+
+@attrs.frozen
+class VersionReference:
+    """A definition version still needed: tasks that are queued, leased, waiting or
+    recoverable (failed on an ambiguous effect) reference it."""
+
+    name: str
+    version: int
+    queued: int
+    leased: int
+    waiting: int
+    recoverable: int
+
+    @property
+    def total(self) -> int:
+        return self.queued + self.leased + self.waiting + self.recoverable
+
+
+@attrs.frozen
+class QueueStats:
+    """Task counts per tenant, state and outcome. ``oldest_ready_age_s`` is how long the
+    longest-ready queued task has waited for a claim (queue delay), None when none waits."""
+
+    tenant: str
+    state: TaskState
+    outcome: TaskOutcome | None
+    count: int
+    oldest_ready_age_s: float | None
+
+
+@attrs.frozen
+class WorkerRecord:
+    """A registered worker. ``silent_s`` is store time since it was last seen; a worker
+    is live when that is short and it has not stopped."""
+
+    worker_id: str
+    host: str
+    pid: int
+    started_at: datetime
+    last_seen: datetime
+    stopped_at: datetime | None
+    definitions: list[tuple[str, int]]
+    silent_s: float
+
+    def live(self, within: timedelta) -> bool:
+        return self.stopped_at is None and self.silent_s <= within.total_seconds()

@@ -1,0 +1,195 @@
+"""The producer and operator operations of the shared SQL store: enqueue, signals,
+cancel, requeue and effect resolution, each written once over a :class:`Dialect`.
+
+Each runs in one transaction of the dialect: its checks, its row changes, its history
+event and (where idle workers should look again) its NOTIFY commit together. A refusal
+that must stay on record (a refused signal) is raised after the commit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import SignalConflict, StoreUnavailable, TaskNotFound
+from ..models import TaskState, WorkflowTask
+from . import checks, event_details, refusals, row_records
+from .dialect import Dialect, Event
+from .records import EnqueueResult, SignalDelivery
+
+
+class OperatorOperations:
+    """Mixed into :class:`~runifold_sync.store.base.WorkflowStore`."""
+
+    dialect: Dialect
+    max_pending_signals: int
+
+    def enqueue_many(self, tasks: list[WorkflowTask]) -> list[EnqueueResult]:
+        """Enqueue several tasks in one transaction: all of them or, on a conflict,
+        none. Results are in the order of ``tasks``."""
+        checks.check_tasks(tasks)
+        d = self.dialect
+        results = []
+        with d.transaction() as tx:
+            for task in tasks:
+                params = {
+                    "task_id": task.task_id,
+                    "definition_name": task.definition_name,
+                    "definition_version": task.definition_version,
+                    "tenant": task.tenant,
+                    "input": d.json_in("workflow input", task.input_json),
+                    "priority": task.priority,
+                    "not_before": None if task.not_before is None else d.db_time(task.not_before),
+                }
+                inserted = tx.one("insert_task", params)
+                if inserted is not None:
+                    detail = event_details.enqueued(task)
+                    d.event(tx, Event(task.task_id, inserted["at"], "enqueued", detail))
+                    results.append(EnqueueResult(task.task_id, created=True))
+                    continue
+                row = tx.one("select_task", params)
+                if row is None:  # inserted and deleted in between: nothing deletes tasks today
+                    raise StoreUnavailable(f"task {task.task_id!r} conflicted on insert but cannot be read")
+                results.append(refusals.already_enqueued(task, row))  # a conflict rolls the batch back
+            if any(r.created for r in results):
+                d.notify(tx)
+        return results
+
+    def resolve_effect(
+        self,
+        task_id: str,
+        effect_key: str,
+        *,
+        applied: bool,
+        result_json: str | None,
+        actor: str,
+        reason: str,
+    ) -> None:
+        """Record a decision about the ambiguous effect a recoverable task failed on,
+        and requeue the task. The decision and who made it go into the history."""
+        checks.check_resolution(applied, actor, reason)
+        d = self.dialect
+        result = d.json_in("effect result", result_json)
+        with d.transaction() as tx:
+            params = {"task_id": task_id, "effect_key": effect_key}
+            requeued = tx.one("requeue_resolved", params)
+            if requeued is None:
+                raise refusals.not_resolvable(
+                    row_records.found_task(self.dialect, tx.one("select_task", params), task_id), effect_key
+                )
+            resolution = {"applied": applied, "result": result, "actor": actor, "reason": reason}
+            tx.count("insert_resolution", params | resolution | {"now": requeued["at"]})
+            detail = event_details.resolved(effect_key, applied, actor, reason)
+            d.event(tx, Event(task_id, requeued["at"], "effect_resolved", detail))
+            d.notify(tx)
+
+    def send_signal(
+        self,
+        task_id: str,
+        name: str,
+        payload: Any,
+        *,
+        signal_id: str,
+        sender: str,
+        tenant: str = "default",
+        reason: str | None = None,
+    ) -> SignalDelivery:
+        """Deliver a signal whose ``payload`` is a JSON-serializable value, deduplicated by
+        ``signal_id`` (same name and payload, compared as canonical JSON: delivered once;
+        other content: :class:`SignalConflict`). A payload that is not JSON, nests too
+        deeply or is too large raises :class:`InvalidArgument` and nothing is stored.
+        A sender of another tenant, checked before the signal id is looked up, gets
+        :class:`TaskNotFound` exactly as for a task that does not exist (its refusal is
+        recorded in the task's history for operators). Refused with
+        :class:`SignalRefused` (and recorded) for a finished task or a task at its cap of
+        pending signals. Wakes the task if it waits for ``name``."""
+        payload_text = checks.check_signal(name, signal_id, sender, tenant, reason, payload)
+        d = self.dialect
+        d.json_in("signal payload", payload_text)
+        with d.transaction() as tx:
+            params = {"task_id": task_id, "signal_id": signal_id, "name": name}
+            task = tx.one("lock_task", params)
+            if task is None:
+                raise TaskNotFound(task_id)
+            refusal = refusals.tenant_refusal(task, tenant)
+            foreign = refusal is not None
+            if refusal is None:
+                existing = tx.one("select_signal", params)
+                if existing is not None:
+                    if not refusals.same_signal(existing, name, payload_text):
+                        raise SignalConflict(task_id, signal_id)
+                    return SignalDelivery(signal_id, created=False)
+                counted = tx.one("count_pending_signals", params)
+                assert counted is not None
+                refusal = refusals.signal_refusal(task, counted["pending"], self.max_pending_signals)
+            detail = event_details.signal(signal_id, name, sender, reason, refusal)
+            now = tx.now()
+            if refusal is None:
+                tx.count(
+                    "insert_signal", params | {"payload": payload_text, "sender": sender, "reason": reason}
+                )
+                if tx.count("wake_for_signal", params | {"now": now}):
+                    d.notify(tx)
+            kind = "signal_received" if refusal is None else "signal_refused"
+            d.event(tx, Event(task_id, now, kind, detail))
+        if refusal is not None:  # raised after the commit, so the refusal stays recorded
+            raise refusals.refused_signal(task_id, signal_id, refusal, foreign=foreign)
+        return SignalDelivery(signal_id, created=True)
+
+    def cancel(self, task_id: str, actor: str, reason: str) -> TaskState:
+        """Cancel a task; returns the state it is in now.
+
+        - ``cancelled``: it was queued or waiting with nothing to undo, and ended at once.
+        - ``queued``: it was queued or waiting with completed steps whose compensations
+          have not run (its checkpoint's ``undo`` list is longer than ``compensated``).
+          No step of its main function runs again: the next worker to claim it runs the
+          compensations, checkpointed, and ends it cancelled.
+        - ``leased``: it is running; its worker learns of the request at its next step
+          boundary (every checkpoint commit answers with it) or heartbeat, stops there,
+          compensates and ends it cancelled. A completion, suspension or retry that has
+          not committed yet is refused (:class:`CancelPending`): the cancel wins.
+
+        Completed external writes are not undone, except by declared compensations."""
+        checks.check_operator(actor, reason)
+        d = self.dialect
+        note = d.free_text(f"cancelled by {actor}: {reason}")
+        detail = event_details.operator(actor, d.free_text(reason))
+        with d.transaction() as tx:
+            params = {"task_id": task_id, "reason": note}
+            # Lock the row first. Unlocked (PostgreSQL, READ COMMITTED), a worker's suspend,
+            # retry or yield could commit between the UPDATEs below (leased when the first
+            # looked, waiting when the last did) and an unfinished task would be refused.
+            if tx.one("lock_task", params) is None:
+                raise TaskNotFound(task_id)
+            cancelled = tx.one("cancel_unleased", params)
+            if cancelled is not None:
+                d.event(tx, Event(task_id, cancelled["at"], "cancelled", detail))
+                return TaskState.CANCELLED
+            for query, state in (
+                ("cancel_with_undo", TaskState.QUEUED),
+                ("request_cancel", TaskState.LEASED),
+            ):
+                requested = tx.one(query, params)
+                if requested is not None:
+                    d.event(tx, Event(task_id, requested["at"], "cancel_requested", detail))
+                    if state is TaskState.QUEUED:
+                        d.notify(tx)  # a worker runs its compensations now
+                    return state
+            raise refusals.not_cancellable(
+                row_records.found_task(self.dialect, tx.one("select_task", params), task_id)
+            )
+
+    def requeue(self, task_id: str, *, actor: str, reason: str) -> None:
+        """Operator retry: put a failed task back in the queue, its completed steps kept.
+        A task failed on an ambiguous effect needs :meth:`resolve_effect` instead."""
+        checks.check_operator(actor, reason)
+        d = self.dialect
+        with d.transaction() as tx:
+            params = {"task_id": task_id}
+            requeued = tx.one("requeue_failed", params)
+            if requeued is None:
+                raise refusals.not_requeueable(
+                    row_records.found_task(self.dialect, tx.one("select_task", params), task_id)
+                )
+            detail = event_details.operator(actor, reason)
+            d.event(tx, Event(task_id, requeued["at"], "requeued", detail))
+            d.notify(tx)

@@ -1,0 +1,159 @@
+"""The store's reads (tasks, history, statistics, tenant admission),
+the worker registry, store time and the lifecycle, written once over a
+:class:`~runifold_sync.store.dialect.Dialect`. A task read says where an unfinished task
+stands now (``TaskRecord.status_note``), derived here and never stored.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+import attrs
+
+from ..admission import TenantAdmission, TenantPolicy, explain
+from ..models import TaskState, WorkerId
+from . import checks, row_records
+from .dialect import Dialect
+from .records import QueueStats, TaskEvent, TaskRecord, VersionReference, WorkerRecord
+
+
+def _status(record: TaskRecord, now: datetime) -> str | None:
+    """Where a queued or leased task without a recorded reason stands at ``now``."""
+    if record.state is TaskState.LEASED and record.lease_expires is not None:
+        lease = f"{record.worker_id} (fencing token {record.fencing_token})"
+        if record.lease_expires <= now:
+            return (
+                f"lease of {lease} expired at {record.lease_expires.isoformat()}: claimable by another worker"
+            )
+        return f"running on {lease}, lease until {record.lease_expires.isoformat()}"
+    if record.state is TaskState.QUEUED and record.ready_at is not None:
+        if record.ready_at <= now:
+            return f"ready since {record.ready_at.isoformat()}: waiting for a free worker"
+        return f"scheduled: not claimable before {record.ready_at.isoformat()}"
+    return None
+
+
+class ReadOperations:
+    """Mixed into :class:`~runifold_sync.store.base.WorkflowStore`."""
+
+    dialect: Dialect
+
+    # --- reads -----------------------------------------------------------------------
+
+    def get_task(self, task_id: str) -> TaskRecord:
+        row = self.dialect.one("select_task", {"task_id": task_id})
+        return self.explain_reasons([row_records.found_task(self.dialect, row, task_id)])[0]
+
+    def list_tasks(
+        self,
+        *,
+        state: TaskState | None = None,
+        tenant: str | None = None,
+        definition: str | None = None,
+        limit: int = 100,
+    ) -> list[TaskRecord]:
+        """Tasks matching every given filter, oldest first."""
+        found = self.dialect.all("list_tasks", checks.list_filters(state, tenant, definition, limit))
+        return self.explain_reasons(
+            [row_records.found_task(self.dialect, row, row["task_id"]) for row in found]
+        )
+
+    def referenced_versions(self) -> list[VersionReference]:
+        """Every definition version that unfinished or recoverable tasks reference: the
+        versions a deploy must keep registered."""
+        return [row_records.version_reference(row) for row in self.dialect.all("referenced_versions", {})]
+
+    def queue_stats(self) -> list[QueueStats]:
+        return [row_records.queue_stats(row) for row in self.dialect.all("queue_stats", {})]
+
+    def history(self, task_id: str) -> list[TaskEvent]:
+        found = self.dialect.all("task_events", {"task_id": task_id})
+        return [row_records.task_event(row, self.dialect) for row in found]
+
+    # --- tenant admission ------------------------------------------------------------
+
+    def set_tenant_policy(self, policy: TenantPolicy) -> None:
+        """Store ``policy`` for its tenant, replacing any earlier one; claims on every
+        worker apply it from their next claim."""
+        checks.check_policy(policy)
+        budget = policy.budget
+        params = {
+            "tenant": policy.tenant,
+            "max_leased": policy.max_leased,
+            "budget_cost": None if budget is None else budget.cost,
+            "budget_window": None if budget is None else self.dialect.db_duration(budget.window),
+        }
+        self.dialect.execute("set_tenant_policy", params)
+
+    def tenant_admission(self) -> list[TenantAdmission]:
+        """Every tenant with a policy and where it stands now, by tenant name."""
+        return [
+            row_records.tenant_admission(row, self.dialect)
+            for row in self.dialect.all("tenant_admission", {})
+        ]
+
+    # --- worker registry -------------------------------------------------------------
+
+    def register_worker(
+        self, worker_id: WorkerId, *, host: str, pid: int, definitions: list[tuple[str, int]]
+    ) -> None:
+        """Record a starting worker and the definition versions it serves."""
+        params = {
+            "worker_id": worker_id.value,
+            "host": host,
+            "pid": pid,
+            "definitions": json.dumps(definitions),
+        }
+        self.dialect.execute("register_worker", params)
+
+    def worker_seen(self, worker_id: WorkerId, pid: int) -> None:
+        """Refresh ``last_seen`` of a running worker (its heartbeat thread calls this)."""
+        self.dialect.execute("worker_seen", {"worker_id": worker_id.value, "pid": pid})
+
+    def worker_stopped(self, worker_id: WorkerId, pid: int) -> None:
+        self.dialect.execute("worker_stopped", {"worker_id": worker_id.value, "pid": pid})
+
+    def workers(self) -> list[WorkerRecord]:
+        return [row_records.worker_record(row, self.dialect) for row in self.dialect.all("list_workers", {})]
+
+    # --- time and lifecycle ----------------------------------------------------------
+
+    def now(self) -> datetime:
+        """Store time, the only clock that decides expiry, timers and backoff."""
+        row = self.dialect.one("now", {})
+        assert row is not None
+        return self.dialect.time(row["now"])
+
+    def set_clock_offset(self, offset: timedelta) -> None:
+        """Shift store time for every process using this database (tests and drills)."""
+        offset = checks.check_clock_offset(offset)
+        self.dialect.execute("set_clock_offset", {"offset": self.dialect.db_duration(offset)})
+
+    def migrate(self) -> int:
+        """Apply pending schema migrations (safe when several processes start at once);
+        returns the schema version."""
+        return self.dialect.migrate()
+
+    def close(self) -> None:
+        """Idempotent. In a forked child it only marks the store closed: the parent's
+        connections must not be touched from there."""
+        self.dialect.close()
+
+    def explain_reasons(self, records: list[TaskRecord]) -> list[TaskRecord]:
+        """``records`` with a ``status_note`` on every unfinished task that needs one: a
+        ready task a claim skips for admission gets that hold, and a queued or leased
+        task with no stored reason says whether it is due, scheduled or running where.
+        ``reason`` stays what the store recorded."""
+        unfinished = (TaskState.QUEUED, TaskState.WAITING, TaskState.LEASED)
+        if not any(r.state in unfinished for r in records):
+            return records
+        admissions = {a.policy.tenant: a for a in self.tenant_admission()}
+        now = self.now()
+        explained = []
+        for record in records:
+            note = explain(record.state, record.ready_at, record.tenant, admissions)
+            if note is None and record.reason is None and record.state in unfinished:
+                note = _status(record, now)
+            explained.append(record if note is None else attrs.evolve(record, status_note=note))
+        return explained

@@ -1,0 +1,226 @@
+"""The worker's operations of the shared SQL store: the claim, and the fenced writes a
+lease holder makes (heartbeat, checkpoint commits, suspend, signal consumption, retry,
+release, complete, fail), each written once over a :class:`Dialect`.
+
+Hot paths stay one statement: a heartbeat and a checkpoint commit are single autocommit
+statements, and a transition with its history event is whatever the dialect makes
+fastest (one statement with a CTE on PostgreSQL; an UPDATE and an INSERT under
+``BEGIN IMMEDIATE`` on SQLite).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from ..errors import InvalidState, LeaseLostError
+from ..models import LeaseDuration, WorkerId
+from . import checks, event_details, refusals, row_records
+from .dialect import Dialect, Event
+from .records import ClaimedTask, ClaimRequest, Committed, Lease, Signal
+
+
+class WorkerOperations:
+    """Mixed into :class:`~runifold_sync.store.base.WorkflowStore`."""
+
+    dialect: Dialect
+
+    def claim(self, worker_id: WorkerId, lease: LeaseDuration, *, limit: int = 1) -> list[ClaimedTask]:
+        """Lease up to ``limit`` ready tasks (queued or waiting and due, or leased with an
+        expired lease), raising each one's fencing token and claim count."""
+        return self.dialect.claim(ClaimRequest(worker_id, lease, limit))
+
+    def heartbeat(self, lease: Lease, duration: LeaseDuration) -> Lease:
+        """Extend a held lease from store now; raises LeaseLostError if it is not held."""
+        d = self.dialect
+        row = d.one(
+            "heartbeat",
+            {"task_id": lease.task_id, "token": lease.fencing_token, "lease": d.db_duration(duration.value)},
+        )
+        if row is None:
+            raise LeaseLostError(lease.task_id, lease.fencing_token, "heartbeat")
+        return Lease(
+            lease.task_id,
+            lease.tenant,
+            lease.worker_id,
+            lease.fencing_token,
+            d.time(row["lease_expires"]),
+            row["cancel_requested"],
+        )
+
+    def commit_checkpoint(self, lease: Lease, revision: int, checkpoint_json: str) -> Committed:
+        """Store progress that extends ``revision``; returns the new revision and any
+        pending cancel request."""
+        d = self.dialect
+        row = d.one(
+            "commit_checkpoint",
+            {
+                "task_id": lease.task_id,
+                "token": lease.fencing_token,
+                "revision": revision,
+                "checkpoint": d.json_in("checkpoint", checkpoint_json),
+            },
+        )
+        if row is None:
+            raise LeaseLostError(lease.task_id, lease.fencing_token, "checkpoint commit")
+        return Committed(row["revision"], row["cancel_requested"])
+
+    def suspend(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str,
+        *,
+        wake_at: datetime | None,
+        reason: str,
+        signal: str | None = None,
+    ) -> None:
+        """Move to ``waiting`` until ``wake_at`` (store time) or, with ``signal``, until a
+        signal of that name arrives (at once if one is already pending). Refused with
+        :class:`CancelPending` while a cancel is requested."""
+        d = self.dialect
+        reason = d.free_text(reason)
+        wake_at = checks.check_wake_at(wake_at)
+        params = {
+            "task_id": lease.task_id,
+            "token": lease.fencing_token,
+            "revision": revision,
+            "checkpoint": d.json_in("checkpoint", checkpoint_json),
+            "wake_at": None if wake_at is None else d.db_time(wake_at),
+            "reason": reason,
+            "signal": signal,
+        }
+        with d.transaction() as tx:
+            row = tx.one("suspend", params)
+            if row is None:
+                refusals.refuse_transition(tx.one, "suspend", lease, "suspended", params)
+            detail = {"reason": reason}
+            d.event(
+                tx, Event(lease.task_id, row["at"], "suspended", detail, lease.worker_id, lease.fencing_token)
+            )
+            woken = signal is not None and d.signal_pending_after_suspend(
+                tx, lease.task_id, signal, row["at"]
+            )
+            if wake_at is not None or woken:  # idle workers recompute the earliest due time
+                d.notify(tx)
+
+    def pending_signals(self, task_id: str, name: str | None = None) -> list[Signal]:
+        """Signals not yet consumed, oldest first: those named ``name``, or all of them
+        when ``name`` is None (a wait reads them all, to refuse the names its definition
+        does not declare)."""
+        query = "all_pending_signals" if name is None else "pending_signals"
+        found = self.dialect.all(query, {"task_id": task_id, "name": name})
+        return [row_records.signal(row, self.dialect) for row in found]
+
+    def consume_signal(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str,
+        signal_id: str,
+        *,
+        accepted: bool,
+        note: str,
+    ) -> Committed:
+        """Commit the checkpoint that records a wait's decision about a signal and mark
+        the signal consumed, in one fenced write; returns what
+        :meth:`commit_checkpoint` returns."""
+        d = self.dialect
+        checkpoint = d.json_in("checkpoint", checkpoint_json)
+        with d.transaction() as tx:
+            params = {"task_id": lease.task_id, "token": lease.fencing_token, "revision": revision}
+            row = tx.one("commit_checkpoint", params | {"checkpoint": checkpoint})
+            if row is None:
+                raise LeaseLostError(lease.task_id, lease.fencing_token, "signal consumption")
+            now = tx.now()
+            consumed = tx.one(
+                "consume_signal", {"task_id": lease.task_id, "signal_id": signal_id, "now": now}
+            )
+            if consumed is None:
+                raise InvalidState(f"signal {signal_id!r} of task {lease.task_id!r} is not pending")
+            kind = "signal_consumed" if accepted else "signal_refused"
+            detail = {"signal_id": signal_id, "sender": consumed["sender"], "note": d.free_text(note)}
+            d.event(tx, Event(lease.task_id, now, kind, detail, lease.worker_id, lease.fencing_token))
+            return Committed(row["revision"], row["cancel_requested"])
+
+    def acknowledge_cancel(self, lease: Lease, revision: int, checkpoint_json: str) -> None:
+        """The worker stopped at a step boundary after a cancel request: end as cancelled."""
+        params = {"revision": revision, "checkpoint": self.dialect.json_in("checkpoint", checkpoint_json)}
+        self.dialect.transition("acknowledge_cancel", lease, params, "cancelled", {}, notify=False)
+
+    def retry(
+        self, lease: Lease, revision: int, checkpoint_json: str, *, delay: timedelta, reason: str
+    ) -> datetime:
+        """Requeue after ``delay`` counted from store now; returns when it is due.
+        Refused with :class:`CancelPending` while a cancel is requested."""
+        d = self.dialect
+        reason = d.free_text(reason)
+        params = {
+            "revision": revision,
+            "checkpoint": d.json_in("checkpoint", checkpoint_json),
+            "delay": d.db_duration(checks.check_delay(delay)),
+            "reason": reason,
+        }
+        detail = event_details.retried(reason, delay)
+        return d.time(d.transition("retry", lease, params, "retried", detail, notify=True)["ready_at"])
+
+    def release(self, lease: Lease, *, delay: timedelta, reason: str) -> None:
+        """Hand the task back unchanged; the claim does not count as an attempt."""
+        d = self.dialect
+        reason = d.free_text(reason)
+        params = {"delay": d.db_duration(checks.check_delay(delay)), "reason": reason}
+        d.transition("release", lease, params, "released", {"reason": reason}, notify=True)
+
+    def complete(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str,
+        result_json: str,
+        *,
+        then_claim: ClaimRequest | None = None,
+    ) -> list[ClaimedTask]:
+        """End the task completed; refused with :class:`CancelPending` while a cancel is
+        requested (a cancel that reached the row first wins over the completion, even
+        after the last step ran). With ``then_claim`` the same transaction then claims
+        as :meth:`claim` would and returns what it leased: a worker that goes on working
+        saves a commit per task. A refused completion (lease lost) claims nothing."""
+        d = self.dialect
+        params = {
+            "revision": revision,
+            "checkpoint": d.json_in("checkpoint", checkpoint_json),
+            "result": d.json_in("result", result_json),
+        }
+        if then_claim is None:
+            d.transition("complete", lease, params, "completed", {}, notify=False)
+            return []
+        return d.complete_then_claim(lease, params, then_claim)
+
+    def fail(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str | None,
+        *,
+        reason: str,
+        ambiguous_effect: str | None = None,
+    ) -> None:
+        """End the task as failed. With ``ambiguous_effect`` (an effect key) the task is
+        recoverable through :meth:`resolve_effect`."""
+        d = self.dialect
+        reason = d.free_text(reason)
+        params = {
+            "revision": revision,
+            "checkpoint": d.json_in("checkpoint", checkpoint_json),
+            "reason": reason,
+            "ambiguous_effect": ambiguous_effect,
+        }
+        detail = event_details.failed(reason, ambiguous_effect)
+        d.transition("fail", lease, params, "failed", detail, notify=False)
+
+    def wait_for_work(self, timeout: timedelta) -> bool:
+        """Block until a task is claimable (queued or waiting and due, or leased with an
+        expired lease) or ``timeout`` has passed; True when work is claimable. A hint for
+        idle workers, not a reservation: another worker may claim it first. PostgreSQL
+        wakes on ``NOTIFY runifold_tasks`` and when the earliest timer comes due; SQLite,
+        which has no notifications, polls."""
+        return self.dialect.wait_for_work(checks.check_wait_timeout(timeout))

@@ -1,0 +1,129 @@
+"""Both backends answer the same condition with the same error class.
+
+The two stores share one implementation of every operation, and these tests pin the
+places where they once drifted apart: a clock offset that is not a timedelta, and a
+store used from a forked child (SQLite refused a new thread of the child as an outage,
+``StoreUnavailable``, which workers retry; it is a programming error everywhere).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from runifold_sync import (
+    InvalidArgument,
+    LeaseDuration,
+    WorkerId,
+    WorkflowStore,
+    WorkflowTask,
+)
+from runifold_sync.store.records import Lease
+
+LEASE = LeaseDuration(timedelta(seconds=30))
+W1 = WorkerId.parse("worker-1")
+
+
+def _claimed(store: WorkflowStore) -> tuple[Lease, int]:
+    store.enqueue(WorkflowTask.new("orders", 1, {}, checkpoint_id="t1"))
+    [claimed] = store.claim(W1, LEASE)
+    return claimed.lease, claimed.revision
+
+
+@pytest.mark.parametrize("offset", [5, 5.0, None, "5s"])
+def test_a_clock_offset_that_is_not_a_timedelta_is_invalid(store: WorkflowStore, offset: Any) -> None:
+    with pytest.raises(InvalidArgument, match="clock offset must be a timedelta"):
+        store.set_clock_offset(offset)
+    assert abs(store.now() - datetime.now(store.now().tzinfo)) < timedelta(minutes=1)  # unchanged
+
+
+def test_a_naive_wake_time_is_invalid_and_the_lease_still_holds(store: WorkflowStore) -> None:
+    lease, revision = _claimed(store)
+    with pytest.raises(InvalidArgument, match="wake_at must be None or an aware datetime"):
+        store.suspend(lease, revision, "{}", wake_at=datetime(2030, 1, 1), reason="later")  # noqa: DTZ001
+    assert store.commit_checkpoint(lease, revision, "{}").revision == revision + 1
+
+
+@pytest.mark.parametrize("delay", [5, None])
+def test_a_delay_that_is_not_a_timedelta_is_invalid(store: WorkflowStore, delay: Any) -> None:
+    lease, revision = _claimed(store)
+    with pytest.raises(InvalidArgument, match="delay must be a timedelta"):
+        store.retry(lease, revision, "{}", delay=delay, reason="again")
+    with pytest.raises(InvalidArgument, match="delay must be a timedelta"):
+        store.release(lease, delay=delay, reason="again")
+    assert store.commit_checkpoint(lease, revision, "{}").revision == revision + 1
+
+
+# Every kind of use: reads, producer and operator writes, the worker's writes, waiting.
+USES: dict[str, Callable[[WorkflowStore, Lease], object]] = {
+    "get_task": lambda s, _: s.get_task("t1"),
+    "list_tasks": lambda s, _: s.list_tasks(),
+    "history": lambda s, _: s.history("t1"),
+    "now": lambda s, _: s.now(),
+    "enqueue": lambda s, _: s.enqueue(WorkflowTask.new("orders", 1, {}, checkpoint_id="t2")),
+    "send_signal": lambda s, _: s.send_signal("t1", "go", {}, signal_id="s1", sender="test"),
+    "cancel": lambda s, _: s.cancel("t1", "ops", "why"),
+    "claim": lambda s, _: s.claim(W1, LEASE),
+    "heartbeat": lambda s, lease: s.heartbeat(lease, LEASE),
+    "commit_checkpoint": lambda s, lease: s.commit_checkpoint(lease, 1, "{}"),
+    "complete": lambda s, lease: s.complete(lease, 1, "{}", "null"),
+    "set_clock_offset": lambda s, _: s.set_clock_offset(timedelta(0)),
+    "wait_for_work": lambda s, _: s.wait_for_work(timedelta(0)),
+    "migrate": lambda s, _: s.migrate(),
+}
+
+
+def _in_child(store: WorkflowStore, lease: Lease, *, new_thread: bool) -> list[str]:
+    """Try every use in a forked child (on its main thread or a new one); returns what
+    each raised, as ``use: ErrorClass``."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never return into pytest
+        code = 0
+        try:
+            answers: list[str] = []
+
+            def try_all() -> None:
+                for name, use in USES.items():
+                    try:
+                        use(store, lease)
+                        answers.append(f"{name}: no error")
+                    except BaseException as exc:  # reported to the parent
+                        answers.append(f"{name}: {type(exc).__name__}")
+
+            if new_thread:
+                thread = threading.Thread(target=try_all)
+                thread.start()
+                thread.join()
+            else:
+                try_all()
+            os.write(write, "\n".join(answers).encode())
+        except BaseException as exc:
+            os.write(write, repr(exc).encode())
+            code = 2
+        finally:
+            store.close()  # must not touch the parent's connections
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        report = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, report
+    return report.splitlines()
+
+
+@pytest.mark.parametrize("new_thread", [False, True], ids=["main-thread", "new-thread"])
+def test_every_use_of_a_store_in_a_forked_child_raises_store_used_across_fork(
+    store: WorkflowStore, new_thread: bool
+) -> None:
+    lease, revision = _claimed(store)
+    answers = _in_child(store, lease, new_thread=new_thread)
+    assert answers == [f"{name}: StoreUsedAcrossFork" for name in USES]
+    # The parent's store is untouched and still holds the lease.
+    assert store.get_task("t1").worker_id == W1.value
+    assert store.commit_checkpoint(lease, revision, "{}").revision == revision + 1
