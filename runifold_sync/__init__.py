@@ -6,6 +6,7 @@ a timer or a human approval.
 """
 
 from .admission import TenantAdmission, TenantBudget, TenantPolicy
+from .cancellation import CancellationToken
 from .context import WorkflowContext
 from .definition import WorkflowDefinition, WorkflowRegistry
 from .effects import EffectEvidence, EffectStatus
@@ -58,9 +59,10 @@ from .outcomes import (
 from .step_context import StepContext
 from .store.base import Lease, TaskEvent, TaskRecord, WorkflowStore
 from .stores import open_store
-from .supervisor import CancellationToken, SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
+from .supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
 from .waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut
-from .worker import WorkflowWorker
+from .worker import WorkerReport, WorkflowWorker
+from .worker_settings import WorkerSettings
 from .workflow import Workflow
 
 __all__ = [
@@ -116,6 +118,8 @@ __all__ = [
     "TenantBudget",
     "TenantPolicy",
     "WorkerId",
+    "WorkerReport",
+    "WorkerSettings",
     "Workflow",
     "WorkflowContext",
     "WorkflowDefinition",

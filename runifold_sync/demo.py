@@ -24,6 +24,7 @@ from pathlib import Path
 
 import attrs
 
+from .cancellation import CancellationToken
 from .checkpoint import Checkpoint
 from .context import WorkflowContext
 from .definition import WorkflowDefinition, WorkflowRegistry
@@ -31,7 +32,7 @@ from .models import Budget, CapabilitySet, LeaseDuration, TaskState, WorkerId, W
 from .step_context import StepContext
 from .store.base import TaskRecord, WorkflowStore
 from .stores import open_store, sqlite_path
-from .supervisor import CancellationToken, WorkflowSupervisor, WorkflowSupervisorConfig
+from .supervisor import WorkflowSupervisor, WorkflowSupervisorConfig
 from .worker import WorkflowWorker
 from .workflow import Workflow
 
