@@ -76,6 +76,17 @@ def _worker(store: WorkflowStore, **options: Any) -> WorkflowWorker:
     return WorkflowWorker(store, registry, WorkerId.parse("looper"), settings=settings)
 
 
+def _run(store: WorkflowStore, token: CancellationToken | None = None, **options: Any) -> WorkerReport:
+    """Run a new worker's loop (``options``: its ``max_tasks`` and ``on_outcome``, the
+    rest its settings) with a short idle backoff, then close it."""
+    loop = {k: options.pop(k) for k in ("max_tasks", "on_outcome") if k in options}
+    worker = _worker(store, **options)
+    try:
+        return worker.run(token or CancellationToken(), **loop, **QUICK)
+    finally:
+        worker.close()
+
+
 def _enqueue(store: WorkflowStore, count: int, prefix: str = "r") -> list[str]:
     ids = [f"{prefix}{n}" for n in range(count)]
     store.enqueue_many([WorkflowTask.new("run-loop", 1, n, checkpoint_id=i) for n, i in enumerate(ids)])
@@ -110,11 +121,7 @@ def test_run_finishes_the_cycle_in_flight_when_its_token_is_cancelled_and_claims
     claims = _count_claims(store, monkeypatch)
     token = _stop_at(1)  # cancelled inside task r1's first step
     heard: list[RunOutcome] = []
-    worker = _worker(store)
-    try:
-        report = worker.run(token, on_outcome=heard.append, **QUICK)
-    finally:
-        worker.close()
+    report = _run(store, token, on_outcome=heard.append)
     assert report == WorkerReport({"completed": 2}, tasks=2, reached_max_tasks=False)
     assert [o.kind for o in heard] == ["completed", "completed"]
     assert [store.get_task(i).result for i in ids[:2]] == [10, 20]
@@ -130,11 +137,7 @@ def test_run_stops_after_max_tasks_with_no_task_claimed_beyond_them(
     store = backend.open()
     ids = _enqueue(store, 5)
     claims = _count_claims(store, monkeypatch)
-    worker = _worker(store)
-    try:
-        report = worker.run(CancellationToken(), max_tasks=3, **QUICK)
-    finally:
-        worker.close()
+    report = _run(store, max_tasks=3)
     assert report == WorkerReport({"completed": 3}, tasks=3, reached_max_tasks=True)
     assert [store.get_task(i).state for i in ids] == [TaskState.TERMINAL] * 3 + [TaskState.QUEUED] * 2
     assert claims == [1]  # r1 and r2 were claimed by the completions before them
@@ -145,11 +148,7 @@ def test_run_stops_after_max_tasks_with_no_task_claimed_beyond_them(
 def test_a_yielded_cycle_does_not_count_towards_max_tasks(backend: Backend) -> None:
     store = backend.open()
     _enqueue(store, 1)
-    worker = _worker(store, max_steps_per_claim=1)  # the task yields once, after its first step
-    try:
-        report = worker.run(CancellationToken(), max_tasks=1, **QUICK)
-    finally:
-        worker.close()
+    report = _run(store, max_tasks=1, max_steps_per_claim=1)  # it yields once, after its first step
     assert report == WorkerReport({"yielded": 1, "completed": 1}, tasks=1, reached_max_tasks=True)
     assert store.get_task("r0").result == 10
 
@@ -227,11 +226,7 @@ def test_a_failed_cycle_is_retried_after_the_backoff_without_ending_the_run(
         return real_claim(*args, **kwargs)
 
     monkeypatch.setattr(store, "claim", claim)
-    worker = _worker(store)
-    try:
-        report = worker.run(CancellationToken(), max_tasks=1, **QUICK)
-    finally:
-        worker.close()
+    report = _run(store, max_tasks=1)
     assert report == WorkerReport({"completed": 1}, tasks=1, reached_max_tasks=True)
     assert failures == []
 
