@@ -44,10 +44,6 @@ class IdleBackoff:
         self._first_s = min(2 * self._min_s, self._max_s)
         self._current_s = self._first_s
 
-    @property
-    def max_s(self) -> float:
-        return self._max_s
-
     def reset(self) -> None:
         self._current_s = self._first_s
 
@@ -63,12 +59,12 @@ class IdleWait:
 
     def __init__(self, store: WorkflowStore, backoff: IdleBackoff) -> None:
         self._store = store
-        self.backoff = backoff
+        self._backoff = backoff
         # The last empty claim found work due that it could not take.
         self._due_but_unclaimable = False
 
     def worked(self) -> None:
-        self.backoff.reset()
+        self._backoff.reset()
 
     def wait(self, token: CancellationToken) -> None:
         """Wait for work after an empty claim, or until ``token`` is cancelled.
@@ -79,12 +75,12 @@ class IdleWait:
         ask the store again at once."""
         due_now = self._store.wait_for_work(timedelta(0))
         if due_now and self._due_but_unclaimable:
-            token.wait(self.backoff.next_s())
+            token.wait(self._backoff.next_s())
             self._due_but_unclaimable = False
         else:
             self._due_but_unclaimable = due_now
             if not due_now:
-                self._wait_for_work(self.backoff.next_s(), token)
+                self._wait_for_work(self._backoff.next_s(), token)
 
     def _wait_for_work(self, delay_s: float, token: CancellationToken) -> None:
         """Idle for up to ``delay_s``, returning early when the store says work is claimable
