@@ -6,6 +6,7 @@ a timer or a human approval.
 """
 
 from .admission import TenantAdmission, TenantBudget, TenantPolicy
+from .cancellation import CancellationToken
 from .context import WorkflowContext
 from .definition import WorkflowDefinition, WorkflowRegistry
 from .effects import EffectEvidence, EffectStatus
@@ -59,9 +60,10 @@ from .step_context import StepContext
 from .store.base import WorkflowStore
 from .store.records import Lease, TaskEvent, TaskRecord
 from .stores import open_store
-from .supervisor import CancellationToken, SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
+from .supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
 from .waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut
-from .worker import WorkflowWorker
+from .worker import WorkerReport, WorkflowWorker
+from .worker_settings import WorkerSettings
 from .workflow import Workflow
 
 __all__ = [
@@ -117,6 +119,8 @@ __all__ = [
     "TenantBudget",
     "TenantPolicy",
     "WorkerId",
+    "WorkerReport",
+    "WorkerSettings",
     "Workflow",
     "WorkflowContext",
     "WorkflowDefinition",

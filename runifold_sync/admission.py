@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from .errors import InvalidArgument
-from .models import TaskState, check_name, check_positive_timedelta
+from .models import TaskState, check_int, check_name, check_positive_timedelta
 
 
 def _check_cost(_inst: Any, _attr: Any, value: Any) -> None:
@@ -30,8 +30,8 @@ def _check_cost(_inst: Any, _attr: Any, value: Any) -> None:
 
 
 def _check_max_leased(_inst: Any, _attr: Any, value: object) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise InvalidArgument(f"TenantPolicy.max_leased must be None or an integer >= 0, got {value!r}")
+    if value is not None:
+        check_int("TenantPolicy.max_leased", value, minimum=0)
 
 
 def _check_budget(_inst: Any, _attr: Any, value: object) -> None:

@@ -84,6 +84,33 @@ ARMED = parse(os.environ.get(ENV_VAR, ""))
 PAUSE_UNTIL = os.environ.get(PAUSE_ENV_VAR) or None
 
 
+def transition(kind: str) -> _Transition:
+    """Bracket a write that ends a claim with its two crash points, as in
+    ``with crashpoints.transition("complete"): store.complete(...)``: ``before_transition``
+    as the block starts and ``after_transition`` once it ends without an exception (a
+    refused or failed write never reached its "after"). ``kind`` names the write, as
+    listed under ``before_transition`` in ``POINTS``."""
+    return _Transition(kind)
+
+
+class _Transition:
+    """A class rather than a generator: an unarmed process pays for one small object and
+    two truth tests per transition."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __enter__(self) -> None:
+        if ARMED:
+            reached("before_transition", self.kind)
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_exc: object) -> None:
+        if ARMED and exc_type is None:
+            reached("after_transition", self.kind)
+
+
 def reached(point: str, subject: str = "") -> None:
     """Kill this process (or pause this thread, see ``RUNIFOLD_CRASH_PAUSE``) if ``point``
     (for ``subject``) is armed. Callers test ``ARMED`` first, so an unarmed process never

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import attrs
 
+from .cancellation import CancellationToken
 from .checkpoint import Checkpoint
 from .context import WorkflowContext
 from .definition import WorkflowDefinition, WorkflowRegistry
@@ -32,7 +33,7 @@ from .step_context import StepContext
 from .store.base import WorkflowStore
 from .store.records import TaskRecord
 from .stores import open_store, sqlite_path
-from .supervisor import CancellationToken, WorkflowSupervisor, WorkflowSupervisorConfig
+from .supervisor import WorkflowSupervisor, WorkflowSupervisorConfig
 from .worker import WorkflowWorker
 from .workflow import Workflow
 

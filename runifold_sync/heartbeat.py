@@ -196,17 +196,13 @@ class LeaseKeeper:
             self._handed_back.update(lease.task_id for lease in held)
         reason = f"handed back unstarted: the task before it ran for {running_s:.0f} s"
         for lease in held:
-            if crashpoints.ARMED:
-                crashpoints.reached("before_transition", "hand_back")
             try:
-                self._store.release(lease, delay=timedelta(0), reason=reason)
+                with crashpoints.transition("hand_back"):
+                    self._store.release(lease, delay=timedelta(0), reason=reason)
             except StoreClosed:
                 return False
             except Exception:  # lost already, or an unreachable store: its lease runs out
                 log.exception("could not hand back a task claimed ahead", extra=task_fields(lease))
-                continue
-            if crashpoints.ARMED:
-                crashpoints.reached("after_transition", "hand_back")
         return True
 
     def _extend_current(self, lease: Lease, flags: LeaseFlags) -> bool:

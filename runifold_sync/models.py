@@ -43,10 +43,25 @@ def check_name(kind: str, value: object) -> str:
     return value
 
 
+def check_int(name: str, value: object, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """An integer argument (``bool`` refused, though Python counts it as one) within
+    ``minimum``..``maximum`` where given; the error names ``name`` and the value."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if (minimum is None or value >= minimum) and (maximum is None or value <= maximum):
+            return value
+    if minimum is None and maximum is None:
+        bounds = ""
+    elif maximum is None:
+        bounds = f" >= {minimum}"
+    elif minimum is None:
+        bounds = f" <= {maximum}"
+    else:
+        bounds = f" in {minimum}..{maximum}"
+    raise InvalidArgument(f"{name} must be an integer{bounds}, got {value!r}")
+
+
 def check_version(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgument(f"version must be an integer >= 1, got {value!r}")
-    return value
+    return check_int("version", value, minimum=1)
 
 
 def check_positive_timedelta(kind: str, value: object) -> timedelta:
@@ -107,9 +122,7 @@ class LeaseDuration:
 
 def check_count(kind: str, value: object) -> int:
     """A setting that counts something (attempts, processes, tasks): an integer >= 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgument(f"{kind} must be an integer >= 1, got {value!r}")
-    return value
+    return check_int(kind, value, minimum=1)
 
 
 def _optional_positive(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -262,8 +275,7 @@ class WorkflowTask:
         check_version(version)
         check_name("tenant", tenant)
         task_id = uuid.uuid4().hex if checkpoint_id is None else check_name("checkpoint id", checkpoint_id)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise InvalidArgument(f"priority must be an integer, got {priority!r}")
+        check_int("priority", priority)
         if not_before is not None and (not isinstance(not_before, datetime) or not_before.tzinfo is None):
             raise InvalidArgument(f"not_before must be a timezone-aware datetime, got {not_before!r}")
         try:

@@ -13,15 +13,17 @@ from typing import Any
 import attrs
 
 from .app import load_registry
+from .cancellation import CancellationToken
 from .definition import WorkflowRegistry
 from .errors import InvalidArgument
-from .models import LeaseDuration, WorkerId, check_count
+from .models import LeaseDuration, WorkerId, check_count, check_int
 from .observer import CycleObserver
 from .outcomes import Completed, Idle, Retried, RunOutcome, Suspended, Yielded
 from .store.base import WorkflowStore
 from .stores import default_url, open_store
-from .supervisor import CancellationToken, SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
+from .supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
 from .worker import WorkflowWorker
+from .worker_settings import MAX_CLAIM_BATCH, WorkerSettings
 
 SETTING_NAMES = (
     "RUNIFOLD_DATABASE_URL",
@@ -75,14 +77,19 @@ class RunifoldSettings:
         )
         lease = LeaseDuration(timedelta(seconds=lease_s))
         heartbeat = timedelta(seconds=heartbeat_s)
-        WorkflowWorker.validate_timing(lease, heartbeat)
-        claim_batch = WorkflowWorker.validate_claim_batch(
-            values.get("RUNIFOLD_CLAIM_BATCH", 1), "RUNIFOLD_CLAIM_BATCH"
+        claim_batch = check_int(
+            "RUNIFOLD_CLAIM_BATCH", values.get("RUNIFOLD_CLAIM_BATCH", 1), minimum=1, maximum=MAX_CLAIM_BATCH
         )
         recycle_after = values.get("RUNIFOLD_RECYCLE_AFTER")
         if recycle_after is not None:
             recycle_after = check_count("RUNIFOLD_RECYCLE_AFTER", recycle_after)
-        return cls(url, app, concurrency, lease, heartbeat, claim_batch, recycle_after)
+        settings = cls(url, app, concurrency, lease, heartbeat, claim_batch, recycle_after)
+        settings.worker_settings()  # checks the heartbeat against the lease
+        return settings
+
+    def worker_settings(self) -> WorkerSettings:
+        """The settings of each worker these settings run."""
+        return WorkerSettings(self.lease, self.heartbeat, claim_batch=self.claim_batch)
 
     def registry(self) -> WorkflowRegistry:
         """The application's registry (imported from ``RUNIFOLD_APP`` on each call)."""
@@ -123,13 +130,7 @@ class EmbeddedWorker(WorkflowWorker):
     ) -> None:
         try:
             super().__init__(
-                store,
-                registry,
-                worker_id,
-                settings.lease,
-                settings.heartbeat,
-                observer=observer,
-                claim_batch=settings.claim_batch,
+                store, registry, worker_id, settings=settings.worker_settings(), observer=observer
             )
         except BaseException:
             store.close()

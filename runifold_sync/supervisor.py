@@ -4,22 +4,21 @@ The parent holds no store connection and starts no thread, so nothing crosses a 
 each child calls the worker factory after it starts and opens its own store. (The
 process that calls ``run()`` should not have other threads inside SQLite or libpq
 either: a fork while one holds a lock there leaves it held in the child, which hangs.)
-Children report each outcome kind over a pipe, which the parent reads ten times a
-second (and reaps dead children as often). An idle child waits in the store's
-``wait_for_work`` (woken by NOTIFY on PostgreSQL) for up to its backoff. A cycle that
-fails on an unreachable store is logged and retried after ``max_backoff`` in the same
-child. Shutdown (the token, SIGINT or SIGTERM) reaches children as SIGTERM, which only
-cancels their token: a started cycle finishes its lease protocol before the child exits
-(its completion claiming no next task), an idle one stops within ``_IDLE_WAIT_SLICE_S``,
-and one still running after ``shutdown_grace`` is SIGKILLed, its task claimed again once
-its lease expires.
+Each child runs the worker loop, :meth:`WorkflowWorker.run`, and reports each outcome
+kind over a pipe, which the parent reads ten times a second (and reaps dead children as
+often). The loop is the worker's: idle children wait in the store's ``wait_for_work``
+(woken by NOTIFY on PostgreSQL) for up to the config's backoff, and a cycle that fails on
+an unreachable store is retried after ``max_backoff`` in the same child. Shutdown (the
+token, SIGINT or SIGTERM) reaches children as SIGTERM, which only cancels their token: a
+started cycle finishes its lease protocol before the child exits (its completion claiming
+no next task), an idle one stops within ``IDLE_WAIT_SLICE_S``, and one still running
+after ``shutdown_grace`` is SIGKILLed, its task claimed again once its lease expires.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
 import selectors
 import signal
 import threading
@@ -32,9 +31,11 @@ from types import FrameType
 
 import attrs
 
+from .cancellation import CancellationToken
 from .errors import InvalidArgument
+from .idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF, check_backoff_bounds
 from .models import WorkerId, check_count, check_positive_timedelta
-from .outcomes import Idle, Yielded
+from .outcomes import RunOutcome
 from .worker import WorkflowWorker
 
 log = logging.getLogger("runifold_sync.supervisor")
@@ -43,30 +44,23 @@ _EXIT_DONE = 0
 _EXIT_RECYCLE = 75
 _EXIT_CRASHED = 70
 _QUICK_CRASH_S = 10.0  # a child that dies sooner than this after starting counts as crash-looping
-# Longest single wait_for_work call of an idle child: the bound on how late it sees SIGTERM.
-_IDLE_WAIT_SLICE_S = 0.5
-
-
-class CancellationToken:
-    """A one-way stop flag that signal handlers may set (they only call ``cancel``)."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def cancel(self) -> None:
-        self._event.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._event.is_set()
-
-    def wait(self, timeout_s: float) -> bool:
-        """Sleep up to ``timeout_s``; True as soon as the token is cancelled."""
-        return self._event.wait(timeout_s)
 
 
 def _check_concurrency(_inst: object, _attr: object, value: int) -> None:
     check_count("concurrency", value)
+
+
+def _check_backoff(inst: WorkflowSupervisorConfig, _attr: object, _value: timedelta) -> None:
+    check_backoff_bounds(inst.min_backoff, inst.max_backoff)
+
+
+def _check_grace(_inst: object, _attr: object, value: timedelta) -> None:
+    check_positive_timedelta("shutdown grace", value)
+
+
+def _check_recycling(_inst: object, _attr: object, value: int | None) -> None:
+    if value is not None:
+        check_count("recycle_after_tasks", value)
 
 
 @attrs.frozen
@@ -75,23 +69,21 @@ class WorkflowSupervisorConfig:
     cycles on this host only; it is no substitute for tenant admission or pool limits."""
 
     concurrency: int = attrs.field(validator=_check_concurrency)
-    min_backoff: timedelta = timedelta(milliseconds=25)
-    max_backoff: timedelta = timedelta(seconds=5)
-    shutdown_grace: timedelta = timedelta(seconds=60)
-    recycle_after_tasks: int | None = None
+    min_backoff: timedelta = attrs.field(default=DEFAULT_MIN_BACKOFF)
+    max_backoff: timedelta = attrs.field(default=DEFAULT_MAX_BACKOFF, validator=_check_backoff)
+    shutdown_grace: timedelta = attrs.field(default=timedelta(seconds=60), validator=_check_grace)
+    recycle_after_tasks: int | None = attrs.field(default=None, validator=_check_recycling)
 
     def with_backoff(self, minimum: timedelta, maximum: timedelta) -> WorkflowSupervisorConfig:
-        check_positive_timedelta("minimum backoff", minimum)
-        check_positive_timedelta("maximum backoff", maximum)
-        if minimum > maximum:
-            raise InvalidArgument(f"minimum backoff {minimum} is above maximum backoff {maximum}")
+        """Idle children wait between ``minimum`` and ``maximum`` (see ``WorkflowWorker.run``)."""
         return attrs.evolve(self, min_backoff=minimum, max_backoff=maximum)
 
     def with_shutdown_grace(self, grace: timedelta) -> WorkflowSupervisorConfig:
-        return attrs.evolve(self, shutdown_grace=check_positive_timedelta("shutdown grace", grace))
+        return attrs.evolve(self, shutdown_grace=grace)
 
     def with_recycling(self, tasks: int) -> WorkflowSupervisorConfig:
-        return attrs.evolve(self, recycle_after_tasks=check_count("recycle_after_tasks", tasks))
+        """Replace each child with a fresh process after it has run ``tasks`` tasks."""
+        return attrs.evolve(self, recycle_after_tasks=tasks)
 
 
 @attrs.frozen
@@ -104,27 +96,6 @@ class SupervisorReport:
     per_worker: dict[str, dict[str, int]]
     restarts: int
     recycled: int
-
-
-class IdleBackoff:
-    """Exponential idle delay between min and max, jittered over the upper half of each
-    step so idle workers do not poll the store in lockstep. The first step spans
-    [min, 2 * min] (capped at max): starting at exactly min would put workers that went
-    idle together back in step on their first wait."""
-
-    def __init__(self, minimum: timedelta, maximum: timedelta) -> None:
-        self._min_s = minimum.total_seconds()
-        self._max_s = maximum.total_seconds()
-        self._first_s = min(2 * self._min_s, self._max_s)
-        self._current_s = self._first_s
-
-    def reset(self) -> None:
-        self._current_s = self._first_s
-
-    def next_s(self) -> float:
-        delay = random.uniform(max(self._min_s, self._current_s / 2), self._current_s)
-        self._current_s = min(self._current_s * 2, self._max_s)
-        return delay
 
 
 class WorkflowSupervisor:
@@ -319,73 +290,25 @@ def _child_main(
     config: WorkflowSupervisorConfig,
     report_fd: int,
 ) -> int:
+    """A child's life: build its worker (which opens its own store), run the worker loop
+    until SIGTERM or recycling, report each outcome kind to the parent, and close."""
     token = CancellationToken()
     signal.signal(signal.SIGTERM, lambda _s, _f: token.cancel())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into SIGTERM
+
+    def report(outcome: RunOutcome) -> None:
+        os.write(report_fd, f"{outcome.kind}\n".encode())
+
     worker = factory(worker_id)
-    fields = {"worker_id": worker_id.value}
-    backoff = IdleBackoff(config.min_backoff, config.max_backoff)
-    tasks = 0
-    due_but_unclaimable = False
     try:
-        while not token.cancelled:
-            # Claim the next task with this one's completion unless this child is
-            # recycled after the cycle or stops: the worker checks the token again just
-            # before the completion, so a SIGTERM during the cycle makes no new claim.
-            last = config.recycle_after_tasks is not None and tasks + 1 >= config.recycle_after_tasks
-            try:
-                outcome = worker.run_once(claim_next=not last, stopping=token)
-            except Exception:
-                # An unreachable store (a database restart) ends the cycle, not the child:
-                # the store reconnects, and a task the cycle held is claimed again once its
-                # lease expires.
-                log.exception("worker %s: cycle failed; backing off", worker_id, extra=fields)
-                token.wait(config.max_backoff.total_seconds())
-                continue
-            os.write(report_fd, f"{outcome.kind}\n".encode())
-            if isinstance(outcome, Idle):
-                try:
-                    # Work due right after an empty claim either just arrived (claim again
-                    # at once) or is work this worker may not take: held by tenant
-                    # admission, or rows other claimers hold. Twice in a row means the
-                    # latter: sleep the backoff out rather than ask the store again at once.
-                    due_now = worker.store.wait_for_work(timedelta(0))
-                    if due_now and due_but_unclaimable:
-                        token.wait(backoff.next_s())
-                        due_but_unclaimable = False
-                    else:
-                        due_but_unclaimable = due_now
-                        if not due_now:
-                            _wait_for_work(worker, backoff.next_s(), token)
-                except Exception:
-                    log.exception("worker %s: waiting for work failed; backing off", worker_id, extra=fields)
-                    token.wait(config.max_backoff.total_seconds())
-                continue
-            backoff.reset()
-            if not isinstance(outcome, Yielded):
-                tasks += 1
-            if config.recycle_after_tasks is not None and tasks >= config.recycle_after_tasks:
-                return _EXIT_RECYCLE
-        return _EXIT_DONE
+        done = worker.run(
+            token,
+            max_tasks=config.recycle_after_tasks,
+            min_backoff=config.min_backoff,
+            max_backoff=config.max_backoff,
+            on_outcome=report,
+        )
+        return _EXIT_RECYCLE if done.reached_max_tasks else _EXIT_DONE
     finally:
         worker.close()
         os.close(report_fd)
-
-
-def _wait_for_work(worker: WorkflowWorker, delay_s: float, token: CancellationToken) -> None:
-    """Idle for up to ``delay_s``, returning early when the store says work is claimable
-    (PostgreSQL: a NOTIFY or a due time; SQLite: its poll) or the token is cancelled.
-
-    A signal cannot interrupt a blocking ``wait_for_work`` (the handler only cancels the
-    token and the wait resumes), so the wait runs in slices of at most
-    ``_IDLE_WAIT_SLICE_S`` with the token checked between them: SIGTERM stops an idle
-    child within one slice rather than after up to ``max_backoff``. Work that arrives
-    between two slices is not missed: each slice looks for due work before it sleeps.
-    """
-    deadline = time.monotonic() + delay_s
-    while not token.cancelled:
-        remaining_s = deadline - time.monotonic()
-        if remaining_s <= 0:
-            return
-        if worker.store.wait_for_work(timedelta(seconds=min(remaining_s, _IDLE_WAIT_SLICE_S))):
-            return

@@ -194,17 +194,28 @@ TRANSITION_KINDS = ("complete", "suspend", "fail", "retry", "cancel", "yield", "
 
 
 def _transition_hooks() -> set[tuple[str, str]]:
-    """(point, kind) of every ``crashpoints.reached("..._transition", "<kind>")`` call in
-    the library's source: the writes that end a claim, as the code has them."""
+    """(point, kind) of every transition crash point in the library's source: the writes
+    that end a claim, as the code has them. A ``crashpoints.transition("<kind>")`` block
+    brackets its write with both points; a ``crashpoints.reached("..._transition",
+    "<kind>")`` call is the one point it names. Only the helper's own two calls, in
+    ``crashpoints.py``, pass the kind on from a variable."""
     hooks = set()
+    helper = ROOT / "runifold_sync" / "crashpoints.py"
     for path in (ROOT / "runifold_sync").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            if not isinstance(node, ast.Call):
                 continue
-            args = node.args
-            if node.func.attr == "reached" and len(args) == 2 and isinstance(args[0], ast.Constant):
+            called, args = ast.unparse(node.func), node.args
+            if called in ("transition", "crashpoints.transition"):
+                assert len(args) == 1 and isinstance(args[0], ast.Constant), (
+                    f"{path}: a transition kind must be a literal"
+                )
+                hooks |= {(f"{when}_transition", args[0].value) for when in ("before", "after")}
+            elif called.endswith("reached") and len(args) == 2 and isinstance(args[0], ast.Constant):
                 point = args[0].value
                 if point in ("before_transition", "after_transition"):
+                    if path == helper and ast.unparse(args[1]) == "self.kind":
+                        continue  # the helper's own points, counted at each block above
                     assert isinstance(args[1], ast.Constant), f"{path}: a transition kind must be a literal"
                     hooks.add((point, args[1].value))
     return hooks

@@ -1,0 +1,305 @@
+"""Executing one claimed task: rebuild its exact definition version, replay its checkpoint,
+run the main function, and end the claim with exactly one fenced store transition
+(complete, suspend, retry, release, acknowledge a cancel, or fail).
+
+Workflow failures become outcomes; only programming errors and an unreachable store
+raise. Each transition is bracketed by its crash points (``crashpoints.transition``).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from . import crashpoints
+from .checkpoint import Checkpoint
+from .claim_ahead import ClaimedAhead
+from .codec import MAX_NESTING_DEPTH, NotJsonable, from_json, structure, to_json
+from .context import WorkflowContext
+from .definition import WorkflowDefinition, WorkflowRegistry
+from .errors import (
+    CancelPending,
+    CheckpointError,
+    FingerprintMismatch,
+    LeaseLostError,
+    StoreUnavailable,
+)
+from .heartbeat import LeaseKeeper
+from .interrupts import (
+    CancelRequested,
+    FailRequested,
+    LeaseGone,
+    RetryRequested,
+    SuspendRequested,
+    YieldRequested,
+)
+from .logs import task_fields
+from .models import WorkerId
+from .outcomes import (
+    Cancelled,
+    Completed,
+    DefinitionUnavailable,
+    Failed,
+    FailureCause,
+    LeaseLost,
+    Retried,
+    RunOutcome,
+    Suspended,
+    Yielded,
+)
+from .store.base import WorkflowStore
+from .store.records import ClaimedTask
+from .worker_settings import WorkerSettings
+
+log = logging.getLogger("runifold_sync.worker")
+
+
+class ClaimExecutor:
+    """Runs the tasks one worker claimed, one at a time, on the worker's thread."""
+
+    def __init__(
+        self,
+        store: WorkflowStore,
+        registry: WorkflowRegistry,
+        worker_id: WorkerId,
+        settings: WorkerSettings,
+        keeper: LeaseKeeper,
+        ahead: ClaimedAhead,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.worker_id = worker_id
+        self._max_steps_per_claim = settings.max_steps_per_claim
+        self._max_checkpoint_bytes = settings.max_checkpoint_bytes
+        self._unavailable_delay = settings.unavailable_delay
+        self._keeper = keeper
+        self._ahead = ahead  # holds what a completion claims for the next cycle
+
+    def run(self, claimed: ClaimedTask, extended_at: float | None = None) -> RunOutcome:
+        """Run ``claimed`` (its lease last extended at monotonic ``extended_at``, default
+        now) until its workflow completes, waits, fails or yields, and make the one fenced
+        transition that ends the claim."""
+        lease = claimed.lease
+        definition = self.registry.get(claimed.definition_name, claimed.definition_version)
+        if definition is None:
+            reason = (
+                f"definition unavailable: {claimed.definition_name!r} version "
+                f"{claimed.definition_version} is not registered on worker {self.worker_id}"
+            )
+            log.warning(reason, extra=task_fields(lease))
+            try:
+                with crashpoints.transition("unavailable"):
+                    self.store.release(lease, delay=self._unavailable_delay, reason=reason)
+            except LeaseLostError as error:
+                return self._lease_lost(claimed, error)
+            return DefinitionUnavailable(lease.task_id, claimed.definition_name, claimed.definition_version)
+        try:
+            checkpoint = self._load_checkpoint(claimed, definition)
+        except CheckpointError as exc:
+            return self._fail(claimed, claimed.revision, None, str(exc), "checkpoint")
+        if checkpoint.phase == "failed":  # requeued by an operator: failing steps start afresh
+            checkpoint.step_failures.clear()
+        checkpoint.phase = "running"
+        checkpoint.usage = checkpoint.usage.add(claims=1)
+        flags = self._keeper.watch(lease, extended_at)
+        try:
+            ctx = WorkflowContext(
+                claimed=claimed,
+                definition=definition,
+                checkpoint=checkpoint,
+                store=self.store,
+                flags=flags,
+                max_steps_per_claim=self._max_steps_per_claim,
+                max_checkpoint_bytes=self._max_checkpoint_bytes,
+            )
+            return self._execute(claimed, definition, ctx)
+        finally:
+            self._keeper.unwatch()
+
+    def _load_checkpoint(self, claimed: ClaimedTask, definition: WorkflowDefinition) -> Checkpoint:
+        identity = definition.identity
+        if claimed.checkpoint_json is None:
+            return Checkpoint(identity)
+        checkpoint = Checkpoint.decode(claimed.lease.task_id, claimed.checkpoint_json)
+        if checkpoint.definition != identity:
+            raise FingerprintMismatch(
+                claimed.lease.task_id, checkpoint.definition.fingerprint, identity.fingerprint
+            )
+        return checkpoint
+
+    def _execute(
+        self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: WorkflowContext
+    ) -> RunOutcome:
+        try:
+            try:
+                if claimed.claims_since_progress > definition.budget.max_attempts:
+                    raise FailRequested(
+                        f"claimed {claimed.claims_since_progress} times without progress, over "
+                        f"max_attempts={definition.budget.max_attempts}: a step keeps crashing its worker",
+                        cause="crash_loop",
+                    )
+                if ctx.checkpoint.compensating_for is not None:  # a crash interrupted the undo
+                    return self._compensate(claimed, ctx, ctx.checkpoint.compensating_for, "", "other")
+                if claimed.lease.cancel_requested is None:
+                    try:
+                        return self._drive(claimed, definition, ctx)
+                    except CancelPending:
+                        pass  # the cancel reached the row before this cycle's transition: it wins
+                # Cancelled before this claim (while queued, waiting, or under a worker that
+                # died): no step of the main function runs again, only the compensations.
+                return self._compensate(claimed, ctx, "cancel", "cancel requested", "other")
+            except FailRequested as failure:
+                return self._fail_after_undo(claimed, ctx, failure)
+        except LeaseGone as gone:  # also while undoing: the new owner carries on
+            return self._lease_lost(claimed, gone.error)
+        except LeaseLostError as error:  # the final write was refused
+            return self._lease_lost(claimed, error)
+
+    def _fail_after_undo(
+        self, claimed: ClaimedTask, ctx: WorkflowContext, failure: FailRequested
+    ) -> RunOutcome:
+        """Undo completed steps once if the failure calls for it, then end the task failed;
+        a compensation that raises ends the undo, and the task fails with its reason."""
+        undo = failure.ambiguous_effect is None and ctx.checkpoint.compensating_for is None
+        if undo and ctx.needs_compensation():
+            try:
+                return self._compensate(claimed, ctx, "failure", failure.reason, failure.cause)
+            except FailRequested as undo_failed:
+                failure = undo_failed
+        ctx.checkpoint.phase = "failed"
+        try:
+            text: str | None = ctx.encode()
+        except CheckpointError:
+            text = None
+        return self._fail(
+            claimed, ctx.revision, text, failure.reason, failure.cause, failure.ambiguous_effect
+        )
+
+    def _drive(
+        self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: WorkflowContext
+    ) -> RunOutcome:
+        """Run the main function and make the transition it ended in."""
+        lease = claimed.lease
+        workflow = definition.workflow
+        assert workflow.main_fn is not None
+        try:
+            try:
+                workflow_input = structure(from_json(claimed.input_json), workflow.input_type())
+            except Exception as exc:
+                raise FailRequested(
+                    f"input does not fit {workflow.input_type()!r}: {exc}", cause="bad_input"
+                ) from exc
+            try:
+                value = workflow.main_fn(ctx, workflow_input)
+            except StoreUnavailable:
+                # A checkpoint commit, signal or clock read through ctx found the store
+                # away: that ends this cycle, not the task, which is claimed again once
+                # its lease expires. (Failing it would also record in-memory progress,
+                # such as a consumed signal, that the store never committed.)
+                raise
+            except Exception as exc:
+                raise FailRequested(
+                    f"workflow main raised {type(exc).__name__}: {exc}", cause="workflow_error"
+                ) from exc
+            try:
+                result_json = to_json(value, max_depth=MAX_NESTING_DEPTH)
+            except NotJsonable as exc:
+                raise FailRequested(
+                    f"workflow result cannot be stored as JSON: {exc}", cause="not_serializable"
+                ) from exc
+            self._check_result_size(lease.task_id, result_json)
+            ctx.checkpoint.phase = "completed"
+            with crashpoints.transition("complete"):
+                then_claim = self._ahead.completion_claim()
+                self._ahead.hold(
+                    self.store.complete(
+                        lease, ctx.revision, self._encode_or_fail(ctx), result_json, then_claim=then_claim
+                    )
+                )
+            return Completed(lease.task_id, from_json(result_json))
+        except SuspendRequested as wait:
+            ctx.checkpoint.phase = "waiting"
+            text = self._encode_or_fail(ctx)
+            with crashpoints.transition("suspend"):
+                self.store.suspend(
+                    lease, ctx.revision, text, wake_at=wait.wake_at, reason=wait.reason, signal=wait.signal
+                )
+            return Suspended(lease.task_id, wait.reason, wait.wake_at)
+        except CancelRequested:
+            return self._compensate(claimed, ctx, "cancel", "cancel requested", "other")
+        except RetryRequested as retry:
+            text = self._encode_or_fail(ctx)
+            delay = timedelta(seconds=retry.delay_s)
+            with crashpoints.transition("retry"):
+                retry_at = self.store.retry(lease, ctx.revision, text, delay=delay, reason=retry.reason)
+            return Retried(lease.task_id, retry.reason, retry_at)
+        except YieldRequested:
+            with crashpoints.transition("yield"):
+                self.store.release(lease, delay=timedelta(0), reason="step slice used up; requeued")
+            return Yielded(lease.task_id)
+
+    def _compensate(
+        self,
+        claimed: ClaimedTask,
+        ctx: WorkflowContext,
+        cause: str,
+        reason: str,
+        failure_cause: FailureCause,
+    ) -> RunOutcome:
+        """Undo completed steps (if any have compensations), then end the task as the
+        cause says: cancelled, or failed with the original reason and ``failure_cause``."""
+        lease = claimed.lease
+        ctx.compensate(cause, reason)
+        reason = ctx.checkpoint.compensation_reason or reason
+        if cause == "cancel":
+            ctx.checkpoint.phase = "cancelled"
+            text = self._encode_or_fail(ctx)
+            with crashpoints.transition("cancel"):
+                self.store.acknowledge_cancel(lease, ctx.revision, text)
+            return Cancelled(lease.task_id, self.store.get_task(lease.task_id).reason or "cancelled")
+        ctx.checkpoint.phase = "failed"
+        undone = ", ".join(ctx.checkpoint.compensated) or "nothing"
+        reason = f"{reason} (compensated: {undone})"
+        return self._fail(claimed, ctx.revision, ctx.encode(), reason, failure_cause)
+
+    def _check_result_size(self, task_id: str, result_json: str) -> None:
+        """Hold the result to the checkpoint's size limit: it is stored in the same row
+        and read back by everyone who looks at the task."""
+        size = len(result_json.encode())
+        if size > self._max_checkpoint_bytes:
+            raise FailRequested(
+                f"workflow result of task {task_id!r} is {size} bytes, over the limit of "
+                f"{self._max_checkpoint_bytes} bytes (max_checkpoint_bytes); keep large "
+                "artifacts outside and return their ids",
+                cause="checkpoint",
+            )
+
+    def _encode_or_fail(self, ctx: WorkflowContext) -> str:
+        try:
+            return ctx.encode()
+        except CheckpointError as exc:
+            raise FailRequested(str(exc), cause="checkpoint") from exc
+
+    def _fail(
+        self,
+        claimed: ClaimedTask,
+        revision: int,
+        checkpoint_json: str | None,
+        reason: str,
+        cause: FailureCause,
+        ambiguous_effect: str | None = None,
+    ) -> RunOutcome:
+        lease = claimed.lease
+        log.error("task failed: %s", reason, extra=task_fields(lease))
+        try:
+            with crashpoints.transition("fail"):
+                self.store.fail(
+                    lease, revision, checkpoint_json, reason=reason, ambiguous_effect=ambiguous_effect
+                )
+        except LeaseLostError as error:
+            return self._lease_lost(claimed, error)
+        return Failed(lease.task_id, reason, recoverable=ambiguous_effect is not None, cause=cause)
+
+    def _lease_lost(self, claimed: ClaimedTask, error: LeaseLostError) -> RunOutcome:
+        log.warning("%s", error, extra=task_fields(claimed.lease))
+        return LeaseLost(claimed.lease.task_id, claimed.lease.fencing_token)

@@ -1,0 +1,150 @@
+"""``WorkerSettings`` (a worker's settings, their defaults and checks in one place), the
+one integer check they and the rest of the package use (``models.check_int``), and the
+crash-point bracket around each claim-ending write (``crashpoints.transition``)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import attrs
+import pytest
+
+from runifold_sync import (
+    InvalidArgument,
+    LeaseDuration,
+    WorkerId,
+    WorkerSettings,
+    WorkflowRegistry,
+    WorkflowSupervisorConfig,
+    WorkflowWorker,
+    crashpoints,
+)
+from runifold_sync.checkpoint import DEFAULT_MAX_CHECKPOINT_BYTES
+from runifold_sync.models import check_int
+from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.worker_settings import WorkerOptions
+
+LEASE = LeaseDuration(timedelta(seconds=10))
+
+
+def test_defaults_are_a_30_s_lease_beaten_every_10_s_claiming_one_task_at_a_time() -> None:
+    settings = WorkerSettings()
+    assert settings == WorkerSettings(
+        lease_duration=LeaseDuration(timedelta(seconds=30)),
+        heartbeat_interval=timedelta(seconds=10),
+        claim_batch=1,
+        max_steps_per_claim=None,
+        max_checkpoint_bytes=DEFAULT_MAX_CHECKPOINT_BYTES,
+        unavailable_delay=timedelta(seconds=5),
+    )
+
+
+def test_the_worker_keywords_are_exactly_the_settings_after_lease_and_heartbeat() -> None:
+    fields = [f.name for f in attrs.fields(WorkerSettings)]
+    assert fields[:2] == ["lease_duration", "heartbeat_interval"]
+    assert set(WorkerOptions.__annotations__) == set(fields[2:])
+
+
+def test_a_worker_takes_its_settings_as_keywords_or_as_an_object_and_keywords_override_it(
+    sqlite_store: SqliteWorkflowStore,
+) -> None:
+    def worker(*args: Any, **kwargs: Any) -> WorkflowWorker:
+        built = WorkflowWorker(sqlite_store, WorkflowRegistry(), WorkerId.parse("w1"), *args, **kwargs)
+        built.close()
+        return built
+
+    expected = WorkerSettings(LEASE, timedelta(seconds=2), claim_batch=4, max_steps_per_claim=3)
+    by_keywords = worker(LEASE, timedelta(seconds=2), claim_batch=4, max_steps_per_claim=3)
+    assert by_keywords.settings == expected
+    assert worker(settings=expected).settings == expected
+    longer = attrs.evolve(expected, lease_duration=LeaseDuration(timedelta(seconds=20)))
+    overridden = worker(LEASE, settings=longer, claim_batch=9)
+    assert overridden.settings == attrs.evolve(expected, claim_batch=9)
+    assert overridden.lease_duration == LEASE
+    assert worker().settings == WorkerSettings()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"claim_batch": 0}, "claim_batch must be an integer in 1..100, got 0"),
+        ({"claim_batch": 101}, "claim_batch must be an integer in 1..100, got 101"),
+        ({"claim_batch": True}, "claim_batch must be an integer in 1..100, got True"),
+        ({"max_steps_per_claim": 0}, "max_steps_per_claim must be an integer >= 1, got 0"),
+        ({"max_steps_per_claim": 2.0}, "max_steps_per_claim must be an integer >= 1, got 2.0"),
+        ({"max_checkpoint_bytes": 1023}, "max_checkpoint_bytes must be an integer >= 1024, got 1023"),
+        (
+            {"unavailable_delay": timedelta(seconds=-1)},
+            "unavailable_delay must be a non-negative timedelta, got datetime.timedelta(days=-1, "
+            "seconds=86399)",
+        ),
+        ({"lease_duration": timedelta(seconds=30)}, "lease_duration must be a LeaseDuration, got"),
+        ({"heartbeat_interval": 5}, "heartbeat interval must be a positive timedelta, got 5"),
+        (
+            {"heartbeat_interval": timedelta(seconds=16)},
+            "heartbeat interval 0:00:16 must be at most half the lease duration 0:00:30",
+        ),
+    ],
+)
+def test_a_bad_setting_is_refused_naming_the_field_and_the_value(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        WorkerSettings(**options)
+    assert str(info.value).startswith(message)
+
+
+def test_a_supervisor_config_checks_its_fields_however_it_is_built() -> None:
+    with pytest.raises(InvalidArgument, match="minimum backoff 0:00:02 is above maximum backoff 0:00:01"):
+        WorkflowSupervisorConfig(1, min_backoff=timedelta(seconds=2), max_backoff=timedelta(seconds=1))
+    with pytest.raises(InvalidArgument, match="minimum backoff must be positive"):
+        WorkflowSupervisorConfig(1).with_backoff(timedelta(0), timedelta(seconds=1))
+    with pytest.raises(InvalidArgument, match="recycle_after_tasks must be an integer >= 1, got 0"):
+        WorkflowSupervisorConfig(1).with_recycling(0)
+    with pytest.raises(InvalidArgument, match="shutdown grace must be positive"):
+        WorkflowSupervisorConfig(1, shutdown_grace=timedelta(0))
+    assert WorkflowSupervisorConfig(1).with_recycling(5).recycle_after_tasks == 5
+
+
+@pytest.mark.parametrize(
+    ("bounds", "value", "message"),
+    [
+        ({"minimum": 1}, 0, "n must be an integer >= 1, got 0"),
+        ({"minimum": 1}, True, "n must be an integer >= 1, got True"),
+        ({"minimum": 1}, "3", "n must be an integer >= 1, got '3'"),
+        ({"minimum": 1, "maximum": 5}, 6, "n must be an integer in 1..5, got 6"),
+        ({"maximum": 5}, 6, "n must be an integer <= 5, got 6"),
+        ({}, 1.0, "n must be an integer, got 1.0"),
+    ],
+)
+def test_check_int_refuses_values_outside_its_bounds_and_non_integers(
+    bounds: dict[str, int], value: object, message: str
+) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        check_int("n", value, **bounds)
+    assert str(info.value) == message
+
+
+def test_check_int_returns_the_value_at_its_bounds() -> None:
+    assert check_int("n", 1, minimum=1, maximum=5) == 1
+    assert check_int("n", 5, minimum=1, maximum=5) == 5
+    assert check_int("n", -(10**30)) == -(10**30)
+
+
+def test_a_transition_block_reaches_its_before_point_and_its_after_point_only_when_the_write_returned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reached: list[tuple[str, str]] = []
+    monkeypatch.setattr(crashpoints, "ARMED", {"before_transition": None, "after_transition": None})
+    monkeypatch.setattr(crashpoints, "reached", lambda point, subject="": reached.append((point, subject)))
+    with crashpoints.transition("complete"):
+        reached.append(("write", ""))
+    with pytest.raises(RuntimeError), crashpoints.transition("fail"):
+        raise RuntimeError("the write was refused")
+    assert reached == [
+        ("before_transition", "complete"),
+        ("write", ""),
+        ("after_transition", "complete"),
+        ("before_transition", "fail"),
+    ]
