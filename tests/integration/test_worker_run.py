@@ -32,8 +32,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-
-from .conftest import Backend
+from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=5))
 HEARTBEAT = timedelta(seconds=1)
