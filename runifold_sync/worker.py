@@ -21,8 +21,8 @@ import attrs
 from . import crashpoints
 from .checkpoint import DEFAULT_MAX_CHECKPOINT_BYTES, Checkpoint
 from .codec import MAX_NESTING_DEPTH, NotJsonable, from_json, structure, to_json
-from .context import WorkflowContext
 from .definition import WorkflowDefinition, WorkflowRegistry
+from .engine import TaskRun
 from .errors import (
     CancelPending,
     CheckpointError,
@@ -263,7 +263,7 @@ class WorkflowWorker:
         checkpoint.usage = checkpoint.usage.add(claims=1)
         flags = self._keeper.watch(lease, extended_at)
         try:
-            ctx = WorkflowContext(
+            ctx = TaskRun(
                 claimed=claimed,
                 definition=definition,
                 checkpoint=checkpoint,
@@ -287,9 +287,7 @@ class WorkflowWorker:
             )
         return checkpoint
 
-    def _execute(
-        self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: WorkflowContext
-    ) -> RunOutcome:
+    def _execute(self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: TaskRun) -> RunOutcome:
         try:
             try:
                 if claimed.claims_since_progress > definition.budget.max_attempts:
@@ -315,9 +313,7 @@ class WorkflowWorker:
         except LeaseLostError as error:  # the final write was refused
             return self._lease_lost(claimed, error)
 
-    def _fail_after_undo(
-        self, claimed: ClaimedTask, ctx: WorkflowContext, failure: FailRequested
-    ) -> RunOutcome:
+    def _fail_after_undo(self, claimed: ClaimedTask, ctx: TaskRun, failure: FailRequested) -> RunOutcome:
         """Undo completed steps once if the failure calls for it, then end the task failed;
         a compensation that raises ends the undo, and the task fails with its reason."""
         undo = failure.ambiguous_effect is None and ctx.checkpoint.compensating_for is None
@@ -335,9 +331,7 @@ class WorkflowWorker:
             claimed, ctx.revision, text, failure.reason, failure.cause, failure.ambiguous_effect
         )
 
-    def _drive(
-        self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: WorkflowContext
-    ) -> RunOutcome:
+    def _drive(self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: TaskRun) -> RunOutcome:
         """Run the main function and make the transition it ended in."""
         lease = claimed.lease
         workflow = definition.workflow
@@ -350,7 +344,7 @@ class WorkflowWorker:
                     f"input does not fit {workflow.input_type()!r}: {exc}", cause="bad_input"
                 ) from exc
             try:
-                value = workflow.main_fn(ctx, workflow_input)
+                value = workflow.main_fn(ctx.context, workflow_input)
             except StoreUnavailable:
                 # A checkpoint commit, signal or clock read through ctx found the store
                 # away: that ends this cycle, not the task, which is claimed again once
@@ -416,7 +410,7 @@ class WorkflowWorker:
     def _compensate(
         self,
         claimed: ClaimedTask,
-        ctx: WorkflowContext,
+        ctx: TaskRun,
         cause: str,
         reason: str,
         failure_cause: FailureCause,
@@ -452,7 +446,7 @@ class WorkflowWorker:
                 cause="checkpoint",
             )
 
-    def _encode_or_fail(self, ctx: WorkflowContext) -> str:
+    def _encode_or_fail(self, ctx: TaskRun) -> str:
         try:
             return ctx.encode()
         except CheckpointError as exc:
