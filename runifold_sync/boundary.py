@@ -9,16 +9,42 @@ it was the last one.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from datetime import timedelta
+
+import attrs
 
 from .commits import Commits
 from .errors import LeaseLostError
 from .heartbeat import LeaseFlags
 from .interrupts import BranchStopped, CancelRequested, FailRequested, LeaseGone, YieldRequested
 from .models import Budget, BudgetUsage
-from .progress import BranchScope
+
+
+@attrs.frozen
+class BranchScope:
+    """What a parallel branch's context knows of its branch: the key that scopes its
+    call ids, its budget share and the signal to stop."""
+
+    key: str  # "parallel#1/a": scopes the branch's call ids and its journal
+    reserve: Budget | None
+    stop: threading.Event  # set when the branch must stop at its next step boundary
+    # Shares of the parallel call's unfinished reserved branches, by key; the runner drops
+    # a branch's entry when it finishes. An unreserved branch may not spend them.
+    held: Mapping[str, Budget] = attrs.Factory(dict)
+
+    def held_for_others(self, branch_usage: Mapping[str, BudgetUsage]) -> tuple[int, float]:
+        """Steps and cost reserved by unfinished sibling branches and not yet spent."""
+        steps, cost = 0, 0.0
+        for key, share in tuple(self.held.items()):  # a snapshot: the runner removes entries
+            if key == self.key:
+                continue
+            used = branch_usage.get(key, BudgetUsage())
+            steps += max((share.max_steps or 0) - used.steps, 0)
+            cost += max((share.max_cost or 0) - used.cost, 0.0)
+        return steps, cost
 
 
 class Boundary:

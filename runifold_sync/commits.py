@@ -9,15 +9,42 @@ task stops at its next step boundary without waiting for a heartbeat.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
+
+import attrs
 
 from . import crashpoints
 from .checkpoint import Checkpoint
 from .errors import CheckpointError, LeaseLostError
 from .heartbeat import LeaseFlags
 from .interrupts import FailRequested, LeaseGone
-from .progress import Progress
 from .store.base import Committed, Lease, Signal, WorkflowStore
+
+
+@attrs.define
+class Progress:
+    """The checkpoint and its revision, shared by the main function and its parallel
+    branches; the lock serializes their commits into one revision sequence."""
+
+    checkpoint: Checkpoint
+    revision: int
+    lock: threading.RLock = attrs.Factory(threading.RLock)
+    # A step whose result is in the checkpoint but not yet committed: it is committed
+    # before the next body runs, or with the cycle's transition (complete, suspend...),
+    # which saves the last step of a run its own round trip.
+    unsaved: str | None = None
+    # Run time (Budget.max_duration) is wall time while claimed: each tick adds the time
+    # since the previous one (or since the claim) to the checkpoint's usage.
+    ticked_at: float = attrs.Factory(time.monotonic)
+
+    def tick(self, *, steps: int = 0, cost: float = 0.0) -> None:
+        """Add the wall time since the last tick, and ``steps`` and ``cost`` if given,
+        to usage in one update (caller holds the lock)."""
+        now = time.monotonic()
+        elapsed_s = now - self.ticked_at
+        self.checkpoint.usage = self.checkpoint.usage.add(steps=steps, cost=cost, elapsed_s=elapsed_s)
+        self.ticked_at = now
 
 
 class Commits:

@@ -3,7 +3,7 @@
 A ``TaskRun`` puts together, for one journal (the main function's, or a parallel
 branch's through ``branch``), the cursor that replays it (``replay.py``), the commits
 shared by the whole claim (``commits.py``), the boundary checks (``boundary.py``), steps
-and effects (``calls.py``), waits (``waiting.py``), branches (``branches.py``) and the
+and effects (``calls.py``), waits (``waits.py``), branches (``branches.py``) and the
 undo (``compensation.py``). User code sees only ``context``, the authoring facade.
 """
 
@@ -15,22 +15,20 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from .boundary import Boundary
+from .boundary import Boundary, BranchScope
 from .branches import Parent, run_parallel, run_race
 from .calls import Calls
 from .checkpoint import Checkpoint
-from .commits import Commits
+from .commits import Commits, Progress
 from .compensation import Compensation
 from .context import Branches, WorkflowContext
 from .definition import WorkflowDefinition
 from .heartbeat import LeaseFlags
 from .models import Budget
-from .progress import BranchScope, Progress
 from .replay import Cursor
 from .specs import StepSpec
 from .store.base import ClaimedTask, Lease, WorkflowStore
-from .waiting import Waits
-from .waits import ApprovalDecision, ApprovalTimedOut
+from .waits import ApprovalDecision, ApprovalTimedOut, Waits
 
 
 class TaskRun:

@@ -7,7 +7,7 @@ next position of its journal through a ``Cursor``:
 - an entry recorded there as finished (``DONE``) is the call's result: the cursor moves
   past it and the caller returns its output without running anything;
 - an unfinished entry (an effect's intent, a wait not over, branches not all finished) is
-  handed back for its kind to continue (``calls.py``, ``waiting.py``, ``branches.py``);
+  handed back for its kind to continue (``calls.py``, ``waits.py``, ``branches.py``);
 - past the end of the journal the call is new: it runs, and its entry is recorded at the
   cursor and committed (``commits.py``) before the function goes on, so a completed call
   never runs twice and at most the call in flight is lost in a crash;

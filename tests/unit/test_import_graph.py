@@ -23,11 +23,10 @@ LAYERED = (
     "commits",
     "boundary",
     "calls",
-    "waiting",
+    "waits",
     "compensation",
     "branches",
     "checkpoint",
-    "progress",
 )
 
 
