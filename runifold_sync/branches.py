@@ -177,7 +177,7 @@ def run_parallel(
     if unknown:
         raise InvalidArgument(f"reserve names branches that do not exist: {sorted(unknown)}")
     entry = _start(parent, EntryKind.PARALLEL, lambda: parent.boundary.check_reservations(reserve))
-    if entry.status is EntryStatus.DONE:
+    if entry.status == EntryStatus.DONE:
         return {key: _structured(fn, entry.output[key]) for key, fn in branches.items()}
     call_id = entry.call_id
     # Branches that finished before an interruption: their results are in the pending
@@ -211,7 +211,7 @@ def run_race(
     if safe - set(branches):
         raise InvalidArgument(f"cancel_safe names branches that do not exist: {sorted(safe - set(branches))}")
     entry = _start(parent, EntryKind.RACE, lambda: None)
-    if entry.status is EntryStatus.DONE:
+    if entry.status == EntryStatus.DONE:
         winner = entry.output["winner"]
         return winner, _structured(branches[winner], entry.output["result"])
     call_id = entry.call_id
@@ -250,12 +250,12 @@ def run_race(
 def _start(parent: Parent, kind: EntryKind, check: Callable[[], None]) -> JournalEntry:
     """The journal entry of a parallel or race call: finished (replayed), pending from an
     earlier claim, or new, begun after ``check`` and the boundary checks passed."""
-    call = parent.cursor.take(kind.value, kind)
-    if call.entry is not None:
-        return call.entry
+    call_id, recorded = parent.cursor.take(kind.value, kind)
+    if recorded is not None:
+        return recorded
     parent.boundary.check_continue()
     check()
-    entry = JournalEntry(call.call_id, kind, EntryStatus.PENDING, output={})
+    entry = JournalEntry(call_id, kind, EntryStatus.PENDING, output={})
     parent.cursor.begin(entry)
     return entry
 

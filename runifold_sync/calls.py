@@ -1,7 +1,8 @@
 """Steps and effects: running a body for real, under its retry policy, and the intent an
 effect commits before it touches the outside world.
 
-A step follows the replay rule as it is (``replay.replay_or_run``). An effect first
+A step follows the replay rule as it is: replayed when its entry is finished, else run,
+recorded and committed before the next body runs. An effect first
 commits an intent with a stable idempotency key; found unfinished on replay, it is run
 again only when that is known to be safe (idempotent, resolved as not applied, or
 reconciled as not applied), returns the known result when it is known to have happened,
@@ -24,12 +25,15 @@ from .effects import EffectEvidence, EffectStatus
 from .errors import AmbiguousEffect, OutputNotSerializable
 from .interrupts import BranchStopped, CancelRequested, FailRequested, RetryRequested
 from .logs import task_fields
-from .replay import Cursor, replay_or_run
+from .replay import Cursor, finished
 from .specs import StepSpec
 from .step_context import StepContext
 from .store.base import EffectResolution, Lease
 
-log = logging.getLogger("runifold_sync.context")
+log = logging.getLogger("runifold_sync.context")  # the engine's logger kept its name
+
+# Bound once, for the replay of every step (see replay._DONE).
+_STEP, _EFFECT, _DONE = EntryKind.STEP, EntryKind.EFFECT, EntryStatus.DONE
 
 
 def structured(spec: StepSpec, raw: Any) -> Any:
@@ -74,40 +78,37 @@ class Calls:
 
     def call(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """What calling a declared step or effect with ``ctx`` does."""
-        if spec.kind is EntryKind.EFFECT:
+        if spec.kind is _EFFECT:
             return self._effect(spec, args, kwargs)
-
-        def run(call_id: str) -> Any:
-            self._boundary.before_body()
-            return self._execute(spec, call_id, None, args, kwargs)
-
-        def save(entry: JournalEntry) -> None:
-            self._completed(spec, entry.call_id)
-            self._commits.defer(entry.call_id)
-
-        output, ran = replay_or_run(self._cursor, spec.step_id, EntryKind.STEP, run, save)
-        if ran:
-            self._boundary.check_budget()
+        call_id, entry = self._cursor.take(spec.step_id, _STEP)
+        if entry is not None and entry.status == _DONE:
+            return structured(spec, entry.output)
+        self._boundary.before_body()
+        output = self._execute(spec, call_id, None, args, kwargs)
+        with self._commits.lock:
+            self._cursor.record(JournalEntry(call_id, _STEP, _DONE, output))
+            self._completed(spec, call_id)
+            self._commits.defer(call_id)
+        self._boundary.check_budget()
         return structured(spec, output)
 
     def _effect(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        call = self._cursor.take(spec.step_id, EntryKind.EFFECT)
-        entry = call.entry
-        if entry is not None and call.replayed:
+        call_id, entry = self._cursor.take(spec.step_id, _EFFECT)
+        if entry is not None and finished(entry):
             return structured(spec, entry.output)
         self._boundary.before_body()
         if entry is None:
-            key = f"{self._lease.task_id}/{call.call_id}"
-            entry = JournalEntry(call.call_id, EntryKind.EFFECT, EntryStatus.INTENT, key=key)
+            key = f"{self._lease.task_id}/{call_id}"
+            entry = JournalEntry(call_id, _EFFECT, EntryStatus.INTENT, key=key)
             self._cursor.begin(entry)
-            self._commits.commit(f"{call.call_id}:intent")  # durable before the outside world is touched
+            self._commits.commit(f"{call_id}:intent")  # durable before the outside world is touched
             self._continue_after_intent(entry)
         else:
             known = self._known_outcome(spec, entry, args, kwargs)
             if known is not None:
                 evidence, output = known
                 return self._finish_effect(spec, entry, output, evidence)
-        output = self._execute(spec, call.call_id, entry.key, args, kwargs)
+        output = self._execute(spec, call_id, entry.key, args, kwargs)
         return self._finish_effect(spec, entry, output, "ran")
 
     def _continue_after_intent(self, entry: JournalEntry) -> None:

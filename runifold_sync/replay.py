@@ -23,27 +23,20 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
-
-import attrs
 
 from .checkpoint import Checkpoint, EntryKind, EntryStatus, JournalEntry
 from .errors import NonDeterminism
 from .interrupts import FailRequested
 
+# Bound once: on Python 3.11 reading an enum member from its class is a Python-level
+# lookup that cost more than the rest of a replayed call's checks.
+_DONE = EntryStatus.DONE
 
-@attrs.frozen
-class Call:
-    """One call at its journal position: its id and the entry recorded for it, if any."""
 
-    call_id: str
-    entry: JournalEntry | None
-
-    @property
-    def replayed(self) -> bool:
-        """Recorded as finished: the caller returns the entry's output and runs nothing."""
-        return self.entry is not None and self.entry.status is EntryStatus.DONE
+def finished(entry: JournalEntry | None) -> bool:
+    """A recorded entry of a finished call: its output is the call's result."""
+    return entry is not None and entry.status == _DONE
 
 
 class Cursor:
@@ -73,24 +66,25 @@ class Cursor:
     def position(self) -> int:
         return self._position
 
-    def take(self, name: str, kind: EntryKind) -> Call:
-        """The next call, named ``name``, of ``kind``: its call id and recorded entry. A
-        finished entry is passed at once; an unfinished one stays under the cursor until
-        ``finish``. Fails closed when the position records another call."""
+    def take(self, name: str, kind: EntryKind) -> tuple[str, JournalEntry | None]:
+        """The next call, named ``name``, of ``kind``: its call id and its recorded entry
+        (None for a new call). A finished entry is passed at once; an unfinished one stays
+        under the cursor until ``finish``. Fails closed when the position records another
+        call. (A plain tuple: one is made for every call on every replay.)"""
         self._occurrences[name] += 1
         call_id = f"{self._prefix}{name}#{self._occurrences[name]}"
         position = self._position
         if position >= len(self.journal):
-            return Call(call_id, None)
+            return call_id, None
         entry = self.journal[position]
-        if entry.call_id != call_id or entry.kind != kind:
+        if entry.kind != kind or entry.call_id != call_id:
             raise FailRequested(
                 str(NonDeterminism(self.task_id, position, entry.call_id, call_id)),
                 cause="nondeterminism",
             )
-        if entry.status is EntryStatus.DONE:
+        if entry.status == _DONE:
             self._position += 1
-        return Call(call_id, entry)
+        return call_id, entry
 
     def record(self, entry: JournalEntry) -> None:
         """Append the finished entry of a new call and move past it."""
@@ -117,25 +111,3 @@ class Cursor:
         """Take an unfinished entry back out, as if its call had never been made."""
         with self.lock:
             self.journal.remove(entry)
-
-
-def replay_or_run(
-    cursor: Cursor,
-    name: str,
-    kind: EntryKind,
-    run: Callable[[str], Any],
-    save: Callable[[JournalEntry], None],
-) -> tuple[Any, bool]:
-    """The rule for a call that is either finished or not started (a step): the recorded
-    output when the journal has it, without running; else ``run(call_id)`` returns the
-    output, which is recorded at the cursor and handed to ``save`` under the journal lock,
-    where it is set to be committed. Returns the output and whether the call ran now."""
-    call = cursor.take(name, kind)
-    if call.entry is not None and call.replayed:
-        return call.entry.output, False
-    output = run(call.call_id)
-    entry = JournalEntry(call.call_id, kind, EntryStatus.DONE, output)
-    with cursor.lock:
-        cursor.record(entry)
-        save(entry)
-    return output, True

@@ -20,7 +20,7 @@ from .codec import from_json, structure
 from .commits import Commits
 from .errors import InvalidArgument
 from .interrupts import FailRequested, SuspendRequested
-from .replay import Cursor
+from .replay import Cursor, finished
 from .store.base import Signal, WorkflowStore
 
 
@@ -93,23 +93,20 @@ class Waits:
     def timer(self, deadline: Callable[[datetime], datetime]) -> None:
         """Wait until ``deadline(store now)``, computed once, when the timer is new."""
         self._no_wait_in_branch("timer")
-        call = self._cursor.take("timer", EntryKind.TIMER)
-        if call.replayed:
+        call_id, entry = self._cursor.take("timer", EntryKind.TIMER)
+        if finished(entry):
             return
-        entry = call.entry
         now = self._store.now()
         if entry is None:
             self._boundary.check_continue()
-            entry = JournalEntry(
-                call.call_id, EntryKind.TIMER, EntryStatus.PENDING, due=deadline(now).timestamp()
-            )
+            entry = JournalEntry(call_id, EntryKind.TIMER, EntryStatus.PENDING, due=deadline(now).timestamp())
             self._cursor.begin(entry)
         assert entry.due is not None
         due_at = datetime.fromtimestamp(entry.due, UTC)
         if now >= due_at:
             self._cursor.finish(entry, None)  # persisted with the next commit; replay re-derives it
             return
-        raise SuspendRequested(due_at, f"waiting for timer {call.call_id} until {due_at.isoformat()}")
+        raise SuspendRequested(due_at, f"waiting for timer {call_id} until {due_at.isoformat()}")
 
     def wait_for_signal(self, name: str, timeout: timedelta | None, payload_type: Any) -> Any:
         """A signal's payload structured as ``payload_type``, or ``SignalTimedOut``."""
@@ -180,9 +177,8 @@ class Waits:
             raise FailRequested(f"signal {name!r} is not declared by {self._workflow}", cause="misuse")
         if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
             raise InvalidArgument(f"signal timeout must be a positive timedelta or None, got {timeout!r}")
-        call = self._cursor.take(f"signal:{name}", EntryKind.SIGNAL)
-        call_id, entry = call.call_id, call.entry
-        if entry is not None and call.replayed:
+        call_id, entry = self._cursor.take(f"signal:{name}", EntryKind.SIGNAL)
+        if entry is not None and finished(entry):
             output: dict[str, Any] = entry.output
             return output
         self._boundary.check_continue()

@@ -7,11 +7,14 @@ position fails closed; each parallel branch walks its own journal with its own c
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import attrs
 import pytest
 
 from runifold_sync import (
@@ -26,10 +29,11 @@ from runifold_sync import (
 )
 from runifold_sync.checkpoint import Checkpoint, EntryKind, EntryStatus, JournalEntry
 from runifold_sync.engine import TaskRun
+from runifold_sync.errors import CheckpointError
 from runifold_sync.heartbeat import LeaseFlags
 from runifold_sync.interrupts import FailRequested
 from runifold_sync.models import DefinitionIdentity
-from runifold_sync.replay import Cursor, replay_or_run
+from runifold_sync.replay import Cursor, finished
 
 IDENTITY = DefinitionIdentity("replayed", 1, "f" * 16)
 
@@ -42,49 +46,29 @@ def _cursor(*entries: JournalEntry) -> Cursor:
     return Cursor(list(entries), threading.RLock(), "t1")
 
 
-class Runs:
-    """A step body that says what it ran, and a save that says what it was handed."""
-
-    def __init__(self, cursor: Cursor) -> None:
-        self.cursor = cursor
-        self.ran: list[str] = []
-        self.saved: list[JournalEntry] = []
-
-    def run(self, call_id: str) -> Any:
-        self.ran.append(call_id)
-        return f"new {call_id}"
-
-    def save(self, entry: JournalEntry) -> None:
-        assert self.cursor.lock._is_owned()  # type: ignore[attr-defined]  # under the journal lock
-        self.saved.append(entry)
-
-    def step(self, name: str) -> tuple[Any, bool]:
-        return replay_or_run(self.cursor, name, EntryKind.STEP, self.run, self.save)
+# --- the cursor ---------------------------------------------------------------------------
 
 
-# --- the cursor and the rule -------------------------------------------------------------
-
-
-def test_recorded_calls_return_their_outputs_in_order_without_running() -> None:
-    runs = Runs(_cursor(_done("a#1", 1), _done("b#1", {"x": 2}), _done("a#2", [3])))
-    assert [runs.step("a"), runs.step("b"), runs.step("a")] == [(1, False), ({"x": 2}, False), ([3], False)]
-    assert runs.ran == [] and runs.saved == []
-    assert runs.cursor.position == 3
-
-
-def test_the_first_unrecorded_call_runs_and_is_recorded_and_saved() -> None:
-    runs = Runs(_cursor(_done("a#1", 1)))
-    assert runs.step("a") == (1, False)
-    assert runs.step("a") == ("new a#2", True)
-    assert runs.step("b") == ("new b#1", True)
-    assert runs.ran == ["a#2", "b#1"]
-    assert runs.saved == runs.cursor.journal[1:]
-    assert [(e.call_id, e.kind, e.status, e.output) for e in runs.cursor.journal] == [
-        ("a#1", "step", "done", 1),
-        ("a#2", "step", "done", "new a#2"),
-        ("b#1", "step", "done", "new b#1"),
+def test_the_cursor_hands_out_recorded_entries_in_call_order_and_moves_past_finished_ones() -> None:
+    recorded = [_done("a#1", 1), _done("b#1", {"x": 2}), _done("a#2", [3])]
+    cursor = _cursor(*recorded)
+    assert [cursor.take("a", EntryKind.STEP), cursor.take("b", EntryKind.STEP)] == [
+        ("a#1", recorded[0]),
+        ("b#1", recorded[1]),
     ]
-    assert runs.cursor.position == 3
+    assert cursor.take("a", EntryKind.STEP) == ("a#2", recorded[2])  # the second call of a
+    assert cursor.position == 3
+    assert cursor.take("a", EntryKind.STEP) == ("a#3", None)  # past the end: a new call
+
+
+def test_a_new_call_is_recorded_at_the_cursor() -> None:
+    cursor = _cursor(_done("a#1", 1))
+    cursor.take("a", EntryKind.STEP)
+    call_id, recorded = cursor.take("a", EntryKind.STEP)
+    assert (call_id, recorded) == ("a#2", None)
+    cursor.record(_done(call_id, 2))
+    assert [(e.call_id, e.output) for e in cursor.journal] == [("a#1", 1), ("a#2", 2)]
+    assert cursor.position == 2
 
 
 @pytest.mark.parametrize(
@@ -92,22 +76,20 @@ def test_the_first_unrecorded_call_runs_and_is_recorded_and_saved() -> None:
     [(_done("b#1", 1), "another call id"), (_done("a#1", 1, EntryKind.EFFECT), "another kind")],
 )
 def test_a_recorded_entry_of_another_call_fails_closed(recorded: JournalEntry, why: str) -> None:
-    runs = Runs(_cursor(recorded))
     with pytest.raises(FailRequested) as caught:
-        runs.step("a")
+        _cursor(recorded).take("a", EntryKind.STEP)
     assert caught.value.cause == "nondeterminism", why
     assert caught.value.reason == (
         f"task 't1' replay diverged at call 0: the checkpoint recorded {recorded.call_id!r} but the "
         "workflow asked for 'a#1'"
     )
-    assert runs.ran == []
 
 
 def test_an_unfinished_entry_stays_under_the_cursor_until_it_is_finished() -> None:
     intent = JournalEntry("pay#1", EntryKind.EFFECT, EntryStatus.INTENT, key="t1/pay#1")
     cursor = _cursor(intent)
-    call = cursor.take("pay", EntryKind.EFFECT)
-    assert (call.call_id, call.entry, call.replayed) == ("pay#1", intent, False)
+    assert cursor.take("pay", EntryKind.EFFECT) == ("pay#1", intent)
+    assert not finished(intent)
     assert cursor.position == 0
     cursor.finish(intent, {"id": 7}, "reconciled")
     assert (intent.status, intent.output, intent.evidence, cursor.position) == (
@@ -116,14 +98,15 @@ def test_an_unfinished_entry_stays_under_the_cursor_until_it_is_finished() -> No
         "reconciled",
         1,
     )
-    assert cursor.take("pay", EntryKind.EFFECT).call_id == "pay#2"  # past the end: a new call
+    assert finished(intent)
+    assert cursor.take("pay", EntryKind.EFFECT) == ("pay#2", None)
 
 
 def test_a_begun_entry_can_be_taken_back_as_if_never_called() -> None:
     cursor = _cursor()
-    call = cursor.take("pay", EntryKind.EFFECT)
-    assert call.entry is None
-    entry = JournalEntry(call.call_id, EntryKind.EFFECT, EntryStatus.INTENT)
+    call_id, recorded = cursor.take("pay", EntryKind.EFFECT)
+    assert recorded is None
+    entry = JournalEntry(call_id, EntryKind.EFFECT, EntryStatus.INTENT)
     cursor.begin(entry)
     assert cursor.journal == [entry] and cursor.position == 0
     cursor.drop(entry)
@@ -133,77 +116,142 @@ def test_a_begun_entry_can_be_taken_back_as_if_never_called() -> None:
 def test_each_branch_walks_its_own_journal_with_call_ids_scoped_by_its_key() -> None:
     checkpoint = Checkpoint(IDENTITY)
     lock = threading.RLock()
-    left = Cursor.of_branch(checkpoint, "parallel#1/left", lock, "t1")
-    right = Cursor.of_branch(checkpoint, "parallel#1/right", lock, "t1")
-    assert Runs(left).step("add") == ("new parallel#1/left/add#1", True)
-    assert Runs(right).step("add") == ("new parallel#1/right/add#1", True)
+    for key in ("parallel#1/left", "parallel#1/right"):
+        cursor = Cursor.of_branch(checkpoint, key, lock, "t1")
+        call_id, _ = cursor.take("add", EntryKind.STEP)
+        cursor.record(_done(call_id, key))
     assert checkpoint.journal == []
-    assert {key: [e.call_id for e in journal] for key, journal in checkpoint.branch_journals.items()} == {
-        "parallel#1/left": ["parallel#1/left/add#1"],
-        "parallel#1/right": ["parallel#1/right/add#1"],
+    assert {
+        key: [(e.call_id, e.output) for e in journal] for key, journal in checkpoint.branch_journals.items()
+    } == {
+        "parallel#1/left": [("parallel#1/left/add#1", "parallel#1/left")],
+        "parallel#1/right": [("parallel#1/right/add#1", "parallel#1/right")],
     }
-    # The next claim replays the branch from its journal, without running it.
-    again = Runs(Cursor.of_branch(checkpoint, "parallel#1/left", lock, "t1"))
-    assert again.step("add") == ("new parallel#1/left/add#1", False)
-    assert again.ran == []
-
-
-def test_entry_kinds_and_statuses_are_typed_and_stored_as_their_names() -> None:
-    entry = JournalEntry("t#1", "timer", "pending", due=1.5)
-    assert entry.kind is EntryKind.TIMER and entry.status is EntryStatus.PENDING
-    entry.status = "done"  # type: ignore[assignment]  # what older code and tests assign
-    assert entry.status is EntryStatus.DONE
-    text = Checkpoint(IDENTITY, journal=[entry]).encode("t1", 1 << 20)
-    assert (
-        '{"call_id":"t#1","due":1.5,"evidence":null,"key":null,"kind":"timer","output":null,"status":"done"}'
-        in text
+    again = Cursor.of_branch(checkpoint, "parallel#1/left", lock, "t1")  # the next claim
+    assert again.take("add", EntryKind.STEP) == (
+        "parallel#1/left/add#1",
+        checkpoint.branch_journals[again.scope][0],
     )
+
+
+def test_entry_kinds_and_statuses_are_stored_as_their_names_and_decoded_as_enums() -> None:
+    entry = JournalEntry("t#1", EntryKind.TIMER, EntryStatus.DONE, due=1.5)
+    text = Checkpoint(IDENTITY, journal=[entry]).encode("t1", 1 << 20)
+    stored = (
+        '{"call_id":"t#1","due":1.5,"evidence":null,"key":null,"kind":"timer","output":null,"status":"done"}'
+    )
+    assert f'"journal":[{stored}]' in text
     decoded = Checkpoint.decode("t1", text).journal[0]
     assert decoded.kind is EntryKind.TIMER and decoded.status is EntryStatus.DONE
+    assert decoded == entry
 
 
-# --- the engine: the first new call commits through the store ------------------------------
+@pytest.mark.parametrize(("field", "value"), [("kind", "sleep"), ("status", "halfway"), ("kind", ["step"])])
+def test_an_unknown_entry_kind_or_status_is_a_corrupt_checkpoint(field: str, value: Any) -> None:
+    text = Checkpoint(IDENTITY, journal=[_done("a#1", 1)]).encode("t1", 1 << 20)
+    raw = json.loads(text)
+    raw["journal"][0][field] = value
+    with pytest.raises(CheckpointError, match="checkpoint of task 't1' is corrupt"):
+        Checkpoint.decode("t1", json.dumps(raw))
 
 
-def _workflow(ran: list[str]) -> Workflow:
-    workflow = Workflow("replayed", 1)
+# --- the engine: recorded calls replay, the first new one runs and commits -----------------
 
-    @workflow.step()
-    def add(ctx: StepContext, n: int) -> int:
-        ran.append(ctx.call_id)
-        return n + 1
-
-    @workflow.main
-    def main(ctx: WorkflowContext, n: int) -> int:
-        return add(ctx, add(ctx, n))
-
-    return workflow
+RAN: list[str] = []
+replayed = Workflow("replayed", 1)
 
 
-def test_the_engine_replays_recorded_steps_and_commits_the_first_new_one(store: WorkflowStore) -> None:
-    ran: list[str] = []
-    definition = WorkflowDefinition(_workflow(ran))
+@replayed.step()
+def add(ctx: StepContext, n: int) -> int:
+    RAN.append(ctx.call_id)
+    return n + 1
+
+
+@replayed.main
+def main(ctx: WorkflowContext, n: int) -> int:
+    return add(ctx, add(ctx, n))
+
+
+@pytest.fixture
+def start(store: WorkflowStore) -> Iterator[Any]:
+    """A TaskRun of a claimed task over ``journal``, as the worker makes one."""
+    definition = WorkflowDefinition(replayed)
     store.enqueue(WorkflowTask.new("replayed", 1, 1, checkpoint_id="r1"))
     (claimed,) = store.claim(WorkerId.parse("w1"), LeaseDuration(timedelta(seconds=30)))
-    checkpoint = Checkpoint(definition.identity, journal=[_done("add#1", 2)])
-    run = TaskRun(
-        claimed=claimed,
-        definition=definition,
-        checkpoint=checkpoint,
-        store=store,
-        flags=LeaseFlags(deadline=time.monotonic() + 30),
-        max_steps_per_claim=None,
-        max_checkpoint_bytes=1 << 20,
-    )
-    add = definition.workflow.steps["add"]
-    assert run.call(add, (1,), {}) == 2  # recorded: not run
-    assert ran == []
-    assert run.call(add, (2,), {}) == 3  # new: runs, and is committed before the next body
-    assert ran == ["add#2"]
-    revision = run.revision
-    run.commits.commit_unsaved()
-    assert run.revision == revision + 1
-    record = store.get_task("r1")
-    assert record.revision == run.revision
-    stored = Checkpoint.decode("r1", record.checkpoint_json or "")
-    assert [(e.call_id, e.output) for e in stored.journal] == [("add#1", 2), ("add#2", 3)]
+    RAN.clear()
+
+    def make(*journal: JournalEntry) -> TaskRun:
+        current = attrs.evolve(claimed, revision=store.get_task("r1").revision)  # as a new claim reads it
+        return TaskRun(
+            claimed=current,
+            definition=definition,
+            checkpoint=Checkpoint(definition.identity, journal=list(journal)),
+            store=store,
+            flags=LeaseFlags(deadline=time.monotonic() + 30),
+            max_steps_per_claim=None,
+            max_checkpoint_bytes=1 << 20,
+        )
+
+    yield make
+
+
+def _stored(store: WorkflowStore) -> list[tuple[str, Any]]:
+    checkpoint = Checkpoint.decode("r1", store.get_task("r1").checkpoint_json or "")
+    return [(e.call_id, e.output) for e in checkpoint.journal]
+
+
+def test_recorded_steps_return_their_outputs_in_order_without_running(
+    store: WorkflowStore, start: Any
+) -> None:
+    run = start(_done("add#1", 20), _done("add#2", 30))
+    assert [add(run.context, 1), add(run.context, 2)] == [20, 30]  # the recorded outputs
+    assert RAN == []
+    assert run.revision == 0 and store.get_task("r1").checkpoint_json is None  # nothing written
+
+
+def test_the_first_new_step_runs_and_is_committed_before_the_next_body(
+    store: WorkflowStore, start: Any
+) -> None:
+    run = start(_done("add#1", 2))
+    assert add(run.context, 1) == 2
+    assert add(run.context, 2) == 3
+    assert RAN == ["add#2"]
+    assert store.get_task("r1").checkpoint_json is None  # held back until the next boundary
+    assert add(run.context, 3) == 4  # committed before this body ran
+    assert _stored(store) == [("add#1", 2), ("add#2", 3)]
+    run.commit()
+    assert RAN == ["add#2", "add#3"]
+    assert _stored(store) == [("add#1", 2), ("add#2", 3), ("add#3", 4)]
+    assert store.get_task("r1").revision == run.revision == 2
+
+
+def test_a_journal_that_recorded_another_step_fails_the_replay_closed(start: Any) -> None:
+    run = start(_done("other#1", 2))
+    with pytest.raises(FailRequested) as caught:
+        add(run.context, 1)
+    assert caught.value.cause == "nondeterminism"
+    assert "recorded 'other#1' but the workflow asked for 'add#1'" in caught.value.reason
+    assert RAN == []
+
+
+def test_parallel_branches_replay_from_their_own_journals(store: WorkflowStore, start: Any) -> None:
+    def branch(n: int) -> Any:
+        return lambda ctx: add(ctx, n)
+
+    run = start()
+    assert run.context.parallel({"a": branch(1), "b": branch(10)}) == {"a": 2, "b": 11}
+    assert sorted(RAN) == ["parallel#1/a/add#1", "parallel#1/b/add#1"]
+    stored = Checkpoint.decode("r1", store.get_task("r1").checkpoint_json or "")
+    assert [(e.call_id, e.status, e.output) for e in stored.journal] == [
+        ("parallel#1", "done", {"a": 2, "b": 11})
+    ]
+    assert {key: [e.call_id for e in journal] for key, journal in stored.branch_journals.items()} == {
+        "parallel#1/a": ["parallel#1/a/add#1"],
+        "parallel#1/b": ["parallel#1/b/add#1"],
+    }
+    # Only branch a finished before a crash: the next claim replays a and runs b.
+    RAN.clear()
+    again = start(JournalEntry("parallel#1", EntryKind.PARALLEL, EntryStatus.PENDING, {"a": 2}))
+    again.checkpoint.branch_journals["parallel#1/a"] = [_done("parallel#1/a/add#1", 2)]
+    assert again.context.parallel({"a": branch(1), "b": branch(10)}) == {"a": 2, "b": 11}
+    assert RAN == ["parallel#1/b/add#1"]
