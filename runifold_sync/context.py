@@ -15,18 +15,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import InvalidArgument
 from .models import Budget
-from .specs import StepSpec
 from .waits import ApprovalDecision, ApprovalTimedOut
+
+if TYPE_CHECKING:
+    from .calls import Calls
+    from .specs import StepSpec
+    from .waits import Waits
 
 Branches = Mapping[str, Callable[["WorkflowContext"], Any]]
 
 
 class Engine(Protocol):
-    """What ``WorkflowContext`` needs of the replay engine behind it."""
+    """What ``WorkflowContext`` needs of the replay engine behind it: the task's identity,
+    the steps and waits of its journal, and branches (which make ctx objects of their own,
+    hence a port rather than an import)."""
 
     @property
     def task_id(self) -> str: ...
@@ -37,20 +43,11 @@ class Engine(Protocol):
     @property
     def fence(self) -> int: ...
 
-    def call(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+    @property
+    def calls(self) -> Calls: ...
 
-    def timer(self, deadline: Callable[[datetime], datetime]) -> None: ...
-
-    def wait_for_signal(self, name: str, timeout: timedelta | None, payload_type: Any) -> Any: ...
-
-    def request_approval(
-        self,
-        name: str,
-        approvers: Iterable[str],
-        timeout: timedelta | None,
-        escalate_to: Iterable[str],
-        escalation_timeout: timedelta | None,
-    ) -> ApprovalDecision | ApprovalTimedOut: ...
+    @property
+    def waits(self) -> Waits: ...
 
     def parallel(
         self, branches: Branches, reserve: Mapping[str, Budget] | None, max_threads: int
@@ -89,13 +86,13 @@ class WorkflowContext:
         """Wait durably for ``duration`` of store time; the worker is freed meanwhile."""
         if not isinstance(duration, timedelta) or duration < timedelta(0):
             raise InvalidArgument(f"sleep duration must be a non-negative timedelta, got {duration!r}")
-        self._engine.timer(lambda now: now + duration)
+        self._engine.waits.timer(lambda now: now + duration)
 
     def sleep_until(self, deadline: datetime) -> None:
         """Wait durably until ``deadline`` in store time."""
         if not isinstance(deadline, datetime) or deadline.tzinfo is None:
             raise InvalidArgument(f"sleep_until needs a timezone-aware datetime, got {deadline!r}")
-        self._engine.timer(lambda _now: deadline)
+        self._engine.waits.timer(lambda _now: deadline)
 
     # --- signals and approvals -------------------------------------------------------
 
@@ -103,7 +100,7 @@ class WorkflowContext:
         """Wait durably for a signal named ``name`` (declared on the workflow). Returns its
         payload, structured as ``payload_type``, or :class:`SignalTimedOut`. A signal sent
         before the wait is kept for it; the definition's sender policy may refuse one."""
-        return self._engine.wait_for_signal(name, timeout, payload_type)
+        return self._engine.waits.wait_for_signal(name, timeout, payload_type)
 
     def request_approval(
         self,
@@ -117,7 +114,7 @@ class WorkflowContext:
         """Wait for a person in ``approvers`` to send signal ``name`` with payload
         ``{"approved": bool, "reason": ...}``. Decisions from anyone else are refused and
         kept in the history. On timeout, ``escalate_to`` (if any) is asked next."""
-        return self._engine.request_approval(name, approvers, timeout, escalate_to, escalation_timeout)
+        return self._engine.waits.request_approval(name, approvers, timeout, escalate_to, escalation_timeout)
 
     # --- parallel branches and races ------------------------------------------------
 
@@ -157,4 +154,4 @@ def call_step(ctx: WorkflowContext, spec: StepSpec, args: tuple[Any, ...], kwarg
             f"{spec.kind} {spec.step_id!r} must be called from a workflow main function with "
             f"its ctx as first argument, got {ctx!r}"
         )
-    return ctx._engine.call(spec, args, kwargs)
+    return ctx._engine.calls.call(spec, args, kwargs)

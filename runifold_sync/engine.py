@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .boundary import Boundary, BranchScope
@@ -26,9 +25,8 @@ from .definition import WorkflowDefinition
 from .heartbeat import LeaseFlags
 from .models import Budget
 from .replay import Cursor
-from .specs import StepSpec
 from .store.base import ClaimedTask, Lease, WorkflowStore
-from .waits import ApprovalDecision, ApprovalTimedOut, Waits
+from .waits import Waits
 
 
 class TaskRun:
@@ -72,7 +70,7 @@ class TaskRun:
             max_steps_per_claim=self._max_steps_per_claim,
             branch=branch,
         )
-        self._calls = Calls(
+        self.calls = Calls(
             cursor=cursor,
             commits=self.commits,
             boundary=self.boundary,
@@ -80,7 +78,7 @@ class TaskRun:
             undoable=definition.workflow.compensations,
             resolutions=self._claimed.resolutions,
         )
-        self._waits = Waits(
+        self.waits = Waits(
             cursor=cursor,
             commits=self.commits,
             boundary=self.boundary,
@@ -151,26 +149,7 @@ class TaskRun:
             commits=self.commits, boundary=self.boundary, workflow=self._definition.workflow, lease=self.lease
         )
 
-    # --- the authoring calls behind ctx (the context.Engine port) ---------------------
-
-    def call(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return self._calls.call(spec, args, kwargs)
-
-    def timer(self, deadline: Callable[[datetime], datetime]) -> None:
-        self._waits.timer(deadline)
-
-    def wait_for_signal(self, name: str, timeout: timedelta | None, payload_type: Any) -> Any:
-        return self._waits.wait_for_signal(name, timeout, payload_type)
-
-    def request_approval(
-        self,
-        name: str,
-        approvers: Iterable[str],
-        timeout: timedelta | None,
-        escalate_to: Iterable[str],
-        escalation_timeout: timedelta | None,
-    ) -> ApprovalDecision | ApprovalTimedOut:
-        return self._waits.request_approval(name, approvers, timeout, escalate_to, escalation_timeout)
+    # --- branches, for ctx (the rest of the context.Engine port: calls, waits) --------
 
     def parallel(
         self, branches: Branches, reserve: Mapping[str, Budget] | None, max_threads: int
