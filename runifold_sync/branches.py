@@ -11,10 +11,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
+from .boundary import Boundary
+from .checkpoint import EntryKind, EntryStatus, JournalEntry
 from .codec import NotJsonable, structure, to_jsonable
+from .commits import Commits
 from .errors import InvalidArgument, StoreUnavailable
 from .interrupts import (
     BranchStopped,
@@ -26,12 +30,26 @@ from .interrupts import (
     YieldRequested,
 )
 from .models import Budget, check_name
-from .workflow import return_type
+from .replay import Cursor
+from .specs import return_type
 
 if TYPE_CHECKING:
     from .context import WorkflowContext
 
 Branch = Callable[["WorkflowContext"], Any]
+# A ctx for one branch: (branch key, its reserve, its stop event, the shares held by all).
+Fork = Callable[[str, "Budget | None", threading.Event, Mapping[str, Budget]], "WorkflowContext"]
+
+
+@attrs.frozen
+class Parent:
+    """What the branches of one parallel or race call need of the journal that makes
+    the call: its cursor, boundary checks and commits, and how to give a branch a ctx."""
+
+    cursor: Cursor
+    boundary: Boundary
+    commits: Commits
+    fork: Fork
 
 
 class StoreAway(Interrupt):
@@ -80,42 +98,11 @@ def _encode(key: str, value: Any) -> Any:
         ) from exc
 
 
-def _check_reservations(ctx: WorkflowContext, reserve: Mapping[str, Budget]) -> None:
-    """Refuse up front when the rest of the task's budget cannot cover the shares. Steps
-    and cost shares add up; branches run at the same time, so each duration share must
-    fit in the run time left, not their sum."""
-    budget = ctx._definition.budget
-    with ctx._progress.lock:
-        ctx._progress.tick()
-        usage = ctx.checkpoint.usage
-    for limit, used, field in (
-        (budget.max_steps, usage.steps, "max_steps"),
-        (budget.max_cost, usage.cost, "max_cost"),
-    ):
-        wanted = sum(getattr(share, field) or 0 for share in reserve.values())
-        if limit is not None and wanted > limit - used:
-            raise FailRequested(
-                f"parallel branches reserve {field}={wanted:g} but only {limit - used:g} of the "
-                f"task's budget remains",
-                cause="budget",
-            )
-    if budget.max_duration is None:
-        return
-    left = budget.max_duration - timedelta(seconds=usage.elapsed_s)
-    for key, share in reserve.items():
-        if share.max_duration is not None and share.max_duration > left:
-            raise FailRequested(
-                f"parallel branch {key!r} reserves max_duration={share.max_duration} but only "
-                f"{max(left.total_seconds(), 0):.3f}s of the task's run time remains",
-                cause="budget",
-            )
-
-
 class _Runner:
     """Runs branch functions on threads and collects each one's result or interruption."""
 
-    def __init__(self, ctx: WorkflowContext, call_id: str, reserve: Mapping[str, Budget]) -> None:
-        self.ctx = ctx
+    def __init__(self, parent: Parent, call_id: str, reserve: Mapping[str, Budget]) -> None:
+        self.parent = parent
         self.call_id = call_id
         self.reserve = reserve
         self.stops: dict[str, threading.Event] = {}
@@ -133,14 +120,14 @@ class _Runner:
         def body(key: str, fn: Branch) -> None:
             threading.current_thread().name = f"runifold-branch-{key}"
             full_key = f"{self.call_id}/{key}"
-            branch_ctx = self.ctx.branch(full_key, self.reserve.get(key), self.stops[key], self.held)
+            branch_ctx = self.parent.fork(full_key, self.reserve.get(key), self.stops[key], self.held)
             try:
                 value = _encode(key, fn(branch_ctx))
                 # Recorded, and the branch's last step committed, before its share is
                 # freed: a crash while its siblings run neither runs it again nor, on the
                 # resumed claim, holds its share against them.
                 on_done(key, value)
-                branch_ctx._commit_unsaved()
+                self.parent.commits.commit_unsaved()
                 self.held.pop(full_key, None)  # its unspent share is free for the others
             except Interrupt as interrupt:
                 self._interrupted(key, interrupt)
@@ -178,44 +165,41 @@ class _Runner:
 
 
 def run_parallel(
-    ctx: WorkflowContext,
+    parent: Parent,
     branches: Mapping[str, Branch],
     reserve: Mapping[str, Budget] | None,
     max_threads: int,
 ) -> dict[str, Any]:
+    """Every branch's result, by name; recorded when all have finished."""
     _check_branches(branches, max_threads)
     reserve = dict(reserve or {})
     unknown = set(reserve) - set(branches)
     if unknown:
         raise InvalidArgument(f"reserve names branches that do not exist: {sorted(unknown)}")
-    call_id, entry = ctx._next("parallel", "parallel")
-    if entry is not None and entry.status == "done":
-        ctx._cursor += 1
+    entry = _start(parent, EntryKind.PARALLEL, lambda: parent.boundary.check_reservations(reserve))
+    if entry.status == EntryStatus.DONE:
         return {key: _structured(fn, entry.output[key]) for key, fn in branches.items()}
-    if entry is None:
-        ctx._check_continue()
-        _check_reservations(ctx, reserve)
-        entry = ctx._begin(call_id, "parallel")
+    call_id = entry.call_id
     # Branches that finished before an interruption: their results are in the pending
     # entry; only the others run again, and only theirs are reserved.
     done: dict[str, Any] = dict(entry.output or {})
-    parallel_entry = entry
-    runner = _Runner(ctx, call_id, {k: share for k, share in reserve.items() if k not in done})
+    runner = _Runner(parent, call_id, {k: share for k, share in reserve.items() if k not in done})
 
     def on_done(key: str, value: Any) -> None:
-        with ctx._progress.lock:
+        with parent.commits.lock:
             done[key] = value
-            parallel_entry.output = dict(done)
-            ctx._progress.unsaved = f"{call_id}/{key}"  # committed by the branch right after
+            entry.output = dict(done)
+            parent.commits.defer(f"{call_id}/{key}")  # committed by the branch right after
 
     runner.run({k: fn for k, fn in branches.items() if k not in done}, max_threads, on_done)
     _raise(runner.worst())
-    ctx._finish(entry, done)
+    parent.cursor.finish(entry, done)
+    parent.commits.commit()
     return {key: _structured(fn, done[key]) for key, fn in branches.items()}
 
 
 def run_race(
-    ctx: WorkflowContext,
+    parent: Parent,
     branches: Mapping[str, Branch],
     cancel_safe: Collection[str],
     max_threads: int,
@@ -226,16 +210,13 @@ def run_race(
     safe = frozenset(cancel_safe)
     if safe - set(branches):
         raise InvalidArgument(f"cancel_safe names branches that do not exist: {sorted(safe - set(branches))}")
-    call_id, entry = ctx._next("race", "race")
-    if entry is not None and entry.status == "done":
-        ctx._cursor += 1
+    entry = _start(parent, EntryKind.RACE, lambda: None)
+    if entry.status == EntryStatus.DONE:
         winner = entry.output["winner"]
         return winner, _structured(branches[winner], entry.output["result"])
-    if entry is None:
-        ctx._check_continue()
-        entry = ctx._begin(call_id, "race")
+    call_id = entry.call_id
     decided: dict[str, Any] = dict(entry.output or {})
-    runner = _Runner(ctx, call_id, {})
+    runner = _Runner(parent, call_id, {})
     to_run = dict(branches)
     if "winner" in decided:  # decided before a crash: only unfinished unsafe losers go on
         to_run = {k: fn for k, fn in branches.items() if k != decided["winner"] and k not in safe}
@@ -246,7 +227,9 @@ def run_race(
             if first:
                 decided.update(winner=key, result=value)
         if first:
-            ctx._record(entry, dict(decided))  # the decision is durable before losers stop
+            with parent.commits.lock:
+                entry.output = dict(decided)
+            parent.commits.commit()  # the decision is durable before losers stop
             for loser in safe - {key}:
                 runner.stops[loser].set()
 
@@ -258,9 +241,23 @@ def run_race(
         _raise(interrupt)  # a lost lease, an unreachable store or a cancel still ends it here
     decided["superseded"] = sorted(k for k in runner.results if k != decided["winner"])
     decided["cancelled"] = sorted(k for k, i in runner.interrupts.items() if isinstance(i, BranchStopped))
-    ctx._finish(entry, decided)
+    parent.cursor.finish(entry, decided)
+    parent.commits.commit()
     winner = decided["winner"]
     return winner, _structured(branches[winner], decided["result"])
+
+
+def _start(parent: Parent, kind: EntryKind, check: Callable[[], None]) -> JournalEntry:
+    """The journal entry of a parallel or race call: finished (replayed), pending from an
+    earlier claim, or new, begun after ``check`` and the boundary checks passed."""
+    call_id, recorded = parent.cursor.take(kind.value, kind)
+    if recorded is not None:
+        return recorded
+    parent.boundary.check_continue()
+    check()
+    entry = JournalEntry(call_id, kind, EntryStatus.PENDING, output={})
+    parent.cursor.begin(entry)
+    return entry
 
 
 def _raise(interrupt: Interrupt | None) -> None:

@@ -15,8 +15,8 @@ from . import crashpoints
 from .checkpoint import Checkpoint
 from .claim_ahead import ClaimedAhead
 from .codec import MAX_NESTING_DEPTH, NotJsonable, from_json, structure, to_json
-from .context import WorkflowContext
 from .definition import WorkflowDefinition, WorkflowRegistry
+from .engine import TaskRun
 from .errors import (
     CancelPending,
     CheckpointError,
@@ -103,7 +103,7 @@ class ClaimExecutor:
         checkpoint.usage = checkpoint.usage.add(claims=1)
         flags = self._keeper.watch(lease, extended_at)
         try:
-            ctx = WorkflowContext(
+            ctx = TaskRun(
                 claimed=claimed,
                 definition=definition,
                 checkpoint=checkpoint,
@@ -127,9 +127,7 @@ class ClaimExecutor:
             )
         return checkpoint
 
-    def _execute(
-        self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: WorkflowContext
-    ) -> RunOutcome:
+    def _execute(self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: TaskRun) -> RunOutcome:
         try:
             try:
                 if claimed.claims_since_progress > definition.budget.max_attempts:
@@ -155,9 +153,7 @@ class ClaimExecutor:
         except LeaseLostError as error:  # the final write was refused
             return self._lease_lost(claimed, error)
 
-    def _fail_after_undo(
-        self, claimed: ClaimedTask, ctx: WorkflowContext, failure: FailRequested
-    ) -> RunOutcome:
+    def _fail_after_undo(self, claimed: ClaimedTask, ctx: TaskRun, failure: FailRequested) -> RunOutcome:
         """Undo completed steps once if the failure calls for it, then end the task failed;
         a compensation that raises ends the undo, and the task fails with its reason."""
         undo = failure.ambiguous_effect is None and ctx.checkpoint.compensating_for is None
@@ -175,9 +171,7 @@ class ClaimExecutor:
             claimed, ctx.revision, text, failure.reason, failure.cause, failure.ambiguous_effect
         )
 
-    def _drive(
-        self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: WorkflowContext
-    ) -> RunOutcome:
+    def _drive(self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: TaskRun) -> RunOutcome:
         """Run the main function and make the transition it ended in."""
         lease = claimed.lease
         workflow = definition.workflow
@@ -190,7 +184,7 @@ class ClaimExecutor:
                     f"input does not fit {workflow.input_type()!r}: {exc}", cause="bad_input"
                 ) from exc
             try:
-                value = workflow.main_fn(ctx, workflow_input)
+                value = workflow.main_fn(ctx.context, workflow_input)
             except StoreUnavailable:
                 # A checkpoint commit, signal or clock read through ctx found the store
                 # away: that ends this cycle, not the task, which is claimed again once
@@ -241,7 +235,7 @@ class ClaimExecutor:
     def _compensate(
         self,
         claimed: ClaimedTask,
-        ctx: WorkflowContext,
+        ctx: TaskRun,
         cause: str,
         reason: str,
         failure_cause: FailureCause,
@@ -274,7 +268,7 @@ class ClaimExecutor:
                 cause="checkpoint",
             )
 
-    def _encode_or_fail(self, ctx: WorkflowContext) -> str:
+    def _encode_or_fail(self, ctx: TaskRun) -> str:
         try:
             return ctx.encode()
         except CheckpointError as exc:

@@ -1,8 +1,9 @@
 """How control leaves a workflow's main function early.
 
-Each is raised by the context (or a branch) and turned by the worker into one store
-transition. They derive from ``BaseException`` so that ``except Exception`` in workflow
-code cannot swallow a suspension, a cancel or a lost lease.
+Each is raised by the replay engine (``engine.py`` and its parts) and turned by the
+worker into one store transition. They derive from ``BaseException`` so that
+``except Exception`` in workflow code cannot swallow a suspension, a cancel or a lost
+lease.
 """
 
 from __future__ import annotations

@@ -6,19 +6,17 @@ import time and the fingerprint of a definition is computed from them.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import inspect
 import json
-import typing
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-import attrs
-
-from .context import WorkflowContext
+from .checkpoint import EntryKind
+from .context import WorkflowContext, call_step
 from .errors import InvalidArgument
 from .models import RetryPolicy, check_name, check_version
+from .specs import StepSpec, input_type
 from .step_context import StepContext
 
 if TYPE_CHECKING:
@@ -26,50 +24,6 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-@functools.lru_cache(maxsize=4096)  # bounded: branch functions may be fresh closures
-def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
-    """Resolved once per function: steps are called on every replay, and resolving hints
-    was a quarter of a step's CPU. A failure is not cached, so a forward reference that
-    resolves later still works."""
-    try:
-        return typing.get_type_hints(fn)
-    except Exception as exc:  # unresolvable forward reference: say which function
-        raise InvalidArgument(f"cannot resolve type hints of {fn.__qualname__}: {exc}") from exc
-
-
-def return_type(fn: Callable[..., Any]) -> Any:
-    return _type_hints(fn).get("return", Any)
-
-
-@functools.lru_cache(maxsize=1024)
-def _input_type(main_fn: Callable[..., Any]) -> Any:
-    """The annotation of a main function's input (its second parameter), read once: the
-    signature was re-read on every claim."""
-    name = list(inspect.signature(main_fn).parameters)[1]
-    return _type_hints(main_fn).get(name, Any)
-
-
-@attrs.frozen
-class StepSpec:
-    """One declared step or effect. ``output_type`` is resolved lazily so annotations may
-    name classes defined after the decorator ran."""
-
-    step_id: str
-    kind: str  # "step" or "effect"
-    fn: Callable[..., Any]
-    retry: RetryPolicy
-    capabilities: frozenset[str]
-    idempotent: bool = True
-    reconcile: Callable[..., EffectEvidence] | None = None
-
-    @property
-    def output_type(self) -> Any:
-        return return_type(self.fn)
-
-    def schema(self) -> dict[str, Any]:
-        return {"id": self.step_id, "kind": self.kind, "idempotent": self.idempotent}
 
 
 class Workflow:
@@ -99,7 +53,7 @@ class Workflow:
         capabilities: Iterable[str] = (),
     ) -> Callable[[Callable[Concatenate[StepContext, P], R]], Callable[Concatenate[WorkflowContext, P], R]]:
         """Declare a deterministic step; its output is checkpointed and replayed."""
-        return self._declare("step", step_id, retry, capabilities, True, None)
+        return self._declare(EntryKind.STEP, step_id, retry, capabilities, True, None)
 
     def effect(
         self,
@@ -116,7 +70,7 @@ class Workflow:
             raise InvalidArgument(f"idempotent must be True or False, got {idempotent!r}")
         if reconcile is not None and not callable(reconcile):
             raise InvalidArgument(f"reconcile must be callable, got {reconcile!r}")
-        return self._declare("effect", effect_id, retry, capabilities, idempotent, reconcile)
+        return self._declare(EntryKind.EFFECT, effect_id, retry, capabilities, idempotent, reconcile)
 
     def compensate_for(
         self, step_id: str
@@ -150,7 +104,7 @@ class Workflow:
 
     def input_type(self) -> Any:
         assert self.main_fn is not None
-        return _input_type(self.main_fn)
+        return input_type(self.main_fn)
 
     def fingerprint(self) -> str:
         """Hash of the declared step graph; changes whenever a checkpoint of this
@@ -170,7 +124,7 @@ class Workflow:
 
     def _declare(
         self,
-        kind: str,
+        kind: EntryKind,
         step_id: str | None,
         retry: RetryPolicy | None,
         capabilities: Iterable[str],
@@ -194,12 +148,7 @@ class Workflow:
             self._fingerprint = None
 
             def call(ctx: WorkflowContext, *args: Any, **kwargs: Any) -> Any:
-                if not isinstance(ctx, WorkflowContext):
-                    raise TypeError(
-                        f"{kind} {sid!r} must be called from a workflow main function with "
-                        f"its ctx as first argument, got {ctx!r}"
-                    )
-                return ctx.call(spec, args, kwargs)
+                return call_step(ctx, spec, args, kwargs)
 
             call.__name__ = fn.__name__
             call.__qualname__ = fn.__qualname__
@@ -210,7 +159,7 @@ class Workflow:
         return decorate
 
 
-def _check_step_id(kind: str, step_id: str) -> str:
+def _check_step_id(kind: EntryKind, step_id: str) -> str:
     """A step id is schema (it names checkpoint entries): a plain, non-empty name."""
     sid = check_name(f"{kind} id", step_id)
     if "#" in sid or "/" in sid:

@@ -1,0 +1,224 @@
+"""Steps and effects: running a body for real, under its retry policy, and the intent an
+effect commits before it touches the outside world.
+
+A step follows the replay rule as it is: replayed when its entry is finished, else run,
+recorded and committed before the next body runs. An effect first
+commits an intent with a stable idempotency key; found unfinished on replay, it is run
+again only when that is known to be safe (idempotent, resolved as not applied, or
+reconciled as not applied), returns the known result when it is known to have happened,
+and otherwise fails the task closed as ambiguous: never decided from a guess.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from . import crashpoints
+from .boundary import Boundary
+from .checkpoint import EntryKind, EntryStatus, JournalEntry
+from .codec import NotJsonable, from_json, structure, to_jsonable
+from .commits import Commits
+from .effects import EffectEvidence, EffectStatus
+from .errors import AmbiguousEffect, OutputNotSerializable
+from .interrupts import BranchStopped, CancelRequested, FailRequested, RetryRequested
+from .logs import task_fields
+from .replay import Cursor, finished
+from .specs import StepSpec
+from .step_context import StepContext
+from .store.records import EffectResolution, Lease
+
+log = logging.getLogger("runifold_sync.context")  # the engine's logger kept its name
+
+# Bound once, for the replay of every step (see replay._DONE).
+_STEP, _EFFECT, _DONE = EntryKind.STEP, EntryKind.EFFECT, EntryStatus.DONE
+
+
+def structured(spec: StepSpec, raw: Any) -> Any:
+    """A recorded output as the step's return type; one that no longer fits it means the
+    code changed under the checkpoint."""
+    try:
+        return structure(raw, spec.output_type)
+    except Exception as exc:
+        raise FailRequested(
+            f"recorded output of {spec.step_id!r} no longer fits its return type {spec.output_type!r}: {exc}",
+            cause="nondeterminism",
+        ) from exc
+
+
+def encode_output(call_id: str, value: Any) -> Any:
+    """A body's result in its JSON form, as the journal keeps it."""
+    try:
+        return to_jsonable(value)
+    except NotJsonable as exc:
+        raise FailRequested(str(OutputNotSerializable(call_id, str(exc))), cause="not_serializable") from exc
+
+
+class Calls:
+    """The steps and effects of one journal (the main function's or a branch's)."""
+
+    def __init__(
+        self,
+        *,
+        cursor: Cursor,
+        commits: Commits,
+        boundary: Boundary,
+        lease: Lease,
+        undoable: Collection[str],
+        resolutions: Mapping[str, EffectResolution],
+    ) -> None:
+        self._cursor = cursor
+        self._commits = commits
+        self._boundary = boundary
+        self._lease = lease
+        self._undoable = undoable  # step ids that declare a compensation
+        self._resolutions = resolutions  # the claim's answers about ambiguous effects
+
+    def call(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """What calling a declared step or effect with ``ctx`` does."""
+        if spec.kind is _EFFECT:
+            return self._effect(spec, args, kwargs)
+        call_id, entry = self._cursor.take(spec.step_id, _STEP)
+        if entry is not None and entry.status == _DONE:
+            return structured(spec, entry.output)
+        self._boundary.before_body()
+        output = self._execute(spec, call_id, None, args, kwargs)
+        with self._commits.lock:
+            self._cursor.record(JournalEntry(call_id, _STEP, _DONE, output))
+            self._completed(spec, call_id)
+            self._commits.defer(call_id)
+        self._boundary.check_budget()
+        return structured(spec, output)
+
+    def _effect(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        call_id, entry = self._cursor.take(spec.step_id, _EFFECT)
+        if entry is not None and finished(entry):
+            return structured(spec, entry.output)
+        self._boundary.before_body()
+        if entry is None:
+            key = f"{self._lease.task_id}/{call_id}"
+            entry = JournalEntry(call_id, _EFFECT, EntryStatus.INTENT, key=key)
+            self._cursor.begin(entry)
+            self._commits.commit(f"{call_id}:intent")  # durable before the outside world is touched
+            self._continue_after_intent(entry)
+        else:
+            known = self._known_outcome(spec, entry, args, kwargs)
+            if known is not None:
+                evidence, output = known
+                return self._finish_effect(spec, entry, output, evidence)
+        output = self._execute(spec, call_id, entry.key, args, kwargs)
+        return self._finish_effect(spec, entry, output, "ran")
+
+    def _continue_after_intent(self, entry: JournalEntry) -> None:
+        """The intent's commit may have answered with a cancel (or the branch was stopped
+        meanwhile): checked again here, so the body is not called once the task is to stop.
+        The intent is then taken back out of the journal, so the checkpoint the task ends
+        with records the effect as never called rather than as interrupted mid-call (which
+        a replay would have to reconcile or fail closed on). Only if this worker dies before
+        that checkpoint is written does the intent stay; a cancelled task never replays its
+        main function, so it is then only a conservative record."""
+        try:
+            self._boundary.check_continue()
+        except (CancelRequested, BranchStopped):
+            self._cursor.drop(entry)
+            raise
+
+    def _known_outcome(
+        self, spec: StepSpec, entry: JournalEntry, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[str, Any] | None:
+        """For an effect interrupted mid-call: (evidence, output) when it is known to have
+        happened, None when it is safe to run again; fails closed when unknown."""
+        assert entry.key is not None
+        # A resolution answers for the interruption it was made about. Once the effect has
+        # been re-run on it, a later interruption needs new evidence, not the same answer.
+        used = entry.evidence is not None
+        resolution = None if used else self._resolutions.get(entry.key)
+        if resolution is not None:
+            if not resolution.applied:
+                entry.evidence = f"re-run as not applied, resolved by {resolution.actor}: {resolution.reason}"
+                self._commits.commit()  # durable before the outside world is touched again
+                return None
+            raw = None if resolution.result_json is None else from_json(resolution.result_json)
+            return f"resolved by {resolution.actor}: {resolution.reason}", raw
+        if spec.idempotent:
+            return None
+        if spec.reconcile is not None:
+            lease = self._lease
+            context = StepContext(lease.task_id, entry.call_id, 0, lease.fencing_token, entry.key)
+            try:
+                evidence = spec.reconcile(context, *args, **kwargs)
+            except Exception as exc:  # no evidence is unknown: fail closed, never guess
+                log.warning(
+                    "reconcile of %s raised %s: %s",
+                    entry.key,
+                    type(exc).__name__,
+                    exc,
+                    extra=task_fields(lease),
+                )
+                evidence = EffectEvidence.unknown()
+            if evidence.status is EffectStatus.APPLIED:
+                return "reconciled", encode_output(entry.call_id, evidence.result)
+            if evidence.status is EffectStatus.NOT_APPLIED:
+                return None
+        entry.evidence = None  # the next resolution of this key answers this interruption
+        error = AmbiguousEffect(self._lease.task_id, spec.step_id, entry.key)
+        raise FailRequested(str(error), ambiguous_effect=entry.key, cause="ambiguous_effect")
+
+    def _finish_effect(self, spec: StepSpec, entry: JournalEntry, output: Any, evidence: str) -> Any:
+        with self._commits.lock:
+            self._cursor.finish(entry, output, evidence)
+            self._completed(spec, entry.call_id)
+        self._commits.commit(entry.call_id)
+        self._boundary.check_budget()
+        return structured(spec, output)
+
+    def _execute(
+        self,
+        spec: StepSpec,
+        call_id: str,
+        key: str | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """Run a body for real, account for it, and turn its failure into a retry or a
+        terminal failure according to its retry policy."""
+        checkpoint = self._commits.checkpoint
+        with self._commits.lock:
+            failures = checkpoint.step_failures.get(call_id, 0)
+        context = StepContext(self._lease.task_id, call_id, failures + 1, self._lease.fencing_token, key)
+        started = time.monotonic()
+        if crashpoints.ARMED:
+            crashpoints.reached(f"before_{spec.kind}", call_id)
+        try:
+            value = spec.fn(context, *args, **kwargs)
+        except Exception as exc:
+            self._boundary.check_lease()  # a lost lease outranks the failure: record nothing
+            failures += 1
+            with self._commits.lock:
+                self._boundary.account(steps=0, cost=context.cost, started=started)
+                checkpoint.step_failures[call_id] = failures
+            description = f"{spec.kind} {spec.step_id!r} raised {type(exc).__name__}: {exc}"
+            if failures < spec.retry.max_attempts:
+                raise RetryRequested(
+                    spec.retry.backoff_s(failures),
+                    f"{description} (attempt {failures} of {spec.retry.max_attempts})",
+                ) from exc
+            raise FailRequested(
+                f"{description}; gave up after {failures} attempts", cause="step_error"
+            ) from exc
+        if crashpoints.ARMED:
+            crashpoints.reached(f"after_{spec.kind}", call_id)
+        self._boundary.check_lease()
+        output = encode_output(call_id, value)
+        with self._commits.lock:
+            self._boundary.account(steps=1, cost=context.cost, started=started)
+            checkpoint.step_failures.pop(call_id, None)
+        return output
+
+    def _completed(self, spec: StepSpec, call_id: str) -> None:
+        """Note a completed call that has a compensation, in completion order across
+        branches (caller holds the lock): the undo runs in exactly the reverse order."""
+        if spec.step_id in self._undoable:
+            self._commits.checkpoint.undo.append(call_id)

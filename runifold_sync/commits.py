@@ -1,0 +1,136 @@
+"""Checkpoint commits: the one write path of a claim's progress.
+
+Each commit encodes the checkpoint (refused over its size limit), and writes it through
+the store fenced by the lease and checked against the revision it extends. A refused
+write means the lease is gone; the write also answers whether a cancel is pending, so a
+task stops at its next step boundary without waiting for a heartbeat.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import attrs
+
+from . import crashpoints
+from .checkpoint import Checkpoint
+from .errors import CheckpointError, LeaseLostError
+from .heartbeat import LeaseFlags
+from .interrupts import FailRequested, LeaseGone
+from .store.base import WorkflowStore
+from .store.records import Committed, Lease, Signal
+
+
+@attrs.define
+class Progress:
+    """The checkpoint and its revision, shared by the main function and its parallel
+    branches; the lock serializes their commits into one revision sequence."""
+
+    checkpoint: Checkpoint
+    revision: int
+    lock: threading.RLock = attrs.Factory(threading.RLock)
+    # A step whose result is in the checkpoint but not yet committed: it is committed
+    # before the next body runs, or with the cycle's transition (complete, suspend...),
+    # which saves the last step of a run its own round trip.
+    unsaved: str | None = None
+    # Run time (Budget.max_duration) is wall time while claimed: each tick adds the time
+    # since the previous one (or since the claim) to the checkpoint's usage.
+    ticked_at: float = attrs.Factory(time.monotonic)
+
+    def tick(self, *, steps: int = 0, cost: float = 0.0) -> None:
+        """Add the wall time since the last tick, and ``steps`` and ``cost`` if given,
+        to usage in one update (caller holds the lock)."""
+        now = time.monotonic()
+        elapsed_s = now - self.ticked_at
+        self.checkpoint.usage = self.checkpoint.usage.add(steps=steps, cost=cost, elapsed_s=elapsed_s)
+        self.ticked_at = now
+
+
+class Commits:
+    """The fenced writes of one claim's checkpoint, shared by its main function and its
+    parallel branches: their commits form one revision sequence under ``lock``."""
+
+    def __init__(
+        self,
+        *,
+        progress: Progress,
+        store: WorkflowStore,
+        lease: Lease,
+        flags: LeaseFlags,
+        max_checkpoint_bytes: int,
+    ) -> None:
+        self.progress = progress
+        self._store = store
+        self._lease = lease
+        self._flags = flags  # learns of a cancel from a commit's answer
+        self._max_checkpoint_bytes = max_checkpoint_bytes
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return self.progress.checkpoint
+
+    @property
+    def revision(self) -> int:
+        return self.progress.revision
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self.progress.lock
+
+    def encode(self) -> str:
+        """The checkpoint as text, its run time brought up to now."""
+        with self.lock:
+            self.progress.tick()
+            return self.checkpoint.encode(self._lease.task_id, self._max_checkpoint_bytes)
+
+    def commit(self, subject: str = "") -> None:
+        """Commit the checkpoint; ``subject`` (the call id it records) names the commit
+        for crash points."""
+        self._write(lambda text: self._store.commit_checkpoint(self._lease, self.revision, text), subject)
+
+    def consume_signal(self, signal: Signal, subject: str, *, accepted: bool, note: str) -> None:
+        """Commit the checkpoint in the write that takes ``signal`` out of the pending
+        ones (accepted by the wait ``subject``, or refused with ``note``)."""
+        self._write(
+            lambda text: self._store.consume_signal(
+                self._lease, self.revision, text, signal.signal_id, accepted=accepted, note=note
+            ),
+            subject,
+        )
+
+    def defer(self, subject: str) -> None:
+        """Hold back the commit of a result just recorded (caller holds the lock): it is
+        made before the next body runs (``commit_unsaved``) or with the cycle's
+        transition, which saves the last step of a run its own round trip."""
+        self.progress.unsaved = subject
+
+    def commit_unsaved(self) -> None:
+        """Commit a result still held back, so nothing that ran is only in memory when the
+        outside world is touched again. Checked under the lock: two branches reaching a
+        boundary at once must not both commit it."""
+        with self.lock:
+            unsaved = self.progress.unsaved
+            if unsaved is not None:
+                self.commit(unsaved)
+
+    def _write(self, write: Callable[[str], Committed], subject: str) -> None:
+        """Encode the checkpoint and make one fenced write of it; keeps the new revision."""
+        with self.lock:
+            try:
+                text = self.encode()
+            except CheckpointError as exc:
+                raise FailRequested(str(exc), cause="checkpoint") from exc
+            if crashpoints.ARMED:
+                crashpoints.reached("before_commit", subject)
+            try:
+                committed = write(text)
+            except LeaseLostError as exc:
+                raise LeaseGone(exc) from exc
+            self.progress.revision = committed.revision
+            if committed.cancel_requested is not None:
+                self._flags.cancel = True
+            self.progress.unsaved = None
+            if crashpoints.ARMED:
+                crashpoints.reached("after_commit", subject)

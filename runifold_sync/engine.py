@@ -1,0 +1,169 @@
+"""The replay engine of one claim: what the worker drives and ``ctx`` stands in front of.
+
+A ``TaskRun`` puts together, for one journal (the main function's, or a parallel
+branch's through ``branch``), the cursor that replays it (``replay.py``), the commits
+shared by the whole claim (``commits.py``), the boundary checks (``boundary.py``), steps
+and effects (``calls.py``), waits (``waits.py``), branches (``branches.py``) and the
+undo (``compensation.py``). User code sees only ``context``, the authoring facade.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .boundary import Boundary, BranchScope
+from .branches import Parent, run_parallel, run_race
+from .calls import Calls
+from .checkpoint import Checkpoint
+from .commits import Commits, Progress
+from .compensation import Compensation
+from .context import Branches, WorkflowContext
+from .definition import WorkflowDefinition
+from .heartbeat import LeaseFlags
+from .models import Budget
+from .replay import Cursor
+from .store.base import WorkflowStore
+from .store.records import ClaimedTask, Lease
+from .waits import Waits
+
+
+class TaskRun:
+    """One claim's run of a task's main function (or of one of its parallel branches)."""
+
+    def __init__(
+        self,
+        *,
+        claimed: ClaimedTask,
+        definition: WorkflowDefinition,
+        checkpoint: Checkpoint,
+        store: WorkflowStore,
+        flags: LeaseFlags,
+        max_steps_per_claim: int | None,
+        max_checkpoint_bytes: int,
+    ) -> None:
+        self._claimed = claimed
+        self._definition = definition
+        self._store = store
+        self._flags = flags  # set by the heartbeat thread
+        self._max_steps_per_claim = max_steps_per_claim
+        self.commits = Commits(
+            progress=Progress(checkpoint, claimed.revision),
+            store=store,
+            lease=claimed.lease,
+            flags=flags,
+            max_checkpoint_bytes=max_checkpoint_bytes,
+        )
+        self._open(Cursor(checkpoint.journal, self.commits.lock, self.task_id), None)
+
+    def _open(self, cursor: Cursor, branch: BranchScope | None) -> None:
+        """Set up the parts of this run that belong to one journal."""
+        definition, lease = self._definition, self.lease
+        self.cursor = cursor
+        self.boundary = Boundary(
+            commits=self.commits,
+            flags=self._flags,
+            budget=definition.budget,
+            task_id=lease.task_id,
+            fence=lease.fencing_token,
+            max_steps_per_claim=self._max_steps_per_claim,
+            branch=branch,
+        )
+        self.calls = Calls(
+            cursor=cursor,
+            commits=self.commits,
+            boundary=self.boundary,
+            lease=lease,
+            undoable=definition.workflow.compensations,
+            resolutions=self._claimed.resolutions,
+        )
+        self.waits = Waits(
+            cursor=cursor,
+            commits=self.commits,
+            boundary=self.boundary,
+            store=self._store,
+            workflow=repr(definition.workflow),
+            signals=definition.workflow.signals,
+            sender_policy=definition.sender_policy,
+            branch=None if branch is None else branch.key,
+        )
+        self.context = WorkflowContext(self)
+
+    def branch(
+        self, key: str, reserve: Budget | None, stop: threading.Event, held: Mapping[str, Budget]
+    ) -> TaskRun:
+        """A run of one parallel branch: same lease, checkpoint and commits, its own
+        journal and call ids scoped by ``key``; ``held`` are the reservations of all
+        branches."""
+        child = copy.copy(self)  # shares the claim's parts; _open replaces the journal's
+        cursor = Cursor.of_branch(self.checkpoint, key, self.commits.lock, self.task_id)
+        child._open(cursor, BranchScope(key, reserve, stop, held))
+        return child
+
+    # --- what the worker reads and drives -----------------------------------------
+
+    @property
+    def task_id(self) -> str:
+        return self._claimed.lease.task_id
+
+    @property
+    def tenant(self) -> str:
+        return self._claimed.lease.tenant
+
+    @property
+    def lease(self) -> Lease:
+        return self._claimed.lease
+
+    @property
+    def fence(self) -> int:
+        return self._claimed.lease.fencing_token
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return self.commits.checkpoint
+
+    @property
+    def revision(self) -> int:
+        return self.commits.revision
+
+    def encode(self) -> str:
+        """The checkpoint as text, its run time brought up to now."""
+        return self.commits.encode()
+
+    def commit(self, subject: str = "") -> None:
+        """Commit the checkpoint (``subject`` names the commit for crash points)."""
+        self.commits.commit(subject)
+
+    def needs_compensation(self) -> bool:
+        """True when a completed step has a declared compensation not yet run."""
+        return self._compensation().needed()
+
+    def compensate(self, cause: str, reason: str) -> None:
+        """Undo completed steps newest first, committing after each, after the task
+        failed or was cancelled. A compensation that raises fails the task as it is."""
+        self._compensation().run(cause, reason)
+
+    def _compensation(self) -> Compensation:
+        return Compensation(
+            commits=self.commits, boundary=self.boundary, workflow=self._definition.workflow, lease=self.lease
+        )
+
+    # --- branches, for ctx (the rest of the context.Engine port: calls, waits) --------
+
+    def parallel(
+        self, branches: Branches, reserve: Mapping[str, Budget] | None, max_threads: int
+    ) -> dict[str, Any]:
+        return run_parallel(self._parent(), branches, reserve, max_threads)
+
+    def race(self, branches: Branches, cancel_safe: Iterable[str], max_threads: int) -> tuple[str, Any]:
+        return run_race(self._parent(), branches, list(cancel_safe), max_threads)
+
+    def _parent(self) -> Parent:
+        def fork(
+            key: str, reserve: Budget | None, stop: threading.Event, held: Mapping[str, Budget]
+        ) -> WorkflowContext:
+            return self.branch(key, reserve, stop, held).context
+
+        return Parent(self.cursor, self.boundary, self.commits, fork)
