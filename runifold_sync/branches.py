@@ -29,7 +29,7 @@ from .interrupts import (
     RetryRequested,
     YieldRequested,
 )
-from .models import Budget, check_name
+from .models import Budget, check_int, check_name
 from .replay import Cursor
 from .specs import return_type
 
@@ -81,8 +81,7 @@ def _check_branches(branches: Mapping[str, Branch], max_threads: int) -> None:
             raise InvalidArgument(f"branch name may not contain '/' or '#', got {key!r}")
         if not callable(fn):
             raise InvalidArgument(f"branch {key!r} must be callable with a ctx, got {fn!r}")
-    if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
-        raise InvalidArgument(f"max_threads must be an integer >= 1, got {max_threads!r}")
+    check_int("max_threads", max_threads, minimum=1)
 
 
 def _structured(fn: Branch, raw: Any) -> Any:

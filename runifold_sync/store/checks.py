@@ -12,7 +12,7 @@ from typing import Any
 from ..admission import TenantPolicy
 from ..codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
 from ..errors import InvalidArgument
-from ..models import MAX_INPUT_BYTES, TaskState, WorkflowTask, check_count, check_name
+from ..models import MAX_INPUT_BYTES, TaskState, WorkflowTask, check_count, check_int, check_name
 
 MAX_CLAIM_LIMIT = 1000
 MAX_LIST_LIMIT = 10_000
@@ -34,9 +34,7 @@ def check_tasks(tasks: object) -> list[WorkflowTask]:
 
 
 def check_claim_limit(limit: object) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CLAIM_LIMIT:
-        raise InvalidArgument(f"claim limit must be an integer in 1..{MAX_CLAIM_LIMIT}, got {limit!r}")
-    return limit
+    return check_int("claim limit", limit, minimum=1, maximum=MAX_CLAIM_LIMIT)
 
 
 def check_operator(actor: str, reason: str) -> None:
@@ -119,8 +117,7 @@ def list_filters(
     """The parameters of query ``list_tasks``."""
     if state is not None and not isinstance(state, TaskState):
         raise InvalidArgument(f"state must be a TaskState, got {state!r}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
-        raise InvalidArgument(f"list limit must be an integer in 1..{MAX_LIST_LIMIT}, got {limit!r}")
+    check_int("list limit", limit, minimum=1, maximum=MAX_LIST_LIMIT)
     return {
         "state": None if state is None else state.value,
         "tenant": tenant,

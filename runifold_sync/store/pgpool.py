@@ -24,6 +24,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
 from ..errors import InvalidArgument, StoreClosed, StoreUnavailable, StoreUsedAcrossFork
+from ..models import check_int
 
 Connection = psycopg.Connection[DictRow]
 
@@ -90,10 +91,8 @@ class ProcessPool:
     ) -> ProcessPool:
         if not isinstance(url, str) or not url:
             raise InvalidArgument(f"PostgreSQL URL must be a non-empty string, got {url!r}")
-        if isinstance(min_size, bool) or not isinstance(min_size, int) or min_size < 0:
-            raise InvalidArgument(f"min_size must be an integer >= 0, got {min_size!r}")
-        if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < max(min_size, 1):
-            raise InvalidArgument(f"max_size must be an integer >= max(min_size, 1), got {max_size!r}")
+        check_int("min_size", min_size, minimum=0)
+        check_int("max_size", max_size, minimum=max(min_size, 1))
         for name, value in (("connect_timeout", connect_timeout), ("pool_timeout", pool_timeout)):
             if not isinstance(value, timedelta) or value <= timedelta(0):
                 raise InvalidArgument(f"{name} must be a positive timedelta, got {value!r}")
