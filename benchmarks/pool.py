@@ -12,7 +12,8 @@ from datetime import timedelta
 from common import registry
 
 from runifold_sync import LeaseDuration, WorkerId, WorkflowWorker, open_store
-from runifold_sync.supervisor import CancellationToken, WorkflowSupervisor, WorkflowSupervisorConfig
+from runifold_sync.cancellation import CancellationToken
+from runifold_sync.supervisor import WorkflowSupervisor, WorkflowSupervisorConfig
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 HEARTBEAT = timedelta(seconds=10)
