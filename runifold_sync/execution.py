@@ -31,8 +31,8 @@ from .interrupts import (
     FailRequested,
     RetryRequested,
     SuspendRequested,
-    Unwind,
     YieldRequested,
+    unwound,
 )
 from .logs import task_fields
 from .models import WorkerId
@@ -131,33 +131,35 @@ class ClaimExecutor:
 
     def _execute(self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: TaskRun) -> RunOutcome:
         try:
-            try:
-                if claimed.claims_since_progress > definition.budget.max_attempts:
-                    raise FailRequested(
-                        f"claimed {claimed.claims_since_progress} times without progress, over "
-                        f"max_attempts={definition.budget.max_attempts}: a step keeps crashing its worker",
-                        cause="crash_loop",
-                    )
-                resumed = ctx.checkpoint.compensating_for
-                if resumed is not None:  # a crash interrupted the undo
-                    undoing = None if resumed == "cancel" else FailRequested("", cause="other")
-                    return self._compensate(claimed, ctx, undoing)
-                if claimed.lease.cancel_requested is None:
-                    try:
-                        return self._drive(claimed, definition, ctx)
-                    except CancelPending:
-                        pass  # the cancel reached the row before this cycle's transition: it wins
-                # Cancelled before this claim (while queued, waiting, or under a worker that
-                # died): no step of the main function runs again, only the compensations.
-                return self._compensate(claimed, ctx, None)
-            except FailRequested as failure:
-                return self._fail_after_undo(claimed, ctx, failure)
-        except Unwind as unwind:  # a lost lease, also while undoing: the new owner carries on
-            if isinstance(unwind.error, LeaseLostError):
-                return self._lease_lost(claimed, unwind.error)
-            raise unwind.error from unwind
-        except LeaseLostError as error:  # the final write was refused
+            with unwound():  # a lost lease found in user code is raised as its LeaseLostError
+                try:
+                    return self._run(claimed, definition, ctx)
+                except FailRequested as failure:
+                    return self._fail_after_undo(claimed, ctx, failure)
+        except LeaseLostError as error:  # also while undoing, or the final write: the new owner carries on
             return self._lease_lost(claimed, error)
+
+    def _run(self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: TaskRun) -> RunOutcome:
+        """Finish an undo a crash interrupted, run the main function, or undo a task
+        cancelled before this claim."""
+        if claimed.claims_since_progress > definition.budget.max_attempts:
+            raise FailRequested(
+                f"claimed {claimed.claims_since_progress} times without progress, over "
+                f"max_attempts={definition.budget.max_attempts}: a step keeps crashing its worker",
+                cause="crash_loop",
+            )
+        resumed = ctx.checkpoint.compensating_for
+        if resumed is not None:  # a crash interrupted the undo; its reason is in the checkpoint
+            failure = None if resumed == "cancel" else FailRequested("", cause="other")
+            return self._compensate(claimed, ctx, failure)
+        if claimed.lease.cancel_requested is None:
+            try:
+                return self._drive(claimed, definition, ctx)
+            except CancelPending:
+                pass  # the cancel reached the row before this cycle's transition: it wins
+        # Cancelled before this claim (while queued, waiting, or under a worker that
+        # died): no step of the main function runs again, only the compensations.
+        return self._compensate(claimed, ctx, None)
 
     def _fail_after_undo(self, claimed: ClaimedTask, ctx: TaskRun, failure: FailRequested) -> RunOutcome:
         """Undo completed steps once if the failure calls for it, then end the task failed;

@@ -8,6 +8,8 @@ or a lost lease.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
 from .errors import AmbiguousEffect, LeaseLostError, StoreUnavailable
@@ -50,7 +52,7 @@ class FailRequested(Interrupt):
         reason: str,
         *,
         cause: FailureCause,
-        error: BaseException | None = None,
+        error: Exception | None = None,
         step_id: str | None = None,
         effect_key: str | None = None,
     ) -> None:
@@ -81,3 +83,13 @@ class Unwind(Interrupt):
     def __init__(self, error: LeaseLostError | StoreUnavailable) -> None:
         super().__init__(error)
         self.error = error
+
+
+@contextmanager
+def unwound() -> Iterator[None]:
+    """Out of user code, an ``Unwind`` is raised as the error it carries, so the worker
+    handles one condition under one name wherever it was found."""
+    try:
+        yield
+    except Unwind as unwind:
+        raise unwind.error from None
