@@ -19,7 +19,7 @@ import attrs
 from .commits import Commits
 from .errors import LeaseLostError
 from .heartbeat import LeaseFlags
-from .interrupts import BranchStopped, CancelRequested, FailRequested, LeaseGone, YieldRequested
+from .interrupts import BranchStopped, CancelRequested, FailRequested, Unwind, YieldRequested
 from .models import Budget, BudgetUsage
 
 
@@ -74,7 +74,7 @@ class Boundary:
 
     def check_lease(self) -> None:
         if self._flags.expired():
-            raise LeaseGone(LeaseLostError(self._task_id, self._fence, "next step"))
+            raise Unwind(LeaseLostError(self._task_id, self._fence, "next step"))
 
     def check_continue(self) -> None:
         """The lease still held, no cancel requested and the branch not stopped. A step

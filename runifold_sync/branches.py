@@ -19,14 +19,14 @@ from .boundary import Boundary
 from .checkpoint import EntryKind, EntryStatus, JournalEntry
 from .codec import NotJsonable, structure, to_jsonable
 from .commits import Commits
-from .errors import InvalidArgument, StoreUnavailable
+from .errors import InvalidArgument, OutputNotSerializable, StoreUnavailable
 from .interrupts import (
     BranchStopped,
     CancelRequested,
     FailRequested,
     Interrupt,
-    LeaseGone,
     RetryRequested,
+    Unwind,
     YieldRequested,
 )
 from .models import Budget, check_int, check_name
@@ -52,18 +52,10 @@ class Parent:
     fork: Fork
 
 
-class StoreAway(Interrupt):
-    """A branch found the store unreachable; re-raised as StoreUnavailable after the
-    siblings stopped, so the cycle ends and the task is claimed again."""
-
-    def __init__(self, error: StoreUnavailable) -> None:
-        self.error = error
-
-
-# When several branches are interrupted, the most consequential interruption wins.
+# When several branches are interrupted, the most consequential interruption wins (and
+# of two unwinding store errors, a lost lease: see ``_Runner.worst``).
 _SEVERITY: tuple[type[Interrupt], ...] = (
-    LeaseGone,
-    StoreAway,
+    Unwind,
     FailRequested,
     CancelRequested,
     RetryRequested,
@@ -93,7 +85,9 @@ def _encode(key: str, value: Any) -> Any:
         return to_jsonable(value)
     except NotJsonable as exc:
         raise FailRequested(
-            f"result of branch {key!r} cannot be stored as JSON: {exc}", cause="not_serializable"
+            f"result of branch {key!r} cannot be stored as JSON: {exc}",
+            cause="not_serializable",
+            error=OutputNotSerializable(key, str(exc)),
         ) from exc
 
 
@@ -132,11 +126,11 @@ class _Runner:
                 self._interrupted(key, interrupt)
                 return
             except StoreUnavailable as exc:  # ends the cycle, as in the main function
-                self._interrupted(key, StoreAway(exc))
+                self._interrupted(key, Unwind(exc))
                 return
             except Exception as exc:
                 failure = FailRequested(
-                    f"branch {key!r} raised {type(exc).__name__}: {exc}", cause="workflow_error"
+                    f"branch {key!r} raised {type(exc).__name__}: {exc}", cause="workflow_error", error=exc
                 )
                 self._interrupted(key, failure)
                 return
@@ -156,6 +150,7 @@ class _Runner:
 
     def worst(self, ignore: Collection[type[Interrupt]] = ()) -> Interrupt | None:
         found = [i for i in self.interrupts.values() if not isinstance(i, tuple(ignore))]
+        found.sort(key=lambda i: isinstance(i, Unwind) and isinstance(i.error, StoreUnavailable))
         for kind in _SEVERITY:
             for interrupt in found:
                 if isinstance(interrupt, kind):
@@ -260,7 +255,7 @@ def _start(parent: Parent, kind: EntryKind, check: Callable[[], None]) -> Journa
 
 
 def _raise(interrupt: Interrupt | None) -> None:
-    if isinstance(interrupt, StoreAway):
+    if isinstance(interrupt, Unwind) and isinstance(interrupt.error, StoreUnavailable):
         raise interrupt.error
     if interrupt is not None:
         raise interrupt

@@ -45,15 +45,18 @@ def structured(spec: StepSpec, raw: Any) -> Any:
         raise FailRequested(
             f"recorded output of {spec.step_id!r} no longer fits its return type {spec.output_type!r}: {exc}",
             cause="nondeterminism",
+            error=exc,
+            step_id=spec.step_id,
         ) from exc
 
 
-def encode_output(call_id: str, value: Any) -> Any:
+def encode_output(spec: StepSpec, call_id: str, value: Any) -> Any:
     """A body's result in its JSON form, as the journal keeps it."""
     try:
         return to_jsonable(value)
     except NotJsonable as exc:
-        raise FailRequested(str(OutputNotSerializable(call_id, str(exc))), cause="not_serializable") from exc
+        error = OutputNotSerializable(call_id, str(exc))
+        raise FailRequested(str(error), cause="not_serializable", error=error, step_id=spec.step_id) from exc
 
 
 class Calls:
@@ -159,12 +162,14 @@ class Calls:
                 )
                 evidence = EffectEvidence.unknown()
             if evidence.status is EffectStatus.APPLIED:
-                return "reconciled", encode_output(entry.call_id, evidence.result)
+                return "reconciled", encode_output(spec, entry.call_id, evidence.result)
             if evidence.status is EffectStatus.NOT_APPLIED:
                 return None
         entry.evidence = None  # the next resolution of this key answers this interruption
         error = AmbiguousEffect(self._lease.task_id, spec.step_id, entry.key)
-        raise FailRequested(str(error), ambiguous_effect=entry.key, cause="ambiguous_effect")
+        raise FailRequested(
+            str(error), cause="ambiguous_effect", error=error, step_id=spec.step_id, effect_key=entry.key
+        )
 
     def _finish_effect(self, spec: StepSpec, entry: JournalEntry, output: Any, evidence: str) -> Any:
         with self._commits.lock:
@@ -206,12 +211,16 @@ class Calls:
                     f"{description} (attempt {failures} of {spec.retry.max_attempts})",
                 ) from exc
             raise FailRequested(
-                f"{description}; gave up after {failures} attempts", cause="step_error"
+                f"{description}; gave up after {failures} attempts",
+                cause="step_error",
+                error=exc,
+                step_id=spec.step_id,
+                effect_key=key,
             ) from exc
         if crashpoints.ARMED:
             crashpoints.reached(f"after_{spec.kind}", call_id)
         self._boundary.check_lease()
-        output = encode_output(call_id, value)
+        output = encode_output(spec, call_id, value)
         with self._commits.lock:
             self._boundary.account(steps=1, cost=context.cost, started=started)
             checkpoint.step_failures.pop(call_id, None)

@@ -18,7 +18,7 @@ from . import crashpoints
 from .checkpoint import Checkpoint
 from .errors import CheckpointError, LeaseLostError
 from .heartbeat import LeaseFlags
-from .interrupts import FailRequested, LeaseGone
+from .interrupts import FailRequested, Unwind
 from .store.base import WorkflowStore
 from .store.records import Committed, Lease, Signal
 
@@ -121,13 +121,13 @@ class Commits:
             try:
                 text = self.encode()
             except CheckpointError as exc:
-                raise FailRequested(str(exc), cause="checkpoint") from exc
+                raise FailRequested(str(exc), cause="checkpoint", error=exc) from exc
             if crashpoints.ARMED:
                 crashpoints.reached("before_commit", subject)
             try:
                 committed = write(text)
             except LeaseLostError as exc:
-                raise LeaseGone(exc) from exc
+                raise Unwind(exc) from exc
             self.progress.revision = committed.revision
             if committed.cancel_requested is not None:
                 self._flags.cancel = True

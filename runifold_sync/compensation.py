@@ -63,6 +63,8 @@ class Compensation:
                 raise FailRequested(
                     f"{reason}; compensation of {entry.call_id} raised {type(exc).__name__}: {exc}",
                     cause="compensation_error",
+                    error=exc,
+                    step_id=step_id,
                 ) from exc
             with self._commits.lock:
                 self._boundary.account(steps=0, cost=context.cost, started=started)

@@ -22,16 +22,17 @@ from .errors import (
     CheckpointError,
     FingerprintMismatch,
     LeaseLostError,
+    OutputNotSerializable,
     StoreUnavailable,
 )
 from .heartbeat import LeaseKeeper
 from .interrupts import (
     CancelRequested,
     FailRequested,
-    LeaseGone,
     RetryRequested,
     SuspendRequested,
     YieldRequested,
+    unwound,
 )
 from .logs import task_fields
 from .models import WorkerId
@@ -40,7 +41,7 @@ from .outcomes import (
     Completed,
     DefinitionUnavailable,
     Failed,
-    FailureCause,
+    FailureDetail,
     LeaseLost,
     Retried,
     RunOutcome,
@@ -96,7 +97,8 @@ class ClaimExecutor:
         try:
             checkpoint = self._load_checkpoint(claimed, definition)
         except CheckpointError as exc:
-            return self._fail(claimed, claimed.revision, None, str(exc), "checkpoint")
+            failure = FailRequested(str(exc), cause="checkpoint", error=exc)
+            return self._fail(claimed, claimed.revision, None, failure)
         if checkpoint.phase == "failed":  # requeued by an operator: failing steps start afresh
             checkpoint.step_failures.clear()
         checkpoint.phase = "running"
@@ -129,29 +131,35 @@ class ClaimExecutor:
 
     def _execute(self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: TaskRun) -> RunOutcome:
         try:
-            try:
-                if claimed.claims_since_progress > definition.budget.max_attempts:
-                    raise FailRequested(
-                        f"claimed {claimed.claims_since_progress} times without progress, over "
-                        f"max_attempts={definition.budget.max_attempts}: a step keeps crashing its worker",
-                        cause="crash_loop",
-                    )
-                if ctx.checkpoint.compensating_for is not None:  # a crash interrupted the undo
-                    return self._compensate(claimed, ctx, ctx.checkpoint.compensating_for, "", "other")
-                if claimed.lease.cancel_requested is None:
-                    try:
-                        return self._drive(claimed, definition, ctx)
-                    except CancelPending:
-                        pass  # the cancel reached the row before this cycle's transition: it wins
-                # Cancelled before this claim (while queued, waiting, or under a worker that
-                # died): no step of the main function runs again, only the compensations.
-                return self._compensate(claimed, ctx, "cancel", "cancel requested", "other")
-            except FailRequested as failure:
-                return self._fail_after_undo(claimed, ctx, failure)
-        except LeaseGone as gone:  # also while undoing: the new owner carries on
-            return self._lease_lost(claimed, gone.error)
-        except LeaseLostError as error:  # the final write was refused
+            with unwound():  # a lost lease found in user code is raised as its LeaseLostError
+                try:
+                    return self._run(claimed, definition, ctx)
+                except FailRequested as failure:
+                    return self._fail_after_undo(claimed, ctx, failure)
+        except LeaseLostError as error:  # also while undoing, or the final write: the new owner carries on
             return self._lease_lost(claimed, error)
+
+    def _run(self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: TaskRun) -> RunOutcome:
+        """Finish an undo a crash interrupted, run the main function, or undo a task
+        cancelled before this claim."""
+        if claimed.claims_since_progress > definition.budget.max_attempts:
+            raise FailRequested(
+                f"claimed {claimed.claims_since_progress} times without progress, over "
+                f"max_attempts={definition.budget.max_attempts}: a step keeps crashing its worker",
+                cause="crash_loop",
+            )
+        resumed = ctx.checkpoint.compensating_for
+        if resumed is not None:  # a crash interrupted the undo; its reason is in the checkpoint
+            failure = None if resumed == "cancel" else FailRequested("", cause="other")
+            return self._compensate(claimed, ctx, failure)
+        if claimed.lease.cancel_requested is None:
+            try:
+                return self._drive(claimed, definition, ctx)
+            except CancelPending:
+                pass  # the cancel reached the row before this cycle's transition: it wins
+        # Cancelled before this claim (while queued, waiting, or under a worker that
+        # died): no step of the main function runs again, only the compensations.
+        return self._compensate(claimed, ctx, None)
 
     def _fail_after_undo(self, claimed: ClaimedTask, ctx: TaskRun, failure: FailRequested) -> RunOutcome:
         """Undo completed steps once if the failure calls for it, then end the task failed;
@@ -159,7 +167,7 @@ class ClaimExecutor:
         undo = failure.ambiguous_effect is None and ctx.checkpoint.compensating_for is None
         if undo and ctx.needs_compensation():
             try:
-                return self._compensate(claimed, ctx, "failure", failure.reason, failure.cause)
+                return self._compensate(claimed, ctx, failure)
             except FailRequested as undo_failed:
                 failure = undo_failed
         ctx.checkpoint.phase = "failed"
@@ -167,9 +175,7 @@ class ClaimExecutor:
             text: str | None = ctx.encode()
         except CheckpointError:
             text = None
-        return self._fail(
-            claimed, ctx.revision, text, failure.reason, failure.cause, failure.ambiguous_effect
-        )
+        return self._fail(claimed, ctx.revision, text, failure)
 
     def _drive(self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: TaskRun) -> RunOutcome:
         """Run the main function and make the transition it ended in."""
@@ -181,7 +187,7 @@ class ClaimExecutor:
                 workflow_input = structure(from_json(claimed.input_json), workflow.input_type())
             except Exception as exc:
                 raise FailRequested(
-                    f"input does not fit {workflow.input_type()!r}: {exc}", cause="bad_input"
+                    f"input does not fit {workflow.input_type()!r}: {exc}", cause="bad_input", error=exc
                 ) from exc
             try:
                 value = workflow.main_fn(ctx.context, workflow_input)
@@ -193,13 +199,15 @@ class ClaimExecutor:
                 raise
             except Exception as exc:
                 raise FailRequested(
-                    f"workflow main raised {type(exc).__name__}: {exc}", cause="workflow_error"
+                    f"workflow main raised {type(exc).__name__}: {exc}", cause="workflow_error", error=exc
                 ) from exc
             try:
                 result_json = to_json(value, max_depth=MAX_NESTING_DEPTH)
             except NotJsonable as exc:
                 raise FailRequested(
-                    f"workflow result cannot be stored as JSON: {exc}", cause="not_serializable"
+                    f"workflow result cannot be stored as JSON: {exc}",
+                    cause="not_serializable",
+                    error=OutputNotSerializable("result", str(exc)),
                 ) from exc
             self._check_result_size(lease.task_id, result_json)
             ctx.checkpoint.phase = "completed"
@@ -220,7 +228,7 @@ class ClaimExecutor:
                 )
             return Suspended(lease.task_id, wait.reason, wait.wake_at)
         except CancelRequested:
-            return self._compensate(claimed, ctx, "cancel", "cancel requested", "other")
+            return self._compensate(claimed, ctx, None)
         except RetryRequested as retry:
             text = self._encode_or_fail(ctx)
             delay = timedelta(seconds=retry.delay_s)
@@ -232,20 +240,14 @@ class ClaimExecutor:
                 self.store.release(lease, delay=timedelta(0), reason="step slice used up; requeued")
             return Yielded(lease.task_id)
 
-    def _compensate(
-        self,
-        claimed: ClaimedTask,
-        ctx: TaskRun,
-        cause: str,
-        reason: str,
-        failure_cause: FailureCause,
-    ) -> RunOutcome:
-        """Undo completed steps (if any have compensations), then end the task as the
-        cause says: cancelled, or failed with the original reason and ``failure_cause``."""
+    def _compensate(self, claimed: ClaimedTask, ctx: TaskRun, failure: FailRequested | None) -> RunOutcome:
+        """Undo completed steps (if any have compensations), then end the task cancelled
+        (no ``failure``) or failed as ``failure`` says, with its original reason."""
         lease = claimed.lease
-        ctx.compensate(cause, reason)
-        reason = ctx.checkpoint.compensation_reason or reason
-        if cause == "cancel":
+        if failure is not None:
+            ctx.compensate("failure", failure.reason)
+        else:
+            ctx.compensate("cancel", "cancel requested")
             ctx.checkpoint.phase = "cancelled"
             text = self._encode_or_fail(ctx)
             with crashpoints.transition("cancel"):
@@ -253,8 +255,8 @@ class ClaimExecutor:
             return Cancelled(lease.task_id, self.store.get_task(lease.task_id).reason or "cancelled")
         ctx.checkpoint.phase = "failed"
         undone = ", ".join(ctx.checkpoint.compensated) or "nothing"
-        reason = f"{reason} (compensated: {undone})"
-        return self._fail(claimed, ctx.revision, ctx.encode(), reason, failure_cause)
+        reason = f"{ctx.checkpoint.compensation_reason or failure.reason} (compensated: {undone})"
+        return self._fail(claimed, ctx.revision, ctx.encode(), failure, reason)
 
     def _check_result_size(self, task_id: str, result_json: str) -> None:
         """Hold the result to the checkpoint's size limit: it is stored in the same row
@@ -272,28 +274,45 @@ class ClaimExecutor:
         try:
             return ctx.encode()
         except CheckpointError as exc:
-            raise FailRequested(str(exc), cause="checkpoint") from exc
+            raise FailRequested(str(exc), cause="checkpoint", error=exc) from exc
 
     def _fail(
         self,
         claimed: ClaimedTask,
         revision: int,
         checkpoint_json: str | None,
-        reason: str,
-        cause: FailureCause,
-        ambiguous_effect: str | None = None,
+        failure: FailRequested,
+        reason: str | None = None,
     ) -> RunOutcome:
+        """End the task failed as ``failure`` says (with ``reason`` in place of its own
+        once compensations ran), recording what failed where in the ``failed`` event."""
         lease = claimed.lease
+        reason = failure.reason if reason is None else reason
+        error = failure.error
+        detail = FailureDetail(
+            error_class=None if error is None else type(error).__name__,
+            message=reason if error is None else str(error),
+            task_id=lease.task_id,
+            step_id=failure.step_id,
+            effect_key=failure.effect_key,
+        )
+        ambiguous_effect = failure.ambiguous_effect
         log.error("task failed: %s", reason, extra=task_fields(lease))
         try:
             with crashpoints.transition("fail"):
                 self.store.fail(
-                    lease, revision, checkpoint_json, reason=reason, ambiguous_effect=ambiguous_effect
+                    lease,
+                    revision,
+                    checkpoint_json,
+                    reason=reason,
+                    ambiguous_effect=ambiguous_effect,
+                    error=detail,
                 )
         except LeaseLostError as error:
             return self._lease_lost(claimed, error)
-        return Failed(lease.task_id, reason, recoverable=ambiguous_effect is not None, cause=cause)
+        recoverable = ambiguous_effect is not None
+        return Failed(lease.task_id, reason, recoverable=recoverable, cause=failure.cause, error=detail)
 
     def _lease_lost(self, claimed: ClaimedTask, error: LeaseLostError) -> RunOutcome:
         log.warning("%s", error, extra=task_fields(claimed.lease))
-        return LeaseLost(claimed.lease.task_id, claimed.lease.fencing_token)
+        return LeaseLost(error.task_id, error.fencing_token, error.operation)

@@ -2,15 +2,17 @@
 
 Each is raised by the replay engine (``engine.py`` and its parts) and turned by the
 worker into one store transition. They derive from ``BaseException`` so that
-``except Exception`` in workflow code cannot swallow a suspension, a cancel or a lost
-lease.
+``except Exception`` in workflow code cannot swallow a suspension, a cancel, a failure
+or a lost lease.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
-from .errors import LeaseLostError
+from .errors import AmbiguousEffect, LeaseLostError, StoreUnavailable
 from .outcomes import FailureCause
 
 
@@ -40,16 +42,54 @@ class RetryRequested(Interrupt):
 
 
 class FailRequested(Interrupt):
-    def __init__(self, reason: str, ambiguous_effect: str | None = None, *, cause: FailureCause) -> None:
+    """Ends the task failed with ``reason``. ``error`` is what failed: the RunifoldError
+    naming the condition (non-determinism, an ambiguous effect...), or the exception a
+    step, effect, compensation or the main function raised; None when a limit was reached
+    and nothing raised. ``step_id`` and ``effect_key`` name the call it failed in."""
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        cause: FailureCause,
+        error: Exception | None = None,
+        step_id: str | None = None,
+        effect_key: str | None = None,
+    ) -> None:
         self.reason = reason
-        self.ambiguous_effect = ambiguous_effect
         self.cause = cause
+        self.error = error
+        self.step_id = step_id
+        self.effect_key = effect_key
+
+    @property
+    def ambiguous_effect(self) -> str | None:
+        """The key of the effect whose outcome is unknown: the task stays recoverable
+        through ``resolve_effect``."""
+        return self.error.key if isinstance(self.error, AmbiguousEffect) else None
 
 
 class YieldRequested(Interrupt):
     """The per-claim step slice is used up."""
 
 
-class LeaseGone(Interrupt):
-    def __init__(self, error: LeaseLostError) -> None:
+class Unwind(Interrupt):
+    """Carries a store error out through user code, where ``except Exception`` must not
+    stop it: a lost lease (``LeaseLostError``, which outranks anything else that ends the
+    cycle) or, out of a parallel branch, an unreachable store (``StoreUnavailable``, raised
+    again as itself once the siblings stopped). The condition is the error; this is only
+    how it travels."""
+
+    def __init__(self, error: LeaseLostError | StoreUnavailable) -> None:
+        super().__init__(error)
         self.error = error
+
+
+@contextmanager
+def unwound() -> Iterator[None]:
+    """Out of user code, an ``Unwind`` is raised as the error it carries, so the worker
+    handles one condition under one name wherever it was found."""
+    try:
+        yield
+    except Unwind as unwind:
+        raise unwind.error from None

@@ -73,15 +73,32 @@ class Yielded(RunOutcome):
 
 
 @attrs.frozen
+class FailureDetail:
+    """What failed, as fields a caller or an operator tool can match without parsing the
+    reason; also written into the ``failed`` history event."""
+
+    # The class name of the error: a RunifoldError naming the condition (NonDeterminism,
+    # AmbiguousEffect, OutputNotSerializable, CheckpointError...) or the exception a step,
+    # effect, compensation or main function raised; None when a limit was reached (a
+    # budget, a crash loop, a misuse) and nothing raised.
+    error_class: str | None
+    message: str  # the error's own message (the reason when nothing raised)
+    task_id: str
+    step_id: str | None = None  # the step, effect or compensated step it failed in
+    effect_key: str | None = None  # the idempotency key of the effect it failed in
+
+
+@attrs.frozen
 class Failed(RunOutcome):
     """Terminal failure. ``recoverable`` tasks (ambiguous effects) wait for resolve_effect;
-    ``cause`` classifies ``reason``."""
+    ``cause`` classifies ``reason``, and ``error`` says what failed where."""
 
     kind: ClassVar[str] = "failed"
     task_id: str
     reason: str
     recoverable: bool = False
     cause: FailureCause = "other"
+    error: FailureDetail | None = None
 
 
 @attrs.frozen
@@ -106,8 +123,11 @@ class DefinitionUnavailable(RunOutcome):
 
 @attrs.frozen
 class LeaseLost(RunOutcome):
-    """Another worker owns the task now; nothing more was written for it."""
+    """Another worker owns the task now; nothing more was written for it. ``operation``
+    is the write or check that found the lease gone (``LeaseLostError.operation``), None
+    for a task claimed ahead whose lease ran out before it started."""
 
     kind: ClassVar[str] = "lease_lost"
     task_id: str
     fencing_token: int
+    operation: str | None = None

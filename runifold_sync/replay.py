@@ -78,10 +78,8 @@ class Cursor:
             return call_id, None
         entry = self.journal[position]
         if entry.kind != kind or entry.call_id != call_id:
-            raise FailRequested(
-                str(NonDeterminism(self.task_id, position, entry.call_id, call_id)),
-                cause="nondeterminism",
-            )
+            error = NonDeterminism(self.task_id, position, entry.call_id, call_id)
+            raise FailRequested(str(error), cause="nondeterminism", error=error, step_id=name)
         if entry.status == _DONE:
             self._position += 1
         return call_id, entry

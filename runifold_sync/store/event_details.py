@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..models import WorkflowTask
+from ..outcomes import FailureDetail
 
 
 def enqueued(task: WorkflowTask) -> dict[str, Any]:
@@ -39,10 +40,14 @@ def retried(reason: str, delay: timedelta) -> dict[str, Any]:
     return {"reason": reason, "delay_s": delay.total_seconds()}
 
 
-def failed(reason: str, ambiguous_effect: str | None) -> dict[str, Any]:
+def failed(reason: str, ambiguous_effect: str | None, error: FailureDetail | None = None) -> dict[str, Any]:
+    """With ``error`` (what the worker found failed), its class and the call it failed
+    in, so ``show`` tells them apart without parsing the reason."""
     detail: dict[str, Any] = {"reason": reason}
     if ambiguous_effect is not None:
         detail["ambiguous_effect"] = ambiguous_effect
+    if error is not None:
+        detail.update(error_class=error.error_class, step_id=error.step_id, effect_key=error.effect_key)
     return detail
 
 

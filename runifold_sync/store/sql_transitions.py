@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from ..errors import InvalidState, LeaseLostError
 from ..models import LeaseDuration, WorkerId
+from ..outcomes import FailureDetail
 from . import checks, event_details, refusals, row_records
 from .dialect import Dialect, Event
 from .records import ClaimedTask, ClaimRequest, Committed, Lease, Signal
@@ -203,9 +204,11 @@ class WorkerOperations:
         *,
         reason: str,
         ambiguous_effect: str | None = None,
+        error: FailureDetail | None = None,
     ) -> None:
         """End the task as failed. With ``ambiguous_effect`` (an effect key) the task is
-        recoverable through :meth:`resolve_effect`."""
+        recoverable through :meth:`resolve_effect`. ``error`` (what failed, where) is
+        recorded in the ``failed`` event's detail."""
         d = self.dialect
         reason = d.free_text(reason)
         params = {
@@ -214,7 +217,7 @@ class WorkerOperations:
             "reason": reason,
             "ambiguous_effect": ambiguous_effect,
         }
-        detail = event_details.failed(reason, ambiguous_effect)
+        detail = event_details.failed(reason, ambiguous_effect, error)
         d.transition("fail", lease, params, "failed", detail, notify=False)
 
     def wait_for_work(self, timeout: timedelta) -> bool:

@@ -15,6 +15,7 @@ from runifold_sync import (
     Completed,
     DefinitionUnavailable,
     Failed,
+    FailureDetail,
     Idle,
     InvalidArgument,
     LeaseDuration,
@@ -202,14 +203,29 @@ def test_an_input_nested_exactly_at_the_limit_is_echoed_by_a_step_and_returned(s
 
 
 @pytest.mark.parametrize(
-    ("where", "reason"),
+    ("where", "reason", "error"),
     [
-        ("output", f"output of 'build#1' cannot be stored as JSON: {TOO_DEEP}"),
-        ("result", f"workflow result cannot be stored as JSON: {TOO_DEEP}"),
+        (
+            "output",
+            f"output of 'build#1' cannot be stored as JSON: {TOO_DEEP}",
+            FailureDetail(
+                "OutputNotSerializable",
+                f"output of 'build#1' cannot be stored as JSON: {TOO_DEEP}",
+                "over",
+                "build",
+            ),
+        ),
+        (
+            "result",
+            f"workflow result cannot be stored as JSON: {TOO_DEEP}",
+            FailureDetail(
+                "OutputNotSerializable", f"output of 'result' cannot be stored as JSON: {TOO_DEEP}", "over"
+            ),
+        ),
     ],
 )
 def test_an_output_or_result_one_level_past_the_limit_fails_its_task_and_one_at_it_completes(
-    store: WorkflowStore, where: str, reason: str
+    store: WorkflowStore, where: str, reason: str, error: FailureDetail
 ) -> None:
     store.enqueue(
         WorkflowTask.new("echo", 1, {"where": where, "depth": MAX_NESTING_DEPTH + 1}, checkpoint_id="over")
@@ -219,7 +235,9 @@ def test_an_output_or_result_one_level_past_the_limit_fails_its_task_and_one_at_
     )
     outcomes = _run_all(_worker(store, echo), 2)
 
-    assert outcomes["over"] == Failed("over", reason, recoverable=False, cause="not_serializable")
+    assert outcomes["over"] == Failed(
+        "over", reason, recoverable=False, cause="not_serializable", error=error
+    )
     over = store.get_task("over")
     assert (over.state, over.outcome, over.reason) == (TaskState.TERMINAL, TaskOutcome.FAILED, reason)
     expected = _nested(MAX_NESTING_DEPTH) if where == "result" else "built"
@@ -303,8 +321,11 @@ def test_a_corrupt_checkpoint_fails_its_task_closed_and_others_go_on(store: Work
     assert store.get_task("corrupt").state is TaskState.TERMINAL
 
 
-def _assert_failed_closed(store: WorkflowStore, outcome: RunOutcome, task_id: str, reason: str) -> None:
-    assert outcome == Failed(task_id, reason, recoverable=False, cause="checkpoint")
+def _assert_failed_closed(
+    store: WorkflowStore, outcome: RunOutcome, task_id: str, reason: str, error_class: str | None
+) -> None:
+    error = FailureDetail(error_class, reason, task_id)
+    assert outcome == Failed(task_id, reason, recoverable=False, cause="checkpoint", error=error)
     record = store.get_task(task_id)
     assert (record.state, record.outcome, record.reason) == (TaskState.TERMINAL, TaskOutcome.FAILED, reason)
 
@@ -329,7 +350,7 @@ def test_a_checkpoint_of_another_format_version_or_shape_fails_only_its_task_clo
     _vandalise(store, "bad", text)
     outcomes = _run_all(_worker(store, counted), 2)
 
-    _assert_failed_closed(store, outcomes["bad"], "bad", reason)
+    _assert_failed_closed(store, outcomes["bad"], "bad", reason, "CheckpointError")
     # Kept as found, for whoever investigates; nothing ran on it.
     assert from_json(store.get_task("bad").checkpoint_json or "") == from_json(text)
     assert outcomes["sibling"] == Completed("sibling", 2)
@@ -348,7 +369,7 @@ def test_a_checkpoint_row_that_is_not_json_fails_only_its_task_closed(sqlite_sto
     outcomes = _run_all(_worker(store, counted), 2)
 
     reason = "checkpoint of task 'bad' is corrupt: Expecting value: line 1 column 35 (char 34)"
-    _assert_failed_closed(store, outcomes["bad"], "bad", reason)
+    _assert_failed_closed(store, outcomes["bad"], "bad", reason, "CheckpointError")
     assert store.get_task("bad").checkpoint_json == torn
     assert outcomes["sibling"] == Completed("sibling", 2)
     assert COUNTED_RUNS == ["sibling"]
@@ -435,7 +456,7 @@ def test_a_step_output_over_max_checkpoint_bytes_fails_only_its_task_naming_the_
         big.reason,
     )
     assert size is not None and int(size[1]) > SMALL_LIMIT
-    _assert_failed_closed(store, big, "big", big.reason)
+    _assert_failed_closed(store, big, "big", big.reason, "CheckpointTooLarge")
     assert store.get_task("big").checkpoint_json is None  # the output was never stored
     assert outcomes["small"] == Completed("small", 10)
 
@@ -478,7 +499,7 @@ def test_a_workflow_result_over_max_checkpoint_bytes_fails_only_its_task_naming_
         f"{DEFAULT_MAX_CHECKPOINT_BYTES} bytes (max_checkpoint_bytes); keep large artifacts "
         "outside and return their ids"
     )
-    _assert_failed_closed(store, outcomes["big"], "big", reason)
+    _assert_failed_closed(store, outcomes["big"], "big", reason, None)  # nothing raised: a limit
     record = store.get_task("big")
     assert record.result is None
     journal = from_json(record.checkpoint_json or "")["journal"]

@@ -17,6 +17,7 @@ import pytest
 from runifold_sync import (
     Completed,
     Failed,
+    FailureDetail,
     Idle,
     LeaseDuration,
     StepContext,
@@ -127,7 +128,11 @@ def test_sleep_until_a_naive_datetime_is_refused_with_invalid_argument_naming_it
         "workflow main raised InvalidArgument: sleep_until needs a timezone-aware datetime, "
         "got datetime.datetime(2030, 1, 1, 0, 0)"
     )
-    assert _run_once(store, naive, "w1") == Failed("n1", reason, recoverable=False, cause="workflow_error")
+    message = "sleep_until needs a timezone-aware datetime, got datetime.datetime(2030, 1, 1, 0, 0)"
+    error = FailureDetail("InvalidArgument", message, "n1")
+    assert _run_once(store, naive, "w1") == Failed(
+        "n1", reason, recoverable=False, cause="workflow_error", error=error
+    )
     assert store.get_task("n1").state is TaskState.TERMINAL
 
 

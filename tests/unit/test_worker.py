@@ -839,7 +839,7 @@ def test_worker_whose_lease_was_taken_during_a_step_reports_lease_lost_and_write
     task_id = enqueue(sqlite_store, wf)
     outcome = make_worker(WorkflowDefinition(wf)).run_once()
 
-    assert outcome == LeaseLost(task_id, 1)
+    assert outcome == LeaseLost(task_id, 1, "completed")  # the completion was refused
     assert len(STATE["taken"]) == 1
     record = sqlite_store.get_task(task_id)
     assert (record.state, record.worker_id, record.fencing_token) == (TaskState.LEASED, "other", 2)
