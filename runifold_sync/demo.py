@@ -205,7 +205,10 @@ def run_demo(
                 worker = max((w for w in store.workers() if w.pid == pid), key=lambda w: w.started_at)
                 victim = (worker.worker_id, pid)
                 killed = f"pid {pid} in {call_id} of {task_id}"
-                phase = f"SIGKILLed {killed}"
+                # Said once, as it happens: the progress that follows (other workers go
+                # on while the slot restarts) is reported under the next phase.
+                report(f"SIGKILLed {killed}", current)
+                phase = f"waiting for the slot of pid {pid} to restart"
             time.sleep(0.1)
     finally:
         assert pool.pid is not None
