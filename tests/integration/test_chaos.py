@@ -48,16 +48,27 @@ INVARIANTS = {
 }
 
 
+# tools/chaos.py exits 2 when every invariant held but a scenario was not exercised.
+SHORTFALL = 2
+
+
+class Shortfall(AssertionError):
+    """A chaos run that broke no invariant but left a scenario unexercised."""
+
+
 def _chaos(
-    store: str, profile: dict[str, int], tmp_path: Path, *extra: str, timeout_s: float
+    store: str, profile: dict[str, int], tmp_path: Path, *extra: str, timeout_s: float, seed: int = SEED
 ) -> dict[str, Any]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     figures = tmp_path / "figures.json"
-    args = [sys.executable, str(CHAOS), "--store", store, "--seed", str(SEED), "--json", str(figures)]
+    args = [sys.executable, str(CHAOS), "--store", store, "--seed", str(seed), "--json", str(figures)]
     for name, value in profile.items():
         args += [f"--{name}", str(value)]
     args += ["--workdir", str(tmp_path / "work"), "--duration-limit", str(timeout_s - 30), *extra]
     proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
     print(proc.stdout)
+    if proc.returncode == SHORTFALL:
+        raise Shortfall(proc.stdout)
     assert proc.returncode == 0, (
         f"chaos failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}"
     )
@@ -66,7 +77,7 @@ def _chaos(
     assert set(printed) == expected
     assert all(value == "0" for value in printed.values()), printed
     assert re.search(r"^recovery after kill: p50=\d+\.\d+s p99=\d+\.\d+s", proc.stdout, re.MULTILINE)
-    assert f"result: PASS (seed {SEED};" in proc.stdout
+    assert f"result: PASS (seed {seed};" in proc.stdout
     result: dict[str, Any] = json.loads(figures.read_text())
     assert result["invariants"] == {name: 0 for name in expected}
     assert result["kills"] == profile["kills"] and result["stops"] == profile["stops"]
@@ -90,13 +101,19 @@ def _store_args(store: str, request: pytest.FixtureRequest) -> list[str]:
     return ["--postgres-url", attempt.cluster.admin_url, "--db-restarts", "1"]
 
 
-@pytest.mark.timeout(SHORT_BUDGET_S)
+@pytest.mark.timeout(2 * SHORT_BUDGET_S)
 @pytest.mark.parametrize("store", ["sqlite", "postgres"])
 def test_short_chaos_profile_keeps_every_invariant(
     store: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     extra = _store_args(store, request)
-    result = _chaos(store, SHORT, tmp_path, *extra, timeout_s=SHORT_BUDGET_S - 5)
+    try:
+        result = _chaos(store, SHORT, tmp_path / "first", *extra, timeout_s=SHORT_BUDGET_S - 5)
+    except Shortfall:
+        # Every invariant held, but the run never froze a task that another worker took
+        # over (on the private PostgreSQL cluster this happens now and then after its
+        # restart): the stale-owner scenario went unexercised, so run the next seed.
+        result = _chaos(store, SHORT, tmp_path / "again", *extra, timeout_s=SHORT_BUDGET_S - 5, seed=SEED + 1)
     if "--db-restarts" in extra:
         assert result["db_restarts"] == int(extra[extra.index("--db-restarts") + 1])
 
