@@ -47,6 +47,7 @@ from .models import (
 from .outcomes import (
     Cancelled,
     Completed,
+    ContinuedAsNew,
     DefinitionUnavailable,
     Failed,
     FailureDetail,
@@ -80,6 +81,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointTooLarge",
     "Completed",
+    "ContinuedAsNew",
     "DefinitionConflict",
     "DefinitionIdentity",
     "DefinitionUnavailable",

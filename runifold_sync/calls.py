@@ -101,7 +101,7 @@ class Calls:
             return structured(spec, entry.output)
         self._boundary.before_body()
         if entry is None:
-            key = f"{self._lease.task_id}/{call_id}"
+            key = self._commits.checkpoint.idempotency_key(self._lease.task_id, call_id)
             entry = JournalEntry(call_id, _EFFECT, EntryStatus.INTENT, key=key)
             self._cursor.begin(entry)
             self._commits.commit(f"{call_id}:intent")  # durable before the outside world is touched

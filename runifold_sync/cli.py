@@ -17,6 +17,7 @@ from .cli_common import canonical_json, checked, database_option, echo_json, jso
 from .cli_fleet import migrate, stats, tenant, versions, workers
 from .cli_run import demo, run
 from .models import TaskState, WorkflowTask
+from .store.checks import MAX_LIST_LIMIT
 from .store.records import TaskRecord
 
 
@@ -60,20 +61,38 @@ def enqueue(
         click.echo(f"{result.task_id} ({'enqueued' if result.created else 'already enqueued'})")
 
 
+def _journal_line(task_id: str, entry_json: str | None) -> str:
+    """One journal entry as ``show`` prints it; an unreadable one says so, not raises."""
+    try:
+        entry = json.loads(entry_json or "")
+        return f"{entry['call_id']} ({entry['kind']}, {entry['status']})"
+    except (ValueError, TypeError, KeyError):
+        return f"(unreadable entry of task {task_id!r}: {entry_json!r:.80})"
+
+
 @main.command()
 @click.argument("task_id")
+@click.option(
+    "--journal-limit",
+    type=click.IntRange(min=1, max=MAX_LIST_LIMIT),
+    default=50,
+    show_default=True,
+    help="Show the newest N entries of the main journal (newest last).",
+)
 @database_option
 @json_option
-def show(task_id: str, database: str | None, as_json: bool) -> None:
+def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) -> None:
     """Show a task's state, why it is not running, its checkpoint and its history."""
     with opened_store(database) as store:
         record = store.get_task(task_id)
         events = store.history(task_id)
-    journal: list[str] = []
+        entries, tail = store.journal_tail(task_id, journal_limit)
+    journal = [_journal_line(task_id, row.entry_json) for row in tail]
     usage: dict[str, Any] = {}
+    run = None
     if record.checkpoint_json:
         checkpoint = checked(Checkpoint.decode, task_id, record.checkpoint_json)
-        journal = [f"{e.call_id} ({e.kind}, {e.status})" for e in checkpoint.journal]
+        run = checkpoint.run
         usage = {
             "steps": checkpoint.usage.steps,
             "cost": checkpoint.usage.cost,
@@ -95,6 +114,8 @@ def show(task_id: str, database: str | None, as_json: bool) -> None:
                     "ambiguous_effect": record.ambiguous_effect,
                     "revision": record.revision,
                     "fencing_token": record.fencing_token,
+                    "run": run,
+                    "journal_entries": entries,
                     "journal": journal,
                     "usage": usage,
                     "result": record.result,
@@ -122,6 +143,11 @@ def show(task_id: str, database: str | None, as_json: bool) -> None:
     if record.reason:
         click.echo(f"reason: {record.reason}")
     click.echo(f"revision {record.revision}, fencing token {record.fencing_token}, usage {usage}")
+    if run is not None:
+        shown = (
+            f"the newest {len(journal)} shown (--journal-limit)" if len(journal) < entries else "all shown"
+        )
+        click.echo(f"run {run}, journal of {entries} entries, {shown}:")
     for line in journal:
         click.echo(f"  {line}")
     click.echo("history:")

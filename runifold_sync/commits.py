@@ -1,7 +1,8 @@
 """Checkpoint commits: the one write path of a claim's progress.
 
-Each commit encodes the checkpoint (refused over its size limit), and writes it through
-the store fenced by the lease and checked against the revision it extends. A refused
+Each commit encodes what changed in the checkpoint (the head, and the journal entries
+new or moved on since the last commit, each refused over its size limit), and writes it
+through the store fenced by the lease and checked against the revision it extends. A refused
 write means the lease is gone; the write also answers whether a cancel is pending, so a
 task stops at its next step boundary without waiting for a heartbeat.
 """
@@ -15,7 +16,7 @@ from collections.abc import Callable
 import attrs
 
 from . import crashpoints
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, CheckpointWrite
 from .errors import CheckpointError, LeaseLostError
 from .heartbeat import LeaseFlags
 from .interrupts import FailRequested, Unwind
@@ -59,13 +60,13 @@ class Commits:
         store: WorkflowStore,
         lease: Lease,
         flags: LeaseFlags,
-        max_checkpoint_bytes: int,
+        max_entry_bytes: int,
     ) -> None:
         self.progress = progress
         self._store = store
         self._lease = lease
         self._flags = flags  # learns of a cancel from a commit's answer
-        self._max_checkpoint_bytes = max_checkpoint_bytes
+        self._max_entry_bytes = max_entry_bytes
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -79,23 +80,43 @@ class Commits:
     def lock(self) -> threading.RLock:
         return self.progress.lock
 
-    def encode(self) -> str:
-        """The checkpoint as text, its run time brought up to now."""
+    def encode(self) -> CheckpointWrite:
+        """What changed in the checkpoint since the store last took it, its run time
+        brought up to now."""
         with self.lock:
             self.progress.tick()
-            return self.checkpoint.encode(self._lease.task_id, self._max_checkpoint_bytes)
+            return self.checkpoint.write(self._lease.task_id, self._max_entry_bytes)
+
+    def encode_next_run(self) -> tuple[int, CheckpointWrite]:
+        """The number and head of the run a ``continue_as_new`` starts (its journal is
+        empty), the run time of this one brought up to now."""
+        with self.lock:
+            self.progress.tick()
+            following = self.checkpoint.next_run()
+            return following.run, following.write(self._lease.task_id, self._max_entry_bytes)
 
     def commit(self, subject: str = "") -> None:
         """Commit the checkpoint; ``subject`` (the call id it records) names the commit
         for crash points."""
-        self._write(lambda text: self._store.commit_checkpoint(self._lease, self.revision, text), subject)
+        self._write(
+            lambda write: self._store.commit_checkpoint(
+                self._lease, self.revision, write.head_json, journal=write.journal
+            ),
+            subject,
+        )
 
     def consume_signal(self, signal: Signal, subject: str, *, accepted: bool, note: str) -> None:
         """Commit the checkpoint in the write that takes ``signal`` out of the pending
         ones (accepted by the wait ``subject``, or refused with ``note``)."""
         self._write(
-            lambda text: self._store.consume_signal(
-                self._lease, self.revision, text, signal.signal_id, accepted=accepted, note=note
+            lambda write: self._store.consume_signal(
+                self._lease,
+                self.revision,
+                write.head_json,
+                signal.signal_id,
+                accepted=accepted,
+                note=note,
+                journal=write.journal,
             ),
             subject,
         )
@@ -115,19 +136,20 @@ class Commits:
             if unsaved is not None:
                 self.commit(unsaved)
 
-    def _write(self, write: Callable[[str], Committed], subject: str) -> None:
-        """Encode the checkpoint and make one fenced write of it; keeps the new revision."""
+    def _write(self, store: Callable[[CheckpointWrite], Committed], subject: str) -> None:
+        """Encode what changed and make one fenced write of it; keeps the new revision."""
         with self.lock:
             try:
-                text = self.encode()
+                write = self.encode()
             except CheckpointError as exc:
                 raise FailRequested(str(exc), cause="checkpoint", error=exc) from exc
             if crashpoints.ARMED:
                 crashpoints.reached("before_commit", subject)
             try:
-                committed = write(text)
+                committed = store(write)
             except LeaseLostError as exc:
                 raise Unwind(exc) from exc
+            self.checkpoint.stored(write)
             self.progress.revision = committed.revision
             if committed.cancel_requested is not None:
                 self._flags.cancel = True

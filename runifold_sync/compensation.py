@@ -53,7 +53,7 @@ class Compensation:
             self._boundary.check_lease()
             spec = self._workflow.steps[step_id]
             call_id = f"compensate:{entry.call_id}"
-            context = StepContext(task_id, call_id, 1, fence, f"{task_id}/{call_id}")
+            context = StepContext(task_id, call_id, 1, fence, checkpoint.idempotency_key(task_id, call_id))
             started = time.monotonic()
             try:
                 self._workflow.compensations[step_id](context, structured(spec, entry.output))

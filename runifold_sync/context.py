@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from .errors import InvalidArgument
 from .models import Budget
@@ -54,6 +54,8 @@ class Engine(Protocol):
     ) -> dict[str, Any]: ...
 
     def race(self, branches: Branches, cancel_safe: Iterable[str], max_threads: int) -> tuple[str, Any]: ...
+
+    def continue_as_new(self, input: Any) -> NoReturn: ...
 
 
 class WorkflowContext:
@@ -144,6 +146,17 @@ class WorkflowContext:
         named in ``cancel_safe`` stop at their next step boundary; the others are left
         to finish (an effect in flight is never abandoned) and recorded as superseded."""
         return self._engine.race(branches, cancel_safe, max_threads)
+
+    # --- runs ------------------------------------------------------------------------
+
+    def continue_as_new(self, input: Any) -> NoReturn:
+        """End this run and start the task afresh with ``input`` and an empty journal:
+        for a workflow that loops for ever (a subscription billed monthly for years),
+        so that a wake-up replays its own iteration, not every earlier one. The task keeps
+        its id, history and usage (budgets count across runs); the run number goes up
+        (``show`` and the history tell it). Steps of earlier runs are never undone: a run
+        that continues has finished. Only the main function may call it."""
+        self._engine.continue_as_new(input)
 
 
 def call_step(ctx: WorkflowContext, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

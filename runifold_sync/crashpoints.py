@@ -54,10 +54,10 @@ POINTS = {
     "before_heartbeat": "task id, of the running task or of one claimed ahead; a lease "
     "extension is about to be sent",
     "after_heartbeat": "as before_heartbeat; the lease extension returned",
-    "before_transition": "complete, suspend, fail, retry, cancel (acknowledging a cancel "
-    "request), yield (step slice used up), unavailable (definition not registered here) or "
-    "hand_back (a task claimed ahead given back unstarted); the write that ends a claim is "
-    "about to be sent",
+    "before_transition": "complete, suspend, fail, retry, continue (continue_as_new), cancel "
+    "(acknowledging a cancel request), yield (step slice used up), unavailable (definition "
+    "not registered here) or hand_back (a task claimed ahead given back unstarted); the "
+    "write that ends a claim is about to be sent",
     "after_transition": "as before_transition; the write returned",
 }
 

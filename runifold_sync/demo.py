@@ -25,7 +25,7 @@ from pathlib import Path
 import attrs
 
 from .cancellation import CancellationToken
-from .checkpoint import Checkpoint
+from .checkpoint import read_checkpoint
 from .context import WorkflowContext
 from .definition import WorkflowDefinition, WorkflowRegistry
 from .models import Budget, CapabilitySet, LeaseDuration, TaskState, WorkerId, WorkflowTask
@@ -178,7 +178,7 @@ def run_demo(
 
     def rows() -> list[DemoRow]:
         runs = Counter(task for task, _call, _pid, mark in _read(ledger) if mark == "start")
-        return [_row(store.get_task(t), runs[t]) for t in ids]
+        return [_row(store, store.get_task(t), runs[t]) for t in ids]
 
     report(f"{orders} orders enqueued", rows())
     pool = multiprocessing.get_context("spawn").Process(
@@ -281,10 +281,10 @@ def _replacement(store: WorkflowStore, worker_id: str, killed_pid: int) -> int |
     return None
 
 
-def _row(record: TaskRecord, step_runs: int) -> DemoRow:
+def _row(store: WorkflowStore, record: TaskRecord, step_runs: int) -> DemoRow:
     state = record.state.value if record.state is not TaskState.TERMINAL else str(record.outcome)
     steps = 0
-    if record.checkpoint_json:
-        checkpoint = Checkpoint.decode(record.task_id, record.checkpoint_json)
+    checkpoint = read_checkpoint(store, record.task_id)
+    if checkpoint is not None:
         steps = sum(1 for e in checkpoint.journal if e.kind != "timer" and e.status == "done")
     return DemoRow(record.task_id, state, steps, step_runs, record.fencing_token, record.worker_id)

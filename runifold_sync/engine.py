@@ -12,17 +12,20 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from .boundary import Boundary, BranchScope
 from .branches import Parent, run_parallel, run_race
 from .calls import Calls
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, CheckpointWrite
+from .codec import MAX_NESTING_DEPTH, from_json, structure, to_json
 from .commits import Commits, Progress
 from .compensation import Compensation
 from .context import Branches, WorkflowContext
 from .definition import WorkflowDefinition
+from .errors import InvalidArgument
 from .heartbeat import LeaseFlags
+from .interrupts import ContinueRequested
 from .models import Budget
 from .replay import Cursor
 from .store.base import WorkflowStore
@@ -42,7 +45,7 @@ class TaskRun:
         store: WorkflowStore,
         flags: LeaseFlags,
         max_steps_per_claim: int | None,
-        max_checkpoint_bytes: int,
+        max_entry_bytes: int,
     ) -> None:
         self._claimed = claimed
         self._definition = definition
@@ -54,9 +57,9 @@ class TaskRun:
             store=store,
             lease=claimed.lease,
             flags=flags,
-            max_checkpoint_bytes=max_checkpoint_bytes,
+            max_entry_bytes=max_entry_bytes,
         )
-        self._open(Cursor(checkpoint.journal, self.commits.lock, self.task_id), None)
+        self._open(Cursor(checkpoint, self.commits.lock, self.task_id), None)
 
     def _open(self, cursor: Cursor, branch: BranchScope | None) -> None:
         """Set up the parts of this run that belong to one journal."""
@@ -98,7 +101,7 @@ class TaskRun:
         journal and call ids scoped by ``key``; ``held`` are the reservations of all
         branches."""
         child = copy.copy(self)  # shares the claim's parts; _open replaces the journal's
-        cursor = Cursor.of_branch(self.checkpoint, key, self.commits.lock, self.task_id)
+        cursor = Cursor(self.checkpoint, self.commits.lock, self.task_id, key)
         child._open(cursor, BranchScope(key, reserve, stop, held))
         return child
 
@@ -128,9 +131,14 @@ class TaskRun:
     def revision(self) -> int:
         return self.commits.revision
 
-    def encode(self) -> str:
-        """The checkpoint as text, its run time brought up to now."""
+    def encode(self) -> CheckpointWrite:
+        """What changed in the checkpoint since the last commit, its run time brought up
+        to now."""
         return self.commits.encode()
+
+    def encode_next_run(self) -> tuple[int, CheckpointWrite]:
+        """The number and head of the run a ``continue_as_new`` starts."""
+        return self.commits.encode_next_run()
 
     def commit(self, subject: str = "") -> None:
         """Commit the checkpoint (``subject`` names the commit for crash points)."""
@@ -159,6 +167,23 @@ class TaskRun:
 
     def race(self, branches: Branches, cancel_safe: Iterable[str], max_threads: int) -> tuple[str, Any]:
         return run_race(self._parent(), branches, list(cancel_safe), max_threads)
+
+    def continue_as_new(self, input: Any) -> NoReturn:
+        """Check ``input`` against the workflow's input type here, at the call, then end
+        the run (the worker makes the transition)."""
+        if self.cursor.scope is not None:
+            raise InvalidArgument(
+                f"continue_as_new is for the main function, not parallel branch {self.cursor.scope!r}"
+            )
+        workflow = self._definition.workflow
+        try:
+            input_json = to_json(input, max_depth=MAX_NESTING_DEPTH)
+            structure(from_json(input_json), workflow.input_type())
+        except Exception as exc:
+            raise InvalidArgument(
+                f"continue_as_new input {input!r} does not fit {workflow.input_type()!r}: {exc}"
+            ) from exc
+        raise ContinueRequested(input_json)
 
     def _parent(self) -> Parent:
         def fork(

@@ -107,13 +107,17 @@ class CheckpointError(RunifoldError):
 
 
 class CheckpointTooLarge(CheckpointError):
-    def __init__(self, task_id: str, size_bytes: int, limit_bytes: int) -> None:
+    """One journal entry (or the checkpoint's head) is over ``max_entry_bytes``: the
+    limit is per entry, so a workflow's length is bounded by disk alone."""
+
+    def __init__(self, task_id: str, part: str, size_bytes: int, limit_bytes: int) -> None:
         self.task_id = task_id
+        self.part = part
         self.size_bytes = size_bytes
         self.limit_bytes = limit_bytes
         super().__init__(
-            f"checkpoint of task {task_id!r} is {size_bytes} bytes, over the limit of "
-            f"{limit_bytes} bytes; keep large artifacts outside and store their ids"
+            f"{part} of task {task_id!r} is {size_bytes} bytes, over the limit of "
+            f"{limit_bytes} bytes (max_entry_bytes); keep large artifacts outside and store their ids"
         )
 
 

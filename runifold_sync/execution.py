@@ -12,7 +12,7 @@ import logging
 from datetime import timedelta
 
 from . import crashpoints
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, CheckpointWrite
 from .claim_ahead import ClaimedAhead
 from .codec import MAX_NESTING_DEPTH, NotJsonable, from_json, structure, to_json
 from .definition import WorkflowDefinition, WorkflowRegistry
@@ -28,6 +28,7 @@ from .errors import (
 from .heartbeat import LeaseKeeper
 from .interrupts import (
     CancelRequested,
+    ContinueRequested,
     FailRequested,
     RetryRequested,
     SuspendRequested,
@@ -39,6 +40,7 @@ from .models import WorkerId
 from .outcomes import (
     Cancelled,
     Completed,
+    ContinuedAsNew,
     DefinitionUnavailable,
     Failed,
     FailureDetail,
@@ -71,7 +73,7 @@ class ClaimExecutor:
         self.registry = registry
         self.worker_id = worker_id
         self._max_steps_per_claim = settings.max_steps_per_claim
-        self._max_checkpoint_bytes = settings.max_checkpoint_bytes
+        self._max_entry_bytes = settings.max_entry_bytes
         self._unavailable_delay = settings.unavailable_delay
         self._keeper = keeper
         self._ahead = ahead  # holds what a completion claims for the next cycle
@@ -112,17 +114,20 @@ class ClaimExecutor:
                 store=self.store,
                 flags=flags,
                 max_steps_per_claim=self._max_steps_per_claim,
-                max_checkpoint_bytes=self._max_checkpoint_bytes,
+                max_entry_bytes=self._max_entry_bytes,
             )
             return self._execute(claimed, definition, ctx)
         finally:
             self._keeper.unwatch()
 
     def _load_checkpoint(self, claimed: ClaimedTask, definition: WorkflowDefinition) -> Checkpoint:
+        """The claimed task's checkpoint: its head and, in one read, its journal rows
+        (only the lease holder writes them, so they match the head)."""
         identity = definition.identity
         if claimed.checkpoint_json is None:
             return Checkpoint(identity)
-        checkpoint = Checkpoint.decode(claimed.lease.task_id, claimed.checkpoint_json)
+        task_id = claimed.lease.task_id
+        checkpoint = Checkpoint.decode(task_id, claimed.checkpoint_json, self.store.read_journal(task_id))
         if checkpoint.definition != identity:
             raise FingerprintMismatch(
                 claimed.lease.task_id, checkpoint.definition.fingerprint, identity.fingerprint
@@ -172,10 +177,10 @@ class ClaimExecutor:
                 failure = undo_failed
         ctx.checkpoint.phase = "failed"
         try:
-            text: str | None = ctx.encode()
+            write: CheckpointWrite | None = ctx.encode()
         except CheckpointError:
-            text = None
-        return self._fail(claimed, ctx.revision, text, failure)
+            write = None  # the head stays as last committed
+        return self._fail(claimed, ctx.revision, write, failure)
 
     def _drive(self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: TaskRun) -> RunOutcome:
         """Run the main function and make the transition it ended in."""
@@ -211,30 +216,57 @@ class ClaimExecutor:
                 ) from exc
             self._check_result_size(lease.task_id, result_json)
             ctx.checkpoint.phase = "completed"
+            write = self._encode_or_fail(ctx)
             with crashpoints.transition("complete"):
                 then_claim = self._ahead.completion_claim()
                 self._ahead.hold(
                     self.store.complete(
-                        lease, ctx.revision, self._encode_or_fail(ctx), result_json, then_claim=then_claim
+                        lease,
+                        ctx.revision,
+                        write.head_json,
+                        result_json,
+                        then_claim=then_claim,
+                        journal=write.journal,
                     )
                 )
             return Completed(lease.task_id, from_json(result_json))
         except SuspendRequested as wait:
             ctx.checkpoint.phase = "waiting"
-            text = self._encode_or_fail(ctx)
+            write = self._encode_or_fail(ctx)
             with crashpoints.transition("suspend"):
                 self.store.suspend(
-                    lease, ctx.revision, text, wake_at=wait.wake_at, reason=wait.reason, signal=wait.signal
+                    lease,
+                    ctx.revision,
+                    write.head_json,
+                    wake_at=wait.wake_at,
+                    reason=wait.reason,
+                    signal=wait.signal,
+                    journal=write.journal,
                 )
             return Suspended(lease.task_id, wait.reason, wait.wake_at)
         except CancelRequested:
             return self._compensate(claimed, ctx, None)
         except RetryRequested as retry:
-            text = self._encode_or_fail(ctx)
+            write = self._encode_or_fail(ctx)
             delay = timedelta(seconds=retry.delay_s)
             with crashpoints.transition("retry"):
-                retry_at = self.store.retry(lease, ctx.revision, text, delay=delay, reason=retry.reason)
+                retry_at = self.store.retry(
+                    lease,
+                    ctx.revision,
+                    write.head_json,
+                    delay=delay,
+                    reason=retry.reason,
+                    journal=write.journal,
+                )
             return Retried(lease.task_id, retry.reason, retry_at)
+        except ContinueRequested as again:
+            try:
+                run, write = ctx.encode_next_run()
+            except CheckpointError as exc:
+                raise FailRequested(str(exc), cause="checkpoint", error=exc) from exc
+            with crashpoints.transition("continue"):
+                self.store.continue_as_new(lease, ctx.revision, write.head_json, again.input_json, run=run)
+            return ContinuedAsNew(lease.task_id, run)
         except YieldRequested:
             with crashpoints.transition("yield"):
                 self.store.release(lease, delay=timedelta(0), reason="step slice used up; requeued")
@@ -249,9 +281,9 @@ class ClaimExecutor:
         else:
             ctx.compensate("cancel", "cancel requested")
             ctx.checkpoint.phase = "cancelled"
-            text = self._encode_or_fail(ctx)
+            write = self._encode_or_fail(ctx)
             with crashpoints.transition("cancel"):
-                self.store.acknowledge_cancel(lease, ctx.revision, text)
+                self.store.acknowledge_cancel(lease, ctx.revision, write.head_json, journal=write.journal)
             return Cancelled(lease.task_id, self.store.get_task(lease.task_id).reason or "cancelled")
         ctx.checkpoint.phase = "failed"
         undone = ", ".join(ctx.checkpoint.compensated) or "nothing"
@@ -262,15 +294,15 @@ class ClaimExecutor:
         """Hold the result to the checkpoint's size limit: it is stored in the same row
         and read back by everyone who looks at the task."""
         size = len(result_json.encode())
-        if size > self._max_checkpoint_bytes:
+        if size > self._max_entry_bytes:
             raise FailRequested(
                 f"workflow result of task {task_id!r} is {size} bytes, over the limit of "
-                f"{self._max_checkpoint_bytes} bytes (max_checkpoint_bytes); keep large "
+                f"{self._max_entry_bytes} bytes (max_entry_bytes); keep large "
                 "artifacts outside and return their ids",
                 cause="checkpoint",
             )
 
-    def _encode_or_fail(self, ctx: TaskRun) -> str:
+    def _encode_or_fail(self, ctx: TaskRun) -> CheckpointWrite:
         try:
             return ctx.encode()
         except CheckpointError as exc:
@@ -280,7 +312,7 @@ class ClaimExecutor:
         self,
         claimed: ClaimedTask,
         revision: int,
-        checkpoint_json: str | None,
+        write: CheckpointWrite | None,
         failure: FailRequested,
         reason: str | None = None,
     ) -> RunOutcome:
@@ -303,10 +335,11 @@ class ClaimExecutor:
                 self.store.fail(
                     lease,
                     revision,
-                    checkpoint_json,
+                    None if write is None else write.head_json,
                     reason=reason,
                     ambiguous_effect=ambiguous_effect,
                     error=detail,
+                    journal=() if write is None else write.journal,
                 )
         except LeaseLostError as error:
             return self._lease_lost(claimed, error)

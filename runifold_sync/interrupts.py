@@ -69,6 +69,13 @@ class FailRequested(Interrupt):
         return self.error.key if isinstance(self.error, AmbiguousEffect) else None
 
 
+class ContinueRequested(Interrupt):
+    """``ctx.continue_as_new``: end this run and queue the task afresh with this input."""
+
+    def __init__(self, input_json: str) -> None:
+        self.input_json = input_json
+
+
 class YieldRequested(Interrupt):
     """The per-claim step slice is used up."""
 

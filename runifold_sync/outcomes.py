@@ -65,6 +65,16 @@ class Suspended(RunOutcome):
 
 
 @attrs.frozen
+class ContinuedAsNew(RunOutcome):
+    """The main function called ``ctx.continue_as_new``: the task is queued again as run
+    number ``run``, with a new input and an empty journal."""
+
+    kind: ClassVar[str] = "continued_as_new"
+    task_id: str
+    run: int
+
+
+@attrs.frozen
 class Yielded(RunOutcome):
     """The per-claim step limit was reached; progress is committed and the task requeued."""
 

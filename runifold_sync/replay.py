@@ -25,7 +25,7 @@ import threading
 from collections import Counter
 from typing import Any
 
-from .checkpoint import Checkpoint, EntryKind, EntryStatus, JournalEntry
+from .checkpoint import MAIN, Checkpoint, EntryKind, EntryStatus, JournalEntry
 from .errors import NonDeterminism
 from .interrupts import FailRequested
 
@@ -40,27 +40,23 @@ def finished(entry: JournalEntry | None) -> bool:
 
 
 class Cursor:
-    """A position in one journal: the main function's, or one parallel branch's. Entries
-    change under ``lock``, the lock of the claim's checkpoint, so a commit made by another
-    branch meanwhile encodes each journal whole."""
+    """A position in one journal of ``checkpoint``: the main function's (``MAIN``), or
+    one parallel branch's. Entries change under ``lock``, the lock of the claim's
+    checkpoint, so a commit made by another branch meanwhile sees each journal whole."""
 
     def __init__(
-        self, journal: list[JournalEntry], lock: threading.RLock, task_id: str, scope: str | None = None
+        self, checkpoint: Checkpoint, lock: threading.RLock, task_id: str, scope: str | None = None
     ) -> None:
-        self.journal = journal
+        self.checkpoint = checkpoint
+        self.key = MAIN if scope is None else scope
+        with lock:
+            self.journal = checkpoint.journal_of(self.key)  # a branch's is made empty on first use
         self.lock = lock
         self.task_id = task_id
         self.scope = scope  # the branch key, None in the main function
         self._prefix = "" if scope is None else f"{scope}/"
         self._position = 0
         self._occurrences: Counter[str] = Counter()
-
-    @classmethod
-    def of_branch(cls, checkpoint: Checkpoint, key: str, lock: threading.RLock, task_id: str) -> Cursor:
-        """A cursor at the start of branch ``key``'s journal (made empty on first use)."""
-        with lock:
-            journal = checkpoint.branch_journals.setdefault(key, [])
-        return cls(journal, lock, task_id, key)
 
     @property
     def position(self) -> int:
@@ -87,13 +83,13 @@ class Cursor:
     def record(self, entry: JournalEntry) -> None:
         """Append the finished entry of a new call and move past it."""
         with self.lock:
-            self.journal.append(entry)
+            self.checkpoint.append(self.key, entry)
         self._position += 1
 
     def begin(self, entry: JournalEntry) -> None:
         """Append the unfinished entry of a new call; the cursor stays on it."""
         with self.lock:
-            self.journal.append(entry)
+            self.checkpoint.append(self.key, entry)
 
     def finish(self, entry: JournalEntry, output: Any, evidence: str | None = None) -> None:
         """Finish the entry under the cursor with ``output`` (and, for an effect, how its
@@ -108,4 +104,4 @@ class Cursor:
     def drop(self, entry: JournalEntry) -> None:
         """Take an unfinished entry back out, as if its call had never been made."""
         with self.lock:
-            self.journal.remove(entry)
+            self.checkpoint.remove(self.key, entry)

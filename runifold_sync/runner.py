@@ -18,7 +18,7 @@ from .definition import WorkflowRegistry
 from .errors import InvalidArgument
 from .models import LeaseDuration, WorkerId, check_count, check_int
 from .observer import CycleObserver
-from .outcomes import Completed, Idle, Retried, RunOutcome, Suspended, Yielded
+from .outcomes import Completed, ContinuedAsNew, Idle, Retried, RunOutcome, Suspended, Yielded
 from .store.base import WorkflowStore
 from .stores import default_url, open_store
 from .supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
@@ -34,7 +34,7 @@ SETTING_NAMES = (
     "RUNIFOLD_CLAIM_BATCH",
     "RUNIFOLD_RECYCLE_AFTER",
 )
-_OK_ONCE = (Idle, Completed, Suspended, Retried, Yielded)
+_OK_ONCE = (Idle, Completed, Suspended, Retried, Yielded, ContinuedAsNew)
 
 CycleHook = Callable[[], AbstractContextManager[object]]
 

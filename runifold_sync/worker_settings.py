@@ -14,12 +14,12 @@ from typing import Any, TypedDict
 
 import attrs
 
-from .checkpoint import DEFAULT_MAX_CHECKPOINT_BYTES
+from .checkpoint import DEFAULT_MAX_ENTRY_BYTES
 from .errors import InvalidArgument
 from .models import LeaseDuration, check_int
 
 MAX_CLAIM_BATCH = 100
-MIN_CHECKPOINT_BYTES = 1024
+MIN_ENTRY_BYTES = 1024
 
 _Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
@@ -62,7 +62,7 @@ class WorkerSettings:
     every ``heartbeat_interval`` (at most half the lease). ``claim_batch`` tasks are
     claimed at once and run in turn, their leases kept alive meanwhile. A claim runs at
     most ``max_steps_per_claim`` steps (None: no limit) before the task is requeued.
-    ``max_checkpoint_bytes`` bounds a checkpoint and a result. A task whose definition
+    ``max_entry_bytes`` bounds each journal entry, the checkpoint head and the result. A task whose definition
     version this worker lacks is requeued after ``unavailable_delay``."""
 
     lease_duration: LeaseDuration = attrs.field(
@@ -71,9 +71,7 @@ class WorkerSettings:
     heartbeat_interval: timedelta = attrs.field(default=timedelta(seconds=10), validator=_check_heartbeat)
     claim_batch: int = attrs.field(default=1, validator=_integer(1, MAX_CLAIM_BATCH))
     max_steps_per_claim: int | None = attrs.field(default=None, validator=_integer(1, optional=True))
-    max_checkpoint_bytes: int = attrs.field(
-        default=DEFAULT_MAX_CHECKPOINT_BYTES, validator=_integer(MIN_CHECKPOINT_BYTES)
-    )
+    max_entry_bytes: int = attrs.field(default=DEFAULT_MAX_ENTRY_BYTES, validator=_integer(MIN_ENTRY_BYTES))
     unavailable_delay: timedelta = attrs.field(
         default=timedelta(seconds=5), validator=_check_unavailable_delay
     )
@@ -83,6 +81,6 @@ class WorkerOptions(TypedDict, total=False):
     """The settings a :class:`~runifold_sync.WorkflowWorker` also takes as keywords."""
 
     max_steps_per_claim: int | None
-    max_checkpoint_bytes: int
+    max_entry_bytes: int
     unavailable_delay: timedelta
     claim_batch: int

@@ -612,10 +612,19 @@ def run(args: argparse.Namespace) -> int:
             except TaskNotFound:
                 pass  # reported as lost
         histories = {t: retry(partial(store.history, t)) for t in tasks}
+        journals = {
+            t: [
+                from_json(row.entry_json or "null")
+                for row in retry(partial(store.read_journal, t))
+                if row.journal == ""
+            ]
+            for t in tasks
+        }
         store.close()
         data = RunData(
             specs=specs,
             tasks=tasks,
+            journals=journals,
             histories=histories,
             ledger=parse_ledger(workdir / "ledger.txt"),
             refused=parse_ledger(workdir / "refused.txt"),
@@ -623,6 +632,7 @@ def run(args: argparse.Namespace) -> int:
             kills=chaos.kills,
             integrity=db.integrity(),
             writes=retry(partial(chaos_audit.read, args.store, db.url)),
+            journal_writes=retry(partial(chaos_audit.read_journal_writes, args.store, db.url)),
             stops=chaos.stop_log,
             refusals=parse_refusals(workdir / "supervisor.err"),
         )

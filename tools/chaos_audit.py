@@ -1,19 +1,27 @@
-"""An audit of every write the store accepted to the tasks table of a chaos database.
+"""An audit of every write the store accepted to the tasks and journal tables of a chaos
+database.
 
 Checkpoint commits and heartbeats write no history event, so the history alone cannot
 show a stale owner's commit that got through. The chaos tool therefore installs, in its
-own throwaway database only, an ``AFTER UPDATE`` trigger on ``runifold_tasks`` that
-copies each accepted (committed) update into ``chaos_writes``: the task, its fencing
-token before and after (a claim raises it), its revision before and after, its state,
-the store's time of the write (the store's own time expression) and, when the revision
-changed, the checkpoint written. Rolled-back updates leave no row. ``write_id`` orders
-the writes of one task as they were accepted: SQLite has one writer at a time, and on
-PostgreSQL a second update of a row waits for the first one's transaction to end.
+own throwaway database only, triggers that copy each accepted (committed) write:
 
-The row does not name its writer: fenced writes never change ``fencing_token`` (the
-fence is in their ``WHERE`` clause). What names the writer is the checkpoint: every
-chaos body returns the fencing token it ran under, so a result a write adds to the
-journal carries its writer's token (see ``chaos_check._stale_writes``).
+- ``chaos_writes``, from each update of ``runifold_tasks``: the task, its fencing token
+  before and after (a claim raises it), its revision before and after, its state, the
+  store's time of the write (the store's own time expression) and, when the revision
+  changed, the head written;
+- ``chaos_journal_writes``, from each journal row written (inserted, or rewritten when
+  an unfinished entry moved on): the task, the entry, and the task's fencing token when
+  it was written, which is the newest grant (fenced writes never change the token, and
+  a claim cannot come between: the write holds the task row).
+
+Rolled-back writes leave no row. ``write_id`` orders the writes of one task as they were
+accepted: SQLite has one writer at a time, and on PostgreSQL a second update of a row
+waits for the first one's transaction to end.
+
+A row does not name its writer. What names the writer is the entry: every chaos body
+returns the fencing token it ran under, so an entry carries its writer's token, and an
+entry written while a newer token was granted is a stale write (see
+``chaos_check._stale_writes``).
 """
 
 from __future__ import annotations
@@ -26,21 +34,36 @@ import attrs
 from runifold_sync.store.pgstatements import NOW as POSTGRES_NOW
 from runifold_sync.store.sqlite import NOW as SQLITE_NOW
 
-_COLUMNS = "write_id, task_id, old_token, token, old_revision, revision, state, at, checkpoint"
+_COLUMNS = "write_id, task_id, old_token, token, old_revision, revision, state, at, head"
 _VALUES = (
     "NEW.task_id, OLD.fencing_token, NEW.fencing_token, OLD.revision, NEW.revision, NEW.state, {now}, "
-    "CASE WHEN NEW.revision <> OLD.revision THEN NEW.checkpoint END"
+    "CASE WHEN NEW.revision <> OLD.revision THEN NEW.head END"
+)
+_JOURNAL_COLUMNS = "write_id, task_id, token, entry"
+_JOURNAL_INSERT = (
+    "INSERT INTO chaos_journal_writes (task_id, token, entry) VALUES (NEW.task_id, "
+    "(SELECT t.fencing_token FROM runifold_tasks t WHERE t.task_id = NEW.task_id), NEW.entry)"
 )
 _SQLITE = f"""
 CREATE TABLE IF NOT EXISTS chaos_writes (
     write_id INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT NOT NULL,
     old_token INTEGER NOT NULL, token INTEGER NOT NULL,
     old_revision INTEGER NOT NULL, revision INTEGER NOT NULL,
-    state TEXT NOT NULL, at INTEGER NOT NULL, checkpoint TEXT
+    state TEXT NOT NULL, at INTEGER NOT NULL, head TEXT
 );
 CREATE TRIGGER IF NOT EXISTS chaos_audit AFTER UPDATE ON runifold_tasks BEGIN
     INSERT INTO chaos_writes ({_COLUMNS.removeprefix("write_id, ")})
     VALUES ({_VALUES.format(now=SQLITE_NOW)});
+END;
+CREATE TABLE IF NOT EXISTS chaos_journal_writes (
+    write_id INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT NOT NULL, token INTEGER NOT NULL,
+    entry TEXT NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS chaos_journal_inserted AFTER INSERT ON runifold_journal BEGIN
+    {_JOURNAL_INSERT};
+END;
+CREATE TRIGGER IF NOT EXISTS chaos_journal_updated AFTER UPDATE ON runifold_journal BEGIN
+    {_JOURNAL_INSERT};
 END;
 """
 _POSTGRES = f"""
@@ -48,7 +71,7 @@ CREATE TABLE IF NOT EXISTS chaos_writes (
     write_id BIGSERIAL PRIMARY KEY, task_id TEXT NOT NULL,
     old_token BIGINT NOT NULL, token BIGINT NOT NULL,
     old_revision BIGINT NOT NULL, revision BIGINT NOT NULL,
-    state TEXT NOT NULL, at TIMESTAMPTZ NOT NULL, checkpoint TEXT
+    state TEXT NOT NULL, at TIMESTAMPTZ NOT NULL, head TEXT
 );
 CREATE OR REPLACE FUNCTION chaos_audit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -58,6 +81,17 @@ BEGIN
 END $$;
 DROP TRIGGER IF EXISTS chaos_audit ON runifold_tasks;
 CREATE TRIGGER chaos_audit AFTER UPDATE ON runifold_tasks FOR EACH ROW EXECUTE FUNCTION chaos_audit();
+CREATE TABLE IF NOT EXISTS chaos_journal_writes (
+    write_id BIGSERIAL PRIMARY KEY, task_id TEXT NOT NULL, token BIGINT NOT NULL, entry TEXT NOT NULL
+);
+CREATE OR REPLACE FUNCTION chaos_journal_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    {_JOURNAL_INSERT};
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS chaos_journal_audit ON runifold_journal;
+CREATE TRIGGER chaos_journal_audit AFTER INSERT OR UPDATE ON runifold_journal
+    FOR EACH ROW EXECUTE FUNCTION chaos_journal_audit();
 """
 
 
@@ -73,7 +107,17 @@ class Write:
     revision: int
     state: str
     at: float  # store time, epoch seconds
-    checkpoint: str | None  # written by this update; None when the revision did not change
+    head: str | None  # written by this update; None when the revision did not change
+
+
+@attrs.frozen
+class JournalWrite:
+    """One accepted write of a journal row."""
+
+    write_id: int
+    task_id: str
+    token: int  # the task's fencing token when it was written: the newest grant
+    entry: str
 
 
 def install(kind: str, url: str) -> None:
@@ -108,3 +152,21 @@ def read(kind: str, url: str) -> list[Write]:
     with psycopg.connect(url, connect_timeout=10) as pg:
         rows = pg.execute(query.encode()).fetchall()
     return [Write(*row[:7], row[7].timestamp(), row[8]) for row in rows]
+
+
+def read_journal_writes(kind: str, url: str) -> list[JournalWrite]:
+    """Every audited journal row write, in the order they were accepted."""
+    query = f"SELECT {_JOURNAL_COLUMNS} FROM chaos_journal_writes ORDER BY write_id"
+    rows: list[Any]
+    if kind == "sqlite":
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=30)
+        try:
+            rows = conn.execute(query).fetchall()
+        finally:
+            conn.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(url, connect_timeout=10) as pg:
+            rows = pg.execute(query.encode()).fetchall()
+    return [JournalWrite(*row) for row in rows]

@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 from chaos_app import LedgerLine
-from chaos_audit import Write
+from chaos_audit import JournalWrite, Write
 
 from runifold_sync import BudgetUsage, TaskEvent, TaskOutcome, TaskRecord, TaskState
 from runifold_sync.codec import from_json
@@ -67,6 +67,7 @@ class Sample:
 class RunData:
     specs: dict[str, dict[str, Any]]  # task id -> input
     tasks: dict[str, TaskRecord]
+    journals: dict[str, list[dict[str, Any]]]  # task id -> its main journal's entries, at the end
     histories: dict[str, list[TaskEvent]]
     ledger: list[LedgerLine]
     refused: list[LedgerLine]
@@ -74,6 +75,7 @@ class RunData:
     kills: list[Kill]
     integrity: str | None  # SQLite PRAGMA integrity_check; None on PostgreSQL
     writes: list[Write] = attrs.Factory(list)  # the audit, in the order writes were accepted
+    journal_writes: list[JournalWrite] = attrs.Factory(list)  # the journal rows' audit
     stops: list[Stop] = attrs.Factory(list)
     refusals: list[Refusal] = attrs.Factory(list)
 
@@ -109,7 +111,7 @@ def verify(data: RunData) -> Verdict:
     executions: dict[tuple[str, str], list[LedgerLine]] = defaultdict(list)
     for line in data.ledger:
         executions[(line.task_id, line.call_id)].append(line)
-    journals = {tid: _journal(rec) for tid, rec in data.tasks.items()}
+    journals = {tid: data.journals.get(tid, []) for tid in data.tasks}
 
     verdict.count("tasks lost", (f"{tid} is not in the store" for tid in data.specs if tid not in data.tasks))
     verdict.count("tasks not finished", _unfinished(data))
@@ -141,7 +143,8 @@ def verify(data: RunData) -> Verdict:
             STORE_REFUSALS: sum(r.operation != "next step" for r in data.refusals),
             WORKER_REFUSALS: sum(r.operation == "next step" for r in data.refusals),
             "writes audited": len(data.writes),
-            "checkpoint writes audited": sum(w.checkpoint is not None for w in data.writes),
+            "head writes audited": sum(w.head is not None for w in data.writes),
+            "journal writes audited": len(data.journal_writes),
             "charges reconciled from the ledger": sum(
                 1 for j in journals.values() for e in j if e.get("evidence") == "reconciled"
             ),
@@ -150,13 +153,6 @@ def verify(data: RunData) -> Verdict:
         }
     )
     return verdict
-
-
-def _journal(record: TaskRecord) -> list[dict[str, Any]]:
-    if record.checkpoint_json is None:
-        return []
-    entries: list[dict[str, Any]] = from_json(record.checkpoint_json)["journal"]
-    return entries
 
 
 def _unfinished(data: RunData) -> Iterable[str]:
@@ -231,41 +227,28 @@ def _missing(
 def _stale_writes(data: RunData, journals: dict[str, list[dict[str, Any]]]) -> Iterable[str]:
     """Writes the store accepted from an owner whose token was no longer the newest.
 
-    From the audit of accepted writes (every checkpoint commit included, which the
-    history does not show): a body result a write adds to the journal carries its
-    writer's token (each body returns ``ctx.fence``), so one whose token is not the
-    newest token granted by a claim of that task before the write is a stale write; so
-    is a write that lowered the task's token or revision. Results taken from a
-    reconcile carry the token of the run they found, not the writer's, and are skipped.
-    From the history: no event under a token after an event under a higher one. From
-    the final checkpoints: no entry committed under a lower token than one before it,
+    From the audit of accepted writes (every journal row included, which the history
+    does not show): a body result carries its writer's token (each body returns
+    ``ctx.fence``), so one written while the task's token was a newer grant is a stale
+    write; so is a task write that lowered the task's token or revision. Results taken
+    from a reconcile carry the token of the run they found, not the writer's, and are
+    skipped. From the history: no event under a token after an event under a higher one.
+    From the final journals: no entry committed under a lower token than one before it,
     or above the task's final token."""
-    by_task: dict[str, list[Write]] = defaultdict(list)
     for write in data.writes:
-        by_task[write.task_id].append(write)
-    for tid, writes in sorted(by_task.items()):
-        granted = 0
-        committed: set[tuple[str, str]] = set()  # (call id, run id) in the previous checkpoint
-        for write in writes:
-            where = f"{tid} write {write.write_id} at {write.at:.6f}"
-            if write.token < write.old_token or write.revision < write.old_revision:
+        if write.token < write.old_token or write.revision < write.old_revision:
+            yield (
+                f"{write.task_id} write {write.write_id} at {write.at:.6f} lowered token "
+                f"{write.old_token}->{write.token} or revision {write.old_revision}->{write.revision}"
+            )
+    for written in data.journal_writes:
+        for entry in _bodies([from_json(written.entry)]):
+            token = entry["output"]["token"]
+            if entry.get("evidence") in (None, "ran") and token != written.token:
                 yield (
-                    f"{where} lowered token {write.old_token}->{write.token} or revision "
-                    f"{write.old_revision}->{write.revision}"
+                    f"{written.task_id} journal write {written.write_id} committed {entry['call_id']} "
+                    f"run under token {token} while token {written.token} was granted"
                 )
-            granted = max(granted, write.token)
-            if write.checkpoint is None:
-                continue
-            entries = list(_bodies(from_json(write.checkpoint)["journal"]))
-            for entry in entries:
-                token = entry["output"]["token"]
-                added = (entry["call_id"], entry["output"]["run"]) not in committed
-                if added and entry.get("evidence") in (None, "ran") and token != granted:
-                    yield (
-                        f"{where} committed {entry['call_id']} run under token {token} "
-                        f"after token {granted} was granted"
-                    )
-            committed = {(e["call_id"], e["output"]["run"]) for e in entries}
     for tid, events in sorted(data.histories.items()):
         highest = 0
         for event in events:
@@ -439,7 +422,8 @@ def render(verdict: Verdict) -> list[str]:
     for name in (
         "steps re-run while in flight at an interruption",
         "writes audited",
-        "checkpoint writes audited",
+        "head writes audited",
+        "journal writes audited",
         "charges reconciled from the ledger",
         "usage samples",
         "ledger lines",

@@ -37,6 +37,10 @@ def check_claim_limit(limit: object) -> int:
     return check_int("claim limit", limit, minimum=1, maximum=MAX_CLAIM_LIMIT)
 
 
+def check_journal_limit(limit: object) -> int:
+    return check_int("journal limit", limit, minimum=1, maximum=MAX_LIST_LIMIT)
+
+
 def check_operator(actor: str, reason: str) -> None:
     """Operator actions are audited: who and why are required."""
     check_name("actor", actor)

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from .records import ClaimedTask, ClaimRequest, Lease
+from .records import ClaimedTask, ClaimRequest, JournalRow, Lease
 
 Params = dict[str, Any]  # a named query's parameters
 Detail = dict[str, Any]  # a history event's detail (``event_details``)
@@ -120,17 +120,36 @@ class Dialect(Values, abc.ABC):
         """Wake idle workers when ``tx`` commits (nothing to do where they poll)."""
 
     @abc.abstractmethod
-    def transition(
-        self, name: str, lease: Lease, params: Params, event: str, detail: Detail, *, notify: bool
-    ) -> Row:
-        """Fenced query ``name`` under ``lease`` with its history event ``event``, in
-        one transaction; raises CancelPending or LeaseLostError when no row matched
-        (``refusals.refuse_transition``). ``notify`` wakes idle workers."""
+    def fenced(
+        self, tx: Transaction | None, name: str, params: Params, journal: Sequence[JournalRow]
+    ) -> Row | None:
+        """Fenced query ``name`` and, only if it matched its row, the ``journal`` rows of
+        task ``params["task_id"]`` (written, or deleted where ``entry_json`` is None):
+        atomically, inside ``tx`` or (``tx`` None) on their own. None when no row matched."""
 
     @abc.abstractmethod
-    def complete_then_claim(self, lease: Lease, params: Params, request: ClaimRequest) -> list[ClaimedTask]:
-        """The ``complete`` transition and then a claim, in one transaction: a refused
-        completion claims nothing."""
+    def transition(
+        self,
+        name: str,
+        lease: Lease,
+        params: Params,
+        event: str,
+        detail: Detail,
+        *,
+        notify: bool,
+        journal: Sequence[JournalRow] = (),
+    ) -> Row:
+        """Fenced query ``name`` under ``lease`` with its history event ``event`` and
+        its ``journal`` rows, in one transaction; raises CancelPending or LeaseLostError
+        when no row matched (``refusals.refuse_transition``). ``notify`` wakes idle
+        workers."""
+
+    @abc.abstractmethod
+    def complete_then_claim(
+        self, lease: Lease, params: Params, request: ClaimRequest, journal: Sequence[JournalRow]
+    ) -> list[ClaimedTask]:
+        """The ``complete`` transition (with its ``journal`` rows) and then a claim, in
+        one transaction: a refused completion claims nothing."""
 
     @abc.abstractmethod
     def claim(self, request: ClaimRequest) -> list[ClaimedTask]: ...

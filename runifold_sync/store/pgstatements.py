@@ -9,6 +9,7 @@ first use and kept beside the named ones.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,7 +21,7 @@ from . import checks, row_records
 from .dialect import Event, Values
 from .pgpool import Connection
 from .queries import load_queries
-from .records import ClaimedTask, ClaimRequest, Lease
+from .records import ClaimedTask, ClaimRequest, JournalRow, Lease
 
 NOW = "(clock_timestamp() + make_interval(secs => (SELECT offset_s FROM runifold_clock WHERE id = 1)))"
 Q = load_queries("postgres", NOW)
@@ -33,19 +34,48 @@ def utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
-def transition_with_event(name: str, notify: bool) -> str:
-    """The key in ``Q`` of query ``name`` extended with its history event (and NOTIFY),
-    built on first use."""
-    key = f"{name}+event" + ("+notify" if notify else "")
+def fenced_statement(name: str, *, event: bool, notify: bool = False, journal: bool = False) -> str:
+    """The key in ``Q`` of fenced query ``name`` extended, as CTEs of one statement, with
+    its history event, NOTIFY, and the journal rows of ``journal_params`` (written or
+    deleted only when the fenced query matched its row), built on first use."""
+    key = name + ("+event" if event else "") + ("+notify" if notify else "") + ("+journal" if journal else "")
     if key not in Q:
+        parts = [f"WITH fenced AS ({Q[name]})"]
+        if event:
+            parts.append(
+                "event AS (INSERT INTO runifold_events "
+                "(task_id, at, kind, worker_id, fencing_token, detail) "
+                "SELECT %(task_id)s, at, %(event_kind)s, %(event_worker)s, %(token)s, "
+                "%(event_detail)s::jsonb FROM fenced)"
+            )
+        if journal:
+            rows = (
+                "unnest(%(journal_keys)s::text[], %(journal_positions)s::int[], %(journal_entries)s::text[]) "
+                "AS r (journal, position, entry)"
+            )
+            parts.append(
+                "journal_written AS (INSERT INTO runifold_journal (task_id, journal, position, entry) "
+                f"SELECT %(task_id)s, r.journal, r.position, r.entry FROM fenced, {rows} "
+                "WHERE r.entry IS NOT NULL "
+                "ON CONFLICT (task_id, journal, position) DO UPDATE SET entry = excluded.entry)"
+            )
+            parts.append(
+                f"journal_dropped AS (DELETE FROM runifold_journal j USING fenced, {rows} "
+                "WHERE r.entry IS NULL AND j.task_id = %(task_id)s AND j.journal = r.journal "
+                "AND j.position = r.position)"
+            )
         notified = ", pg_notify('runifold_tasks', '') AS notified" if notify else ""
-        Q[key] = (
-            f"WITH transition AS ({Q[name]}), "
-            "event AS (INSERT INTO runifold_events (task_id, at, kind, worker_id, fencing_token, detail) "
-            "SELECT %(task_id)s, at, %(event_kind)s, %(event_worker)s, %(token)s, %(event_detail)s::jsonb "
-            f"FROM transition) SELECT *{notified} FROM transition"
-        )
+        Q[key] = ", ".join(parts) + f" SELECT fenced.*{notified} FROM fenced"
     return key
+
+
+def journal_params(journal: Sequence[JournalRow]) -> dict[str, list[Any]]:
+    """The journal rows as the three arrays ``fenced_statement`` unnests."""
+    return {
+        "journal_keys": [row.journal for row in journal],
+        "journal_positions": [row.position for row in journal],
+        "journal_entries": [row.entry_json for row in journal],
+    }
 
 
 def claim_with_limit(limit: int) -> str:
@@ -91,15 +121,20 @@ def claim_in(conn: Connection, request: ClaimRequest, values: Values) -> list[Cl
 
 
 def transition_params(
-    lease: Lease, params: dict[str, Any], event: str, detail: dict[str, Any]
+    lease: Lease, params: dict[str, Any], event: str, detail: dict[str, Any], journal: Sequence[JournalRow]
 ) -> dict[str, Any]:
-    return params | {
-        "task_id": lease.task_id,
-        "token": lease.fencing_token,
-        "event_kind": event,
-        "event_worker": lease.worker_id,
-        "event_detail": to_json(detail),
-    }
+    extra = journal_params(journal) if journal else {}
+    return (
+        params
+        | extra
+        | {
+            "task_id": lease.task_id,
+            "token": lease.fencing_token,
+            "event_kind": event,
+            "event_worker": lease.worker_id,
+            "event_detail": to_json(detail),
+        }
+    )
 
 
 def canonical(text: str | None) -> str | None:

@@ -19,7 +19,7 @@ processes and hosts claiming from one database.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,22 +28,23 @@ from psycopg.rows import DictRow
 
 from . import checks, refusals
 from .base import WorkflowStore
-from .dialect import Detail, Dialect, Event, Params, Transaction
+from .dialect import Detail, Dialect, Event, Params, Row, Transaction
 from .pgpool import Connection, ProcessPool
 from .pgstatements import (
     Q,
     canonical,
     claim_in,
+    fenced_statement,
     free_text,
     insert_event,
+    journal_params,
     jsonb,
     store_now,
     transition_params,
-    transition_with_event,
     utc,
 )
 from .queries import pending_migrations
-from .records import ClaimedTask, ClaimRequest, Lease
+from .records import ClaimedTask, ClaimRequest, JournalRow, Lease
 
 # pg_advisory_xact_lock key that serializes migrations of one database ("RUNIFOLD").
 _MIGRATION_LOCK = 0x52554E49464F4C44
@@ -132,23 +133,46 @@ class PostgresDialect(Dialect):
 
     # --- transitions and the claim ----------------------------------------------------
 
+    def fenced(
+        self, tx: Transaction | None, name: str, params: Params, journal: Sequence[JournalRow]
+    ) -> Row | None:
+        """One statement: the fenced query, and the journal rows as CTEs that write only
+        when it matched."""
+        if journal:
+            name, params = fenced_statement(name, event=False, journal=True), params | journal_params(journal)
+        if tx is None:
+            return self.one(name, params)
+        return tx.one(name, params)
+
     def transition(
-        self, name: str, lease: Lease, params: Params, event: str, detail: Detail, *, notify: bool
+        self,
+        name: str,
+        lease: Lease,
+        params: Params,
+        event: str,
+        detail: Detail,
+        *,
+        notify: bool,
+        journal: Sequence[JournalRow] = (),
     ) -> DictRow:
-        """One fenced UPDATE with its history event (and NOTIFY) in one statement: one
-        round trip, and the event is written exactly when the update matched."""
-        params = transition_params(lease, params, event, detail)
-        row = self.pool.fetch_one(Q[transition_with_event(name, notify)], params)
+        """One fenced UPDATE with its history event, journal rows (and NOTIFY) in one
+        statement: one round trip, and the event and rows are written exactly when the
+        update matched."""
+        params = transition_params(lease, params, event, detail, journal)
+        query = Q[fenced_statement(name, event=True, notify=notify, journal=bool(journal))]
+        row = self.pool.fetch_one(query, params)
         if row is None:
             refusals.refuse_transition(self.one, name, lease, event, params)
         return row
 
-    def complete_then_claim(self, lease: Lease, params: Params, request: ClaimRequest) -> list[ClaimedTask]:
+    def complete_then_claim(
+        self, lease: Lease, params: Params, request: ClaimRequest, journal: Sequence[JournalRow]
+    ) -> list[ClaimedTask]:
         """Pipelined: BEGIN, the completion with its event and the claim go out together;
         a refused completion raises before COMMIT, which rolls the claim back."""
-        query = Q[transition_with_event("complete", False)]
+        query = Q[fenced_statement("complete", event=True, journal=bool(journal))]
         with self.pool.pipelined_transaction() as conn:
-            params = transition_params(lease, params, "completed", {})
+            params = transition_params(lease, params, "completed", {}, journal)
             completed = conn.execute(query, params)
             claimed = claim_in(conn, request, self)
             if completed.fetchone() is None:

@@ -40,6 +40,18 @@ class Committed:
 
 
 @attrs.frozen
+class JournalRow:
+    """One stored journal entry: position ``position`` of journal ``journal`` (``""`` for
+    the main function's, else the parallel branch's key). A checkpoint write carries only
+    the rows that changed; ``entry_json`` None deletes the row (an unfinished entry taken
+    back out)."""
+
+    journal: str
+    position: int
+    entry_json: str | None
+
+
+@attrs.frozen
 class ClaimRequest:
     """A claim to make in the same transaction as a completion (see
     :meth:`WorkflowStore.complete`): what ``claim(worker_id, lease, limit=limit)`` takes."""

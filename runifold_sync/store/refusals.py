@@ -24,7 +24,7 @@ from .records import EnqueueResult, Lease, TaskRecord
 
 # Transitions that would end a run's cycle without honouring a cancel request: while one
 # is pending the store refuses them (query ``pending_cancel`` tells why no row changed).
-REFUSED_WHILE_CANCEL_PENDING = frozenset({"complete", "suspend", "retry"})
+REFUSED_WHILE_CANCEL_PENDING = frozenset({"complete", "suspend", "retry", "continue_as_new"})
 
 
 def already_enqueued(task: WorkflowTask, stored: Row) -> EnqueueResult:

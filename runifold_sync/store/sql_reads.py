@@ -15,7 +15,7 @@ from ..admission import TenantAdmission, TenantPolicy, explain
 from ..models import TaskState, WorkerId
 from . import checks, row_records
 from .dialect import Dialect
-from .records import QueueStats, TaskEvent, TaskRecord, VersionReference, WorkerRecord
+from .records import JournalRow, QueueStats, TaskEvent, TaskRecord, VersionReference, WorkerRecord
 
 
 def _status(record: TaskRecord, now: datetime) -> str | None:
@@ -44,6 +44,22 @@ class ReadOperations:
     def get_task(self, task_id: str) -> TaskRecord:
         row = self.dialect.one("select_task", {"task_id": task_id})
         return self.explain_reasons([row_records.found_task(self.dialect, row, task_id)])[0]
+
+    def read_journal(self, task_id: str) -> list[JournalRow]:
+        """Every stored journal entry of ``task_id``, by journal (the main function's,
+        keyed ``""``, first) and position: what a claim loads to replay. Empty for an
+        unknown task or one that has recorded nothing."""
+        found = self.dialect.all("journal_rows", {"task_id": task_id})
+        return [JournalRow(row["journal"], row["position"], row["entry"]) for row in found]
+
+    def journal_tail(self, task_id: str, limit: int) -> tuple[int, list[JournalRow]]:
+        """How many entries the main journal of ``task_id`` holds, and its newest
+        ``limit`` in order: what ``show`` prints of a long journal."""
+        limit = checks.check_journal_limit(limit)
+        length = self.dialect.one("journal_length", {"task_id": task_id})
+        found = self.dialect.all("journal_tail", {"task_id": task_id, "limit": limit})
+        rows = [JournalRow(row["journal"], row["position"], row["entry"]) for row in reversed(found)]
+        return (0 if length is None else int(length["entries"])), rows
 
     def list_tasks(
         self,

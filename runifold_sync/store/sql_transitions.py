@@ -1,15 +1,20 @@
 """The worker's operations of the shared SQL store: the claim, and the fenced writes a
 lease holder makes (heartbeat, checkpoint commits, suspend, signal consumption, retry,
-release, complete, fail), each written once over a :class:`Dialect`.
+release, complete, fail, continue as new), each written once over a :class:`Dialect`.
 
-Hot paths stay one statement: a heartbeat and a checkpoint commit are single autocommit
-statements, and a transition with its history event is whatever the dialect makes
-fastest (one statement with a CTE on PostgreSQL; an UPDATE and an INSERT under
-``BEGIN IMMEDIATE`` on SQLite).
+A write of progress carries the checkpoint's head (the task row's ``head``) and the
+journal rows that changed since the last write (``journal``): the fenced statement and
+the rows are one atomic write, and rows are written only when the fence held.
+
+Hot paths stay one round trip: a heartbeat is a single autocommit statement, and a
+checkpoint commit or a transition with its history event is whatever the dialect makes
+fastest (one statement with CTEs on PostgreSQL; the statements under ``BEGIN IMMEDIATE``
+on SQLite).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from ..errors import InvalidState, LeaseLostError
@@ -17,7 +22,7 @@ from ..models import LeaseDuration, WorkerId
 from ..outcomes import FailureDetail
 from . import checks, event_details, refusals, row_records
 from .dialect import Dialect, Event
-from .records import ClaimedTask, ClaimRequest, Committed, Lease, Signal
+from .records import ClaimedTask, ClaimRequest, Committed, JournalRow, Lease, Signal
 
 
 class WorkerOperations:
@@ -48,19 +53,19 @@ class WorkerOperations:
             row["cancel_requested"],
         )
 
-    def commit_checkpoint(self, lease: Lease, revision: int, checkpoint_json: str) -> Committed:
-        """Store progress that extends ``revision``; returns the new revision and any
-        pending cancel request."""
+    def commit_checkpoint(
+        self, lease: Lease, revision: int, checkpoint_json: str, *, journal: Sequence[JournalRow] = ()
+    ) -> Committed:
+        """Store progress that extends ``revision``: the checkpoint's head and the journal
+        rows that changed; returns the new revision and any pending cancel request."""
         d = self.dialect
-        row = d.one(
-            "commit_checkpoint",
-            {
-                "task_id": lease.task_id,
-                "token": lease.fencing_token,
-                "revision": revision,
-                "checkpoint": d.json_in("checkpoint", checkpoint_json),
-            },
-        )
+        params = {
+            "task_id": lease.task_id,
+            "token": lease.fencing_token,
+            "revision": revision,
+            "head": d.json_in("checkpoint", checkpoint_json),
+        }
+        row = d.fenced(None, "commit_checkpoint", params, journal)
         if row is None:
             raise LeaseLostError(lease.task_id, lease.fencing_token, "checkpoint commit")
         return Committed(row["revision"], row["cancel_requested"])
@@ -74,6 +79,7 @@ class WorkerOperations:
         wake_at: datetime | None,
         reason: str,
         signal: str | None = None,
+        journal: Sequence[JournalRow] = (),
     ) -> None:
         """Move to ``waiting`` until ``wake_at`` (store time) or, with ``signal``, until a
         signal of that name arrives (at once if one is already pending). Refused with
@@ -85,13 +91,13 @@ class WorkerOperations:
             "task_id": lease.task_id,
             "token": lease.fencing_token,
             "revision": revision,
-            "checkpoint": d.json_in("checkpoint", checkpoint_json),
+            "head": d.json_in("checkpoint", checkpoint_json),
             "wake_at": None if wake_at is None else d.db_time(wake_at),
             "reason": reason,
             "signal": signal,
         }
         with d.transaction() as tx:
-            row = tx.one("suspend", params)
+            row = d.fenced(tx, "suspend", params, journal)
             if row is None:
                 refusals.refuse_transition(tx.one, "suspend", lease, "suspended", params)
             detail = {"reason": reason}
@@ -121,15 +127,16 @@ class WorkerOperations:
         *,
         accepted: bool,
         note: str,
+        journal: Sequence[JournalRow] = (),
     ) -> Committed:
         """Commit the checkpoint that records a wait's decision about a signal and mark
         the signal consumed, in one fenced write; returns what
         :meth:`commit_checkpoint` returns."""
         d = self.dialect
-        checkpoint = d.json_in("checkpoint", checkpoint_json)
+        head = d.json_in("checkpoint", checkpoint_json)
         with d.transaction() as tx:
             params = {"task_id": lease.task_id, "token": lease.fencing_token, "revision": revision}
-            row = tx.one("commit_checkpoint", params | {"checkpoint": checkpoint})
+            row = d.fenced(tx, "commit_checkpoint", params | {"head": head}, journal)
             if row is None:
                 raise LeaseLostError(lease.task_id, lease.fencing_token, "signal consumption")
             now = tx.now()
@@ -143,13 +150,24 @@ class WorkerOperations:
             d.event(tx, Event(lease.task_id, now, kind, detail, lease.worker_id, lease.fencing_token))
             return Committed(row["revision"], row["cancel_requested"])
 
-    def acknowledge_cancel(self, lease: Lease, revision: int, checkpoint_json: str) -> None:
+    def acknowledge_cancel(
+        self, lease: Lease, revision: int, checkpoint_json: str, *, journal: Sequence[JournalRow] = ()
+    ) -> None:
         """The worker stopped at a step boundary after a cancel request: end as cancelled."""
-        params = {"revision": revision, "checkpoint": self.dialect.json_in("checkpoint", checkpoint_json)}
-        self.dialect.transition("acknowledge_cancel", lease, params, "cancelled", {}, notify=False)
+        params = {"revision": revision, "head": self.dialect.json_in("checkpoint", checkpoint_json)}
+        self.dialect.transition(
+            "acknowledge_cancel", lease, params, "cancelled", {}, notify=False, journal=journal
+        )
 
     def retry(
-        self, lease: Lease, revision: int, checkpoint_json: str, *, delay: timedelta, reason: str
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str,
+        *,
+        delay: timedelta,
+        reason: str,
+        journal: Sequence[JournalRow] = (),
     ) -> datetime:
         """Requeue after ``delay`` counted from store now; returns when it is due.
         Refused with :class:`CancelPending` while a cancel is requested."""
@@ -157,12 +175,13 @@ class WorkerOperations:
         reason = d.free_text(reason)
         params = {
             "revision": revision,
-            "checkpoint": d.json_in("checkpoint", checkpoint_json),
+            "head": d.json_in("checkpoint", checkpoint_json),
             "delay": d.db_duration(checks.check_delay(delay)),
             "reason": reason,
         }
         detail = event_details.retried(reason, delay)
-        return d.time(d.transition("retry", lease, params, "retried", detail, notify=True)["ready_at"])
+        row = d.transition("retry", lease, params, "retried", detail, notify=True, journal=journal)
+        return d.time(row["ready_at"])
 
     def release(self, lease: Lease, *, delay: timedelta, reason: str) -> None:
         """Hand the task back unchanged; the claim does not count as an attempt."""
@@ -179,6 +198,7 @@ class WorkerOperations:
         result_json: str,
         *,
         then_claim: ClaimRequest | None = None,
+        journal: Sequence[JournalRow] = (),
     ) -> list[ClaimedTask]:
         """End the task completed; refused with :class:`CancelPending` while a cancel is
         requested (a cancel that reached the row first wins over the completion, even
@@ -188,13 +208,13 @@ class WorkerOperations:
         d = self.dialect
         params = {
             "revision": revision,
-            "checkpoint": d.json_in("checkpoint", checkpoint_json),
+            "head": d.json_in("checkpoint", checkpoint_json),
             "result": d.json_in("result", result_json),
         }
         if then_claim is None:
-            d.transition("complete", lease, params, "completed", {}, notify=False)
+            d.transition("complete", lease, params, "completed", {}, notify=False, journal=journal)
             return []
-        return d.complete_then_claim(lease, params, then_claim)
+        return d.complete_then_claim(lease, params, then_claim, journal)
 
     def fail(
         self,
@@ -205,6 +225,7 @@ class WorkerOperations:
         reason: str,
         ambiguous_effect: str | None = None,
         error: FailureDetail | None = None,
+        journal: Sequence[JournalRow] = (),
     ) -> None:
         """End the task as failed. With ``ambiguous_effect`` (an effect key) the task is
         recoverable through :meth:`resolve_effect`. ``error`` (what failed, where) is
@@ -213,12 +234,38 @@ class WorkerOperations:
         reason = d.free_text(reason)
         params = {
             "revision": revision,
-            "checkpoint": d.json_in("checkpoint", checkpoint_json),
+            "head": d.json_in("checkpoint", checkpoint_json),
             "reason": reason,
             "ambiguous_effect": ambiguous_effect,
         }
         detail = event_details.failed(reason, ambiguous_effect, error)
-        d.transition("fail", lease, params, "failed", detail, notify=False)
+        d.transition("fail", lease, params, "failed", detail, notify=False, journal=journal)
+
+    def continue_as_new(
+        self, lease: Lease, revision: int, checkpoint_json: str, input_json: str, *, run: int
+    ) -> None:
+        """End the task's current run and queue it afresh, ready now, as run number
+        ``run`` with ``input_json`` and that run's head (``checkpoint_json``); the journal
+        rows go in the same write. Refused with :class:`CancelPending` while a cancel is
+        requested."""
+        d = self.dialect
+        params = {
+            "task_id": lease.task_id,
+            "token": lease.fencing_token,
+            "revision": revision,
+            "head": d.json_in("checkpoint", checkpoint_json),
+            "input": d.json_in("input", input_json),
+        }
+        with d.transaction() as tx:
+            row = tx.one("continue_as_new", params)
+            if row is None:
+                refusals.refuse_transition(tx.one, "continue_as_new", lease, "continued", params)
+            tx.count("clear_journal", {"task_id": lease.task_id})
+            event = Event(
+                lease.task_id, row["at"], "continued", {"run": run}, lease.worker_id, lease.fencing_token
+            )
+            d.event(tx, event)
+            d.notify(tx)
 
     def wait_for_work(self, timeout: timedelta) -> bool:
         """Block until a task is claimable (queued or waiting and due, or leased with an

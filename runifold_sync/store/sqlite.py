@@ -20,7 +20,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -29,9 +29,9 @@ from typing import Any
 from ..errors import InvalidArgument, StoreClosed, StoreUnavailable, StoreUsedAcrossFork
 from . import checks, event_details, refusals, row_records
 from .base import WorkflowStore
-from .dialect import Detail, Dialect, Event, Params, Transaction
+from .dialect import Detail, Dialect, Event, Params, Row, Transaction
 from .queries import load_queries, pending_migrations
-from .records import ClaimedTask, ClaimRequest, Lease
+from .records import ClaimedTask, ClaimRequest, JournalRow, Lease
 from .sqlite_connection import MICROSECOND, SqliteConnection, in_us, migration_statements, time_at
 
 # Store time in integer microseconds: SQL time (millisecond resolution) plus the offset.
@@ -45,6 +45,21 @@ _SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
 # memory that changes when another connection commits) at this interval, and asks for
 # due work again only when it changed or a known due time passed.
 _WAIT_POLL_S = 0.005
+
+
+def _write_journal(conn: sqlite3.Connection, task_id: str, journal: Sequence[JournalRow]) -> None:
+    """Write (or delete, where ``entry_json`` is None) journal rows inside the caller's
+    transaction."""
+    places = [
+        {"task_id": task_id, "journal": r.journal, "position": r.position, "entry": r.entry_json}
+        for r in journal
+    ]
+    written = [place for place in places if place["entry"] is not None]
+    if written:
+        conn.executemany(_Q["write_journal_entry"], written)
+    for place in places:
+        if place["entry"] is None:
+            conn.execute(_Q["drop_journal_entry"], place)
 
 
 class SqliteTransaction:
@@ -188,23 +203,58 @@ class SqliteDialect(Dialect):
 
     # --- transitions and the claim ----------------------------------------------------
 
-    def transition(
-        self, name: str, lease: Lease, params: Params, event: str, detail: Detail, *, notify: bool
-    ) -> sqlite3.Row:
-        with self.transaction() as tx:
-            return self._transition_in(tx, name, lease, params, event, detail)
+    def fenced(
+        self, tx: Transaction | None, name: str, params: Params, journal: Sequence[JournalRow]
+    ) -> Row | None:
+        if tx is not None:
+            assert isinstance(tx, SqliteTransaction)
+            row: Row | None = tx.one(name, params)
+            if row is not None:
+                _write_journal(tx.raw, params["task_id"], journal)
+            return row
+        if not journal:  # one statement: autocommit is its own transaction
+            return self.one(name, params)
+        # A step's commit: the fenced UPDATE and its rows, and no store-time read of its own.
+        with self._immediate("SQLite checkpoint commit to") as conn:
+            row = conn.execute(_Q[name], params).fetchone()
+            if row is not None:
+                _write_journal(conn, params["task_id"], journal)
+            return row
 
-    def complete_then_claim(self, lease: Lease, params: Params, request: ClaimRequest) -> list[ClaimedTask]:
+    def transition(
+        self,
+        name: str,
+        lease: Lease,
+        params: Params,
+        event: str,
+        detail: Detail,
+        *,
+        notify: bool,
+        journal: Sequence[JournalRow] = (),
+    ) -> Row:
         with self.transaction() as tx:
-            self._transition_in(tx, "complete", lease, params, "completed", {})
+            return self._transition_in(tx, name, lease, params, event, detail, journal)
+
+    def complete_then_claim(
+        self, lease: Lease, params: Params, request: ClaimRequest, journal: Sequence[JournalRow]
+    ) -> list[ClaimedTask]:
+        with self.transaction() as tx:
+            self._transition_in(tx, "complete", lease, params, "completed", {}, journal)
             return self._claim_in(tx, request)
 
     def _transition_in(
-        self, tx: SqliteTransaction, name: str, lease: Lease, params: Params, event: str, detail: Detail
-    ) -> sqlite3.Row:
-        """A fenced UPDATE and its history event, inside ``tx``."""
+        self,
+        tx: SqliteTransaction,
+        name: str,
+        lease: Lease,
+        params: Params,
+        event: str,
+        detail: Detail,
+        journal: Sequence[JournalRow],
+    ) -> Row:
+        """A fenced UPDATE, its journal rows and its history event, inside ``tx``."""
         params = params | {"task_id": lease.task_id, "token": lease.fencing_token}
-        row = tx.one(name, params)
+        row = self.fenced(tx, name, params, journal)
         if row is None:
             refusals.refuse_transition(tx.one, name, lease, event, params)
         self.event(tx, Event(lease.task_id, tx.at, event, detail, lease.worker_id, lease.fencing_token))

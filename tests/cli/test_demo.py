@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync.checkpoint import Checkpoint
+from runifold_sync.checkpoint import read_checkpoint
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 KILL_LINE = re.compile(r"SIGKILLed pid (\d+) in (\S+) of (\S+) ")
@@ -68,7 +68,8 @@ def test_demo_kills_a_worker_inside_a_step_body_and_only_that_body_runs_again(tm
     with SqliteWorkflowStore.open(db) as store:
         for n in (1, 2, 3):
             record = store.get_task(f"order-{n}")
-            checkpoint = Checkpoint.decode(record.task_id, record.checkpoint_json or "")
+            checkpoint = read_checkpoint(store, record.task_id)
+            assert checkpoint is not None
             assert record.result["order_id"] == f"order-{n}"
             assert [e.call_id for e in checkpoint.journal] == [
                 "validate#1",

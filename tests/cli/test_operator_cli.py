@@ -119,6 +119,27 @@ def test_show_text_gives_state_reason_journal_usage_and_history(url: str, store:
     )
     assert usage is not None, lines[3]
     assert 0 <= float(usage.group(1)) < 60  # run time of one short claim
-    assert lines[4:6] == ["  done#1 (step, done)", "  timer#1 (timer, pending)"]
+    assert lines[4:7] == [
+        "run 1, journal of 2 entries, all shown:",
+        "  done#1 (step, done)",
+        "  timer#1 (timer, pending)",
+    ]
     history = lines[lines.index("history:") + 1 :]
     assert [h.split()[1] for h in history] == ["enqueued", "claimed", "suspended"]
+
+
+def test_show_pages_a_long_journal_to_its_newest_entries(url: str, store: SqliteWorkflowStore) -> None:
+    store.enqueue(WorkflowTask.new("outcome-flow", 1, "suspend", checkpoint_id="s1"))
+    assert _invoke("run", "--app", APP, "--database", url, "--once")[0] == 0
+    code, out = _invoke("show", "s1", "--journal-limit", "1", "--database", url)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[4:6] == [
+        "run 1, journal of 2 entries, the newest 1 shown (--journal-limit):",
+        "  timer#1 (timer, pending)",
+    ]
+    code, out = _invoke("show", "s1", "--journal-limit", "1", "--database", url, "--json")
+    shown = json.loads(out)
+    assert (shown["run"], shown["journal_entries"], shown["journal"]) == (1, 2, ["timer#1 (timer, pending)"])
+    code, out = _invoke("show", "s1", "--journal-limit", "0", "--database", url)
+    assert code == 2 and "--journal-limit" in out

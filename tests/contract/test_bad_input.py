@@ -32,7 +32,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.checkpoint import DEFAULT_MAX_CHECKPOINT_BYTES
+from runifold_sync.checkpoint import DEFAULT_MAX_ENTRY_BYTES
 from runifold_sync.codec import MAX_NESTING_DEPTH, from_json
 from tests.support.clock import Clock
 
@@ -312,7 +312,9 @@ def test_a_corrupt_checkpoint_fails_its_task_closed_and_others_go_on(store: Work
     # Corrupt one task's checkpoint under its own lease, as a buggy tool might.
     (claimed,) = store.claim(WorkerId.parse("vandal"), LEASE)
     assert claimed.lease.task_id == "corrupt"
-    store.commit_checkpoint(claimed.lease, claimed.revision, '{"format_version": 1, "journal": "nonsense"}')
+    store.commit_checkpoint(
+        claimed.lease, claimed.revision, '{"format_version": 2, "definition": "nonsense"}'
+    )
     store.release(claimed.lease, delay=timedelta(0), reason="vandalised")
     outcomes = _run_all(_worker(store, workflow), 2)
     corrupt = outcomes["corrupt"]
@@ -334,8 +336,8 @@ def _assert_failed_closed(
     ("text", "reason"),
     [
         (
-            '{"format_version": 2, "journal": []}',
-            "checkpoint of task 'bad' has format version 2; this runifold_sync reads version 1",
+            '{"format_version": 3}',
+            "checkpoint of task 'bad' has format version 3; this runifold_sync reads version 2",
         ),
         ('["not", "a", "checkpoint"]', "checkpoint of task 'bad' is corrupt: an array, not an object"),
         ('"a checkpoint"', "checkpoint of task 'bad' is corrupt: a string, not an object"),
@@ -364,11 +366,11 @@ def test_a_checkpoint_row_that_is_not_json_fails_only_its_task_closed(sqlite_sto
     store = sqlite_store
     for task_id in ("bad", "sibling"):
         store.enqueue(WorkflowTask.new("counted", 1, 1, checkpoint_id=task_id))
-    torn = '{"format_version": 1, "journal": ['
+    torn = '{"format_version": 2, "usage": ['
     _vandalise(store, "bad", torn)
     outcomes = _run_all(_worker(store, counted), 2)
 
-    reason = "checkpoint of task 'bad' is corrupt: Expecting value: line 1 column 35 (char 34)"
+    reason = "checkpoint of task 'bad' is corrupt: Expecting value: line 1 column 33 (char 32)"
     _assert_failed_closed(store, outcomes["bad"], "bad", reason, "CheckpointError")
     assert store.get_task("bad").checkpoint_json == torn
     assert outcomes["sibling"] == Completed("sibling", 2)
@@ -431,7 +433,7 @@ def test_an_unregistered_definition_version_requeues_without_counting_an_attempt
 SMALL_LIMIT = 4096
 
 
-def test_a_step_output_over_max_checkpoint_bytes_fails_only_its_task_naming_the_sizes(
+def test_a_step_output_over_max_entry_bytes_fails_only_its_task_naming_the_sizes(
     store: WorkflowStore,
 ) -> None:
     workflow = Workflow("big-output", 1)
@@ -446,23 +448,24 @@ def test_a_step_output_over_max_checkpoint_bytes_fails_only_its_task_naming_the_
 
     store.enqueue(WorkflowTask.new("big-output", 1, SMALL_LIMIT, checkpoint_id="big"))
     store.enqueue(WorkflowTask.new("big-output", 1, 10, checkpoint_id="small"))
-    outcomes = _run_all(_worker(store, workflow, max_checkpoint_bytes=SMALL_LIMIT), 2)
+    outcomes = _run_all(_worker(store, workflow, max_entry_bytes=SMALL_LIMIT), 2)
 
     big = outcomes["big"]
     assert isinstance(big, Failed) and big.cause == "checkpoint"
     size = re.fullmatch(
-        r"checkpoint of task 'big' is (\d+) bytes, over the limit of 4096 bytes; "
-        r"keep large artifacts outside and store their ids",
+        r"journal entry 'produce#1' of task 'big' is (\d+) bytes, over the limit of 4096 bytes "
+        r"\(max_entry_bytes\); keep large artifacts outside and store their ids",
         big.reason,
     )
     assert size is not None and int(size[1]) > SMALL_LIMIT
     _assert_failed_closed(store, big, "big", big.reason, "CheckpointTooLarge")
     assert store.get_task("big").checkpoint_json is None  # the output was never stored
+    assert store.read_journal("big") == []
     assert outcomes["small"] == Completed("small", 10)
 
 
 @pytest.mark.parametrize("value", [1023, 0, -1, True, 4096.0, "4096"])
-def test_max_checkpoint_bytes_below_the_minimum_or_not_an_integer_is_refused_naming_it(
+def test_max_entry_bytes_below_the_minimum_or_not_an_integer_is_refused_naming_it(
     sqlite_store: WorkflowStore, value: Any
 ) -> None:
     with pytest.raises(InvalidArgument) as info:
@@ -472,12 +475,12 @@ def test_max_checkpoint_bytes_below_the_minimum_or_not_an_integer_is_refused_nam
             WorkerId.parse("w1"),
             LEASE,
             timedelta(seconds=5),
-            max_checkpoint_bytes=value,
+            max_entry_bytes=value,
         )
-    assert str(info.value) == f"max_checkpoint_bytes must be an integer >= 1024, got {value!r}"
+    assert str(info.value) == f"max_entry_bytes must be an integer >= 1024, got {value!r}"
 
 
-def test_a_workflow_result_over_max_checkpoint_bytes_fails_only_its_task_naming_the_sizes(
+def test_a_workflow_result_over_max_entry_bytes_fails_only_its_task_naming_the_sizes(
     store: WorkflowStore,
 ) -> None:
     workflow = Workflow("big-result", 1)
@@ -496,13 +499,13 @@ def test_a_workflow_result_over_max_checkpoint_bytes_fails_only_its_task_naming_
 
     reason = (
         f"workflow result of task 'big' is {3 * 1024 * 1024 + 2} bytes, over the limit of "
-        f"{DEFAULT_MAX_CHECKPOINT_BYTES} bytes (max_checkpoint_bytes); keep large artifacts "
+        f"{DEFAULT_MAX_ENTRY_BYTES} bytes (max_entry_bytes); keep large artifacts "
         "outside and return their ids"
     )
     _assert_failed_closed(store, outcomes["big"], "big", reason, None)  # nothing raised: a limit
     record = store.get_task("big")
     assert record.result is None
-    journal = from_json(record.checkpoint_json or "")["journal"]
+    journal = [from_json(row.entry_json or "") for row in store.read_journal("big")]
     assert [(e["call_id"], e["status"], e["output"]) for e in journal] == [
         ("measure#1", "done", 3 * 1024 * 1024)
     ]

@@ -32,6 +32,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.checkpoint import read_checkpoint
 from runifold_sync.codec import from_json
 from tests.support.clock import Clock
 
@@ -61,9 +62,9 @@ def _run_once(store: WorkflowStore, workflow: Workflow, worker_id: str) -> Any:
 
 
 def _journal(store: WorkflowStore, task_id: str) -> list[tuple[str, str]]:
-    text = store.get_task(task_id).checkpoint_json
-    assert text is not None
-    return [(e["call_id"], e["status"]) for e in from_json(text)["journal"]]
+    checkpoint = read_checkpoint(store, task_id)
+    assert checkpoint is not None
+    return [(e.call_id, e.status.value) for e in checkpoint.journal]
 
 
 # --- sleep_until ------------------------------------------------------------------------
@@ -190,7 +191,7 @@ def test_dataclass_and_container_outputs_come_back_as_their_annotated_types_afte
         assert type(bins) is dict and bins == expected_bins  # (1, 2) != [1, 2]: tuples came back
         assert all(type(v) is tuple for v in bins.values())
     # The checkpoint itself holds plain JSON, so the types came from the annotations.
-    journal = from_json(store.get_task("t1").checkpoint_json or "")["journal"]
+    journal = [from_json(row.entry_json or "") for row in store.read_journal("t1")]
     assert [e["output"] for e in journal[:2]] == [
         {"sku": "sku-o7", "weight_g": 1250, "tags": ["fragile", "upright"]},
         {"front": [1, 2], "back": [3], "spare": []},

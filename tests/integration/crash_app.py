@@ -6,8 +6,10 @@
 for heartbeats to run beside it), an idempotent effect, a non-idempotent effect with no
 way to reconcile it, a non-idempotent effect whose ``reconcile`` reads the ledger, a
 signal wait (the test sends the signal before the run), a durable timer and a last
-step. Each body appends ``<call id> <task> <pid> <idempotency key>`` to the ledger
-(``O_APPEND``, fsynced), so the test counts what really ran; the slow first step
+step. An order named ``again:<order>`` first runs ``prepare`` alone and continues as new
+with ``<order>`` (the continue transition's cases). Each body appends ``<call id> <task>
+<pid> <idempotency key>`` to the ledger (``O_APPEND``, fsynced), so the test counts what
+really ran; the slow first step
 records itself before it sleeps, so a crash during its heartbeats leaves its line.
 
 Two variables of the crashing process change ``prepare`` for the cases of the other
@@ -57,6 +59,7 @@ SLOW_STEP_S = 0.3  # heartbeats run beside the first step
 TIMER = timedelta(milliseconds=200)
 IDLE_LIMIT_S = 3.0
 BODIES = ("prepare", "notify", "charge", "ship", "finish")
+RENEW = "again:"  # an order so named runs prepare, then continues as new with the rest of its name
 
 flow = Workflow("crashy", 1, signals=["go"])
 
@@ -118,6 +121,9 @@ def finish(ctx: StepContext, shipment: str) -> str:
 
 @flow.main
 def crashy_main(ctx: WorkflowContext, order: str) -> dict[str, Any]:
+    if order.startswith(RENEW):  # a first run of one step, then the whole flow as run 2
+        prepare(ctx, order)
+        ctx.continue_as_new(order.removeprefix(RENEW))
     notice = notify(ctx, prepare(ctx, order))
     receipt = charge(ctx, notice)
     shipment = ship(ctx, receipt)

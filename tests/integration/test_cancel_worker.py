@@ -34,7 +34,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.checkpoint import Checkpoint
+from runifold_sync.checkpoint import Checkpoint, read_checkpoint
 from tests.support.backends import Backend
 
 pytestmark = pytest.mark.timeout(120)
@@ -158,9 +158,9 @@ def _run_in_thread(worker: WorkflowWorker) -> tuple[threading.Thread, list[Any]]
 
 
 def _checkpoint(store: WorkflowStore, task_id: str) -> Checkpoint:
-    text = store.get_task(task_id).checkpoint_json
-    assert text is not None
-    return Checkpoint.decode(task_id, text)
+    checkpoint = read_checkpoint(store, task_id)
+    assert checkpoint is not None
+    return checkpoint
 
 
 def test_a_running_task_stops_at_its_next_step_boundary_without_a_heartbeat(backend: Backend) -> None:

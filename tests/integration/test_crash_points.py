@@ -39,7 +39,15 @@ from pathlib import Path
 import attrs
 import pytest
 
-from runifold_sync import TaskOutcome, TaskState, WorkerId, WorkflowTask, WorkflowWorker, crashpoints
+from runifold_sync import (
+    TaskOutcome,
+    TaskState,
+    WorkerId,
+    WorkflowStore,
+    WorkflowTask,
+    WorkflowWorker,
+    crashpoints,
+)
 from runifold_sync.codec import from_json
 from runifold_sync.errors import InvalidArgument
 from tests.support import processes
@@ -53,10 +61,12 @@ HELD = "t2"  # claimed ahead by the crashing worker in the cases that enqueue it
 CHARGE_KEY = f"{TASK}/charge#1"
 
 
-def result_of(task_id: str) -> dict[str, object]:
+def result_of(task_id: str, run: int = 1) -> dict[str, object]:
+    """What the flow returns; from run 2 on, its effects' keys name the run."""
+    keys = task_id if run == 1 else f"{task_id}/run{run}"
     return {
-        "charge": f"ch-{task_id}/charge#1",
-        "shipment": f"shipped {task_id}/ship#1",
+        "charge": f"ch-{keys}/charge#1",
+        "shipment": f"shipped {keys}/ship#1",
         "approval": {"ok": True},
         "end": "done",
     }
@@ -84,6 +94,8 @@ class Case:
     # The crash is at the first heartbeat of a held task, which may come before or after
     # the running task's first body began: that body runs again iff it had begun.
     racy_first_body: bool = False
+    order: str = "order-1"  # the task's input (crash_app.RENEW continues it as new once)
+    more_runs: tuple[tuple[str, int], ...] = ()  # bodies that ran more than twice: (body, runs)
 
 
 BATCH = ("--claim-batch", "2")
@@ -136,6 +148,18 @@ CASES = {
         ambiguous=True,
     ),
     "before_claim": Case(("before_claim",), (), state=TaskState.QUEUED),
+    # Run 1 is prepare alone, whose result rides the continue transition: a crash before
+    # it runs run 1 again (prepare twice), then run 2 (a third time); after it, only run 2.
+    "before_continue": Case(
+        ("before_transition:continue",), (), order=f"{crash_app.RENEW}order-1", more_runs=(("prepare", 3),)
+    ),
+    "after_continue": Case(
+        ("after_transition:continue",),
+        (),
+        ran_twice=("prepare",),
+        state=TaskState.QUEUED,
+        order=f"{crash_app.RENEW}order-1",
+    ),
     "before_retry": Case(("before_transition:retry",), (), ran_twice=("prepare",), env=FLAKY),
     "after_retry": Case(
         ("after_transition:retry",), (), ran_twice=("prepare",), state=TaskState.QUEUED, env=FLAKY
@@ -190,7 +214,17 @@ CASES = {
 }
 
 
-TRANSITION_KINDS = ("complete", "suspend", "fail", "retry", "cancel", "yield", "unavailable", "hand_back")
+TRANSITION_KINDS = (
+    "complete",
+    "suspend",
+    "fail",
+    "retry",
+    "continue",
+    "cancel",
+    "yield",
+    "unavailable",
+    "hand_back",
+)
 
 
 def _transition_hooks() -> set[tuple[str, str]]:
@@ -258,10 +292,9 @@ def _crash(backend: Backend, ledger: Path, spec: str, case: Case) -> None:
     assert f"runifold crash point {point}:{subject}" in proc.stderr, proc.stderr
 
 
-def _journal(checkpoint_json: str | None) -> tuple[str, ...]:
-    if checkpoint_json is None:
-        return ()
-    return tuple(f"{e['call_id']}:{e['status']}" for e in from_json(checkpoint_json)["journal"])
+def _journal(store: WorkflowStore, task_id: str) -> tuple[str, ...]:
+    entries = [from_json(row.entry_json or "") for row in store.read_journal(task_id) if row.journal == ""]
+    return tuple(f"{e['call_id']}:{e['status']}" for e in entries)
 
 
 @pytest.mark.timeout(120)
@@ -273,7 +306,8 @@ def test_crash_point(name: str, backend: Backend, tmp_path: Path, monkeypatch: p
     store = backend.open()
     tasks = [TASK] if case.held is None else [TASK, HELD]
     for priority, task_id in enumerate(reversed(tasks)):  # the first is claimed first
-        store.enqueue(WorkflowTask.new("crashy", 1, "order-1", checkpoint_id=task_id, priority=priority))
+        order = case.order if task_id == TASK else "order-1"
+        store.enqueue(WorkflowTask.new("crashy", 1, order, checkpoint_id=task_id, priority=priority))
         store.send_signal(task_id, "go", {"ok": True}, signal_id="s1", sender="test")
 
     offset = timedelta(0)
@@ -284,11 +318,11 @@ def test_crash_point(name: str, backend: Backend, tmp_path: Path, monkeypatch: p
         offset += crash_app.LEASE.value * 3  # past the dead worker's lease, heartbeats included
         store.set_clock_offset(offset)
     record = store.get_task(TASK)
-    assert _journal(record.checkpoint_json) == case.journal
+    assert _journal(store, TASK) == case.journal
     assert record.state is case.state
     if case.held is not None:
         held = store.get_task(HELD)
-        assert (held.state, _journal(held.checkpoint_json)) == (case.held, ())
+        assert (held.state, _journal(store, HELD)) == (case.held, ())
     begun = {line[0] for line in crash_app.ledger_lines() if line[1] == TASK}
 
     worker = WorkflowWorker(
@@ -318,16 +352,17 @@ def test_crash_point(name: str, backend: Backend, tmp_path: Path, monkeypatch: p
         assert (record.state, record.outcome, lines) == (TaskState.CANCELLED, None, [])
         return
     assert (record.state, record.outcome) == (TaskState.TERMINAL, TaskOutcome.COMPLETED), record.reason
-    assert record.result == RESULT
+    assert record.result == result_of(TASK, 2 if case.order.startswith(crash_app.RENEW) else 1)
     ran_twice = set(case.ran_twice) | ({"prepare"} & begun if case.racy_first_body else set())
     runs = Counter(line[0] for line in lines if line[1] == TASK)
-    assert runs == {body: 2 if body in ran_twice else 1 for body in crash_app.BODIES}
+    more = dict(case.more_runs)
+    assert runs == {body: more.get(body, 2 if body in ran_twice else 1) for body in crash_app.BODIES}
     if case.held is not None:  # the held task never started under the dead worker
         assert store.get_task(HELD).result == result_of(HELD)
         assert Counter(line[0] for line in lines if line[1] == HELD) == dict.fromkeys(crash_app.BODIES, 1)
     for body in crash_app.BODIES:  # every run of an effect used the same idempotency key
         assert len({line[3] for line in lines if line[:2] == [body, TASK]}) == 1
-    journal = from_json(record.checkpoint_json or "{}")["journal"]
+    journal = [from_json(row.entry_json or "") for row in store.read_journal(TASK)]
     ship = next(e for e in journal if e["call_id"] == "ship#1")
     assert ship["evidence"] == (case.evidence or "ran")
     assert store.pending_signals(TASK, "go") == []

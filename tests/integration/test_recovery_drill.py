@@ -29,6 +29,7 @@ from runifold_sync import (
     TaskOutcome,
     TaskState,
     WorkerId,
+    WorkflowStore,
     WorkflowTask,
     crashpoints,
 )
@@ -234,9 +235,9 @@ def _usage(checkpoint_json: str | None) -> BudgetUsage:
     return BudgetUsage(**from_json(checkpoint_json)["usage"])
 
 
-def _journal(checkpoint_json: str | None) -> dict[str, dict[str, Any]]:
-    assert checkpoint_json is not None
-    return {entry["call_id"]: entry for entry in from_json(checkpoint_json)["journal"]}
+def _journal(store: WorkflowStore, task_id: str) -> dict[str, dict[str, Any]]:
+    entries = [from_json(row.entry_json or "") for row in store.read_journal(task_id) if row.journal == ""]
+    return {entry["call_id"]: entry for entry in entries}
 
 
 @pytest.fixture
@@ -308,7 +309,7 @@ def test_interrupted_non_idempotent_effect_fails_closed_as_ambiguous_until_resol
 
     a = drill.start("pay-a", block_at="charge_card")
     drill.wait_for_step("charge_card", "pay-1", a)
-    intent = _journal(drill.store.get_task("pay-1").checkpoint_json)["charge_card#1"]
+    intent = _journal(drill.store, "pay-1")["charge_card#1"]
     assert (intent["status"], intent["key"]) == ("intent", key)  # durable before the call
     drill.kill(a)
     drill.advance_past_lease("pay-1")
@@ -348,7 +349,7 @@ def test_interrupted_non_idempotent_effect_fails_closed_as_ambiguous_until_resol
         TaskOutcome.COMPLETED,
         None,
     )
-    entry = _journal(done.checkpoint_json)["charge_card#1"]
+    entry = _journal(drill.store, done.task_id)["charge_card#1"]
     assert (entry["status"], entry["output"]) == ("done", evidence)
     assert entry["evidence"] == "resolved by ops: PSP dashboard shows the charge"
     resolutions = [e for e in drill.store.history("pay-1") if e.kind == "effect_resolved"]
@@ -379,6 +380,7 @@ def test_stopped_owner_resumed_after_takeover_reports_lease_lost_and_changes_not
         2,
         2,
     )
+    journal_at_takeover = drill.store.read_journal("stale-1")
     history_at_takeover = drill.store.history("stale-1")
     claims = [e for e in history_at_takeover if e.kind == "claimed"]
     assert [(e.worker_id, e.fencing_token) for e in claims] == [("stale-a", 1), ("stale-b", 2)]
@@ -393,6 +395,7 @@ def test_stopped_owner_resumed_after_takeover_reports_lease_lost_and_changes_not
     after_a = drill.store.get_task("stale-1")
     assert (after_a.state, after_a.worker_id, after_a.fencing_token) == (TaskState.LEASED, "stale-b", 2)
     assert (after_a.revision, after_a.checkpoint_json) == (taken.revision, taken.checkpoint_json)
+    assert drill.store.read_journal("stale-1") == journal_at_takeover
     assert drill.store.history("stale-1") == history_at_takeover
 
     drill.release(b)
@@ -429,7 +432,7 @@ def test_stale_owner_frozen_past_its_lease_check_has_its_commit_refused_by_the_s
         1,
         2,
     )
-    assert list(_journal(paused.checkpoint_json)) == ["s1#1", "s2#1"]
+    assert list(_journal(drill.store, "fenced-1")) == ["s1#1", "s2#1"]
     drill.stop_outside_transaction(a)
     drill.assert_lease_held_against_claims("fenced-1")
     drill.wait_past_lease("fenced-1")  # real time: A's heartbeat thread is frozen too
@@ -444,6 +447,7 @@ def test_stale_owner_frozen_past_its_lease_check_has_its_commit_refused_by_the_s
         paused.revision,
     )
     assert taken.checkpoint_json is not None
+    journal_at_takeover = drill.store.read_journal("fenced-1")
     history_at_takeover = drill.store.history("fenced-1")
 
     drill.resume(a)
@@ -460,6 +464,7 @@ def test_stale_owner_frozen_past_its_lease_check_has_its_commit_refused_by_the_s
     after_a = drill.store.get_task("fenced-1")
     assert (after_a.state, after_a.worker_id, after_a.fencing_token) == (TaskState.LEASED, "fenced-b", 2)
     assert (after_a.revision, after_a.checkpoint_json) == (taken.revision, taken.checkpoint_json)
+    assert drill.store.read_journal("fenced-1") == journal_at_takeover
     assert drill.store.history("fenced-1") == history_at_takeover
 
     drill.release(b)
@@ -467,7 +472,7 @@ def test_stale_owner_frozen_past_its_lease_check_has_its_commit_refused_by_the_s
     assert (b_outcome["kind"], b_outcome["result"]) == ("completed", {"value": ((1 + 1) * 10 + 3) * 2})
     done = drill.store.get_task("fenced-1")
     assert (done.state, done.outcome, done.fencing_token) == (TaskState.TERMINAL, TaskOutcome.COMPLETED, 2)
-    assert list(_journal(done.checkpoint_json)) == ["s1#1", "s2#1", "s3#1", "s4#1"]
+    assert list(_journal(drill.store, "fenced-1")) == ["s1#1", "s2#1", "s3#1", "s4#1"]
     assert drill.ledger_lines("fenced-1") == [
         ("s1", a.pid),
         ("s2", a.pid),

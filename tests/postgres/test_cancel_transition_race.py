@@ -31,10 +31,10 @@ NOTE = "cancelled by ops: customer left"
 ENDS: dict[str, tuple[str, dict[str, Any], str]] = {
     "suspend": (
         "suspend",
-        {"checkpoint": "{}", "wake_at": None, "reason": "waiting", "signal": "go"},
+        {"head": "{}", "wake_at": None, "reason": "waiting", "signal": "go"},
         "waiting",
     ),
-    "retry": ("retry", {"checkpoint": "{}", "delay": 3600.0, "reason": "again"}, "queued"),
+    "retry": ("retry", {"head": "{}", "delay": 3600.0, "reason": "again"}, "queued"),
     "yield": ("release", {"delay": 0.0, "reason": "step slice used up; requeued"}, "queued"),
 }
 

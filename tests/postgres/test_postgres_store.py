@@ -33,7 +33,7 @@ def test_payloads_are_jsonb_an_operator_can_query(pg: PostgresWorkflowStore, pos
     pg.complete(lease, 0, to_json({"phase": "completed"}), to_json({"charge": "ch_1"}))
     with psycopg.connect(postgres_url) as conn:
         row = conn.execute(
-            "SELECT input->>'order_id', input->'lines'->0->>'sku', checkpoint->>'phase', result->>'charge', "
+            "SELECT input->>'order_id', input->'lines'->0->>'sku', head->>'phase', result->>'charge', "
             "pg_typeof(input)::text FROM runifold_tasks"
         ).fetchone()
         detail = conn.execute(

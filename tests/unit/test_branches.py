@@ -27,7 +27,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.checkpoint import Checkpoint
+from runifold_sync.checkpoint import Checkpoint, read_checkpoint
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 
@@ -44,9 +44,9 @@ def _worker(store: WorkflowStore, workflow: Workflow, budget: Budget | None = No
 
 
 def _checkpoint(store: WorkflowStore, task_id: str) -> Checkpoint:
-    record = store.get_task(task_id)
-    assert record.checkpoint_json is not None
-    return Checkpoint.decode(task_id, record.checkpoint_json)
+    checkpoint = read_checkpoint(store, task_id)
+    assert checkpoint is not None
+    return checkpoint
 
 
 def _parallel_workflow(ran: list[str], fail_once: set[str]) -> Workflow:
@@ -368,10 +368,10 @@ class SimulatedCrash(BaseException):
 
 def _recorded_winner(store: WorkflowStore, task_id: str) -> str | None:
     """The winner of the task's first journal entry (its race), once committed."""
-    record = store.get_task(task_id)
-    if record.checkpoint_json is None:
+    checkpoint = read_checkpoint(store, task_id)
+    if checkpoint is None:
         return None
-    journal = Checkpoint.decode(task_id, record.checkpoint_json).journal
+    journal = checkpoint.journal
     return None if not journal or journal[0].output is None else journal[0].output.get("winner")
 
 

@@ -34,7 +34,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.checkpoint import Checkpoint
+from runifold_sync.checkpoint import Checkpoint, read_checkpoint
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 THREAD_TIMEOUT_S = 10.0
@@ -135,9 +135,9 @@ def _enqueue(store: SqliteWorkflowStore, then: str = "step") -> str:
 
 
 def _checkpoint(store: SqliteWorkflowStore, task_id: str) -> Checkpoint:
-    text = store.get_task(task_id).checkpoint_json
-    assert text is not None
-    return Checkpoint.decode(task_id, text)
+    checkpoint = read_checkpoint(store, task_id)
+    assert checkpoint is not None
+    return checkpoint
 
 
 def test_cancelling_a_queued_task_ends_it_at_once_and_workers_find_nothing(

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
 from chaos import parse_refusals  # noqa: E402
 from chaos_app import LedgerLine  # noqa: E402
-from chaos_audit import Write  # noqa: E402
+from chaos_audit import JournalWrite, Write  # noqa: E402
 from chaos_check import Kill, Refusal, RunData, Sample, Stop, Verdict, percentile, verify  # noqa: E402
 
 T0 = 1_700_000_000.0
@@ -35,11 +35,8 @@ def _line(call: str, token: int, run: str, value: int, *, kind: str = "step", pi
     return LedgerLine("t1", call, pid, token, run, kind, value, T0)
 
 
-def _record(journal: list[dict[str, Any]], *, fencing_token: int = 2, usage_steps: int = 3) -> TaskRecord:
-    checkpoint = {
-        "journal": journal,
-        "usage": {"steps": usage_steps, "cost": 0.0, "elapsed_s": 1.0, "claims": 2},
-    }
+def _record(*, fencing_token: int = 2, usage_steps: int = 3) -> TaskRecord:
+    head = {"usage": {"steps": usage_steps, "cost": 0.0, "elapsed_s": 1.0, "claims": 2}}
     return TaskRecord(
         task_id="t1",
         definition_name="chaos-flow",
@@ -57,7 +54,7 @@ def _record(journal: list[dict[str, Any]], *, fencing_token: int = 2, usage_step
         lease_expires=None,
         claims_since_progress=0,
         revision=6,
-        checkpoint_json=json.dumps(checkpoint),
+        checkpoint_json=json.dumps(head),
         result_json=json.dumps({"value": 13, "signal": {"n": 7}}),
         created_at=_at(0),
         updated_at=_at(9),
@@ -76,13 +73,13 @@ def _entry(call: str, kind: str, value: int, token: int = 2, run: str | None = N
 def _write(
     write_id: int, at_s: float, tokens: tuple[int, int], revisions: tuple[int, int], entries: int | None
 ) -> Write:
-    """An audited update; ``entries``: how many of the journal's entries its checkpoint
-    holds (None: the update wrote no checkpoint)."""
-    checkpoint = None
+    """An audited update; ``entries``: how many of the journal's entries were stored once
+    it was made (None: the update wrote no head)."""
+    head = None
     if entries is not None:
-        checkpoint = json.dumps({"journal": [_entry(c, k, v) for c, k, v in CALLS[:entries]]})
+        head = json.dumps({"usage": {"steps": entries}})
     state = "terminal" if entries == len(CALLS) else "leased"
-    return Write(write_id, "t1", *tokens, *revisions, state, T0 + at_s, checkpoint)
+    return Write(write_id, "t1", *tokens, *revisions, state, T0 + at_s, head)
 
 
 def _clean() -> RunData:
@@ -105,7 +102,8 @@ def _clean() -> RunData:
     ]
     return RunData(
         specs={"t1": SPEC},
-        tasks={"t1": _record(journal)},
+        tasks={"t1": _record()},
+        journals={"t1": journal},
         histories={"t1": history},
         ledger=ledger,
         refused=[],
@@ -120,12 +118,12 @@ def _clean() -> RunData:
             _write(5, 3.8, (2, 2), (1, 2), 2),
             _write(6, 4.0, (2, 2), (2, 3), 3),  # the completion
         ],
+        journal_writes=[JournalWrite(n, "t1", 2, json.dumps(entry)) for n, entry in enumerate(journal, 1)],
     )
 
 
 def _journal(data: RunData) -> list[dict[str, Any]]:
-    assert data.tasks["t1"].checkpoint_json is not None
-    entries: list[dict[str, Any]] = json.loads(data.tasks["t1"].checkpoint_json)["journal"]
+    entries: list[dict[str, Any]] = json.loads(json.dumps(data.journals["t1"]))  # a copy to change
     return entries
 
 
@@ -136,7 +134,12 @@ def _nonzero(verdict: Verdict) -> dict[str, int]:
 def test_a_clean_run_has_no_violations_and_counts_the_in_flight_rerun_and_the_recovery() -> None:
     verdict = verify(_clean())
     assert verdict.ok, verdict.details
-    assert (verdict.figures["writes audited"], verdict.figures["checkpoint writes audited"]) == (6, 3)
+    figures = verdict.figures
+    assert (figures["writes audited"], figures["head writes audited"], figures["journal writes audited"]) == (
+        6,
+        3,
+        3,
+    )
     assert verdict.figures["steps re-run while in flight at an interruption"] == 1
     assert verdict.figures["kills that held a task"] == 1
     assert verdict.figures["recovery_p50_s"] == pytest.approx(1.5)
@@ -179,8 +182,8 @@ def test_a_checkpoint_entry_committed_under_an_older_token_is_a_stale_write() ->
     ledger = [ln for ln in stale_ledger if ln.call_id != "notify#1"] + [
         ln for ln in stale_ledger if ln.call_id == "notify#1"
     ]
-    verdict = verify(attrs.evolve(data, tasks={"t1": _record(journal)}, ledger=ledger))
-    # The final checkpoint has it: an entry after a token-2 entry.
+    verdict = verify(attrs.evolve(data, journals={"t1": journal}, ledger=ledger))
+    # The final journal has it: an entry after a token-2 entry.
     assert _nonzero(verdict) == {"writes accepted from a stale fencing token": 1}
 
 
@@ -188,17 +191,12 @@ def test_a_commit_by_the_old_owner_after_the_new_claim_is_a_stale_write_though_o
     """The old owner (token 1) commits its run of work#1 after token 2 was granted; the
     new owner's later commits replace it, so only the audit of accepted writes shows it."""
     data = _clean()
-    journal = [_entry("work#1", "step", 11, token=1, run="r-old")]
-    stale = Write(30, "t1", 2, 2, 0, 1, "leased", T0 + 3.2, json.dumps({"journal": journal}))
-    later = [
-        attrs.evolve(w, old_revision=w.old_revision + 1, revision=w.revision + 1) for w in data.writes[3:]
-    ]
-    writes = [*data.writes[:3], stale, *later]
-    verdict = verify(attrs.evolve(data, writes=writes))
+    stale = JournalWrite(30, "t1", 2, json.dumps(_entry("work#1", "step", 11, token=1, run="r-old")))
+    verdict = verify(attrs.evolve(data, journal_writes=[stale, *data.journal_writes]))
     assert _nonzero(verdict) == {"writes accepted from a stale fencing token": 1}
     assert verdict.details == [
-        "writes accepted from a stale fencing token: t1 write 30 at 1700000003.200000 committed "
-        "work#1 run under token 1 after token 2 was granted"
+        "writes accepted from a stale fencing token: t1 journal write 30 committed "
+        "work#1 run under token 1 while token 2 was granted"
     ]
 
 

@@ -35,6 +35,7 @@ AUTHORING_API = {
     "request_approval",
     "parallel",
     "race",
+    "continue_as_new",
 }
 
 

@@ -4,6 +4,7 @@ inside a parallel branch ends the cycle, not the task."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -81,10 +82,10 @@ def test_a_store_outage_inside_a_branch_ends_the_cycle_and_the_task_continues_la
     commit = sqlite_store.commit_checkpoint
     outage = [True]
 
-    def commit_once_unreachable(lease: Lease, revision: int, checkpoint_json: str) -> Committed:
+    def commit_once_unreachable(lease: Lease, revision: int, checkpoint_json: str, **kw: Any) -> Committed:
         if outage and outage.pop():
             raise StoreUnavailable("connection terminated (simulated server restart)")
-        return commit(lease, revision, checkpoint_json)
+        return commit(lease, revision, checkpoint_json, **kw)
 
     monkeypatch.setattr(sqlite_store, "commit_checkpoint", commit_once_unreachable)
     sqlite_store.enqueue(WorkflowTask.new("branch-outage", 1, None, checkpoint_id="b1"))

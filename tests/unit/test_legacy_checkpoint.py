@@ -1,30 +1,39 @@
-"""A checkpoint written by the engine before the replay split (399b8a8) still replays.
+"""A task checkpointed by the engine of schema version 6 (one text holding the whole
+journal) continues after the upgrade: migration 0007 splits the journal into rows in
+place, and the new engine replays it.
 
 The text below is what that code stored for this workflow while it waited on its timer,
 after a step, an effect, a signal, a parallel call and a race: format version 1, every
-journal entry kind but the effect intent (``test_checkpoint.py`` has that one). It must
-decode and re-encode byte for byte, keep its fingerprint, and finish without running any
-recorded call again.
+journal entry kind but the effect intent. It is written into a database built with the
+migrations up to version 6, the store is opened (which migrates it), and the task must
+finish without running any recorded call again, on both backends.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import timedelta
 from typing import Any
 
+import psycopg
+import pytest
+
 from runifold_sync import (
+    CheckpointError,
     LeaseDuration,
     StepContext,
+    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
     WorkflowRegistry,
-    WorkflowStore,
-    WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.checkpoint import Checkpoint, EntryKind, EntryStatus
+from runifold_sync.checkpoint import Checkpoint, EntryKind, EntryStatus, read_checkpoint
+from runifold_sync.store.queries import load_migrations
+from runifold_sync.store.sqlite_connection import migration_statements
+from tests.support.backends import Backend
 
 LEGACY_TEXT = (
     '{"branch_journals":{"parallel#1/x":[{"call_id":"parallel#1/x/add#1","due":null,'
@@ -84,38 +93,96 @@ def main(ctx: WorkflowContext, n: int) -> dict[str, Any]:
     return {"prepared": prepared, "paid": paid, "go": go, "both": both, "winner": winner, "won": won}
 
 
-def test_a_legacy_checkpoint_decodes_to_typed_entries_and_encodes_byte_for_byte() -> None:
-    checkpoint = Checkpoint.decode("legacy-1", LEGACY_TEXT)
-    assert [(e.kind, e.status) for e in checkpoint.journal] == [
-        (EntryKind.STEP, EntryStatus.DONE),
-        (EntryKind.EFFECT, EntryStatus.DONE),
-        (EntryKind.SIGNAL, EntryStatus.DONE),
-        (EntryKind.PARALLEL, EntryStatus.DONE),
-        (EntryKind.RACE, EntryStatus.DONE),
-        (EntryKind.TIMER, EntryStatus.PENDING),
-    ]
-    assert checkpoint.encode("legacy-1", 1 << 20) == LEGACY_TEXT
-    assert checkpoint.definition == WorkflowDefinition(legacy).identity  # the fingerprint held
+def _schema_6_with_tasks(backend: Backend, tasks: dict[str, tuple[str, str]]) -> None:
+    """Build ``backend``'s database with the migrations up to version 6, as the previous
+    release left it, holding ``tasks`` (task id -> (state, checkpoint text))."""
+    scripts = [(version, script) for version, script in load_migrations(backend.name) if version <= 6]
+    assert [version for version, _ in scripts] == [1, 2, 3, 4, 5, 6]
+    if backend.name == "sqlite":
+        now = "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)"
+        conn = sqlite3.connect(backend.url.removeprefix("sqlite:///"))
+        conn.execute("CREATE TABLE runifold_schema (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)")
+        for version, script in scripts:
+            for statement in migration_statements(script):
+                conn.execute(statement)
+            conn.execute("INSERT INTO runifold_schema VALUES (?, datetime('now'))", (version,))
+        for task_id, (state, text) in tasks.items():
+            conn.execute(
+                "INSERT INTO runifold_tasks (task_id, definition_name, definition_version, tenant, input, "
+                f"state, ready_at, created_at, updated_at, revision, checkpoint) VALUES (?, 'legacy', 1, "
+                f"'default', '1', ?, {now}, {now}, {now}, 3, ?)",
+                (task_id, state, text),
+            )
+        conn.commit()
+        conn.close()
+        return
+    with psycopg.connect(backend.url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE runifold_schema "
+            "(version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+        )
+        for version, script in scripts:
+            conn.execute(script.encode())
+            conn.execute("INSERT INTO runifold_schema (version) VALUES (%s)", (version,))
+        for task_id, (state, text) in tasks.items():
+            conn.execute(
+                "INSERT INTO runifold_tasks (task_id, definition_name, definition_version, tenant, input, "
+                "input_text, state, ready_at, created_at, updated_at, revision, checkpoint) "
+                "VALUES (%s, 'legacy', 1, 'default', '1'::jsonb, '1', %s, now(), now(), now(), 3, %s::jsonb)",
+                (task_id, state, text),
+            )
 
 
-def test_a_legacy_checkpoint_replays_to_the_end_without_running_a_recorded_call(store: WorkflowStore) -> None:
+def test_migration_splits_a_legacy_checkpoint_into_rows_and_its_task_replays_to_the_end(
+    backend: Backend,
+) -> None:
+    corrupt = '{"format_version": 1, "journal": "nonsense"}'
+    _schema_6_with_tasks(
+        backend,
+        {
+            "legacy-1": ("queued", LEGACY_TEXT),
+            "legacy-done": ("terminal", LEGACY_TEXT),
+            "torn": ("queued", corrupt),
+        },
+    )
+    store = backend.open()  # migrates to the current version
+    for task_id in ("legacy-1", "legacy-done"):
+        checkpoint = read_checkpoint(store, task_id)
+        assert checkpoint is not None
+        assert [(e.kind, e.status) for e in checkpoint.journal] == [
+            (EntryKind.STEP, EntryStatus.DONE),
+            (EntryKind.EFFECT, EntryStatus.DONE),
+            (EntryKind.SIGNAL, EntryStatus.DONE),
+            (EntryKind.PARALLEL, EntryStatus.DONE),
+            (EntryKind.RACE, EntryStatus.DONE),
+            (EntryKind.TIMER, EntryStatus.PENDING),
+        ]
+        assert sorted(checkpoint.branch_journals) == ["parallel#1/x", "parallel#1/y", "race#1/only"]
+        assert checkpoint.definition == WorkflowDefinition(legacy).identity  # the fingerprint held
+        assert checkpoint.usage.steps == 5
+    # A checkpoint whose journal is not one stays as it was, and fails closed when read.
+    assert store.get_task("torn").checkpoint_json is not None
+    assert store.read_journal("torn") == []
+    with pytest.raises(CheckpointError, match="format version 1"):
+        read_checkpoint(store, "torn")
+
     RAN.clear()
-    store.enqueue(WorkflowTask.new("legacy", 1, 1, checkpoint_id="legacy-1"))
-    lease = LeaseDuration(timedelta(seconds=30))
-    (claimed,) = store.claim(WorkerId.parse("w0"), lease)
-    store.commit_checkpoint(claimed.lease, claimed.revision, LEGACY_TEXT)
-    store.release(claimed.lease, delay=timedelta(0), reason="written by the old engine")
     store.set_clock_offset(timedelta(minutes=10))  # past the recorded timer, whenever this runs
     registry = WorkflowRegistry()
     registry.register(WorkflowDefinition(legacy))
+    lease = LeaseDuration(timedelta(seconds=30))
     worker = WorkflowWorker(store, registry, WorkerId.parse("w1"), lease, timedelta(seconds=10))
     try:
-        outcome = worker.run_once()
+        outcomes = {}
+        for _ in range(2):
+            outcome = worker.run_once()
+            outcomes[outcome.task_id] = outcome  # type: ignore[attr-defined]
     finally:
         worker.close()
-    assert outcome.kind == "completed", outcome
+    done = outcomes["legacy-1"]
+    assert done.kind == "completed", done
     assert RAN == []
-    assert outcome.result == {  # type: ignore[attr-defined]
+    assert done.result == {  # type: ignore[attr-defined]
         "prepared": 2,
         "paid": {"paid": 2},
         "go": {"ok": True},
@@ -123,3 +190,8 @@ def test_a_legacy_checkpoint_replays_to_the_end_without_running_a_recorded_call(
         "winner": "only",
         "won": 4,
     }
+    assert outcomes["torn"].kind == "failed"
+    assert store.get_task("legacy-done").state is TaskState.TERMINAL
+    assert isinstance(
+        Checkpoint.decode("legacy-1", store.get_task("legacy-1").checkpoint_json or ""), Checkpoint
+    )

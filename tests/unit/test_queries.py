@@ -12,7 +12,15 @@ from runifold_sync.store.queries import load_migrations, load_queries
 # SQLite claims in two statements under BEGIN IMMEDIATE (it needs each row's previous
 # state for the history, and SQLite's RETURNING cannot read the UPDATE's FROM tables).
 # Marking the claimed tenants served is a third statement there.
-SQLITE_ONLY = {"claimable_tasks", "lease_task", "mark_tenant_served"}
+# Journal rows are written there one statement each after the fenced UPDATE; PostgreSQL
+# writes them in CTEs of the fenced statement itself (pgstatements.fenced_statement).
+SQLITE_ONLY = {
+    "claimable_tasks",
+    "lease_task",
+    "mark_tenant_served",
+    "write_journal_entry",
+    "drop_journal_entry",
+}
 # PostgreSQL claims in one statement (a FOR UPDATE SKIP LOCKED CTE feeding the UPDATE),
 # after locking the tenants that have a lease limit (lock_limited_tenants), and wakes
 # idle workers with LISTEN/NOTIFY, which SQLite does not have. Under READ

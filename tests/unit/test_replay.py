@@ -27,13 +27,14 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
-from runifold_sync.checkpoint import Checkpoint, EntryKind, EntryStatus, JournalEntry
+from runifold_sync.checkpoint import MAIN, Checkpoint, EntryKind, EntryStatus, JournalEntry, read_checkpoint
 from runifold_sync.engine import TaskRun
 from runifold_sync.errors import CheckpointError
 from runifold_sync.heartbeat import LeaseFlags
 from runifold_sync.interrupts import FailRequested
 from runifold_sync.models import DefinitionIdentity
 from runifold_sync.replay import Cursor, finished
+from runifold_sync.store.records import JournalRow
 
 IDENTITY = DefinitionIdentity("replayed", 1, "f" * 16)
 
@@ -43,7 +44,7 @@ def _done(call_id: str, output: Any, kind: EntryKind = EntryKind.STEP) -> Journa
 
 
 def _cursor(*entries: JournalEntry) -> Cursor:
-    return Cursor(list(entries), threading.RLock(), "t1")
+    return Cursor(Checkpoint(IDENTITY, journal=list(entries)), threading.RLock(), "t1")
 
 
 # --- the cursor ---------------------------------------------------------------------------
@@ -117,7 +118,7 @@ def test_each_branch_walks_its_own_journal_with_call_ids_scoped_by_its_key() -> 
     checkpoint = Checkpoint(IDENTITY)
     lock = threading.RLock()
     for key in ("parallel#1/left", "parallel#1/right"):
-        cursor = Cursor.of_branch(checkpoint, key, lock, "t1")
+        cursor = Cursor(checkpoint, lock, "t1", key)
         call_id, _ = cursor.take("add", EntryKind.STEP)
         cursor.record(_done(call_id, key))
     assert checkpoint.journal == []
@@ -127,7 +128,7 @@ def test_each_branch_walks_its_own_journal_with_call_ids_scoped_by_its_key() -> 
         "parallel#1/left": [("parallel#1/left/add#1", "parallel#1/left")],
         "parallel#1/right": [("parallel#1/right/add#1", "parallel#1/right")],
     }
-    again = Cursor.of_branch(checkpoint, "parallel#1/left", lock, "t1")  # the next claim
+    again = Cursor(checkpoint, lock, "t1", "parallel#1/left")  # the next claim
     assert again.take("add", EntryKind.STEP) == (
         "parallel#1/left/add#1",
         checkpoint.branch_journals[again.scope][0],
@@ -136,23 +137,23 @@ def test_each_branch_walks_its_own_journal_with_call_ids_scoped_by_its_key() -> 
 
 def test_entry_kinds_and_statuses_are_stored_as_their_names_and_decoded_as_enums() -> None:
     entry = JournalEntry("t#1", EntryKind.TIMER, EntryStatus.DONE, due=1.5)
-    text = Checkpoint(IDENTITY, journal=[entry]).encode("t1", 1 << 20)
+    write = Checkpoint(IDENTITY, journal=[entry]).write("t1", 1 << 20)
     stored = (
         '{"call_id":"t#1","due":1.5,"evidence":null,"key":null,"kind":"timer","output":null,"status":"done"}'
     )
-    assert f'"journal":[{stored}]' in text
-    decoded = Checkpoint.decode("t1", text).journal[0]
+    assert write.journal == (JournalRow(MAIN, 0, stored),)
+    decoded = Checkpoint.decode("t1", write.head_json, write.journal).journal[0]
     assert decoded.kind is EntryKind.TIMER and decoded.status is EntryStatus.DONE
     assert decoded == entry
 
 
 @pytest.mark.parametrize(("field", "value"), [("kind", "sleep"), ("status", "halfway"), ("kind", ["step"])])
 def test_an_unknown_entry_kind_or_status_is_a_corrupt_checkpoint(field: str, value: Any) -> None:
-    text = Checkpoint(IDENTITY, journal=[_done("a#1", 1)]).encode("t1", 1 << 20)
-    raw = json.loads(text)
-    raw["journal"][0][field] = value
+    write = Checkpoint(IDENTITY, journal=[_done("a#1", 1)]).write("t1", 1 << 20)
+    raw = json.loads(write.journal[0].entry_json or "")
+    raw[field] = value
     with pytest.raises(CheckpointError, match="checkpoint of task 't1' is corrupt"):
-        Checkpoint.decode("t1", json.dumps(raw))
+        Checkpoint.decode("t1", write.head_json, [JournalRow(MAIN, 0, json.dumps(raw))])
 
 
 # --- the engine: recorded calls replay, the first new one runs and commits -----------------
@@ -189,14 +190,15 @@ def start(store: WorkflowStore) -> Iterator[Any]:
             store=store,
             flags=LeaseFlags(deadline=time.monotonic() + 30),
             max_steps_per_claim=None,
-            max_checkpoint_bytes=1 << 20,
+            max_entry_bytes=1 << 20,
         )
 
     yield make
 
 
 def _stored(store: WorkflowStore) -> list[tuple[str, Any]]:
-    checkpoint = Checkpoint.decode("r1", store.get_task("r1").checkpoint_json or "")
+    checkpoint = read_checkpoint(store, "r1")
+    assert checkpoint is not None
     return [(e.call_id, e.output) for e in checkpoint.journal]
 
 
@@ -241,7 +243,8 @@ def test_parallel_branches_replay_from_their_own_journals(store: WorkflowStore, 
     run = start()
     assert run.context.parallel({"a": branch(1), "b": branch(10)}) == {"a": 2, "b": 11}
     assert sorted(RAN) == ["parallel#1/a/add#1", "parallel#1/b/add#1"]
-    stored = Checkpoint.decode("r1", store.get_task("r1").checkpoint_json or "")
+    stored = read_checkpoint(store, "r1")
+    assert stored is not None
     assert [(e.call_id, e.status, e.output) for e in stored.journal] == [
         ("parallel#1", "done", {"a": 2, "b": 11})
     ]

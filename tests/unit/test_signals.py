@@ -37,7 +37,7 @@ from runifold_sync import (
     WorkflowRegistry,
     WorkflowTask,
 )
-from runifold_sync.checkpoint import Checkpoint
+from runifold_sync.checkpoint import Checkpoint, read_checkpoint
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.support.clock import Clock
 from tests.support.workers import WorkerFactory
@@ -71,9 +71,9 @@ def send(
 
 
 def checkpoint_of(store: SqliteWorkflowStore, task_id: str) -> Checkpoint:
-    text = store.get_task(task_id).checkpoint_json
-    assert text is not None
-    return Checkpoint.decode(task_id, text)
+    checkpoint = read_checkpoint(store, task_id)
+    assert checkpoint is not None
+    return checkpoint
 
 
 def events(store: SqliteWorkflowStore, task_id: str, kind: str) -> list[dict[str, Any]]:

@@ -43,7 +43,7 @@ from runifold_sync import (
     WorkflowWorker,
     Yielded,
 )
-from runifold_sync.checkpoint import Checkpoint
+from runifold_sync.checkpoint import Checkpoint, read_checkpoint
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.support.clock import Clock
 from tests.support.workers import WorkerFactory
@@ -69,9 +69,9 @@ def enqueue(store: SqliteWorkflowStore, wf: Workflow, value: Any = None, **kwarg
 
 
 def checkpoint_of(store: SqliteWorkflowStore, task_id: str) -> Checkpoint:
-    text = store.get_task(task_id).checkpoint_json
-    assert text is not None
-    return Checkpoint.decode(task_id, text)
+    checkpoint = read_checkpoint(store, task_id)
+    assert checkpoint is not None
+    return checkpoint
 
 
 def journal_of(store: SqliteWorkflowStore, task_id: str) -> list[tuple[str, str]]:

@@ -20,7 +20,7 @@ from runifold_sync import (
     WorkflowWorker,
     crashpoints,
 )
-from runifold_sync.checkpoint import DEFAULT_MAX_CHECKPOINT_BYTES
+from runifold_sync.checkpoint import DEFAULT_MAX_ENTRY_BYTES
 from runifold_sync.models import check_int
 from runifold_sync.sqlite import SqliteWorkflowStore
 from runifold_sync.worker_settings import WorkerOptions
@@ -35,7 +35,7 @@ def test_defaults_are_a_30_s_lease_beaten_every_10_s_claiming_one_task_at_a_time
         heartbeat_interval=timedelta(seconds=10),
         claim_batch=1,
         max_steps_per_claim=None,
-        max_checkpoint_bytes=DEFAULT_MAX_CHECKPOINT_BYTES,
+        max_entry_bytes=DEFAULT_MAX_ENTRY_BYTES,
         unavailable_delay=timedelta(seconds=5),
     )
 
@@ -73,7 +73,7 @@ def test_a_worker_takes_its_settings_as_keywords_or_as_an_object_and_keywords_ov
         ({"claim_batch": True}, "claim_batch must be an integer in 1..100, got True"),
         ({"max_steps_per_claim": 0}, "max_steps_per_claim must be an integer >= 1, got 0"),
         ({"max_steps_per_claim": 2.0}, "max_steps_per_claim must be an integer >= 1, got 2.0"),
-        ({"max_checkpoint_bytes": 1023}, "max_checkpoint_bytes must be an integer >= 1024, got 1023"),
+        ({"max_entry_bytes": 1023}, "max_entry_bytes must be an integer >= 1024, got 1023"),
         (
             {"unavailable_delay": timedelta(seconds=-1)},
             "unavailable_delay must be a non-negative timedelta, got datetime.timedelta(days=-1, "

@@ -58,9 +58,9 @@ class FlakyStore(SqliteWorkflowStore):
             self.fail = None
             raise StoreUnavailable(f"{method}: connection terminated (simulated server restart)")
 
-    def commit_checkpoint(self, lease: Lease, revision: int, checkpoint_json: str) -> Committed:
+    def commit_checkpoint(self, lease: Lease, revision: int, checkpoint_json: str, **kw: Any) -> Committed:
         self._maybe_fail("commit_checkpoint")
-        return super().commit_checkpoint(lease, revision, checkpoint_json)
+        return super().commit_checkpoint(lease, revision, checkpoint_json, **kw)
 
     def consume_signal(
         self, lease: Lease, revision: int, checkpoint_json: str, signal_id: str, **kw: Any

@@ -26,7 +26,7 @@ RETURNING created_at AS at;
 -- name: select_task
 SELECT task_id, definition_name, definition_version, tenant, input_text AS input, priority,
     state, outcome, reason, ambiguous_effect, ready_at, worker_id, fencing_token,
-    lease_expires, claims_since_progress, revision, checkpoint::text AS checkpoint,
+    lease_expires, claims_since_progress, revision, head::text AS head,
     result::text AS result, created_at, updated_at
 FROM runifold_tasks WHERE task_id = %(task_id)s;
 
@@ -95,7 +95,7 @@ leased AS (
     FROM chosen AS c, clock
     WHERE t.task_id = c.task_id
     RETURNING t.task_id, t.tenant, t.definition_name, t.definition_version,
-        t.input_text AS input, t.revision, t.checkpoint::text AS checkpoint, t.fencing_token,
+        t.input_text AS input, t.revision, t.head::text AS head, t.fencing_token,
         t.lease_expires, t.claims_since_progress, t.cancel_requested, c.turn, c.served_at,
         t.priority, c.ready_at AS due_at,
         c.state AS from_state, c.worker_id AS previous_worker, clock.now AS at,
@@ -130,7 +130,7 @@ RETURNING t.lease_expires, t.cancel_requested;
 -- name: commit_checkpoint
 WITH clock AS (SELECT {now} AS now)
 UPDATE runifold_tasks AS t
-SET checkpoint = %(checkpoint)s::jsonb, revision = t.revision + 1, claims_since_progress = 0,
+SET head = %(head)s::jsonb, revision = t.revision + 1, claims_since_progress = 0,
     updated_at = clock.now
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
@@ -140,7 +140,7 @@ RETURNING t.revision, t.cancel_requested;
 -- name: suspend
 WITH clock AS (SELECT {now} AS now)
 UPDATE runifold_tasks AS t
-SET state = 'waiting', checkpoint = %(checkpoint)s::jsonb, revision = t.revision + 1,
+SET state = 'waiting', head = %(head)s::jsonb, revision = t.revision + 1,
     claims_since_progress = 0, lease_expires = NULL, reason = %(reason)s, updated_at = clock.now,
     waiting_for_signal = %(signal)s::text,
     -- A signal that arrived while the worker was deciding to wait wakes the task now.
@@ -156,7 +156,7 @@ RETURNING clock.now AS at;
 -- name: retry
 WITH clock AS (SELECT {now} AS now)
 UPDATE runifold_tasks AS t
-SET state = 'queued', checkpoint = %(checkpoint)s::jsonb, revision = t.revision + 1,
+SET state = 'queued', head = %(head)s::jsonb, revision = t.revision + 1,
     claims_since_progress = 0, ready_at = clock.now + make_interval(secs => %(delay)s),
     lease_expires = NULL, reason = %(reason)s, updated_at = clock.now
 FROM clock
@@ -178,7 +178,7 @@ RETURNING clock.now AS at;
 -- name: complete
 WITH clock AS (SELECT {now} AS now)
 UPDATE runifold_tasks AS t
-SET state = 'terminal', outcome = 'completed', checkpoint = %(checkpoint)s::jsonb,
+SET state = 'terminal', outcome = 'completed', head = %(head)s::jsonb,
     revision = t.revision + 1, result = %(result)s::jsonb, ready_at = NULL,
     lease_expires = NULL, reason = NULL, updated_at = clock.now
 FROM clock
@@ -197,7 +197,7 @@ WHERE task_id = %(task_id)s AND fencing_token = %(token)s AND state = 'leased'
 WITH clock AS (SELECT {now} AS now)
 UPDATE runifold_tasks AS t
 SET state = 'terminal', outcome = 'failed',
-    checkpoint = COALESCE(%(checkpoint)s::jsonb, t.checkpoint), revision = t.revision + 1,
+    head = COALESCE(%(head)s::jsonb, t.head), revision = t.revision + 1,
     ready_at = NULL, lease_expires = NULL, reason = %(reason)s,
     ambiguous_effect = %(ambiguous_effect)s, updated_at = clock.now
 FROM clock
@@ -259,7 +259,7 @@ RETURNING clock.now AS at;
 -- name: list_tasks
 SELECT task_id, definition_name, definition_version, tenant, input_text AS input, priority,
     state, outcome, reason, ambiguous_effect, ready_at, worker_id, fencing_token,
-    lease_expires, claims_since_progress, revision, checkpoint::text AS checkpoint,
+    lease_expires, claims_since_progress, revision, head::text AS head,
     result::text AS result, created_at, updated_at
 FROM runifold_tasks
 WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
@@ -337,10 +337,10 @@ SET state = 'cancelled', ready_at = NULL, waiting_for_signal = NULL, reason = %(
     updated_at = clock.now
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.state IN ('queued', 'waiting')
-    AND NOT (CASE WHEN jsonb_typeof(t.checkpoint -> 'undo') = 'array'
-        THEN jsonb_array_length(t.checkpoint -> 'undo') ELSE 0 END
-    > CASE WHEN jsonb_typeof(t.checkpoint -> 'compensated') = 'array'
-        THEN jsonb_array_length(t.checkpoint -> 'compensated') ELSE 0 END)
+    AND NOT (CASE WHEN jsonb_typeof(t.head -> 'undo') = 'array'
+        THEN jsonb_array_length(t.head -> 'undo') ELSE 0 END
+    > CASE WHEN jsonb_typeof(t.head -> 'compensated') = 'array'
+        THEN jsonb_array_length(t.head -> 'compensated') ELSE 0 END)
 RETURNING clock.now AS at;
 
 -- name: cancel_with_undo
@@ -354,10 +354,10 @@ SET state = 'queued', cancel_requested = %(reason)s, ready_at = clock.now,
     updated_at = clock.now
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.state IN ('queued', 'waiting')
-    AND (CASE WHEN jsonb_typeof(t.checkpoint -> 'undo') = 'array'
-        THEN jsonb_array_length(t.checkpoint -> 'undo') ELSE 0 END
-    > CASE WHEN jsonb_typeof(t.checkpoint -> 'compensated') = 'array'
-        THEN jsonb_array_length(t.checkpoint -> 'compensated') ELSE 0 END)
+    AND (CASE WHEN jsonb_typeof(t.head -> 'undo') = 'array'
+        THEN jsonb_array_length(t.head -> 'undo') ELSE 0 END
+    > CASE WHEN jsonb_typeof(t.head -> 'compensated') = 'array'
+        THEN jsonb_array_length(t.head -> 'compensated') ELSE 0 END)
 RETURNING clock.now AS at;
 
 -- name: request_cancel
@@ -370,7 +370,7 @@ RETURNING clock.now AS at;
 -- name: acknowledge_cancel
 WITH clock AS (SELECT {now} AS now)
 UPDATE runifold_tasks AS t
-SET state = 'cancelled', checkpoint = %(checkpoint)s::jsonb, revision = t.revision + 1,
+SET state = 'cancelled', head = %(head)s::jsonb, revision = t.revision + 1,
     ready_at = NULL, lease_expires = NULL, reason = t.cancel_requested, updated_at = clock.now
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
@@ -436,3 +436,31 @@ SELECT p.tenant, p.max_leased, p.budget_cost, EXTRACT(EPOCH FROM p.budget_window
 FROM runifold_tenants p, clock
 WHERE p.max_leased IS NOT NULL OR p.budget_cost IS NOT NULL
 ORDER BY p.tenant;
+
+-- name: continue_as_new
+-- ctx.continue_as_new: the same task, queued afresh with a new input and the next run's
+-- head; its journal rows go in the same transaction (clear_journal).
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET state = 'queued', head = %(head)s::jsonb, input = %(input)s::text::jsonb, input_text = %(input)s::text,
+    revision = t.revision + 1, claims_since_progress = 0, ready_at = clock.now,
+    lease_expires = NULL, reason = NULL, updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
+    AND t.lease_expires > clock.now AND t.revision = %(revision)s AND t.cancel_requested IS NULL
+RETURNING clock.now AS at;
+
+-- name: clear_journal
+DELETE FROM runifold_journal WHERE task_id = %(task_id)s;
+
+-- name: journal_rows
+SELECT journal, position, entry FROM runifold_journal WHERE task_id = %(task_id)s
+ORDER BY journal, position;
+
+-- name: journal_tail
+-- The newest entries of the main journal, newest first (the caller puts them in order).
+SELECT journal, position, entry FROM runifold_journal WHERE task_id = %(task_id)s AND journal = ''
+ORDER BY position DESC LIMIT %(limit)s;
+
+-- name: journal_length
+SELECT COUNT(*) AS entries FROM runifold_journal WHERE task_id = %(task_id)s AND journal = '';

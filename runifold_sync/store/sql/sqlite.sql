@@ -65,7 +65,7 @@ SET state = 'leased', worker_id = :worker_id, fencing_token = fencing_token + 1,
     updated_at = :now
 WHERE task_id = :task_id
 RETURNING task_id, tenant, definition_name, definition_version, input, revision,
-    checkpoint, fencing_token, lease_expires, claims_since_progress, cancel_requested,
+    head, fencing_token, lease_expires, claims_since_progress, cancel_requested,
     EXISTS (SELECT 1 FROM runifold_effect_resolutions r WHERE r.task_id = :task_id) AS resolved;
 
 -- name: resolutions_for_task
@@ -81,7 +81,7 @@ RETURNING lease_expires, cancel_requested;
 
 -- name: commit_checkpoint
 UPDATE runifold_tasks
-SET checkpoint = :checkpoint, revision = revision + 1, claims_since_progress = 0,
+SET head = :head, revision = revision + 1, claims_since_progress = 0,
     updated_at = {now}
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
     AND lease_expires > {now} AND revision = :revision
@@ -89,7 +89,7 @@ RETURNING revision, cancel_requested;
 
 -- name: suspend
 UPDATE runifold_tasks
-SET state = 'waiting', checkpoint = :checkpoint, revision = revision + 1,
+SET state = 'waiting', head = :head, revision = revision + 1,
     claims_since_progress = 0, lease_expires = NULL, reason = :reason, updated_at = :now,
     waiting_for_signal = :signal,
     -- A signal that arrived while the worker was deciding to wait wakes the task now.
@@ -103,7 +103,7 @@ RETURNING :now AS at;
 
 -- name: retry
 UPDATE runifold_tasks
-SET state = 'queued', checkpoint = :checkpoint, revision = revision + 1,
+SET state = 'queued', head = :head, revision = revision + 1,
     claims_since_progress = 0, ready_at = :now + :delay, lease_expires = NULL,
     reason = :reason, updated_at = :now
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
@@ -121,7 +121,7 @@ RETURNING task_id;
 
 -- name: complete
 UPDATE runifold_tasks
-SET state = 'terminal', outcome = 'completed', checkpoint = :checkpoint,
+SET state = 'terminal', outcome = 'completed', head = :head,
     revision = revision + 1, result = :result, ready_at = NULL, lease_expires = NULL,
     reason = NULL, updated_at = :now
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
@@ -137,7 +137,7 @@ WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
 
 -- name: fail
 UPDATE runifold_tasks
-SET state = 'terminal', outcome = 'failed', checkpoint = COALESCE(:checkpoint, checkpoint),
+SET state = 'terminal', outcome = 'failed', head = COALESCE(:head, head),
     revision = revision + 1, ready_at = NULL, lease_expires = NULL, reason = :reason,
     ambiguous_effect = :ambiguous_effect, updated_at = :now
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
@@ -245,8 +245,8 @@ UPDATE runifold_tasks
 SET state = 'cancelled', ready_at = NULL, waiting_for_signal = NULL, reason = :reason,
     updated_at = :now
 WHERE task_id = :task_id AND state IN ('queued', 'waiting')
-    AND NOT (CASE WHEN json_valid(checkpoint) THEN COALESCE(json_array_length(checkpoint, '$.undo'), 0)
-        > COALESCE(json_array_length(checkpoint, '$.compensated'), 0) ELSE 0 END)
+    AND NOT (CASE WHEN json_valid(head) THEN COALESCE(json_array_length(head, '$.undo'), 0)
+        > COALESCE(json_array_length(head, '$.compensated'), 0) ELSE 0 END)
 RETURNING :now AS at;
 
 -- name: cancel_with_undo
@@ -257,8 +257,8 @@ UPDATE runifold_tasks
 SET state = 'queued', cancel_requested = :reason, ready_at = :now, waiting_for_signal = NULL,
     reason = :reason || '; its compensations run next', updated_at = :now
 WHERE task_id = :task_id AND state IN ('queued', 'waiting')
-    AND (CASE WHEN json_valid(checkpoint) THEN COALESCE(json_array_length(checkpoint, '$.undo'), 0)
-        > COALESCE(json_array_length(checkpoint, '$.compensated'), 0) ELSE 0 END)
+    AND (CASE WHEN json_valid(head) THEN COALESCE(json_array_length(head, '$.undo'), 0)
+        > COALESCE(json_array_length(head, '$.compensated'), 0) ELSE 0 END)
 RETURNING :now AS at;
 
 -- name: request_cancel
@@ -268,7 +268,7 @@ RETURNING :now AS at;
 
 -- name: acknowledge_cancel
 UPDATE runifold_tasks
-SET state = 'cancelled', checkpoint = :checkpoint, revision = revision + 1, ready_at = NULL,
+SET state = 'cancelled', head = :head, revision = revision + 1, ready_at = NULL,
     lease_expires = NULL, reason = cancel_requested, updated_at = :now
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
     AND lease_expires > :now AND revision = :revision
@@ -317,3 +317,37 @@ SELECT p.tenant, p.max_leased, p.budget_cost, p.budget_window_us AS budget_windo
 FROM runifold_tenants p
 WHERE p.max_leased IS NOT NULL OR p.budget_cost IS NOT NULL
 ORDER BY p.tenant;
+
+-- name: continue_as_new
+-- ctx.continue_as_new: the same task, queued afresh with a new input and the next run's
+-- head; its journal rows go in the same transaction (clear_journal).
+UPDATE runifold_tasks
+SET state = 'queued', head = :head, input = :input, revision = revision + 1,
+    claims_since_progress = 0, ready_at = :now, lease_expires = NULL, reason = NULL,
+    updated_at = :now
+WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
+    AND lease_expires > :now AND revision = :revision AND cancel_requested IS NULL
+RETURNING :now AS at;
+
+-- name: write_journal_entry
+INSERT INTO runifold_journal (task_id, journal, position, entry)
+VALUES (:task_id, :journal, :position, :entry)
+ON CONFLICT (task_id, journal, position) DO UPDATE SET entry = excluded.entry;
+
+-- name: drop_journal_entry
+DELETE FROM runifold_journal WHERE task_id = :task_id AND journal = :journal AND position = :position;
+
+-- name: clear_journal
+DELETE FROM runifold_journal WHERE task_id = :task_id;
+
+-- name: journal_rows
+SELECT journal, position, entry FROM runifold_journal WHERE task_id = :task_id
+ORDER BY journal, position;
+
+-- name: journal_tail
+-- The newest entries of the main journal, newest first (the caller puts them in order).
+SELECT journal, position, entry FROM runifold_journal WHERE task_id = :task_id AND journal = ''
+ORDER BY position DESC LIMIT :limit;
+
+-- name: journal_length
+SELECT COUNT(*) AS entries FROM runifold_journal WHERE task_id = :task_id AND journal = '';
