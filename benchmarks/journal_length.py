@@ -60,7 +60,7 @@ def run_long(ctx: WorkflowContext, steps: int) -> int:
     value = 0
     for _ in range(steps):
         value = tick(ctx, value)
-    ctx.sleep(timedelta(0))
+    ctx.sleep(timedelta(seconds=1))
     return tick(ctx, value)
 
 
@@ -108,6 +108,7 @@ def long_child(url: str, steps: int) -> None:
         load_s = time.perf_counter() - started
         assert checkpoint is not None and len(checkpoint.journal) == steps + 1
         del checkpoint
+        store.set_clock_offset(timedelta(seconds=2))  # past the sleep
         started = time.perf_counter()
         last = worker.run_once()  # loads the journal and replays it, then one step
         resume_s = time.perf_counter() - started

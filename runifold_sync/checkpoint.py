@@ -6,15 +6,19 @@ the phase, usage and the undo bookkeeping. Replay walks a journal with a cursor
 (``replay.py``); the first call past its end runs for real. Outputs are kept in their
 JSON form and structured back by the step's return annotation.
 
-The store keeps each journal entry in its own row and the head in the task row, so a
-commit writes only what changed since the last one (:meth:`Checkpoint.write`): the new
-entry, an unfinished entry that moved on, and the head. The cost of a step does not grow
-with the steps before it, and the size limit is per entry, not per workflow.
+How it is stored (:meth:`Checkpoint.write`): the head lives in the task row, with the
+journals' newest entries inline (their *tail*, at most ``TAIL_ENTRIES`` entries and about
+``TAIL_BYTES`` in all); older entries are rows of their own. A commit writes the head and
+only the rows that changed. When the tail outgrows its bounds, the commit moves it into
+rows in one batch. So a short workflow writes one row per commit (its task's), a long
+one the same plus a batch of rows every ``TAIL_ENTRIES`` steps: the cost of a step never
+grows with the steps before it, and the size limit is per entry, not per workflow.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +39,10 @@ if TYPE_CHECKING:
 # everything in one text; migration 0007 converts those in place.
 FORMAT_VERSION = 2
 DEFAULT_MAX_ENTRY_BYTES = 1 << 20
+# Bounds of the journal entries kept inline in the head; past either, a commit moves them
+# into rows. Small enough that the head of a busy task stays in one database page.
+TAIL_ENTRIES = 16
+TAIL_BYTES = 4096
 MAIN = ""  # the key of the main function's journal (branches are keyed "parallel#1/a")
 # How a stored head that is JSON but not an object is named in the error.
 _JSON_KINDS: dict[type, str] = {
@@ -124,16 +132,18 @@ class Checkpoint:
     # reads it too: a queued or waiting task whose ``undo`` is longer than its
     # ``compensated`` is not cancelled at once but left for a worker to compensate.
     undo: list[str] = attrs.Factory(list)
-    # What the store holds (see ``write``): each journal's stored length, the text of
-    # each stored entry that was unfinished (it may still change), and the journals that
-    # grew or shrank since.
-    _stored_lengths: dict[str, int] = attrs.field(factory=dict, init=False, eq=False, repr=False)
-    _stored_open: dict[tuple[str, int], str] = attrs.field(factory=dict, init=False, eq=False, repr=False)
-    _resized: set[str] = attrs.field(factory=set, init=False, eq=False, repr=False)
+    # What the store holds (see ``write``): how many leading entries of each journal are
+    # rows, the text of each row stored unfinished (it may still change), the journals
+    # with entries past their rows (their tail, in the head) or fewer entries than rows,
+    # and the text of finished entries by id(entry), since a finished entry never changes.
+    _rows: dict[str, int] = attrs.field(factory=dict, init=False, eq=False, repr=False)
+    _rows_open: dict[tuple[str, int], str] = attrs.field(factory=dict, init=False, eq=False, repr=False)
+    _tailed: set[str] = attrs.field(factory=set, init=False, eq=False, repr=False)
+    _texts: dict[int, tuple[JournalEntry, str]] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         # Entries given to the constructor are not stored yet (``_loaded`` says when they are).
-        self._resized.update(key for key, journal in self._journals() if journal)
+        self._tailed.update(key for key, journal in self._journals() if journal)
 
     # --- journals, changed through these so a commit knows what changed -------------
 
@@ -145,35 +155,38 @@ class Checkpoint:
 
     def append(self, key: str, entry: JournalEntry) -> None:
         self.journal_of(key).append(entry)
-        self._resized.add(key)
+        self._tailed.add(key)
 
     def remove(self, key: str, entry: JournalEntry) -> None:
         """Take an entry back out (only ever the unfinished last one of its journal)."""
         self.journal_of(key).remove(entry)
-        self._resized.add(key)
+        self._tailed.add(key)
 
     # --- storing -------------------------------------------------------------------
 
     def write(self, task_id: str, limit_bytes: int) -> CheckpointWrite:
-        """The head's text and the journal rows that differ from what the store holds,
-        each refused over ``limit_bytes``. Nothing changes here: :meth:`stored` records
-        the write once the store took it."""
+        """The head's text (the tails inline) and the journal rows that differ from what
+        the store holds, each entry refused over ``limit_bytes``. Nothing changes here:
+        :meth:`stored` records the write once the store took it."""
         rows = []
-        for (key, position), stored in self._stored_open.items():
+        for (key, position), stored in self._rows_open.items():
             journal = self.journal_of(key)
             if position < len(journal):
-                text = _entry_text(task_id, journal[position], limit_bytes)
+                text = self._entry_text(task_id, journal[position], limit_bytes)
                 if text != stored:
                     rows.append(JournalRow(key, position, text))
-        for key in sorted(self._resized):
-            journal = self.journal_of(key)
-            stored_length = self._stored_lengths.get(key, 0)
-            rows.extend(
-                JournalRow(key, position, _entry_text(task_id, journal[position], limit_bytes))
-                for position in range(stored_length, len(journal))
-            )
-            rows.extend(JournalRow(key, position, None) for position in range(len(journal), stored_length))
-        head = _CANONICAL.encode(_unstructure_head(self))
+        tails: dict[str, tuple[int, list[str]]] = {}
+        for key in sorted(self._tailed):
+            journal, start = self.journal_of(key), self._rows.get(key, 0)
+            rows.extend(JournalRow(key, position, None) for position in range(len(journal), start))
+            if len(journal) > start:
+                tails[key] = (start, [self._entry_text(task_id, e, limit_bytes) for e in journal[start:]])
+        texts = [text for _, found in tails.values() for text in found]
+        if len(texts) > TAIL_ENTRIES or sum(len(text) for text in texts) > TAIL_BYTES:
+            for key, (start, found) in tails.items():
+                rows.extend(JournalRow(key, start + n, text) for n, text in enumerate(found))
+            tails = {}
+        head = self._head_text(tails)
         size = len(head.encode())
         if size > limit_bytes:
             raise CheckpointTooLarge(task_id, "checkpoint head", size, limit_bytes)
@@ -182,15 +195,20 @@ class Checkpoint:
     def stored(self, write: CheckpointWrite) -> None:
         """Record that the store now holds ``write``."""
         for row in write.journal:
-            place = (row.journal, row.position)
-            entry = None if row.entry_json is None else self.journal_of(row.journal)[row.position]
-            if entry is None or entry.status == _DONE:
-                self._stored_open.pop(place, None)
+            key, place = row.journal, (row.journal, row.position)
+            rows = self._rows.get(key, 0)
+            if row.entry_json is None:
+                self._rows[key] = min(rows, row.position)
+                self._rows_open.pop(place, None)
+                continue
+            self._rows[key] = max(rows, row.position + 1)
+            entry = self.journal_of(key)[row.position]
+            if entry.status == _DONE:
+                self._rows_open.pop(place, None)
+                self._texts.pop(id(entry), None)  # a row now: never encoded again
             else:
-                self._stored_open[place] = row.entry_json  # type: ignore[assignment]
-        for key in self._resized:
-            self._stored_lengths[key] = len(self.journal_of(key))
-        self._resized.clear()
+                self._rows_open[place] = row.entry_json
+        self._tailed = {key for key in self._tailed if len(self.journal_of(key)) != self._rows.get(key, 0)}
 
     def idempotency_key(self, task_id: str, call_id: str) -> str:
         """The key of an effect (or compensation) call: ``<task id>/<call id>``, with the
@@ -209,6 +227,18 @@ class Checkpoint:
     def decode(cls, task_id: str, head_json: str, rows: Iterable[JournalRow] = ()) -> Checkpoint:
         """A stored head and its journal rows (ordered by journal and position) as a
         checkpoint; anything unreadable fails closed, never resets."""
+        return cls._decode(task_id, head_json, rows, with_journals=True)
+
+    @classmethod
+    def decode_head(cls, task_id: str, head_json: str) -> Checkpoint:
+        """A stored head alone, its journals left empty: for readers of usage, run and
+        phase that do not need the journal (``show`` pages it with :func:`newest_entries`)."""
+        return cls._decode(task_id, head_json, (), with_journals=False)
+
+    @classmethod
+    def _decode(
+        cls, task_id: str, head_json: str, rows: Iterable[JournalRow], *, with_journals: bool
+    ) -> Checkpoint:
         try:
             raw = from_json(head_json)
             if not isinstance(raw, dict):
@@ -220,30 +250,66 @@ class Checkpoint:
                     f"checkpoint of task {task_id!r} has format version {version!r}; "
                     f"this runifold_sync reads version {FORMAT_VERSION}"
                 )
-            texts = _journal_texts(task_id, rows)
+            stored = _journal_texts(task_id, rows)
             # One parse per journal: joined, the texts parse many times faster than one by one.
-            raw["journal"] = from_json(f"[{','.join(texts.pop(MAIN, []))}]")
-            raw["branch_journals"] = {key: from_json(f"[{','.join(found)}]") for key, found in texts.items()}
+            journals = {key: from_json(f"[{','.join(found)}]") for key, found in stored.items()}
+            tails = raw.pop("journal_tail", {}) if with_journals else {}
+            raw.pop("journal_tail", None)
+            for key, tail in tails.items():
+                if tail["start"] != len(stored.get(key, ())):
+                    raise CheckpointError(
+                        f"checkpoint of task {task_id!r} is corrupt: {_journal_name(key)} has "
+                        f"{len(stored.get(key, ()))} stored entries but its tail starts at {tail['start']}"
+                    )
+                journals[key] = journals.get(key, []) + tail["entries"]
+            raw["journal"] = journals.pop(MAIN, [])
+            raw["branch_journals"] = journals
             checkpoint: Checkpoint = converter.structure(raw, cls)
         except CheckpointError:
             raise
-        except (ValueError, TypeError, KeyError, cattrs.BaseValidationError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError, cattrs.BaseValidationError) as exc:
             raise CheckpointError(f"checkpoint of task {task_id!r} is corrupt: {exc}") from exc
-        checkpoint._loaded()
+        checkpoint._loaded({key: len(found) for key, found in stored.items()}, set(tails))
         return checkpoint
 
-    def _loaded(self) -> None:
-        """Everything decoded is what the store holds."""
-        self._resized.clear()
-        for key, journal in self._journals():
-            self._stored_lengths[key] = len(journal)
-            for position, entry in enumerate(journal):
-                if entry.status != _DONE:
-                    self._stored_open[(key, position)] = to_json(entry)
+    def _loaded(self, rows: dict[str, int], tailed: set[str]) -> None:
+        """What was decoded is what the store holds: ``rows`` leading entries of each
+        journal as rows, the rest in the tails of journals ``tailed``."""
+        self._rows, self._tailed = rows, tailed
+        for key, count in rows.items():
+            journal = self.journal_of(key)
+            for position in range(count):
+                if journal[position].status != _DONE:
+                    self._rows_open[(key, position)] = to_json(journal[position])
 
     def _journals(self) -> Iterator[tuple[str, list[JournalEntry]]]:
         yield MAIN, self.journal
         yield from self.branch_journals.items()
+
+    def _entry_text(self, task_id: str, entry: JournalEntry, limit_bytes: int) -> str:
+        """An entry's text, refused over ``limit_bytes``; a finished entry's is kept."""
+        cached = self._texts.get(id(entry))
+        if cached is not None and cached[0] is entry:
+            return cached[1]
+        text = to_json(entry)
+        size = len(text.encode())
+        if size > limit_bytes:
+            raise CheckpointTooLarge(task_id, f"journal entry {entry.call_id!r}", size, limit_bytes)
+        if entry.status == _DONE:
+            self._texts[id(entry)] = (entry, text)
+        return text
+
+    def _head_text(self, tails: dict[str, tuple[int, list[str]]]) -> str:
+        """The canonical text of the head (keys sorted) with ``tails`` inline as
+        ``journal_tail``: the fields on either side are encoded in one call each, the
+        tails from their entries' kept texts."""
+        parts = (
+            f'{json.dumps(key)}:{{"entries":[{",".join(found)}],"start":{start}}}'
+            for key, (start, found) in tails.items()
+        )
+        before = _CANONICAL.encode(_unstructure_before_tail(self))
+        after = _CANONICAL.encode(_unstructure_after_tail(self))
+        return f'{before[:-1]},"journal_tail":{{{",".join(parts)}}},{after[1:]}'
 
 
 def read_checkpoint(store: WorkflowStore, task_id: str) -> Checkpoint | None:
@@ -256,35 +322,66 @@ def read_checkpoint(store: WorkflowStore, task_id: str) -> Checkpoint | None:
     return Checkpoint.decode(task_id, record.checkpoint_json, store.read_journal(task_id))
 
 
-def _entry_text(task_id: str, entry: JournalEntry, limit_bytes: int) -> str:
-    text = to_json(entry)
-    size = len(text.encode())
-    if size > limit_bytes:
-        raise CheckpointTooLarge(task_id, f"journal entry {entry.call_id!r}", size, limit_bytes)
-    return text
+def newest_entries(store: WorkflowStore, task_id: str, head_json: str, limit: int) -> tuple[int, list[Any]]:
+    """How many entries the main journal of ``task_id`` (whose stored head is
+    ``head_json``) holds, and its newest ``limit`` as stored (JSON values, oldest first):
+    the head's tail, and only as many rows as it lacks."""
+    try:
+        tail = from_json(head_json).get("journal_tail", {}).get(MAIN)
+        if tail is None:
+            count, rows = store.journal_tail(task_id, limit)
+            return count, [from_json(row.entry_json or "null") for row in rows]
+        start, entries = int(tail["start"]), list(tail["entries"])
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise CheckpointError(f"checkpoint of task {task_id!r} is corrupt: {exc}") from exc
+    shown = entries[-limit:]
+    older = limit - len(shown)
+    if older > 0 and start > 0:
+        shown = [from_json(row.entry_json or "null") for row in store.journal_tail(task_id, older)[1]] + shown
+    return start + len(entries), shown
+
+
+def _journal_name(key: str) -> str:
+    return "its main journal" if key == MAIN else f"its journal {key!r}"
 
 
 def _journal_texts(task_id: str, rows: Iterable[JournalRow]) -> dict[str, list[str]]:
-    """Each journal's entry texts in order; a gap or a repeat fails closed."""
+    """Each journal's stored entry texts in order; a gap or a repeat fails closed."""
     texts: dict[str, list[str]] = {}
     for row in rows:
         found = texts.setdefault(row.journal, [])
         if row.position != len(found) or row.entry_json is None:
-            name = "main journal" if row.journal == MAIN else f"journal {row.journal!r}"
             raise CheckpointError(
-                f"checkpoint of task {task_id!r} is corrupt: its {name} has no entry at position {len(found)}"
+                f"checkpoint of task {task_id!r} is corrupt: {_journal_name(row.journal)} has no "
+                f"entry at position {len(found)}"
             )
         found.append(row.entry_json)
     return texts
 
 
+_PRIVATE = ("_rows", "_rows_open", "_tailed", "_texts")
 _unstructure_head = make_dict_unstructure_fn(
     Checkpoint,
     converter,
     journal=override(omit=True),
     branch_journals=override(omit=True),
-    _stored_lengths=override(omit=True),
-    _stored_open=override(omit=True),
-    _resized=override(omit=True),
+    **{name: override(omit=True) for name in _PRIVATE},  # type: ignore[arg-type]
 )
 converter.register_unstructure_hook(Checkpoint, _unstructure_head)
+
+
+def _unstructure_fields(names: list[str]) -> Any:
+    """A generated unstructure function for ``Checkpoint`` that keeps only ``names``."""
+    omitted: dict[str, Any] = {
+        f.name: override(omit=True) for f in attrs.fields(Checkpoint) if f.name not in names
+    }
+    return make_dict_unstructure_fn(Checkpoint, converter, **omitted)
+
+
+# The head's fields on either side of "journal_tail" in sorted order (see _head_text).
+_HEAD_NAMES = sorted(
+    f.name for f in attrs.fields(Checkpoint) if f.name not in ("journal", "branch_journals", *_PRIVATE)
+)
+_unstructure_before_tail = _unstructure_fields([n for n in _HEAD_NAMES if n < "journal_tail"])
+_unstructure_after_tail = _unstructure_fields([n for n in _HEAD_NAMES if n > "journal_tail"])
+assert _HEAD_NAMES[0] < "journal_tail" < _HEAD_NAMES[-1]  # _head_text splices between the two

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, newest_entries
 from .cli_common import canonical_json, checked, database_option, echo_json, json_option, opened_store
 from .cli_fleet import migrate, stats, tenant, versions, workers
 from .cli_run import demo, run
@@ -61,13 +61,12 @@ def enqueue(
         click.echo(f"{result.task_id} ({'enqueued' if result.created else 'already enqueued'})")
 
 
-def _journal_line(task_id: str, entry_json: str | None) -> str:
+def _journal_line(entry: Any) -> str:
     """One journal entry as ``show`` prints it; an unreadable one says so, not raises."""
     try:
-        entry = json.loads(entry_json or "")
         return f"{entry['call_id']} ({entry['kind']}, {entry['status']})"
-    except (ValueError, TypeError, KeyError):
-        return f"(unreadable entry of task {task_id!r}: {entry_json!r:.80})"
+    except (TypeError, KeyError):
+        return f"(unreadable entry: {json.dumps(entry)[:80]})"
 
 
 @main.command()
@@ -83,22 +82,24 @@ def _journal_line(task_id: str, entry_json: str | None) -> str:
 @json_option
 def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) -> None:
     """Show a task's state, why it is not running, its checkpoint and its history."""
+    entries = 0
+    shown: list[Any] = []
+    usage: dict[str, Any] = {}
+    run = None
     with opened_store(database) as store:
         record = store.get_task(task_id)
         events = store.history(task_id)
-        entries, tail = store.journal_tail(task_id, journal_limit)
-    journal = [_journal_line(task_id, row.entry_json) for row in tail]
-    usage: dict[str, Any] = {}
-    run = None
-    if record.checkpoint_json:
-        checkpoint = checked(Checkpoint.decode, task_id, record.checkpoint_json)
-        run = checkpoint.run
-        usage = {
-            "steps": checkpoint.usage.steps,
-            "cost": checkpoint.usage.cost,
-            "elapsed_s": round(checkpoint.usage.elapsed_s, 3),
-            "claims": checkpoint.usage.claims,
-        }
+        if record.checkpoint_json:
+            checkpoint = checked(Checkpoint.decode_head, task_id, record.checkpoint_json)
+            entries, shown = checked(newest_entries, store, task_id, record.checkpoint_json, journal_limit)
+            run = checkpoint.run
+            usage = {
+                "steps": checkpoint.usage.steps,
+                "cost": checkpoint.usage.cost,
+                "elapsed_s": round(checkpoint.usage.elapsed_s, 3),
+                "claims": checkpoint.usage.claims,
+            }
+    journal = [_journal_line(entry) for entry in shown]
     if as_json:
         click.echo(
             json.dumps(
@@ -144,10 +145,10 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
         click.echo(f"reason: {record.reason}")
     click.echo(f"revision {record.revision}, fencing token {record.fencing_token}, usage {usage}")
     if run is not None:
-        shown = (
+        paged = (
             f"the newest {len(journal)} shown (--journal-limit)" if len(journal) < entries else "all shown"
         )
-        click.echo(f"run {run}, journal of {entries} entries, {shown}:")
+        click.echo(f"run {run}, journal of {entries} entries, {paged}:")
     for line in journal:
         click.echo(f"  {line}")
     click.echo("history:")

@@ -62,7 +62,8 @@ from runifold_sync import (
     WorkflowTask,
     open_store,
 )
-from runifold_sync.codec import from_json
+from runifold_sync.checkpoint import JournalEntry, read_checkpoint
+from runifold_sync.codec import from_json, to_json
 from runifold_sync.store.records import SignalDelivery
 
 TOOLS = Path(__file__).resolve().parent
@@ -552,6 +553,11 @@ class Producer(threading.Thread):
         return store.send_signal(task_id, SIGNAL, payload, signal_id=f"go-{task_id}", sender="chaos")
 
 
+def _main_journal(store: WorkflowStore, task_id: str) -> list[JournalEntry]:
+    checkpoint = read_checkpoint(store, task_id)
+    return [] if checkpoint is None else checkpoint.journal
+
+
 def run(args: argparse.Namespace) -> int:
     # Connection errors while the server restarts are expected here; the threads retry.
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
@@ -613,12 +619,7 @@ def run(args: argparse.Namespace) -> int:
                 pass  # reported as lost
         histories = {t: retry(partial(store.history, t)) for t in tasks}
         journals = {
-            t: [
-                from_json(row.entry_json or "null")
-                for row in retry(partial(store.read_journal, t))
-                if row.journal == ""
-            ]
-            for t in tasks
+            t: [from_json(to_json(e)) for e in retry(partial(_main_journal, store, t))] for t in tasks
         }
         store.close()
         data = RunData(

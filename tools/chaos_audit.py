@@ -10,9 +10,12 @@ own throwaway database only, triggers that copy each accepted (committed) write:
   store's time of the write (the store's own time expression) and, when the revision
   changed, the head written;
 - ``chaos_journal_writes``, from each journal row written (inserted, or rewritten when
-  an unfinished entry moved on): the task, the entry, and the task's fencing token when
-  it was written, which is the newest grant (fenced writes never change the token, and
-  a claim cannot come between: the write holds the task row).
+  an unfinished entry moved on): the task, the entry, the store time, and the task's
+  fencing token when it was written, which is the newest grant (fenced writes never
+  change the token, and a claim cannot come between: the write holds the task row).
+
+The newest journal entries travel in the head (its ``journal_tail``) and move into rows
+in batches, so an entry is first committed either in a head or in a row.
 
 Rolled-back writes leave no row. ``write_id`` orders the writes of one task as they were
 accepted: SQLite has one writer at a time, and on PostgreSQL a second update of a row
@@ -20,8 +23,8 @@ waits for the first one's transaction to end.
 
 A row does not name its writer. What names the writer is the entry: every chaos body
 returns the fencing token it ran under, so an entry carries its writer's token, and an
-entry written while a newer token was granted is a stale write (see
-``chaos_check._stale_writes``).
+entry first committed while a newer token was granted is a stale write (see
+``chaos_check._stale_writes``); a later move from a tail into a row is not a commit.
 """
 
 from __future__ import annotations
@@ -39,10 +42,10 @@ _VALUES = (
     "NEW.task_id, OLD.fencing_token, NEW.fencing_token, OLD.revision, NEW.revision, NEW.state, {now}, "
     "CASE WHEN NEW.revision <> OLD.revision THEN NEW.head END"
 )
-_JOURNAL_COLUMNS = "write_id, task_id, token, entry"
+_JOURNAL_COLUMNS = "write_id, task_id, token, at, entry"
 _JOURNAL_INSERT = (
-    "INSERT INTO chaos_journal_writes (task_id, token, entry) VALUES (NEW.task_id, "
-    "(SELECT t.fencing_token FROM runifold_tasks t WHERE t.task_id = NEW.task_id), NEW.entry)"
+    "INSERT INTO chaos_journal_writes (task_id, token, at, entry) VALUES (NEW.task_id, "
+    "(SELECT t.fencing_token FROM runifold_tasks t WHERE t.task_id = NEW.task_id), {now}, NEW.entry)"
 )
 _SQLITE = f"""
 CREATE TABLE IF NOT EXISTS chaos_writes (
@@ -57,13 +60,13 @@ CREATE TRIGGER IF NOT EXISTS chaos_audit AFTER UPDATE ON runifold_tasks BEGIN
 END;
 CREATE TABLE IF NOT EXISTS chaos_journal_writes (
     write_id INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT NOT NULL, token INTEGER NOT NULL,
-    entry TEXT NOT NULL
+    at INTEGER NOT NULL, entry TEXT NOT NULL
 );
 CREATE TRIGGER IF NOT EXISTS chaos_journal_inserted AFTER INSERT ON runifold_journal BEGIN
-    {_JOURNAL_INSERT};
+    {_JOURNAL_INSERT.format(now=SQLITE_NOW)};
 END;
 CREATE TRIGGER IF NOT EXISTS chaos_journal_updated AFTER UPDATE ON runifold_journal BEGIN
-    {_JOURNAL_INSERT};
+    {_JOURNAL_INSERT.format(now=SQLITE_NOW)};
 END;
 """
 _POSTGRES = f"""
@@ -82,11 +85,12 @@ END $$;
 DROP TRIGGER IF EXISTS chaos_audit ON runifold_tasks;
 CREATE TRIGGER chaos_audit AFTER UPDATE ON runifold_tasks FOR EACH ROW EXECUTE FUNCTION chaos_audit();
 CREATE TABLE IF NOT EXISTS chaos_journal_writes (
-    write_id BIGSERIAL PRIMARY KEY, task_id TEXT NOT NULL, token BIGINT NOT NULL, entry TEXT NOT NULL
+    write_id BIGSERIAL PRIMARY KEY, task_id TEXT NOT NULL, token BIGINT NOT NULL,
+    at TIMESTAMPTZ NOT NULL, entry TEXT NOT NULL
 );
 CREATE OR REPLACE FUNCTION chaos_journal_audit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    {_JOURNAL_INSERT};
+    {_JOURNAL_INSERT.format(now=POSTGRES_NOW)};
     RETURN NULL;
 END $$;
 DROP TRIGGER IF EXISTS chaos_journal_audit ON runifold_journal;
@@ -117,6 +121,7 @@ class JournalWrite:
     write_id: int
     task_id: str
     token: int  # the task's fencing token when it was written: the newest grant
+    at: float  # store time, epoch seconds
     entry: str
 
 
@@ -164,9 +169,9 @@ def read_journal_writes(kind: str, url: str) -> list[JournalWrite]:
             rows = conn.execute(query).fetchall()
         finally:
             conn.close()
-    else:
-        import psycopg
+        return [JournalWrite(*row[:3], row[3] / 1_000_000, row[4]) for row in rows]
+    import psycopg
 
-        with psycopg.connect(url, connect_timeout=10) as pg:
-            rows = pg.execute(query.encode()).fetchall()
-    return [JournalWrite(*row) for row in rows]
+    with psycopg.connect(url, connect_timeout=10) as pg:
+        rows = pg.execute(query.encode()).fetchall()
+    return [JournalWrite(*row[:3], row[3].timestamp(), row[4]) for row in rows]

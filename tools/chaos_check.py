@@ -227,28 +227,32 @@ def _missing(
 def _stale_writes(data: RunData, journals: dict[str, list[dict[str, Any]]]) -> Iterable[str]:
     """Writes the store accepted from an owner whose token was no longer the newest.
 
-    From the audit of accepted writes (every journal row included, which the history
-    does not show): a body result carries its writer's token (each body returns
-    ``ctx.fence``), so one written while the task's token was a newer grant is a stale
-    write; so is a task write that lowered the task's token or revision. Results taken
-    from a reconcile carry the token of the run they found, not the writer's, and are
-    skipped. From the history: no event under a token after an event under a higher one.
-    From the final journals: no entry committed under a lower token than one before it,
-    or above the task's final token."""
+    From the audit of accepted writes (every head and journal row included, which the
+    history does not show): a body result carries its writer's token (each body returns
+    ``ctx.fence``), so one first committed (in a head's tail or in a row, whichever came
+    first) while the task's token was a newer grant is a stale write; so is a task write
+    that lowered the task's token or revision. Results taken from a reconcile carry the
+    token of the run they found, not the writer's, and are skipped. From the history: no
+    event under a token after an event under a higher one. From the final journals: no
+    entry committed under a lower token than one before it, or above the task's final
+    token."""
     for write in data.writes:
         if write.token < write.old_token or write.revision < write.old_revision:
             yield (
                 f"{write.task_id} write {write.write_id} at {write.at:.6f} lowered token "
                 f"{write.old_token}->{write.token} or revision {write.old_revision}->{write.revision}"
             )
-    for written in data.journal_writes:
-        for entry in _bodies([from_json(written.entry)]):
-            token = entry["output"]["token"]
-            if entry.get("evidence") in (None, "ran") and token != written.token:
-                yield (
-                    f"{written.task_id} journal write {written.write_id} committed {entry['call_id']} "
-                    f"run under token {token} while token {written.token} was granted"
-                )
+    seen: set[tuple[str, str, str]] = set()  # (task, call id, run id) already committed
+    for _at, task_id, token, where, entry in sorted(_committed_entries(data), key=lambda c: c[0]):
+        body = (task_id, entry["call_id"], entry["output"]["run"])
+        if body in seen:
+            continue  # the tail written again, or moved into a row: not a new commit
+        seen.add(body)
+        if entry.get("evidence") in (None, "ran") and entry["output"]["token"] != token:
+            yield (
+                f"{task_id} {where} committed {entry['call_id']} run under token "
+                f"{entry['output']['token']} while token {token} was granted"
+            )
     for tid, events in sorted(data.histories.items()):
         highest = 0
         for event in events:
@@ -268,6 +272,19 @@ def _stale_writes(data: RunData, journals: dict[str, list[dict[str, Any]]]) -> I
             if token < highest or token > final:
                 yield f"{tid} {entry['call_id']}: token {token} committed after {highest} (final {final})"
             highest = max(highest, token)
+
+
+def _committed_entries(data: RunData) -> Iterable[tuple[float, str, int, str, dict[str, Any]]]:
+    """(store time, task, grant, which write, entry) of every body result an audited
+    write carried: in a head's tail or as a journal row."""
+    for write in data.writes:
+        if write.head is not None:
+            for tail in from_json(write.head).get("journal_tail", {}).values():
+                for entry in _bodies(tail["entries"]):
+                    yield write.at, write.task_id, write.token, f"write {write.write_id}", entry
+    for written in data.journal_writes:
+        for entry in _bodies([from_json(written.entry)]):
+            yield written.at, written.task_id, written.token, f"journal write {written.write_id}", entry
 
 
 def _unaudited_claims(data: RunData) -> Iterable[str]:

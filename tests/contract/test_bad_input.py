@@ -35,6 +35,7 @@ from runifold_sync import (
 from runifold_sync.checkpoint import DEFAULT_MAX_ENTRY_BYTES
 from runifold_sync.codec import MAX_NESTING_DEPTH, from_json
 from tests.support.clock import Clock
+from tests.support.journals import entries
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 SQL_NAME = "x'); DROP TABLE runifold_tasks; --"
@@ -460,7 +461,7 @@ def test_a_step_output_over_max_entry_bytes_fails_only_its_task_naming_the_sizes
     assert size is not None and int(size[1]) > SMALL_LIMIT
     _assert_failed_closed(store, big, "big", big.reason, "CheckpointTooLarge")
     assert store.get_task("big").checkpoint_json is None  # the output was never stored
-    assert store.read_journal("big") == []
+    assert entries(store, "big") == []
     assert outcomes["small"] == Completed("small", 10)
 
 
@@ -505,7 +506,7 @@ def test_a_workflow_result_over_max_entry_bytes_fails_only_its_task_naming_the_s
     _assert_failed_closed(store, outcomes["big"], "big", reason, None)  # nothing raised: a limit
     record = store.get_task("big")
     assert record.result is None
-    journal = [from_json(row.entry_json or "") for row in store.read_journal("big")]
+    journal = entries(store, "big")
     assert [(e["call_id"], e["status"], e["output"]) for e in journal] == [
         ("measure#1", "done", 3 * 1024 * 1024)
     ]

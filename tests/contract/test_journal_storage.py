@@ -27,7 +27,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.checkpoint import MAIN, read_checkpoint
+from runifold_sync.checkpoint import MAIN, TAIL_ENTRIES, newest_entries, read_checkpoint
 from runifold_sync.codec import from_json
 from runifold_sync.store.records import JournalRow
 
@@ -164,7 +164,9 @@ def test_a_long_workflow_replays_its_stored_journal_without_running_a_step_again
     worker = _worker(store, counting)
     try:
         assert worker.run_once().kind == "suspended"
-        assert len(store.read_journal("long")) == steps // 2 + 1  # the steps and the timer
+        halfway = read_checkpoint(store, "long")
+        assert halfway is not None and len(halfway.journal) == steps // 2 + 1  # the steps and the timer
+        assert len(store.read_journal("long")) > steps // 2 - TAIL_ENTRIES  # most of them rows
         store.set_clock_offset(timedelta(seconds=5))
         assert worker.run_once() == Completed("long", steps)
     finally:
@@ -173,6 +175,10 @@ def test_a_long_workflow_replays_its_stored_journal_without_running_a_step_again
     checkpoint = read_checkpoint(store, "long")
     assert checkpoint is not None and len(checkpoint.journal) == steps + 1
     assert checkpoint.usage.steps == steps
+    # show's page: the newest entries, from the rows and the head's tail together.
+    total, newest = newest_entries(store, "long", store.get_task("long").checkpoint_json or "", 40)
+    assert total == steps + 1
+    assert [e["call_id"] for e in newest] == [f"count#{n}" for n in range(steps - 39, steps + 1)]
 
 
 subscription = Workflow("subscription", 1)

@@ -33,8 +33,8 @@ from runifold_sync import (
     WorkflowWorker,
 )
 from runifold_sync.checkpoint import read_checkpoint
-from runifold_sync.codec import from_json
 from tests.support.clock import Clock
+from tests.support.journals import entries
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 RAN: list[str] = []  # step bodies that really ran, in order
@@ -191,7 +191,7 @@ def test_dataclass_and_container_outputs_come_back_as_their_annotated_types_afte
         assert type(bins) is dict and bins == expected_bins  # (1, 2) != [1, 2]: tuples came back
         assert all(type(v) is tuple for v in bins.values())
     # The checkpoint itself holds plain JSON, so the types came from the annotations.
-    journal = [from_json(row.entry_json or "") for row in store.read_journal("t1")]
+    journal = entries(store, "t1")
     assert [e["output"] for e in journal[:2]] == [
         {"sku": "sku-o7", "weight_g": 1250, "tags": ["fragile", "upright"]},
         {"front": [1, 2], "back": [3], "spare": []},

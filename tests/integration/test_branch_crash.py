@@ -16,6 +16,7 @@ from runifold_sync import TaskState, WorkflowTask
 from tests.support import ledger as ledger_file
 from tests.support import processes
 from tests.support.backends import Backend
+from tests.support.journals import entries
 
 
 def _worker(url: str, ledger: Path, worker_id: str) -> subprocess.Popen[str]:
@@ -41,11 +42,7 @@ def test_sigkill_mid_branch_resumes_only_the_unfinished_branch(backend: Backend,
                 break
             time.sleep(0.02)
         time.sleep(0.2)  # let the quick branch's last commit land
-        quick = [
-            json.loads(r.entry_json or "")
-            for r in store.read_journal("b1")
-            if r.journal == "parallel#1/quick"
-        ]
+        quick = entries(store, "b1", "parallel#1/quick")
         assert [e["call_id"] for e in quick] == [
             "parallel#1/quick/quick#1",
             "parallel#1/quick/quick#2",

@@ -67,8 +67,11 @@ def _booking(log: list[str]) -> Workflow:
     return wf
 
 
-def _holds_an_intent(journal: Sequence[JournalRow]) -> bool:
-    return any(row.entry_json and from_json(row.entry_json)["status"] == "intent" for row in journal)
+def _holds_an_intent(head_json: str, journal: Sequence[JournalRow]) -> bool:
+    """Whether a commit writes an effect's intent: in the head's tail or as a row."""
+    written = [e for tail in from_json(head_json)["journal_tail"].values() for e in tail["entries"]]
+    written += [from_json(row.entry_json) for row in journal if row.entry_json is not None]
+    return any(entry["status"] == "intent" for entry in written)
 
 
 def test_a_cancel_answered_by_the_effects_intent_commit_stops_it_before_the_call(
@@ -82,7 +85,7 @@ def test_a_cancel_answered_by_the_effects_intent_commit_stops_it_before_the_call
     def cancel_then_commit(
         lease: Lease, revision: int, checkpoint_json: str, *, journal: Sequence[JournalRow] = ()
     ) -> Committed:
-        if _holds_an_intent(journal):  # the charge's intent, about to be written
+        if _holds_an_intent(checkpoint_json, journal):  # the charge's intent, about to be written
             assert operator.cancel("b1", "ops", "customer left") is TaskState.LEASED
         return commit(lease, revision, checkpoint_json, journal=journal)
 

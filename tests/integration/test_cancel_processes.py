@@ -17,6 +17,7 @@ from runifold_sync.checkpoint import read_checkpoint
 from tests.integration.cancel_app import STEPS
 from tests.support import processes
 from tests.support.backends import Backend
+from tests.support.journals import entries
 
 PROCESS_TIMEOUT_S = 60.0
 TASK = "batch-1"
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def _steps_committed(store: WorkflowStore) -> int:
-    return len([row for row in store.read_journal(TASK) if row.journal == ""])
+    return len(entries(store, TASK))
 
 
 def test_a_cli_cancel_stops_a_worker_process_at_its_next_step_boundary(backend: Backend) -> None:

@@ -48,10 +48,10 @@ from runifold_sync import (
     WorkflowWorker,
     crashpoints,
 )
-from runifold_sync.codec import from_json
 from runifold_sync.errors import InvalidArgument
 from tests.support import processes
 from tests.support.backends import Backend
+from tests.support.journals import entries
 
 from . import crash_app
 
@@ -293,8 +293,7 @@ def _crash(backend: Backend, ledger: Path, spec: str, case: Case) -> None:
 
 
 def _journal(store: WorkflowStore, task_id: str) -> tuple[str, ...]:
-    entries = [from_json(row.entry_json or "") for row in store.read_journal(task_id) if row.journal == ""]
-    return tuple(f"{e['call_id']}:{e['status']}" for e in entries)
+    return tuple(f"{e['call_id']}:{e['status']}" for e in entries(store, task_id))
 
 
 @pytest.mark.timeout(120)
@@ -362,7 +361,7 @@ def test_crash_point(name: str, backend: Backend, tmp_path: Path, monkeypatch: p
         assert Counter(line[0] for line in lines if line[1] == HELD) == dict.fromkeys(crash_app.BODIES, 1)
     for body in crash_app.BODIES:  # every run of an effect used the same idempotency key
         assert len({line[3] for line in lines if line[:2] == [body, TASK]}) == 1
-    journal = [from_json(row.entry_json or "") for row in store.read_journal(TASK)]
+    journal = entries(store, TASK)
     ship = next(e for e in journal if e["call_id"] == "ship#1")
     assert ship["evidence"] == (case.evidence or "ran")
     assert store.pending_signals(TASK, "go") == []

@@ -33,8 +33,8 @@ import psycopg
 import pytest
 
 from runifold_sync import StoreUnavailable, TaskOutcome, TaskState, WorkflowStore, WorkflowTask, open_store
-from runifold_sync.codec import from_json
 from tests.support import processes
+from tests.support.journals import entries
 from tests.support.pgcluster import PrivateCluster
 
 from . import pool_app
@@ -206,9 +206,7 @@ def test_pool_survives_a_postgres_restart_and_no_committed_step_runs_again(
         )
         assert record.result == expected[task_id]
         assert record.checkpoint_json is not None
-        journal = [
-            from_json(row.entry_json or "") for row in store.read_journal(task_id) if row.journal == ""
-        ]
+        journal = entries(store, task_id)
         assert [e["call_id"] for e in journal] == [f"traced_work#{k}" for k in range(1, pool_app.STEPS + 1)]
         for entry in journal:
             runs = executions[(task_id, entry["call_id"])]

@@ -39,6 +39,7 @@ from tests.integration import drill_app
 from tests.support import ledger, processes
 from tests.support.backends import Backend
 from tests.support.clock import Clock
+from tests.support.journals import entries
 
 LEASE_S = 2.0
 HEARTBEAT_S = 0.5
@@ -236,8 +237,7 @@ def _usage(checkpoint_json: str | None) -> BudgetUsage:
 
 
 def _journal(store: WorkflowStore, task_id: str) -> dict[str, dict[str, Any]]:
-    entries = [from_json(row.entry_json or "") for row in store.read_journal(task_id) if row.journal == ""]
-    return {entry["call_id"]: entry for entry in entries}
+    return {entry["call_id"]: entry for entry in entries(store, task_id)}
 
 
 @pytest.fixture
@@ -380,7 +380,7 @@ def test_stopped_owner_resumed_after_takeover_reports_lease_lost_and_changes_not
         2,
         2,
     )
-    journal_at_takeover = drill.store.read_journal("stale-1")
+    journal_at_takeover = entries(drill.store, "stale-1")
     history_at_takeover = drill.store.history("stale-1")
     claims = [e for e in history_at_takeover if e.kind == "claimed"]
     assert [(e.worker_id, e.fencing_token) for e in claims] == [("stale-a", 1), ("stale-b", 2)]
@@ -395,7 +395,7 @@ def test_stopped_owner_resumed_after_takeover_reports_lease_lost_and_changes_not
     after_a = drill.store.get_task("stale-1")
     assert (after_a.state, after_a.worker_id, after_a.fencing_token) == (TaskState.LEASED, "stale-b", 2)
     assert (after_a.revision, after_a.checkpoint_json) == (taken.revision, taken.checkpoint_json)
-    assert drill.store.read_journal("stale-1") == journal_at_takeover
+    assert entries(drill.store, "stale-1") == journal_at_takeover
     assert drill.store.history("stale-1") == history_at_takeover
 
     drill.release(b)
@@ -447,7 +447,7 @@ def test_stale_owner_frozen_past_its_lease_check_has_its_commit_refused_by_the_s
         paused.revision,
     )
     assert taken.checkpoint_json is not None
-    journal_at_takeover = drill.store.read_journal("fenced-1")
+    journal_at_takeover = entries(drill.store, "fenced-1")
     history_at_takeover = drill.store.history("fenced-1")
 
     drill.resume(a)
@@ -464,7 +464,7 @@ def test_stale_owner_frozen_past_its_lease_check_has_its_commit_refused_by_the_s
     after_a = drill.store.get_task("fenced-1")
     assert (after_a.state, after_a.worker_id, after_a.fencing_token) == (TaskState.LEASED, "fenced-b", 2)
     assert (after_a.revision, after_a.checkpoint_json) == (taken.revision, taken.checkpoint_json)
-    assert drill.store.read_journal("fenced-1") == journal_at_takeover
+    assert entries(drill.store, "fenced-1") == journal_at_takeover
     assert drill.store.history("fenced-1") == history_at_takeover
 
     drill.release(b)

@@ -118,7 +118,10 @@ def _clean() -> RunData:
             _write(5, 3.8, (2, 2), (1, 2), 2),
             _write(6, 4.0, (2, 2), (2, 3), 3),  # the completion
         ],
-        journal_writes=[JournalWrite(n, "t1", 2, json.dumps(entry)) for n, entry in enumerate(journal, 1)],
+        journal_writes=[
+            JournalWrite(n, "t1", 2, T0 + 3.4 + n / 10, json.dumps(entry))
+            for n, entry in enumerate(journal, 1)
+        ],
     )
 
 
@@ -191,13 +194,47 @@ def test_a_commit_by_the_old_owner_after_the_new_claim_is_a_stale_write_though_o
     """The old owner (token 1) commits its run of work#1 after token 2 was granted; the
     new owner's later commits replace it, so only the audit of accepted writes shows it."""
     data = _clean()
-    stale = JournalWrite(30, "t1", 2, json.dumps(_entry("work#1", "step", 11, token=1, run="r-old")))
+    stale = JournalWrite(
+        30, "t1", 2, T0 + 3.2, json.dumps(_entry("work#1", "step", 11, token=1, run="r-old"))
+    )
     verdict = verify(attrs.evolve(data, journal_writes=[stale, *data.journal_writes]))
     assert _nonzero(verdict) == {"writes accepted from a stale fencing token": 1}
     assert verdict.details == [
         "writes accepted from a stale fencing token: t1 journal write 30 committed "
         "work#1 run under token 1 while token 2 was granted"
     ]
+
+
+def test_an_entry_first_committed_in_a_heads_tail_counts_there_and_not_where_it_moves_later() -> None:
+    """A stale body result in a head's tail is a stale write; the same result moved into a
+    row later under a newer grant is not a second one, and a fresh result that first
+    reached the store in a tail under its own grant is no violation at all."""
+    data = _clean()
+    old = _entry("work#1", "step", 11, token=1, run="r-old")
+    tail = json.dumps({"journal_tail": {"": {"start": 0, "entries": [old]}}})
+    stale = Write(31, "t1", 2, 2, 1, 2, "leased", T0 + 3.3, tail)
+    moved = JournalWrite(32, "t1", 3, T0 + 3.35, json.dumps(old))
+    verdict = verify(
+        attrs.evolve(data, writes=[*data.writes, stale], journal_writes=[moved, *data.journal_writes])
+    )
+    assert verdict.details == [
+        "writes accepted from a stale fencing token: t1 write 31 committed work#1 run under token 1 "
+        "while token 2 was granted"
+    ]
+    fresh = _entry("work#1", "step", 11, token=2, run="r-fresh")
+    in_tail = Write(
+        33,
+        "t1",
+        2,
+        2,
+        1,
+        2,
+        "leased",
+        T0 + 3.3,
+        json.dumps({"journal_tail": {"": {"start": 0, "entries": [fresh]}}}),
+    )
+    row = JournalWrite(34, "t1", 5, T0 + 3.9, json.dumps(fresh))  # moved under a later grant
+    assert _nonzero(verify(attrs.evolve(data, writes=[*data.writes, in_tail], journal_writes=[row]))) == {}
 
 
 def test_a_write_that_lowers_the_token_or_the_revision_is_a_stale_write() -> None:

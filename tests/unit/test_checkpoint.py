@@ -12,6 +12,8 @@ from runifold_sync.checkpoint import (
     DEFAULT_MAX_ENTRY_BYTES,
     FORMAT_VERSION,
     MAIN,
+    TAIL_BYTES,
+    TAIL_ENTRIES,
     Checkpoint,
     CheckpointWrite,
     JournalEntry,
@@ -53,78 +55,124 @@ def reload(head: str, rows: dict[tuple[str, int], str]) -> Checkpoint:
     return Checkpoint.decode("t1", head, ordered)
 
 
-def test_a_new_checkpoint_writes_its_head_and_every_entry_and_decodes_back_equal() -> None:
+def _step(n: int, output: object = None) -> JournalEntry:
+    return JournalEntry(f"s#{n}", "step", "done", n if output is None else output)
+
+
+def test_a_short_journal_lives_in_the_heads_tail_and_decodes_back_equal() -> None:
     original = sample()  # entries given to the constructor are not stored yet
     write = original.write("t1", LIMIT)
-    assert [(r.journal, r.position) for r in write.journal] == [
-        (MAIN, 0),
-        (MAIN, 1),
-        (MAIN, 2),
-        ("parallel#1/a", 0),
-    ]
+    assert write.journal == ()  # four small entries: all in the head
+    tail = json.loads(write.head_json)["journal_tail"]
+    assert {key: (t["start"], len(t["entries"])) for key, t in tail.items()} == {
+        MAIN: (0, 3),
+        "parallel#1/a": (0, 1),
+    }
     rows: dict[tuple[str, int], str] = {}
     stored(original, write, rows)
     decoded = reload(write.head_json, rows)
     assert decoded == original
     assert isinstance(decoded.journal[0], JournalEntry) and isinstance(decoded.usage, BudgetUsage)
-    assert decoded.write("t1", LIMIT).journal == ()  # a decoded checkpoint is what is stored
+    assert decoded.write("t1", LIMIT) == write  # a decoded checkpoint is what is stored
 
 
-def test_the_head_holds_the_format_version_and_no_journal() -> None:
+def test_the_head_holds_the_format_version_and_no_journal_beyond_its_tail() -> None:
     head = json.loads(sample().write("t1", LIMIT).head_json)
     assert head["format_version"] == FORMAT_VERSION == 2
     assert head["run"] == 1
     assert "journal" not in head and "branch_journals" not in head
     assert not any(key.startswith("_") for key in head)
-    assert to_json(sample()) == sample().write("t1", LIMIT).head_json
+    text = sample().write("t1", LIMIT).head_json
+    assert text == json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))  # canonical
 
 
-def test_after_a_write_only_new_and_moved_on_entries_are_written_again() -> None:
+def test_a_tail_past_its_entry_bound_moves_into_rows_in_one_write_and_the_next_entries_start_a_new_tail() -> (
+    None
+):
     checkpoint = Checkpoint(IDENTITY)
     rows: dict[tuple[str, int], str] = {}
-    for entry in sample().journal:
-        checkpoint.append(MAIN, entry)
-    stored(checkpoint, checkpoint.write("t1", LIMIT), rows)
-    assert checkpoint.write("t1", LIMIT).journal == ()  # nothing changed: the head alone
-
-    notify = checkpoint.journal[2]  # the intent finishes; a step is appended
-    notify.status, notify.output, notify.evidence = "done", {"sent": True}, "ran"
-    checkpoint.append(MAIN, JournalEntry("ship#1", "step", "done", [1, 2]))
-    checkpoint.append("parallel#2/b", JournalEntry("parallel#2/b/add#1", "step", "done", 2))
+    for n in range(TAIL_ENTRIES):
+        checkpoint.append(MAIN, _step(n))
+        write = checkpoint.write("t1", LIMIT)
+        assert write.journal == ()  # still within the tail
+        stored(checkpoint, write, rows)
+    checkpoint.append(MAIN, _step(TAIL_ENTRIES))
     write = checkpoint.write("t1", LIMIT)
-    assert [(r.journal, r.position) for r in write.journal] == [(MAIN, 2), (MAIN, 3), ("parallel#2/b", 0)]
+    assert [(r.journal, r.position) for r in write.journal] == [(MAIN, n) for n in range(TAIL_ENTRIES + 1)]
+    assert json.loads(write.head_json)["journal_tail"] == {}
+    stored(checkpoint, write, rows)
+    checkpoint.append(MAIN, _step(TAIL_ENTRIES + 1))
+    write = checkpoint.write("t1", LIMIT)
+    assert write.journal == ()
+    assert json.loads(write.head_json)["journal_tail"][MAIN]["start"] == TAIL_ENTRIES + 1
+    stored(checkpoint, write, rows)
+    assert reload(write.head_json, rows) == checkpoint
+
+
+def test_a_tail_past_its_byte_bound_moves_into_rows_at_once() -> None:
+    checkpoint = Checkpoint(IDENTITY)
+    checkpoint.append(MAIN, _step(0))
+    checkpoint.append(MAIN, _step(1, "x" * TAIL_BYTES))
+    write = checkpoint.write("t1", LIMIT)
+    assert [r.position for r in write.journal] == [0, 1]
+    assert len(write.head_json) < TAIL_BYTES
+
+
+def test_an_unfinished_entry_in_a_row_is_written_again_when_it_moves_on_and_finished_ones_never() -> None:
+    checkpoint = Checkpoint(IDENTITY)
+    rows: dict[tuple[str, int], str] = {}
+    for n in range(TAIL_ENTRIES):
+        checkpoint.append(MAIN, _step(n))
+    intent = JournalEntry("charge#1", "effect", "intent", key="t1/charge#1")
+    checkpoint.append(MAIN, intent)  # 17 entries: all into rows, the intent among them
+    stored(checkpoint, checkpoint.write("t1", LIMIT), rows)
+    assert checkpoint.write("t1", LIMIT).journal == ()
+    intent.status, intent.output, intent.evidence = "done", {"id": "ch_1"}, "ran"
+    write = checkpoint.write("t1", LIMIT)
+    assert [(r.journal, r.position) for r in write.journal] == [(MAIN, TAIL_ENTRIES)]
     stored(checkpoint, write, rows)
     assert checkpoint.write("t1", LIMIT).journal == ()
     assert reload(write.head_json, rows) == checkpoint
 
 
-def test_an_unfinished_entry_taken_back_out_deletes_its_row() -> None:
-    checkpoint = Checkpoint(IDENTITY)
+def test_an_unfinished_entry_taken_back_out_leaves_the_tail_or_deletes_its_row() -> None:
+    in_tail = Checkpoint(IDENTITY)
     rows: dict[tuple[str, int], str] = {}
     intent = JournalEntry("charge#1", "effect", "intent", key="t1/charge#1")
-    checkpoint.append(MAIN, JournalEntry("reserve#1", "step", "done", 1))
-    checkpoint.append(MAIN, intent)
-    stored(checkpoint, checkpoint.write("t1", LIMIT), rows)
-    checkpoint.remove(MAIN, intent)
-    write = checkpoint.write("t1", LIMIT)
-    assert write.journal == (JournalRow(MAIN, 1, None),)
-    stored(checkpoint, write, rows)
-    assert list(rows) == [(MAIN, 0)]
-    assert reload(write.head_json, rows).journal == [JournalEntry("reserve#1", "step", "done", 1)]
+    in_tail.append(MAIN, _step(0))
+    in_tail.append(MAIN, intent)
+    stored(in_tail, in_tail.write("t1", LIMIT), rows)
+    in_tail.remove(MAIN, intent)
+    write = in_tail.write("t1", LIMIT)
+    assert write.journal == () and reload(write.head_json, rows).journal == [_step(0)]
+
+    in_rows = Checkpoint(IDENTITY)
+    rows = {}
+    for n in range(TAIL_ENTRIES):
+        in_rows.append(MAIN, _step(n))
+    in_rows.append(MAIN, intent)
+    stored(in_rows, in_rows.write("t1", LIMIT), rows)
+    in_rows.remove(MAIN, intent)
+    write = in_rows.write("t1", LIMIT)
+    assert write.journal == (JournalRow(MAIN, TAIL_ENTRIES, None),)
+    stored(in_rows, write, rows)
+    assert len(rows) == TAIL_ENTRIES
+    assert reload(write.head_json, rows).journal == [_step(n) for n in range(TAIL_ENTRIES)]
 
 
-def test_a_decoded_checkpoint_knows_what_is_stored_and_writes_only_what_follows() -> None:
+def test_branch_journals_share_the_tail_bound_with_the_main_one() -> None:
     checkpoint = Checkpoint(IDENTITY)
     rows: dict[tuple[str, int], str] = {}
-    for entry in sample().journal:
-        checkpoint.append(MAIN, entry)
+    for n in range(TAIL_ENTRIES // 2):
+        checkpoint.append(f"parallel#{n}/a", _step(n))
+        checkpoint.append(f"parallel#{n}/b", _step(n))
+    stored(checkpoint, checkpoint.write("t1", LIMIT), rows)
+    assert rows == {}
+    checkpoint.append(MAIN, _step(99))
     write = checkpoint.write("t1", LIMIT)
+    assert len(write.journal) == TAIL_ENTRIES + 1  # every tail went
     stored(checkpoint, write, rows)
-    claimed = reload(write.head_json, rows)  # the next claim
-    assert claimed.write("t1", LIMIT).journal == ()
-    claimed.journal[2].status = "done"  # the intent it found resolved
-    claimed.append(MAIN, JournalEntry("ship#1", "step", "done", 3))
-    assert [(r.journal, r.position) for r in claimed.write("t1", LIMIT).journal] == [(MAIN, 2), (MAIN, 3)]
+    assert reload(write.head_json, rows) == checkpoint
 
 
 def test_the_next_run_starts_empty_with_usage_carried_over() -> None:
@@ -155,13 +203,13 @@ def test_an_entry_over_the_limit_raises_too_large_naming_it_and_the_sizes() -> N
         f"journal entry 'big#1' of task 't1' is {size} bytes, over the limit of 4096 bytes "
         "(max_entry_bytes); keep large artifacts outside and store their ids"
     )
-    assert checkpoint.write("t1", size).journal[0].position == 0  # exactly at the limit: accepted
+    assert checkpoint.write("t1", size).journal[0].position == 0  # exactly at the limit: accepted (a row)
 
 
 def test_the_limit_is_per_entry_so_many_entries_together_may_exceed_it() -> None:
     checkpoint = Checkpoint(IDENTITY)
     for n in range(100):
-        checkpoint.append(MAIN, JournalEntry(f"s#{n}", "step", "done", "x" * 100))
+        checkpoint.append(MAIN, _step(n, "x" * 100))
     write = checkpoint.write("t1", 1024)
     assert len(write.journal) == 100
     assert sum(len((r.entry_json or "").encode()) for r in write.journal) > 10 * 1024
@@ -180,8 +228,8 @@ def test_an_unreadable_head_raises_checkpoint_error_naming_the_task(text: str) -
         Checkpoint.decode("t1", text)
 
 
-def test_a_journal_with_a_gap_or_an_unreadable_entry_fails_closed() -> None:
-    head = sample().write("t1", LIMIT).head_json
+def test_a_journal_with_a_gap_an_unreadable_entry_or_a_misplaced_tail_fails_closed() -> None:
+    head = Checkpoint(IDENTITY).write("t1", LIMIT).head_json
     entry = to_json(sample().journal[0])
     with pytest.raises(CheckpointError, match="its main journal has no entry at position 1"):
         Checkpoint.decode("t1", head, [JournalRow(MAIN, 0, entry), JournalRow(MAIN, 2, entry)])
@@ -189,6 +237,11 @@ def test_a_journal_with_a_gap_or_an_unreadable_entry_fails_closed() -> None:
         Checkpoint.decode("t1", head, [JournalRow("parallel#1/a", 1, entry)])
     with pytest.raises(CheckpointError, match="corrupt"):
         Checkpoint.decode("t1", head, [JournalRow(MAIN, 0, '{"call_id": "x#1"}')])  # kind and status missing
+    tailed = sample().write("t1", LIMIT).head_json  # its tails start at 0
+    with pytest.raises(
+        CheckpointError, match="its main journal has 1 stored entries but its tail starts at 0"
+    ):
+        Checkpoint.decode("t1", tailed, [JournalRow(MAIN, 0, entry)])
 
 
 @pytest.mark.parametrize("version", [FORMAT_VERSION + 1, 1, 0, "2", None])

@@ -141,8 +141,8 @@ def test_entry_kinds_and_statuses_are_stored_as_their_names_and_decoded_as_enums
     stored = (
         '{"call_id":"t#1","due":1.5,"evidence":null,"key":null,"kind":"timer","output":null,"status":"done"}'
     )
-    assert write.journal == (JournalRow(MAIN, 0, stored),)
-    decoded = Checkpoint.decode("t1", write.head_json, write.journal).journal[0]
+    assert f'"journal_tail":{{"":{{"entries":[{stored}],"start":0}}}}' in write.head_json
+    decoded = Checkpoint.decode("t1", write.head_json).journal[0]
     assert decoded.kind is EntryKind.TIMER and decoded.status is EntryStatus.DONE
     assert decoded == entry
 
@@ -150,10 +150,13 @@ def test_entry_kinds_and_statuses_are_stored_as_their_names_and_decoded_as_enums
 @pytest.mark.parametrize(("field", "value"), [("kind", "sleep"), ("status", "halfway"), ("kind", ["step"])])
 def test_an_unknown_entry_kind_or_status_is_a_corrupt_checkpoint(field: str, value: Any) -> None:
     write = Checkpoint(IDENTITY, journal=[_done("a#1", 1)]).write("t1", 1 << 20)
-    raw = json.loads(write.journal[0].entry_json or "")
-    raw[field] = value
+    raw = json.loads(write.head_json)
+    raw["journal_tail"][MAIN]["entries"][0][field] = value
     with pytest.raises(CheckpointError, match="checkpoint of task 't1' is corrupt"):
-        Checkpoint.decode("t1", write.head_json, [JournalRow(MAIN, 0, json.dumps(raw))])
+        Checkpoint.decode("t1", json.dumps(raw))
+    row = dict(raw["journal_tail"].pop(MAIN)["entries"][0])  # the same entry as a row
+    with pytest.raises(CheckpointError, match="checkpoint of task 't1' is corrupt"):
+        Checkpoint.decode("t1", json.dumps(raw), [JournalRow(MAIN, 0, json.dumps(row))])
 
 
 # --- the engine: recorded calls replay, the first new one runs and commits -----------------

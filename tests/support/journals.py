@@ -1,0 +1,20 @@
+"""A task's journal as the tests look at it: entries as plain dicts (what the store keeps
+for each), read the way a claim reads them (rows and the head's tail together)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runifold_sync import WorkflowStore
+from runifold_sync.checkpoint import MAIN, read_checkpoint
+from runifold_sync.codec import from_json, to_json
+
+
+def entries(store: WorkflowStore, task_id: str, journal: str = MAIN) -> list[dict[str, Any]]:
+    """The entries of journal ``journal`` (the main one by default) of ``task_id``; none
+    before its first commit."""
+    checkpoint = read_checkpoint(store, task_id)
+    if checkpoint is None:
+        return []
+    found: list[dict[str, Any]] = [from_json(to_json(e)) for e in checkpoint.journal_of(journal)]
+    return found
