@@ -5,9 +5,11 @@ this test process's private cluster (``private_postgres``), never the shared one
 none can be made the PostgreSQL runs fail under ``CI``, and elsewhere run on the shared
 server without the restart.
 
-The default run uses a short profile per store; the long profile of the README (300
-five-step tasks, 30 kills) is marked ``slow``. The seed is fixed so a failure replays
-(``RUNIFOLD_CHAOS_SEED`` picks another); the tool prints the seed and keeps its work
+The default run uses a short profile per store, whose twenty-step tasks outgrow the
+head's journal tail, so entries are committed in heads and in rows under the kills; the
+long profile of the README (300 five-step tasks, 30 kills) is marked ``slow``. The seed
+is fixed so a failure replays (``RUNIFOLD_CHAOS_SEED`` picks another); the tool prints
+the seed and keeps its work
 directory and database when it fails.
 """
 
@@ -23,12 +25,15 @@ from typing import Any
 
 import pytest
 
+from runifold_sync.checkpoint import TAIL_ENTRIES
 from tests.support.pgcluster import ClusterAttempt
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAOS = ROOT / "tools" / "chaos.py"
 SEED = int(os.environ.get("RUNIFOLD_CHAOS_SEED", "20251129"))
-SHORT = {"tasks": 60, "steps": 5, "processes": 4, "kills": 8, "stops": 2}
+# Twenty steps a task: past the head's tail (checkpoint.TAIL_ENTRIES), so each task's
+# journal moves into rows during the run and both of its stores are under the kills.
+SHORT = {"tasks": 30, "steps": 20, "processes": 4, "kills": 8, "stops": 2}
 # The short profile must stay under 3 minutes on 2 cores for both stores together, so
 # each store gets half of that, everything included (on PostgreSQL the making of the
 # private cluster too); a run takes about 11 s on SQLite and 14 s on PostgreSQL (with
@@ -83,6 +88,9 @@ def _chaos(
     assert result["kills"] == profile["kills"] and result["stops"] == profile["stops"]
     assert result["figures"]["kills that held a task"] >= 1
     assert result["figures"]["stops whose task was taken over while stopped"] >= 1
+    assert result["figures"]["head writes audited"] >= 1
+    if profile["steps"] > TAIL_ENTRIES:
+        assert result["figures"]["journal writes audited"] >= 1
     # The report counts outcomes children wrote to their pipe: a child killed (or cut off
     # by a database restart) between its completion commit and that write loses one count,
     # while the store says every task finished (the invariants above).
