@@ -1,5 +1,5 @@
 """Every benchmark in one run and one table: commit limit, workflow throughput, peers,
-idle pickup latency, claims at scale, memory and CPU per step, with each ratio taken
+idle pickup latency, claims at scale, memory, CPU per step and workflow length, with each ratio taken
 against a baseline measured in this same run and each target of the performance issue
 marked met or NOT MET.
 
@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import commit_limit
 import cpu_per_step
+import journal_length
 import latency
 import memory
 import peers
@@ -25,8 +26,8 @@ import scale
 import throughput
 from common import PG_ADMIN_URL, Row, admin_connection, arg_parser, not_measured, print_table, progress
 
-# 2 throughput, 4 peers, 3 latency, 2 scale, 2 memory rows carry a target.
-EXPECTED_TARGETS = 13
+# 2 throughput, 4 peers, 3 latency, 2 scale, 2 memory, 5 workflow-length rows carry a target.
+EXPECTED_TARGETS = 18
 
 
 def _environment() -> str:
@@ -72,6 +73,7 @@ def main() -> None:
     section("claim throughput at scale", lambda: scale.run(args.quick))
     section("memory", lambda: memory.run(args.quick))
     section("CPU per step", lambda: cpu_per_step.run(args.quick))
+    section("workflow length", lambda: journal_length.run(args.quick))
 
     table: list[Row] = []
     for title, rows in sections:

@@ -1,0 +1,99 @@
+"""Interleaved A/B of two revisions of this repository: the throughput of 5-step
+workflows drained by a supervised pool (SQLite with 1 process, PostgreSQL with 4, as
+``throughput.py`` measures them), each revision measured in turn, round after round, so
+that a drift of the machine's speed falls on both. Prints every run and, per figure, the
+mean of each side and the ratio after/before.
+
+``python benchmarks/ab.py BEFORE AFTER [--rounds 3] [--workflows 300]``: BEFORE and AFTER
+are git revisions (``HEAD``, a commit, a branch), each exported with ``git archive``
+into a temporary directory and run with its own ``benchmarks/common.py`` and package, on
+the interpreter (and installed dependencies) running this script.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from statistics import mean
+
+from common import ROOT, Row, arg_parser, print_table, progress
+
+FIGURES = {"sqlite1": ("sqlite", 1), "postgres4": ("postgres", 4)}
+_MEASURE = """
+import json, sys
+from common import measure_fresh
+workflows = int(sys.argv[1])
+figures = {}
+for name, (kind, processes) in json.loads(sys.argv[2]).items():
+    figures[name] = measure_fresh(kind, workflows=workflows, steps=5, processes=processes).steps_per_s
+print(json.dumps(figures))
+"""
+
+
+def export(revision: str, into: Path) -> Path:
+    """The files of ``revision`` under ``into``."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision], capture_output=True, check=True)
+    tree = into / revision.replace("/", "_")
+    tree.mkdir()
+    with tempfile.TemporaryFile() as tar:
+        tar.write(archive.stdout)
+        tar.seek(0)
+        with tarfile.open(fileobj=tar) as files:
+            files.extractall(tree, filter="data")
+    return tree
+
+
+def measure(tree: Path, workflows: int) -> dict[str, float]:
+    env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{tree / 'benchmarks'}")
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(workflows), json.dumps(FIGURES)],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"measuring {tree.name} failed: {done.stderr[-2000:]}")
+    figures: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
+    return figures
+
+
+def main() -> None:
+    parser = arg_parser(__doc__)
+    parser.add_argument("before")
+    parser.add_argument("after")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workflows", type=int, default=300)
+    args = parser.parse_args()
+    runs: dict[str, list[dict[str, float]]] = {args.before: [], args.after: []}
+    with tempfile.TemporaryDirectory(prefix="runifold-ab-") as scratch:
+        trees = {rev: export(rev, Path(scratch)) for rev in runs}
+        for turn in range(1, args.rounds + 1):
+            for rev, tree in trees.items():
+                progress(f"ab: round {turn} of {args.rounds}, {rev}")
+                runs[rev].append(measure(tree, args.workflows))
+                print(
+                    f"round {turn} {rev}: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in runs[rev][-1].items())
+                )
+    rows = []
+    for name in FIGURES:
+        before = [run[name] for run in runs[args.before]]
+        after = [run[name] for run in runs[args.after]]
+        rows.append(
+            Row(
+                f"{name}: 5-step workflows, steps/s ({args.before} -> {args.after})",
+                f"{mean(before):,.0f}/s -> {mean(after):,.0f}/s",
+                f"{mean(after) / mean(before):.2f}x (runs {', '.join(f'{v:,.0f}' for v in before)} -> "
+                f"{', '.join(f'{v:,.0f}' for v in after)})",
+            )
+        )
+    print_table(f"A/B, {args.rounds} rounds interleaved", rows)
+
+
+if __name__ == "__main__":
+    main()
