@@ -45,6 +45,7 @@ TAIL_ENTRIES = 16
 TAIL_BYTES = 4096
 _DECODE_CHUNK = 2048  # entries parsed at once when a claim loads a journal
 MAIN = ""  # the key of the main function's journal (branches are keyed "parallel#1/a")
+_MAIN_TEXT = json.dumps(MAIN)
 # How a stored head that is JSON but not an object is named in the error.
 _JSON_KINDS: dict[type, str] = {
     list: "an array",
@@ -169,7 +170,7 @@ class Checkpoint:
         """The head's text (the tails inline) and the journal rows that differ from what
         the store holds, each entry refused over ``limit_bytes``. Nothing changes here:
         :meth:`stored` records the write once the store took it."""
-        rows = []
+        rows: list[JournalRow] = []
         for (key, position), stored in self._rows_open.items():
             journal = self.journal_of(key)
             if position < len(journal):
@@ -177,13 +178,24 @@ class Checkpoint:
                 if text != stored:
                     rows.append(JournalRow(key, position, text))
         tails: dict[str, tuple[int, list[str]]] = {}
-        for key in sorted(self._tailed):
+        count = size = 0
+        for key in sorted(self._tailed) if len(self._tailed) > 1 else self._tailed:
             journal, start = self.journal_of(key), self._rows.get(key, 0)
-            rows.extend(JournalRow(key, position, None) for position in range(len(journal), start))
-            if len(journal) > start:
-                tails[key] = (start, [self._entry_text(task_id, e, limit_bytes) for e in journal[start:]])
-        texts = [text for _, found in tails.values() for text in found]
-        if len(texts) > TAIL_ENTRIES or sum(len(text) for text in texts) > TAIL_BYTES:
+            if len(journal) < start:
+                rows.extend(JournalRow(key, position, None) for position in range(len(journal), start))
+            elif len(journal) > start:
+                found = []
+                for entry in journal[start:]:  # the kept texts looked up here: most of a tail
+                    kept = self._texts.get(id(entry))
+                    found.append(
+                        kept[1]
+                        if kept and kept[0] is entry
+                        else self._entry_text(task_id, entry, limit_bytes)
+                    )
+                tails[key] = (start, found)
+                count += len(found)
+                size += sum(map(len, found))
+        if count > TAIL_ENTRIES or size > TAIL_BYTES:
             for key, (start, found) in tails.items():
                 rows.extend(JournalRow(key, start + n, text) for n, text in enumerate(found))
             tails = {}
@@ -195,6 +207,8 @@ class Checkpoint:
 
     def stored(self, write: CheckpointWrite) -> None:
         """Record that the store now holds ``write``."""
+        if not write.journal:
+            return  # the head alone: what is in rows and tails did not move
         for row in write.journal:
             key, place = row.journal, (row.journal, row.position)
             rows = self._rows.get(key, 0)
@@ -306,8 +320,9 @@ class Checkpoint:
         ``journal_tail``: the fields on either side are encoded in one call each, the
         tails from their entries' kept texts."""
         parts = (
-            f'{json.dumps(key)}:{{"entries":[{",".join(found)}],"start":{start}}}'
-            for key, (start, found) in tails.items()
+            f"{_MAIN_TEXT if key == MAIN else json.dumps(key)}:"
+            f'{{"entries":[{",".join(texts)}],"start":{start}}}'
+            for key, (start, texts) in tails.items()
         )
         before = _CANONICAL.encode(_unstructure_before_tail(self))
         after = _CANONICAL.encode(_unstructure_after_tail(self))
