@@ -143,25 +143,18 @@ def install(kind: str, url: str) -> None:
 
 def read(kind: str, url: str) -> list[Write]:
     """Every audited write, in the order they were accepted."""
-    query = f"SELECT {_COLUMNS} FROM chaos_writes ORDER BY write_id"
-    rows: list[Any]
-    if kind == "sqlite":
-        conn = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=30)
-        try:
-            rows = conn.execute(query).fetchall()
-        finally:
-            conn.close()
-        return [Write(*row[:7], row[7] / 1_000_000, row[8]) for row in rows]
-    import psycopg
-
-    with psycopg.connect(url, connect_timeout=10) as pg:
-        rows = pg.execute(query.encode()).fetchall()
-    return [Write(*row[:7], row[7].timestamp(), row[8]) for row in rows]
+    rows = _select(kind, url, f"SELECT {_COLUMNS} FROM chaos_writes ORDER BY write_id", at=7)
+    return [Write(*row) for row in rows]
 
 
 def read_journal_writes(kind: str, url: str) -> list[JournalWrite]:
     """Every audited journal row write, in the order they were accepted."""
-    query = f"SELECT {_JOURNAL_COLUMNS} FROM chaos_journal_writes ORDER BY write_id"
+    rows = _select(kind, url, f"SELECT {_JOURNAL_COLUMNS} FROM chaos_journal_writes ORDER BY write_id", at=3)
+    return [JournalWrite(*row) for row in rows]
+
+
+def _select(kind: str, url: str, query: str, *, at: int) -> list[list[Any]]:
+    """The rows of ``query``, column ``at`` (store time) as epoch seconds on both stores."""
     rows: list[Any]
     if kind == "sqlite":
         conn = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=30)
@@ -169,9 +162,11 @@ def read_journal_writes(kind: str, url: str) -> list[JournalWrite]:
             rows = conn.execute(query).fetchall()
         finally:
             conn.close()
-        return [JournalWrite(*row[:3], row[3] / 1_000_000, row[4]) for row in rows]
-    import psycopg
+        seconds = [row[at] / 1_000_000 for row in rows]
+    else:
+        import psycopg
 
-    with psycopg.connect(url, connect_timeout=10) as pg:
-        rows = pg.execute(query.encode()).fetchall()
-    return [JournalWrite(*row[:3], row[3].timestamp(), row[4]) for row in rows]
+        with psycopg.connect(url, connect_timeout=10) as pg:
+            rows = pg.execute(query.encode()).fetchall()
+        seconds = [row[at].timestamp() for row in rows]
+    return [[*row[:at], when, *row[at + 1 :]] for row, when in zip(rows, seconds, strict=True)]
