@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from ..errors import InvalidState, LeaseLostError
 from ..models import LeaseDuration, WorkerId
@@ -58,14 +59,8 @@ class WorkerOperations:
     ) -> Committed:
         """Store progress that extends ``revision``: the checkpoint's head and the journal
         rows that changed; returns the new revision and any pending cancel request."""
-        d = self.dialect
-        params = {
-            "task_id": lease.task_id,
-            "token": lease.fencing_token,
-            "revision": revision,
-            "head": d.json_in("checkpoint", checkpoint_json),
-        }
-        row = d.fenced(None, "commit_checkpoint", params, journal)
+        params = self._progress(lease, revision, checkpoint_json)
+        row = self.dialect.fenced(None, "commit_checkpoint", params, journal)
         if row is None:
             raise LeaseLostError(lease.task_id, lease.fencing_token, "checkpoint commit")
         return Committed(row["revision"], row["cancel_requested"])
@@ -87,11 +82,7 @@ class WorkerOperations:
         d = self.dialect
         reason = d.free_text(reason)
         wake_at = checks.check_wake_at(wake_at)
-        params = {
-            "task_id": lease.task_id,
-            "token": lease.fencing_token,
-            "revision": revision,
-            "head": d.json_in("checkpoint", checkpoint_json),
+        params = self._progress(lease, revision, checkpoint_json) | {
             "wake_at": None if wake_at is None else d.db_time(wake_at),
             "reason": reason,
             "signal": signal,
@@ -133,10 +124,9 @@ class WorkerOperations:
         the signal consumed, in one fenced write; returns what
         :meth:`commit_checkpoint` returns."""
         d = self.dialect
-        head = d.json_in("checkpoint", checkpoint_json)
+        params = self._progress(lease, revision, checkpoint_json)
         with d.transaction() as tx:
-            params = {"task_id": lease.task_id, "token": lease.fencing_token, "revision": revision}
-            row = d.fenced(tx, "commit_checkpoint", params | {"head": head}, journal)
+            row = d.fenced(tx, "commit_checkpoint", params, journal)
             if row is None:
                 raise LeaseLostError(lease.task_id, lease.fencing_token, "signal consumption")
             now = tx.now()
@@ -249,13 +239,7 @@ class WorkerOperations:
         rows go in the same write. Refused with :class:`CancelPending` while a cancel is
         requested."""
         d = self.dialect
-        params = {
-            "task_id": lease.task_id,
-            "token": lease.fencing_token,
-            "revision": revision,
-            "head": d.json_in("checkpoint", checkpoint_json),
-            "input": d.json_in("input", input_json),
-        }
+        params = self._progress(lease, revision, checkpoint_json) | {"input": d.json_in("input", input_json)}
         with d.transaction() as tx:
             row = tx.one("continue_as_new", params)
             if row is None:
@@ -266,6 +250,16 @@ class WorkerOperations:
             )
             d.event(tx, event)
             d.notify(tx)
+
+    def _progress(self, lease: Lease, revision: int, checkpoint_json: str) -> dict[str, Any]:
+        """The parameters every fenced write of progress has: who writes, the revision it
+        extends, and the head."""
+        return {
+            "task_id": lease.task_id,
+            "token": lease.fencing_token,
+            "revision": revision,
+            "head": self.dialect.json_in("checkpoint", checkpoint_json),
+        }
 
     def wait_for_work(self, timeout: timedelta) -> bool:
         """Block until a task is claimable (queued or waiting and due, or leased with an
