@@ -33,6 +33,19 @@ def check_tasks(tasks: object) -> list[WorkflowTask]:
     return tasks
 
 
+def check_text(field: str, value: object) -> str:
+    """A string argument (a task id, a reason): anything else is refused here, on every
+    backend alike, rather than left to the database (PostgreSQL would answer with an error
+    that reads as an outage)."""
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{field} must be a string, got {value!r}")
+    return value
+
+
+def check_pid(pid: object) -> int:
+    return check_int("pid", pid, minimum=1)
+
+
 def check_claim_limit(limit: object) -> int:
     return check_int("claim limit", limit, minimum=1, maximum=MAX_CLAIM_LIMIT)
 

@@ -67,6 +67,8 @@ class OperatorOperations:
         """Record a decision about the ambiguous effect a recoverable task failed on,
         and requeue the task. The decision and who made it go into the history."""
         checks.check_resolution(applied, actor, reason)
+        checks.check_text("task id", task_id)
+        checks.check_text("effect key", effect_key)
         d = self.dialect
         result = d.json_in("effect result", result_json)
         with d.transaction() as tx:
@@ -154,7 +156,7 @@ class OperatorOperations:
         note = d.free_text(f"cancelled by {actor}: {reason}")
         detail = event_details.operator(actor, d.free_text(reason))
         with d.transaction() as tx:
-            params = {"task_id": task_id, "reason": note}
+            params = {"task_id": checks.check_text("task id", task_id), "reason": note}
             # Lock the row first. Unlocked (PostgreSQL, READ COMMITTED), a worker's suspend,
             # retry or yield could commit between the UPDATEs below (leased when the first
             # looked, waiting when the last did) and an unfinished task would be refused.
@@ -184,7 +186,7 @@ class OperatorOperations:
         checks.check_operator(actor, reason)
         d = self.dialect
         with d.transaction() as tx:
-            params = {"task_id": task_id}
+            params = {"task_id": checks.check_text("task id", task_id)}
             requeued = tx.one("requeue_failed", params)
             if requeued is None:
                 raise refusals.not_requeueable(

@@ -42,19 +42,20 @@ class ReadOperations:
     # --- reads -----------------------------------------------------------------------
 
     def get_task(self, task_id: str) -> TaskRecord:
-        row = self.dialect.one("select_task", {"task_id": task_id})
+        row = self.dialect.one("select_task", {"task_id": checks.check_text("task id", task_id)})
         return self.explain_reasons([row_records.found_task(self.dialect, row, task_id)])[0]
 
     def read_journal(self, task_id: str) -> list[JournalRow]:
         """Every stored journal entry of ``task_id``, by journal (the main function's,
         keyed ``""``, first) and position: what a claim loads to replay. Empty for an
         unknown task or one that has recorded nothing."""
-        found = self.dialect.all("journal_rows", {"task_id": task_id})
+        found = self.dialect.all("journal_rows", {"task_id": checks.check_text("task id", task_id)})
         return [JournalRow(row["journal"], row["position"], row["entry"]) for row in found]
 
     def journal_tail(self, task_id: str, limit: int) -> tuple[int, list[JournalRow]]:
         """How many entries the main journal of ``task_id`` holds, and its newest
         ``limit`` in order: what ``show`` prints of a long journal."""
+        checks.check_text("task id", task_id)
         limit = checks.check_journal_limit(limit)
         length = self.dialect.one("journal_length", {"task_id": task_id})
         found = self.dialect.all("journal_tail", {"task_id": task_id, "limit": limit})
@@ -84,7 +85,7 @@ class ReadOperations:
         return [row_records.queue_stats(row) for row in self.dialect.all("queue_stats", {})]
 
     def history(self, task_id: str) -> list[TaskEvent]:
-        found = self.dialect.all("task_events", {"task_id": task_id})
+        found = self.dialect.all("task_events", {"task_id": checks.check_text("task id", task_id)})
         return [row_records.task_event(row, self.dialect) for row in found]
 
     # --- tenant admission ------------------------------------------------------------
@@ -117,18 +118,18 @@ class ReadOperations:
         """Record a starting worker and the definition versions it serves."""
         params = {
             "worker_id": worker_id.value,
-            "host": host,
-            "pid": pid,
+            "host": checks.check_text("host", host),
+            "pid": checks.check_pid(pid),
             "definitions": json.dumps(definitions),
         }
         self.dialect.execute("register_worker", params)
 
     def worker_seen(self, worker_id: WorkerId, pid: int) -> None:
         """Refresh ``last_seen`` of a running worker (its heartbeat thread calls this)."""
-        self.dialect.execute("worker_seen", {"worker_id": worker_id.value, "pid": pid})
+        self.dialect.execute("worker_seen", {"worker_id": worker_id.value, "pid": checks.check_pid(pid)})
 
     def worker_stopped(self, worker_id: WorkerId, pid: int) -> None:
-        self.dialect.execute("worker_stopped", {"worker_id": worker_id.value, "pid": pid})
+        self.dialect.execute("worker_stopped", {"worker_id": worker_id.value, "pid": checks.check_pid(pid)})
 
     def workers(self) -> list[WorkerRecord]:
         return [row_records.worker_record(row, self.dialect) for row in self.dialect.all("list_workers", {})]

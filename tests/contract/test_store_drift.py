@@ -1,14 +1,16 @@
 """Both backends answer the same condition with the same error class.
 
 The two stores share one implementation of every operation, and these tests pin the
-places where they once drifted apart: a clock offset that is not a timedelta, and a
-store used from a forked child (SQLite refused a new thread of the child as an outage,
-``StoreUnavailable``, which workers retry; it is a programming error everywhere).
+places where they once drifted apart: a clock offset that is not a timedelta, task ids,
+pids and reasons of the wrong type, and a store used from a forked child (SQLite refused
+a new thread of the child as an outage, ``StoreUnavailable``, which workers retry; it is
+a programming error everywhere).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -33,6 +35,57 @@ def _claimed(store: WorkflowStore) -> tuple[Lease, int]:
     store.enqueue(WorkflowTask.new("orders", 1, {}, checkpoint_id="t1"))
     [claimed] = store.claim(W1, LEASE)
     return claimed.lease, claimed.revision
+
+
+ODD_TASK_IDS = [5, None, b"t1", ["t1"]]
+
+
+@pytest.mark.parametrize("task_id", ODD_TASK_IDS)
+def test_a_task_id_that_is_not_a_string_is_invalid_on_every_read_and_action(
+    store: WorkflowStore, task_id: Any
+) -> None:
+    """PostgreSQL used to answer these with StoreUnavailable (an operator mismatch),
+    which workers retry as an outage; SQLite answered as for an unknown task."""
+    calls: list[Callable[[], object]] = [
+        lambda: store.get_task(task_id),
+        lambda: store.history(task_id),
+        lambda: store.read_journal(task_id),
+        lambda: store.journal_tail(task_id, 5),
+        lambda: store.pending_signals(task_id),
+        lambda: store.cancel(task_id, "ops", "why"),
+        lambda: store.requeue(task_id, actor="ops", reason="why"),
+        lambda: store.resolve_effect(task_id, "k", applied=True, result_json=None, actor="ops", reason="why"),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidArgument, match=re.escape(f"task id must be a string, got {task_id!r}")):
+            call()
+
+
+@pytest.mark.parametrize("pid", ["x", 0, 1.5, None])
+def test_a_worker_pid_that_is_not_a_positive_integer_is_invalid(store: WorkflowStore, pid: Any) -> None:
+    for call in (
+        lambda: store.register_worker(W1, host="h", pid=pid, definitions=[]),
+        lambda: store.worker_seen(W1, pid),
+        lambda: store.worker_stopped(W1, pid),
+    ):
+        with pytest.raises(InvalidArgument, match=f"pid must be an integer >= 1, got {pid!r}"):
+            call()
+
+
+@pytest.mark.parametrize("reason", [None, 5])
+def test_a_reason_that_is_not_a_string_is_invalid_and_the_lease_still_holds(
+    store: WorkflowStore, reason: Any
+) -> None:
+    lease, revision = _claimed(store)
+    for call in (
+        lambda: store.fail(lease, revision, None, reason=reason),
+        lambda: store.retry(lease, revision, "{}", delay=timedelta(0), reason=reason),
+        lambda: store.suspend(lease, revision, "{}", wake_at=None, reason=reason),
+        lambda: store.release(lease, delay=timedelta(0), reason=reason),
+    ):
+        with pytest.raises(InvalidArgument, match=f"reason must be a string, got {reason!r}"):
+            call()
+    assert store.commit_checkpoint(lease, revision, "{}").revision == revision + 1
 
 
 @pytest.mark.parametrize("offset", [5, 5.0, None, "5s"])
