@@ -179,6 +179,12 @@ def test_invalid_settings_are_a_command_error(url: str) -> None:
             call_command("runworkflows", "--once")
 
 
+@pytest.mark.parametrize("concurrency", ["0", "-2"])
+def test_a_concurrency_below_one_is_a_command_error_naming_it(url: str, concurrency: str) -> None:
+    with pytest.raises(CommandError, match=f"--concurrency must be an integer >= 1, got {concurrency}"):
+        call_command("runworkflows", "--concurrency", concurrency)
+
+
 def test_get_store_is_per_process_and_a_forked_child_opens_its_own(url: str) -> None:
     parent_store = get_store()
     assert get_store() is parent_store

@@ -29,6 +29,8 @@ EXPECTED = [
     "test_runworkflows_once_completes_the_task_and_its_effect_updates_the_row",
     "test_runworkflows_once_fails_with_status_1_when_the_task_fails",
     "test_invalid_settings_are_a_command_error",
+    "test_a_concurrency_below_one_is_a_command_error_naming_it[0]",
+    "test_a_concurrency_below_one_is_a_command_error_naming_it[-2]",
     "test_get_store_is_per_process_and_a_forked_child_opens_its_own",
     "test_runworkflows_pool_runs_tasks_in_forked_workers_that_use_the_orm",
 ]

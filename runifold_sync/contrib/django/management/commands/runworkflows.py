@@ -12,6 +12,7 @@ from django.db import close_old_connections, connections  # type: ignore[import-
 
 from runifold_sync.contrib.django import runifold_settings
 from runifold_sync.errors import RunifoldError
+from runifold_sync.models import check_count
 from runifold_sync.runner import (
     default_worker_id,
     describe_report,
@@ -59,10 +60,10 @@ class Command(BaseCommand):  # type: ignore[misc]
 
     def handle(self, *args: Any, **options: Any) -> None:
         concurrency: int | None = options["concurrency"]
-        if concurrency is not None and concurrency < 1:
-            raise CommandError(f"--concurrency must be at least 1, got {concurrency}")
         worker_id: str = options["worker_id"] or default_worker_id()
         try:
+            if concurrency is not None:
+                check_count("--concurrency", concurrency)
             settings = runifold_settings()
             if options["once"]:
                 # In this process, inside whatever transaction the caller holds (a test's):
