@@ -15,6 +15,7 @@ from .errors import RunifoldError
 from .logs import LogFormat, configure_logging
 from .metrics_endpoint import MetricsEndpoint, serving_metrics
 from .outcomes import RunOutcome
+from .redaction import redacted
 from .runner import (
     RunifoldSettings,
     default_worker_id,
@@ -209,7 +210,7 @@ def demo(database: str, orders: int, concurrency: int, as_json: bool) -> None:
         click.echo(f"{phase:<48} {progress}")
 
     if not as_json:
-        click.echo(f"demo store: {database}")
+        click.echo(f"demo store: {redacted(database)}")
     result = checked(run_demo, database, orders, concurrency, report)
     rows = result.rows
     completed = sum(r.state == "completed" for r in rows)
@@ -217,7 +218,7 @@ def demo(database: str, orders: int, concurrency: int, as_json: bool) -> None:
     if as_json:
         echo_json(
             {
-                "database": database,
+                "database": redacted(database),
                 "killed": result.killed,
                 "orders": [attrs.asdict(r) for r in rows],
                 "completed": completed,

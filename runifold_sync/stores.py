@@ -14,6 +14,7 @@ import os
 from urllib.parse import unquote, urlsplit
 
 from .errors import InvalidArgument
+from .redaction import redacted
 from .store.base import WorkflowStore
 from .store.checks import MAX_PENDING_SIGNALS
 
@@ -58,24 +59,11 @@ def open_store(url: str | None = None, *, max_pending_signals: int = MAX_PENDING
             from .store.postgres import PostgresWorkflowStore
         except ImportError as exc:  # the optional dependency is missing
             raise InvalidArgument(
-                f"store URL {_redacted(url)!r} needs psycopg 3 and psycopg-pool: "
+                f"store URL {redacted(url)!r} needs psycopg 3 and psycopg-pool: "
                 "pip install 'runifold_sync[postgres]'"
             ) from exc
         return PostgresWorkflowStore.connect(url, max_pending_signals=max_pending_signals)
     raise InvalidArgument(
-        f"unsupported store URL {_redacted(url)!r}: use sqlite:///path.db, "
+        f"unsupported store URL {redacted(url)!r}: use sqlite:///path.db, "
         "sqlite:////abs/path.db or postgresql://..."
     )
-
-
-def _redacted(url: str) -> str:
-    """``url`` with any password replaced, safe for error messages and logs."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return url
-    if not password:
-        return url
-    netloc = parts.netloc.replace(f":{password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()

@@ -25,6 +25,7 @@ from psycopg_pool import ConnectionPool
 
 from ..errors import InvalidArgument, StoreClosed, StoreUnavailable, StoreUsedAcrossFork
 from ..models import check_int
+from ..redaction import redacted, scrubbed
 
 Connection = psycopg.Connection[DictRow]
 
@@ -63,7 +64,9 @@ def describe(url: str) -> str:
     try:
         parts = conninfo_to_dict(url)
     except psycopg.Error as exc:
-        raise InvalidArgument(f"invalid PostgreSQL URL or connection string: {exc}") from exc
+        raise InvalidArgument(
+            f"invalid PostgreSQL URL or connection string {redacted(url)!r}: {scrubbed(str(exc), url)}"
+        ) from exc
     host = parts.get("host") or "local socket"
     return f"PostgreSQL database {parts.get('dbname') or '(default)'!s} at {host}:{parts.get('port') or 5432}"
 
@@ -114,14 +117,16 @@ class ProcessPool:
                 open=True,
             )
         except psycopg.Error as exc:
-            raise StoreUnavailable(f"cannot connect to {where}: {exc}") from exc
+            raise StoreUnavailable(f"cannot connect to {where}: {scrubbed(str(exc), url)}") from exc
         opened = cls(pool, where)
         if min_size:
             try:
                 pool.wait(timeout=connect_timeout.total_seconds())
             except psycopg.Error as exc:
                 opened.close()
-                raise StoreUnavailable(f"cannot connect to {where} within {connect_timeout}: {exc}") from exc
+                raise StoreUnavailable(
+                    f"cannot connect to {where} within {connect_timeout}: {scrubbed(str(exc), url)}"
+                ) from exc
         return opened
 
     @contextmanager
