@@ -29,9 +29,12 @@ def _check_cost(_inst: Any, _attr: Any, value: Any) -> None:
         raise InvalidArgument(f"TenantBudget.cost must be a finite number >= 0, got {value!r}")
 
 
+INT32_MAX = 2**31 - 1  # PostgreSQL keeps max_leased as INTEGER
+
+
 def _check_max_leased(_inst: Any, _attr: Any, value: object) -> None:
     if value is not None:
-        check_int("TenantPolicy.max_leased", value, minimum=0)
+        check_int("TenantPolicy.max_leased", value, minimum=0, maximum=INT32_MAX)
 
 
 def _check_budget(_inst: Any, _attr: Any, value: object) -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import timedelta
 
 import attrs
 import click
 
 from .admission import TenantAdmission, TenantBudget, TenantPolicy
 from .cli_common import checked, database_option, echo_json, json_option, opened_store
+from .models import seconds_duration
 from .operations import served_versions
 from .store.records import VersionReference
 
@@ -56,7 +56,7 @@ def versions(app_ref: str | None, live_within: float, database: str | None, as_j
     from .app import load_registry
 
     registry = None if app_ref is None else checked(load_registry, app_ref)
-    window = timedelta(seconds=live_within)
+    window = checked(seconds_duration, "--live-within", live_within, minimum_s=0)
     with opened_store(database) as store:
         served = served_versions(store, window)
     references = [s.reference for s in served]
@@ -94,7 +94,7 @@ def versions(app_ref: str | None, live_within: float, database: str | None, as_j
 @json_option
 def workers(live_within: float, database: str | None, as_json: bool) -> None:
     """List registered workers: host, pid, start, last seen and the versions they serve."""
-    window = timedelta(seconds=live_within)
+    window = checked(seconds_duration, "--live-within", live_within, minimum_s=0)
     with opened_store(database) as store:
         records = store.workers()
     if as_json:
@@ -134,7 +134,11 @@ def stats(live_within: float, database: str | None, as_json: bool) -> None:
         queues = store.queue_stats()
         tenants = store.tenant_admission()
         unserved = [
-            s.reference for s in served_versions(store, timedelta(seconds=live_within)) if not s.live_workers
+            s.reference
+            for s in served_versions(
+                store, checked(seconds_duration, "--live-within", live_within, minimum_s=0)
+            )
+            if not s.live_workers
         ]
     if as_json:
         report = {
@@ -228,7 +232,7 @@ def tenant_set(
     source = click.get_current_context().get_parameter_source("budget_window")
     if budget is None and source is not click.core.ParameterSource.DEFAULT:
         raise click.UsageError("--budget-window needs --budget: the window is the budget's")
-    window = timedelta(seconds=budget_window)
+    window = checked(seconds_duration, "--budget-window", budget_window, minimum_s=0.001)
     policy = checked(
         TenantPolicy, name, max_leased, None if budget is None else checked(TenantBudget, budget, window)
     )

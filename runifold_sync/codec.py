@@ -141,7 +141,13 @@ def _encode(value: Any, max_depth: int | None) -> tuple[Any, str]:
         if max_depth is not None and _nesting_exceeds(value, max_depth):
             raise NestedTooDeep(max_depth) from exc
         raise NotJsonable(f"{type(exc).__name__}: {exc}") from exc
-    except (TypeError, ValueError) as exc:
+    except ValueError as exc:
+        if "integer string conversion" in str(exc):  # Python's own 4,300-digit limit
+            raise NotJsonable(
+                "holds an integer of more than 4,300 digits, which JSON text cannot carry here"
+            ) from exc
+        raise NotJsonable(f"{type(exc).__name__}: {exc}") from exc
+    except TypeError as exc:
         raise NotJsonable(f"{type(exc).__name__}: {exc}") from exc
     # Every level opens with "[" or "{", so text with at most ``max_depth`` of them
     # cannot nest deeper: two counts settle almost every step output; the text measure

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from .errors import InvalidArgument
-from .models import Budget
+from .models import Budget, check_duration_bound
 from .waits import ApprovalDecision, ApprovalTimedOut
 
 if TYPE_CHECKING:
@@ -88,6 +88,7 @@ class WorkflowContext:
         """Wait durably for ``duration`` of store time; the worker is freed meanwhile."""
         if not isinstance(duration, timedelta) or duration < timedelta(0):
             raise InvalidArgument(f"sleep duration must be a non-negative timedelta, got {duration!r}")
+        check_duration_bound("sleep duration", duration)
         self._engine.waits.timer(lambda now: now + duration)
 
     def sleep_until(self, deadline: datetime) -> None:

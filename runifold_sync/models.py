@@ -7,6 +7,7 @@ mistake surfaces where it was made instead of later inside a worker.
 from __future__ import annotations
 
 import enum
+import math
 import random
 import re
 import reprlib
@@ -26,6 +27,15 @@ MAX_INPUT_BYTES = 1 << 20
 # than repr() can follow.
 _BOUNDED = reprlib.Repr()
 _BOUNDED.maxlevel, _BOUNDED.maxstring, _BOUNDED.maxother = 6, 160, 160
+
+
+def _bounded(value: object) -> str:
+    try:
+        return _BOUNDED.repr(value)
+    except ValueError:  # an integer too long to print: say what it is instead
+        return f"of type {type(value).__name__} holding an integer too long to print"
+
+
 _NAME_MAX = 200
 _WORKER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 
@@ -43,6 +53,22 @@ def check_name(kind: str, value: object) -> str:
     return value
 
 
+# Integers a store keeps are 64-bit (SQLite INTEGER, PostgreSQL BIGINT); durations it
+# keeps or adds to its clock stay far inside what a datetime and a 64-bit count of
+# microseconds hold. Both bounds are checked where a value is made, so the database never
+# sees one it would refuse (PostgreSQL's refusal would read as an outage).
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_DURATION = timedelta(days=3650)
+
+
+def shown(value: object) -> str:
+    """``repr`` for error messages, bounded: an integer too long to print whole (Python
+    refuses past 4,300 digits) is described by its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)
+
+
 def check_int(name: str, value: object, *, minimum: int | None = None, maximum: int | None = None) -> int:
     """An integer argument (``bool`` refused, though Python counts it as one) within
     ``minimum``..``maximum`` where given; the error names ``name`` and the value."""
@@ -57,11 +83,16 @@ def check_int(name: str, value: object, *, minimum: int | None = None, maximum: 
         bounds = f" <= {maximum}"
     else:
         bounds = f" in {minimum}..{maximum}"
-    raise InvalidArgument(f"{name} must be an integer{bounds}, got {value!r}")
+    raise InvalidArgument(f"{name} must be an integer{bounds}, got {shown(value)}")
+
+
+def check_stored_int(name: str, value: object, *, minimum: int = INT64_MIN) -> int:
+    """An integer a store keeps: within ``minimum``..2**63-1."""
+    return check_int(name, value, minimum=minimum, maximum=INT64_MAX)
 
 
 def check_version(value: object) -> int:
-    return check_int("version", value, minimum=1)
+    return check_stored_int("version", value, minimum=1)
 
 
 def check_positive_timedelta(kind: str, value: object) -> timedelta:
@@ -69,7 +100,30 @@ def check_positive_timedelta(kind: str, value: object) -> timedelta:
         raise InvalidArgument(f"{kind} must be a datetime.timedelta, got {value!r}")
     if value <= timedelta(0):
         raise InvalidArgument(f"{kind} must be positive, got {value!r}")
+    return check_duration_bound(kind, value)
+
+
+def check_duration_bound(kind: str, value: timedelta) -> timedelta:
+    """A duration a store keeps or adds to its clock: at most :data:`MAX_DURATION` either way."""
+    if abs(value) > MAX_DURATION:
+        raise InvalidArgument(f"{kind} must be at most {MAX_DURATION.days} days, got {value!r}")
     return value
+
+
+def seconds_duration(kind: str, seconds: object, *, minimum_s: float) -> timedelta:
+    """A duration given in seconds (a CLI option, a setting): a finite number from
+    ``minimum_s`` up to :data:`MAX_DURATION`."""
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not math.isfinite(seconds)
+        or not minimum_s <= seconds <= MAX_DURATION.total_seconds()
+    ):
+        raise InvalidArgument(
+            f"{kind} must be a number of seconds from {minimum_s} to {MAX_DURATION.total_seconds():.0f}, "
+            f"got {shown(seconds)}"
+        )
+    return timedelta(seconds=seconds)
 
 
 class TaskState(enum.StrEnum):
@@ -275,7 +329,7 @@ class WorkflowTask:
         check_version(version)
         check_name("tenant", tenant)
         task_id = uuid.uuid4().hex if checkpoint_id is None else check_name("checkpoint id", checkpoint_id)
-        check_int("priority", priority)
+        check_stored_int("priority", priority)
         if not_before is not None and (not isinstance(not_before, datetime) or not_before.tzinfo is None):
             raise InvalidArgument(f"not_before must be a timezone-aware datetime, got {not_before!r}")
         try:
@@ -284,7 +338,7 @@ class WorkflowTask:
             raise InvalidArgument(f"workflow input {exc}") from exc
         except NotJsonable as exc:
             raise InvalidArgument(
-                f"workflow input {_BOUNDED.repr(input)} is not JSON-serializable: {exc}"
+                f"workflow input {_bounded(input)} is not JSON-serializable: {exc}"
             ) from exc
         if len(input_json.encode()) > MAX_INPUT_BYTES:
             raise InvalidArgument(

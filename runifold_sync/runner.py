@@ -16,7 +16,7 @@ from .app import load_registry
 from .cancellation import CancellationToken
 from .definition import WorkflowRegistry
 from .errors import InvalidArgument
-from .models import LeaseDuration, WorkerId, check_count, check_int
+from .models import LeaseDuration, WorkerId, check_count, check_int, seconds_duration
 from .observer import CycleObserver
 from .outcomes import Completed, ContinuedAsNew, Idle, Retried, RunOutcome, Suspended, Yielded
 from .store.base import WorkflowStore
@@ -40,9 +40,7 @@ CycleHook = Callable[[], AbstractContextManager[object]]
 
 
 def _number(name: str, value: object, minimum: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= minimum:
-        raise InvalidArgument(f"{name} must be a number >= {minimum}, got {value!r}")
-    return float(value)
+    return seconds_duration(name, value, minimum_s=minimum).total_seconds()
 
 
 @attrs.frozen

@@ -12,7 +12,15 @@ from typing import Any
 from ..admission import TenantPolicy
 from ..codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
 from ..errors import InvalidArgument
-from ..models import MAX_INPUT_BYTES, TaskState, WorkflowTask, check_count, check_int, check_name
+from ..models import (
+    MAX_INPUT_BYTES,
+    TaskState,
+    WorkflowTask,
+    check_count,
+    check_duration_bound,
+    check_int,
+    check_name,
+)
 
 MAX_CLAIM_LIMIT = 1000
 MAX_LIST_LIMIT = 10_000
@@ -75,7 +83,7 @@ def check_wait_timeout(timeout: object) -> float:
 def check_clock_offset(offset: object) -> timedelta:
     if not isinstance(offset, timedelta):
         raise InvalidArgument(f"clock offset must be a timedelta, got {offset!r}")
-    return offset
+    return check_duration_bound("clock offset", offset)
 
 
 def check_wake_at(wake_at: object) -> datetime | None:
@@ -89,7 +97,7 @@ def check_wake_at(wake_at: object) -> datetime | None:
 def check_delay(delay: object) -> timedelta:
     if not isinstance(delay, timedelta):
         raise InvalidArgument(f"delay must be a timedelta, got {delay!r}")
-    return delay
+    return check_duration_bound("delay", delay)
 
 
 def check_pending_cap(cap: object) -> int:

@@ -79,7 +79,7 @@ def test_enqueue_is_idempotent_on_checkpoint_id_and_reports_it(url: str) -> None
 
 def test_enqueue_with_bad_input_names_the_problem(url: str) -> None:
     code, out = _invoke("enqueue", "pool-flow", "0", "--database", url)
-    assert code == 1 and "version must be an integer >= 1, got 0" in out
+    assert code == 1 and "version must be an integer in 1..9223372036854775807, got 0" in out
     code, out = _invoke("enqueue", "pool-flow", "1", "--input", "{nope", "--database", url)
     assert code == 2 and "not JSON" in out
 

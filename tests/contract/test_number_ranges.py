@@ -1,0 +1,102 @@
+"""Integers and durations are range-checked where they are made, on both stores alike:
+an integer a store keeps fits 64 bits (``max_leased`` PostgreSQL's INTEGER), a duration
+a store keeps or adds to its clock is finite and at most ten years, and a JSON value
+holding an integer too long to encode is refused naming the problem. Before, SQLite
+raised ``OverflowError`` and PostgreSQL ``StoreUnavailable`` (retried as an outage)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from runifold_sync import (
+    InvalidArgument,
+    LeaseDuration,
+    TenantBudget,
+    TenantPolicy,
+    WorkerId,
+    WorkflowStore,
+    WorkflowTask,
+)
+from runifold_sync.cli import main
+from runifold_sync.models import INT64_MAX, INT64_MIN
+
+TOO_LONG = 10**5000  # past Python's 4,300-digit limit for int -> str
+APP = "tests.integration.pool_app:registry"
+
+
+def test_the_largest_stored_integers_round_trip_and_one_more_is_refused_at_the_call(
+    store: WorkflowStore,
+) -> None:
+    store.enqueue(WorkflowTask.new("orders", INT64_MAX, 2**70, checkpoint_id="big", priority=INT64_MAX))
+    store.enqueue(WorkflowTask.new("orders", 1, None, checkpoint_id="low", priority=INT64_MIN))
+    big = store.get_task("big")
+    assert (big.definition_version, big.priority, big.input) == (INT64_MAX, INT64_MAX, 2**70)
+    assert store.get_task("low").priority == INT64_MIN
+    store.set_tenant_policy(TenantPolicy("default", max_leased=2**31 - 1))
+    for build, field in (
+        (lambda: WorkflowTask.new("orders", 1, None, priority=INT64_MAX + 1), "priority"),
+        (lambda: WorkflowTask.new("orders", 1, None, priority=INT64_MIN - 1), "priority"),
+        (lambda: WorkflowTask.new("orders", 2**64, None), "version"),
+        (lambda: TenantPolicy("default", max_leased=2**31), "TenantPolicy.max_leased"),
+        (lambda: TenantPolicy("default", max_leased=TOO_LONG), "TenantPolicy.max_leased"),
+    ):
+        with pytest.raises(InvalidArgument, match=f"^{field} must be an integer in "):
+            build()
+
+
+@pytest.mark.parametrize("value", [TOO_LONG, [1, {"n": -TOO_LONG}]], ids=["alone", "nested"])
+def test_an_input_holding_an_integer_too_long_to_encode_is_refused_naming_the_problem(value: Any) -> None:
+    with pytest.raises(InvalidArgument, match="holds an integer of more than 4,300 digits"):
+        WorkflowTask.new("orders", 1, value)
+
+
+def test_durations_past_ten_years_are_refused_where_they_are_made(store: WorkflowStore) -> None:
+    ages = timedelta(days=3651)
+    with pytest.raises(InvalidArgument, match="clock offset must be at most 3650 days"):
+        store.set_clock_offset(ages)
+    with pytest.raises(InvalidArgument, match="clock offset must be at most 3650 days"):
+        store.set_clock_offset(-ages)
+    with pytest.raises(InvalidArgument, match="lease duration must be at most 3650 days"):
+        LeaseDuration(ages)
+    with pytest.raises(InvalidArgument, match="TenantBudget.window must be at most 3650 days"):
+        TenantBudget(1.0, ages)
+    store.enqueue(WorkflowTask.new("orders", 1, None, checkpoint_id="t1"))
+    (claimed,) = store.claim(WorkerId.parse("w1"), LeaseDuration(timedelta(seconds=30)))
+    with pytest.raises(InvalidArgument, match="delay must be at most 3650 days"):
+        store.retry(claimed.lease, claimed.revision, "{}", delay=ages, reason="later")
+    with pytest.raises(InvalidArgument, match="delay must be at most 3650 days"):
+        store.release(claimed.lease, delay=ages, reason="later")
+    store.release(claimed.lease, delay=timedelta(days=3650), reason="the longest delay")  # accepted
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["run", "--once", "--app", APP, "--lease", "inf"],
+            "must be a number of seconds from 0.1 to 315360000, got inf",
+        ),
+        (
+            ["run", "--once", "--app", APP, "--lease", "1e12"],
+            "must be a number of seconds from 0.1 to 315360000",
+        ),
+        (
+            ["tenant", "set", "t", "--budget", "5", "--budget-window", "inf"],
+            "--budget-window must be a number",
+        ),
+        (["workers", "--live-within", "inf"], "--live-within must be a number of seconds"),
+        (["enqueue", "orders", "1", "--priority", str(2**63)], "priority must be an integer in"),
+        (["tenant", "set", "t", "--max-leased", str(2**70)], "TenantPolicy.max_leased must be an integer in"),
+    ],
+)
+def test_the_cli_answers_an_out_of_range_number_with_one_line_and_no_traceback(
+    args: list[str], message: str, tmp_path: Any
+) -> None:
+    result = CliRunner().invoke(main, [*args, "--database", f"sqlite:///{tmp_path}/w.db"])
+    assert result.exit_code != 0
+    assert message in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
