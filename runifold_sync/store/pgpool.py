@@ -132,7 +132,8 @@ class ProcessPool:
     @contextmanager
     def connection(self) -> Iterator[PooledConnection]:
         """A pooled connection in autocommit mode. Driver errors raised while it is held
-        become :class:`StoreUnavailable`; the store's own errors pass through."""
+        become :class:`StoreUnavailable`, except a value the database refuses (SQLSTATE
+        class 22), which is :class:`InvalidArgument`; the store's own errors pass through."""
         if self._closed:
             raise StoreClosed(f"store on {self.where} is closed")
         if self._pid != os.getpid():
@@ -147,6 +148,10 @@ class ProcessPool:
                     yield conn
                 finally:
                     conn.returned_at = time.monotonic()
+        except psycopg.DataError as exc:
+            # A value the database cannot hold (out of range, malformed): the caller's
+            # value, not an outage, so it is not retried as one.
+            raise InvalidArgument(f"{self.where} refused a value: {type(exc).__name__}: {exc}") from exc
         except psycopg.Error as exc:
             raise StoreUnavailable(f"{self.where}: {type(exc).__name__}: {exc}") from exc
 

@@ -136,6 +136,8 @@ class SqliteDialect(Dialect):
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"{what} {self.path!r} failed: {exc}") from exc
+        except OverflowError as exc:  # a value SQLite cannot hold: the caller's, not an outage
+            raise InvalidArgument(f"{what} {self.path!r} refused a value: {exc}") from exc
 
     @contextmanager
     def transaction(self) -> Iterator[SqliteTransaction]:
@@ -150,6 +152,8 @@ class SqliteDialect(Dialect):
             return conn.execute(_Q[name], params).fetchall()
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"SQLite query {name} on {self.path!r} failed: {exc}") from exc
+        except OverflowError as exc:  # a value SQLite cannot hold: the caller's, not an outage
+            raise InvalidArgument(f"SQLite query {name} on {self.path!r} refused a value: {exc}") from exc
 
     def one(self, name: str, params: Mapping[str, Any]) -> sqlite3.Row | None:
         found = self.all(name, params)

@@ -100,3 +100,13 @@ def test_the_cli_answers_an_out_of_range_number_with_one_line_and_no_traceback(
     assert result.exit_code != 0
     assert message in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_a_value_the_database_cannot_hold_is_invalid_argument_not_an_outage(store: WorkflowStore) -> None:
+    """Past every check (a task built field by field), the store's own refusal of a value
+    is still the caller's error: workers retry StoreUnavailable as an outage."""
+    task = WorkflowTask("t1", "orders", 1, "null", "default", INT64_MAX + 1, None)
+    with pytest.raises(InvalidArgument, match="refused a value"):
+        store.enqueue(task)
+    store.enqueue(WorkflowTask.new("orders", 1, None, checkpoint_id="t2"))  # the store still works
+    assert store.get_task("t2").priority == 0
