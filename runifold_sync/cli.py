@@ -8,6 +8,7 @@ entry point and the commands about single tasks; ``cli_run`` holds ``run`` and `
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import click
@@ -29,7 +30,13 @@ def main() -> None:
 @main.command()
 @click.argument("name")
 @click.argument("version", type=int)
-@click.option("--input", "input_json", default="null", show_default=True, help="Workflow input as JSON.")
+@click.option(
+    "--input",
+    "input_json",
+    default="null",
+    show_default=True,
+    help="Workflow input as JSON; @FILE reads it from a file, - from standard input.",
+)
 @click.option("--tenant", default="default", show_default=True, help="Tenant the task belongs to.")
 @click.option("--checkpoint-id", default=None, help="Task identity; enqueue is idempotent on it.")
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher is claimed first.")
@@ -46,6 +53,7 @@ def enqueue(
     as_json: bool,
 ) -> None:
     """Enqueue a task for definition NAME at VERSION."""
+    input_json = _input_text(input_json)
     try:
         value = json.loads(input_json)
     except json.JSONDecodeError as exc:
@@ -59,6 +67,22 @@ def enqueue(
         click.echo(json.dumps({"task_id": result.task_id, "created": result.created}))
     else:
         click.echo(f"{result.task_id} ({'enqueued' if result.created else 'already enqueued'})")
+
+
+def _input_text(given: str) -> str:
+    """``--input`` as JSON text: as given, or read from ``@FILE`` or ``-`` (stdin), so an
+    input too long for a command line can be enqueued."""
+    if given == "-":
+        text: str = sys.stdin.read()
+        return text
+    if given.startswith("@"):
+        path = given[1:]
+        try:
+            with open(path, encoding="utf-8") as source:
+                return source.read()
+        except OSError as exc:
+            raise click.BadParameter(f"cannot read {path!r}: {exc.strerror}", param_hint="--input") from exc
+    return given
 
 
 def _journal_line(entry: Any) -> str:

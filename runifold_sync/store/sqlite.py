@@ -357,6 +357,18 @@ class SqliteDialect(Dialect):
                 conn.raw.close()
 
 
+def _create_private(path: str) -> None:
+    """Create a new database file readable by its owner only (0600): it holds inputs and
+    results. SQLite gives its -wal and -shm files the same permissions. An existing file
+    keeps its own."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise StoreUnavailable(f"cannot create SQLite database {path!r}: {exc.strerror}") from exc
+
+
 class SqliteWorkflowStore(WorkflowStore):
     """The store on a SQLite file; open it with :meth:`open`."""
 
@@ -394,6 +406,8 @@ class SqliteWorkflowStore(WorkflowStore):
             raise InvalidArgument(f"busy_timeout must be a non-negative timedelta, got {busy_timeout!r}")
         if text != ":memory:" and not Path(text).parent.exists():
             raise InvalidArgument(f"directory of SQLite path {text!r} does not exist")
+        if text != ":memory:":
+            _create_private(text)
         store = cls(
             text,
             synchronous=synchronous.upper(),

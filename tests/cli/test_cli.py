@@ -306,3 +306,36 @@ def test_workers_lists_registered_workers_and_versions_counts_live_servers(url: 
     assert [(r["version"], r["live_workers"]) for r in report["referenced"]] == [(1, 1), (2, 0)]
     assert report["unserved"] == [{"name": "pool-flow", "version": 2, "tasks": 1}]
     store.close()
+
+
+def test_enqueue_reads_its_input_from_a_file_or_standard_input(url: str, tmp_path: Path) -> None:
+    """An input past what a command line holds (about 128 KB) is enqueued from a file."""
+    big = {"lines": ["x" * 1000] * 300}  # about 300 KB of JSON
+    source = tmp_path / "input.json"
+    source.write_text(json.dumps(big))
+    code, out = _invoke(
+        "enqueue",
+        "pool-flow",
+        "1",
+        "--input",
+        f"@{source}",
+        "--checkpoint-id",
+        "f1",
+        "--database",
+        url,
+        "--json",
+    )
+    assert code == 0 and json.loads(out) == {"task_id": "f1", "created": True}
+    result = CliRunner().invoke(
+        main,
+        ["enqueue", "pool-flow", "1", "--input", "-", "--checkpoint-id", "s1", "--database", url],
+        input="[1, 2]",
+    )
+    assert result.exit_code == 0, result.output
+    with SqliteWorkflowStore.open(url.removeprefix("sqlite:///")) as store:
+        assert store.get_task("f1").input == big
+        assert store.get_task("s1").input == [1, 2]
+    code, out = _invoke(
+        "enqueue", "pool-flow", "1", "--input", f"@{tmp_path / 'missing.json'}", "--database", url
+    )
+    assert code == 2 and "cannot read" in out and "No such file or directory" in out
