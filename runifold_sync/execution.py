@@ -217,6 +217,7 @@ class ClaimExecutor:
             self._check_result_size(lease.task_id, result_json)
             ctx.checkpoint.phase = "completed"
             write = self._encode_or_fail(ctx)
+            self._keeper.ending()
             with crashpoints.transition("complete"):
                 then_claim = self._ahead.completion_claim()
                 self._ahead.hold(
@@ -233,6 +234,7 @@ class ClaimExecutor:
         except SuspendRequested as wait:
             ctx.checkpoint.phase = "waiting"
             write = self._encode_or_fail(ctx)
+            self._keeper.ending()
             with crashpoints.transition("suspend"):
                 self.store.suspend(
                     lease,
@@ -249,6 +251,7 @@ class ClaimExecutor:
         except RetryRequested as retry:
             write = self._encode_or_fail(ctx)
             delay = timedelta(seconds=retry.delay_s)
+            self._keeper.ending()
             with crashpoints.transition("retry"):
                 retry_at = self.store.retry(
                     lease,
@@ -264,10 +267,12 @@ class ClaimExecutor:
                 run, write = ctx.encode_next_run()
             except CheckpointError as exc:
                 raise FailRequested(str(exc), cause="checkpoint", error=exc) from exc
+            self._keeper.ending()
             with crashpoints.transition("continue"):
                 self.store.continue_as_new(lease, ctx.revision, write.head_json, again.input_json, run=run)
             return ContinuedAsNew(lease.task_id, run)
         except YieldRequested:
+            self._keeper.ending()
             with crashpoints.transition("yield"):
                 self.store.release(lease, delay=timedelta(0), reason="step slice used up; requeued")
             return Yielded(lease.task_id)
@@ -282,6 +287,7 @@ class ClaimExecutor:
             ctx.compensate("cancel", "cancel requested")
             ctx.checkpoint.phase = "cancelled"
             write = self._encode_or_fail(ctx)
+            self._keeper.ending()
             with crashpoints.transition("cancel"):
                 self.store.acknowledge_cancel(lease, ctx.revision, write.head_json, journal=write.journal)
             return Cancelled(lease.task_id, self.store.get_task(lease.task_id).reason or "cancelled")
@@ -331,6 +337,7 @@ class ClaimExecutor:
         ambiguous_effect = failure.ambiguous_effect
         log.error("task failed: %s", reason, extra=task_fields(lease))
         try:
+            self._keeper.ending()
             with crashpoints.transition("fail"):
                 self.store.fail(
                     lease,

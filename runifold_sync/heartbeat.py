@@ -58,6 +58,9 @@ class LeaseKeeper:
         self._wake = threading.Event()
         self._stop = False
         self._lease: Lease | None = None
+        # The running task's (task id, fencing token) once its claim-ending write began:
+        # a heartbeat refused after that found the task ended by this worker, not lost.
+        self._ending: tuple[str, int] | None = None
         self._flags = LeaseFlags(0.0)
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
@@ -91,6 +94,7 @@ class LeaseKeeper:
         start = time.monotonic() if extended_at is None else extended_at
         with self._lock:
             self._lease = lease
+            self._ending = None
             self._watched_at = time.monotonic()
             self._flags = flags = LeaseFlags(start + self._duration.seconds)
             if lease.cancel_requested is not None:  # requested while a previous owner ran
@@ -120,6 +124,14 @@ class LeaseKeeper:
                 self._handed_back.remove(task_id)
                 return True
             return False
+
+    def ending(self) -> None:
+        """The running task's claim-ending write (complete, suspend, fail...) is about to
+        be sent: a heartbeat refused from now on is no lease lost worth a warning (the
+        write's own answer says whether the lease held)."""
+        with self._lock:
+            lease = self._lease
+            self._ending = None if lease is None else (lease.task_id, lease.fencing_token)
 
     def unwatch(self) -> None:
         with self._lock:
@@ -218,9 +230,10 @@ class LeaseKeeper:
             flags.lost = True
             with self._lock:
                 current = self._lease is lease
+                ended = self._ending == (lease.task_id, lease.fencing_token)
                 if current:  # lost for good: stop beating for it (and logging it)
                     self._lease = None
-            if current:  # otherwise the cycle already ended and released the lease
+            if current and not ended:  # otherwise the cycle ended the lease itself
                 log.warning("lease lost", extra=task_fields(lease))
             return True
         except StoreClosed:
