@@ -317,16 +317,16 @@ class Checkpoint:
 
     def _head_text(self, tails: dict[str, tuple[int, list[str]]]) -> str:
         """The canonical text of the head (keys sorted) with ``tails`` inline as
-        ``journal_tail``: the fields on either side are encoded in one call each, the
-        tails from their entries' kept texts."""
+        ``journal_tail``: the head encoded in one call with a marker in the tails' place,
+        which their entries' kept texts then replace."""
         parts = (
-            f"{_MAIN_TEXT if key == MAIN else json.dumps(key)}:"
+            f'{_MAIN_TEXT if key == MAIN else json.dumps(key)}:'
             f'{{"entries":[{",".join(texts)}],"start":{start}}}'
             for key, (start, texts) in tails.items()
         )
-        before = _CANONICAL.encode(_unstructure_before_tail(self))
-        after = _CANONICAL.encode(_unstructure_after_tail(self))
-        return f'{before[:-1]},"journal_tail":{{{",".join(parts)}}},{after[1:]}'
+        raw = _unstructure_head(self)
+        raw["journal_tail"] = _TAIL_MARK
+        return _CANONICAL.encode(raw).replace(_TAIL_MARK_TEXT, f'"journal_tail":{{{",".join(parts)}}}', 1)
 
 
 def read_checkpoint(store: WorkflowStore, task_id: str) -> Checkpoint | None:
@@ -398,18 +398,8 @@ _unstructure_head = make_dict_unstructure_fn(
 converter.register_unstructure_hook(Checkpoint, _unstructure_head)
 
 
-def _unstructure_fields(names: list[str]) -> Any:
-    """A generated unstructure function for ``Checkpoint`` that keeps only ``names``."""
-    omitted: dict[str, Any] = {
-        f.name: override(omit=True) for f in attrs.fields(Checkpoint) if f.name not in names
-    }
-    return make_dict_unstructure_fn(Checkpoint, converter, **omitted)
-
-
-# The head's fields on either side of "journal_tail" in sorted order (see _head_text).
-_HEAD_NAMES = sorted(
-    f.name for f in attrs.fields(Checkpoint) if f.name not in ("journal", "branch_journals", *_PRIVATE)
-)
-_unstructure_before_tail = _unstructure_fields([n for n in _HEAD_NAMES if n < "journal_tail"])
-_unstructure_after_tail = _unstructure_fields([n for n in _HEAD_NAMES if n > "journal_tail"])
-assert _HEAD_NAMES[0] < "journal_tail" < _HEAD_NAMES[-1]  # _head_text splices between the two
+# Stands for the tails while the head is encoded. The engine alone writes the top-level
+# "journal_tail" key, and no value a store keeps holds U+0000, so the marker's text occurs
+# exactly once.
+_TAIL_MARK = "\x00journal tail\x00"
+_TAIL_MARK_TEXT = f'"journal_tail":{json.dumps(_TAIL_MARK)}'
