@@ -178,7 +178,7 @@ class Checkpoint:
                 if text != stored:
                     rows.append(JournalRow(key, position, text))
         tails: dict[str, tuple[int, list[str]]] = {}
-        count = size = 0
+        count = tail_size = 0
         for key in sorted(self._tailed) if len(self._tailed) > 1 else self._tailed:
             journal, start = self.journal_of(key), self._rows.get(key, 0)
             if len(journal) < start:
@@ -194,8 +194,8 @@ class Checkpoint:
                     )
                 tails[key] = (start, found)
                 count += len(found)
-                size += sum(map(len, found))
-        if count > TAIL_ENTRIES or size > TAIL_BYTES:
+                tail_size += sum(map(len, found))
+        if count > TAIL_ENTRIES or tail_size > TAIL_BYTES:
             for key, (start, found) in tails.items():
                 rows.extend(JournalRow(key, start + n, text) for n, text in enumerate(found))
             tails = {}
