@@ -320,7 +320,7 @@ class Checkpoint:
         ``journal_tail``: the head encoded in one call with a marker in the tails' place,
         which their entries' kept texts then replace."""
         parts = (
-            f'{_MAIN_TEXT if key == MAIN else json.dumps(key)}:'
+            f"{_MAIN_TEXT if key == MAIN else json.dumps(key)}:"
             f'{{"entries":[{",".join(texts)}],"start":{start}}}'
             for key, (start, texts) in tails.items()
         )
