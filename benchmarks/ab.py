@@ -1,7 +1,7 @@
 """Interleaved A/B of two revisions of this repository: the throughput of 5-step
 workflows drained by a supervised pool (SQLite with 1 process, PostgreSQL with 4, as
-``throughput.py`` measures them), each revision measured in turn, round after round, so
-that a drift of the machine's speed falls on both. Prints every run and, per figure, the
+``throughput.py`` measures them), each revision measured in turn, round after round, the
+order reversed every other round, so that a drift of the machine's speed falls on both. Prints every run and, per figure, the
 mean of each side and the ratio after/before.
 
 ``python benchmarks/ab.py BEFORE AFTER [--rounds 3] [--workflows 300]``: BEFORE and AFTER
@@ -74,7 +74,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="runifold-ab-") as scratch:
         trees = {rev: export(rev, Path(scratch)) for rev in runs}
         for turn in range(1, args.rounds + 1):
-            for rev, tree in trees.items():
+            # ABBA order: a machine that speeds up or slows down over the run favours
+            # neither side.
+            order = list(trees.items()) if turn % 2 else list(reversed(trees.items()))
+            for rev, tree in order:
                 progress(f"ab: round {turn} of {args.rounds}, {rev}")
                 runs[rev].append(measure(tree, args.workflows))
                 print(
