@@ -1,8 +1,8 @@
 """Interleaved A/B of two revisions of this repository: the throughput of 5-step
 workflows drained by a supervised pool (SQLite with 1 process, PostgreSQL with 4, as
 ``throughput.py`` measures them), each revision measured in turn, round after round, the
-order reversed every other round, so that a drift of the machine's speed falls on both. Prints every run and, per figure, the
-mean of each side and the ratio after/before.
+order reversed every other round, so that a drift of the machine's speed falls on both.
+Prints every run and, per figure, the mean of each side and the ratio after/before.
 
 ``python benchmarks/ab.py BEFORE AFTER [--rounds 3] [--workflows 300]``: BEFORE and AFTER
 are git revisions (``HEAD``, a commit, a branch), each exported with ``git archive``
