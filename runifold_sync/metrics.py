@@ -26,9 +26,32 @@ from .store.records import ClaimedTask
 log = logging.getLogger("runifold_sync.metrics")
 
 _MINUTE, _HOUR, _DAY = 60.0, 3600.0, 86400.0
+# Definition names come from stored tasks, which whoever enqueues can make up, and each
+# distinct label value is a time series: past this many (per process, per metric) the
+# rest are counted together under OTHER.
+MAX_DEFINITION_LABELS = 50
+OTHER = "(other)"
 _QUEUE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, _MINUTE, 5 * _MINUTE, 15 * _MINUTE, _HOUR)
 _CYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, _MINUTE, 5 * _MINUTE, 15 * _MINUTE)
 _WAIT_BUCKETS = (1, 10, _MINUTE, 10 * _MINUTE, _HOUR, 6 * _HOUR, _DAY, 7 * _DAY, 30 * _DAY)
+
+
+class BoundedLabels:
+    """(definition, version) label values, at most ``limit`` distinct ones: a pair first
+    seen after that is reported as (OTHER, OTHER)."""
+
+    def __init__(self, limit: int = MAX_DEFINITION_LABELS) -> None:
+        self._limit = limit
+        self._seen: set[tuple[str, str]] = set()
+
+    def __call__(self, name: str, version: int) -> tuple[str, str]:
+        pair = (name, str(version))
+        if pair in self._seen:
+            return pair
+        if len(self._seen) < self._limit:
+            self._seen.add(pair)
+            return pair
+        return OTHER, OTHER
 
 
 class PrometheusObserver(CycleObserver):
@@ -75,6 +98,7 @@ class PrometheusObserver(CycleObserver):
             ["definition", "version"],
             registry=registry,
         )
+        self._definition_labels = BoundedLabels()
 
     def claimed(self, claimed: ClaimedTask) -> None:
         self.queue_delay.observe(claimed.queue_delay.total_seconds())
@@ -91,7 +115,7 @@ class PrometheusObserver(CycleObserver):
         elif isinstance(outcome, Retried):
             self.retries.inc()
         elif isinstance(outcome, DefinitionUnavailable):
-            self.unavailable.labels(outcome.name, str(outcome.version)).inc()
+            self.unavailable.labels(*self._definition_labels(outcome.name, outcome.version)).inc()
 
 
 class StoreCollector(Collector):
@@ -136,10 +160,15 @@ class StoreCollector(Collector):
             "Tasks referencing a definition version that no live worker serves (0 when one does).",
             labels=["definition", "version"],
         )
-        for version in served:
-            reference = version.reference
-            count = 0 if version.live_workers else reference.total
-            unserved.add_metric([reference.name, str(reference.version)], count)
+        counts = [
+            ((v.reference.name, str(v.reference.version)), 0 if v.live_workers else v.reference.total)
+            for v in served
+        ]
+        counts.sort(key=lambda item: -item[1])  # the largest keep their own series
+        for labels, count in counts[:MAX_DEFINITION_LABELS]:
+            unserved.add_metric(list(labels), count)
+        if len(counts) > MAX_DEFINITION_LABELS:
+            unserved.add_metric([OTHER, OTHER], sum(count for _, count in counts[MAX_DEFINITION_LABELS:]))
         held = GaugeMetricFamily(
             "runifold_admission_deferred_tasks",
             "Ready tasks a claim skips now because their tenant is at its lease limit "

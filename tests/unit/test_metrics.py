@@ -33,7 +33,7 @@ from runifold_sync import (
     WorkflowWorker,
 )
 from runifold_sync.errors import StoreUnavailable
-from runifold_sync.metrics import PrometheusObserver, StoreCollector
+from runifold_sync.metrics import MAX_DEFINITION_LABELS, OTHER, PrometheusObserver, StoreCollector
 from runifold_sync.observer import CycleObserver
 from runifold_sync.sqlite import SqliteWorkflowStore
 
@@ -201,6 +201,41 @@ def test_a_definition_this_worker_lacks_is_counted_by_name_and_version(
     sqlite_store.enqueue(WorkflowTask.new("elsewhere", 3, None))
     assert isinstance(run(_failing_main()), DefinitionUnavailable)
     assert _value(registry, "runifold_definition_unavailable_total", definition="elsewhere", version="3") == 1
+
+
+def _series(registry: CollectorRegistry, name: str) -> list[dict[str, str]]:
+    return [
+        sample.labels for metric in registry.collect() for sample in metric.samples if sample.name == name
+    ]
+
+
+def test_definition_labels_from_made_up_names_are_bounded(registry: CollectorRegistry) -> None:
+    """300 names no worker knows (anyone who enqueues can make them up) give at most
+    MAX_DEFINITION_LABELS series and one more for the rest, counted there."""
+    observer = PrometheusObserver(registry)
+    claimed: Any = None  # finished() reads nothing of it for this outcome
+    for n in range(300):
+        observer.finished(claimed, DefinitionUnavailable(f"t{n}", f"made-up-{n}", 1), 0.01)
+    series = _series(registry, "runifold_definition_unavailable_total")
+    assert len(series) == MAX_DEFINITION_LABELS + 1
+    assert _value(registry, "runifold_definition_unavailable_total", definition=OTHER, version=OTHER) == 250
+    assert _value(registry, "runifold_definition_unavailable_total", definition="made-up-0", version="1") == 1
+
+
+def test_unserved_version_gauges_from_made_up_names_are_bounded(
+    sqlite_store: SqliteWorkflowStore, registry: CollectorRegistry
+) -> None:
+    registry.register(StoreCollector(sqlite_store))
+    sqlite_store.enqueue_many([WorkflowTask.new(f"made-up-{n}", 1, None) for n in range(300)])
+    sqlite_store.enqueue_many([WorkflowTask.new("orders", 2, n) for n in range(3)])
+    series = _series(registry, "runifold_unserved_tasks")
+    assert len(series) == MAX_DEFINITION_LABELS + 1
+    assert (
+        _value(registry, "runifold_unserved_tasks", definition="orders", version="2") == 3
+    )  # the largest kept
+    assert _value(registry, "runifold_unserved_tasks", definition=OTHER, version=OTHER) == 300 - (
+        MAX_DEFINITION_LABELS - 1
+    )
 
 
 def test_a_lost_lease_is_counted(
