@@ -73,8 +73,9 @@ def _worker(store: WorkflowStore) -> WorkflowWorker:
 
 @retry_on_restart
 def steps_per_s(kind: str, length: int, total_steps: int) -> float:
-    """Steps/s of ``total_steps // length`` (at least 1) workflows of ``length`` steps; the
-    sleep and the last step of each are left out of the count and the time."""
+    """Steps/s of ``total_steps // length`` (at least 1) workflows of ``length`` steps: the
+    time includes each workflow's claim and its suspension at the sleep, and the step
+    after the sleep is never run, so short workflows carry their fixed cost per step."""
     workflows = max(1, total_steps // length)
     with fresh_store(kind) as url:
         store = open_store(url)
