@@ -30,6 +30,7 @@ from runifold_sync import (
 from runifold_sync.checkpoint import MAIN, TAIL_ENTRIES, newest_entries, read_checkpoint
 from runifold_sync.codec import from_json
 from runifold_sync.store.records import JournalRow
+from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 W1 = WorkerId.parse("w1")
@@ -248,3 +249,40 @@ def test_continue_as_new_with_input_that_cannot_be_stored_or_from_a_branch_fails
     assert isinstance(outcome, Failed) and outcome.error.error_class == "InvalidArgument"
     assert message in outcome.reason
     assert from_json(store.get_task(how).input_json) == how  # the input is the one it had
+
+
+def test_a_cancel_that_reaches_the_task_before_its_continue_wins_and_the_run_is_undone(
+    backend: Backend,
+) -> None:
+    """The continue transition is refused while a cancel is pending, like a completion:
+    the run's completed step is compensated and the task ends cancelled, not continued."""
+    store, operator = backend.open(), backend.open()
+    undone: list[int] = []
+    renewing = Workflow("renewing", 1)
+
+    @renewing.step()
+    def charge(ctx: StepContext, month: int) -> int:
+        assert operator.cancel(ctx.task_id, "ops", "customer left") is TaskState.LEASED
+        return month
+
+    @renewing.compensate_for("charge")
+    def refund(ctx: StepContext, month: int) -> None:
+        undone.append(month)
+
+    @renewing.main
+    def main(ctx: WorkflowContext, month: int) -> int:
+        charge(ctx, month)
+        ctx.continue_as_new(month + 1)
+        return month
+
+    store.enqueue(WorkflowTask.new("renewing", 1, 1, checkpoint_id="r1"))
+    worker = _worker(store, renewing)
+    try:
+        outcome = worker.run_once()
+    finally:
+        worker.close()
+    assert outcome.kind == "cancelled", outcome
+    assert undone == [1]
+    record = store.get_task("r1")
+    assert (record.state, record.input) == (TaskState.CANCELLED, 1)  # the input of run 1, never continued
+    assert "continued" not in [e.kind for e in store.history("r1")]
