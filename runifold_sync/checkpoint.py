@@ -184,14 +184,7 @@ class Checkpoint:
             if len(journal) < start:
                 rows.extend(JournalRow(key, position, None) for position in range(len(journal), start))
             elif len(journal) > start:
-                found = []
-                for entry in journal[start:]:  # the kept texts looked up here: most of a tail
-                    kept = self._texts.get(id(entry))
-                    found.append(
-                        kept[1]
-                        if kept and kept[0] is entry
-                        else self._entry_text(task_id, entry, limit_bytes)
-                    )
+                found = [self._entry_text(task_id, entry, limit_bytes) for entry in journal[start:]]
                 tails[key] = (start, found)
                 count += len(found)
                 tail_size += sum(map(len, found))
@@ -267,8 +260,9 @@ class Checkpoint:
                 )
             stored = _journal_texts(task_id, rows)
             journals = {key: _structured_entries(found) for key, found in stored.items()}
-            tails = raw.pop("journal_tail", {}) if with_journals else {}
-            raw.pop("journal_tail", None)
+            tails = raw.pop("journal_tail", {})
+            if not with_journals:
+                tails = {}
             for key, tail in tails.items():
                 if tail["start"] != len(stored.get(key, ())):
                     raise CheckpointError(

@@ -50,10 +50,6 @@ def check_text(field: str, value: object) -> str:
     return value
 
 
-def check_pid(pid: object) -> int:
-    return check_int("pid", pid, minimum=1)
-
-
 def check_claim_limit(limit: object) -> int:
     return check_int("claim limit", limit, minimum=1, maximum=MAX_CLAIM_LIMIT)
 

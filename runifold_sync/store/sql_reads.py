@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import attrs
 
 from ..admission import TenantAdmission, TenantPolicy, explain
-from ..models import TaskState, WorkerId
+from ..models import TaskState, WorkerId, check_count
 from . import checks, row_records
 from .dialect import Dialect
 from .records import JournalRow, QueueStats, TaskEvent, TaskRecord, VersionReference, WorkerRecord
@@ -119,17 +119,17 @@ class ReadOperations:
         params = {
             "worker_id": worker_id.value,
             "host": checks.check_text("host", host),
-            "pid": checks.check_pid(pid),
+            "pid": check_count("pid", pid),
             "definitions": json.dumps(definitions),
         }
         self.dialect.execute("register_worker", params)
 
     def worker_seen(self, worker_id: WorkerId, pid: int) -> None:
         """Refresh ``last_seen`` of a running worker (its heartbeat thread calls this)."""
-        self.dialect.execute("worker_seen", {"worker_id": worker_id.value, "pid": checks.check_pid(pid)})
+        self.dialect.execute("worker_seen", {"worker_id": worker_id.value, "pid": check_count("pid", pid)})
 
     def worker_stopped(self, worker_id: WorkerId, pid: int) -> None:
-        self.dialect.execute("worker_stopped", {"worker_id": worker_id.value, "pid": checks.check_pid(pid)})
+        self.dialect.execute("worker_stopped", {"worker_id": worker_id.value, "pid": check_count("pid", pid)})
 
     def workers(self) -> list[WorkerRecord]:
         return [row_records.worker_record(row, self.dialect) for row in self.dialect.all("list_workers", {})]
