@@ -74,7 +74,9 @@ def describe(url: str) -> str:
 def _configure(conn: Connection) -> None:
     """Every store statement is short OLTP work. A claim's lateral join can be estimated
     above ``jit_above_cost`` (10,000 waiting tasks were enough), and compiling it then
-    took about 50 ms a claim, forty times the query itself: JIT stays off."""
+    took about 50 ms a claim, forty times the query itself: JIT stays off. Behind a
+    transaction pooler no session setting sticks; the README says to turn JIT off for the
+    database instead (``ALTER DATABASE ... SET jit = off``)."""
     conn.execute("SET jit = off")
 
 
@@ -90,10 +92,18 @@ class ProcessPool:
 
     @classmethod
     def open(
-        cls, url: str, *, min_size: int, max_size: int, connect_timeout: timedelta, pool_timeout: timedelta
+        cls,
+        url: str,
+        *,
+        min_size: int,
+        max_size: int,
+        connect_timeout: timedelta,
+        pool_timeout: timedelta,
+        pgbouncer: bool = False,
     ) -> ProcessPool:
-        if not isinstance(url, str) or not url:
-            raise InvalidArgument(f"PostgreSQL URL must be a non-empty string, got {url!r}")
+        """The pool on ``url`` (libpq's form, see ``pgurl``). Behind a transaction pooler
+        (``pgbouncer``) no statement is prepared and no session setting is made: the next
+        transaction may run on another server connection."""
         check_int("min_size", min_size, minimum=0)
         check_int("max_size", max_size, minimum=max(min_size, 1))
         for name, value in (("connect_timeout", connect_timeout), ("pool_timeout", pool_timeout)):
@@ -107,12 +117,13 @@ class ProcessPool:
             pool = ConnectionPool(
                 url,
                 connection_class=PooledConnection,
-                kwargs={"autocommit": True, "row_factory": dict_row},
+                kwargs={"autocommit": True, "row_factory": dict_row}
+                | ({"prepare_threshold": None} if pgbouncer else {}),
                 min_size=min_size,
                 max_size=max_size,
                 timeout=pool_timeout.total_seconds(),
                 check=_check_if_idle,
-                configure=_configure,
+                configure=None if pgbouncer else _configure,
                 name="runifold",
                 open=True,
             )

@@ -11,6 +11,8 @@ processes and hosts claiming from one database.
   wake idle workers blocked in :meth:`PostgresDialect.wait_for_work`.
 - The pool belongs to the process that opened it: any use from a forked child raises
   :class:`StoreUsedAcrossFork`; open a new store in the child after it starts.
+- Behind PgBouncer in transaction mode (``pgbouncer=true`` in the URL, see ``pgurl``)
+  nothing is prepared and idle workers LISTEN on a direct connection or poll.
 - Driver errors become :class:`StoreUnavailable` in one place, ``pgpool.ProcessPool``.
 - The statements, and how their values are stored, are in ``pgstatements``; the
   operations are :class:`~runifold_sync.store.base.WorkflowStore`'s, written once.
@@ -18,7 +20,7 @@ processes and hosts claiming from one database.
 
 from __future__ import annotations
 
-import time
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -26,10 +28,11 @@ from typing import Any
 
 from psycopg.rows import DictRow
 
+from ..errors import InvalidArgument
 from . import checks, refusals
 from .base import WorkflowStore
 from .dialect import Detail, Dialect, Event, Params, Row, Transaction
-from .pgpool import Connection, ProcessPool
+from .pgpool import Connection, ProcessPool, describe
 from .pgstatements import (
     Q,
     canonical,
@@ -43,11 +46,16 @@ from .pgstatements import (
     transition_params,
     utc,
 )
+from .pgurl import POLL_INTERVAL_S, PostgresTarget, parse_target
+from .pgwait import DirectListener, notified, poll, wait_until_due
 from .queries import pending_migrations
 from .records import ClaimedTask, ClaimRequest, JournalRow, Lease
 
 # pg_advisory_xact_lock key that serializes migrations of one database ("RUNIFOLD").
 _MIGRATION_LOCK = 0x52554E49464F4C44
+_CHANNEL = "runifold_tasks"
+
+log = logging.getLogger("runifold_sync.store")
 
 
 class PostgresTransaction:
@@ -76,10 +84,15 @@ class PostgresTransaction:
 
 
 class PostgresDialect(Dialect):
-    """Statements on a :class:`ProcessPool`."""
+    """Statements on a :class:`ProcessPool`; behind a transaction pooler, LISTEN on
+    ``listener`` (or poll when there is none)."""
 
-    def __init__(self, pool: ProcessPool) -> None:
+    def __init__(
+        self, pool: ProcessPool, *, pooled: bool = False, listener: DirectListener | None = None
+    ) -> None:
         self.pool = pool
+        self.pooled = pooled
+        self.listener = listener
 
     # --- statements --------------------------------------------------------------------
 
@@ -199,26 +212,23 @@ class PostgresDialect(Dialect):
     # --- waiting, migrations, closing ---------------------------------------------------
 
     def wait_for_work(self, timeout_s: float) -> bool:
-        """LISTEN on ``runifold_tasks`` and sleep until a notification or the earliest
-        due time (a timer, a backoff, a lease expiry), whichever comes first."""
-        deadline = time.monotonic() + timeout_s
+        """Sleep until a notification on ``runifold_tasks`` or the earliest due time (a
+        timer, a backoff, a lease expiry), whichever comes first; behind a transaction
+        pooler without a direct connection, look every ``POLL_INTERVAL_S`` instead."""
+        if self.listener is not None:
+            return self.listener.wait(self._due_in, timeout_s)
+        if self.pooled:
+            return wait_until_due(self._due_in, poll, timeout_s)
         with self.pool.connection() as conn:
             conn.execute(Q["listen_work"])  # before looking, so no notification is missed
             try:
-                while True:
-                    row = conn.execute(Q["seconds_until_due"]).fetchone()
-                    due_in_s = None if row is None else row["due_in_s"]
-                    if due_in_s is not None and due_in_s <= 0:
-                        return True
-                    remaining_s = deadline - time.monotonic()
-                    if remaining_s <= 0:
-                        return False
-                    sleep_s = remaining_s if due_in_s is None else min(remaining_s, due_in_s)
-                    # Any notification means "look again": the loop re-reads the due time.
-                    for _ in conn.notifies(timeout=sleep_s, stop_after=1):
-                        pass
+                return wait_until_due(lambda: _due_in(conn), lambda s: notified(conn, s), timeout_s)
             finally:
                 conn.execute(Q["unlisten_work"])
+
+    def _due_in(self) -> float | None:
+        with self.pool.connection() as conn:
+            return _due_in(conn)
 
     def migrate(self) -> int:
         """Apply pending numbered migrations under an advisory lock, so workers starting
@@ -238,7 +248,14 @@ class PostgresDialect(Dialect):
         return latest
 
     def close(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
         self.pool.close()
+
+
+def _due_in(conn: Connection) -> float | None:
+    row = conn.execute(Q["seconds_until_due"]).fetchone()
+    return None if row is None else row["due_in_s"]
 
 
 class PostgresWorkflowStore(WorkflowStore):
@@ -246,8 +263,18 @@ class PostgresWorkflowStore(WorkflowStore):
 
     dialect: PostgresDialect
 
-    def __init__(self, pool: ProcessPool, *, max_pending_signals: int = checks.MAX_PENDING_SIGNALS) -> None:
-        super().__init__(PostgresDialect(pool), max_pending_signals=max_pending_signals)
+    def __init__(
+        self,
+        pool: ProcessPool,
+        *,
+        target: PostgresTarget | None = None,
+        max_pending_signals: int = checks.MAX_PENDING_SIGNALS,
+    ) -> None:
+        listener = None
+        if target is not None and target.listen_conninfo is not None:
+            listener = DirectListener(target.listen_conninfo, _CHANNEL, describe(target.listen_conninfo))
+        dialect = PostgresDialect(pool, pooled=target is not None and target.pgbouncer, listener=listener)
+        super().__init__(dialect, max_pending_signals=max_pending_signals)
 
     @classmethod
     def connect(
@@ -261,19 +288,26 @@ class PostgresWorkflowStore(WorkflowStore):
         migrate: bool = True,
         max_pending_signals: int = checks.MAX_PENDING_SIGNALS,
     ) -> PostgresWorkflowStore:
-        """Open a connection pool on ``url`` (a ``postgresql://`` URL or a libpq conninfo)
-        in this process and migrate the schema. ``connect_timeout`` bounds the wait for
+        """Open a connection pool on ``url`` (a ``postgresql://`` URL or a libpq conninfo;
+        a URL may say a transaction pooler is in the path, see ``pgurl``) in this process
+        and migrate the schema. ``connect_timeout`` bounds the wait for
         the first connections, ``pool_timeout`` the wait for a free one later;
         ``max_pending_signals`` caps the signals a task keeps unconsumed."""
         checks.check_pending_cap(max_pending_signals)
+        if not isinstance(url, str) or not url:
+            raise InvalidArgument(f"PostgreSQL URL must be a non-empty string, got {url!r}")
+        target = parse_target(url)
         pool = ProcessPool.open(
-            url,
+            target.conninfo,
             min_size=min_size,
             max_size=max_size,
             connect_timeout=connect_timeout,
             pool_timeout=pool_timeout,
+            pgbouncer=target.pgbouncer,
         )
-        store = cls(pool, max_pending_signals=max_pending_signals)
+        if target.polls:
+            _say_polling_once(pool.where)
+        store = cls(pool, target=target, max_pending_signals=max_pending_signals)
         if migrate:
             try:
                 store.migrate()
@@ -281,3 +315,18 @@ class PostgresWorkflowStore(WorkflowStore):
                 store.close()
                 raise
         return store
+
+
+_said_polling: set[str] = set()
+
+
+def _say_polling_once(where: str) -> None:
+    """Once per process and database: without LISTEN a new task waits up to the interval."""
+    if where not in _said_polling:
+        _said_polling.add(where)
+        log.info(
+            "%s is behind a transaction pooler (pgbouncer=true) and the URL names no direct "
+            "connection (listen_host/listen_port): idle workers look for work every %.1f s",
+            where,
+            POLL_INTERVAL_S,
+        )

@@ -14,7 +14,6 @@ import random
 import time
 from collections import Counter
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,6 +29,7 @@ from runifold_sync import (
 )
 from runifold_sync.codec import to_json
 from runifold_sync.sqlite import SqliteWorkflowStore
+from tests.support.backends import Backend
 
 IDLE_CLAIMS_BEFORE_EXIT = 5
 MAX_ERRORS = 20  # a claimer that keeps failing stops and reports instead of spinning
@@ -127,12 +127,10 @@ def check_exactly_once(url: str, count: int, reports: list[dict[str, Any]]) -> N
             assert [e.kind for e in store.history(task_id)].count("completed") == 1
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'shared.db'}"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
+@pytest.fixture
+def shared_url(backend: Backend) -> str:
+    """The database the claiming processes share, on each contract backend."""
+    return backend.url
 
 
 @pytest.mark.timeout(120)

@@ -16,6 +16,7 @@ from runifold_sync.postgres import PostgresWorkflowStore
 from runifold_sync.sqlite import SqliteWorkflowStore
 from runifold_sync.store.queries import load_migrations
 from runifold_sync.stores import ENV_VAR, sqlite_path
+from tests.support.backends import through_pgbouncer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -157,10 +158,13 @@ def test_run_once_with_a_postgresql_url_runs_a_task_of_that_database(
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("route", ["direct", "transaction", "session"])
 def test_the_demo_runs_on_a_postgresql_url_and_every_order_completes(
-    postgres_url: str, tmp_path: Path
+    postgres_url: str, tmp_path: Path, route: str
 ) -> None:
-    done = _cli(tmp_path, "demo", "--database", postgres_url, "--orders", "2", env={})
+    """Straight to the server and through PgBouncer in either pooling mode."""
+    url = postgres_url if route == "direct" else through_pgbouncer(postgres_url, route)
+    done = _cli(tmp_path, "demo", "--database", url, "--orders", "2", env={})
     assert done.returncode == 0, done.stdout + done.stderr
     with open_store(postgres_url) as store:
         tasks = store.list_tasks()

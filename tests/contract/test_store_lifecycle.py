@@ -40,10 +40,10 @@ def task(task_id: str = "t1", **options: Any) -> WorkflowTask:
 
 def raw_query(backend: Backend, sql: str) -> list[tuple[Any, ...]]:
     """Read the database behind the store, as an operator would."""
-    if backend.name == "sqlite":
+    if backend.kind == "sqlite":
         with sqlite3.connect(sqlite_path(backend.url)) as conn:
             return conn.execute(sql).fetchall()
-    with psycopg.connect(backend.url) as pg:
+    with psycopg.connect(backend.direct_url) as pg:
         return pg.execute(sql.encode()).fetchall()
 
 
@@ -61,7 +61,7 @@ SCHEMA_SQL = {
 
 def test_a_fresh_database_is_migrated_through_every_version_once(backend: Backend) -> None:
     store = backend.open()
-    every = [(version,) for version, _script in load_migrations(backend.name)]
+    every = [(version,) for version, _script in load_migrations(backend.kind)]
     assert raw_query(backend, "SELECT version FROM runifold_schema ORDER BY version") == every
     assert every[-1] == (LATEST,)
     assert store.migrate() == LATEST
@@ -70,11 +70,11 @@ def test_a_fresh_database_is_migrated_through_every_version_once(backend: Backen
 def test_migrating_a_migrated_database_again_changes_nothing(backend: Backend) -> None:
     store = backend.open()
     store.enqueue(task())
-    schema = raw_query(backend, SCHEMA_SQL[backend.name])
+    schema = raw_query(backend, SCHEMA_SQL[backend.kind])
     versions = raw_query(backend, "SELECT version, applied_at FROM runifold_schema")
     assert store.migrate() == LATEST
     assert backend.open().migrate() == LATEST
-    assert raw_query(backend, SCHEMA_SQL[backend.name]) == schema
+    assert raw_query(backend, SCHEMA_SQL[backend.kind]) == schema
     assert raw_query(backend, "SELECT version, applied_at FROM runifold_schema") == versions
     assert store.get_task("t1").input == {"order_id": "t1"}
     assert [e.kind for e in store.history("t1")] == ["enqueued"]
@@ -90,7 +90,7 @@ def test_stores_opened_at_once_on_a_fresh_database_migrate_it_exactly_once(backe
     with ThreadPoolExecutor(6) as pool:
         stores = list(pool.map(lambda _: open_after_barrier(), range(6)))
     assert [s.migrate() for s in stores] == [LATEST] * 6
-    every = [(version,) for version, _script in load_migrations(backend.name)]
+    every = [(version,) for version, _script in load_migrations(backend.kind)]
     assert raw_query(backend, "SELECT version FROM runifold_schema ORDER BY version") == every
 
 
@@ -119,7 +119,7 @@ def test_processes_started_at_once_on_a_fresh_database_migrate_it_exactly_once(b
         process.join(timeout=30)
     assert reports == [("migrated", LATEST)] * 6
     assert [process.exitcode for process in processes] == [0] * 6
-    every = [(version,) for version, _script in load_migrations(backend.name)]
+    every = [(version,) for version, _script in load_migrations(backend.kind)]
     assert raw_query(backend, "SELECT version FROM runifold_schema ORDER BY version") == every
 
 
@@ -127,11 +127,11 @@ def test_a_database_migrated_by_a_newer_version_is_refused(backend: Backend) -> 
     from runifold_sync import SchemaTooNew
 
     store = backend.open()
-    if backend.name == "sqlite":
+    if backend.kind == "sqlite":
         with sqlite3.connect(sqlite_path(backend.url)) as conn:
             conn.execute("INSERT INTO runifold_schema VALUES (99, datetime('now'))")
     else:
-        with psycopg.connect(backend.url, autocommit=True) as pg:
+        with psycopg.connect(backend.direct_url, autocommit=True) as pg:
             pg.execute("INSERT INTO runifold_schema (version) VALUES (99)")
     with pytest.raises(SchemaTooNew, match="99"):
         store.migrate()
@@ -250,18 +250,19 @@ def test_a_store_used_in_a_forked_child_refuses_with_a_fork_message(store: Workf
 
 def _fresh_schema(backend: Backend, request: pytest.FixtureRequest) -> list[tuple[Any, ...]]:
     """The schema of a second, freshly created database of the same backend."""
-    if backend.name == "sqlite":
-        other = Backend("sqlite", backend.url.replace("workflows.db", "fresh.db"))
+    if backend.kind == "sqlite":
+        url = backend.url.replace("workflows.db", "fresh.db")
+        other = Backend("sqlite", url, url)
     else:
         admin = request.getfixturevalue("postgres_admin_url")
         dbname = f"runifold_test_fresh_{os.getpid()}_{int(time.time() * 1000)}"
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{dbname}"'.encode())
         request.addfinalizer(lambda: _drop(admin, dbname))
-        other = Backend("postgres", with_database(admin, dbname))
+        other = Backend("postgres", with_database(admin, dbname), with_database(admin, dbname))
     try:
         other.open()
-        return raw_query(other, SCHEMA_SQL[backend.name])
+        return raw_query(other, SCHEMA_SQL[backend.kind])
     finally:
         other.close_all()
 
@@ -274,13 +275,13 @@ def _drop(admin: str, dbname: str) -> None:
 def test_a_database_at_version_1_with_tasks_migrates_to_the_fresh_schema_keeping_them(
     backend: Backend, request: pytest.FixtureRequest
 ) -> None:
-    (_version, first), *_later = load_migrations(backend.name)
+    (_version, first), *_later = load_migrations(backend.kind)
     insert = (
         "INSERT INTO runifold_tasks (task_id, definition_name, definition_version, tenant, input, "
         "priority, state, ready_at, created_at, updated_at) VALUES "
         "('old', 'orders', 1, 'default', '{\"order_id\":\"old\"}', 0, 'queued', 0, 0, 0)"
     )
-    if backend.name == "sqlite":
+    if backend.kind == "sqlite":
         with sqlite3.connect(sqlite_path(backend.url)) as conn:
             conn.executescript(first)
             conn.execute(
@@ -289,7 +290,7 @@ def test_a_database_at_version_1_with_tasks_migrates_to_the_fresh_schema_keeping
             conn.execute("INSERT INTO runifold_schema VALUES (1, datetime('now'))")
             conn.execute(insert)
     else:
-        with psycopg.connect(backend.url) as pg:
+        with psycopg.connect(backend.direct_url) as pg:
             pg.execute(first.encode())
             pg.execute(
                 b"CREATE TABLE runifold_schema (version INTEGER PRIMARY KEY, "
@@ -303,6 +304,6 @@ def test_a_database_at_version_1_with_tasks_migrates_to_the_fresh_schema_keeping
                 b"'1970-01-01Z', '1970-01-01Z', '1970-01-01Z')"
             )
     store = backend.open()
-    assert raw_query(backend, SCHEMA_SQL[backend.name]) == _fresh_schema(backend, request)
+    assert raw_query(backend, SCHEMA_SQL[backend.kind]) == _fresh_schema(backend, request)
     assert store.get_task("old").input == {"order_id": "old"}
     assert store.claim(WorkerId.parse("w"), LeaseDuration(timedelta(seconds=30)))[0].lease.task_id == "old"

@@ -97,7 +97,9 @@ def test_config_rejects_bad_concurrency_backoff_and_shutdown_grace() -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "pgbouncer"], indirect=True)
 def test_four_processes_drain_300_five_step_tasks(backend: Backend, ledger: Path) -> None:
+    """On each store, PostgreSQL through PgBouncer in transaction mode included."""
     store = backend.open()
     ids = _enqueue(store, 300)
     # The supervisor forks this (pytest) process. A thread that is inside SQLite or libpq

@@ -4,9 +4,13 @@ that run once per backend.
 
 SQLite: a fresh file in ``tmp_path``. PostgreSQL: a fresh database per test, created
 from the server named by ``RUNIFOLD_TEST_POSTGRES_URL`` (default
-``postgresql://postgres@127.0.0.1:5432/postgres``) and dropped afterwards. When that
-server cannot be reached the PostgreSQL tests are skipped, except under ``CI``, where
-they fail: a backend test that quietly skips is a hole in CI.
+``postgresql://postgres@127.0.0.1:5432/postgres``) and dropped afterwards. PgBouncer
+(``pgbouncer``, the store contract suite's third backend): the same fresh database
+through the transaction-pooling PgBouncer at ``RUNIFOLD_TEST_PGBOUNCER_URL`` (default
+port 6432; ``tools/pgbouncer_up`` starts it, and a session-pooling one on 6433,
+``RUNIFOLD_TEST_PGBOUNCER_SESSION_URL``), LISTENing straight to the server. When a
+server cannot be reached its tests are skipped, except under ``CI``, where they fail: a
+backend test that quietly skips is a hole in CI.
 """
 
 from __future__ import annotations
@@ -29,7 +33,12 @@ from runifold_sync.sqlite import SqliteWorkflowStore
 from .clock import Clock
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+DEFAULT_PGBOUNCER_URLS = {
+    "transaction": "postgresql://postgres@127.0.0.1:6432/postgres",
+    "session": "postgresql://postgres@127.0.0.1:6433/postgres",
+}
 BACKENDS = ["sqlite", "postgres"]
+CONTRACT_BACKENDS = [*BACKENDS, "pgbouncer"]
 
 
 def admin_url() -> str:
@@ -42,11 +51,18 @@ def with_database(url: str, dbname: str) -> str:
 
 @attrs.define
 class Backend:
-    """One fresh database; ``open()`` gives another store (another "process") on it."""
+    """One fresh database; ``open()`` gives another store (another "process") on it.
+    ``kind`` is its dialect (``sqlite`` or ``postgres``, PgBouncer's too), ``direct_url``
+    the database itself for a test's own reads (not through a pooler)."""
 
     name: str
     url: str
+    direct_url: str
     opened: list[WorkflowStore] = attrs.Factory(list)
+
+    @property
+    def kind(self) -> str:
+        return "sqlite" if self.name == "sqlite" else "postgres"
 
     def open(self) -> WorkflowStore:
         store = open_store(self.url)
@@ -58,18 +74,42 @@ class Backend:
             store.close()
 
 
-@pytest.fixture(scope="session")
-def postgres_admin_url() -> str:
-    """The server's URL once it answered; skips (or fails under CI) when it does not."""
-    url = admin_url()
+def reachable(url: str, what: str, variable: str) -> str:
+    """``url`` once it answered; skips (or fails under CI) when it does not."""
     try:
         psycopg.connect(url, connect_timeout=5).close()
     except psycopg.Error as exc:
-        message = f"PostgreSQL at {urlsplit(url).hostname}:{urlsplit(url).port} is unreachable: {exc}"
+        message = f"{what} at {urlsplit(url).hostname}:{urlsplit(url).port} is unreachable: {exc}"
         if os.environ.get("CI"):
-            pytest.fail(f"{message} (CI is set, so PostgreSQL tests must run)")
-        pytest.skip(f"{message}; start it or set RUNIFOLD_TEST_POSTGRES_URL")
+            pytest.fail(f"{message} (CI is set, so its tests must run)")
+        pytest.skip(f"{message}; start it or set {variable}")
     return url
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url() -> str:
+    """The server's URL once it answered."""
+    return reachable(admin_url(), "PostgreSQL", "RUNIFOLD_TEST_POSTGRES_URL")
+
+
+def pgbouncer_admin_url(mode: str) -> str:
+    """The PgBouncer pooling in ``mode`` (transaction or session) once it answered."""
+    variable = (
+        "RUNIFOLD_TEST_PGBOUNCER_URL" if mode == "transaction" else "RUNIFOLD_TEST_PGBOUNCER_SESSION_URL"
+    )
+    url = os.environ.get(variable) or DEFAULT_PGBOUNCER_URLS[mode]
+    return reachable(url, f"PgBouncer ({mode} pooling; tools/pgbouncer_up starts it)", variable)
+
+
+def through_pgbouncer(direct_url: str, mode: str) -> str:
+    """``direct_url``'s database through the PgBouncer pooling in ``mode``; in transaction
+    mode with ``pgbouncer=true`` and LISTEN straight to the server."""
+    pooled = urlsplit(pgbouncer_admin_url(mode))
+    url = urlsplit(direct_url)._replace(netloc=pooled.netloc).geturl()
+    if mode == "session":
+        return url
+    server = urlsplit(direct_url)
+    return f"{url}?pgbouncer=true&listen_host={server.hostname}&listen_port={server.port}"
 
 
 @pytest.fixture
@@ -85,17 +125,24 @@ def postgres_url(postgres_admin_url: str) -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
 
 
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+def open_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """The backend ``request.param`` names, closed at the end of the test."""
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'workflows.db'}"  # tmp_path is absolute: four slashes
+        url = direct = f"sqlite:///{tmp_path / 'workflows.db'}"  # tmp_path is absolute: four slashes
     else:
-        url = request.getfixturevalue("postgres_url")
-    backend = Backend(request.param, url)
+        url = direct = request.getfixturevalue("postgres_url")
+        if request.param == "pgbouncer":
+            url = through_pgbouncer(direct, "transaction")
+    backend = Backend(request.param, url, direct)
     try:
         yield backend
     finally:
         backend.close_all()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    yield from open_backend(request, tmp_path)
 
 
 @pytest.fixture

@@ -96,9 +96,9 @@ def main(ctx: WorkflowContext, n: int) -> dict[str, Any]:
 def _schema_6_with_tasks(backend: Backend, tasks: dict[str, tuple[str, str]]) -> None:
     """Build ``backend``'s database with the migrations up to version 6, as the previous
     release left it, holding ``tasks`` (task id -> (state, checkpoint text))."""
-    scripts = [(version, script) for version, script in load_migrations(backend.name) if version <= 6]
+    scripts = [(version, script) for version, script in load_migrations(backend.kind) if version <= 6]
     assert [version for version, _ in scripts] == [1, 2, 3, 4, 5, 6]
-    if backend.name == "sqlite":
+    if backend.kind == "sqlite":
         now = "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)"
         conn = sqlite3.connect(backend.url.removeprefix("sqlite:///"))
         conn.execute("CREATE TABLE runifold_schema (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)")
@@ -116,7 +116,7 @@ def _schema_6_with_tasks(backend: Backend, tasks: dict[str, tuple[str, str]]) ->
         conn.commit()
         conn.close()
         return
-    with psycopg.connect(backend.url, autocommit=True) as conn:
+    with psycopg.connect(backend.direct_url, autocommit=True) as conn:
         conn.execute(
             "CREATE TABLE runifold_schema "
             "(version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"

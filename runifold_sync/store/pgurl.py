@@ -1,0 +1,86 @@
+"""What a PostgreSQL store URL says beyond libpq: whether a transaction-pooling PgBouncer
+stands between the store and the server, and where to LISTEN around it.
+
+PgBouncer in transaction mode hands each transaction to any server connection, so
+nothing may outlive one: no server-side prepared statement (psycopg prepares a query
+after five executions, and the next transaction may land on a server that never saw
+it), no session setting, and no LISTEN (a notification goes to whichever client holds
+that server next). Three URL parameters, taken out before the URL reaches libpq:
+
+- ``pgbouncer=true``: a transaction-mode pooler is in the path. Statements are never
+  prepared and the session is never configured.
+- ``listen_host=H`` and ``listen_port=P``: where idle workers LISTEN, on a connection of
+  their own straight to the server (the rest of the URL, user and database included, is
+  kept). Without them, idle workers poll the store every :data:`POLL_INTERVAL_S`.
+
+Session-mode pooling needs none of this: a session keeps its server connection.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import attrs
+from psycopg.conninfo import make_conninfo
+
+from ..errors import InvalidArgument
+from ..models import check_int
+from ..redaction import redacted
+
+PARAMETERS = ("pgbouncer", "listen_host", "listen_port")
+# How often an idle worker behind a transaction pooler looks for work when it has no
+# direct connection to LISTEN on: the longest it can take to see a new task.
+POLL_INTERVAL_S = 0.5
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+@attrs.frozen
+class PostgresTarget:
+    """Where the store connects (``conninfo``, as libpq takes it), whether a transaction
+    pooler is on that path, and the direct connection for LISTEN when one is given."""
+
+    conninfo: str
+    pgbouncer: bool = False
+    listen_conninfo: str | None = None
+
+    @property
+    def polls(self) -> bool:
+        """Idle workers poll: behind a transaction pooler with nowhere else to LISTEN."""
+        return self.pgbouncer and self.listen_conninfo is None
+
+
+def parse_target(url: str) -> PostgresTarget:
+    """Split ``url`` into libpq's part and ours. A ``key=value`` connection string has no
+    place for our parameters and goes to libpq unchanged."""
+    if "://" not in url:
+        return PostgresTarget(url)
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    ours = {key: value for key, value in pairs if key in PARAMETERS}
+    if not ours:
+        return PostgresTarget(url)
+    conninfo = parts._replace(query=urlencode([(k, v) for k, v in pairs if k not in PARAMETERS])).geturl()
+    pgbouncer = _flag(url, ours.get("pgbouncer", "false"))
+    listen = {key.removeprefix("listen_"): value for key, value in ours.items() if key.startswith("listen_")}
+    if listen and not pgbouncer:
+        raise InvalidArgument(
+            f"store URL {redacted(url)!r}: listen_host and listen_port name the direct connection "
+            "that bypasses a transaction pooler; they need pgbouncer=true"
+        )
+    if "port" in listen:
+        try:
+            port = int(listen["port"])
+        except ValueError:
+            raise InvalidArgument(
+                f"store URL {redacted(url)!r}: listen_port must be a port number, got {listen['port']!r}"
+            ) from None
+        check_int("listen_port", port, minimum=1, maximum=65535)
+    return PostgresTarget(conninfo, pgbouncer, make_conninfo(conninfo, **listen) if listen else None)
+
+
+def _flag(url: str, value: str) -> bool:
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise InvalidArgument(f"store URL {redacted(url)!r}: pgbouncer must be true or false, got {value!r}")
