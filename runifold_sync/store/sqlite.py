@@ -3,7 +3,8 @@
 Each thread gets its own connection (the heartbeat thread never shares the step thread's
 connection), each connection remembers the pid that opened it, and every multi-statement
 write starts with ``BEGIN IMMEDIATE`` so two processes can never both read a task as
-claimable; store time is read once per write transaction. WAL with ``synchronous=FULL``
+claimable; store time (the host's boot clock from an anchor in the database, see
+``sqlite_clock``) is read once per write transaction. WAL with ``synchronous=FULL``
 keeps a commit durable across power loss, which the ambiguous-effect promise relies on.
 Waiting for the database lock is done by the connection (``sqlite_connection``), in
 short random pauses up to the busy timeout, so processes sharing a file share the work.
@@ -27,19 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidArgument, StoreClosed, StoreUnavailable, StoreUsedAcrossFork
-from . import checks, event_details, refusals, row_records
+from . import checks, event_details, refusals, row_records, sqlite_clock
 from .base import WorkflowStore
 from .dialect import Detail, Dialect, Event, Params, Row, Transaction
 from .queries import load_queries, pending_migrations
 from .records import ClaimedTask, ClaimRequest, JournalRow, Lease
 from .sqlite_connection import MICROSECOND, SqliteConnection, in_us, migration_statements, time_at
 
-# Store time in integer microseconds: SQL time (millisecond resolution) plus the offset.
-NOW = (
-    "(CAST(ROUND((julianday('now') - 2440587.5) * 86400000000.0) AS INTEGER)"
-    " + (SELECT offset_us FROM runifold_clock))"
-)
-_Q = load_queries("sqlite", NOW)
+_Q = load_queries("sqlite", sqlite_clock.NOW)
 _SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
 # SQLite has no notifications: wait_for_work polls PRAGMA data_version (a read of shared
 # memory that changes when another connection commits) at this interval, and asks for
@@ -334,7 +330,8 @@ class SqliteDialect(Dialect):
         return version
 
     def migrate(self) -> int:
-        """Apply pending numbered migrations in one ``BEGIN IMMEDIATE`` transaction."""
+        """Apply pending numbered migrations in one ``BEGIN IMMEDIATE`` transaction, and
+        anchor the store clock to this boot if it is not yet (``sqlite_clock``)."""
         with self._immediate("migrating") as conn:
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS runifold_schema "
@@ -346,6 +343,7 @@ class SqliteDialect(Dialect):
                 for statement in migration_statements(script):
                     conn.execute(statement)
                 conn.execute("INSERT INTO runifold_schema VALUES (?, datetime('now'))", (version,))
+            sqlite_clock.anchor(conn, time.time_ns() // 1000)
         return latest
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..errors import StoreUsedAcrossFork
+from .sqlite_clock import HOST_CLOCK
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND = timedelta(microseconds=1)
@@ -67,10 +68,14 @@ class SqliteConnection:
     def __init__(self, path: str, synchronous: str, busy_timeout_s: float) -> None:
         self.pid = os.getpid()
         self.busy_timeout_s = busy_timeout_s
+        # The boot clock as stamped by execute() for the statement it starts, and for the
+        # rest of a transaction it began: one store time per statement or transaction.
+        self.stamp_us = HOST_CLOCK.uptime_us()
         # Each connection serves one thread (see _conn); check_same_thread=False only lets
         # close() release connections of threads that have finished.
         self.raw = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
         self.raw.row_factory = sqlite3.Row
+        self.raw.create_function("runifold_uptime_us", 0, lambda: self.stamp_us)
         _enable_wal(self.raw, busy_timeout_s)
         self.raw.execute(f"PRAGMA synchronous={synchronous}")
 
@@ -81,6 +86,7 @@ class SqliteConnection:
         deadline = None
         pause_s = _FIRST_LOCK_PAUSE_S
         while True:
+            self.stamp_us = HOST_CLOCK.uptime_us()
             try:
                 return self.raw.execute(sql, params)
             except sqlite3.OperationalError as exc:

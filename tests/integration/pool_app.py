@@ -18,6 +18,7 @@ import os
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any, NamedTuple
@@ -121,9 +122,12 @@ def spawn(
     backoff_s: tuple[float, float] = (0.01, 0.1),
     pool_timeout_s: float | None = None,
     stderr: IO[str] | None = None,
+    base_id: str = "pool",
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[str]:
     """Start a supervisor process in its own session (``os.killpg`` ends all of it); its
-    report is the one line on its stdout."""
+    report is the one line on its stdout. Its workers are ``<base_id>-N``; ``env``
+    replaces the environment (a clock shim's variables, say)."""
     options = [] if pool_timeout_s is None else ["--pool-timeout-s", str(pool_timeout_s)]
     return processes.spawn(
         "tests.integration.pool_app",
@@ -139,8 +143,11 @@ def spawn(
         str(backoff_s[0]),
         "--max-backoff-s",
         str(backoff_s[1]),
+        "--base-id",
+        base_id,
         *options,
         stderr=stderr,
+        env=env,
         own_session=True,
     )
 
@@ -154,6 +161,7 @@ def main() -> None:
     parser.add_argument("--min-backoff-s", type=float, default=0.01)
     parser.add_argument("--max-backoff-s", type=float, default=0.1)
     parser.add_argument("--pool-timeout-s", type=float, default=None, help="PostgreSQL pool_timeout")
+    parser.add_argument("--base-id", default="pool", help="workers are BASE-0, BASE-1, ...")
     args = parser.parse_args()
     lease = LeaseDuration(timedelta(seconds=args.lease_s))
 
@@ -167,7 +175,7 @@ def main() -> None:
         .with_backoff(timedelta(seconds=args.min_backoff_s), timedelta(seconds=args.max_backoff_s))
         .with_shutdown_grace(timedelta(seconds=args.grace_s))
     )
-    report = WorkflowSupervisor(factory, config, base_id="pool").run(CancellationToken())
+    report = WorkflowSupervisor(factory, config, base_id=args.base_id).run(CancellationToken())
     summary = {"outcomes": report.outcomes, "per_worker": report.per_worker, "restarts": report.restarts}
     print(json.dumps(summary), flush=True)
 
