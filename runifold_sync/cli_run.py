@@ -123,7 +123,8 @@ def run(
     """Run workers: a supervised pool of processes, or with --once a single cycle whose
     exit status is 0 for idle, completed, suspended, retried or yielded (a per-claim step
     limit reached: progress committed and the task requeued) and 1 for failed, lease
-    lost, definition unavailable or cancelled."""
+    lost, definition unavailable or cancelled. A pool exits 1 when its store refuses
+    writes (permissions, a read-only database) five times in a row, naming why."""
     if once and metrics_port is not None:
         raise click.UsageError(
             "--metrics-port serves a running pool's metrics and cannot be used with --once"
@@ -163,11 +164,14 @@ def run(
                     "per_worker": report.per_worker,
                     "restarts": report.restarts,
                     "recycled": report.recycled,
+                    "stopped_by": report.stopped_by,
                 }
             )
         )
     else:
         click.echo(describe_report(report))
+    if report.stopped_by is not None:
+        raise click.ClickException(f"the pool stopped: {report.stopped_by}")
 
 
 def _print_outcome(outcome: RunOutcome, as_json: bool) -> None:

@@ -84,6 +84,12 @@ class StoreUnavailable(RunifoldError):
     """The store could not be reached or answered with a driver error."""
 
 
+class StoreNotWritable(StoreUnavailable):
+    """The store's database refuses this process's writes: file or directory permissions,
+    a read-only filesystem, a read-only (standby) server, missing privileges. An operator
+    must act, so workers retry only a few times and then stop with this reason."""
+
+
 class StoreClosed(StoreUnavailable):
     """The store was closed by its owner: unlike an unreachable one, it will not return."""
 

@@ -32,7 +32,7 @@ from types import FrameType
 import attrs
 
 from .cancellation import CancellationToken
-from .errors import InvalidArgument
+from .errors import InvalidArgument, StoreNotWritable
 from .idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF, check_backoff_bounds
 from .models import WorkerId, check_count, check_positive_timedelta
 from .outcomes import RunOutcome
@@ -43,6 +43,8 @@ log = logging.getLogger("runifold_sync.supervisor")
 _EXIT_DONE = 0
 _EXIT_RECYCLE = 75
 _EXIT_CRASHED = 70
+_EXIT_NOT_WRITABLE = 78  # EX_CONFIG: the store refuses this worker's writes; the pool stops
+_FATAL = "!"  # a report line that starts so is why a child stopped for good
 _QUICK_CRASH_S = 10.0  # a child that dies sooner than this after starting counts as crash-looping
 
 
@@ -96,6 +98,7 @@ class SupervisorReport:
     per_worker: dict[str, dict[str, int]]
     restarts: int
     recycled: int
+    stopped_by: str | None = None  # why the pool stopped on its own (a store refusing writes)
 
 
 class WorkflowSupervisor:
@@ -117,8 +120,11 @@ class WorkflowSupervisor:
 
     def run(self, token: CancellationToken) -> SupervisorReport:
         """Run the pool until ``token`` is cancelled (or SIGINT/SIGTERM arrives in the
-        main thread), then wait for children to finish their started cycles."""
+        main thread), then wait for children to finish their started cycles. A child
+        whose store refuses its writes (:class:`StoreNotWritable`) stops the whole pool,
+        since every child shares that store: the report's ``stopped_by`` says why."""
         counts: dict[str, Counter[str]] = {}
+        stopped_by: str | None = None
         children: dict[int, _Child] = {}
         selector = selectors.DefaultSelector()
         restarts = recycled = 0
@@ -127,7 +133,7 @@ class WorkflowSupervisor:
             for slot in range(self._config.concurrency):
                 self._spawn(slot, children, selector, crashes=0)
             while children or respawn_at:
-                if token.cancelled:
+                if token.cancelled or stopped_by is not None:
                     recycled += self._stop_children(children, selector, counts)
                     break
                 # Reports are read in batches: waking for each one cost the parent about
@@ -139,7 +145,10 @@ class WorkflowSupervisor:
                     code = os.waitstatus_to_exitcode(status)
                     if code == _EXIT_RECYCLE:
                         recycled += 1
-                    if token.cancelled:
+                    if code == _EXIT_NOT_WRITABLE:
+                        stopped_by = child.fatal or f"worker {child.worker_id}: the store refused its writes"
+                        log.error("%s; stopping the pool", stopped_by, extra={"worker_id": child.worker_id})
+                    if token.cancelled or stopped_by is not None:
                         continue
                     crashes = 0
                     if code != _EXIT_RECYCLE:
@@ -163,7 +172,7 @@ class WorkflowSupervisor:
         total: Counter[str] = Counter()
         for c in counts.values():
             total.update(c)
-        return SupervisorReport(dict(total), per_worker, restarts, recycled)
+        return SupervisorReport(dict(total), per_worker, restarts, recycled, stopped_by)
 
     def _respawn_delay_s(self, quick_crashes: int) -> float:
         """A child that keeps dying at start (store down, broken app) is restarted with a
@@ -245,11 +254,16 @@ class _Child:
     crashes: int  # consecutive quick crashes of this slot before this child
     started: float = attrs.Factory(time.monotonic)
     partial: bytes = b""
+    fatal: str | None = None  # why it stopped for good, as it said
 
     def take(self, data: bytes, counts: dict[str, Counter[str]]) -> None:
         lines = (self.partial + data).split(b"\n")
         self.partial = lines.pop()
-        counts.setdefault(self.worker_id, Counter()).update(ln.decode() for ln in lines if ln)
+        for line in (ln.decode() for ln in lines if ln):
+            if line.startswith(_FATAL):
+                self.fatal = line.removeprefix(_FATAL)
+            else:
+                counts.setdefault(self.worker_id, Counter())[line] += 1
 
 
 def _reap(children: dict[int, _Child]) -> Iterator[tuple[int, _Child, int]]:
@@ -291,7 +305,8 @@ def _child_main(
     report_fd: int,
 ) -> int:
     """A child's life: build its worker (which opens its own store), run the worker loop
-    until SIGTERM or recycling, report each outcome kind to the parent, and close."""
+    until SIGTERM or recycling, report each outcome kind to the parent, and close. A store
+    that refuses the worker's writes ends it with the reason reported."""
     token = CancellationToken()
     signal.signal(signal.SIGTERM, lambda _s, _f: token.cancel())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into SIGTERM
@@ -299,16 +314,22 @@ def _child_main(
     def report(outcome: RunOutcome) -> None:
         os.write(report_fd, f"{outcome.kind}\n".encode())
 
-    worker = factory(worker_id)
     try:
-        done = worker.run(
-            token,
-            max_tasks=config.recycle_after_tasks,
-            min_backoff=config.min_backoff,
-            max_backoff=config.max_backoff,
-            on_outcome=report,
-        )
+        worker = factory(worker_id)
+        try:
+            done = worker.run(
+                token,
+                max_tasks=config.recycle_after_tasks,
+                min_backoff=config.min_backoff,
+                max_backoff=config.max_backoff,
+                on_outcome=report,
+            )
+        finally:
+            worker.close()
         return _EXIT_RECYCLE if done.reached_max_tasks else _EXIT_DONE
+    except StoreNotWritable as exc:
+        reason = " ".join(f"worker {worker_id}: {exc}".split())
+        os.write(report_fd, f"{_FATAL}{reason}\n".encode())
+        return _EXIT_NOT_WRITABLE
     finally:
-        worker.close()
         os.close(report_fd)

@@ -28,7 +28,7 @@ from . import crashpoints
 from .cancellation import CancellationToken
 from .claim_ahead import ClaimedAhead
 from .definition import WorkflowRegistry
-from .errors import InvalidArgument, StoreUnavailable
+from .errors import InvalidArgument, StoreNotWritable, StoreUnavailable
 from .execution import ClaimExecutor
 from .heartbeat import LeaseKeeper
 from .idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF, IdleBackoff, IdleWait
@@ -40,6 +40,8 @@ from .store.records import ClaimRequest
 from .worker_settings import WorkerOptions, WorkerSettings
 
 log = logging.getLogger("runifold_sync.worker")
+# Cycles in a row the store may refuse as not writable before the loop gives up.
+NOT_WRITABLE_ATTEMPTS = 5
 
 
 @attrs.frozen
@@ -117,7 +119,9 @@ class WorkflowWorker:
         :class:`~runifold_sync.idle_backoff.IdleWait`), noticing a cancel within half a
         second. A cycle or wait that fails (an unreachable store: a database restart) ends
         that cycle, not the loop: it is logged and retried after ``max_backoff``, the store
-        reconnects, and a task the cycle held is claimed again once its lease expires.
+        reconnects, and a task the cycle held is claimed again once its lease expires. A
+        store that refuses writes (:class:`StoreNotWritable`: permissions, a read-only
+        database) ``NOT_WRITABLE_ATTEMPTS`` times in a row ends the loop with that error.
         ``on_outcome`` hears each cycle's outcome as it ends (pool children report them to
         their supervisor). Signals are the caller's: a handler should only cancel
         ``shutdown``. The worker stays open: :meth:`close` it afterwards."""
@@ -128,6 +132,7 @@ class WorkflowWorker:
         idle = IdleWait(self.store, IdleBackoff(min_backoff, max_backoff))
         outcomes: Counter[str] = Counter()
         tasks = 0
+        refused = _RefusedWrites()
         try:
             while not shutdown.cancelled and (max_tasks is None or tasks < max_tasks):
                 # Claim the next task with this one's completion unless the loop ends after
@@ -136,16 +141,19 @@ class WorkflowWorker:
                 last = max_tasks is not None and tasks + 1 >= max_tasks
                 try:
                     outcome = self.run_once(claim_next=not last, stopping=shutdown)
-                except Exception:
+                except Exception as exc:
+                    refused.count(exc)
                     self._back_off("cycle failed", shutdown, max_backoff)
                     continue
+                refused.reset()
                 outcomes[outcome.kind] += 1
                 if on_outcome is not None:
                     on_outcome(outcome)
                 if isinstance(outcome, Idle):
                     try:
                         idle.wait(shutdown)
-                    except Exception:
+                    except Exception as exc:
+                        refused.count(exc)
                         self._back_off("waiting for work failed", shutdown, max_backoff)
                     continue
                 idle.worked()
@@ -218,6 +226,26 @@ class WorkflowWorker:
                     self.worker_id,
                     extra={"worker_id": str(self.worker_id)},
                 )
+
+
+class _RefusedWrites:
+    """Consecutive cycles the store refused as not writable. A permission or a read-only
+    database does not fix itself the way a restarting server does: after
+    ``NOT_WRITABLE_ATTEMPTS`` in a row the loop stops with the store's reason."""
+
+    def __init__(self) -> None:
+        self._in_a_row = 0
+
+    def count(self, exc: Exception) -> None:
+        if not isinstance(exc, StoreNotWritable):
+            self._in_a_row = 0
+            return
+        self._in_a_row += 1
+        if self._in_a_row >= NOT_WRITABLE_ATTEMPTS:
+            raise exc
+
+    def reset(self) -> None:
+        self._in_a_row = 0
 
 
 def _settings(

@@ -19,11 +19,12 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+import psycopg.errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
-from ..errors import InvalidArgument, StoreClosed, StoreUnavailable, StoreUsedAcrossFork
+from ..errors import InvalidArgument, StoreClosed, StoreNotWritable, StoreUnavailable, StoreUsedAcrossFork
 from ..models import check_int
 from ..redaction import redacted, scrubbed
 
@@ -159,6 +160,9 @@ class ProcessPool:
                     yield conn
                 finally:
                     conn.returned_at = time.monotonic()
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction) as exc:
+            # Missing privileges or a read-only (standby) server: an operator must act.
+            raise StoreNotWritable(f"{self.where} refused a write: {type(exc).__name__}: {exc}") from exc
         except psycopg.DataError as exc:
             # A value the database cannot hold (out of range, malformed): the caller's
             # value, not an outage, so it is not retried as one.

@@ -27,13 +27,21 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidArgument, StoreClosed, StoreUnavailable, StoreUsedAcrossFork
+from ..errors import InvalidArgument, StoreClosed, StoreNotWritable, StoreUnavailable, StoreUsedAcrossFork
 from . import checks, event_details, refusals, row_records, sqlite_clock
 from .base import WorkflowStore
 from .dialect import Detail, Dialect, Event, Params, Row, Transaction
 from .queries import load_queries, pending_migrations
 from .records import ClaimedTask, ClaimRequest, JournalRow, Lease
-from .sqlite_connection import MICROSECOND, SqliteConnection, in_us, migration_statements, time_at
+from .sqlite_connection import (
+    MICROSECOND,
+    SqliteConnection,
+    in_us,
+    migration_statements,
+    store_error,
+    time_at,
+    why_not_writable,
+)
 
 _Q = load_queries("sqlite", sqlite_clock.NOW)
 _SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
@@ -110,7 +118,7 @@ class SqliteDialect(Dialect):
             try:
                 conn = SqliteConnection(self.path, self._synchronous, self._busy_timeout_s)
             except sqlite3.Error as exc:
-                raise StoreUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+                raise store_error(f"cannot open SQLite database {self.path!r}", self.path, exc) from exc
             self._local.conn = conn
             with self._lock:
                 self.connections.append(conn)
@@ -131,7 +139,7 @@ class SqliteDialect(Dialect):
                 raise
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            raise StoreUnavailable(f"{what} {self.path!r} failed: {exc}") from exc
+            raise store_error(f"{what} {self.path!r} failed", self.path, exc) from exc
         except OverflowError as exc:  # a value SQLite cannot hold: the caller's, not an outage
             raise InvalidArgument(f"{what} {self.path!r} refused a value: {exc}") from exc
 
@@ -147,7 +155,7 @@ class SqliteDialect(Dialect):
         try:
             return conn.execute(_Q[name], params).fetchall()
         except sqlite3.Error as exc:
-            raise StoreUnavailable(f"SQLite query {name} on {self.path!r} failed: {exc}") from exc
+            raise store_error(f"SQLite query {name} on {self.path!r} failed", self.path, exc) from exc
         except OverflowError as exc:  # a value SQLite cannot hold: the caller's, not an outage
             raise InvalidArgument(f"SQLite query {name} on {self.path!r} refused a value: {exc}") from exc
 
@@ -326,7 +334,7 @@ class SqliteDialect(Dialect):
         try:
             version: int = self._conn().execute("PRAGMA data_version").fetchone()[0]
         except sqlite3.Error as exc:
-            raise StoreUnavailable(f"SQLite data_version on {self.path!r} failed: {exc}") from exc
+            raise store_error(f"SQLite data_version on {self.path!r} failed", self.path, exc) from exc
         return version
 
     def migrate(self) -> int:
@@ -363,6 +371,8 @@ def _create_private(path: str) -> None:
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except FileExistsError:
         pass
+    except PermissionError as exc:
+        raise StoreNotWritable(f"cannot create SQLite database {path!r}: {why_not_writable(path)}") from exc
     except OSError as exc:
         raise StoreUnavailable(f"cannot create SQLite database {path!r}: {exc.strerror}") from exc
 

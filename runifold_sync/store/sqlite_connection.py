@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..errors import StoreUsedAcrossFork
+from ..errors import StoreNotWritable, StoreUnavailable, StoreUsedAcrossFork
 from .sqlite_clock import HOST_CLOCK
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -35,6 +35,35 @@ def in_us(value: datetime | timedelta) -> int:
     if isinstance(value, datetime):
         value = value - EPOCH
     return value // MICROSECOND
+
+
+# Primary result codes of a database this process may not write (or create files beside).
+_NOT_WRITABLE = (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM)
+
+
+def store_error(message: str, path: str, exc: sqlite3.Error) -> StoreUnavailable:
+    """The store error for ``exc``: :class:`StoreNotWritable`, saying why, when the file
+    cannot be written by this process, else :class:`StoreUnavailable`."""
+    if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _NOT_WRITABLE:
+        return StoreUnavailable(f"{message}: {exc}")
+    return StoreNotWritable(f"{message}: {exc} ({why_not_writable(path)})")
+
+
+def why_not_writable(path: str) -> str:
+    """What stops this process writing the database at ``path``, as far as it can tell."""
+    directory = os.path.dirname(os.path.abspath(path))
+    who = f"uid {os.geteuid()}"
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        mode = os.stat(path).st_mode & 0o777
+        return f"the file {path!r} is not writable by this process ({who}, mode {mode:04o})"
+    if not os.access(directory, os.W_OK):
+        return (
+            f"the directory {directory!r} is not writable by this process ({who}); SQLite "
+            "creates the database's -wal and -shm files beside it"
+        )
+    if os.statvfs(directory).f_flag & os.ST_RDONLY:
+        return f"the filesystem holding {directory!r} is mounted read-only"
+    return "no permission or read-only mount explains it; see the SQLite error"
 
 
 def _enable_wal(raw: sqlite3.Connection, busy_timeout_s: float) -> None:

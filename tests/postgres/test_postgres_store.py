@@ -14,7 +14,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from runifold_sync import InvalidArgument, LeaseDuration, StoreUnavailable, WorkerId, WorkflowTask
+from runifold_sync import (
+    InvalidArgument,
+    LeaseDuration,
+    StoreNotWritable,
+    StoreUnavailable,
+    WorkerId,
+    WorkflowTask,
+)
 from runifold_sync.codec import to_json
 from runifold_sync.postgres import PostgresWorkflowStore
 from runifold_sync.store.pgstatements import Q, claim_with_limit
@@ -293,3 +300,23 @@ def test_connect_to_an_unreachable_server_raises_store_unavailable_without_the_p
 def test_connect_refuses_bad_pool_arguments(postgres_url: str, options: dict[str, Any]) -> None:
     with pytest.raises(InvalidArgument):
         PostgresWorkflowStore.connect(postgres_url, **options)
+
+
+def test_a_read_only_database_refuses_writes_as_not_writable_not_as_an_outage(postgres_url: str) -> None:
+    """A read-only server or database (a standby, ``default_transaction_read_only``) is
+    :class:`StoreNotWritable`, which workers give up on after a few tries; reads work."""
+    PostgresWorkflowStore.connect(postgres_url).close()  # migrated while writable
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        dbname = conn.info.dbname
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} SET default_transaction_read_only = on").format(sql.Identifier(dbname))
+        )
+    with pytest.raises(StoreNotWritable, match="ReadOnlySqlTransaction"):
+        PostgresWorkflowStore.connect(postgres_url)  # migrating is a write
+    store = PostgresWorkflowStore.connect(postgres_url, migrate=False)
+    try:
+        with pytest.raises(StoreNotWritable, match=f"PostgreSQL database {dbname} .* refused a write"):
+            store.enqueue(task())
+        assert store.list_tasks() == []
+    finally:
+        store.close()
