@@ -22,6 +22,7 @@ from . import crashpoints
 from .errors import LeaseLostError, StoreClosed
 from .logs import task_fields
 from .models import LeaseDuration, WorkerId
+from .observer import CycleObserver
 from .store.base import WorkflowStore
 from .store.records import Lease
 
@@ -49,8 +50,19 @@ class LeaseFlags:
 
 
 class LeaseKeeper:
-    def __init__(self, store: WorkflowStore, duration: LeaseDuration, interval_s: float, name: str) -> None:
+    """The heartbeat thread of one worker. With an ``observer`` it also reports each
+    beat's timing, its own wake-up drift and the store's pool waits (see ``observer``)."""
+
+    def __init__(
+        self,
+        store: WorkflowStore,
+        duration: LeaseDuration,
+        interval_s: float,
+        name: str,
+        observer: CycleObserver | None = None,
+    ) -> None:
         self._store = store
+        self._observer = observer
         self._duration = duration
         self._interval_s = interval_s
         self._name = name
@@ -177,7 +189,10 @@ class LeaseKeeper:
 
     def _loop(self) -> None:
         while True:
-            self._wake.wait(self._interval_s)
+            asked_at = time.monotonic()
+            stopped = self._wake.wait(self._interval_s)
+            if self._observer is not None and not stopped:
+                self._report_waits(time.monotonic() - asked_at - self._interval_s)
             with self._lock:
                 if self._stop:
                     return
@@ -194,6 +209,21 @@ class LeaseKeeper:
                 return
             if not self._hand_back_held() or not self._extend_held():
                 return
+
+    def _report_waits(self, drift_s: float) -> None:
+        """The thread woke ``drift_s`` after it asked to (a frozen or starved process),
+        and the store's pool waits since the last beat."""
+        assert self._observer is not None
+        self._observer.runtime_stall(max(drift_s, 0.0))
+        waits = self._store.pool_waits()
+        self._observer.pool_wait(waits.requests, waits.waited, waits.wait_s)
+
+    def _beat_landed(self, flags: LeaseFlags, started: float) -> None:
+        """Report a beat sent at ``started`` that just got its answer: how late it was
+        against the beat due an interval after the last extension, and the lease left."""
+        if self._observer is not None:
+            due = flags.deadline - self._duration.seconds + self._interval_s
+            self._observer.heartbeat(max(started - due, 0.0), max(flags.deadline - time.monotonic(), 0.0))
 
     def _hand_back_held(self) -> bool:
         """Give held tasks back to the queue, unstarted, once the running task has kept
@@ -227,6 +257,7 @@ class LeaseKeeper:
             if crashpoints.ARMED:
                 crashpoints.reached("after_heartbeat", lease.task_id)
         except LeaseLostError:
+            self._beat_landed(flags, started)
             flags.lost = True
             with self._lock:
                 current = self._lease is lease
@@ -244,6 +275,7 @@ class LeaseKeeper:
             if flags.expired():
                 flags.lost = True
             return True
+        self._beat_landed(flags, started)
         if renewed.cancel_requested is not None:
             flags.cancel = True
         with self._lock:

@@ -11,6 +11,7 @@ worker that exits leaves nothing stale behind (no live gauges to mark dead).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -34,6 +35,9 @@ OTHER = "(other)"
 _QUEUE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, _MINUTE, 5 * _MINUTE, 15 * _MINUTE, _HOUR)
 _CYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, _MINUTE, 5 * _MINUTE, 15 * _MINUTE)
 _WAIT_BUCKETS = (1, 10, _MINUTE, 10 * _MINUTE, _HOUR, 6 * _HOUR, _DAY, 7 * _DAY, 30 * _DAY)
+_OPERATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+_LATE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, _MINUTE)
+_LEFT_BUCKETS = (0.5, 1, 2.5, 5, 10, 15, 20, 30, _MINUTE, 2 * _MINUTE, 5 * _MINUTE)
 
 
 class BoundedLabels:
@@ -99,6 +103,51 @@ class PrometheusObserver(CycleObserver):
             registry=registry,
         )
         self._definition_labels = BoundedLabels()
+        self._diagnostics(registry)
+
+    def _diagnostics(self, registry: CollectorRegistry | None) -> None:
+        """The readings a rise in lease losses calls for: transaction latency, pool
+        waits, heartbeat timing and runtime stalls."""
+        self.operations = Histogram(
+            "runifold_store_operation_seconds",
+            "Duration of each store operation of a worker (claim, heartbeat, commit_checkpoint, ...).",
+            ["operation"],
+            buckets=_OPERATION_BUCKETS,
+            registry=registry,
+        )
+        self.pool_requests = Counter(
+            "runifold_store_pool_requests",
+            "Requests for a store connection (PostgreSQL's pool) or the database lock (SQLite).",
+            registry=registry,
+        )
+        self.pool_waits = Counter(
+            "runifold_store_pool_waits",
+            "Of those requests, the ones that had to wait.",
+            registry=registry,
+        )
+        self.pool_wait_seconds = Counter(
+            "runifold_store_pool_wait_seconds",
+            "Time requests spent waiting for a connection or the database lock.",
+            registry=registry,
+        )
+        self.heartbeat_lateness = Histogram(
+            "runifold_heartbeat_lateness_seconds",
+            "How long after its schedule (an interval after the last extension) a heartbeat was sent.",
+            buckets=_LATE_BUCKETS,
+            registry=registry,
+        )
+        self.heartbeat_lease_left = Histogram(
+            "runifold_heartbeat_lease_left_seconds",
+            "Lease time left, as the worker counts it, when a heartbeat's extension landed.",
+            buckets=_LEFT_BUCKETS,
+            registry=registry,
+        )
+        self.stalls = Histogram(
+            "runifold_runtime_stall_seconds",
+            "How late the heartbeat thread woke up: a frozen process, or one starved of the GIL.",
+            buckets=_LATE_BUCKETS,
+            registry=registry,
+        )
 
     def claimed(self, claimed: ClaimedTask) -> None:
         self.queue_delay.observe(claimed.queue_delay.total_seconds())
@@ -117,11 +166,27 @@ class PrometheusObserver(CycleObserver):
         elif isinstance(outcome, DefinitionUnavailable):
             self.unavailable.labels(*self._definition_labels(outcome.name, outcome.version)).inc()
 
+    def store_operation(self, operation: str, duration_s: float) -> None:
+        self.operations.labels(operation).observe(duration_s)
+
+    def pool_wait(self, requests: int, waited: int, wait_s: float) -> None:
+        self.pool_requests.inc(requests)
+        self.pool_waits.inc(waited)
+        self.pool_wait_seconds.inc(wait_s)
+
+    def heartbeat(self, lateness_s: float, lease_left_s: float) -> None:
+        self.heartbeat_lateness.observe(lateness_s)
+        self.heartbeat_lease_left.observe(lease_left_s)
+
+    def runtime_stall(self, drift_s: float) -> None:
+        self.stalls.observe(drift_s)
+
 
 class StoreCollector(Collector):
     """Gauges read from the store at each scrape, so they are as fresh as the scrape:
     task counts and the oldest ready age per tenant and state, tasks whose definition
-    version no live worker serves, and ready tasks deferred by tenant admission. A store
+    version no live worker serves, ready tasks deferred by tenant admission, and how far
+    this host's clock is from store time. A store
     that cannot answer gives ``runifold_store_up 0`` instead of a failed scrape."""
 
     def __init__(self, store: WorkflowStore) -> None:
@@ -132,6 +197,7 @@ class StoreCollector(Collector):
             "runifold_store_up", "1 when the exporter could read the store at this scrape."
         )
         try:
+            skew_s = time.time() - self._store.now().timestamp()
             rows = self._store.queue_stats()
             served = served_versions(self._store)
             admissions = self._store.tenant_admission()
@@ -142,6 +208,12 @@ class StoreCollector(Collector):
             return
         up.add_metric([], 1)
         yield up
+        clock = GaugeMetricFamily(
+            "runifold_clock_skew_seconds",
+            "This host's clock minus store time, read at the scrape (leases and timers follow store time).",
+        )
+        clock.add_metric([], skew_s)
+        yield clock
         tasks = GaugeMetricFamily(
             "runifold_tasks", "Tasks per tenant, state and outcome.", labels=["tenant", "state", "outcome"]
         )

@@ -42,6 +42,8 @@ from .worker_settings import WorkerOptions, WorkerSettings
 log = logging.getLogger("runifold_sync.worker")
 # Cycles in a row the store may refuse as not writable before the loop gives up.
 NOT_WRITABLE_ATTEMPTS = 5
+# A host clock this far from store time is logged when a worker starts.
+CLOCK_SKEW_WARNING_S = 5.0
 
 
 @attrs.frozen
@@ -86,12 +88,15 @@ class WorkflowWorker:
         self.registry = registry
         self.worker_id = worker_id
         self._observer = observer
+        if observer is not None:
+            store.operation_timer = observer.store_operation
         self._registered = False
         self._keeper = LeaseKeeper(
             store,
             self.settings.lease_duration,
             self.settings.heartbeat_interval.total_seconds(),
             f"runifold-heartbeat-{worker_id}",
+            observer,
         )
         request = ClaimRequest(worker_id, self.settings.lease_duration, self.settings.claim_batch)
         self._ahead = ClaimedAhead(store, self._keeper, request)
@@ -187,6 +192,7 @@ class WorkflowWorker:
             )
             self._keeper.announce(self.worker_id)
             self._registered = True
+            _warn_of_clock_skew(self.store)
         extended_at = None
         held = self._ahead.next()
         if isinstance(held, LeaseLost):
@@ -226,6 +232,18 @@ class WorkflowWorker:
                     self.worker_id,
                     extra={"worker_id": str(self.worker_id)},
                 )
+
+
+def _warn_of_clock_skew(store: WorkflowStore) -> None:
+    """Store time rules leases and timers, so a host clock far from it is no fault of the
+    worker; but it is what an operator reading this host's logs and clocks must know."""
+    skew_s = time.time() - store.now().timestamp()
+    if abs(skew_s) > CLOCK_SKEW_WARNING_S:
+        log.warning(
+            "this host's clock is %+.1f s from store time; leases and timers follow store time "
+            "(runifold_clock_skew_seconds)",
+            skew_s,
+        )
 
 
 class _RefusedWrites:

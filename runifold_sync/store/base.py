@@ -29,6 +29,7 @@ from .records import EnqueueResult
 from .sql_operators import OperatorOperations
 from .sql_reads import ReadOperations
 from .sql_transitions import WorkerOperations
+from .timing import OperationTimer
 
 
 class WorkflowStore(OperatorOperations, WorkerOperations, ReadOperations, abc.ABC):
@@ -40,6 +41,9 @@ class WorkflowStore(OperatorOperations, WorkerOperations, ReadOperations, abc.AB
     def __init__(self, dialect: Dialect, *, max_pending_signals: int = checks.MAX_PENDING_SIGNALS) -> None:
         self.dialect = dialect
         self.max_pending_signals = checks.check_pending_cap(max_pending_signals)
+        # Hears the duration of each worker operation (``timing``); a worker with an
+        # observer sets it.
+        self.operation_timer: OperationTimer | None = None
 
     def enqueue(self, task: WorkflowTask) -> EnqueueResult:
         """Insert ``task``; an identical task with the same id is returned as it is, a

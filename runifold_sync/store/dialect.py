@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import attrs
 
 from .records import ClaimedTask, ClaimRequest, JournalRow, Lease
+from .timing import PoolWaits
 
 Params = dict[str, Any]  # a named query's parameters
 Detail = dict[str, Any]  # a history event's detail (``event_details``)
@@ -161,6 +162,11 @@ class Dialect(Values, abc.ABC):
 
     @abc.abstractmethod
     def wait_for_work(self, timeout_s: float) -> bool: ...
+
+    @abc.abstractmethod
+    def pool_waits(self) -> PoolWaits:
+        """The requests for a connection (or the database lock) since the last call and
+        their waits; the count starts again."""
 
     @abc.abstractmethod
     def migrate(self) -> int: ...

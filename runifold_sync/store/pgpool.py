@@ -27,6 +27,7 @@ from psycopg_pool import ConnectionPool
 from ..errors import InvalidArgument, StoreClosed, StoreNotWritable, StoreUnavailable, StoreUsedAcrossFork
 from ..models import check_int
 from ..redaction import redacted, scrubbed
+from .timing import PoolWaits
 
 Connection = psycopg.Connection[DictRow]
 
@@ -210,6 +211,16 @@ class ProcessPool:
                 if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     conn.rollback()
                 raise
+
+    def pool_waits(self) -> PoolWaits:
+        """psycopg_pool's own counts since the last call: requests, those queued for a
+        free connection, and their total wait."""
+        stats = self._pool.pop_stats()
+        return PoolWaits(
+            stats.get("requests_num", 0),
+            stats.get("requests_queued", 0),
+            stats.get("requests_wait_ms", 0) / 1000,
+        )
 
     def close(self) -> None:
         """Idempotent. In a forked child it only marks the pool closed."""

@@ -50,6 +50,7 @@ from .pgurl import POLL_INTERVAL_S, PostgresTarget, parse_target
 from .pgwait import DirectListener, notified, poll, wait_until_due
 from .queries import pending_migrations
 from .records import ClaimedTask, ClaimRequest, JournalRow, Lease
+from .timing import PoolWaits
 
 # pg_advisory_xact_lock key that serializes migrations of one database ("RUNIFOLD").
 _MIGRATION_LOCK = 0x52554E49464F4C44
@@ -225,6 +226,9 @@ class PostgresDialect(Dialect):
                 return wait_until_due(lambda: _due_in(conn), lambda s: notified(conn, s), timeout_s)
             finally:
                 conn.execute(Q["unlisten_work"])
+
+    def pool_waits(self) -> PoolWaits:
+        return self.pool.pool_waits()
 
     def _due_in(self) -> float | None:
         with self.pool.connection() as conn:

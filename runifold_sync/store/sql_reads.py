@@ -16,6 +16,7 @@ from ..models import TaskState, WorkerId, check_count
 from . import checks, row_records
 from .dialect import Dialect
 from .records import JournalRow, QueueStats, TaskEvent, TaskRecord, VersionReference, WorkerRecord
+from .timing import PoolWaits, timed
 
 
 def _status(record: TaskRecord, now: datetime) -> str | None:
@@ -112,6 +113,7 @@ class ReadOperations:
 
     # --- worker registry -------------------------------------------------------------
 
+    @timed
     def register_worker(
         self, worker_id: WorkerId, *, host: str, pid: int, definitions: list[tuple[str, int]]
     ) -> None:
@@ -124,6 +126,12 @@ class ReadOperations:
         }
         self.dialect.execute("register_worker", params)
 
+    def pool_waits(self) -> PoolWaits:
+        """Requests for a connection (PostgreSQL's pool) or the database lock (SQLite)
+        since the last call, and how long they waited."""
+        return self.dialect.pool_waits()
+
+    @timed
     def worker_seen(self, worker_id: WorkerId, pid: int) -> None:
         """Refresh ``last_seen`` of a running worker (its heartbeat thread calls this)."""
         self.dialect.execute("worker_seen", {"worker_id": worker_id.value, "pid": check_count("pid", pid)})

@@ -24,18 +24,22 @@ from ..outcomes import FailureDetail
 from . import checks, event_details, refusals, row_records
 from .dialect import Dialect, Event
 from .records import ClaimedTask, ClaimRequest, Committed, JournalRow, Lease, Signal
+from .timing import OperationTimer, timed
 
 
 class WorkerOperations:
     """Mixed into :class:`~runifold_sync.store.base.WorkflowStore`."""
 
     dialect: Dialect
+    operation_timer: OperationTimer | None
 
+    @timed
     def claim(self, worker_id: WorkerId, lease: LeaseDuration, *, limit: int = 1) -> list[ClaimedTask]:
         """Lease up to ``limit`` ready tasks (queued or waiting and due, or leased with an
         expired lease), raising each one's fencing token and claim count."""
         return self.dialect.claim(ClaimRequest(worker_id, lease, limit))
 
+    @timed
     def heartbeat(self, lease: Lease, duration: LeaseDuration) -> Lease:
         """Extend a held lease from store now; raises LeaseLostError if it is not held."""
         d = self.dialect
@@ -54,6 +58,7 @@ class WorkerOperations:
             row["cancel_requested"],
         )
 
+    @timed
     def commit_checkpoint(
         self, lease: Lease, revision: int, checkpoint_json: str, *, journal: Sequence[JournalRow] = ()
     ) -> Committed:
@@ -65,6 +70,7 @@ class WorkerOperations:
             raise LeaseLostError(lease.task_id, lease.fencing_token, "checkpoint commit")
         return Committed(row["revision"], row["cancel_requested"])
 
+    @timed
     def suspend(
         self,
         lease: Lease,
@@ -109,6 +115,7 @@ class WorkerOperations:
         found = self.dialect.all(query, {"task_id": checks.check_text("task id", task_id), "name": name})
         return [row_records.signal(row, self.dialect) for row in found]
 
+    @timed
     def consume_signal(
         self,
         lease: Lease,
@@ -140,6 +147,7 @@ class WorkerOperations:
             d.event(tx, Event(lease.task_id, now, kind, detail, lease.worker_id, lease.fencing_token))
             return Committed(row["revision"], row["cancel_requested"])
 
+    @timed
     def acknowledge_cancel(
         self, lease: Lease, revision: int, checkpoint_json: str, *, journal: Sequence[JournalRow] = ()
     ) -> None:
@@ -149,6 +157,7 @@ class WorkerOperations:
             "acknowledge_cancel", lease, params, "cancelled", {}, notify=False, journal=journal
         )
 
+    @timed
     def retry(
         self,
         lease: Lease,
@@ -173,6 +182,7 @@ class WorkerOperations:
         row = d.transition("retry", lease, params, "retried", detail, notify=True, journal=journal)
         return d.time(row["ready_at"])
 
+    @timed
     def release(self, lease: Lease, *, delay: timedelta, reason: str) -> None:
         """Hand the task back unchanged; the claim does not count as an attempt."""
         d = self.dialect
@@ -180,6 +190,7 @@ class WorkerOperations:
         params = {"delay": d.db_duration(checks.check_delay(delay)), "reason": reason}
         d.transition("release", lease, params, "released", {"reason": reason}, notify=True)
 
+    @timed
     def complete(
         self,
         lease: Lease,
@@ -206,6 +217,7 @@ class WorkerOperations:
             return []
         return d.complete_then_claim(lease, params, then_claim, journal)
 
+    @timed
     def fail(
         self,
         lease: Lease,
@@ -231,6 +243,7 @@ class WorkerOperations:
         detail = event_details.failed(reason, ambiguous_effect, error)
         d.transition("fail", lease, params, "failed", detail, notify=False, journal=journal)
 
+    @timed
     def continue_as_new(
         self, lease: Lease, revision: int, checkpoint_json: str, input_json: str, *, run: int
     ) -> None:

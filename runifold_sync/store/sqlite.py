@@ -42,6 +42,7 @@ from .sqlite_connection import (
     time_at,
     why_not_writable,
 )
+from .timing import PoolWaits
 
 _Q = load_queries("sqlite", sqlite_clock.NOW)
 _SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
@@ -328,6 +329,19 @@ class SqliteDialect(Dialect):
                 time.sleep(min(remaining_s, _WAIT_POLL_S))
                 if (due_by is not None and time.monotonic() >= due_by) or self._data_version() != version:
                     break
+
+    def pool_waits(self) -> PoolWaits:
+        """The waits for the database lock of every connection of this store, each
+        connection's count started again (its own thread may add one as it is taken)."""
+        with self._lock:
+            conns = list(self.connections)
+        total = PoolWaits()
+        for conn in conns:
+            taken, conn.waits = conn.waits, PoolWaits()
+            total.requests += taken.requests
+            total.waited += taken.waited
+            total.wait_s += taken.wait_s
+        return total
 
     def _data_version(self) -> int:
         """Changes whenever another connection commits to the database."""

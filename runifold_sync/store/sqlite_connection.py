@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import StoreNotWritable, StoreUnavailable, StoreUsedAcrossFork
 from .sqlite_clock import HOST_CLOCK
+from .timing import PoolWaits
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND = timedelta(microseconds=1)
@@ -100,6 +101,7 @@ class SqliteConnection:
         # The boot clock as stamped by execute() for the statement it starts, and for the
         # rest of a transaction it began: one store time per statement or transaction.
         self.stamp_us = HOST_CLOCK.uptime_us()
+        self.waits = PoolWaits()  # statements that may wait for the lock, and their waits
         # Each connection serves one thread (see _conn); check_same_thread=False only lets
         # close() release connections of threads that have finished.
         self.raw = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
@@ -112,20 +114,23 @@ class SqliteConnection:
         """Run a statement that may have to wait for the database lock (one that starts a
         transaction, or a single statement in autocommit mode): a refused try changed
         nothing, so it is tried again, after a short random pause, until the busy timeout."""
-        deadline = None
+        refused_at: float | None = None  # when the first try was refused
         pause_s = _FIRST_LOCK_PAUSE_S
         while True:
             self.stamp_us = HOST_CLOCK.uptime_us()
             try:
-                return self.raw.execute(sql, params)
+                cursor = self.raw.execute(sql, params)
+                self.waits.add(0.0 if refused_at is None else time.monotonic() - refused_at)
+                return cursor
             except sqlite3.OperationalError as exc:
                 # Errors the sqlite3 module raises itself carry no SQLite code.
                 if getattr(exc, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_BUSY:
                     raise
                 now = time.monotonic()
-                if deadline is None:
-                    deadline = now + self.busy_timeout_s
-                if now >= deadline:
+                if refused_at is None:
+                    refused_at = now
+                if now >= refused_at + self.busy_timeout_s:
+                    self.waits.add(now - refused_at)
                     raise
             time.sleep(random.uniform(0, pause_s))
             pause_s = min(pause_s * 2, _MAX_LOCK_PAUSE_S)

@@ -58,6 +58,11 @@ def _value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
+def _over(samples: Samples, histogram: str, le: str) -> float:
+    """Observations of ``histogram`` above its bucket bound ``le``."""
+    return _value(samples, f"{histogram}_count") - _value(samples, f"{histogram}_bucket", le=le)
+
+
 def _children(pid: int) -> dict[int, str]:
     """Live child processes of ``pid`` and their command lines, read from /proc."""
     found = {}
@@ -164,6 +169,7 @@ def test_metrics_endpoint_shows_worker_metrics_and_store_gauges_through_a_stoppe
         scraped[:] = [samples]
         return (
             _value(samples, "runifold_lease_losses_total") >= 1
+            and _over(samples, "runifold_runtime_stall_seconds", "1.0") >= 1
             and _value(samples, "runifold_queue_delay_seconds_sum") > 0
             and _value(samples, "runifold_definition_unavailable_total", definition="pool-flow", version="7")
             >= 1
@@ -174,6 +180,14 @@ def test_metrics_endpoint_shows_worker_metrics_and_store_gauges_through_a_stoppe
     )
     [samples] = scraped
     assert _value(samples, "runifold_cycle_seconds_count", outcome="lease_lost") >= 1
+    # The lease-loss diagnostics show the 2.5 s freeze: the heartbeat thread woke over a
+    # second late (waited for above). Whether a late beat follows is a race with the step
+    # thread, which may end the expired cycle first; test_lease_diagnostics.py has that.
+    assert _value(samples, "runifold_heartbeat_lateness_seconds_count") >= 1
+    assert _value(samples, "runifold_store_operation_seconds_count", operation="claim") >= 1
+    assert _value(samples, "runifold_store_operation_seconds_count", operation="heartbeat") >= 1
+    assert _value(samples, "runifold_store_pool_requests_total") > 0
+    assert abs(_value(samples, "runifold_clock_skew_seconds")) < 1.0
     assert _value(samples, "runifold_store_up") == 1
     queued_or_leased = sum(
         _value(samples, "runifold_tasks", tenant="default", state=state, outcome="")

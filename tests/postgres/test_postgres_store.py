@@ -320,3 +320,27 @@ def test_a_read_only_database_refuses_writes_as_not_writable_not_as_an_outage(po
         assert store.list_tasks() == []
     finally:
         store.close()
+
+
+def test_a_request_that_waited_for_a_pooled_connection_is_counted_with_its_wait(postgres_url: str) -> None:
+    store = PostgresWorkflowStore.connect(postgres_url, min_size=1, max_size=1)
+    try:
+        store.pool_waits()  # from here on
+        holding = threading.Event()
+
+        def hold_the_only_connection() -> None:
+            with store.dialect.pool.connection():
+                holding.set()
+                time.sleep(0.3)
+
+        holder = threading.Thread(target=hold_the_only_connection)
+        holder.start()
+        holding.wait(5)
+        store.enqueue(task())
+        holder.join()
+        waits = store.pool_waits()
+        assert waits.requests >= 2 and waits.waited == 1
+        assert 0.2 <= waits.wait_s < 5
+        assert store.pool_waits().requests == 0  # taken: the count starts again
+    finally:
+        store.close()
