@@ -32,6 +32,7 @@ from .errors import (
     StoreUnavailable,
     StoreUsedAcrossFork,
     TaskNotFound,
+    WorkerIdInUse,
 )
 from .models import (
     Budget,
@@ -114,6 +115,7 @@ __all__ = [
     "StoreNotWritable",
     "StoreUnavailable",
     "StoreUsedAcrossFork",
+    "WorkerIdInUse",
     "SupervisorReport",
     "Suspended",
     "TaskEvent",

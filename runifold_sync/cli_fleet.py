@@ -11,6 +11,7 @@ import click
 
 from .admission import TenantAdmission, TenantBudget, TenantPolicy
 from .cli_common import checked, database_option, echo_json, json_option, opened_store
+from .definition import WorkflowRegistry
 from .models import seconds_duration
 from .operations import served_versions
 from .store.records import VersionReference
@@ -52,7 +53,8 @@ live_option = click.option(
 def versions(app_ref: str | None, live_within: float, database: str | None, as_json: bool) -> None:
     """List definition versions still referenced by queued, leased, waiting or
     recoverable tasks, and how many live workers serve each. With --app, exit 1 when the
-    app lacks one of them (the deploy preflight)."""
+    app lacks one of them or has changed its steps under the same version (another step
+    fingerprint than its tasks were checkpointed with): the deploy preflight."""
     from .app import load_registry
 
     registry = None if app_ref is None else checked(load_registry, app_ref)
@@ -61,6 +63,7 @@ def versions(app_ref: str | None, live_within: float, database: str | None, as_j
         served = served_versions(store, window)
     references = [s.reference for s in served]
     missing = [r for r in references if registry is not None and registry.get(r.name, r.version) is None]
+    changed = [] if registry is None else _changed_steps(registry, references)
     if as_json:
         click.echo(
             json.dumps(
@@ -69,6 +72,15 @@ def versions(app_ref: str | None, live_within: float, database: str | None, as_j
                         attrs.asdict(s.reference) | {"live_workers": s.live_workers} for s in served
                     ],
                     "missing": [{"name": r.name, "version": r.version} for r in missing],
+                    "changed": [
+                        {
+                            "name": r.name,
+                            "version": r.version,
+                            "checkpointed": list(r.fingerprints),
+                            "app": app,
+                        }
+                        for r, app in changed
+                    ],
                     "unserved": [_version_json(s.reference) for s in served if not s.live_workers],
                 },
                 indent=2,
@@ -78,14 +90,36 @@ def versions(app_ref: str | None, live_within: float, database: str | None, as_j
         for s in served:
             r = s.reference
             flag = "  MISSING from app" if r in missing else ""
+            flag += "".join(
+                f"  CHANGED in app: tasks checkpointed with steps {', '.join(r.fingerprints)}, "
+                f"the app's are {app}"
+                for c, app in changed
+                if c == r
+            )
             click.echo(
                 f"{r.name} v{r.version}: {r.queued} queued, {r.leased} leased, {r.waiting} waiting, "
                 f"{r.recoverable} recoverable; served by {s.live_workers} live worker(s){flag}"
             )
         if not references:
             click.echo("no task references any definition version")
-    if missing:
+    if missing or changed:
         sys.exit(1)
+
+
+def _changed_steps(
+    registry: WorkflowRegistry, references: list[VersionReference]
+) -> list[tuple[VersionReference, str]]:
+    """The referenced versions the app registers with other steps than some of their
+    tasks were checkpointed with, and the app's fingerprint for each."""
+    changed = []
+    for reference in references:
+        definition = registry.get(reference.name, reference.version)
+        if definition is None:
+            continue
+        fingerprint = definition.identity.fingerprint
+        if any(recorded != fingerprint for recorded in reference.fingerprints):
+            changed.append((reference, fingerprint))
+    return changed
 
 
 @click.command()
@@ -109,7 +143,10 @@ def workers(live_within: float, database: str | None, as_json: bool) -> None:
                         "last_seen": w.last_seen.isoformat(),
                         "stopped_at": None if w.stopped_at is None else w.stopped_at.isoformat(),
                         "live": w.live(window),
-                        "definitions": [{"name": n, "version": v} for n, v in w.definitions],
+                        "definitions": [
+                            {"name": n, "version": v, "fingerprint": w.fingerprints.get((n, v))}
+                            for n, v in w.definitions
+                        ],
                     }
                     for w in records
                 ],

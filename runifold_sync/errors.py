@@ -168,3 +168,7 @@ class OutputNotSerializable(RunifoldError, TypeError):
     def __init__(self, call_id: str, detail: str) -> None:
         self.call_id = call_id
         super().__init__(f"output of {call_id!r} cannot be stored as JSON: {detail}")
+
+
+class WorkerIdInUse(InvalidArgument):
+    """A worker id a new pool would use is live in another process or on another host."""

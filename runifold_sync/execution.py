@@ -84,20 +84,19 @@ class ClaimExecutor:
         transition that ends the claim."""
         lease = claimed.lease
         definition = self.registry.get(claimed.definition_name, claimed.definition_version)
+        wanted = f"definition unavailable: {claimed.definition_name!r} version {claimed.definition_version}"
         if definition is None:
-            reason = (
-                f"definition unavailable: {claimed.definition_name!r} version "
-                f"{claimed.definition_version} is not registered on worker {self.worker_id}"
-            )
-            log.warning(reason, extra=task_fields(lease))
-            try:
-                with crashpoints.transition("unavailable"):
-                    self.store.release(lease, delay=self._unavailable_delay, reason=reason)
-            except LeaseLostError as error:
-                return self._lease_lost(claimed, error)
-            return DefinitionUnavailable(lease.task_id, claimed.definition_name, claimed.definition_version)
+            return self._hand_back(claimed, f"{wanted} is not registered on worker {self.worker_id}")
         try:
             checkpoint = self._load_checkpoint(claimed, definition)
+        except FingerprintMismatch as exc:
+            # A deploy changed this version's steps: another worker may still have the
+            # steps the checkpoint was written by, so the task waits for it, never fails.
+            return self._hand_back(
+                claimed,
+                f"{wanted} with the steps its checkpoint was written by (fingerprint {exc.recorded}) "
+                f"is not on worker {self.worker_id}, whose steps have fingerprint {exc.registered}",
+            )
         except CheckpointError as exc:
             failure = FailRequested(str(exc), cause="checkpoint", error=exc)
             return self._fail(claimed, claimed.revision, None, failure)
@@ -119,6 +118,17 @@ class ClaimExecutor:
             return self._execute(claimed, definition, ctx)
         finally:
             self._keeper.unwatch()
+
+    def _hand_back(self, claimed: ClaimedTask, reason: str) -> RunOutcome:
+        """Release a task this worker cannot run, for a worker that can, after a delay."""
+        lease = claimed.lease
+        log.warning(reason, extra=task_fields(lease))
+        try:
+            with crashpoints.transition("unavailable"):
+                self.store.release(lease, delay=self._unavailable_delay, reason=reason)
+        except LeaseLostError as error:
+            return self._lease_lost(claimed, error)
+        return DefinitionUnavailable(lease.task_id, claimed.definition_name, claimed.definition_version)
 
     def _load_checkpoint(self, claimed: ClaimedTask, definition: WorkflowDefinition) -> Checkpoint:
         """The claimed task's checkpoint: its head and, in one read, its journal rows

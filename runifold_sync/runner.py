@@ -19,6 +19,7 @@ from .errors import InvalidArgument
 from .models import LeaseDuration, WorkerId, check_count, check_int, seconds_duration
 from .observer import CycleObserver
 from .outcomes import Completed, ContinuedAsNew, Idle, Retried, RunOutcome, Suspended, Yielded
+from .pool_preflight import check_pool_can_start
 from .store.base import WorkflowStore
 from .stores import default_url, open_store
 from .supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
@@ -166,11 +167,15 @@ def run_pool(
     observer: Callable[[], CycleObserver] | None = None,
 ) -> SupervisorReport:
     """Run a supervised pool of ``concurrency`` forked workers until SIGINT, SIGTERM or
-    ``token``. The registry is imported here, before the fork, so a broken ``RUNIFOLD_APP``
-    fails now; each child opens its own store and builds its own ``observer``."""
+    ``token``. The registry is imported and the store checked here, before the fork, so a
+    broken ``RUNIFOLD_APP``, an unreachable store or a worker id live elsewhere fails now
+    (``pool_preflight``); each child opens its own store and builds its own ``observer``."""
     registry = settings.registry()
     base = WorkerId.parse(worker_id)
     config = WorkflowSupervisorConfig(concurrency)
+    check_pool_can_start(
+        settings.database_url, (f"{base.value}-{slot}" for slot in range(concurrency)), settings.heartbeat
+    )
     if settings.recycle_after is not None:
         config = config.with_recycling(settings.recycle_after)
 

@@ -46,6 +46,9 @@ _EXIT_CRASHED = 70
 _EXIT_NOT_WRITABLE = 78  # EX_CONFIG: the store refuses this worker's writes; the pool stops
 _FATAL = "!"  # a report line that starts so is why a child stopped for good
 _QUICK_CRASH_S = 10.0  # a child that dies sooner than this after starting counts as crash-looping
+# Quick deaths in a row of one slot's children that stop the pool: a worker that cannot
+# start (its store gone, its app broken) is not fixed by forking it again.
+MAX_START_FAILURES = 5
 
 
 def _check_concurrency(_inst: object, _attr: object, value: int) -> None:
@@ -122,57 +125,60 @@ class WorkflowSupervisor:
         """Run the pool until ``token`` is cancelled (or SIGINT/SIGTERM arrives in the
         main thread), then wait for children to finish their started cycles. A child
         whose store refuses its writes (:class:`StoreNotWritable`) stops the whole pool,
-        since every child shares that store: the report's ``stopped_by`` says why."""
-        counts: dict[str, Counter[str]] = {}
-        stopped_by: str | None = None
-        children: dict[int, _Child] = {}
+        since every child shares that store, and so do ``MAX_START_FAILURES`` children of
+        one slot in a row that die within ``_QUICK_CRASH_S`` of starting: the report's
+        ``stopped_by`` says why (also when a stop came while a slot kept failing)."""
+        pool = _Pool()
         selector = selectors.DefaultSelector()
-        restarts = recycled = 0
-        respawn_at: dict[int, tuple[float, int]] = {}  # slot -> (monotonic due, quick crashes)
         with _stop_signals(token):
             for slot in range(self._config.concurrency):
-                self._spawn(slot, children, selector, crashes=0)
-            while children or respawn_at:
-                if token.cancelled or stopped_by is not None:
-                    recycled += self._stop_children(children, selector, counts)
+                self._spawn(slot, pool.children, selector, crashes=0)
+            while pool.children or pool.respawn_at:
+                if token.cancelled or pool.stopped_by is not None:
+                    pool.recycled += self._stop_children(pool.children, selector, pool.counts)
                     break
                 # Reports are read in batches: waking for each one cost the parent about
                 # 25 us of CPU per task, on the cores its busy children share.
                 token.wait(0.1)
-                self._read_reports(selector, counts, timeout_s=0)
-                for pid, child, status in _reap(children):
-                    self._drain(child, selector, counts)
-                    code = os.waitstatus_to_exitcode(status)
-                    if code == _EXIT_RECYCLE:
-                        recycled += 1
-                    if code == _EXIT_NOT_WRITABLE:
-                        stopped_by = child.fatal or f"worker {child.worker_id}: the store refused its writes"
-                        log.error("%s; stopping the pool", stopped_by, extra={"worker_id": child.worker_id})
-                    if token.cancelled or stopped_by is not None:
-                        continue
-                    crashes = 0
-                    if code != _EXIT_RECYCLE:
-                        restarts += 1
-                        quick = time.monotonic() - child.started < _QUICK_CRASH_S
-                        crashes = child.crashes + 1 if quick else 0
-                        log.warning(
-                            "worker %s (pid %d) exited with %d; restarting",
-                            child.worker_id,
-                            pid,
-                            code,
-                            extra={"worker_id": child.worker_id},
-                        )
-                    respawn_at[child.slot] = (time.monotonic() + self._respawn_delay_s(crashes), crashes)
-                for slot, (due, crashes) in list(respawn_at.items()):
+                self._read_reports(selector, pool.counts, timeout_s=0)
+                for pid, child, status in _reap(pool.children):
+                    self._drain(child, selector, pool.counts)
+                    self._exited(pool, pid, child, os.waitstatus_to_exitcode(status), token.cancelled)
+                for slot, (due, crashes) in list(pool.respawn_at.items()):
                     if time.monotonic() >= due:
-                        del respawn_at[slot]
-                        self._spawn(slot, children, selector, crashes=crashes)
+                        del pool.respawn_at[slot]
+                        self._spawn(slot, pool.children, selector, crashes=crashes)
         selector.close()
-        per_worker = {wid: dict(c) for wid, c in sorted(counts.items())}
-        total: Counter[str] = Counter()
-        for c in counts.values():
-            total.update(c)
-        return SupervisorReport(dict(total), per_worker, restarts, recycled, stopped_by)
+        return pool.report(self._base_id)
+
+    def _exited(self, pool: _Pool, pid: int, child: _Child, code: int, stopping: bool) -> None:
+        """Count a child's exit and settle what follows: its slot respawned (after a
+        growing delay when it died soon after starting), or the whole pool stopped."""
+        if code == _EXIT_RECYCLE:
+            pool.recycled += 1
+        elif code == _EXIT_NOT_WRITABLE:
+            pool.stop(child.fatal or f"worker {child.worker_id}: the store refused its writes", child)
+        if stopping or pool.stopped_by is not None:
+            return
+        crashes = 0
+        if code != _EXIT_RECYCLE:
+            pool.restarts += 1
+            crashes = child.crashes + 1 if time.monotonic() - child.started < _QUICK_CRASH_S else 0
+            if crashes >= MAX_START_FAILURES:
+                pool.stop(
+                    f"worker {child.worker_id} exited with {code} within {_QUICK_CRASH_S:.0f} s of starting "
+                    f"{crashes} times in a row (its log above says why)",
+                    child,
+                )
+                return
+            log.warning(
+                "worker %s (pid %d) exited with %d; restarting",
+                child.worker_id,
+                pid,
+                code,
+                extra={"worker_id": child.worker_id},
+            )
+        pool.respawn_at[child.slot] = (time.monotonic() + self._respawn_delay_s(crashes), crashes)
 
     def _respawn_delay_s(self, quick_crashes: int) -> float:
         """A child that keeps dying at start (store down, broken app) is restarted with a
@@ -244,6 +250,37 @@ class WorkflowSupervisor:
             self._drain(child, selector, counts)
             del children[pid]
         return recycled
+
+
+@attrs.define
+class _Pool:
+    """What the supervisor keeps while its pool runs."""
+
+    counts: dict[str, Counter[str]] = attrs.Factory(dict)  # outcome kinds per worker id
+    children: dict[int, _Child] = attrs.Factory(dict)  # by pid
+    respawn_at: dict[int, tuple[float, int]] = attrs.Factory(dict)  # slot -> (monotonic due, quick crashes)
+    restarts: int = 0
+    recycled: int = 0
+    stopped_by: str | None = None
+
+    def stop(self, reason: str, child: _Child) -> None:
+        self.stopped_by = reason
+        log.error("%s; stopping the pool", reason, extra={"worker_id": child.worker_id})
+
+    def report(self, base_id: str) -> SupervisorReport:
+        stopped_by = self.stopped_by
+        failing = {slot: crashes for slot, (_due, crashes) in self.respawn_at.items() if crashes}
+        if stopped_by is None and failing:
+            slot, crashes = min(failing.items())
+            stopped_by = (
+                f"stopped while worker {base_id}-{slot} kept failing to start "
+                f"({crashes} quick exits in a row)"
+            )
+        total: Counter[str] = Counter()
+        for counted in self.counts.values():
+            total.update(counted)
+        per_worker = {wid: dict(c) for wid, c in sorted(self.counts.items())}
+        return SupervisorReport(dict(total), per_worker, self.restarts, self.recycled, stopped_by)
 
 
 @attrs.define

@@ -186,7 +186,9 @@ class WorkflowWorker:
         self._ahead.claim_next = claim_next
         self._ahead.stopping = stopping
         if not self._registered:  # in the process that runs, so after any fork
-            definitions = sorted((d.workflow.name, d.workflow.version) for d in self.registry)
+            definitions = sorted(
+                (d.identity.name, d.identity.version, d.identity.fingerprint) for d in self.registry
+            )
             self.store.register_worker(
                 self.worker_id, host=socket.gethostname(), pid=os.getpid(), definitions=definitions
             )

@@ -188,6 +188,9 @@ class VersionReference:
     leased: int
     waiting: int
     recoverable: int
+    # The step fingerprints its checkpointed tasks were written by (sorted); a worker whose
+    # definition has another fingerprint cannot resume them.
+    fingerprints: tuple[str, ...] = ()
 
     @property
     def total(self) -> int:
@@ -219,6 +222,9 @@ class WorkerRecord:
     stopped_at: datetime | None
     definitions: list[tuple[str, int]]
     silent_s: float
+    # The step fingerprint it registered for each (name, version); none from a worker of
+    # a release that did not record them.
+    fingerprints: dict[tuple[str, int], str] = attrs.Factory(dict)
 
     def live(self, within: timedelta) -> bool:
         return self.stopped_at is None and self.silent_s <= within.total_seconds()

@@ -160,8 +160,9 @@ def worker_record(row: Row, values: Values) -> WorkerRecord:
         time(row["started_at"]),
         time(row["last_seen"]),
         None if row["stopped_at"] is None else time(row["stopped_at"]),
-        [(str(name), int(version)) for name, version in definitions],
+        [(str(name), int(version)) for name, version, *_fingerprint in definitions],
         float(row["silent_s"]),
+        {(str(name), int(version)): str(rest[0]) for name, version, *rest in definitions if rest},
     )
 
 
@@ -173,6 +174,7 @@ def version_reference(row: Row) -> VersionReference:
         int(row["leased"]),
         int(row["waiting"]),
         int(row["recoverable"]),
+        tuple(sorted(set(filter(None, (row["fingerprints"] or "").split(","))))),
     )
 
 

@@ -7,6 +7,7 @@ stands now (``TaskRecord.status_note``), derived here and never stored.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import attrs
@@ -115,14 +116,20 @@ class ReadOperations:
 
     @timed
     def register_worker(
-        self, worker_id: WorkerId, *, host: str, pid: int, definitions: list[tuple[str, int]]
+        self,
+        worker_id: WorkerId,
+        *,
+        host: str,
+        pid: int,
+        definitions: Sequence[tuple[str, int] | tuple[str, int, str]],
     ) -> None:
-        """Record a starting worker and the definition versions it serves."""
+        """Record a starting worker and the definition versions it serves: (name, version)
+        or (name, version, step fingerprint)."""
         params = {
             "worker_id": worker_id.value,
             "host": checks.check_text("host", host),
             "pid": check_count("pid", pid),
-            "definitions": json.dumps(definitions),
+            "definitions": json.dumps([list(d) for d in definitions]),
         }
         self.dialect.execute("register_worker", params)
 

@@ -17,10 +17,10 @@ from runifold_sync import (
     AmbiguousEffect,
     Budget,
     Completed,
+    DefinitionUnavailable,
     EffectEvidence,
     EnqueueConflict,
     Failed,
-    FingerprintMismatch,
     Idle,
     InvalidArgument,
     InvalidState,
@@ -389,7 +389,7 @@ def test_replay_asking_for_a_different_step_fails_closed_with_non_determinism(
     assert journal_of(sqlite_store, task_id) == [("left#1", "done"), ("timer#1", "pending")]
 
 
-def test_continuing_with_a_different_step_graph_fails_closed_with_fingerprint_mismatch(
+def test_a_worker_with_a_different_step_graph_hands_the_task_back_without_running_it(
     sqlite_store: SqliteWorkflowStore, make_worker: WorkerFactory, clock: Clock
 ) -> None:
     task_id = enqueue(sqlite_store, with_sleep, {"order_id": "o1"})
@@ -411,12 +411,15 @@ def test_continuing_with_a_different_step_graph_fails_closed_with_fingerprint_mi
     clock.advance(61)
     outcome = make_worker(WorkflowDefinition(changed), worker_id="w2").run_once()
 
-    assert isinstance(outcome, Failed)
-    assert outcome.reason == str(
-        FingerprintMismatch(task_id, with_sleep.fingerprint(), changed.fingerprint())
-    )
+    assert isinstance(outcome, DefinitionUnavailable)
     assert not any(c.startswith("changed") for c in CALLS)
-    assert sqlite_store.get_task(task_id).outcome == TaskOutcome.FAILED
+    record = sqlite_store.get_task(task_id)
+    assert record.state is TaskState.QUEUED and record.outcome is None
+    assert record.reason == (
+        "definition unavailable: 'with-sleep' version 1 with the steps its checkpoint was written by "
+        f"(fingerprint {with_sleep.fingerprint()}) is not on worker w2, whose steps have fingerprint "
+        f"{changed.fingerprint()}"
+    )
 
 
 def _crash_claims(store: SqliteWorkflowStore, clock: Clock, times: int) -> None:

@@ -273,7 +273,8 @@ SELECT definition_name, definition_version,
     COUNT(*) FILTER (WHERE state = 'queued') AS queued,
     COUNT(*) FILTER (WHERE state = 'leased') AS leased,
     COUNT(*) FILTER (WHERE state = 'waiting') AS waiting,
-    COUNT(*) FILTER (WHERE state = 'terminal') AS recoverable
+    COUNT(*) FILTER (WHERE state = 'terminal') AS recoverable,
+    string_agg(DISTINCT head -> 'definition' ->> 'fingerprint', ',') AS fingerprints
 FROM runifold_tasks
 WHERE state IN ('queued', 'leased', 'waiting')
     OR (state = 'terminal' AND ambiguous_effect IS NOT NULL)

@@ -191,7 +191,8 @@ LIMIT :limit;
 -- name: referenced_versions
 SELECT definition_name, definition_version,
     SUM(state = 'queued') AS queued, SUM(state = 'leased') AS leased,
-    SUM(state = 'waiting') AS waiting, SUM(state = 'terminal') AS recoverable
+    SUM(state = 'waiting') AS waiting, SUM(state = 'terminal') AS recoverable,
+    group_concat(DISTINCT json_extract(head, '$.definition.fingerprint')) AS fingerprints
 FROM runifold_tasks
 WHERE state IN ('queued', 'leased', 'waiting')
     OR (state = 'terminal' AND ambiguous_effect IS NOT NULL)

@@ -1,0 +1,66 @@
+"""What ``run`` checks before it forks a pool: that the store answers and its schema is
+this release's (opening it migrates a schema that is behind and refuses a newer one),
+and that no worker elsewhere is live under one of the pool's ids.
+
+A pool whose store is down or misnamed otherwise forked children that died at once,
+over and over; and two pools under one ``--worker-id`` overwrote each other's rows in
+the worker registry, so ``workers`` showed a live worker as stopped and ``versions``
+counted one live worker where two ran.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterable
+from datetime import timedelta
+from pathlib import Path
+
+from .errors import WorkerIdInUse
+from .store.records import WorkerRecord
+from .stores import open_store
+
+# A registered worker counts as live for this many heartbeat intervals since last seen.
+_LIVE_BEATS = 3
+
+
+def check_pool_can_start(url: str, worker_ids: Iterable[str], heartbeat: timedelta) -> None:
+    """Raise what stops the pool before any child is forked: the store's own error
+    (``StoreUnavailable``, ``SchemaTooNew``...) or :class:`WorkerIdInUse`. The store is
+    closed again, its threads and connections with it, before the caller forks."""
+    wanted = set(worker_ids)
+    window = heartbeat * _LIVE_BEATS
+    with open_store(url) as store:
+        others = [w for w in store.workers() if w.worker_id in wanted and w.live(window) and not _gone(w)]
+    if others:
+        taken = ", ".join(
+            f"{w.worker_id} (host {w.host}, pid {w.pid}, seen {w.silent_s:.0f} s ago)"
+            for w in sorted(others, key=lambda w: w.worker_id)
+        )
+        raise WorkerIdInUse(
+            f"worker id already live: {taken}; give this pool another --worker-id (ids must be "
+            "unique per host and process), or stop that pool (its ids free up "
+            f"{window.total_seconds():.0f} s after it was last seen)"
+        )
+
+
+def _gone(worker: WorkerRecord) -> bool:
+    """A worker registered on this host whose process no longer runs (a pool killed
+    without stopping its workers): its row is stale, whatever its last sighting."""
+    if worker.host != socket.gethostname():
+        return False
+    try:
+        os.kill(worker.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # a process of another user has that pid
+        return False
+    return _zombie(worker.pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Killed and not yet reaped (Linux): it runs no more."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return False
