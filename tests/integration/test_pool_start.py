@@ -87,75 +87,27 @@ def test_a_second_pool_under_a_live_worker_id_refuses_to_start_and_starts_once_t
 ) -> None:
     url = f"sqlite:///{tmp_path / 'workflows.db'}"
     env = os.environ | {"POOL_LEDGER": str(tmp_path / "ledger.txt")}
+    pool = ["run", "--app", APP, "--database", url, "--worker-id", "dup", "--heartbeat", "1", "--lease", "5"]
     with open_store(url) as store, processes.reaped() as started:
-        first = processes.spawn(
-            "runifold_sync",
-            "run",
-            "--app",
-            APP,
-            "--database",
-            url,
-            "--worker-id",
-            "dup",
-            "--heartbeat",
-            "1",
-            "--lease",
-            "5",
-            env=env,
-            own_session=True,
-        )
+        first = processes.spawn("runifold_sync", *pool, env=env, own_session=True)
         started.append(first)
-        processes.wait_until(
-            lambda: any(w.worker_id == "dup-0" for w in store.workers()), 30, "the first pool"
-        )
+        processes.wait_until(lambda: any(w.worker_id == "dup-0" for w in store.workers()), 30, "the first")
         [live] = [w for w in store.workers() if w.worker_id == "dup-0"]
 
-        second = processes.run(
-            "runifold_sync",
-            "run",
-            "--app",
-            APP,
-            "--database",
-            url,
-            "--worker-id",
-            "dup",
-            "--heartbeat",
-            "1",
-            "--lease",
-            "5",
-            timeout_s=60,
-            env=env,
-        )
+        second = processes.run("runifold_sync", *pool, timeout_s=60, env=env)
         assert second.returncode == 1
         last = second.stderr.strip().splitlines()[-1]
         assert last.startswith("Error: worker id already live: dup-0 (host ")
         assert f"pid {live.pid}" in last and "--worker-id" in last
 
         processes.kill(first)  # SIGKILL: its row still looks live, but its process is gone
-        processes.wait_until(
-            lambda: not Path(f"/proc/{live.pid}").exists(), 10, "the killed worker to be reaped"
-        )
-        third = processes.spawn(
-            "runifold_sync",
-            "run",
-            "--app",
-            APP,
-            "--database",
-            url,
-            "--worker-id",
-            "dup",
-            "--heartbeat",
-            "1",
-            "--lease",
-            "5",
-            env=env,
-            own_session=True,
-        )
+        processes.wait_until(lambda: not Path(f"/proc/{live.pid}").exists(), 10, "the killed worker reaped")
+        third = processes.spawn("runifold_sync", *pool, env=env, own_session=True)
         started.append(third)
         processes.wait_until(
             lambda: any(w.worker_id == "dup-0" and w.pid != live.pid for w in store.workers()),
             30,
-            "the third pool",
+            "the third",
         )
         store.enqueue(WorkflowTask.new("pool-flow", 1, 1, checkpoint_id="after"))
         processes.wait_until(lambda: store.get_task("after").state is TaskState.TERMINAL, 30, "a task on it")
