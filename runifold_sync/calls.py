@@ -204,19 +204,9 @@ class Calls:
             with self._commits.lock:
                 self._boundary.account(steps=0, cost=context.cost, started=started)
                 checkpoint.step_failures[call_id] = failures
-            description = f"{spec.kind} {spec.step_id!r} raised {type(exc).__name__}: {exc}"
-            if failures < spec.retry.max_attempts:
-                raise RetryRequested(
-                    spec.retry.backoff_s(failures),
-                    f"{description} (attempt {failures} of {spec.retry.max_attempts})",
-                ) from exc
-            raise FailRequested(
-                f"{description}; gave up after {failures} attempts",
-                cause="step_error",
-                error=exc,
-                step_id=spec.step_id,
-                effect_key=key,
-            ) from exc
+            interrupt = self._after_failure(spec, key, exc, failures)
+            log.warning("%s", interrupt.reason, exc_info=exc, extra=task_fields(self._lease))
+            raise interrupt from exc
         if crashpoints.ARMED:
             crashpoints.reached(f"after_{spec.kind}", call_id)
         self._boundary.check_lease()
@@ -225,6 +215,27 @@ class Calls:
             self._boundary.account(steps=1, cost=context.cost, started=started)
             checkpoint.step_failures.pop(call_id, None)
         return output
+
+    def _after_failure(
+        self, spec: StepSpec, key: str | None, exc: Exception, failures: int
+    ) -> RetryRequested | FailRequested:
+        """What the ``failures``-th failure of a body leads to under its retry policy: a
+        retry with backoff, or the task's failure once attempts are used up or ``exc`` is
+        of a class the policy does not retry."""
+        retry = spec.retry
+        description = f"{spec.kind} {spec.step_id!r} raised {type(exc).__name__}: {exc}"
+        if isinstance(exc, retry.non_retryable):
+            reason = (
+                f"{description}; not retried: {type(exc).__name__} is non-retryable "
+                "(RetryPolicy.non_retryable)"
+            )
+        elif failures < retry.max_attempts:
+            return RetryRequested(
+                retry.backoff_s(failures), f"{description} (attempt {failures} of {retry.max_attempts})"
+            )
+        else:
+            reason = f"{description}; gave up after {failures} attempts"
+        return FailRequested(reason, cause="step_error", error=exc, step_id=spec.step_id, effect_key=key)
 
     def _completed(self, spec: StepSpec, call_id: str) -> None:
         """Note a completed call that has a compensation, in completion order across

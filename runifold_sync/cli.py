@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from typing import Any
 
 import click
@@ -177,7 +178,11 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
         click.echo(f"  {line}")
     click.echo("history:")
     for e in events:
-        click.echo(f"  {e.at.isoformat()} {e.kind:<16} {e.worker_id or '-':<16} {e.detail}")
+        detail = dict(e.detail)
+        trace = detail.pop("traceback", None)  # many lines: printed below its event, not in it
+        click.echo(f"  {e.at.isoformat()} {e.kind:<16} {e.worker_id or '-':<16} {detail}")
+        if isinstance(trace, str):
+            click.echo(textwrap.indent(trace.rstrip("\n"), "      "))
 
 
 def _record_json(record: TaskRecord) -> dict[str, Any]:

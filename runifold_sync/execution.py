@@ -52,6 +52,7 @@ from .outcomes import (
 )
 from .store.base import WorkflowStore
 from .store.records import ClaimedTask
+from .tracebacks import kept_traceback
 from .worker_settings import WorkerSettings
 
 log = logging.getLogger("runifold_sync.worker")
@@ -343,9 +344,13 @@ class ClaimExecutor:
             task_id=lease.task_id,
             step_id=failure.step_id,
             effect_key=failure.effect_key,
+            traceback=None if error is None else kept_traceback(error),
         )
         ambiguous_effect = failure.ambiguous_effect
-        log.error("task failed: %s", reason, extra=task_fields(lease))
+        # A step's or effect's traceback was logged with its failed attempt (calls.py);
+        # any other error that was raised is logged here, once.
+        logged = failure.cause == "step_error" or detail.traceback is None
+        log.error("task failed: %s", reason, exc_info=None if logged else error, extra=task_fields(lease))
         try:
             self._keeper.ending()
             with crashpoints.transition("fail"):

@@ -14,7 +14,7 @@ import reprlib
 import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -267,9 +267,43 @@ class CapabilitySet:
         return sorted(set(needed) - self.names)
 
 
+def _exception_classes(value: object) -> tuple[type[Exception], ...]:
+    """``RetryPolicy.non_retryable`` as a tuple of ``Exception`` subclasses: a step's
+    ``BaseException`` (a ``KeyboardInterrupt``, a ``SystemExit``) ends its worker, never
+    reaches the policy, so naming one would promise what cannot happen."""
+    field = "RetryPolicy.non_retryable"
+    if isinstance(value, (str, bytes, type)) or not isinstance(value, Iterable):
+        raise InvalidArgument(
+            f"{field} must be a tuple of exception classes, got {_bounded(value)}"
+            + (f"; write ({value.__name__},)" if isinstance(value, type) else "")
+        )
+    classes = tuple(value)
+    for position, cls in enumerate(classes):
+        if not isinstance(cls, type) or not issubclass(cls, BaseException):
+            raise InvalidArgument(
+                f"{field} must hold exception classes, got {_bounded(cls)} at position {position}"
+            )
+        if not issubclass(cls, Exception):
+            raise InvalidArgument(
+                f"{field} may hold only subclasses of Exception, got {cls.__name__} at position "
+                f"{position}: a step raising it stops its worker, not its retries"
+            )
+    return classes
+
+
 @attrs.frozen
 class RetryPolicy:
-    """How often a failing step is retried, with exponential backoff and jitter."""
+    """How often a failing step is retried, with exponential backoff and jitter.
+
+    A step that raises an instance of a ``non_retryable`` class fails its task at once,
+    whatever ``max_attempts`` says. The default holds the programming errors
+    (``PROGRAMMING_ERRORS``: ``TypeError``, ``AttributeError``, ``NameError``),
+    which a retry repeats instead of mending; ``non_retryable=()`` retries everything, and
+    ``(*RetryPolicy.PROGRAMMING_ERRORS, MyError)`` adds to them."""
+
+    # What a retry cannot mend: a step that raises one of these will raise it again, since
+    # every attempt runs the same code on the same arguments.
+    PROGRAMMING_ERRORS: ClassVar[tuple[type[Exception], ...]] = (TypeError, AttributeError, NameError)
 
     max_attempts: int = attrs.field(
         default=3, validator=lambda _i, _a, v: check_count(f"{type(_i).__name__}.max_attempts", v)
@@ -284,6 +318,9 @@ class RetryPolicy:
     )
     multiplier: float = attrs.field(default=2.0, validator=_optional_positive)
     jitter: float = 0.2
+    non_retryable: tuple[type[Exception], ...] = attrs.field(
+        default=PROGRAMMING_ERRORS, converter=_exception_classes
+    )
 
     def __attrs_post_init__(self) -> None:
         if (

@@ -96,6 +96,12 @@ class FailureDetail:
     task_id: str
     step_id: str | None = None  # the step, effect or compensated step it failed in
     effect_key: str | None = None  # the idempotency key of the effect it failed in
+    # Where the error was raised: its traceback, the newest 4 KiB of it
+    # (``tracebacks.kept_traceback``); None for an error the engine built without raising
+    # it, or when nothing raised. Diagnostics, not identity: it names files and line
+    # numbers that differ between deployments, so failures compare equal without it, and
+    # it is left out of the one-line repr (the logs and ``show`` print it whole).
+    traceback: str | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen

@@ -42,12 +42,15 @@ def retried(reason: str, delay: timedelta) -> dict[str, Any]:
 
 def failed(reason: str, ambiguous_effect: str | None, error: FailureDetail | None = None) -> dict[str, Any]:
     """With ``error`` (what the worker found failed), its class and the call it failed
-    in, so ``show`` tells them apart without parsing the reason."""
+    in, so ``show`` tells them apart without parsing the reason, and its traceback when
+    it has one (the key is absent otherwise, as in events written before it was kept)."""
     detail: dict[str, Any] = {"reason": reason}
     if ambiguous_effect is not None:
         detail["ambiguous_effect"] = ambiguous_effect
     if error is not None:
         detail.update(error_class=error.error_class, step_id=error.step_id, effect_key=error.effect_key)
+        if error.traceback is not None:
+            detail["traceback"] = error.traceback
     return detail
 
 

@@ -76,11 +76,13 @@ def test_a_step_failing_its_last_attempt_names_the_step_and_its_exception(
 
     assert outcome.cause == "step_error"
     assert outcome.error == FailureDetail("ConnectionError", "upstream timed out", task_id, "fetch", None)
+    assert outcome.error.traceback is not None
     assert _failed_event(sqlite_store, task_id) == {
         "reason": outcome.reason,
         "error_class": "ConnectionError",
         "step_id": "fetch",
         "effect_key": None,
+        "traceback": outcome.error.traceback,
     }
 
 

@@ -10,6 +10,7 @@ from runifold_sync import (
     CapabilitySet,
     DefinitionConflict,
     InvalidArgument,
+    RetryPolicy,
     StepContext,
     Workflow,
     WorkflowContext,
@@ -19,12 +20,17 @@ from runifold_sync import (
 
 
 def build(
-    name: str = "orders", version: int = 1, *, extra_step: bool = False, idempotent: bool = False
+    name: str = "orders",
+    version: int = 1,
+    *,
+    extra_step: bool = False,
+    idempotent: bool = False,
+    retry: RetryPolicy | None = None,
 ) -> Workflow:
     """A fresh Workflow object; two calls with the same arguments declare the same graph."""
     wf = Workflow(name, version)
 
-    @wf.step()
+    @wf.step(retry=retry)
     def reserve(ctx: StepContext, order_id: str) -> str:
         return order_id
 
@@ -123,6 +129,24 @@ def test_fingerprint_changes_when_an_effect_idempotent_flag_changes() -> None:
 
 def test_fingerprint_differs_between_versions() -> None:
     assert build(version=1).fingerprint() != build(version=2).fingerprint()
+
+
+@pytest.mark.parametrize(
+    "retry",
+    [
+        None,
+        RetryPolicy(),
+        RetryPolicy(non_retryable=()),
+        RetryPolicy(max_attempts=9, non_retryable=(ValueError, *RetryPolicy.PROGRAMMING_ERRORS)),
+    ],
+)
+def test_fingerprint_ignores_the_retry_policy_so_existing_checkpoints_still_match(
+    retry: RetryPolicy | None,
+) -> None:
+    # A retry policy says how often a step runs, not what its checkpoint entries mean, so
+    # it is no part of the fingerprint: this value is what the code before
+    # RetryPolicy.non_retryable computed, and tasks checkpointed by it continue.
+    assert build(retry=retry).fingerprint() == "85ff52fde63a89b7"
 
 
 # --- registry -------------------------------------------------------------------------------
