@@ -1,6 +1,6 @@
-"""What every command of ``python -m runifold_sync`` shares: the ``--database`` and
-``--json`` options, opening the store, and turning library errors into
-``ClickException`` (here and nowhere else)."""
+"""What the commands of ``python -m runifold_sync`` share: the ``--database`` and
+``--json`` options, choosing and opening the store, parsing a start time, and turning
+library errors into ``ClickException`` (here and nowhere else)."""
 
 from __future__ import annotations
 
