@@ -10,17 +10,27 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
+from datetime import datetime, timedelta
 from typing import Any
 
+import attrs
 import click
 
 from .checkpoint import Checkpoint, newest_entries
-from .cli_common import canonical_json, checked, database_option, echo_json, json_option, opened_store
+from .cli_common import (
+    canonical_json,
+    checked,
+    database_option,
+    echo_json,
+    json_option,
+    opened_store,
+    start_time,
+)
 from .cli_fleet import migrate, stats, tenant, versions, workers
 from .cli_run import demo, run
-from .models import TaskState, WorkflowTask
+from .models import TaskOutcome, TaskState, WorkflowTask
 from .store.checks import MAX_LIST_LIMIT
-from .store.records import TaskRecord
+from .store.records import TaskEvent, TaskRecord
 
 
 @click.group()
@@ -41,6 +51,14 @@ def main() -> None:
 @click.option("--tenant", default="default", show_default=True, help="Tenant the task belongs to.")
 @click.option("--checkpoint-id", default=None, help="Task identity; enqueue is idempotent on it.")
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher is claimed first.")
+@click.option(
+    "--not-before",
+    default=None,
+    metavar="TIME|DELAY",
+    callback=start_time,
+    help="Not claimed before this: an ISO 8601 time with its offset (2026-12-24T09:00:00Z) or a "
+    "delay from now in store time (30s, 5m, 1h30m, 2d).  [default: at once]",
+)
 @database_option
 @json_option
 def enqueue(
@@ -50,6 +68,7 @@ def enqueue(
     tenant: str,
     checkpoint_id: str | None,
     priority: int,
+    not_before: datetime | timedelta | None,
     database: str | None,
     as_json: bool,
 ) -> None:
@@ -60,14 +79,26 @@ def enqueue(
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--input") from exc
     task = checked(
-        WorkflowTask.new, name, version, value, tenant=tenant, checkpoint_id=checkpoint_id, priority=priority
+        WorkflowTask.new,
+        name,
+        version,
+        value,
+        tenant=tenant,
+        checkpoint_id=checkpoint_id,
+        priority=priority,
+        not_before=not_before if isinstance(not_before, datetime) else None,
     )
     with opened_store(database) as store:
+        if isinstance(not_before, timedelta):  # a delay counts from store time, not this host's clock
+            task = attrs.evolve(task, not_before=store.now() + not_before)
         result = store.enqueue(task)
+    # An existing task keeps the start it was enqueued with: only a new one has this one.
+    start = None if task.not_before is None or not result.created else task.not_before.isoformat()
     if as_json:
-        click.echo(json.dumps({"task_id": result.task_id, "created": result.created}))
+        echo_json({"task_id": result.task_id, "created": result.created, "not_before": start}, indent=None)
     else:
-        click.echo(f"{result.task_id} ({'enqueued' if result.created else 'already enqueued'})")
+        scheduled = "" if start is None else f", not before {start}"
+        click.echo(f"{result.task_id} ({'enqueued' if result.created else 'already enqueued'}{scheduled})")
 
 
 def _input_text(given: str) -> str:
@@ -125,6 +156,7 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
                 "claims": checkpoint.usage.claims,
             }
     journal = [_journal_line(entry) for entry in shown]
+    failure = _failure(record, events)
     if as_json:
         click.echo(
             json.dumps(
@@ -145,6 +177,7 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
                     "journal": journal,
                     "usage": usage,
                     "result": record.result,
+                    "failure": failure,
                     "history": [
                         {
                             "at": e.at.isoformat(),
@@ -168,6 +201,10 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
         click.echo(f"status: {record.status_note}")
     if record.reason:
         click.echo(f"reason: {record.reason}")
+    if record.outcome is TaskOutcome.COMPLETED:
+        click.echo(f"result: {record.result_json}")
+    if failure is not None:
+        click.echo(f"failure: {_failure_line(failure)}")
     click.echo(f"revision {record.revision}, fencing token {record.fencing_token}, usage {usage}")
     if run is not None:
         paged = (
@@ -183,6 +220,34 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
         click.echo(f"  {e.at.isoformat()} {e.kind:<16} {e.worker_id or '-':<16} {detail}")
         if isinstance(trace, str):
             click.echo(textwrap.indent(trace.rstrip("\n"), "      "))
+
+
+def _failure(record: TaskRecord, events: list[TaskEvent]) -> dict[str, Any] | None:
+    """What a failed task failed on: the detail of its newest ``failed`` event (reason,
+    error class, step, effect key; its traceback stays with the event), None unless the
+    task ended failed."""
+    if record.outcome is not TaskOutcome.FAILED:
+        return None
+    failed = [e for e in events if e.kind == "failed"]
+    if not failed:
+        return {"reason": record.reason}
+    detail = dict(failed[-1].detail)
+    detail.pop("traceback", None)  # printed with its event in the history
+    return detail
+
+
+def _failure_line(failure: dict[str, Any]) -> str:
+    """``ValueError in step reserve_stock#1; effect key ...``: what failed where, as far
+    as the event says (a budget or crash-loop limit raises no exception)."""
+    line = failure.get("error_class") or "no exception (a limit stopped the task, see reason)"
+    if failure.get("step_id"):
+        line += f" in step {failure['step_id']}"
+    ambiguous = failure.get("ambiguous_effect")
+    if failure.get("effect_key") and failure["effect_key"] != ambiguous:
+        line += f"; effect key {failure['effect_key']}"
+    if ambiguous:
+        line += f"; ambiguous effect {ambiguous}: settle it with resolve"
+    return line
 
 
 def _record_json(record: TaskRecord) -> dict[str, Any]:

@@ -1,34 +1,60 @@
-"""What every command of ``python -m runifold_sync`` shares: the ``--database`` and
-``--json`` options, opening the store, and turning library errors into
-``ClickException`` (here and nowhere else)."""
+"""What the commands of ``python -m runifold_sync`` share: the ``--database`` and
+``--json`` options, choosing and opening the store, parsing a start time, and turning
+library errors into ``ClickException`` (here and nowhere else)."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from typing import Any
 
 import click
 
 from .codec import NotJsonable, to_json
 from .errors import RunifoldError
+from .models import MAX_DURATION
 from .store.base import WorkflowStore
-from .stores import ENV_VAR, default_url, open_store
+from .stores import DEFAULT_URL, ENV_VAR, open_store, sqlite_path
 
 database_option = click.option(
     "--database",
     metavar="URL",
     default=None,
-    help=f"Store URL (sqlite:///path.db or postgresql://...); default ${ENV_VAR}, else a local SQLite file.",
+    help=f"Store URL (sqlite:///path.db or postgresql://...); default ${ENV_VAR}, else "
+    f"{DEFAULT_URL} (said on stderr).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 
 
+def store_url(database: str | None) -> str:
+    """The store a command uses: ``--database``, else ``$RUNIFOLD_DATABASE_URL``, else the
+    local default file. The default is said on stderr (stdout stays the command's own, so
+    ``--json`` is unaffected): a command run from the wrong directory, or with the variable
+    missing from a cron line, would otherwise enqueue into a new empty file unnoticed.
+    Naming the store either way is what silences it."""
+    if database:
+        return database
+    from_env = os.environ.get(ENV_VAR)
+    if from_env:
+        return from_env
+    path = os.path.abspath(sqlite_path(DEFAULT_URL))
+    doing = "using" if os.path.exists(path) else "creating"
+    click.echo(
+        f"runifold_sync: no --database and no ${ENV_VAR}: {doing} the SQLite store {path} "
+        f"(name a store with either to silence this)",
+        err=True,
+    )
+    return DEFAULT_URL
+
+
 @contextmanager
-def opened_store(url: str | None) -> Iterator[WorkflowStore]:
+def opened_store(database: str | None) -> Iterator[WorkflowStore]:
     try:
-        store = open_store(url or default_url())
+        store = open_store(store_url(database))
     except RunifoldError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
@@ -56,3 +82,36 @@ def checked(call: Any, *args: Any, **kwargs: Any) -> Any:
 
 def echo_json(value: object, *, indent: int | None = 2) -> None:
     click.echo(json.dumps(value, indent=indent))
+
+
+# An amount and its unit, repeated: 30s, 5m, 1h30m, 1.5d.
+_DELAY = re.compile(r"(?:\d+(?:\.\d+)?[smhd])+")
+_DELAY_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def start_time(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | timedelta | None:
+    """``--not-before``: an ISO 8601 time with its UTC offset (a naive time would depend
+    on the clock of whoever typed it), or a delay such as ``30s``, ``5m``, ``1h30m`` or
+    ``2d``, which the command adds to store time (the clock every worker obeys), not to
+    this host's. A click callback, so a bad value is a usage error naming it."""
+    if value is None:
+        return None
+    text = value.strip()
+    if _DELAY.fullmatch(text):
+        seconds = sum(float(n) * _UNIT_S[unit] for n, unit in _DELAY_PART.findall(text))
+        if seconds > MAX_DURATION.total_seconds():
+            raise click.BadParameter(f"{value!r} is longer than {MAX_DURATION.days} days", ctx, param)
+        return timedelta(seconds=seconds)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is neither an ISO 8601 time (2026-12-24T09:00:00+01:00, or Z for UTC) "
+            "nor a delay (30s, 5m, 1h30m, 2d)",
+            ctx,
+            param,
+        ) from None
+    if when.tzinfo is None:
+        raise click.BadParameter(f"{value!r} has no UTC offset: add one (+01:00, or Z for UTC)", ctx, param)
+    return when

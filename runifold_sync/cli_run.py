@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import click
 
-from .cli_common import checked, database_option, echo_json, json_option
+from .cli_common import checked, database_option, echo_json, json_option, store_url
 from .errors import RunifoldError
 from .logs import LogFormat, configure_logging
 from .metrics_endpoint import MetricsEndpoint, serving_metrics
@@ -133,7 +133,7 @@ def run(
     settings = checked(
         RunifoldSettings.from_mapping,
         {
-            "RUNIFOLD_DATABASE_URL": database,
+            "RUNIFOLD_DATABASE_URL": store_url(database),
             "RUNIFOLD_APP": app_ref,
             "RUNIFOLD_CONCURRENCY": concurrency,
             "RUNIFOLD_LEASE_SECONDS": lease_s,

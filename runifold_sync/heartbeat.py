@@ -175,8 +175,10 @@ class LeaseKeeper:
                 log.warning("lease of a task claimed ahead lost before its turn", extra=task_fields(lease))
             except StoreClosed:
                 return False
-            except Exception:  # an unreachable store: try again at the next beat
-                log.exception("heartbeat of a task claimed ahead failed", extra=task_fields(lease))
+            except Exception as exc:  # an unreachable store: try again at the next beat
+                self._store.outage.report(
+                    log, "heartbeat of a task claimed ahead failed", exc, task_fields(lease)
+                )
                 continue
             with self._lock:
                 current = self._held.get(lease.task_id)
@@ -202,8 +204,10 @@ class LeaseKeeper:
                     self._store.worker_seen(worker_id, self._pid)
                 except StoreClosed:
                     return  # closed under a worker nobody closed: nothing left to keep
-                except Exception:
-                    log.exception("worker registry update failed", extra={"worker_id": str(worker_id)})
+                except Exception as exc:
+                    self._store.outage.report(
+                        log, "worker registry update failed", exc, {"worker_id": str(worker_id)}
+                    )
             # The running task's lease first: leases claimed ahead must not delay it.
             if lease is not None and not self._extend_current(lease, flags):
                 return
@@ -243,8 +247,10 @@ class LeaseKeeper:
                     self._store.release(lease, delay=timedelta(0), reason=reason)
             except StoreClosed:
                 return False
-            except Exception:  # lost already, or an unreachable store: its lease runs out
-                log.exception("could not hand back a task claimed ahead", extra=task_fields(lease))
+            except Exception as exc:  # lost already, or an unreachable store: its lease runs out
+                self._store.outage.report(
+                    log, "could not hand back a task claimed ahead", exc, task_fields(lease)
+                )
         return True
 
     def _extend_current(self, lease: Lease, flags: LeaseFlags) -> bool:
@@ -270,8 +276,8 @@ class LeaseKeeper:
         except StoreClosed:
             flags.lost = True  # nothing can extend it now
             return False
-        except Exception:
-            log.exception("heartbeat failed", extra=task_fields(lease))
+        except Exception as exc:
+            self._store.outage.report(log, "heartbeat failed", exc, task_fields(lease))
             if flags.expired():
                 flags.lost = True
             return True

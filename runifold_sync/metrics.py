@@ -201,11 +201,12 @@ class StoreCollector(Collector):
             rows = self._store.queue_stats()
             served = served_versions(self._store)
             admissions = self._store.tenant_admission()
-        except Exception:  # a scrape must not fail with the store: the workers' metrics still count
-            log.exception("store gauges unavailable")
+        except Exception as exc:  # a scrape must not fail with the store: the workers' metrics still count
+            self._store.outage.report(log, "store gauges unavailable", exc, {})
             up.add_metric([], 0)
             yield up
             return
+        self._store.outage.answered()
         up.add_metric([], 1)
         yield up
         clock = GaugeMetricFamily(

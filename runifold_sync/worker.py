@@ -148,9 +148,10 @@ class WorkflowWorker:
                     outcome = self.run_once(claim_next=not last, stopping=shutdown)
                 except Exception as exc:
                     refused.count(exc)
-                    self._back_off("cycle failed", shutdown, max_backoff)
+                    self._back_off("cycle failed", exc, shutdown, max_backoff)
                     continue
                 refused.reset()
+                self.store.outage.answered()
                 outcomes[outcome.kind] += 1
                 if on_outcome is not None:
                     on_outcome(outcome)
@@ -159,7 +160,7 @@ class WorkflowWorker:
                         idle.wait(shutdown)
                     except Exception as exc:
                         refused.count(exc)
-                        self._back_off("waiting for work failed", shutdown, max_backoff)
+                        self._back_off("waiting for work failed", exc, shutdown, max_backoff)
                     continue
                 idle.worked()
                 if not isinstance(outcome, Yielded):
@@ -168,10 +169,12 @@ class WorkflowWorker:
             self._ahead.release()
         return WorkerReport(dict(outcomes), tasks, max_tasks is not None and tasks >= max_tasks)
 
-    def _back_off(self, what: str, shutdown: CancellationToken, delay: timedelta) -> None:
-        log.exception(
-            "worker %s: %s; backing off", self.worker_id, what, extra={"worker_id": self.worker_id.value}
-        )
+    def _back_off(self, what: str, exc: Exception, shutdown: CancellationToken, delay: timedelta) -> None:
+        """Wait ``delay`` after a failed cycle or wait. An unavailable store is said once
+        per outage (the store's :class:`~runifold_sync.store.outage.OutageLog`), not with
+        a traceback per cycle; any other error is logged with its traceback."""
+        message = f"worker {self.worker_id}: {what}; backing off"
+        self.store.outage.report(log, message, exc, {"worker_id": self.worker_id.value})
         shutdown.wait(delay.total_seconds())
 
     def run_once(self, *, claim_next: bool = False, stopping: CancellationToken | None = None) -> RunOutcome:

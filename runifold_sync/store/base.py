@@ -25,6 +25,7 @@ import abc
 from ..models import WorkflowTask
 from . import checks
 from .dialect import Dialect
+from .outage import OutageLog
 from .records import EnqueueResult
 from .sql_operators import OperatorOperations
 from .sql_reads import ReadOperations
@@ -44,6 +45,12 @@ class WorkflowStore(OperatorOperations, WorkerOperations, ReadOperations, abc.AB
         # Hears the duration of each worker operation (``timing``); a worker with an
         # observer sets it.
         self.operation_timer: OperationTimer | None = None
+
+    @property
+    def outage(self) -> OutageLog:
+        """Where a worker reports failures that mean the database is unavailable, and its
+        recovery: one warning each (see :mod:`.outage`)."""
+        return self.dialect.outage
 
     def enqueue(self, task: WorkflowTask) -> EnqueueResult:
         """Insert ``task``; an identical task with the same id is returned as it is, a

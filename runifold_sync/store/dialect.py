@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from .outage import OutageLog
 from .records import ClaimedTask, ClaimRequest, JournalRow, Lease
 from .timing import PoolWaits
 
@@ -96,7 +97,10 @@ class Values(Protocol):
 
 
 class Dialect(Values, abc.ABC):
-    """One backend's database access and value adapters; see the module docstring."""
+    """One backend's database access and value adapters; see the module docstring.
+    ``outage`` says in the log when the database stops and starts answering."""
+
+    outage: OutageLog
 
     @abc.abstractmethod
     def transaction(self) -> AbstractContextManager[Transaction]:

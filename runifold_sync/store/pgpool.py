@@ -9,6 +9,7 @@ what to do, and ``close()`` in a child leaves the parent's connections alone.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
@@ -16,7 +17,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any
+from typing import Any, Self
 
 import psycopg
 import psycopg.errors
@@ -27,6 +28,7 @@ from psycopg_pool import ConnectionPool
 from ..errors import InvalidArgument, StoreClosed, StoreNotWritable, StoreUnavailable, StoreUsedAcrossFork
 from ..models import check_int
 from ..redaction import redacted, scrubbed
+from .outage import OutageLog
 from .timing import PoolWaits
 
 Connection = psycopg.Connection[DictRow]
@@ -37,6 +39,9 @@ Connection = psycopg.Connection[DictRow]
 # with every statement; if the server restarted in between, that statement fails with
 # StoreUnavailable (ending the cycle, not the task) and the broken connection is dropped.
 _CHECK_AFTER_IDLE_S = 1.0
+_POOL_NAME = "runifold"
+# How psycopg_pool logs each failed reconnection (psycopg_pool/pool.py, _add_connection).
+_RECONNECT_FAILED = "error connecting in %r: %s"
 
 
 class PooledConnection(psycopg.Connection[DictRow]):
@@ -45,6 +50,23 @@ class PooledConnection(psycopg.Connection[DictRow]):
 
     returned_at: float = float("-inf")
     _kept_cursor: psycopg.Cursor[DictRow] | None = None
+
+    @classmethod
+    def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+        """psycopg's connect, telling the pool's :class:`OutageLog` (passed among the
+        pool's connection arguments as ``outage``) how it went. During an outage the
+        pool's background reconnections fail long before any caller's wait for a
+        connection times out, so they are the first sign of it and the first of recovery."""
+        outage: OutageLog | None = kwargs.pop("outage", None)
+        try:
+            conn = super().connect(conninfo, **kwargs)
+        except psycopg.OperationalError as exc:
+            if outage is not None:
+                outage.failed(exc, "connecting")
+            raise
+        if outage is not None:
+            outage.answered()
+        return conn
 
     def kept_cursor(self) -> psycopg.Cursor[DictRow]:
         """A cursor reused by every single-statement call on this connection. A new
@@ -73,6 +95,24 @@ def describe(url: str) -> str:
     return f"PostgreSQL database {parts.get('dbname') or '(default)'!s} at {host}:{parts.get('port') or 5432}"
 
 
+class _ReconnectsReported(logging.Filter):
+    """Drops psycopg_pool's warning for each failed reconnection of a runifold pool: the
+    pool retries every second or so through an outage, and :meth:`PooledConnection.connect`
+    has reported each attempt to the store's :class:`OutageLog` (one warning per outage,
+    the rest at debug level). Other pools' records pass untouched."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        return not (record.msg == _RECONNECT_FAILED and isinstance(args, tuple) and args[:1] == (_POOL_NAME,))
+
+
+def _quiet_reconnect_warnings() -> None:
+    """Install :class:`_ReconnectsReported` on psycopg_pool's logger, once per process."""
+    logger = logging.getLogger("psycopg.pool")
+    if not any(isinstance(f, _ReconnectsReported) for f in logger.filters):
+        logger.addFilter(_ReconnectsReported())
+
+
 def _configure(conn: Connection) -> None:
     """Every store statement is short OLTP work. A claim's lateral join can be estimated
     above ``jit_above_cost`` (10,000 waiting tasks were enough), and compiling it then
@@ -85,8 +125,9 @@ def _configure(conn: Connection) -> None:
 class ProcessPool:
     """Autocommit, dict-row connections for one process."""
 
-    def __init__(self, pool: ConnectionPool[PooledConnection], where: str) -> None:
+    def __init__(self, pool: ConnectionPool[PooledConnection], where: str, outage: OutageLog) -> None:
         self.where = where
+        self.outage = outage
         self._pool = pool
         self._pid = os.getpid()
         self._lock = threading.Lock()
@@ -112,6 +153,8 @@ class ProcessPool:
             if not isinstance(value, timedelta) or value <= timedelta(0):
                 raise InvalidArgument(f"{name} must be a positive timedelta, got {value!r}")
         where = describe(url)
+        outage = OutageLog(where, url)
+        _quiet_reconnect_warnings()
         # One direct connection first: the pool retries in the background and would hide
         # the reason (refused, no such database, authentication) behind a timeout.
         try:
@@ -119,19 +162,19 @@ class ProcessPool:
             pool = ConnectionPool(
                 url,
                 connection_class=PooledConnection,
-                kwargs={"autocommit": True, "row_factory": dict_row}
+                kwargs={"autocommit": True, "row_factory": dict_row, "outage": outage}
                 | ({"prepare_threshold": None} if pgbouncer else {}),
                 min_size=min_size,
                 max_size=max_size,
                 timeout=pool_timeout.total_seconds(),
                 check=_check_if_idle,
                 configure=None if pgbouncer else _configure,
-                name="runifold",
+                name=_POOL_NAME,
                 open=True,
             )
         except psycopg.Error as exc:
             raise StoreUnavailable(f"cannot connect to {where}: {scrubbed(str(exc), url)}") from exc
-        opened = cls(pool, where)
+        opened = cls(pool, where, outage)
         if min_size:
             try:
                 pool.wait(timeout=connect_timeout.total_seconds())

@@ -92,6 +92,7 @@ class PostgresDialect(Dialect):
         self, pool: ProcessPool, *, pooled: bool = False, listener: DirectListener | None = None
     ) -> None:
         self.pool = pool
+        self.outage = pool.outage
         self.pooled = pooled
         self.listener = listener
 

@@ -31,6 +31,7 @@ from ..errors import InvalidArgument, StoreClosed, StoreNotWritable, StoreUnavai
 from . import checks, event_details, refusals, row_records, sqlite_clock
 from .base import WorkflowStore
 from .dialect import Detail, Dialect, Event, Params, Row, Transaction
+from .outage import OutageLog
 from .queries import load_queries, pending_migrations
 from .records import ClaimedTask, ClaimRequest, JournalRow, Lease
 from .sqlite_connection import (
@@ -96,6 +97,7 @@ class SqliteDialect(Dialect):
 
     def __init__(self, path: str, synchronous: str, busy_timeout_s: float) -> None:
         self.path = path
+        self.outage = OutageLog(f"SQLite database {path!r}")
         self._synchronous = synchronous
         self._busy_timeout_s = busy_timeout_s
         self._local = threading.local()

@@ -66,11 +66,11 @@ def test_enqueue_is_idempotent_on_checkpoint_id_and_reports_it(url: str) -> None
     code, out = _invoke(
         "enqueue", "pool-flow", "1", "--input", "5", "--checkpoint-id", "c1", "--database", url, "--json"
     )
-    assert code == 0 and json.loads(out) == {"task_id": "c1", "created": True}
+    assert code == 0 and json.loads(out) == {"task_id": "c1", "created": True, "not_before": None}
     code, out = _invoke(
         "enqueue", "pool-flow", "1", "--input", "5", "--checkpoint-id", "c1", "--database", url, "--json"
     )
-    assert code == 0 and json.loads(out) == {"task_id": "c1", "created": False}
+    assert code == 0 and json.loads(out) == {"task_id": "c1", "created": False, "not_before": None}
     code, out = _invoke(
         "enqueue", "pool-flow", "1", "--input", "6", "--checkpoint-id", "c1", "--database", url
     )
@@ -325,7 +325,7 @@ def test_enqueue_reads_its_input_from_a_file_or_standard_input(url: str, tmp_pat
         url,
         "--json",
     )
-    assert code == 0 and json.loads(out) == {"task_id": "f1", "created": True}
+    assert code == 0 and json.loads(out) == {"task_id": "f1", "created": True, "not_before": None}
     result = CliRunner().invoke(
         main,
         ["enqueue", "pool-flow", "1", "--input", "-", "--checkpoint-id", "s1", "--database", url],
