@@ -72,17 +72,18 @@ def enqueue(
     options = {"tenant": tenant, "checkpoint_id": checkpoint_id, "priority": priority}
     if app_ref is None:
         task = checked(WorkflowTask.new, name, version, value, **options)
+    else:
+        registry = checked(load_registry, app_ref)
+        task = checked(registry.task, name, version, value, **options)
+    with opened_store(database) as store:
+        result = store.enqueue(task)
+    if app_ref is None:  # said once the task is stored, so an error is not preceded by it
         click.echo(
             f"warning: {name!r} version {version} and its input were not checked (no --app): "
             "a name or version no worker has is handed back every 5 s until one does, and input "
             "that does not fit fails the task when it runs",
             err=True,
         )
-    else:
-        registry = checked(load_registry, app_ref)
-        task = checked(registry.task, name, version, value, **options)
-    with opened_store(database) as store:
-        result = store.enqueue(task)
     if as_json:
         click.echo(json.dumps({"task_id": result.task_id, "created": result.created}))
     else:

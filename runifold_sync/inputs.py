@@ -93,8 +93,18 @@ def _origin(type_: Any) -> Any:
 
 
 # Containers: the hook cattrs would make, on this converter (so items are strict too),
-# behind a check that the JSON value is the container the annotation wants.
-_ARRAYS = (list, tuple, set, frozenset, Sequence, MutableSequence, Set, MutableSet)
+# behind a check that the JSON value is the container the annotation wants. An array
+# becomes what cattrs makes of it: a Sequence a tuple, an abstract Set a frozenset.
+_ARRAYS: dict[Any, Callable[[list[Any]], Any]] = {
+    list: list,
+    MutableSequence: list,
+    tuple: tuple,
+    Sequence: tuple,
+    set: set,
+    MutableSet: set,
+    frozenset: frozenset,
+    Set: frozenset,
+}
 _OBJECTS = (dict, Mapping, MutableMapping)
 
 
@@ -104,16 +114,7 @@ def _array_hook(type_: Any) -> Callable[[Any, Any], Any]:
     if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
         return _fixed_tuple_hook(type_, args)
     items = list_structure_factory(list[args[0] if args else Any], strict)  # type: ignore[misc,arg-type]
-    # As cattrs builds them: a Sequence is a tuple, an abstract Set a frozenset.
-    build: Callable[[list[Any]], Any] = (
-        tuple
-        if origin in (tuple, Sequence)
-        else frozenset
-        if origin in (frozenset, Set)
-        else set
-        if origin in (set, MutableSet)
-        else list
-    )
+    build = _ARRAYS[origin]
 
     def structure_array(value: Any, _type: Any) -> Any:
         if not isinstance(value, list):
