@@ -18,6 +18,7 @@ from .errors import (
     DefinitionConflict,
     EnqueueConflict,
     FingerprintMismatch,
+    InputMismatch,
     InvalidArgument,
     InvalidState,
     LeaseLostError,
@@ -26,18 +27,21 @@ from .errors import (
     RunifoldError,
     SchemaTooNew,
     SignalConflict,
+    SignalNotAccepted,
     SignalRefused,
     StoreClosed,
     StoreNotWritable,
     StoreUnavailable,
     StoreUsedAcrossFork,
     TaskNotFound,
+    UnknownDefinition,
     WorkerIdInUse,
 )
 from .models import (
     Budget,
     BudgetUsage,
     CapabilitySet,
+    DeclaredSignals,
     DefinitionIdentity,
     LeaseDuration,
     RetryPolicy,
@@ -62,7 +66,7 @@ from .outcomes import (
 )
 from .step_context import StepContext
 from .store.base import WorkflowStore
-from .store.records import Lease, TaskEvent, TaskRecord
+from .store.records import Lease, SignalCheck, SignalDelivery, TaskEvent, TaskRecord
 from .stores import open_store
 from .supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
 from .waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut
@@ -84,6 +88,7 @@ __all__ = [
     "CheckpointTooLarge",
     "Completed",
     "ContinuedAsNew",
+    "DeclaredSignals",
     "DefinitionConflict",
     "DefinitionIdentity",
     "DefinitionUnavailable",
@@ -94,6 +99,7 @@ __all__ = [
     "FailureDetail",
     "FingerprintMismatch",
     "Idle",
+    "InputMismatch",
     "InvalidArgument",
     "InvalidState",
     "Lease",
@@ -107,7 +113,10 @@ __all__ = [
     "RunOutcome",
     "RunifoldError",
     "SchemaTooNew",
+    "SignalCheck",
     "SignalConflict",
+    "SignalDelivery",
+    "SignalNotAccepted",
     "SignalRefused",
     "SignalTimedOut",
     "StepContext",
@@ -126,6 +135,7 @@ __all__ = [
     "TenantAdmission",
     "TenantBudget",
     "TenantPolicy",
+    "UnknownDefinition",
     "WorkerId",
     "WorkerReport",
     "WorkerSettings",

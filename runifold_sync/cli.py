@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 import click
 
+from .app import load_registry
 from .checkpoint import Checkpoint, newest_entries
 from .cli_common import (
     canonical_json,
@@ -30,7 +31,7 @@ from .cli_fleet import migrate, stats, tenant, versions, workers
 from .cli_run import demo, run
 from .models import TaskOutcome, TaskState, WorkflowTask
 from .store.checks import MAX_LIST_LIMIT
-from .store.records import TaskEvent, TaskRecord
+from .store.records import SignalCheck, TaskEvent, TaskRecord
 
 
 @click.group()
@@ -59,6 +60,14 @@ def main() -> None:
     help="Not claimed before this: an ISO 8601 time with its offset (2026-12-24T09:00:00Z) or a "
     "delay from now in store time (30s, 5m, 1h30m, 2d).  [default: at once]",
 )
+@click.option(
+    "--app",
+    "app_ref",
+    default=None,
+    metavar="MODULE:ATTR",
+    help="The application's WorkflowRegistry: refuse a NAME or VERSION it lacks and input that "
+    "does not fit the main function's type, before anything is stored.",
+)
 @database_option
 @json_option
 def enqueue(
@@ -69,29 +78,39 @@ def enqueue(
     checkpoint_id: str | None,
     priority: int,
     not_before: datetime | timedelta | None,
+    app_ref: str | None,
     database: str | None,
     as_json: bool,
 ) -> None:
-    """Enqueue a task for definition NAME at VERSION."""
+    """Enqueue a task for definition NAME at VERSION. With --app the task is checked
+    against the application's registry first; without it, nothing is checked."""
     input_json = _input_text(input_json)
     try:
         value = json.loads(input_json)
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--input") from exc
-    task = checked(
-        WorkflowTask.new,
-        name,
-        version,
-        value,
-        tenant=tenant,
-        checkpoint_id=checkpoint_id,
-        priority=priority,
-        not_before=not_before if isinstance(not_before, datetime) else None,
-    )
+    options = {
+        "tenant": tenant,
+        "checkpoint_id": checkpoint_id,
+        "priority": priority,
+        "not_before": not_before if isinstance(not_before, datetime) else None,
+    }
+    if app_ref is None:
+        task = checked(WorkflowTask.new, name, version, value, **options)
+    else:
+        registry = checked(load_registry, app_ref)
+        task = checked(registry.task, name, version, value, **options)
     with opened_store(database) as store:
         if isinstance(not_before, timedelta):  # a delay counts from store time, not this host's clock
             task = attrs.evolve(task, not_before=store.now() + not_before)
         result = store.enqueue(task)
+    if app_ref is None:  # said once the task is stored, so an error is not preceded by it
+        click.echo(
+            f"warning: {name!r} version {version} and its input were not checked (no --app): "
+            "a name or version no worker has is handed back every 5 s until one does, and input "
+            "that does not fit fails the task when it runs",
+            err=True,
+        )
     # An existing task keeps the start it was enqueued with: only a new one has this one.
     start = None if task.not_before is None or not result.created else task.not_before.isoformat()
     if as_json:
@@ -329,18 +348,41 @@ def signal(
     database: str | None,
     as_json: bool,
 ) -> None:
-    """Send signal NAME to a task (an approval is {"approved": true, "reason": "..."})."""
+    """Send signal NAME to a task (an approval is {"approved": true, "reason": "..."}).
+    Exits 1 when it is refused: a name the task's definition does not declare, a sender
+    who is not an approver of the approval it waits for, a payload that is no decision."""
     payload = json.loads(canonical_json(payload_json, "--payload"))  # a value, checked strict
     with opened_store(database) as store:
         delivery = store.send_signal(
             task_id, name, payload, signal_id=signal_id, sender=sender, tenant=tenant, reason=reason
         )
+    checked_value = None if delivery.checked is None else delivery.checked.value
     if as_json:
-        echo_json({"task_id": task_id, "signal_id": signal_id, "delivered": delivery.created})
-    else:
-        click.echo(
-            f"{task_id}: signal {signal_id} {'delivered' if delivery.created else 'already delivered'}"
+        echo_json(
+            {
+                "task_id": task_id,
+                "signal_id": signal_id,
+                "delivered": delivery.created,
+                "checked": checked_value,
+            }
         )
+    else:
+        click.echo(f"{task_id}: signal {signal_id} {_delivered(delivery.checked, name)}")
+
+
+def _delivered(check: SignalCheck | None, name: str) -> str:
+    """What ``signal`` says of a delivery: "delivered" only for what the store checked."""
+    if check is None:
+        return "already delivered"
+    if check is SignalCheck.WAITING:
+        return "delivered"
+    if check is SignalCheck.DECLARED:
+        return f"delivered; kept until the task waits for {name!r}, which checks the sender and payload"
+    return (
+        "accepted, not yet validated: no registry has told the store this task's signals yet "
+        "(enqueue with --app, or start a worker that serves it); its next wait decides, and "
+        "`show` records a refusal"
+    )
 
 
 @main.command()

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 import attrs
 
-from .errors import DefinitionConflict, InvalidArgument
-from .models import Budget, CapabilitySet, DefinitionIdentity
+from .codec import from_json
+from .errors import DefinitionConflict, InvalidArgument, UnknownDefinition
+from .inputs import fit_input
+from .models import Budget, CapabilitySet, DeclaredSignals, DefinitionIdentity, WorkflowTask
 from .workflow import Workflow
+
+
+def _check_bool(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"WorkflowDefinition.{attribute.name} must be True or False, got {value!r}")
 
 
 @attrs.frozen
@@ -22,6 +31,9 @@ class WorkflowDefinition:
     capabilities: CapabilitySet = attrs.field(factory=CapabilitySet)
     # sender_policy(sender, signal name, payload) -> accept? Refusals are kept in history.
     sender_policy: Callable[[str, str, Any], bool] | None = None
+    # True: structure the input as cattrs' converter does ("7" for an int becomes 7, 1 for
+    # a str becomes "1", keys the class lacks are dropped) instead of strictly.
+    coerce_input: bool = attrs.field(default=False, validator=_check_bool)
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.workflow, Workflow):
@@ -45,6 +57,19 @@ class WorkflowDefinition:
     @property
     def identity(self) -> DefinitionIdentity:
         return DefinitionIdentity(self.workflow.name, self.workflow.version, self.workflow.fingerprint())
+
+    @property
+    def declared_signals(self) -> DeclaredSignals:
+        return DeclaredSignals(self.identity, self.workflow.signals)
+
+    def structure_input(self, raw: Any, what: str = "input") -> Any:
+        """``raw`` (decoded JSON) as the main function's input type: strictly, unless
+        ``coerce_input``; :class:`InputMismatch` names every field that does not fit."""
+        return fit_input(raw, self.workflow.input_type(), coerce=self.coerce_input, what=what)
+
+
+def _versions(versions: list[int]) -> str:
+    return ("version " if len(versions) == 1 else "versions ") + ", ".join(map(str, versions))
 
 
 class WorkflowRegistry:
@@ -70,6 +95,60 @@ class WorkflowRegistry:
 
     def get(self, name: str, version: int) -> WorkflowDefinition | None:
         return self._definitions.get((name, version))
+
+    def task(
+        self,
+        name: str,
+        version: int,
+        input: Any,
+        *,
+        tenant: str = "default",
+        checkpoint_id: str | None = None,
+        priority: int = 0,
+        not_before: datetime | None = None,
+    ) -> WorkflowTask:
+        """A task of ``name`` at ``version``, checked against this registry: the version
+        is registered (:class:`UnknownDefinition` names those that are) and ``input``
+        fits the main function's annotation (:class:`InputMismatch` names every wrong
+        field). The task carries the definition's declared signals, which the store
+        records when it is enqueued, so a misspelt signal name is refused when sent.
+        The stored input is ``input`` as given, so a task made with or without the
+        registry is the same task to enqueue's idempotency."""
+        task = WorkflowTask.new(
+            name,
+            version,
+            input,
+            tenant=tenant,
+            checkpoint_id=checkpoint_id,
+            priority=priority,
+            not_before=not_before,
+        )
+        definition = self.get(name, version)
+        if definition is None:
+            raise self._unknown(name, version)
+        definition.structure_input(from_json(task.input_json), f"input of {name!r} version {version}")
+        return attrs.evolve(task, declared=definition.declared_signals)
+
+    def _unknown(self, name: str, version: int) -> UnknownDefinition:
+        registered: dict[str, list[int]] = {}
+        for known_name, known_version in sorted(self._definitions):
+            registered.setdefault(known_name, []).append(known_version)
+        if name in registered:
+            return UnknownDefinition(
+                name,
+                version,
+                registered,
+                f"{name!r} has no version {version} in this registry, only {_versions(registered[name])}",
+            )
+        listed = "; ".join(f"{n!r} ({_versions(v)})" for n, v in registered.items()) or "no definitions"
+        close = difflib.get_close_matches(str(name), registered, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        return UnknownDefinition(
+            name,
+            version,
+            registered,
+            f"no workflow named {name!r} is registered; this registry has {listed}.{hint}",
+        )
 
     def __iter__(self) -> Iterator[WorkflowDefinition]:
         return iter(self._definitions.values())

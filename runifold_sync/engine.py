@@ -18,7 +18,7 @@ from .boundary import Boundary, BranchScope
 from .branches import Parent, run_parallel, run_race
 from .calls import Calls
 from .checkpoint import Checkpoint, CheckpointWrite
-from .codec import MAX_NESTING_DEPTH, from_json, structure, to_json
+from .codec import MAX_NESTING_DEPTH, NotJsonable, from_json, to_json
 from .commits import Commits, Progress
 from .compensation import Compensation
 from .context import Branches, WorkflowContext
@@ -175,14 +175,11 @@ class TaskRun:
             raise InvalidArgument(
                 f"continue_as_new is for the main function, not parallel branch {self.cursor.scope!r}"
             )
-        workflow = self._definition.workflow
         try:
             input_json = to_json(input, max_depth=MAX_NESTING_DEPTH)
-            structure(from_json(input_json), workflow.input_type())
-        except Exception as exc:
-            raise InvalidArgument(
-                f"continue_as_new input {input!r} does not fit {workflow.input_type()!r}: {exc}"
-            ) from exc
+        except NotJsonable as exc:
+            raise InvalidArgument(f"continue_as_new input {input!r} is not JSON-serializable: {exc}") from exc
+        self._definition.structure_input(from_json(input_json), "continue_as_new input")
         raise ContinueRequested(input_json)
 
     def _parent(self) -> Parent:

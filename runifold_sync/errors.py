@@ -20,6 +20,28 @@ class DefinitionConflict(InvalidArgument):
     """The same name and version was registered with a different step graph."""
 
 
+class UnknownDefinition(InvalidArgument):
+    """A task was asked of a registry for a name or version it does not hold: nothing
+    would ever run it. ``registered`` maps each name the registry holds to its versions."""
+
+    def __init__(self, name: str, version: int, registered: dict[str, list[int]], hint: str) -> None:
+        self.name = name
+        self.version = version
+        self.registered = registered
+        super().__init__(hint)
+
+
+class InputMismatch(InvalidArgument):
+    """A workflow input does not fit its main function's annotation. ``problems`` has one
+    line per wrong field, ``path: reason`` (``input.lines[0].qty: required field
+    missing``), so the caller can fix every field at once."""
+
+    def __init__(self, what: str, type_name: str, problems: list[str]) -> None:
+        self.type_name = type_name
+        self.problems = tuple(problems)
+        super().__init__(f"{what} does not fit {type_name}: {'; '.join(problems)}")
+
+
 class EnqueueConflict(RunifoldError):
     """A task with this checkpoint identity exists with different content."""
 
@@ -48,6 +70,18 @@ class SignalRefused(RunifoldError):
         self.signal_id = signal_id
         self.why = why
         super().__init__(f"signal {signal_id!r} to task {task_id!r} refused: {why}")
+
+
+class SignalNotAccepted(SignalRefused, InvalidArgument):
+    """The task's definition would never accept this signal: a name it does not declare,
+    a sender who is not an approver of the approval it waits for, or a payload that is
+    not a decision. ``field`` names what is wrong (``name``, ``sender`` or ``payload``).
+    Refused where it is sent, and recorded in the task's history, instead of being kept
+    until a wait refuses it."""
+
+    def __init__(self, task_id: str, signal_id: str, why: str, field: str) -> None:
+        self.field = field
+        super().__init__(task_id, signal_id, why)
 
 
 class TaskNotFound(RunifoldError, LookupError):

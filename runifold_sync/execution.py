@@ -11,16 +11,19 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+import attrs
+
 from . import crashpoints
 from .checkpoint import Checkpoint, CheckpointWrite
 from .claim_ahead import ClaimedAhead
-from .codec import MAX_NESTING_DEPTH, NotJsonable, from_json, structure, to_json
+from .codec import MAX_NESTING_DEPTH, NotJsonable, from_json, to_json
 from .definition import WorkflowDefinition, WorkflowRegistry
 from .engine import TaskRun
 from .errors import (
     CancelPending,
     CheckpointError,
     FingerprintMismatch,
+    InputMismatch,
     LeaseLostError,
     OutputNotSerializable,
     StoreUnavailable,
@@ -199,12 +202,7 @@ class ClaimExecutor:
         workflow = definition.workflow
         assert workflow.main_fn is not None
         try:
-            try:
-                workflow_input = structure(from_json(claimed.input_json), workflow.input_type())
-            except Exception as exc:
-                raise FailRequested(
-                    f"input does not fit {workflow.input_type()!r}: {exc}", cause="bad_input", error=exc
-                ) from exc
+            workflow_input = _structured_input(claimed, definition, ctx.checkpoint)
             try:
                 value = workflow.main_fn(ctx.context, workflow_input)
             except StoreUnavailable:
@@ -254,6 +252,7 @@ class ClaimExecutor:
                     wake_at=wait.wake_at,
                     reason=wait.reason,
                     signal=wait.signal,
+                    approvers=wait.approvers,
                     journal=write.journal,
                 )
             return Suspended(lease.task_id, wait.reason, wait.wake_at)
@@ -371,3 +370,29 @@ class ClaimExecutor:
     def _lease_lost(self, claimed: ClaimedTask, error: LeaseLostError) -> RunOutcome:
         log.warning("%s", error, extra=task_fields(claimed.lease))
         return LeaseLost(error.task_id, error.fencing_token, error.operation)
+
+
+def _structured_input(claimed: ClaimedTask, definition: WorkflowDefinition, checkpoint: Checkpoint) -> object:
+    """The task's input as its main function's type, or the task fails naming each field
+    that does not fit (the same detail ``WorkflowRegistry.task`` gives at enqueue).
+
+    A run that has already recorded calls keeps the input it started with, though: it may
+    have started under a release that coerced inputs (``"7"`` into 7), and replay must
+    give the main function what it gave it then. So such a run falls back to coercion,
+    and says so in the log, rather than failing in the middle."""
+    raw = from_json(claimed.input_json)
+    try:
+        return definition.structure_input(raw)
+    except InputMismatch as exc:
+        if definition.coerce_input or not checkpoint.journal:
+            raise FailRequested(str(exc), cause="bad_input", error=exc) from exc
+        try:
+            value = attrs.evolve(definition, coerce_input=True).structure_input(raw)
+        except InputMismatch:
+            raise FailRequested(str(exc), cause="bad_input", error=exc) from exc
+        log.warning(
+            "%s; the run started with this input coerced, so it goes on coerced",
+            exc,
+            extra=task_fields(claimed.lease),
+        )
+        return value

@@ -21,10 +21,20 @@ class Interrupt(BaseException):
 
 
 class SuspendRequested(Interrupt):
-    def __init__(self, wake_at: datetime | None, reason: str, signal: str | None = None) -> None:
+    """Wait until ``wake_at`` or for signal ``signal``; ``approvers`` when that signal is
+    an approval only they may decide (the store then refuses anyone else's)."""
+
+    def __init__(
+        self,
+        wake_at: datetime | None,
+        reason: str,
+        signal: str | None = None,
+        approvers: frozenset[str] | None = None,
+    ) -> None:
         self.wake_at = wake_at
         self.reason = reason
         self.signal = signal
+        self.approvers = approvers
 
 
 class CancelRequested(Interrupt):

@@ -149,6 +149,16 @@ class DefinitionIdentity:
 
 
 @attrs.frozen
+class DeclaredSignals:
+    """The signal names a definition version declares, as a store keeps them: told by a
+    registry (at enqueue, or when a worker serving it starts), the store can refuse a
+    misspelt name where it is sent instead of keeping it until a wait refuses it."""
+
+    definition: DefinitionIdentity
+    names: frozenset[str]
+
+
+@attrs.frozen
 class WorkerId:
     value: str
 
@@ -340,7 +350,9 @@ class RetryPolicy:
 @attrs.frozen
 class WorkflowTask:
     """A request to run one definition version on one input, identified by its
-    checkpoint identity (``task_id``)."""
+    checkpoint identity (``task_id``). :meth:`new` checks the arguments but not that a
+    definition of that name and version exists or that the input fits it:
+    ``WorkflowRegistry.task`` checks both."""
 
     task_id: str
     definition_name: str
@@ -349,6 +361,10 @@ class WorkflowTask:
     tenant: str
     priority: int
     not_before: datetime | None
+    # What the registry that checked the task knows of its definition (set by
+    # ``WorkflowRegistry.task``); the store records it with the task. Not part of what
+    # the task is: enqueue's idempotency compares the fields above.
+    declared: DeclaredSignals | None = attrs.field(default=None, eq=False, repr=False)
 
     @classmethod
     def new(

@@ -23,6 +23,7 @@ from .interrupts import FailRequested, SuspendRequested
 from .replay import Cursor, finished
 from .store.base import WorkflowStore
 from .store.records import Signal
+from .store.signal_checks import approval_payload_problem
 
 
 @attrs.frozen
@@ -49,15 +50,6 @@ class ApprovalTimedOut:
 
     name: str
     escalated: bool
-
-
-def approval_payload_problem(payload: Any) -> str | None:
-    """Approval signals carry ``{"approved": bool, "reason": str | None}``."""
-    if not isinstance(payload, dict) or not isinstance(payload.get("approved"), bool):
-        return 'an approval payload must be {"approved": true|false, "reason": "..."}'
-    if not isinstance(payload.get("reason", ""), (str, type(None))):
-        return "an approval reason must be text"
-    return None
 
 
 # Why a delivered signal is refused by a wait (None: accepted), given its decoded payload.
@@ -148,7 +140,7 @@ class Waits:
                     return f"{signal.sender!r} is not an approver of {name!r}"
                 return approval_payload_problem(payload) or self._policy_refusal(signal, payload)
 
-            output = self._await_signal(name, stage_timeout, refusal)
+            output = self._await_signal(name, stage_timeout, refusal, approvers=allowed)
             if not output.get("timed_out"):
                 payload = output["payload"]
                 return ApprovalDecision(
@@ -171,8 +163,16 @@ class Waits:
             return None
         return f"sender {signal.sender!r} refused by the definition's sender policy"
 
-    def _await_signal(self, name: str, timeout: timedelta | None, refusal: Refusal) -> dict[str, Any]:
-        """The journal output of a signal wait: the accepted signal, or a timeout."""
+    def _await_signal(
+        self,
+        name: str,
+        timeout: timedelta | None,
+        refusal: Refusal,
+        approvers: frozenset[str] | None = None,
+    ) -> dict[str, Any]:
+        """The journal output of a signal wait: the accepted signal, or a timeout.
+        ``approvers``: the wait is an approval, and the suspend tells the store who may
+        decide it, so that anyone else's decision is refused where it is sent."""
         self._no_wait_in_branch(f"signal {name!r}")
         if name not in self._signals:
             raise FailRequested(f"signal {name!r} is not declared by {self._workflow}", cause="misuse")
@@ -212,7 +212,9 @@ class Waits:
             self._cursor.finish(entry, {"timed_out": True})
             return dict(entry.output)
         until = "" if due_at is None else f" until {due_at.isoformat()}"
-        raise SuspendRequested(due_at, f"waiting for signal {name!r}{until}", signal=name)
+        raise SuspendRequested(
+            due_at, f"waiting for signal {name!r}{until}", signal=name, approvers=approvers
+        )
 
     def _no_wait_in_branch(self, what: str) -> None:
         if self._branch is not None:

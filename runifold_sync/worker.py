@@ -195,6 +195,8 @@ class WorkflowWorker:
             self.store.register_worker(
                 self.worker_id, host=socket.gethostname(), pid=os.getpid(), definitions=definitions
             )
+            # What this registry declares, so signals to its tasks are checked where sent.
+            self.store.declare_signals(d.declared_signals for d in self.registry)
             self._keeper.announce(self.worker_id)
             self._registered = True
             _warn_of_clock_skew(self.store)

@@ -6,6 +6,7 @@ a bad call fails the same way on SQLite and PostgreSQL and never as a database e
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,6 +15,7 @@ from ..codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
 from ..errors import InvalidArgument
 from ..models import (
     MAX_INPUT_BYTES,
+    DeclaredSignals,
     TaskState,
     WorkflowTask,
     check_count,
@@ -39,6 +41,17 @@ def check_tasks(tasks: object) -> list[WorkflowTask]:
             raise InvalidArgument(f"task id {task.task_id!r} appears twice in one enqueue batch")
         seen.add(task.task_id)
     return tasks
+
+
+def check_declarations(declarations: object) -> list[DeclaredSignals]:
+    """What ``declare_signals`` takes: DeclaredSignals (``WorkflowDefinition.declared_signals``)."""
+    if not isinstance(declarations, Iterable) or isinstance(declarations, (str, bytes)):
+        raise InvalidArgument(f"declarations must be an iterable of DeclaredSignals, got {declarations!r}")
+    found = list(declarations)
+    for declared in found:
+        if not isinstance(declared, DeclaredSignals):
+            raise InvalidArgument(f"expected DeclaredSignals (definition.declared_signals), got {declared!r}")
+    return found
 
 
 def check_text(field: str, value: object) -> str:

@@ -8,6 +8,7 @@ contract in :mod:`.base`.
 
 from __future__ import annotations
 
+import enum
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -88,10 +89,28 @@ class Signal:
         return from_json(self.payload_json)
 
 
+class SignalCheck(enum.StrEnum):
+    """How much of a signal the store could check when it kept it. What is left is
+    checked by the wait that takes it, which records a refusal in the task's history."""
+
+    # The task waits for this signal now: its name was checked and, for an approval, that
+    # the sender is an approver and the payload a decision. The definition's sender policy
+    # and payload type are still the wait's to apply.
+    WAITING = "waiting"
+    # The name is declared by the task's definition; sender and payload are checked by
+    # the wait that takes it.
+    DECLARED = "declared"
+    # No registry has told the store the task's definition yet (it was enqueued without
+    # one and no worker serving it has started): nothing is validated until its wait.
+    UNCHECKED = "unchecked"
+
+
 @attrs.frozen
 class SignalDelivery:
     signal_id: str
     created: bool  # False when this signal id was delivered before with the same content
+    # What was checked of a new delivery; None for a redelivery, which stores nothing.
+    checked: SignalCheck | None = None
 
 
 @attrs.frozen

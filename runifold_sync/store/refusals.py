@@ -15,12 +15,14 @@ from ..errors import (
     InvalidState,
     LeaseLostError,
     RunifoldError,
+    SignalNotAccepted,
     SignalRefused,
     TaskNotFound,
 )
 from ..models import WorkflowTask
 from .dialect import Row
 from .records import EnqueueResult, Lease, TaskRecord
+from .signal_checks import Verdict
 
 # Transitions that would end a run's cycle without honouring a cancel request: while one
 # is pending the store refuses them (query ``pending_cancel`` tells why no row changed).
@@ -80,22 +82,32 @@ def tenant_refusal(task: Row, tenant: str) -> str | None:
     return None
 
 
-def signal_refusal(task: Row, pending: int, cap: int) -> str | None:
-    """Why a task may not take a new signal, or None. Checked before a delivery is kept."""
+def signal_refusal(task: Row, pending: int, cap: int, verdict: Verdict) -> str | None:
+    """Why a task may not take a new signal, or None. Checked before a delivery is kept:
+    the task's state first, then what :mod:`.signal_checks` judged, then the cap."""
     if task["state"] in ("terminal", "cancelled"):
         return f"the task is {task['state']}"
     if task["cancel_requested"] is not None:  # no wait of it will run again to take it
         return "the task is being cancelled"
+    if verdict.refusal is not None:
+        return verdict.refusal
     if pending >= cap:
         return f"the task already has {pending} pending signals (limit {cap})"
     return None
 
 
-def refused_signal(task_id: str, signal_id: str, refusal: str, *, foreign: bool) -> RunifoldError:
+def refused_signal(
+    task_id: str, signal_id: str, refusal: str, *, foreign: bool, verdict: Verdict | None
+) -> RunifoldError:
     """What a refused delivery raises, after its refusal is recorded. A sender of another
     tenant (``foreign``) gets exactly the answer for a task that does not exist, so it
-    cannot even learn that the task exists; everyone else is told why."""
-    return TaskNotFound(task_id) if foreign else SignalRefused(task_id, signal_id, refusal)
+    cannot even learn that the task exists; everyone else is told why, as
+    :class:`SignalNotAccepted` (naming the wrong field) when the signal itself is wrong."""
+    if foreign:
+        return TaskNotFound(task_id)
+    if verdict is not None and verdict.field is not None and verdict.refusal == refusal:
+        return SignalNotAccepted(task_id, signal_id, refusal, verdict.field)
+    return SignalRefused(task_id, signal_id, refusal)
 
 
 def not_cancellable(record: TaskRecord) -> InvalidState:

@@ -1,5 +1,6 @@
-"""The producer and operator operations of the shared SQL store: enqueue, signals,
-cancel, requeue and effect resolution, each written once over a :class:`Dialect`.
+"""The producer and operator operations of the shared SQL store: enqueue, the signal
+names definition versions declare, signals, cancel, requeue and effect resolution, each
+written once over a :class:`Dialect`.
 
 Each runs in one transaction of the dialect: its checks, its row changes, its history
 event and (where idle workers should look again) its NOTIFY commit together. A refusal
@@ -8,12 +9,14 @@ that must stay on record (a refused signal) is raised after the commit.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from ..codec import to_json
 from ..errors import SignalConflict, StoreUnavailable, TaskNotFound
-from ..models import TaskState, WorkflowTask
-from . import checks, event_details, refusals, row_records
-from .dialect import Dialect, Event
+from ..models import DeclaredSignals, TaskState, WorkflowTask
+from . import checks, event_details, refusals, row_records, signal_checks
+from .dialect import Dialect, Event, Transaction
 from .records import EnqueueResult, SignalDelivery
 
 
@@ -30,6 +33,7 @@ class OperatorOperations:
         d = self.dialect
         results = []
         with d.transaction() as tx:
+            _declare(tx, {task.declared for task in tasks if task.declared is not None})
             for task in tasks:
                 params = {
                     "task_id": task.task_id,
@@ -53,6 +57,14 @@ class OperatorOperations:
             if any(r.created for r in results):
                 d.notify(tx)
         return results
+
+    def declare_signals(self, declarations: Iterable[DeclaredSignals]) -> None:
+        """Record the signal names each definition version declares (a worker does at
+        start, for its registry), so :meth:`send_signal` can refuse a name the task's
+        version does not declare. Recorded per fingerprint, and never removed."""
+        declared = checks.check_declarations(declarations)
+        with self.dialect.transaction() as tx:
+            _declare(tx, declared)
 
     def resolve_effect(
         self,
@@ -103,7 +115,11 @@ class OperatorOperations:
         :class:`TaskNotFound` exactly as for a task that does not exist (its refusal is
         recorded in the task's history for operators). Refused with
         :class:`SignalRefused` (and recorded) for a finished task or a task at its cap of
-        pending signals. Wakes the task if it waits for ``name``."""
+        pending signals, and with :class:`SignalNotAccepted` for a signal its definition
+        would refuse for certain (:mod:`.signal_checks`: a name it does not declare, a
+        sender who is not an approver of the approval it waits for, a payload that is no
+        decision). The delivery says what was checked (``checked``); the rest is checked
+        by the wait that takes it. Wakes the task if it waits for ``name``."""
         payload_text = checks.check_signal(name, signal_id, sender, tenant, reason, payload)
         d = self.dialect
         d.json_in("signal payload", payload_text)
@@ -114,15 +130,19 @@ class OperatorOperations:
                 raise TaskNotFound(task_id)
             refusal = refusals.tenant_refusal(task, tenant)
             foreign = refusal is not None
+            verdict = None
             if refusal is None:
                 existing = tx.one("select_signal", params)
                 if existing is not None:
                     if not refusals.same_signal(existing, name, payload_text):
                         raise SignalConflict(task_id, signal_id)
                     return SignalDelivery(signal_id, created=False)
+                version = {k: task[k] for k in ("definition_name", "definition_version")}
+                declared = tx.all("declared_signals", version)
+                verdict = signal_checks.judge(task, declared, name, sender, payload_text)
                 counted = tx.one("count_pending_signals", params)
                 assert counted is not None
-                refusal = refusals.signal_refusal(task, counted["pending"], self.max_pending_signals)
+                refusal = refusals.signal_refusal(task, counted["pending"], self.max_pending_signals, verdict)
             detail = event_details.signal(signal_id, name, sender, reason, refusal)
             now = tx.now()
             if refusal is None:
@@ -134,8 +154,9 @@ class OperatorOperations:
             kind = "signal_received" if refusal is None else "signal_refused"
             d.event(tx, Event(task_id, now, kind, detail))
         if refusal is not None:  # raised after the commit, so the refusal stays recorded
-            raise refusals.refused_signal(task_id, signal_id, refusal, foreign=foreign)
-        return SignalDelivery(signal_id, created=True)
+            raise refusals.refused_signal(task_id, signal_id, refusal, foreign=foreign, verdict=verdict)
+        assert verdict is not None  # judged, since the sender's tenant is the task's
+        return SignalDelivery(signal_id, created=True, checked=verdict.checked)
 
     def cancel(self, task_id: str, actor: str, reason: str) -> TaskState:
         """Cancel a task; returns the state it is in now.
@@ -195,3 +216,22 @@ class OperatorOperations:
             detail = event_details.operator(actor, reason)
             d.event(tx, Event(task_id, requeued["at"], "requeued", detail))
             d.notify(tx)
+
+
+def _declare(tx: Transaction, declarations: Iterable[DeclaredSignals]) -> None:
+    """Insert each version's signal names unless recorded already; in key order, so two
+    workers starting at once take the index's locks in the same order."""
+    ordered = sorted(
+        declarations, key=lambda d: (d.definition.name, d.definition.version, d.definition.fingerprint)
+    )
+    for declared in ordered:
+        ident = declared.definition
+        tx.count(
+            "declare_signals",
+            {
+                "definition_name": ident.name,
+                "definition_version": ident.version,
+                "fingerprint": ident.fingerprint,
+                "signals": to_json(sorted(declared.names)),
+            },
+        )

@@ -14,14 +14,14 @@ on SQLite).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import InvalidState, LeaseLostError
 from ..models import LeaseDuration, WorkerId
 from ..outcomes import FailureDetail
-from . import checks, event_details, refusals, row_records
+from . import checks, event_details, refusals, row_records, signal_checks
 from .dialect import Dialect, Event
 from .records import ClaimedTask, ClaimRequest, Committed, JournalRow, Lease, Signal
 from .timing import OperationTimer, timed
@@ -80,10 +80,13 @@ class WorkerOperations:
         wake_at: datetime | None,
         reason: str,
         signal: str | None = None,
+        approvers: Iterable[str] | None = None,
         journal: Sequence[JournalRow] = (),
     ) -> None:
         """Move to ``waiting`` until ``wake_at`` (store time) or, with ``signal``, until a
-        signal of that name arrives (at once if one is already pending). Refused with
+        signal of that name arrives (at once if one is already pending). ``approvers``:
+        the wait is an approval that only they may decide, so :meth:`send_signal`
+        refuses anyone else's decision while it lasts. Refused with
         :class:`CancelPending` while a cancel is requested."""
         d = self.dialect
         reason = d.free_text(checks.check_text("reason", reason))
@@ -92,6 +95,9 @@ class WorkerOperations:
             "wake_at": None if wake_at is None else d.db_time(wake_at),
             "reason": reason,
             "signal": signal,
+            "approval": signal_checks.waiting_approval(
+                None if signal is None else approvers, lease.fencing_token
+            ),
         }
         with d.transaction() as tx:
             row = d.fenced(tx, "suspend", params, journal)

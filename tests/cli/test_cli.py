@@ -38,6 +38,13 @@ def _invoke(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+def _invoke_json(*args: str) -> tuple[int, object]:
+    """A ``--json`` command's exit code and its standard output decoded (warnings go to
+    standard error)."""
+    result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)
+    return result.exit_code, json.loads(result.stdout)
+
+
 def _commands(
     group: click.Group, prefix: tuple[str, ...] = ()
 ) -> list[tuple[tuple[str, ...], click.Command]]:
@@ -63,14 +70,13 @@ def test_every_command_has_help_text() -> None:
 
 
 def test_enqueue_is_idempotent_on_checkpoint_id_and_reports_it(url: str) -> None:
-    code, out = _invoke(
-        "enqueue", "pool-flow", "1", "--input", "5", "--checkpoint-id", "c1", "--database", url, "--json"
-    )
-    assert code == 0 and json.loads(out) == {"task_id": "c1", "created": True, "not_before": None}
-    code, out = _invoke(
-        "enqueue", "pool-flow", "1", "--input", "5", "--checkpoint-id", "c1", "--database", url, "--json"
-    )
-    assert code == 0 and json.loads(out) == {"task_id": "c1", "created": False, "not_before": None}
+    args = ("enqueue", "pool-flow", "1", "--input", "5", "--checkpoint-id", "c1", "--database", url)
+    assert _invoke_json(*args) == (0, {"task_id": "c1", "created": True, "not_before": None})
+    assert _invoke_json(*args) == (0, {"task_id": "c1", "created": False, "not_before": None})
+    assert _invoke_json(*args, "--app", APP) == (
+        0,
+        {"task_id": "c1", "created": False, "not_before": None},
+    )  # the same task
     code, out = _invoke(
         "enqueue", "pool-flow", "1", "--input", "6", "--checkpoint-id", "c1", "--database", url
     )
@@ -313,19 +319,10 @@ def test_enqueue_reads_its_input_from_a_file_or_standard_input(url: str, tmp_pat
     big = {"lines": ["x" * 1000] * 300}  # about 300 KB of JSON
     source = tmp_path / "input.json"
     source.write_text(json.dumps(big))
-    code, out = _invoke(
-        "enqueue",
-        "pool-flow",
-        "1",
-        "--input",
-        f"@{source}",
-        "--checkpoint-id",
-        "f1",
-        "--database",
-        url,
-        "--json",
+    enqueued = _invoke_json(
+        "enqueue", "pool-flow", "1", "--input", f"@{source}", "--checkpoint-id", "f1", "--database", url
     )
-    assert code == 0 and json.loads(out) == {"task_id": "f1", "created": True, "not_before": None}
+    assert enqueued == (0, {"task_id": "f1", "created": True, "not_before": None})
     result = CliRunner().invoke(
         main,
         ["enqueue", "pool-flow", "1", "--input", "-", "--checkpoint-id", "s1", "--database", url],

@@ -34,7 +34,9 @@ def _invoke(*args: str) -> Result:
 
 def test_the_default_store_is_named_on_stderr_when_created_and_when_used(elsewhere: Path) -> None:
     path = elsewhere / "runifold-workflows.db"
-    created = _invoke("enqueue", "pool-flow", "1", "--checkpoint-id", "t1", "--json")
+    created = _invoke(
+        "enqueue", "pool-flow", "1", "--input", "1", "--checkpoint-id", "t1", "--app", APP, "--json"
+    )
     assert created.exit_code == 0, created.output
     assert created.stderr == NOTICE.format(doing="creating", path=path) + NOTICE_END + "\n"
     assert json.loads(created.stdout)["task_id"] == "t1"  # --json output untouched
@@ -62,7 +64,12 @@ def test_a_named_store_is_used_without_a_word(
     given = ["--database", url] if how == "option" else []
     if how == "environment":
         monkeypatch.setenv(ENV_VAR, url)
-    for args in (["enqueue", "pool-flow", "1"], ["stats"], ["tenant", "list"], ["migrate"]):
+    for args in (
+        ["enqueue", "pool-flow", "1", "--input", "1", "--app", APP],
+        ["stats"],
+        ["tenant", "list"],
+        ["migrate"],
+    ):
         result = _invoke(*args, *given)
         assert result.exit_code == 0, result.output
         assert result.stderr == ""

@@ -56,18 +56,21 @@ def store(sqlite_path: Path) -> Iterator[SqliteWorkflowStore]:
 def _json(*args: str) -> object:
     result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)  # warnings go to standard error
 
 
 def test_migrate_json_gives_the_schema_version(url: str, store: SqliteWorkflowStore) -> None:
     assert _json("migrate", "--database", url) == {"schema_version": store.migrate()}
 
 
-def test_signal_json_says_whether_it_was_delivered(url: str, store: SqliteWorkflowStore) -> None:
+def test_signal_json_says_whether_it_was_delivered_and_what_was_checked(
+    url: str, store: SqliteWorkflowStore
+) -> None:
     store.enqueue(WorkflowTask.new("orders", 1, None, checkpoint_id="t1"))
     args = ("signal", "t1", "approval", "--signal-id", "s1", "--sender", "ops", "--database", url)
-    assert _json(*args) == {"task_id": "t1", "signal_id": "s1", "delivered": True}
-    assert _json(*args) == {"task_id": "t1", "signal_id": "s1", "delivered": False}
+    first = {"task_id": "t1", "signal_id": "s1", "delivered": True, "checked": "unchecked"}
+    assert _json(*args) == first
+    assert _json(*args) == {"task_id": "t1", "signal_id": "s1", "delivered": False, "checked": None}
 
 
 def test_cancel_json_gives_the_state_a_queued_and_a_running_task_are_left_in(

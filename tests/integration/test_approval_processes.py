@@ -1,7 +1,8 @@
 """A human approval across real processes, on SQLite and PostgreSQL: a worker process
 runs the workflow to ``request_approval`` and exits, the CLI (another process) sends the
 decision, and a worker process with another id finishes the task. Forged and
-cross-tenant decisions sent through the CLI are refused and kept in the history.
+cross-tenant decisions sent through the CLI are refused where they are sent (exit 1) and
+kept in the history.
 """
 
 from __future__ import annotations
@@ -132,26 +133,30 @@ def test_forged_and_cross_tenant_approvals_through_the_cli_are_refused_and_recor
 ) -> None:
     assert run_worker(database_url, "approver-1") == waiting_outcome()
 
-    # A non-approver's decision is delivered (the store cannot judge it) ...
+    # A non-approver's decision is refused by the store, which the waiting approval told
+    # who decides it ...
     forged = cli_signal(
         database_url, '{"approved": true, "reason": "me"}', signal_id="forged", sender="intern"
     )
-    assert forged.returncode == 0, forged.stderr
-    # ... while a sender of another tenant is refused by the store itself, answered as if
-    # the task did not exist.
+    assert (forged.returncode, forged.stderr) == (
+        1,
+        f"Error: signal 'forged' to task {TASK!r} refused: 'intern' is not an approver of 'approval' "
+        "(its approvers now: manager)\n",
+    )
+    # ... and a sender of another tenant is answered as if the task did not exist.
     foreign = cli_signal(
         database_url, '{"approved": true}', signal_id="foreign", sender="mallory", tenant="globex"
     )
     assert (foreign.returncode, foreign.stderr) == (1, f"Error: no task with id {TASK!r}\n")
 
-    # The workflow refuses the forged decision and keeps waiting.
-    assert run_worker(database_url, "approver-2") == waiting_outcome()
-    assert store.get_task(TASK).state is TaskState.WAITING
+    # Neither is kept, nor wakes the task; both refusals are in its history.
+    record = store.get_task(TASK)
+    assert (record.state, store.pending_signals(TASK)) == (TaskState.WAITING, [])
     refused = {e.detail["signal_id"]: e for e in store.history(TASK) if e.kind == "signal_refused"}
     assert set(refused) == {"forged", "foreign"}
     assert refused["forged"].detail["sender"] == "intern"
-    assert refused["forged"].worker_id == "approver-2"
-    assert "'intern' is not an approver of 'approval'" in refused["forged"].detail["note"]
+    assert refused["forged"].worker_id is None
+    assert "'intern' is not an approver of 'approval'" in refused["forged"].detail["refused"]
     assert refused["foreign"].detail["sender"] == "mallory"
     assert refused["foreign"].worker_id is None
     assert "tenant 'globex'" in refused["foreign"].detail["refused"]
@@ -161,7 +166,7 @@ def test_forged_and_cross_tenant_approvals_through_the_cli_are_refused_and_recor
         database_url, '{"approved": false, "reason": "over budget"}', signal_id="decision-1", sender="manager"
     )
     assert rejected.returncode == 0, rejected.stderr
-    finished = run_worker(database_url, "approver-3")
+    finished = run_worker(database_url, "approver-2")
     assert finished["outcome"] == "completed"
     assert finished["result"]["approver"] == "manager"
     assert (finished["result"]["approved"], finished["result"]["booked"]) == (False, "returned c-42")

@@ -1,9 +1,12 @@
 """Signal names a definition does not declare, on SQLite and PostgreSQL.
 
-The store keeps a signal of any name (it does not know which definition will run the
-task), so until the workflow's next wait an undeclared one is pending and counts toward
+Until a registry has told the store the task's definition (the task was enqueued with
+``WorkflowTask.new`` and no worker serving it has started), the store keeps a signal of
+any name, so until the workflow's next wait an undeclared one is pending and counts toward
 the task's cap. That wait refuses it, records the refusal in the history and takes it out
-of the pending signals; signals of other declared names stay for their own waits.
+of the pending signals; signals of other declared names stay for their own waits. (Once
+the store knows the names it refuses a misspelt one where it is sent:
+``tests/contract/test_signal_checks.py``.)
 """
 
 from __future__ import annotations

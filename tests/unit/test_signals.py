@@ -26,6 +26,8 @@ from runifold_sync import (
     Idle,
     Retried,
     RetryPolicy,
+    SignalCheck,
+    SignalNotAccepted,
     SignalTimedOut,
     StepContext,
     Suspended,
@@ -312,25 +314,21 @@ def test_declared_signal_names_are_part_of_the_fingerprint() -> None:
 # --- approvals ----------------------------------------------------------------------------
 
 
-def test_an_approval_from_a_non_approver_is_refused_and_an_approvers_decision_is_returned(
+def test_an_approval_from_a_non_approver_is_refused_where_it_is_sent_and_an_approvers_decision_is_returned(
     sqlite_store: SqliteWorkflowStore, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker(WorkflowDefinition(_expense()))
     task_id = enqueue(sqlite_store, _expense(), 500)
     assert isinstance(worker.run_once(), Suspended)
 
-    send(
-        sqlite_store,
-        task_id,
-        "approval",
-        {"approved": True, "reason": "lgtm"},
-        signal_id="a1",
-        sender="intern",
-    )
-    assert isinstance(worker.run_once(), Suspended)
-    (refused,) = events(sqlite_store, task_id, "signal_refused")
-    assert (refused["signal_id"], refused["sender"]) == ("a1", "intern")
-    assert "'intern' is not an approver of 'approval'" in refused["note"]
+    with pytest.raises(SignalNotAccepted, match="'intern' is not an approver of 'approval'") as refused:
+        send(sqlite_store, task_id, "approval", {"approved": True}, signal_id="a1", sender="intern")
+    assert refused.value.field == "sender"
+    assert sqlite_store.pending_signals(task_id) == []
+    assert worker.run_once() == Idle()  # not woken for a decision it would refuse
+    (recorded,) = events(sqlite_store, task_id, "signal_refused")
+    assert (recorded["signal_id"], recorded["sender"]) == ("a1", "intern")
+    assert "its approvers now: manager" in recorded["refused"]
 
     send(
         sqlite_store,
@@ -347,6 +345,24 @@ def test_an_approval_from_a_non_approver_is_refused_and_an_approvers_decision_is
     assert outcome == Completed(task_id, attrs.asdict(decision))
 
 
+def test_an_approval_from_a_non_approver_sent_before_the_wait_is_kept_and_refused_by_the_wait(
+    sqlite_store: SqliteWorkflowStore, make_worker: WorkerFactory
+) -> None:
+    worker = make_worker(WorkflowDefinition(_expense()))
+    task_id = enqueue(sqlite_store, _expense(), 500)
+
+    # Before any claim the store knows neither the definition nor who will approve.
+    delivery = sqlite_store.send_signal(
+        task_id, "approval", {"approved": True}, signal_id="a1", sender="intern"
+    )
+    assert delivery.checked is SignalCheck.UNCHECKED
+    assert isinstance(worker.run_once(), Suspended)
+    (refused,) = events(sqlite_store, task_id, "signal_refused")
+    assert (refused["signal_id"], refused["sender"]) == ("a1", "intern")
+    assert "'intern' is not an approver of 'approval'" in refused["note"]
+    assert SEEN == []
+
+
 @pytest.mark.parametrize(
     ("payload", "problem"),
     [
@@ -360,13 +376,16 @@ def test_a_malformed_approval_payload_is_refused_even_from_an_approver(
 ) -> None:
     worker = make_worker(WorkflowDefinition(_expense()))
     task_id = enqueue(sqlite_store, _expense(), 500)
-    worker.run_once()
+    send(sqlite_store, task_id, "approval", payload, signal_id="early", sender="manager")
+    assert isinstance(worker.run_once(), Suspended)  # the wait refuses the one sent before it
+    (early,) = events(sqlite_store, task_id, "signal_refused")
+    assert (early["signal_id"], early["sender"]) == ("early", "manager")
+    assert problem in early["note"]
 
-    send(sqlite_store, task_id, "approval", payload, signal_id="bad", sender="manager")
-    assert isinstance(worker.run_once(), Suspended)
-    (refused,) = events(sqlite_store, task_id, "signal_refused")
-    assert (refused["signal_id"], refused["sender"]) == ("bad", "manager")
-    assert problem in refused["note"]
+    with pytest.raises(SignalNotAccepted, match=problem) as refused:  # the store, once it waits
+        send(sqlite_store, task_id, "approval", payload, signal_id="bad", sender="manager")
+    assert refused.value.field == "payload"
+    assert [e["signal_id"] for e in events(sqlite_store, task_id, "signal_refused")] == ["early", "bad"]
     assert SEEN == []
 
     send(sqlite_store, task_id, "approval", {"approved": True}, signal_id="good", sender="manager")
@@ -390,17 +409,17 @@ def test_an_approval_timeout_escalates_and_only_the_escalation_approver_decides(
     assert escalated.wake_at is not None
     assert escalated.wake_at >= sqlite_store.now() + timedelta(seconds=119)
 
-    send(
-        sqlite_store,
-        task_id,
-        "approval",
-        {"approved": True, "reason": "late"},
-        signal_id="m1",
-        sender="manager",
-    )
-    assert isinstance(worker.run_once(), Suspended)
+    with pytest.raises(SignalNotAccepted, match="'manager' is not an approver .* now: director"):
+        send(
+            sqlite_store,
+            task_id,
+            "approval",
+            {"approved": True, "reason": "late"},
+            signal_id="m1",
+            sender="manager",
+        )
     (refused,) = events(sqlite_store, task_id, "signal_refused")
-    assert "'manager' is not an approver" in refused["note"]
+    assert refused["signal_id"] == "m1"
 
     send(
         sqlite_store,

@@ -142,7 +142,7 @@ WITH clock AS (SELECT {now} AS now)
 UPDATE runifold_tasks AS t
 SET state = 'waiting', head = %(head)s::jsonb, revision = t.revision + 1,
     claims_since_progress = 0, lease_expires = NULL, reason = %(reason)s, updated_at = clock.now,
-    waiting_for_signal = %(signal)s::text,
+    waiting_for_signal = %(signal)s::text, waiting_approval = %(approval)s::jsonb,
     -- A signal that arrived while the worker was deciding to wait wakes the task now.
     ready_at = CASE WHEN EXISTS (
         SELECT 1 FROM runifold_signals s
@@ -381,7 +381,21 @@ RETURNING clock.now AS at, t.reason;
 -- name: lock_task
 -- Serializes deliveries and cancels of one task: the pending-signal cap counts exactly,
 -- and a worker's suspend, retry or yield cannot move the row between a cancel's checks.
-SELECT tenant, state, cancel_requested FROM runifold_tasks WHERE task_id = %(task_id)s FOR UPDATE;
+SELECT tenant, state, cancel_requested, definition_name, definition_version, fencing_token,
+    waiting_for_signal, waiting_approval::text AS waiting_approval
+FROM runifold_tasks WHERE task_id = %(task_id)s FOR UPDATE;
+
+-- name: declare_signals
+WITH clock AS (SELECT {now} AS now)
+INSERT INTO runifold_definitions (definition_name, definition_version, fingerprint, signals, declared_at)
+SELECT %(definition_name)s, %(definition_version)s, %(fingerprint)s, %(signals)s::jsonb, clock.now
+FROM clock
+ON CONFLICT (definition_name, definition_version, fingerprint) DO NOTHING;
+
+-- name: declared_signals
+SELECT fingerprint, signals::text AS signals FROM runifold_definitions
+WHERE definition_name = %(definition_name)s AND definition_version = %(definition_version)s
+ORDER BY fingerprint;
 
 -- name: wake_if_signal_pending
 UPDATE runifold_tasks AS t SET ready_at = %(now)s

@@ -91,7 +91,7 @@ RETURNING revision, cancel_requested;
 UPDATE runifold_tasks
 SET state = 'waiting', head = :head, revision = revision + 1,
     claims_since_progress = 0, lease_expires = NULL, reason = :reason, updated_at = :now,
-    waiting_for_signal = :signal,
+    waiting_for_signal = :signal, waiting_approval = :approval,
     -- A signal that arrived while the worker was deciding to wait wakes the task now.
     ready_at = CASE WHEN EXISTS (
         SELECT 1 FROM runifold_signals s
@@ -277,7 +277,19 @@ RETURNING reason;
 
 -- name: lock_task
 -- BEGIN IMMEDIATE already serializes writers: a plain read is enough here.
-SELECT tenant, state, cancel_requested FROM runifold_tasks WHERE task_id = :task_id;
+SELECT tenant, state, cancel_requested, definition_name, definition_version, fencing_token,
+    waiting_for_signal, waiting_approval
+FROM runifold_tasks WHERE task_id = :task_id;
+
+-- name: declare_signals
+INSERT INTO runifold_definitions (definition_name, definition_version, fingerprint, signals, declared_at)
+VALUES (:definition_name, :definition_version, :fingerprint, :signals, {now})
+ON CONFLICT (definition_name, definition_version, fingerprint) DO NOTHING;
+
+-- name: declared_signals
+SELECT fingerprint, signals FROM runifold_definitions
+WHERE definition_name = :definition_name AND definition_version = :definition_version
+ORDER BY fingerprint;
 
 -- name: register_worker
 INSERT INTO runifold_workers (worker_id, host, pid, started_at, last_seen, stopped_at, definitions)
