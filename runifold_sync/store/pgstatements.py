@@ -18,6 +18,7 @@ from psycopg.rows import DictRow
 from ..codec import from_json, to_json
 from ..errors import InvalidArgument
 from . import checks, row_records
+from .checks import storable_text
 from .dialect import Event, Values
 from .pgpool import Connection
 from .queries import load_queries
@@ -156,7 +157,7 @@ def jsonb(kind: str, text: str | None) -> str | None:
 
 def free_text(text: str) -> str:
     """Reasons are free text from exception messages; PostgreSQL text cannot hold NUL."""
-    return text.replace("\x00", "\ufffd")
+    return storable_text(text).replace("\x00", "\ufffd")
 
 
 def store_now(conn: Connection) -> datetime:

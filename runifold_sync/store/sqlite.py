@@ -30,6 +30,7 @@ from typing import Any
 from ..errors import InvalidArgument, StoreClosed, StoreNotWritable, StoreUnavailable, StoreUsedAcrossFork
 from . import checks, event_details, refusals, row_records, sqlite_clock
 from .base import WorkflowStore
+from .checks import storable_text
 from .dialect import Detail, Dialect, Event, Params, Row, Transaction
 from .outage import OutageLog
 from .queries import load_queries, pending_migrations
@@ -206,7 +207,7 @@ class SqliteDialect(Dialect):
         return text
 
     def free_text(self, text: str) -> str:
-        return text
+        return storable_text(text)
 
     def detail(self, value: Any) -> dict[str, Any]:
         detail: dict[str, Any] = json.loads(value)

@@ -58,7 +58,8 @@ def price(ctx: StepContext, order: dict[str, Any]) -> float:
 @traced.step(retry=RetryPolicy(max_attempts=1))
 def check(ctx: StepContext, order: dict[str, Any]) -> None:
     # U+0000 cannot be part of a task's input; an exception raised in a step may hold it.
-    _descend(order.get("depth", 0), order["message"].replace("{nul}", "\x00"))
+    # Nor a lone surrogate, which a message decoded with errors="surrogateescape" holds.
+    _descend(order.get("depth", 0), order["message"].replace("{nul}", "\x00").replace("{lone}", "\udc80"))
 
 
 @traced.main
@@ -132,6 +133,19 @@ def test_a_traceback_with_characters_no_json_column_holds_is_kept_as_escapes(
     kept = _failed_detail(backend)["traceback"]
     assert kept.endswith("ValueError: sku \\x00 unknown\n")
     assert outcome.error is not None and outcome.error.traceback == kept
+
+
+def test_a_step_error_whose_message_holds_a_lone_surrogate_fails_the_task_with_it_escaped(
+    backend: Backend, store: WorkflowStore
+) -> None:
+    """Before, the failing write itself raised (UTF-8 cannot encode the surrogate): the
+    cycle crashed and the task was claimed again and again."""
+    _fail(store, {"message": "file {lone}.csv unreadable"})
+
+    record = backend.open().get_task("t1")
+    assert record.state is TaskState.TERMINAL
+    assert record.reason is not None and "file \\udc80.csv unreadable" in record.reason
+    assert "file \\udc80.csv unreadable" in _failed_detail(backend)["reason"]
 
 
 def test_a_failure_recorded_with_a_traceback_keeps_it_beside_the_error(store: WorkflowStore) -> None:
