@@ -44,7 +44,6 @@ from flask import Flask, current_app, has_app_context
 from flask.cli import AppGroup
 
 from ..errors import RunifoldError
-from ..models import WorkflowTask
 from ..runner import (
     RunifoldSettings,
     default_worker_id,
@@ -117,8 +116,10 @@ class Runifold:
     ) -> str:
         """Enqueue a task now and return its id. Enqueue is idempotent on
         ``checkpoint_id``: pass one derived from your data (``f"order-{order.id}"``) and a
-        retried request does not start a second workflow."""
-        task = WorkflowTask.new(
+        retried request does not start a second workflow. With ``RUNIFOLD_APP`` set the
+        task is checked first (an unknown name or version, input that does not fit:
+        ``InvalidArgument`` naming it, nothing stored)."""
+        task = self.settings.task(
             name,
             version,
             input,

@@ -32,12 +32,14 @@ from django.test import Client, override_settings  # noqa: E402
 from shop.models import Order  # noqa: E402
 
 from runifold_sync import (  # noqa: E402
+    InputMismatch,
     InvalidArgument,
     StoreUsedAcrossFork,
     TaskNotFound,
     TaskOutcome,
     TaskState,
     WorkflowStore,
+    WorkflowTask,
 )
 from runifold_sync.contrib.django import (  # noqa: E402
     close_store,
@@ -161,8 +163,15 @@ def test_runworkflows_once_completes_the_task_and_its_effect_updates_the_row(
     assert out.getvalue().strip() == "Idle()"
 
 
+def test_enqueue_checks_the_input_against_the_registry_runifold_app_names(store: SqliteWorkflowStore) -> None:
+    with pytest.raises(InputMismatch, match="expected an integer, got the string 'not-an-order-id'"):
+        enqueue("order-intake", 1, "not-an-order-id")
+    assert store.list_tasks() == []
+
+
 def test_runworkflows_once_fails_with_status_1_when_the_task_fails(store: SqliteWorkflowStore) -> None:
-    task_id = enqueue("order-intake", 1, "not-an-order-id")  # enqueued at once, no transaction
+    # Past the registry's check (a task stored by an older release, say): it fails when run.
+    task_id = store.enqueue(WorkflowTask.new("order-intake", 1, "not-an-order-id")).task_id
 
     with pytest.raises(CommandError, match="failed") as raised:
         call_command("runworkflows", "--once", stdout=io.StringIO())

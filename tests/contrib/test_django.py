@@ -27,6 +27,7 @@ EXPECTED = [
     "test_enqueue_on_commit_checks_its_arguments_at_the_call",
     "test_manage_py_help_runworkflows_describes_the_command_and_each_option",
     "test_runworkflows_once_completes_the_task_and_its_effect_updates_the_row",
+    "test_enqueue_checks_the_input_against_the_registry_runifold_app_names",
     "test_runworkflows_once_fails_with_status_1_when_the_task_fails",
     "test_invalid_settings_are_a_command_error",
     "test_a_concurrency_below_one_is_a_command_error_naming_it[0]",

@@ -18,7 +18,15 @@ from types import ModuleType
 import pytest
 from flask import Flask
 
-from runifold_sync import InvalidArgument, StoreUsedAcrossFork, TaskOutcome, TaskState, WorkflowStore
+from runifold_sync import (
+    InputMismatch,
+    InvalidArgument,
+    StoreUsedAcrossFork,
+    TaskOutcome,
+    TaskState,
+    UnknownDefinition,
+    WorkflowStore,
+)
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.support import processes
 
@@ -227,3 +235,17 @@ def test_cli_commands_have_help(app: Flask) -> None:
     assert "Run runifold workflow workers" in group.output
     for text in ("--once", "--concurrency", "--worker-id", "exit status is 0"):
         assert text in run.output
+
+
+def test_enqueue_with_runifold_app_set_checks_name_version_and_input_and_stores_nothing_bad(
+    example: ModuleType, app: Flask, store: SqliteWorkflowStore
+) -> None:
+    """The extension's ``enqueue`` goes through the registry ``RUNIFOLD_APP`` names
+    (``registry.task``); before, it stored whatever it was given."""
+    with app.app_context():
+        with pytest.raises(UnknownDefinition, match="order-intake"):  # the registered name is offered
+            example.runifold.enqueue("order-intak", 1, {"order_id": "x"})
+        with pytest.raises(InputMismatch, match="input.quantity"):
+            example.runifold.enqueue("order-intake", 1, {"order_id": "b1", "sku": "tea", "quantity": "2"})
+        task_id = example.runifold.enqueue("order-intake", 1, {"order_id": "b2", "sku": "tea", "quantity": 2})
+    assert [t.task_id for t in store.list_tasks()] == [task_id]

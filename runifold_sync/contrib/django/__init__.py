@@ -70,7 +70,8 @@ def _task(
     priority: int,
     not_before: datetime | None,
 ) -> WorkflowTask:
-    return WorkflowTask.new(
+    """Checked by the registry when ``RUNIFOLD_APP`` names one (``RunifoldSettings.task``)."""
+    return runifold_settings().task(
         name,
         version,
         input,
