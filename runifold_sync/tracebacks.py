@@ -17,6 +17,8 @@ from __future__ import annotations
 import itertools
 import traceback
 
+from .store.checks import storable_text
+
 MAX_TRACEBACK_BYTES = 4096
 MAX_PIECE_BYTES = 1024
 
@@ -48,7 +50,7 @@ def _marker(lines_cut: int) -> str:
 def _storable(text: str) -> str:
     """``text`` as both stores keep it, alike: PostgreSQL's JSONB refuses U+0000 and lone
     surrogates, which an exception message may hold; they are written as escapes."""
-    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+    return storable_text(text.replace("\x00", "\\x00"))
 
 
 def _bounded_piece(piece: str) -> str:
