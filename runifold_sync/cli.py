@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import sys
 from datetime import datetime, timedelta
-from typing import Any
 
 import attrs
 import click
 
 from .app import load_registry
 from .cli_common import (
+    audit_options,
     canonical_json,
     checked,
     database_option,
@@ -28,9 +28,9 @@ from .cli_common import (
 )
 from .cli_fleet import migrate, stats, tenant, versions, workers
 from .cli_run import demo, run
-from .cli_show import show
+from .cli_show import record_json, show
 from .models import TaskState, WorkflowTask
-from .store.records import SignalCheck, TaskRecord
+from .store.records import SignalCheck
 
 
 @click.group()
@@ -135,22 +135,6 @@ def _input_text(given: str) -> str:
     return given
 
 
-def _record_json(record: TaskRecord) -> dict[str, Any]:
-    return {
-        "task_id": record.task_id,
-        "definition": record.definition_name,
-        "version": record.definition_version,
-        "tenant": record.tenant,
-        "state": record.state.value,
-        "outcome": None if record.outcome is None else record.outcome.value,
-        "reason": record.reason,
-        "status_note": record.status_note,
-        "ready_at": None if record.ready_at is None else record.ready_at.isoformat(),
-        "worker": record.worker_id,
-        "fencing_token": record.fencing_token,
-    }
-
-
 @main.command("list")
 @click.option(
     "--state", type=click.Choice([s.value for s in TaskState]), default=None, help="Only this state."
@@ -179,7 +163,7 @@ def list_(
             limit=limit,
         )
     if as_json:
-        click.echo(json.dumps([_record_json(r) for r in records], indent=2))
+        click.echo(json.dumps([record_json(r) for r in records], indent=2))
         return
     for r in records:
         status = r.state.value if r.outcome is None else f"{r.state.value}/{r.outcome.value}"
@@ -253,8 +237,7 @@ def _delivered(check: SignalCheck | None, name: str) -> str:
 
 @main.command()
 @click.argument("task_id")
-@click.option("--actor", required=True, help="Who cancels it (kept in the history).")
-@click.option("--reason", required=True, help="Why (kept in the history).")
+@audit_options("cancels it")
 @database_option
 @json_option
 def cancel(task_id: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
@@ -274,8 +257,7 @@ def cancel(task_id: str, actor: str, reason: str, database: str | None, as_json:
 
 @main.command()
 @click.argument("task_id")
-@click.option("--actor", required=True, help="Who requeues it (kept in the history).")
-@click.option("--reason", required=True, help="Why (kept in the history).")
+@audit_options("requeues it")
 @database_option
 @json_option
 def retry(task_id: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
@@ -294,8 +276,7 @@ def retry(task_id: str, actor: str, reason: str, database: str | None, as_json: 
 @click.argument("effect_key")
 @click.option("--applied/--not-applied", required=True, help="Whether the effect happened.")
 @click.option("--result", "result_json", default=None, help="The effect's result as JSON (with --applied).")
-@click.option("--actor", required=True, help="Who decided (kept in the history).")
-@click.option("--reason", required=True, help="Why (kept in the history).")
+@audit_options("decided")
 @database_option
 @json_option
 def resolve(

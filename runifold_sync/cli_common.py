@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,6 +28,17 @@ database_option = click.option(
     f"{DEFAULT_URL} (said on stderr).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+
+
+def audit_options(who: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--actor`` and ``--reason`` of an operator action, both kept in the history;
+    ``who`` completes the actor's help ("Who cancels it")."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        command = click.option("--reason", required=True, help="Why (kept in the history).")(command)
+        return click.option("--actor", required=True, help=f"Who {who} (kept in the history).")(command)
+
+    return decorate
 
 
 def store_url(database: str | None) -> str:

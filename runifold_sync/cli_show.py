@@ -17,6 +17,23 @@ from .store.checks import MAX_LIST_LIMIT
 from .store.records import TaskEvent, TaskRecord
 
 
+def record_json(record: TaskRecord) -> dict[str, Any]:
+    """What ``list --json`` prints of a task; ``show --json`` adds to it."""
+    return {
+        "task_id": record.task_id,
+        "definition": record.definition_name,
+        "version": record.definition_version,
+        "tenant": record.tenant,
+        "state": record.state.value,
+        "outcome": None if record.outcome is None else record.outcome.value,
+        "reason": record.reason,
+        "status_note": record.status_note,
+        "ready_at": None if record.ready_at is None else record.ready_at.isoformat(),
+        "worker": record.worker_id,
+        "fencing_token": record.fencing_token,
+    }
+
+
 def _journal_line(entry: Any) -> str:
     """One journal entry as ``show`` prints it; an unreadable one says so, not raises."""
     try:
@@ -60,18 +77,10 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
     if as_json:
         click.echo(
             json.dumps(
-                {
-                    "task_id": record.task_id,
-                    "definition": record.definition_name,
-                    "version": record.definition_version,
-                    "tenant": record.tenant,
-                    "state": record.state.value,
-                    "outcome": None if record.outcome is None else record.outcome.value,
-                    "reason": record.reason,
-                    "status_note": record.status_note,
+                record_json(record)
+                | {
                     "ambiguous_effect": record.ambiguous_effect,
                     "revision": record.revision,
-                    "fencing_token": record.fencing_token,
                     "run": run,
                     "journal_entries": entries,
                     "journal": journal,

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterator
-from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 import attrs
 
 from .codec import from_json
 from .errors import DefinitionConflict, InvalidArgument, UnknownDefinition
 from .inputs import fit_input
-from .models import Budget, CapabilitySet, DeclaredSignals, DefinitionIdentity, WorkflowTask
+from .models import Budget, CapabilitySet, DeclaredSignals, DefinitionIdentity, TaskOptions, WorkflowTask
 from .workflow import Workflow
 
 
@@ -96,17 +95,7 @@ class WorkflowRegistry:
     def get(self, name: str, version: int) -> WorkflowDefinition | None:
         return self._definitions.get((name, version))
 
-    def task(
-        self,
-        name: str,
-        version: int,
-        input: Any,
-        *,
-        tenant: str = "default",
-        checkpoint_id: str | None = None,
-        priority: int = 0,
-        not_before: datetime | None = None,
-    ) -> WorkflowTask:
+    def task(self, name: str, version: int, input: Any, **options: Unpack[TaskOptions]) -> WorkflowTask:
         """A task of ``name`` at ``version``, checked against this registry: the version
         is registered (:class:`UnknownDefinition` names those that are) and ``input``
         fits the main function's annotation (:class:`InputMismatch` names every wrong
@@ -114,15 +103,7 @@ class WorkflowRegistry:
         records when it is enqueued, so a misspelt signal name is refused when sent.
         The stored input is ``input`` as given, so a task made with or without the
         registry is the same task to enqueue's idempotency."""
-        task = WorkflowTask.new(
-            name,
-            version,
-            input,
-            tenant=tenant,
-            checkpoint_id=checkpoint_id,
-            priority=priority,
-            not_before=not_before,
-        )
+        task = WorkflowTask.new(name, version, input, **options)
         definition = self.get(name, version)
         if definition is None:
             raise self._unknown(name, version)

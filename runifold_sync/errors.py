@@ -7,6 +7,12 @@ generic input handling keeps working.
 
 from __future__ import annotations
 
+import attrs
+
+# An error with structured fields: attrs writes the constructor, repr and pickling (the
+# fields are the exception's ``args``); each class writes only its message, as __str__.
+_detailed = attrs.define(auto_exc=True, slots=False)
+
 
 class RunifoldError(Exception):
     """Root of every error raised by runifold_sync."""
@@ -20,58 +26,71 @@ class DefinitionConflict(InvalidArgument):
     """The same name and version was registered with a different step graph."""
 
 
+@_detailed
 class UnknownDefinition(InvalidArgument):
     """A task was asked of a registry for a name or version it does not hold: nothing
     would ever run it. ``registered`` maps each name the registry holds to its versions."""
 
-    def __init__(self, name: str, version: int, registered: dict[str, list[int]], hint: str) -> None:
-        self.name = name
-        self.version = version
-        self.registered = registered
-        super().__init__(hint)
+    name: str
+    version: int
+    registered: dict[str, list[int]]
+    hint: str
+
+    def __str__(self) -> str:
+        return self.hint
 
 
+@_detailed
 class InputMismatch(InvalidArgument):
     """A workflow input does not fit its main function's annotation. ``problems`` has one
     line per wrong field, ``path: reason`` (``input.lines[0].qty: required field
     missing``), so the caller can fix every field at once."""
 
-    def __init__(self, what: str, type_name: str, problems: list[str]) -> None:
-        self.type_name = type_name
-        self.problems = tuple(problems)
-        super().__init__(f"{what} does not fit {type_name}: {'; '.join(problems)}")
+    what: str
+    type_name: str
+    problems: tuple[str, ...] = attrs.field(converter=tuple)
+
+    def __str__(self) -> str:
+        return f"{self.what} does not fit {self.type_name}: {'; '.join(self.problems)}"
 
 
+@_detailed
 class EnqueueConflict(RunifoldError):
     """A task with this checkpoint identity exists with different content."""
 
-    def __init__(self, task_id: str, differences: list[str]) -> None:
-        self.task_id = task_id
-        self.differences = differences
-        super().__init__(
-            f"task {task_id!r} already exists with a different {', '.join(differences)}; "
+    task_id: str
+    differences: list[str]
+
+    def __str__(self) -> str:
+        return (
+            f"task {self.task_id!r} already exists with a different {', '.join(self.differences)}; "
             "enqueue is idempotent only for identical tasks"
         )
 
 
+@_detailed
 class SignalConflict(RunifoldError, ValueError):
-    def __init__(self, task_id: str, signal_id: str) -> None:
-        self.task_id = task_id
-        self.signal_id = signal_id
-        super().__init__(
-            f"signal {signal_id!r} was already delivered to task {task_id!r} with a different "
-            "name or payload; a signal id names one delivery"
+    task_id: str
+    signal_id: str
+
+    def __str__(self) -> str:
+        return (
+            f"signal {self.signal_id!r} was already delivered to task {self.task_id!r} with a "
+            "different name or payload; a signal id names one delivery"
         )
 
 
+@_detailed
 class SignalRefused(RunifoldError):
-    def __init__(self, task_id: str, signal_id: str, why: str) -> None:
-        self.task_id = task_id
-        self.signal_id = signal_id
-        self.why = why
-        super().__init__(f"signal {signal_id!r} to task {task_id!r} refused: {why}")
+    task_id: str
+    signal_id: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"signal {self.signal_id!r} to task {self.task_id!r} refused: {self.why}"
 
 
+@_detailed
 class SignalNotAccepted(SignalRefused, InvalidArgument):
     """The task's definition would never accept this signal: a name it does not declare,
     a sender who is not an approver of the approval it waits for, or a payload that is
@@ -79,39 +98,43 @@ class SignalNotAccepted(SignalRefused, InvalidArgument):
     Refused where it is sent, and recorded in the task's history, instead of being kept
     until a wait refuses it."""
 
-    def __init__(self, task_id: str, signal_id: str, why: str, field: str) -> None:
-        self.field = field
-        super().__init__(task_id, signal_id, why)
+    field: str
 
 
+@_detailed
 class TaskNotFound(RunifoldError, LookupError):
-    def __init__(self, task_id: str) -> None:
-        self.task_id = task_id
-        super().__init__(f"no task with id {task_id!r}")
+    task_id: str
+
+    def __str__(self) -> str:
+        return f"no task with id {self.task_id!r}"
 
 
+@_detailed
 class LeaseLostError(RunifoldError):
     """A fenced write changed no row: another worker owns the task or the lease expired."""
 
-    def __init__(self, task_id: str, fencing_token: int, operation: str) -> None:
-        self.task_id = task_id
-        self.fencing_token = fencing_token
-        self.operation = operation
-        super().__init__(
-            f"lease on task {task_id!r} with fencing token {fencing_token} is no longer "
-            f"held; {operation} was refused"
+    task_id: str
+    fencing_token: int
+    operation: str
+
+    def __str__(self) -> str:
+        return (
+            f"lease on task {self.task_id!r} with fencing token {self.fencing_token} is no "
+            f"longer held; {self.operation} was refused"
         )
 
 
+@_detailed
 class CancelPending(RunifoldError):
     """A worker tried to complete, suspend or retry a task whose cancel was requested:
     the cancel wins, so the worker compensates and ends the task cancelled instead."""
 
-    def __init__(self, task_id: str, request: str, operation: str) -> None:
-        self.task_id = task_id
-        self.request = request
-        self.operation = operation
-        super().__init__(f"task {task_id!r} has a pending cancel ({request}); {operation} was refused")
+    task_id: str
+    request: str
+    operation: str
+
+    def __str__(self) -> str:
+        return f"task {self.task_id!r} has a pending cancel ({self.request}); {self.operation} was refused"
 
 
 class StoreUnavailable(RunifoldError):
@@ -146,62 +169,73 @@ class CheckpointError(RunifoldError):
     """A checkpoint cannot be used to continue the task; the task fails closed."""
 
 
+@_detailed
 class CheckpointTooLarge(CheckpointError):
     """One journal entry (or the checkpoint's head) is over ``max_entry_bytes``: the
     limit is per entry, so a workflow's length is bounded by disk alone."""
 
-    def __init__(self, task_id: str, part: str, size_bytes: int, limit_bytes: int) -> None:
-        self.task_id = task_id
-        self.part = part
-        self.size_bytes = size_bytes
-        self.limit_bytes = limit_bytes
-        super().__init__(
-            f"{part} of task {task_id!r} is {size_bytes} bytes, over the limit of "
-            f"{limit_bytes} bytes (max_entry_bytes); keep large artifacts outside and store their ids"
+    task_id: str
+    part: str
+    size_bytes: int
+    limit_bytes: int
+
+    def __str__(self) -> str:
+        return (
+            f"{self.part} of task {self.task_id!r} is {self.size_bytes} bytes, over the limit of "
+            f"{self.limit_bytes} bytes (max_entry_bytes); keep large artifacts outside and store their ids"
         )
 
 
+@_detailed
 class NonDeterminism(CheckpointError):
-    def __init__(self, task_id: str, position: int, recorded: str, requested: str) -> None:
-        self.task_id = task_id
-        self.position = position
-        self.recorded = recorded
-        self.requested = requested
-        super().__init__(
-            f"task {task_id!r} replay diverged at call {position}: the checkpoint recorded "
-            f"{recorded!r} but the workflow asked for {requested!r}"
+    task_id: str
+    position: int
+    recorded: str
+    requested: str
+
+    def __str__(self) -> str:
+        return (
+            f"task {self.task_id!r} replay diverged at call {self.position}: the checkpoint "
+            f"recorded {self.recorded!r} but the workflow asked for {self.requested!r}"
         )
 
 
+@_detailed
 class FingerprintMismatch(CheckpointError):
-    def __init__(self, task_id: str, recorded: str, registered: str) -> None:
-        self.task_id = task_id
-        self.recorded = recorded
-        self.registered = registered
-        super().__init__(
-            f"task {task_id!r} was checkpointed by a definition with fingerprint "
-            f"{recorded} but the registered one has {registered}; register the original "
-            "steps under this version or give the changed workflow a new version"
+    task_id: str
+    recorded: str
+    registered: str
+
+    def __str__(self) -> str:
+        return (
+            f"task {self.task_id!r} was checkpointed by a definition with fingerprint "
+            f"{self.recorded} but the registered one has {self.registered}; register the "
+            "original steps under this version or give the changed workflow a new version"
         )
 
 
+@_detailed
 class AmbiguousEffect(RunifoldError):
     """A non-idempotent effect may or may not have happened; nothing is guessed."""
 
-    def __init__(self, task_id: str, effect_id: str, key: str) -> None:
-        self.task_id = task_id
-        self.effect_id = effect_id
-        self.key = key
-        super().__init__(
-            f"ambiguous effect: {effect_id!r} of task {task_id!r} (idempotency key {key}) "
-            "was interrupted and its outcome is unknown; resolve it with resolve_effect"
+    task_id: str
+    effect_id: str
+    key: str
+
+    def __str__(self) -> str:
+        return (
+            f"ambiguous effect: {self.effect_id!r} of task {self.task_id!r} (idempotency key "
+            f"{self.key}) was interrupted and its outcome is unknown; resolve it with resolve_effect"
         )
 
 
+@_detailed
 class OutputNotSerializable(RunifoldError, TypeError):
-    def __init__(self, call_id: str, detail: str) -> None:
-        self.call_id = call_id
-        super().__init__(f"output of {call_id!r} cannot be stored as JSON: {detail}")
+    call_id: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"output of {self.call_id!r} cannot be stored as JSON: {self.detail}"
 
 
 class WorkerIdInUse(InvalidArgument):

@@ -21,7 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Callable, Mapping, MutableMapping, MutableSequence, MutableSet, Sequence, Set
+from collections.abc import (
+    Callable,
+    Mapping,
+    MutableMapping,
+    MutableSequence,
+    MutableSet,
+    Sequence,
+    Set,
+)
 from typing import Any
 
 import attrs
@@ -130,18 +138,11 @@ def _fixed_tuple_hook(type_: Any, item_types: tuple[Any, ...]) -> Callable[[Any,
     def structure_tuple(value: Any, _type: Any) -> Any:
         if not isinstance(value, list) or len(value) != len(item_types):
             raise _WrongType(expected, value)
-        items: list[Any] = []
-        errors: list[Exception] = []
-        for index, (item, item_type) in enumerate(zip(value, item_types, strict=True)):
-            try:
-                items.append(strict.structure(item, item_type))
-            except Exception as exc:
-                note = IterableValidationNote(f"Structuring {type_!r} @ index {index}", index, item_type)
-                exc.__notes__ = [*getattr(exc, "__notes__", []), note]
-                errors.append(exc)
-        if errors:
-            raise IterableValidationError(f"While structuring {type_!r}", errors, type_)
-        return tuple(items)
+        parts = [
+            _Part(item, item_type, index, f"Structuring {type_!r} @ index {index}")
+            for index, (item, item_type) in enumerate(zip(value, item_types, strict=True))
+        ]
+        return tuple(_each_or_all_errors(parts, strict.structure, type_))
 
     return structure_tuple
 
@@ -164,18 +165,36 @@ def _keys(value: dict[str, Any], key_type: Any, type_: Any) -> dict[Any, Any]:
     converted from its text, which is the one coercion JSON forces."""
     if key_type in (Any, str):
         return value
-    keyed: dict[Any, Any] = {}
+    parts = [_Part(key, key_type, key, f"Structuring mapping key @ key {key!r}") for key in value]
+    keys = _each_or_all_errors(parts, lax_converter.structure, type_)
+    return dict(zip(keys, value.values(), strict=True))
+
+
+@attrs.frozen
+class _Part:
+    """One item (or key) of a collection to structure, and where it stands in it."""
+
+    value: Any
+    type: Any
+    where: Any
+    note: str
+
+
+def _each_or_all_errors(parts: list[_Part], structure: Callable[[Any, Any], Any], type_: Any) -> list[Any]:
+    """Each part structured, or every failure at once: cattrs' own grouped error, each
+    failure noted with where it was (``transform_error`` turns the notes into paths)."""
+    done: list[Any] = []
     errors: list[Exception] = []
-    for key, item in value.items():
+    for part in parts:
         try:
-            keyed[lax_converter.structure(key, key_type)] = item
+            done.append(structure(part.value, part.type))
         except Exception as exc:
-            note = IterableValidationNote(f"Structuring mapping key @ key {key!r}", key, key_type)
+            note = IterableValidationNote(part.note, part.where, part.type)
             exc.__notes__ = [*getattr(exc, "__notes__", []), note]
             errors.append(exc)
     if errors:
         raise IterableValidationError(f"While structuring {type_!r}", errors, type_)
-    return keyed
+    return done
 
 
 def _record_hook(type_: Any) -> Callable[[Any, Any], Any]:

@@ -10,9 +10,10 @@ worker that exits leaves nothing stale behind (no live gauges to mark dead).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -64,89 +65,74 @@ class PrometheusObserver(CycleObserver):
     the files; tests pass a registry of their own and read it."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.queue_delay = Histogram(
+        counter = functools.partial(Counter, registry=registry)
+        histogram = functools.partial(Histogram, registry=registry)
+        self.queue_delay = histogram(
             "runifold_queue_delay_seconds",
             "Store time from a task becoming claimable to its claim.",
             buckets=_QUEUE_BUCKETS,
-            registry=registry,
         )
-        self.wait = Histogram(
+        self.wait = histogram(
             "runifold_wait_seconds",
             "Store time a task spent waiting, observed when it is resumed, by wait kind.",
             ["kind"],
             buckets=_WAIT_BUCKETS,
-            registry=registry,
         )
-        self.cycle = Histogram(
+        self.cycle = histogram(
             "runifold_cycle_seconds",
             "Execution time of a claim-and-execute cycle, from the claim to its store transition.",
             ["outcome"],
             buckets=_CYCLE_BUCKETS,
-            registry=registry,
         )
-        self.lease_losses = Counter(
-            "runifold_lease_losses",
-            "Cycles that ended because another worker owns the task.",
-            registry=registry,
+        self.lease_losses = counter(
+            "runifold_lease_losses", "Cycles that ended because another worker owns the task."
         )
-        self.failures = Counter(
-            "runifold_failures",
-            "Tasks that failed, by a fixed classification of why.",
-            ["reason"],
-            registry=registry,
+        self.failures = counter(
+            "runifold_failures", "Tasks that failed, by a fixed classification of why.", ["reason"]
         )
-        self.retries = Counter("runifold_retries", "Step failures requeued with backoff.", registry=registry)
-        self.unavailable = Counter(
+        self.retries = counter("runifold_retries", "Step failures requeued with backoff.")
+        self.unavailable = counter(
             "runifold_definition_unavailable",
             "Claims released because this worker lacks the definition version.",
             ["definition", "version"],
-            registry=registry,
         )
         self._definition_labels = BoundedLabels()
-        self._diagnostics(registry)
+        self._diagnostics(counter, histogram)
 
-    def _diagnostics(self, registry: CollectorRegistry | None) -> None:
+    def _diagnostics(self, counter: Callable[..., Counter], histogram: Callable[..., Histogram]) -> None:
         """The readings a rise in lease losses calls for: transaction latency, pool
         waits, heartbeat timing and runtime stalls."""
-        self.operations = Histogram(
+        self.operations = histogram(
             "runifold_store_operation_seconds",
             "Duration of each store operation of a worker (claim, heartbeat, commit_checkpoint, ...).",
             ["operation"],
             buckets=_OPERATION_BUCKETS,
-            registry=registry,
         )
-        self.pool_requests = Counter(
+        self.pool_requests = counter(
             "runifold_store_pool_requests",
             "Requests for a store connection (PostgreSQL's pool) or the database lock (SQLite).",
-            registry=registry,
         )
-        self.pool_waits = Counter(
-            "runifold_store_pool_waits",
-            "Of those requests, the ones that had to wait.",
-            registry=registry,
+        self.pool_waits = counter(
+            "runifold_store_pool_waits", "Of those requests, the ones that had to wait."
         )
-        self.pool_wait_seconds = Counter(
+        self.pool_wait_seconds = counter(
             "runifold_store_pool_wait_seconds",
             "Time requests spent waiting for a connection or the database lock.",
-            registry=registry,
         )
-        self.heartbeat_lateness = Histogram(
+        self.heartbeat_lateness = histogram(
             "runifold_heartbeat_lateness_seconds",
             "How long after its schedule (an interval after the last extension) a heartbeat was sent.",
             buckets=_LATE_BUCKETS,
-            registry=registry,
         )
-        self.heartbeat_lease_left = Histogram(
+        self.heartbeat_lease_left = histogram(
             "runifold_heartbeat_lease_left_seconds",
             "Lease time left, as the worker counts it, when a heartbeat's extension landed.",
             buckets=_LEFT_BUCKETS,
-            registry=registry,
         )
-        self.stalls = Histogram(
+        self.stalls = histogram(
             "runifold_runtime_stall_seconds",
             "How late the heartbeat thread woke up: a frozen process, or one starved of the GIL.",
             buckets=_LATE_BUCKETS,
-            registry=registry,
         )
 
     def claimed(self, claimed: ClaimedTask) -> None:

@@ -14,7 +14,7 @@ import reprlib
 import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import attrs
 
@@ -345,6 +345,17 @@ class RetryPolicy:
         base = self.initial_backoff.total_seconds() * self.multiplier ** max(failures - 1, 0)
         base = min(base, self.max_backoff.total_seconds())
         return base * random.uniform(1 - self.jitter, 1 + self.jitter)
+
+
+class TaskOptions(TypedDict, total=False):
+    """The keyword options of :meth:`WorkflowTask.new`, for the functions that pass
+    them on (``WorkflowRegistry.task``, the Flask and Django ``enqueue``) so each option
+    is named, typed and defaulted in one place."""
+
+    tenant: str
+    checkpoint_id: str | None
+    priority: int
+    not_before: datetime | None
 
 
 @attrs.frozen

@@ -8,7 +8,7 @@ import socket
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
-from typing import Any
+from typing import Any, Unpack
 
 import attrs
 
@@ -16,7 +16,15 @@ from .app import load_registry
 from .cancellation import CancellationToken
 from .definition import WorkflowRegistry
 from .errors import InvalidArgument
-from .models import LeaseDuration, WorkerId, WorkflowTask, check_count, check_int, seconds_duration
+from .models import (
+    LeaseDuration,
+    TaskOptions,
+    WorkerId,
+    WorkflowTask,
+    check_count,
+    check_int,
+    seconds_duration,
+)
 from .observer import CycleObserver
 from .outcomes import Completed, ContinuedAsNew, Idle, Retried, RunOutcome, Suspended, Yielded
 from .pool_preflight import check_pool_can_start
@@ -90,11 +98,11 @@ class RunifoldSettings:
         """The settings of each worker these settings run."""
         return WorkerSettings(self.lease, self.heartbeat, claim_batch=self.claim_batch)
 
-    def task(self, name: str, version: int, input: Any, **options: Any) -> WorkflowTask:
+    def task(self, name: str, version: int, input: Any, **options: Unpack[TaskOptions]) -> WorkflowTask:
         """A task for an application's own enqueue (Flask, Django): checked by the
         registry (``WorkflowRegistry.task``: known name and version, input that fits)
         when ``RUNIFOLD_APP`` names one, as ``WorkflowTask.new`` builds it otherwise.
-        ``options`` are theirs: tenant, checkpoint_id, priority, not_before."""
+        ``options`` are theirs (:class:`TaskOptions`)."""
         if self.app is None:
             return WorkflowTask.new(name, version, input, **options)
         return self.registry().task(name, version, input, **options)

@@ -35,8 +35,7 @@ from __future__ import annotations
 import atexit
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 import attrs
 import click
@@ -44,6 +43,7 @@ from flask import Flask, current_app, has_app_context
 from flask.cli import AppGroup
 
 from ..errors import RunifoldError
+from ..models import TaskOptions
 from ..runner import (
     RunifoldSettings,
     default_worker_id,
@@ -103,31 +103,13 @@ class Runifold:
         state = self._state()
         return state.stores.get(state.settings.database_url)
 
-    def enqueue(
-        self,
-        name: str,
-        version: int,
-        input: Any,
-        *,
-        tenant: str = "default",
-        checkpoint_id: str | None = None,
-        priority: int = 0,
-        not_before: datetime | None = None,
-    ) -> str:
+    def enqueue(self, name: str, version: int, input: Any, **options: Unpack[TaskOptions]) -> str:
         """Enqueue a task now and return its id. Enqueue is idempotent on
         ``checkpoint_id``: pass one derived from your data (``f"order-{order.id}"``) and a
         retried request does not start a second workflow. With ``RUNIFOLD_APP`` set the
         task is checked first (an unknown name or version, input that does not fit:
         ``InvalidArgument`` naming it, nothing stored)."""
-        task = self.settings.task(
-            name,
-            version,
-            input,
-            tenant=tenant,
-            checkpoint_id=checkpoint_id,
-            priority=priority,
-            not_before=not_before,
-        )
+        task = self.settings.task(name, version, input, **options)
         return self.store.enqueue(task).task_id
 
     def close(self) -> None:

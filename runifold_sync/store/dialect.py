@@ -48,6 +48,21 @@ class Event:
     token: int | None = None
 
 
+@attrs.frozen
+class FencedTransition:
+    """A worker's fenced state change: query ``name`` under ``lease`` with ``params``,
+    its history event ``event`` (with ``detail``) and its ``journal`` rows, all in one
+    transaction. ``notify`` wakes idle workers (the task is claimable again)."""
+
+    name: str
+    lease: Lease
+    params: Params
+    event: str
+    detail: Detail = attrs.Factory(dict)
+    notify: bool = False
+    journal: Sequence[JournalRow] = ()
+
+
 class Row(Protocol):
     """A result row addressable by column name (``sqlite3.Row`` or a dict)."""
 
@@ -133,28 +148,14 @@ class Dialect(Values, abc.ABC):
         atomically, inside ``tx`` or (``tx`` None) on their own. None when no row matched."""
 
     @abc.abstractmethod
-    def transition(
-        self,
-        name: str,
-        lease: Lease,
-        params: Params,
-        event: str,
-        detail: Detail,
-        *,
-        notify: bool,
-        journal: Sequence[JournalRow] = (),
-    ) -> Row:
-        """Fenced query ``name`` under ``lease`` with its history event ``event`` and
-        its ``journal`` rows, in one transaction; raises CancelPending or LeaseLostError
-        when no row matched (``refusals.refuse_transition``). ``notify`` wakes idle
-        workers."""
+    def transition(self, change: FencedTransition) -> Row:
+        """Make ``change``; raises CancelPending or LeaseLostError when no row matched
+        (``refusals.refuse_transition``)."""
 
     @abc.abstractmethod
-    def complete_then_claim(
-        self, lease: Lease, params: Params, request: ClaimRequest, journal: Sequence[JournalRow]
-    ) -> list[ClaimedTask]:
-        """The ``complete`` transition (with its ``journal`` rows) and then a claim, in
-        one transaction: a refused completion claims nothing."""
+    def complete_then_claim(self, completion: FencedTransition, request: ClaimRequest) -> list[ClaimedTask]:
+        """The ``completion`` and then a claim, in one transaction: a refused completion
+        claims nothing."""
 
     @abc.abstractmethod
     def claim(self, request: ClaimRequest) -> list[ClaimedTask]: ...

@@ -19,10 +19,10 @@ from ..codec import from_json, to_json
 from ..errors import InvalidArgument
 from . import checks, row_records
 from .checks import storable_text
-from .dialect import Event, Values
+from .dialect import Event, FencedTransition, Values
 from .pgpool import Connection
 from .queries import load_queries
-from .records import ClaimedTask, ClaimRequest, JournalRow, Lease
+from .records import ClaimedTask, ClaimRequest, JournalRow
 
 NOW = "(clock_timestamp() + make_interval(secs => (SELECT offset_s FROM runifold_clock WHERE id = 1)))"
 Q = load_queries("postgres", NOW)
@@ -121,19 +121,19 @@ def claim_in(conn: Connection, request: ClaimRequest, values: Values) -> list[Cl
     return claimed
 
 
-def transition_params(
-    lease: Lease, params: dict[str, Any], event: str, detail: dict[str, Any], journal: Sequence[JournalRow]
-) -> dict[str, Any]:
-    extra = journal_params(journal) if journal else {}
+def transition_params(change: FencedTransition) -> dict[str, Any]:
+    """The parameters of ``change``'s one-statement form (``fenced_statement``)."""
+    extra = journal_params(change.journal) if change.journal else {}
+    lease = change.lease
     return (
-        params
+        change.params
         | extra
         | {
             "task_id": lease.task_id,
             "token": lease.fencing_token,
-            "event_kind": event,
+            "event_kind": change.event,
             "event_worker": lease.worker_id,
-            "event_detail": to_json(detail),
+            "event_detail": to_json(change.detail),
         }
     )
 

@@ -31,7 +31,7 @@ from psycopg.rows import DictRow
 from ..errors import InvalidArgument
 from . import checks, refusals
 from .base import WorkflowStore
-from .dialect import Detail, Dialect, Event, Params, Row, Transaction
+from .dialect import Dialect, Event, FencedTransition, Params, Row, Transaction
 from .pgpool import Connection, ProcessPool, describe
 from .pgstatements import (
     Q,
@@ -49,7 +49,7 @@ from .pgstatements import (
 from .pgurl import POLL_INTERVAL_S, PostgresTarget, parse_target
 from .pgwait import DirectListener, notified, poll, wait_until_due
 from .queries import pending_migrations
-from .records import ClaimedTask, ClaimRequest, JournalRow, Lease
+from .records import ClaimedTask, ClaimRequest, JournalRow
 from .timing import PoolWaits
 
 # pg_advisory_xact_lock key that serializes migrations of one database ("RUNIFOLD").
@@ -159,43 +159,32 @@ class PostgresDialect(Dialect):
             return self.one(name, params)
         return tx.one(name, params)
 
-    def transition(
-        self,
-        name: str,
-        lease: Lease,
-        params: Params,
-        event: str,
-        detail: Detail,
-        *,
-        notify: bool,
-        journal: Sequence[JournalRow] = (),
-    ) -> DictRow:
+    def transition(self, change: FencedTransition) -> DictRow:
         """One fenced UPDATE with its history event, journal rows (and NOTIFY) in one
         statement: one round trip, and the event and rows are written exactly when the
         update matched."""
-        params = transition_params(lease, params, event, detail, journal)
-        query = Q[fenced_statement(name, event=True, notify=notify, journal=bool(journal))]
+        params = transition_params(change)
+        journal = bool(change.journal)
+        query = Q[fenced_statement(change.name, event=True, notify=change.notify, journal=journal)]
         row = self.pool.fetch_one(query, params)
         if row is None:
-            refusals.refuse_transition(self.one, name, lease, event, params)
+            refusals.refuse_transition(self.one, change.name, change.lease, change.event, params)
         return row
 
-    def complete_then_claim(
-        self, lease: Lease, params: Params, request: ClaimRequest, journal: Sequence[JournalRow]
-    ) -> list[ClaimedTask]:
+    def complete_then_claim(self, completion: FencedTransition, request: ClaimRequest) -> list[ClaimedTask]:
         """Pipelined: BEGIN, the completion with its event and the claim go out together;
         a refused completion raises before COMMIT, which rolls the claim back."""
-        query = Q[fenced_statement("complete", event=True, journal=bool(journal))]
+        query = Q[fenced_statement(completion.name, event=True, journal=bool(completion.journal))]
+        params = transition_params(completion)
         with self.pool.pipelined_transaction() as conn:
-            params = transition_params(lease, params, "completed", {}, journal)
             completed = conn.execute(query, params)
             claimed = claim_in(conn, request, self)
             if completed.fetchone() is None:
                 refusals.refuse_transition(
                     lambda name, p: conn.execute(Q[name], p).fetchone(),
-                    "complete",
-                    lease,
-                    "completed",
+                    completion.name,
+                    completion.lease,
+                    completion.event,
                     params,
                 )
             return claimed

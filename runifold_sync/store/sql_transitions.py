@@ -22,7 +22,7 @@ from ..errors import InvalidState, LeaseLostError
 from ..models import LeaseDuration, WorkerId
 from ..outcomes import FailureDetail
 from . import checks, event_details, refusals, row_records, signal_checks
-from .dialect import Dialect, Event
+from .dialect import Dialect, Event, FencedTransition
 from .records import ClaimedTask, ClaimRequest, Committed, JournalRow, Lease, Signal
 from .timing import OperationTimer, timed
 
@@ -159,9 +159,8 @@ class WorkerOperations:
     ) -> None:
         """The worker stopped at a step boundary after a cancel request: end as cancelled."""
         params = {"revision": revision, "head": self.dialect.json_in("checkpoint", checkpoint_json)}
-        self.dialect.transition(
-            "acknowledge_cancel", lease, params, "cancelled", {}, notify=False, journal=journal
-        )
+        change = FencedTransition("acknowledge_cancel", lease, params, "cancelled", journal=journal)
+        self.dialect.transition(change)
 
     @timed
     def retry(
@@ -185,7 +184,7 @@ class WorkerOperations:
             "reason": reason,
         }
         detail = event_details.retried(reason, delay)
-        row = d.transition("retry", lease, params, "retried", detail, notify=True, journal=journal)
+        row = d.transition(FencedTransition("retry", lease, params, "retried", detail, True, journal))
         return d.time(row["ready_at"])
 
     @timed
@@ -194,7 +193,7 @@ class WorkerOperations:
         d = self.dialect
         reason = d.free_text(checks.check_text("reason", reason))
         params = {"delay": d.db_duration(checks.check_delay(delay)), "reason": reason}
-        d.transition("release", lease, params, "released", {"reason": reason}, notify=True)
+        d.transition(FencedTransition("release", lease, params, "released", {"reason": reason}, notify=True))
 
     @timed
     def complete(
@@ -218,10 +217,11 @@ class WorkerOperations:
             "head": d.json_in("checkpoint", checkpoint_json),
             "result": d.json_in("result", result_json),
         }
+        completion = FencedTransition("complete", lease, params, "completed", journal=journal)
         if then_claim is None:
-            d.transition("complete", lease, params, "completed", {}, notify=False, journal=journal)
+            d.transition(completion)
             return []
-        return d.complete_then_claim(lease, params, then_claim, journal)
+        return d.complete_then_claim(completion, then_claim)
 
     @timed
     def fail(
@@ -247,7 +247,7 @@ class WorkerOperations:
             "ambiguous_effect": ambiguous_effect,
         }
         detail = event_details.failed(reason, ambiguous_effect, error)
-        d.transition("fail", lease, params, "failed", detail, notify=False, journal=journal)
+        d.transition(FencedTransition("fail", lease, params, "failed", detail, journal=journal))
 
     @timed
     def continue_as_new(

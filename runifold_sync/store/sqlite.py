@@ -31,10 +31,10 @@ from ..errors import InvalidArgument, StoreClosed, StoreNotWritable, StoreUnavai
 from . import checks, event_details, refusals, row_records, sqlite_clock
 from .base import WorkflowStore
 from .checks import storable_text
-from .dialect import Detail, Dialect, Event, Params, Row, Transaction
+from .dialect import Dialect, Event, FencedTransition, Params, Row, Transaction
 from .outage import OutageLog
 from .queries import load_queries, pending_migrations
-from .records import ClaimedTask, ClaimRequest, JournalRow, Lease
+from .records import ClaimedTask, ClaimRequest, JournalRow
 from .sqlite_connection import (
     MICROSECOND,
     SqliteConnection,
@@ -233,43 +233,24 @@ class SqliteDialect(Dialect):
                 _write_journal(conn, params["task_id"], journal)
             return row
 
-    def transition(
-        self,
-        name: str,
-        lease: Lease,
-        params: Params,
-        event: str,
-        detail: Detail,
-        *,
-        notify: bool,
-        journal: Sequence[JournalRow] = (),
-    ) -> Row:
+    def transition(self, change: FencedTransition) -> Row:
         with self.transaction() as tx:
-            return self._transition_in(tx, name, lease, params, event, detail, journal)
+            return self._transition_in(tx, change)
 
-    def complete_then_claim(
-        self, lease: Lease, params: Params, request: ClaimRequest, journal: Sequence[JournalRow]
-    ) -> list[ClaimedTask]:
+    def complete_then_claim(self, completion: FencedTransition, request: ClaimRequest) -> list[ClaimedTask]:
         with self.transaction() as tx:
-            self._transition_in(tx, "complete", lease, params, "completed", {}, journal)
+            self._transition_in(tx, completion)
             return self._claim_in(tx, request)
 
-    def _transition_in(
-        self,
-        tx: SqliteTransaction,
-        name: str,
-        lease: Lease,
-        params: Params,
-        event: str,
-        detail: Detail,
-        journal: Sequence[JournalRow],
-    ) -> Row:
+    def _transition_in(self, tx: SqliteTransaction, change: FencedTransition) -> Row:
         """A fenced UPDATE, its journal rows and its history event, inside ``tx``."""
-        params = params | {"task_id": lease.task_id, "token": lease.fencing_token}
-        row = self.fenced(tx, name, params, journal)
+        lease = change.lease
+        params = change.params | {"task_id": lease.task_id, "token": lease.fencing_token}
+        row = self.fenced(tx, change.name, params, change.journal)
         if row is None:
-            refusals.refuse_transition(tx.one, name, lease, event, params)
-        self.event(tx, Event(lease.task_id, tx.at, event, detail, lease.worker_id, lease.fencing_token))
+            refusals.refuse_transition(tx.one, change.name, lease, change.event, params)
+        event = Event(lease.task_id, tx.at, change.event, change.detail, lease.worker_id, lease.fencing_token)
+        self.event(tx, event)
         return row
 
     def claim(self, request: ClaimRequest) -> list[ClaimedTask]:

@@ -26,13 +26,12 @@ own) and closed when the process exits.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 from django.conf import settings  # type: ignore[import-untyped]
 from django.db import transaction  # type: ignore[import-untyped]
 
-from ...models import WorkflowTask
+from ...models import TaskOptions
 from ...runner import SETTING_NAMES, RunifoldSettings
 from ...store.base import WorkflowStore
 from .._embedding import ProcessStore
@@ -61,52 +60,14 @@ def close_store() -> None:
     _stores.close()
 
 
-def _task(
-    name: str,
-    version: int,
-    input: Any,
-    tenant: str,
-    checkpoint_id: str | None,
-    priority: int,
-    not_before: datetime | None,
-) -> WorkflowTask:
-    """Checked by the registry when ``RUNIFOLD_APP`` names one (``RunifoldSettings.task``)."""
-    return runifold_settings().task(
-        name,
-        version,
-        input,
-        tenant=tenant,
-        checkpoint_id=checkpoint_id,
-        priority=priority,
-        not_before=not_before,
-    )
-
-
-def enqueue(
-    name: str,
-    version: int,
-    input: Any,
-    *,
-    tenant: str = "default",
-    checkpoint_id: str | None = None,
-    priority: int = 0,
-    not_before: datetime | None = None,
-) -> str:
+def enqueue(name: str, version: int, input: Any, **options: Unpack[TaskOptions]) -> str:
     """Enqueue a task now, whatever Django transaction is open, and return its id."""
-    task = _task(name, version, input, tenant, checkpoint_id, priority, not_before)
+    task = runifold_settings().task(name, version, input, **options)
     return get_store().enqueue(task).task_id
 
 
 def enqueue_on_commit(
-    name: str,
-    version: int,
-    input: Any,
-    *,
-    using: str | None = None,
-    tenant: str = "default",
-    checkpoint_id: str | None = None,
-    priority: int = 0,
-    not_before: datetime | None = None,
+    name: str, version: int, input: Any, *, using: str | None = None, **options: Unpack[TaskOptions]
 ) -> str:
     """Enqueue a task when the current transaction on Django database ``using`` commits,
     never if it rolls back; outside ``atomic()`` at once. Returns the id the task will
@@ -117,6 +78,6 @@ def enqueue_on_commit(
     commit). Pass a ``checkpoint_id`` derived from the row (``f"order-{order.pk}"``) so a
     sweep or a retry can enqueue it again without starting a second workflow.
     """
-    task = _task(name, version, input, tenant, checkpoint_id, priority, not_before)
+    task = runifold_settings().task(name, version, input, **options)
     transaction.on_commit(lambda: get_store().enqueue(task), using=using)
     return task.task_id
