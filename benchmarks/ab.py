@@ -8,12 +8,18 @@ Prints every run and, per figure, the mean of each side and the ratio after/befo
 are git revisions (``HEAD``, a commit, a branch), each exported with ``git archive``
 into a temporary directory and run with its own ``benchmarks/common.py`` and package, on
 the interpreter (and installed dependencies) running this script.
+
+With ``--run-all`` each turn is instead each revision's own ``run_all.py --quick``, and
+every figure both tables have is compared by its value's first number: higher is better
+for a rate (``/s``), lower for everything else (latency, CPU, memory). A figure more than
+10% worse is marked WORSE.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -63,12 +69,60 @@ def measure(tree: Path, workflows: int) -> dict[str, float]:
     return figures
 
 
+def measure_run_all(tree: Path) -> dict[str, float]:
+    """The first number of each value in ``tree``'s ``run_all.py --quick`` tables."""
+    env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{tree / 'benchmarks'}")
+    done = subprocess.run(
+        [sys.executable, "benchmarks/run_all.py", "--quick"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"run_all in {tree.name} failed: {done.stderr[-2000:]}")
+    figures = {}
+    for line in done.stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        number = re.search(r"\d[\d,]*(?:\.\d+)?", cells[1]) if len(cells) == 5 else None
+        if number is not None and cells[0] != "figure":
+            figures[f"{cells[0]} [{_unit(cells[1])}]"] = float(number.group().replace(",", ""))
+    return figures
+
+
+def _unit(value: str) -> str:
+    found = re.search(r"\d[\d,.]*\s*([^\s(;,]+)", value)
+    return found.group(1) if found else ""
+
+
+def _compare_run_all(
+    before: list[dict[str, float]], after: list[dict[str, float]], names: tuple[str, str]
+) -> None:
+    rows = []
+    for figure in sorted(set(before[0]).intersection(after[0])):
+        b = mean(run[figure] for run in before if figure in run)
+        a = mean(run[figure] for run in after if figure in run)
+        higher_is_better = "/s" in figure.rsplit("[", 1)[1]
+        change = (a / b if higher_is_better else b / a) if a and b else 1.0
+        rows.append(
+            Row(
+                figure,
+                f"{b:,.4g} -> {a:,.4g}",
+                f"{change:.2f}x as good",
+                "",
+                "WORSE" if change < 0.9 else "ok",
+            )
+        )
+    print_table(f"run_all --quick A/B, {names[0]} -> {names[1]}, {len(before)} rounds interleaved", rows)
+
+
 def main() -> None:
     parser = arg_parser(__doc__)
     parser.add_argument("before")
     parser.add_argument("after")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workflows", type=int, default=300)
+    parser.add_argument("--run-all", action="store_true", help="compare whole run_all.py --quick tables")
     args = parser.parse_args()
     runs: dict[str, list[dict[str, float]]] = {args.before: [], args.after: []}
     with tempfile.TemporaryDirectory(prefix="runifold-ab-") as scratch:
@@ -79,10 +133,14 @@ def main() -> None:
             order = list(trees.items()) if turn % 2 else list(reversed(trees.items()))
             for rev, tree in order:
                 progress(f"ab: round {turn} of {args.rounds}, {rev}")
-                runs[rev].append(measure(tree, args.workflows))
+                runs[rev].append(measure_run_all(tree) if args.run_all else measure(tree, args.workflows))
                 print(
-                    f"round {turn} {rev}: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in runs[rev][-1].items())
+                    f"round {turn} {rev}: " + ", ".join(f"{k} {v:,.0f}" for k, v in runs[rev][-1].items()),
+                    flush=True,
                 )
+    if args.run_all:
+        _compare_run_all(runs[args.before], runs[args.after], (args.before, args.after))
+        return
     rows = []
     for name in FIGURES:
         before = [run[name] for run in runs[args.before]]
