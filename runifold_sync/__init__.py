@@ -7,6 +7,7 @@ a timer or a human approval.
 
 from .admission import TenantAdmission, TenantBudget, TenantPolicy
 from .cancellation import CancellationToken
+from .children import ChildHandle, ChildTimedOut
 from .context import WorkflowContext
 from .definition import WorkflowDefinition, WorkflowRegistry
 from .effects import EffectEvidence, EffectStatus
@@ -15,6 +16,7 @@ from .errors import (
     CancelPending,
     CheckpointError,
     CheckpointTooLarge,
+    ChildFailed,
     DefinitionConflict,
     EnqueueConflict,
     FingerprintMismatch,
@@ -86,6 +88,9 @@ __all__ = [
     "CapabilitySet",
     "CheckpointError",
     "CheckpointTooLarge",
+    "ChildFailed",
+    "ChildHandle",
+    "ChildTimedOut",
     "Completed",
     "ContinuedAsNew",
     "DeclaredSignals",

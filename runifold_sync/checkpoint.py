@@ -68,6 +68,8 @@ class EntryKind(enum.StrEnum):
     SIGNAL = "signal"  # ctx.wait_for_signal and each stage of ctx.request_approval
     PARALLEL = "parallel"
     RACE = "race"
+    CHILD = "child"  # ctx.start_child: the child task's id
+    CHILDREN = "children"  # ctx.wait_child and ctx.wait_children: how the children ended
 
 
 class EntryStatus(enum.StrEnum):

@@ -141,6 +141,7 @@ def _input_text(given: str) -> str:
 )
 @click.option("--tenant", default=None, help="Only this tenant.")
 @click.option("--definition", default=None, help="Only this workflow name.")
+@click.option("--parent", default=None, metavar="TASK", help="Only the child tasks of this task.")
 @click.option(
     "--limit", type=click.IntRange(1, 10_000), default=100, show_default=True, help="At most this many."
 )
@@ -150,6 +151,7 @@ def list_(
     state: str | None,
     tenant: str | None,
     definition: str | None,
+    parent: str | None,
     limit: int,
     database: str | None,
     as_json: bool,
@@ -160,6 +162,7 @@ def list_(
             state=None if state is None else TaskState(state),
             tenant=tenant,
             definition=definition,
+            parent=parent,
             limit=limit,
         )
     if as_json:

@@ -31,6 +31,7 @@ def record_json(record: TaskRecord) -> dict[str, Any]:
         "ready_at": None if record.ready_at is None else record.ready_at.isoformat(),
         "worker": record.worker_id,
         "fencing_token": record.fencing_token,
+        "parent": record.parent_id,
     }
 
 
@@ -62,6 +63,8 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
     with opened_store(database) as store:
         record = store.get_task(task_id)
         events = store.history(task_id)
+        family = [store.get_task(record.parent_id)] if record.parent_id is not None else []
+        children = store.list_tasks(parent=task_id, limit=MAX_LIST_LIMIT)
         if record.checkpoint_json:
             checkpoint = checked(Checkpoint.decode_head, task_id, record.checkpoint_json)
             entries, shown = checked(newest_entries, store, task_id, record.checkpoint_json, journal_limit)
@@ -87,6 +90,8 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
                     "usage": usage,
                     "result": record.result,
                     "failure": failure,
+                    "parent_task": _related(family[0]) if family else None,
+                    "children": [_related(r) for r in children],
                     "history": [
                         {
                             "at": e.at.isoformat(),
@@ -115,6 +120,11 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
     if failure is not None:
         click.echo(f"failure: {_failure_line(failure)}")
     click.echo(f"revision {record.revision}, fencing token {record.fencing_token}, usage {usage}")
+    for relation, related in [("parent", r) for r in family] + [("child", r) for r in children]:
+        about = _related(related)
+        click.echo(
+            f"{relation}: {about['task_id']} {about['definition']} v{about['version']} {about['state']}"
+        )
     if run is not None:
         paged = (
             f"the newest {len(journal)} shown (--journal-limit)" if len(journal) < entries else "all shown"
@@ -129,6 +139,17 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
         click.echo(f"  {e.at.isoformat()} {e.kind:<16} {e.worker_id or '-':<16} {detail}")
         if isinstance(trace, str):
             click.echo(textwrap.indent(trace.rstrip("\n"), "      "))
+
+
+def _related(record: TaskRecord) -> dict[str, Any]:
+    """A parent or child task as ``show`` lists it: which task, and where it stands."""
+    state = record.state.value if record.outcome is None else f"{record.state.value}/{record.outcome.value}"
+    return {
+        "task_id": record.task_id,
+        "definition": record.definition_name,
+        "version": record.definition_version,
+        "state": state,
+    }
 
 
 def _failure(record: TaskRecord, events: list[TaskEvent]) -> dict[str, Any] | None:

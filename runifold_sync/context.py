@@ -13,16 +13,18 @@ importing the engine, and the engine can import this module.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
+from .children import ChildHandle, ChildTimedOut
 from .errors import InvalidArgument
 from .models import Budget, check_duration_bound
 from .waits import ApprovalDecision, ApprovalTimedOut
 
 if TYPE_CHECKING:
     from .calls import Calls
+    from .children import Children
     from .specs import StepSpec
     from .waits import Waits
 
@@ -48,6 +50,9 @@ class Engine(Protocol):
 
     @property
     def waits(self) -> Waits: ...
+
+    @property
+    def children(self) -> Children: ...
 
     def parallel(
         self, branches: Branches, reserve: Mapping[str, Budget] | None, max_threads: int
@@ -118,6 +123,54 @@ class WorkflowContext:
         ``{"approved": bool, "reason": ...}``. Decisions from anyone else are refused and
         kept in the history. On timeout, ``escalate_to`` (if any) is asked next."""
         return self._engine.waits.request_approval(name, approvers, timeout, escalate_to, escalation_timeout)
+
+    # --- child workflows ------------------------------------------------------------
+
+    def start_child(
+        self,
+        name: str,
+        version: int,
+        input: Any,
+        *,
+        checkpoint_id: str | None = None,
+        tenant: str | None = None,
+    ) -> ChildHandle:
+        """Enqueue a task of ``name`` at ``version`` as this task's child, once: a replay
+        returns the same handle. Its id is ``checkpoint_id``, else derived from this
+        task's id and the call's. It runs on its own (its own budget and retries; this
+        task's tenant unless ``tenant``) until waited for with :meth:`wait_child`."""
+        return self._engine.children.start(name, version, input, checkpoint_id, tenant)
+
+    def wait_child(
+        self, handle: ChildHandle, *, timeout: timedelta | None = None, result_type: Any = Any
+    ) -> Any:
+        """Wait durably (the worker is freed) until the child ends, and return its
+        result structured as ``result_type``; :class:`ChildFailed` when it failed or
+        was cancelled; :class:`ChildTimedOut` when ``timeout`` passed first."""
+        waited = self._engine.children.wait([handle], timeout, result_type)
+        return waited if isinstance(waited, ChildTimedOut) else waited[0]
+
+    def wait_children(
+        self, handles: Sequence[ChildHandle], *, timeout: timedelta | None = None, result_type: Any = Any
+    ) -> list[Any] | ChildTimedOut:
+        """Wait for all of ``handles``; their results in the same order, or
+        :class:`ChildFailed` for the first (in that order) that did not complete."""
+        return self._engine.children.wait(list(handles), timeout, result_type)
+
+    def run_child(
+        self,
+        name: str,
+        version: int,
+        input: Any,
+        *,
+        checkpoint_id: str | None = None,
+        tenant: str | None = None,
+        timeout: timedelta | None = None,
+        result_type: Any = Any,
+    ) -> Any:
+        """:meth:`start_child` then :meth:`wait_child`."""
+        handle = self.start_child(name, version, input, checkpoint_id=checkpoint_id, tenant=tenant)
+        return self.wait_child(handle, timeout=timeout, result_type=result_type)
 
     # --- parallel branches and races ------------------------------------------------
 

@@ -18,6 +18,7 @@ from .boundary import Boundary, BranchScope
 from .branches import Parent, run_parallel, run_race
 from .calls import Calls
 from .checkpoint import Checkpoint, CheckpointWrite
+from .children import Children
 from .codec import MAX_NESTING_DEPTH, NotJsonable, from_json, to_json
 from .commits import Commits, Progress
 from .compensation import Compensation
@@ -90,6 +91,14 @@ class TaskRun:
             workflow=repr(definition.workflow),
             signals=definition.workflow.signals,
             sender_policy=definition.sender_policy,
+            branch=None if branch is None else branch.key,
+        )
+        self.children = Children(
+            cursor=cursor,
+            commits=self.commits,
+            boundary=self.boundary,
+            store=self._store,
+            tenant=lease.tenant,
             branch=None if branch is None else branch.key,
         )
         self.context = WorkflowContext(self)

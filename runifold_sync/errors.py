@@ -215,6 +215,19 @@ class FingerprintMismatch(CheckpointError):
 
 
 @_detailed
+class ChildFailed(RunifoldError):
+    """A child task the workflow waited for (``ctx.wait_child``) failed or was
+    cancelled; the parent may catch it. ``outcome`` is ``failed`` or ``cancelled``."""
+
+    child_id: str
+    outcome: str
+    reason: str | None
+
+    def __str__(self) -> str:
+        return f"child task {self.child_id!r} {self.outcome}: {self.reason or 'no reason recorded'}"
+
+
+@_detailed
 class AmbiguousEffect(RunifoldError):
     """A non-idempotent effect may or may not have happened; nothing is guessed."""
 

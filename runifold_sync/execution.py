@@ -253,6 +253,7 @@ class ClaimExecutor:
                     reason=wait.reason,
                     signal=wait.signal,
                     approvers=wait.approvers,
+                    child=wait.child,
                     journal=write.journal,
                 )
             return Suspended(lease.task_id, wait.reason, wait.wake_at)

@@ -21,8 +21,9 @@ class Interrupt(BaseException):
 
 
 class SuspendRequested(Interrupt):
-    """Wait until ``wake_at`` or for signal ``signal``; ``approvers`` when that signal is
-    an approval only they may decide (the store then refuses anyone else's)."""
+    """Wait until ``wake_at``, for signal ``signal`` or for child task ``child`` to end;
+    ``approvers`` when that signal is an approval only they may decide (the store then
+    refuses anyone else's)."""
 
     def __init__(
         self,
@@ -30,11 +31,13 @@ class SuspendRequested(Interrupt):
         reason: str,
         signal: str | None = None,
         approvers: frozenset[str] | None = None,
+        child: str | None = None,
     ) -> None:
         self.wake_at = wake_at
         self.reason = reason
         self.signal = signal
         self.approvers = approvers
+        self.child = child
 
 
 class CancelRequested(Interrupt):

@@ -372,6 +372,8 @@ class WorkflowTask:
     tenant: str
     priority: int
     not_before: datetime | None
+    # The task that started this one as its child (``ctx.start_child``), else None.
+    parent_id: str | None = None
     # What the registry that checked the task knows of its definition (set by
     # ``WorkflowRegistry.task``); the store records it with the task. Not part of what
     # the task is: enqueue's idempotency compares the fields above.

@@ -146,7 +146,7 @@ def signal_payload_text(signal_id: str, payload: Any) -> str:
 
 
 def list_filters(
-    state: TaskState | None, tenant: str | None, definition: str | None, limit: object
+    state: TaskState | None, tenant: str | None, definition: str | None, parent: str | None, limit: object
 ) -> dict[str, Any]:
     """The parameters of query ``list_tasks``."""
     if state is not None and not isinstance(state, TaskState):
@@ -156,6 +156,7 @@ def list_filters(
         "state": None if state is None else state.value,
         "tenant": tenant,
         "definition": definition,
+        "parent": parent,
         "limit": limit,
     }
 

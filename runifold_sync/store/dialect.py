@@ -48,6 +48,11 @@ class Event:
     token: int | None = None
 
 
+# The fenced transitions that end a task. Each returns the task's ``parent_id``, and in the
+# same transaction wakes the parent if it waits for this task (query ``wake_parent``).
+ENDING_TRANSITIONS = frozenset({"complete", "fail", "acknowledge_cancel"})
+
+
 @attrs.frozen
 class FencedTransition:
     """A worker's fenced state change: query ``name`` under ``lease`` with ``params``,

@@ -11,7 +11,10 @@ from ..outcomes import FailureDetail
 
 
 def enqueued(task: WorkflowTask) -> dict[str, Any]:
-    return {"definition": task.definition_name, "version": task.definition_version}
+    detail: dict[str, Any] = {"definition": task.definition_name, "version": task.definition_version}
+    if task.parent_id is not None:
+        detail["parent"] = task.parent_id
+    return detail
 
 
 def claimed(from_state: str, previous_worker: str | None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from ..codec import from_json, to_json
 from ..errors import InvalidArgument
 from . import checks, row_records
 from .checks import storable_text
-from .dialect import Event, FencedTransition, Values
+from .dialect import ENDING_TRANSITIONS, Event, FencedTransition, Values
 from .pgpool import Connection
 from .queries import load_queries
 from .records import ClaimedTask, ClaimRequest, JournalRow
@@ -64,6 +64,14 @@ def fenced_statement(name: str, *, event: bool, notify: bool = False, journal: b
                 f"journal_dropped AS (DELETE FROM runifold_journal j USING fenced, {rows} "
                 "WHERE r.entry IS NULL AND j.task_id = %(task_id)s AND j.journal = r.journal "
                 "AND j.position = r.position)"
+            )
+        if name in ENDING_TRANSITIONS:  # as query wake_parent, joined to the ended row
+            parts.append(
+                "parent_woken AS (UPDATE runifold_tasks p SET ready_at = CASE "
+                "WHEN p.state = 'waiting' AND p.waiting_for_child = fenced.task_id "
+                "AND (p.ready_at IS NULL OR p.ready_at > fenced.at) THEN fenced.at ELSE p.ready_at END "
+                "FROM fenced WHERE p.task_id = fenced.parent_id "
+                "RETURNING CASE WHEN p.ready_at = fenced.at THEN pg_notify('runifold_tasks', '') END)"
             )
         notified = ", pg_notify('runifold_tasks', '') AS notified" if notify else ""
         Q[key] = ", ".join(parts) + f" SELECT fenced.*{notified} FROM fenced"

@@ -172,6 +172,8 @@ class TaskRecord:
     result_json: str | None
     created_at: datetime
     updated_at: datetime
+    parent_id: str | None = None  # the task that started this one (ctx.start_child)
+    waiting_for_child: str | None = None  # the child a waiting task waits for
     status_note: str | None = None
 
     @property

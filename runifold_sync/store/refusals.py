@@ -40,6 +40,7 @@ def already_enqueued(task: WorkflowTask, stored: Row) -> EnqueueResult:
             ("definition version", "definition_version", task.definition_version),
             ("tenant", "tenant", task.tenant),
             ("input", "input", task.input_json),
+            ("parent", "parent_id", task.parent_id),
         )
         if stored[column] != given
     ]

@@ -59,6 +59,8 @@ def task_record(row: Row, values: Values) -> TaskRecord:
         result_json=values.json_out(row["result"]),
         created_at=time(row["created_at"]),
         updated_at=time(row["updated_at"]),
+        parent_id=row["parent_id"],
+        waiting_for_child=row["waiting_for_child"],
     )
 
 

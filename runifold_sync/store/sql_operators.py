@@ -43,6 +43,7 @@ class OperatorOperations:
                     "input": d.json_in("workflow input", task.input_json),
                     "priority": task.priority,
                     "not_before": None if task.not_before is None else d.db_time(task.not_before),
+                    "parent_id": task.parent_id,
                 }
                 inserted = tx.one("insert_task", params)
                 if inserted is not None:
@@ -171,35 +172,54 @@ class OperatorOperations:
           compensates and ends it cancelled. A completion, suspension or retry that has
           not committed yet is refused (:class:`CancelPending`): the cancel wins.
 
-        Completed external writes are not undone, except by declared compensations."""
+        The task's unfinished child tasks (``ctx.start_child``), and theirs, are cancelled
+        in the same transaction, each recorded with its parent as the actor. Completed
+        external writes are not undone, except by declared compensations."""
         checks.check_operator(actor, reason)
+        checks.check_text("task id", task_id)
+        with self.dialect.transaction() as tx:
+            if tx.one("select_task", {"task_id": task_id}) is None:
+                raise TaskNotFound(task_id)
+            return self._cancel_in(tx, task_id, actor, reason)
+
+    def _cancel_in(self, tx: Transaction, task_id: str, actor: str, reason: str) -> TaskState:
+        """Cancel ``task_id`` inside ``tx``, its unfinished children first: rows are
+        locked child before parent, the order a child's own end takes them in
+        (``wake_parent``), so the two cannot deadlock."""
         d = self.dialect
+        for child in tx.all("unfinished_children", {"task_id": task_id}):
+            self._cancel_in(
+                tx, child["task_id"], task_id, f"its parent task was cancelled by {actor}: {reason}"
+            )
         note = d.free_text(f"cancelled by {actor}: {reason}")
         detail = event_details.operator(actor, d.free_text(reason))
-        with d.transaction() as tx:
-            params = {"task_id": checks.check_text("task id", task_id), "reason": note}
-            # Lock the row first. Unlocked (PostgreSQL, READ COMMITTED), a worker's suspend,
-            # retry or yield could commit between the UPDATEs below (leased when the first
-            # looked, waiting when the last did) and an unfinished task would be refused.
-            if tx.one("lock_task", params) is None:
-                raise TaskNotFound(task_id)
-            cancelled = tx.one("cancel_unleased", params)
-            if cancelled is not None:
-                d.event(tx, Event(task_id, cancelled["at"], "cancelled", detail))
-                return TaskState.CANCELLED
-            for query, state in (
-                ("cancel_with_undo", TaskState.QUEUED),
-                ("request_cancel", TaskState.LEASED),
-            ):
-                requested = tx.one(query, params)
-                if requested is not None:
-                    d.event(tx, Event(task_id, requested["at"], "cancel_requested", detail))
-                    if state is TaskState.QUEUED:
-                        d.notify(tx)  # a worker runs its compensations now
-                    return state
-            raise refusals.not_cancellable(
-                row_records.found_task(self.dialect, tx.one("select_task", params), task_id)
-            )
+        params = {"task_id": task_id, "reason": note}
+        # Lock the row first. Unlocked (PostgreSQL, READ COMMITTED), a worker's suspend,
+        # retry or yield could commit between the UPDATEs below (leased when the first
+        # looked, waiting when the last did) and an unfinished task would be refused.
+        tx.one("lock_task", params)
+        cancelled = tx.one("cancel_unleased", params)
+        if cancelled is not None:
+            d.event(tx, Event(task_id, cancelled["at"], "cancelled", detail))
+            if cancelled["parent_id"] is not None:
+                ended = {"task_id": task_id, "parent_id": cancelled["parent_id"], "now": cancelled["at"]}
+                woke = tx.one("wake_parent", ended)
+                if woke is not None and woke["woke"]:
+                    d.notify(tx)
+            return TaskState.CANCELLED
+        for query, state in (
+            ("cancel_with_undo", TaskState.QUEUED),
+            ("request_cancel", TaskState.LEASED),
+        ):
+            requested = tx.one(query, params)
+            if requested is not None:
+                d.event(tx, Event(task_id, requested["at"], "cancel_requested", detail))
+                if state is TaskState.QUEUED:
+                    d.notify(tx)  # a worker runs its compensations now
+                return state
+        raise refusals.not_cancellable(
+            row_records.found_task(self.dialect, tx.one("select_task", params), task_id)
+        )
 
     def requeue(self, task_id: str, *, actor: str, reason: str) -> None:
         """Operator retry: put a failed task back in the queue, its completed steps kept.

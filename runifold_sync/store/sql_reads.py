@@ -70,10 +70,13 @@ class ReadOperations:
         state: TaskState | None = None,
         tenant: str | None = None,
         definition: str | None = None,
+        parent: str | None = None,
         limit: int = 100,
     ) -> list[TaskRecord]:
-        """Tasks matching every given filter, oldest first."""
-        found = self.dialect.all("list_tasks", checks.list_filters(state, tenant, definition, limit))
+        """Tasks matching every given filter, oldest first; ``parent``: the children of
+        that task."""
+        filters = checks.list_filters(state, tenant, definition, parent, limit)
+        found = self.dialect.all("list_tasks", filters)
         return self.explain_reasons(
             [row_records.found_task(self.dialect, row, row["task_id"]) for row in found]
         )

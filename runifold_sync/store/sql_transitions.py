@@ -81,13 +81,15 @@ class WorkerOperations:
         reason: str,
         signal: str | None = None,
         approvers: Iterable[str] | None = None,
+        child: str | None = None,
         journal: Sequence[JournalRow] = (),
     ) -> None:
         """Move to ``waiting`` until ``wake_at`` (store time) or, with ``signal``, until a
         signal of that name arrives (at once if one is already pending). ``approvers``:
         the wait is an approval that only they may decide, so :meth:`send_signal`
-        refuses anyone else's decision while it lasts. Refused with
-        :class:`CancelPending` while a cancel is requested."""
+        refuses anyone else's decision while it lasts. With ``child`` (a task id), until
+        that child task ends (at once if it has). Refused with :class:`CancelPending`
+        while a cancel is requested."""
         d = self.dialect
         reason = d.free_text(checks.check_text("reason", reason))
         wake_at = checks.check_wake_at(wake_at)
@@ -98,6 +100,7 @@ class WorkerOperations:
             "approval": signal_checks.waiting_approval(
                 None if signal is None else approvers, lease.fencing_token
             ),
+            "child": child,
         }
         with d.transaction() as tx:
             row = d.fenced(tx, "suspend", params, journal)
@@ -110,6 +113,9 @@ class WorkerOperations:
             woken = signal is not None and d.signal_pending_after_suspend(
                 tx, lease.task_id, signal, row["at"]
             )
+            if child is not None:  # ended before the suspend, or while it waited for the row
+                ended = {"task_id": lease.task_id, "child": child, "now": row["at"]}
+                woken = bool(tx.count("wake_if_child_finished", ended)) or woken
             if wake_at is not None or woken:  # idle workers recompute the earliest due time
                 d.notify(tx)
 

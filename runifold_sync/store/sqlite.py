@@ -31,7 +31,7 @@ from ..errors import InvalidArgument, StoreClosed, StoreNotWritable, StoreUnavai
 from . import checks, event_details, refusals, row_records, sqlite_clock
 from .base import WorkflowStore
 from .checks import storable_text
-from .dialect import Dialect, Event, FencedTransition, Params, Row, Transaction
+from .dialect import ENDING_TRANSITIONS, Dialect, Event, FencedTransition, Params, Row, Transaction
 from .outage import OutageLog
 from .queries import load_queries, pending_migrations
 from .records import ClaimedTask, ClaimRequest, JournalRow
@@ -249,6 +249,8 @@ class SqliteDialect(Dialect):
         row = self.fenced(tx, change.name, params, change.journal)
         if row is None:
             refusals.refuse_transition(tx.one, change.name, lease, change.event, params)
+        if change.name in ENDING_TRANSITIONS and row["parent_id"] is not None:
+            tx.one("wake_parent", {"task_id": lease.task_id, "parent_id": row["parent_id"], "now": tx.at})
         event = Event(lease.task_id, tx.at, change.event, change.detail, lease.worker_id, lease.fencing_token)
         self.event(tx, event)
         return row

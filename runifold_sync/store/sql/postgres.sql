@@ -13,12 +13,13 @@ SELECT {now} AS now;
 WITH clock AS (SELECT {now} AS now)
 INSERT INTO runifold_tasks (
     task_id, definition_name, definition_version, tenant, input, input_text, priority, state,
-    ready_at, created_at, updated_at
+    ready_at, created_at, updated_at, parent_id
 )
 SELECT
     %(task_id)s, %(definition_name)s, %(definition_version)s, %(tenant)s, %(input)s::text::jsonb,
     %(input)s::text, %(priority)s, 'queued',
-    GREATEST(clock.now, COALESCE(%(not_before)s::timestamptz, clock.now)), clock.now, clock.now
+    GREATEST(clock.now, COALESCE(%(not_before)s::timestamptz, clock.now)), clock.now, clock.now,
+    %(parent_id)s::text
 FROM clock
 ON CONFLICT (task_id) DO NOTHING
 RETURNING created_at AS at;
@@ -27,7 +28,7 @@ RETURNING created_at AS at;
 SELECT task_id, definition_name, definition_version, tenant, input_text AS input, priority,
     state, outcome, reason, ambiguous_effect, ready_at, worker_id, fencing_token,
     lease_expires, claims_since_progress, revision, head::text AS head,
-    result::text AS result, created_at, updated_at
+    result::text AS result, created_at, updated_at, parent_id, waiting_for_child
 FROM runifold_tasks WHERE task_id = %(task_id)s;
 
 -- name: lock_limited_tenants
@@ -91,7 +92,7 @@ leased AS (
         lease_expires = clock.now + make_interval(secs => %(lease)s),
         ready_at = clock.now + make_interval(secs => %(lease)s),
         claims_since_progress = t.claims_since_progress + 1, reason = NULL,
-        waiting_for_signal = NULL, updated_at = clock.now
+        waiting_for_signal = NULL, waiting_for_child = NULL, updated_at = clock.now
     FROM chosen AS c, clock
     WHERE t.task_id = c.task_id
     RETURNING t.task_id, t.tenant, t.definition_name, t.definition_version,
@@ -143,6 +144,7 @@ UPDATE runifold_tasks AS t
 SET state = 'waiting', head = %(head)s::jsonb, revision = t.revision + 1,
     claims_since_progress = 0, lease_expires = NULL, reason = %(reason)s, updated_at = clock.now,
     waiting_for_signal = %(signal)s::text, waiting_approval = %(approval)s::jsonb,
+    waiting_for_child = %(child)s::text,
     -- A signal that arrived while the worker was deciding to wait wakes the task now.
     ready_at = CASE WHEN EXISTS (
         SELECT 1 FROM runifold_signals s
@@ -184,7 +186,7 @@ SET state = 'terminal', outcome = 'completed', head = %(head)s::jsonb,
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
     AND t.lease_expires > clock.now AND t.revision = %(revision)s AND t.cancel_requested IS NULL
-RETURNING clock.now AS at;
+RETURNING clock.now AS at, t.task_id, t.parent_id;
 
 -- name: pending_cancel
 -- Why complete, suspend or retry changed no row: the lease still holds and only a cancel
@@ -203,7 +205,7 @@ SET state = 'terminal', outcome = 'failed',
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
     AND t.lease_expires > clock.now AND t.revision = %(revision)s
-RETURNING clock.now AS at;
+RETURNING clock.now AS at, t.task_id, t.parent_id;
 
 -- name: requeue_resolved
 WITH clock AS (SELECT {now} AS now)
@@ -260,11 +262,12 @@ RETURNING clock.now AS at;
 SELECT task_id, definition_name, definition_version, tenant, input_text AS input, priority,
     state, outcome, reason, ambiguous_effect, ready_at, worker_id, fencing_token,
     lease_expires, claims_since_progress, revision, head::text AS head,
-    result::text AS result, created_at, updated_at
+    result::text AS result, created_at, updated_at, parent_id, waiting_for_child
 FROM runifold_tasks
 WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
     AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
     AND (%(definition)s::text IS NULL OR definition_name = %(definition)s::text)
+    AND (%(parent)s::text IS NULL OR parent_id = %(parent)s::text)
 ORDER BY created_at, task_id
 LIMIT %(limit)s;
 
@@ -342,7 +345,7 @@ WHERE t.task_id = %(task_id)s AND t.state IN ('queued', 'waiting')
         THEN jsonb_array_length(t.head -> 'undo') ELSE 0 END
     > CASE WHEN jsonb_typeof(t.head -> 'compensated') = 'array'
         THEN jsonb_array_length(t.head -> 'compensated') ELSE 0 END)
-RETURNING clock.now AS at;
+RETURNING clock.now AS at, t.parent_id;
 
 -- name: cancel_with_undo
 -- A queued or waiting task with compensations to run: no step of its main function runs
@@ -376,7 +379,7 @@ SET state = 'cancelled', head = %(head)s::jsonb, revision = t.revision + 1,
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
     AND t.lease_expires > clock.now AND t.revision = %(revision)s
-RETURNING clock.now AS at, t.reason;
+RETURNING clock.now AS at, t.reason, t.task_id, t.parent_id;
 
 -- name: lock_task
 -- Serializes deliveries and cancels of one task: the pending-signal cap counts exactly,
@@ -479,3 +482,31 @@ ORDER BY position DESC LIMIT %(limit)s;
 
 -- name: journal_length
 SELECT COUNT(*) AS entries FROM runifold_journal WHERE task_id = %(task_id)s AND journal = '';
+
+-- name: wake_parent
+-- A child ended: its parent, if it waits for this child, is due now. The row is updated
+-- whatever its state (to itself when it does not wait), so this transaction holds the
+-- parent's row lock: a suspend for this child that raced it either waits for this commit
+-- and then sees the child ended (wake_if_child_finished), or committed first and is
+-- woken here (the UPDATE re-reads the row it waited for).
+UPDATE runifold_tasks AS p
+SET ready_at = CASE WHEN p.state = 'waiting' AND p.waiting_for_child = %(task_id)s::text
+    AND (p.ready_at IS NULL OR p.ready_at > %(now)s) THEN %(now)s ELSE p.ready_at END
+WHERE p.task_id = %(parent_id)s::text
+RETURNING p.ready_at = %(now)s AS woke;
+
+-- name: wake_if_child_finished
+-- After a suspend for a child: a new statement, so it sees a child's end that committed
+-- while the suspend waited for the row lock.
+UPDATE runifold_tasks AS t SET ready_at = %(now)s
+WHERE t.task_id = %(task_id)s AND t.state = 'waiting' AND t.waiting_for_child = %(child)s::text
+    AND (t.ready_at IS NULL OR t.ready_at > %(now)s)
+    AND EXISTS (
+        SELECT 1 FROM runifold_tasks c
+        WHERE c.task_id = %(child)s::text AND c.state IN ('terminal', 'cancelled')
+    );
+
+-- name: unfinished_children
+SELECT task_id FROM runifold_tasks
+WHERE parent_id = %(task_id)s AND state IN ('queued', 'leased', 'waiting')
+ORDER BY task_id;

@@ -8,10 +8,10 @@ SELECT {now} AS now;
 -- name: insert_task
 INSERT INTO runifold_tasks (
     task_id, definition_name, definition_version, tenant, input, priority, state,
-    ready_at, created_at, updated_at
+    ready_at, created_at, updated_at, parent_id
 ) VALUES (
     :task_id, :definition_name, :definition_version, :tenant, :input, :priority, 'queued',
-    MAX(:now, COALESCE(:not_before, :now)), :now, :now
+    MAX(:now, COALESCE(:not_before, :now)), :now, :now, :parent_id
 )
 ON CONFLICT (task_id) DO NOTHING
 RETURNING :now AS at;
@@ -62,6 +62,7 @@ UPDATE runifold_tasks
 SET state = 'leased', worker_id = :worker_id, fencing_token = fencing_token + 1,
     lease_expires = :now + :lease, ready_at = :now + :lease,
     claims_since_progress = claims_since_progress + 1, reason = NULL, waiting_for_signal = NULL,
+    waiting_for_child = NULL,
     updated_at = :now
 WHERE task_id = :task_id
 RETURNING task_id, tenant, definition_name, definition_version, input, revision,
@@ -91,7 +92,7 @@ RETURNING revision, cancel_requested;
 UPDATE runifold_tasks
 SET state = 'waiting', head = :head, revision = revision + 1,
     claims_since_progress = 0, lease_expires = NULL, reason = :reason, updated_at = :now,
-    waiting_for_signal = :signal, waiting_approval = :approval,
+    waiting_for_signal = :signal, waiting_approval = :approval, waiting_for_child = :child,
     -- A signal that arrived while the worker was deciding to wait wakes the task now.
     ready_at = CASE WHEN EXISTS (
         SELECT 1 FROM runifold_signals s
@@ -126,7 +127,7 @@ SET state = 'terminal', outcome = 'completed', head = :head,
     reason = NULL, updated_at = :now
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
     AND lease_expires > :now AND revision = :revision AND cancel_requested IS NULL
-RETURNING task_id;
+RETURNING task_id, parent_id;
 
 -- name: pending_cancel
 -- Why complete, suspend or retry changed no row: the lease still holds and only a cancel
@@ -142,7 +143,7 @@ SET state = 'terminal', outcome = 'failed', head = COALESCE(:head, head),
     ambiguous_effect = :ambiguous_effect, updated_at = :now
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
     AND lease_expires > :now AND revision = :revision
-RETURNING task_id;
+RETURNING task_id, parent_id;
 
 -- name: requeue_resolved
 UPDATE runifold_tasks
@@ -185,6 +186,7 @@ RETURNING :now AS at;
 SELECT * FROM runifold_tasks
 WHERE (:state IS NULL OR state = :state) AND (:tenant IS NULL OR tenant = :tenant)
     AND (:definition IS NULL OR definition_name = :definition)
+    AND (:parent IS NULL OR parent_id = :parent)
 ORDER BY created_at, task_id
 LIMIT :limit;
 
@@ -248,7 +250,7 @@ SET state = 'cancelled', ready_at = NULL, waiting_for_signal = NULL, reason = :r
 WHERE task_id = :task_id AND state IN ('queued', 'waiting')
     AND NOT (CASE WHEN json_valid(head) THEN COALESCE(json_array_length(head, '$.undo'), 0)
         > COALESCE(json_array_length(head, '$.compensated'), 0) ELSE 0 END)
-RETURNING :now AS at;
+RETURNING :now AS at, parent_id;
 
 -- name: cancel_with_undo
 -- A queued or waiting task with compensations to run: no step of its main function runs
@@ -273,7 +275,7 @@ SET state = 'cancelled', head = :head, revision = revision + 1, ready_at = NULL,
     lease_expires = NULL, reason = cancel_requested, updated_at = :now
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
     AND lease_expires > :now AND revision = :revision
-RETURNING reason;
+RETURNING reason, task_id, parent_id;
 
 -- name: lock_task
 -- BEGIN IMMEDIATE already serializes writers: a plain read is enough here.
@@ -364,3 +366,27 @@ ORDER BY position DESC LIMIT :limit;
 
 -- name: journal_length
 SELECT COUNT(*) AS entries FROM runifold_journal WHERE task_id = :task_id AND journal = '';
+
+-- name: wake_parent
+-- A child ended: its parent, if it waits for this child, is due now (BEGIN IMMEDIATE
+-- orders this against the parent's suspend, which checks for an ended child itself).
+UPDATE runifold_tasks
+SET ready_at = CASE WHEN state = 'waiting' AND waiting_for_child = :task_id
+    AND (ready_at IS NULL OR ready_at > :now) THEN :now ELSE ready_at END
+WHERE task_id = :parent_id
+RETURNING ready_at = :now AS woke;
+
+-- name: wake_if_child_finished
+-- After a suspend for child :child: the child ended before the suspend.
+UPDATE runifold_tasks SET ready_at = :now
+WHERE task_id = :task_id AND state = 'waiting' AND waiting_for_child = :child
+    AND (ready_at IS NULL OR ready_at > :now)
+    AND EXISTS (
+        SELECT 1 FROM runifold_tasks c
+        WHERE c.task_id = :child AND c.state IN ('terminal', 'cancelled')
+    );
+
+-- name: unfinished_children
+SELECT task_id FROM runifold_tasks
+WHERE parent_id = :task_id AND state IN ('queued', 'leased', 'waiting')
+ORDER BY task_id;
