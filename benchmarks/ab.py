@@ -12,7 +12,7 @@ the interpreter (and installed dependencies) running this script.
 With ``--run-all`` each turn is instead each revision's own ``run_all.py --quick``, and
 every figure both tables have is compared by its value's first number: higher is better
 for a rate (``/s``), lower for everything else (latency, CPU, memory). A figure more than
-10% worse is marked WORSE.
+10% worse is marked NOT MET.
 """
 
 from __future__ import annotations
@@ -109,8 +109,8 @@ def _compare_run_all(
                 figure,
                 f"{b:,.4g} -> {a:,.4g}",
                 f"{change:.2f}x as good",
-                "",
-                "WORSE" if change < 0.9 else "ok",
+                "at least 0.90x",
+                change >= 0.9,
             )
         )
     print_table(f"run_all --quick A/B, {names[0]} -> {names[1]}, {len(before)} rounds interleaved", rows)
