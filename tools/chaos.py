@@ -4,7 +4,8 @@
         [--kills 30] [--stops 6] [--seed N] [--duration-limit 600] [--json PATH]
 
 M ``chaos-flow`` workflows of K calls (steps, an idempotent effect, a non-idempotent
-effect reconciled from the ledger, a short timer, a signal this tool sends) run under a
+effect reconciled from the ledger, from K=4 a child workflow started and waited for, a
+short timer, a signal this tool sends) run under a
 supervisor of P worker processes, started in its own process so the tool can signal its
 children. Meanwhile the tool SIGKILLs random children at random moments, SIGSTOPs others
 for longer than their lease and resumes them, and on PostgreSQL restarts the database
@@ -50,7 +51,7 @@ from typing import Any
 
 import attrs
 import chaos_audit
-from chaos_app import FLOW, SIGNAL, parse_ledger
+from chaos_app import CHILD_TENANT, FLOW, SIGNAL, parse_ledger
 from chaos_check import Kill, Refusal, RunData, Sample, Stop, render, verify
 from chaos_db import Database, PostgresServer, note, retry
 
@@ -146,7 +147,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def plan_tasks(rng: random.Random, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     specs = {}
     for n in range(args.tasks):
-        plan = ["notify", "charge"] + ["step"] * (args.steps - 2)
+        calls = ["notify", "charge", "child"] if args.steps >= 4 else ["notify", "charge"]
+        plan = calls + ["step"] * (args.steps - len(calls))
         rng.shuffle(plan)
         specs[f"chaos-{n:05d}"] = {
             "n": n,
@@ -468,7 +470,11 @@ class Watcher(threading.Thread):
                     for state in (TaskState.QUEUED, TaskState.LEASED, TaskState.WAITING)
                     for record in store.list_tasks(state=state, definition=FLOW, limit=LIST_LIMIT)
                 ]
-                finished = sum(s.count for s in store.queue_stats() if s.state is TaskState.TERMINAL)
+                finished = sum(
+                    s.count
+                    for s in store.queue_stats()
+                    if s.state is TaskState.TERMINAL and s.tenant != CHILD_TENANT
+                )
             except Exception as exc:  # the server restarting: sample again shortly
                 note(f"watcher: {type(exc).__name__}")
                 self.stop.wait(SAMPLE_INTERVAL_S)
@@ -617,6 +623,9 @@ def run(args: argparse.Namespace) -> int:
                 tasks[task_id] = retry(partial(store.get_task, task_id))
             except TaskNotFound:
                 pass  # reported as lost
+        for parent_id in list(tasks):  # the child tasks, checked as every task is
+            for child in retry(partial(store.list_tasks, parent=parent_id)):
+                tasks[child.task_id] = child
         histories = {t: retry(partial(store.history, t)) for t in tasks}
         journals = {
             t: [from_json(to_json(e)) for e in retry(partial(_main_journal, store, t))] for t in tasks

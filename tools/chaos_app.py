@@ -4,7 +4,9 @@
 
 ``chaos-flow`` runs K calls chosen by its input: plain steps, one idempotent effect
 (``notify``), one non-idempotent effect (``charge``) whose ``reconcile`` reads the ledger,
-a short durable timer and a wait for the signal ``go`` that the chaos tool sends.
+from four calls on one child workflow (``chaos-child``, one step, in tenant
+``chaos-children``) that it starts and waits for, a short durable timer and a wait for
+the signal ``go`` that the chaos tool sends.
 
 Every body appends ``<task> <call id> <pid> <fencing token> <run id> <kind> <value> <time>``
 to ``ledger.txt`` in the work directory (``O_APPEND``, fsynced), so the check sees what
@@ -51,8 +53,9 @@ from runifold_sync.cancellation import CancellationToken
 from runifold_sync.supervisor import WorkflowSupervisor, WorkflowSupervisorConfig
 
 FLOW = "chaos-flow"
+CHILD_FLOW = "chaos-child"
+CHILD_TENANT = "chaos-children"  # so the tool counts the parents' progress apart
 SIGNAL = "go"
-KINDS = ("step", "notify", "charge")
 # A chaos run kills the same task several times on purpose; the poison-task limit must
 # not mistake that for a step that crashes its worker every time.
 MAX_ATTEMPTS = 25
@@ -164,7 +167,26 @@ def charge(ctx: StepContext, value: int) -> dict[str, Any]:
     return _record(ctx, "charge", value + 1)
 
 
-_BODIES = {"step": work, "notify": notify, "charge": charge}
+child_flow = Workflow(CHILD_FLOW, 1)
+
+
+@child_flow.step()
+def child_work(ctx: StepContext, value: int) -> dict[str, Any]:
+    return _record(ctx, "child", value + 1)
+
+
+@child_flow.main
+def child_main(ctx: WorkflowContext, value: int) -> dict[str, Any]:
+    return child_work(ctx, value)
+
+
+def run_child(ctx: WorkflowContext, value: int) -> dict[str, Any]:
+    """The child call of a plan: a durable wait for a child task's one step."""
+    result: dict[str, Any] = ctx.run_child(CHILD_FLOW, 1, value, tenant=CHILD_TENANT)
+    return result
+
+
+_BODIES = {"step": work, "notify": notify, "charge": charge, "child": run_child}
 
 
 @flow.main
@@ -183,6 +205,7 @@ def chaos_main(ctx: WorkflowContext, spec: dict[str, Any]) -> dict[str, Any]:
 def registry() -> WorkflowRegistry:
     reg = WorkflowRegistry()
     reg.register(WorkflowDefinition(flow, Budget(max_attempts=MAX_ATTEMPTS), CapabilitySet()))
+    reg.register(WorkflowDefinition(child_flow, Budget(max_attempts=MAX_ATTEMPTS), CapabilitySet()))
     return reg
 
 
