@@ -171,9 +171,10 @@ def _ending(record: TaskRecord) -> dict[str, Any]:
 
 def _derived_id(parent_id: str, call_id: str) -> str:
     """The child's task id when the caller gives none: the parent's id and the call's,
-    so the same call of the same parent always names the same child. Past the bound on
-    task ids, a digest of the two instead."""
-    derived = f"{parent_id}/{call_id}"
+    so the same call of the same parent always names the same child (``order-7`` ->
+    ``order-7:child:quote-1``), with no ``/`` or ``#``, which paths and URLs made of task
+    ids would misread. Past the bound on task ids, a digest of the two instead."""
+    derived = f"{parent_id}:{call_id.replace('/', ':').replace('#', '-')}"
     if len(derived) <= _MAX_DERIVED_ID:
         return derived
     return "child-" + hashlib.sha256(f"{parent_id}\0{call_id}".encode()).hexdigest()

@@ -23,7 +23,7 @@ from runifold_sync.cli import main
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.integration import child_app, crash_app
 
-CHILD = "p1/child:kid#1"
+CHILD = "p1:child:kid-1"
 
 
 def parent_only() -> WorkflowRegistry:

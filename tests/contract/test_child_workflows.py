@@ -124,13 +124,13 @@ def _enqueue(store: WorkflowStore, skus: list[str], task_id: str = "b1", tenant:
 def test_a_parent_waits_durably_for_its_children_and_gets_their_results(store: WorkflowStore) -> None:
     _enqueue(store, ["ab", "abc"])
     first = _cycle(store)
-    assert isinstance(first, Suspended) and "waiting for child task 'b1/child:quote#1'" in first.reason
+    assert isinstance(first, Suspended) and "waiting for child task 'b1:child:quote-1'" in first.reason
     waiting = store.get_task("b1")
-    assert (waiting.state, waiting.waiting_for_child) == (TaskState.WAITING, "b1/child:quote#1")
+    assert (waiting.state, waiting.waiting_for_child) == (TaskState.WAITING, "b1:child:quote-1")
     children = store.list_tasks(parent="b1")
     assert [(c.task_id, c.tenant, c.parent_id) for c in children] == [
-        ("b1/child:quote#1", "acme", "b1"),
-        ("b1/child:quote#2", "acme", "b1"),
+        ("b1:child:quote-1", "acme", "b1"),
+        ("b1:child:quote-2", "acme", "b1"),
     ]
     outcomes = _until_idle(store)
     assert outcomes[-1] == Completed("b1", 500)
@@ -146,7 +146,7 @@ def test_a_child_ending_wakes_its_waiting_parent_in_the_same_transaction(store: 
     assert isinstance(_cycle(store), Suspended)
     timeout_at = store.get_task("b1").ready_at
     assert timeout_at is not None and timeout_at > store.now() + timedelta(minutes=59)  # the wait's timeout
-    assert _cycle(store) == Completed("b1/child:quote#1", {"sku": "ab", "cents": 200})
+    assert _cycle(store) == Completed("b1:child:quote-1", {"sku": "ab", "cents": 200})
     woken = store.get_task("b1")
     assert woken.state is TaskState.WAITING and woken.ready_at is not None
     assert woken.ready_at <= store.now()
@@ -156,13 +156,13 @@ def test_a_child_ending_wakes_its_waiting_parent_in_the_same_transaction(store: 
 def test_a_failed_child_raises_child_failed_in_the_parent_which_may_catch_it(store: WorkflowStore) -> None:
     _enqueue(store, ["ab", "broken"])
     outcomes = _until_idle(store)
-    assert isinstance(outcomes[2], Failed) and outcomes[2].task_id == "b1/child:quote#2"
+    assert isinstance(outcomes[2], Failed) and outcomes[2].task_id == "b1:child:quote-2"
     result = store.get_task("b1")
     assert result.outcome is TaskOutcome.COMPLETED
     assert result.result == {
-        "failed": "b1/child:quote#2",
+        "failed": "b1:child:quote-2",
         "outcome": "failed",
-        "reason": store.get_task("b1/child:quote#2").reason,
+        "reason": store.get_task("b1:child:quote-2").reason,
     }
     assert "no price for broken" in result.result["reason"]
 
@@ -170,11 +170,11 @@ def test_a_failed_child_raises_child_failed_in_the_parent_which_may_catch_it(sto
 def test_a_cancelled_child_is_a_child_failed_with_outcome_cancelled(store: WorkflowStore) -> None:
     _enqueue(store, ["ab"])
     _cycle(store)
-    assert store.cancel("b1/child:quote#1", "alice", "not needed") is TaskState.CANCELLED
+    assert store.cancel("b1:child:quote-1", "alice", "not needed") is TaskState.CANCELLED
     assert store.get_task("b1").ready_at is not None  # the operator's cancel woke it too
     assert _cycle(store) == Completed(
         "b1",
-        {"failed": "b1/child:quote#1", "outcome": "cancelled", "reason": "cancelled by alice: not needed"},
+        {"failed": "b1:child:quote-1", "outcome": "cancelled", "reason": "cancelled by alice: not needed"},
     )
 
 
@@ -184,8 +184,8 @@ def test_a_child_wait_times_out_like_a_signal_wait(store: WorkflowStore, clock: 
     assert isinstance(_cycle(store), Suspended)  # the child sleeps a day
     assert _cycle(store).kind == "idle"
     clock.advance(timedelta(hours=1, seconds=1))
-    assert _cycle(store) == Completed("b1", {"timed_out": ["b1/child:quote#1"]})
-    assert store.get_task("b1/child:quote#1").state is TaskState.WAITING  # it keeps running
+    assert _cycle(store) == Completed("b1", {"timed_out": ["b1:child:quote-1"]})
+    assert store.get_task("b1:child:quote-1").state is TaskState.WAITING  # it keeps running
 
 
 def test_cancelling_a_parent_cancels_its_unfinished_children_with_the_parent_as_actor(
@@ -193,10 +193,10 @@ def test_cancelling_a_parent_cancels_its_unfinished_children_with_the_parent_as_
 ) -> None:
     _enqueue(store, ["ab", "slow"])
     _cycle(store)  # parent waiting, both children queued
-    assert _cycle(store) == Completed("b1/child:quote#1", {"sku": "ab", "cents": 200})
+    assert _cycle(store) == Completed("b1:child:quote-1", {"sku": "ab", "cents": 200})
     assert isinstance(_cycle(store), Suspended)  # parent woken, waits for the second
     assert store.cancel("b1", "alice", "order withdrawn") is TaskState.CANCELLED
-    done, slow = store.get_task("b1/child:quote#1"), store.get_task("b1/child:quote#2")
+    done, slow = store.get_task("b1:child:quote-1"), store.get_task("b1:child:quote-2")
     assert done.outcome is TaskOutcome.COMPLETED  # a finished child is left as it is
     assert slow.state is TaskState.CANCELLED
     cancelled = [e for e in store.history(slow.task_id) if e.kind == "cancelled"]

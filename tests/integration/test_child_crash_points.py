@@ -31,7 +31,7 @@ from tests.support.journals import entries
 from . import child_app, crash_app
 
 PARENT = "p1"
-CHILD = "p1/child:kid#1"
+CHILD = "p1:child:kid-1"
 PREPARED, STARTED, WAITING = "prepare#1:done", "child:kid#1:done", "children#1:pending"
 
 
