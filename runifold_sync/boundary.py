@@ -19,7 +19,7 @@ import attrs
 from .commits import Commits
 from .errors import LeaseLostError
 from .heartbeat import LeaseFlags
-from .interrupts import BranchStopped, CancelRequested, FailRequested, Unwind, YieldRequested
+from .interrupts import BranchStopped, CancelRequested, FailRequested, PauseRequested, Unwind, YieldRequested
 from .models import Budget, BudgetUsage
 
 
@@ -77,11 +77,15 @@ class Boundary:
             raise Unwind(LeaseLostError(self._task_id, self._fence, "next step"))
 
     def check_continue(self) -> None:
-        """The lease still held, no cancel requested and the branch not stopped. A step
-        that already ran is recorded first, so a cancel never hides what happened."""
+        """The lease still held, no cancel or pause requested and the branch not stopped.
+        A step that already ran is recorded first, so a cancel never hides what happened.
+        A pause parks the main function; a parallel branch goes on, and the main function
+        parks at its first boundary after the branches."""
         self.check_lease()
         if self._flags.cancel:
             raise CancelRequested()
+        if self._flags.pause and self.branch is None:  # branches finish; the main function parks
+            raise PauseRequested()
         if self.branch is not None and self.branch.stop.is_set():
             raise BranchStopped()
 

@@ -260,6 +260,39 @@ def cancel(task_id: str, actor: str, reason: str, database: str | None, as_json:
 
 @main.command()
 @click.argument("task_id")
+@audit_options("pauses it")
+@database_option
+@json_option
+def pause(task_id: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
+    """Pause a task: not claimed until resumed. A running task parks at its next step
+    boundary; timers, signals and children that come meanwhile are kept for it."""
+    with opened_store(database) as store:
+        state = store.pause(task_id, actor=actor, reason=reason)
+    if as_json:
+        echo_json({"task_id": task_id, "state": state.value, "paused": True})
+    elif state is TaskState.LEASED:
+        click.echo(f"{task_id}: pausing; its worker parks it at the next step boundary")
+    else:
+        click.echo(f"{task_id}: paused ({state.value})")
+
+
+@main.command()
+@click.argument("task_id")
+@audit_options("resumes it")
+@database_option
+@json_option
+def resume(task_id: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
+    """Resume a paused task: due at once, or (if it had not parked yet) running on."""
+    with opened_store(database) as store:
+        state = store.resume(task_id, actor=actor, reason=reason)
+    if as_json:
+        echo_json({"task_id": task_id, "state": state.value, "paused": False})
+    else:
+        click.echo(f"{task_id}: resumed ({state.value})")
+
+
+@main.command()
+@click.argument("task_id")
 @audit_options("requeues it")
 @database_option
 @json_option

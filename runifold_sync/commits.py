@@ -153,6 +153,8 @@ class Commits:
             self.progress.revision = committed.revision
             if committed.cancel_requested is not None:
                 self._flags.cancel = True
+            if committed.paused is not None:
+                self._flags.pause = True
             self.progress.unsaved = None
             if crashpoints.ARMED:
                 crashpoints.reached("after_commit", subject)

@@ -42,6 +42,7 @@ class LeaseFlags:
     deadline: float
     lost: bool = False
     cancel: bool = False  # store.cancel() was called (also set by a checkpoint commit)
+    pause: bool = False  # store.pause() was called (also set by a checkpoint commit)
 
     def expired(self) -> bool:
         """Lost, or past the deadline: a resumed (SIGCONT) or starved process must not
@@ -284,6 +285,8 @@ class LeaseKeeper:
         self._beat_landed(flags, started)
         if renewed.cancel_requested is not None:
             flags.cancel = True
+        if renewed.paused is not None:
+            flags.pause = True
         with self._lock:
             if self._lease is lease:
                 self._lease = renewed

@@ -40,6 +40,14 @@ class SuspendRequested(Interrupt):
         self.child = child
 
 
+class PauseRequested(SuspendRequested):
+    """``store.pause()`` reached this task: it parks at this step boundary, waiting with
+    no deadline, until ``store.resume()`` makes it due again."""
+
+    def __init__(self) -> None:
+        super().__init__(None, "paused at a step boundary")
+
+
 class CancelRequested(Interrupt):
     """``store.cancel()`` reached this task; it stops at this step boundary."""
 

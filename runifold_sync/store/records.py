@@ -28,6 +28,7 @@ class Lease:
     fencing_token: int
     expires_at: datetime
     cancel_requested: str | None = None  # set by a heartbeat after store.cancel()
+    paused: str | None = None  # set by a heartbeat after store.pause()
 
 
 @attrs.frozen
@@ -38,6 +39,7 @@ class Committed:
 
     revision: int
     cancel_requested: str | None = None
+    paused: str | None = None  # store.pause() reached the task: it parks at this boundary
 
 
 @attrs.frozen
@@ -174,6 +176,7 @@ class TaskRecord:
     updated_at: datetime
     parent_id: str | None = None  # the task that started this one (ctx.start_child)
     waiting_for_child: str | None = None  # the child a waiting task waits for
+    paused: str | None = None  # who paused it and why (store.pause), None when not paused
     status_note: str | None = None
 
     @property

@@ -117,6 +117,14 @@ def not_cancellable(record: TaskRecord) -> InvalidState:
     )
 
 
+def not_pausable(record: TaskRecord) -> InvalidState:
+    if record.paused is not None:
+        return InvalidState(f"task {record.task_id!r} is already paused ({record.paused})")
+    return InvalidState(
+        f"task {record.task_id!r} is {record.state.value}; only an unfinished task can be paused"
+    )
+
+
 def not_requeueable(record: TaskRecord) -> InvalidState:
     what = record.state.value if record.outcome is None else f"{record.state.value} ({record.outcome.value})"
     hint = "; resolve its ambiguous effect instead" if record.ambiguous_effect else ""

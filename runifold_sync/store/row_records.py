@@ -61,6 +61,7 @@ def task_record(row: Row, values: Values) -> TaskRecord:
         updated_at=time(row["updated_at"]),
         parent_id=row["parent_id"],
         waiting_for_child=row["waiting_for_child"],
+        paused=row["paused"],
     )
 
 

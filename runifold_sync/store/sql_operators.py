@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..codec import to_json
-from ..errors import SignalConflict, StoreUnavailable, TaskNotFound
+from ..errors import InvalidState, SignalConflict, StoreUnavailable, TaskNotFound
 from ..models import DeclaredSignals, TaskState, WorkflowTask
 from . import checks, event_details, refusals, row_records, signal_checks
 from .dialect import Dialect, Event, Transaction
@@ -220,6 +220,42 @@ class OperatorOperations:
         raise refusals.not_cancellable(
             row_records.found_task(self.dialect, tx.one("select_task", params), task_id)
         )
+
+    def pause(self, task_id: str, *, actor: str, reason: str) -> TaskState:
+        """Stop a task being claimed until :meth:`resume`; returns its state. A queued or
+        waiting task stays as it is, its reason saying who paused it and why; a leased
+        one learns of it from its next checkpoint commit or heartbeat and parks there
+        (``waiting``). Timers that fall due, signals and children's ends meanwhile are
+        kept for its next claim. A finished task, or one already paused: InvalidState."""
+        checks.check_operator(actor, reason)
+        d = self.dialect
+        note = d.free_text(f"paused by {actor}: {reason}")
+        with d.transaction() as tx:
+            params = {"task_id": checks.check_text("task id", task_id), "note": note}
+            if tx.one("lock_task", params) is None:
+                raise TaskNotFound(task_id)
+            for query, state in (("pause_unleased", None), ("request_pause", TaskState.LEASED)):
+                paused = tx.one(query, params)
+                if paused is not None:
+                    d.event(tx, Event(task_id, paused["at"], "paused", event_details.operator(actor, reason)))
+                    return state or row_records.found_task(d, tx.one("select_task", params), task_id).state
+            raise refusals.not_pausable(row_records.found_task(d, tx.one("select_task", params), task_id))
+
+    def resume(self, task_id: str, *, actor: str, reason: str) -> TaskState:
+        """Undo :meth:`pause`: a queued or waiting task is due at once (its replay fires
+        the timers that fell due, takes the signals that came); a leased one that has not
+        parked yet goes on. A task that is not paused: InvalidState."""
+        checks.check_operator(actor, reason)
+        d = self.dialect
+        with d.transaction() as tx:
+            params = {"task_id": checks.check_text("task id", task_id)}
+            resumed = tx.one("resume", params)
+            if resumed is None:
+                record = row_records.found_task(d, tx.one("select_task", params), task_id)
+                raise InvalidState(f"task {task_id!r} is not paused (it is {record.state.value})")
+            d.event(tx, Event(task_id, resumed["at"], "resumed", event_details.operator(actor, reason)))
+            d.notify(tx)
+            return TaskState(resumed["state"])
 
     def requeue(self, task_id: str, *, actor: str, reason: str) -> None:
         """Operator retry: put a failed task back in the queue, its completed steps kept.

@@ -56,6 +56,7 @@ class WorkerOperations:
             lease.fencing_token,
             d.time(row["lease_expires"]),
             row["cancel_requested"],
+            row["paused"],
         )
 
     @timed
@@ -68,7 +69,7 @@ class WorkerOperations:
         row = self.dialect.fenced(None, "commit_checkpoint", params, journal)
         if row is None:
             raise LeaseLostError(lease.task_id, lease.fencing_token, "checkpoint commit")
-        return Committed(row["revision"], row["cancel_requested"])
+        return Committed(row["revision"], row["cancel_requested"], row["paused"])
 
     @timed
     def suspend(
@@ -157,7 +158,7 @@ class WorkerOperations:
             kind = "signal_consumed" if accepted else "signal_refused"
             detail = {"signal_id": signal_id, "sender": consumed["sender"], "note": d.free_text(note)}
             d.event(tx, Event(lease.task_id, now, kind, detail, lease.worker_id, lease.fencing_token))
-            return Committed(row["revision"], row["cancel_requested"])
+            return Committed(row["revision"], row["cancel_requested"], row["paused"])
 
     @timed
     def acknowledge_cancel(

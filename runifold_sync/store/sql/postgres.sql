@@ -28,7 +28,7 @@ RETURNING created_at AS at;
 SELECT task_id, definition_name, definition_version, tenant, input_text AS input, priority,
     state, outcome, reason, ambiguous_effect, ready_at, worker_id, fencing_token,
     lease_expires, claims_since_progress, revision, head::text AS head,
-    result::text AS result, created_at, updated_at, parent_id, waiting_for_child
+    result::text AS result, created_at, updated_at, parent_id, waiting_for_child, paused
 FROM runifold_tasks WHERE task_id = %(task_id)s;
 
 -- name: lock_limited_tenants
@@ -62,7 +62,7 @@ candidates AS MATERIALIZED (
             t.waiting_for_signal
         FROM runifold_tasks t
         WHERE t.tenant = p.tenant AND t.state IN ('queued', 'waiting', 'leased')
-            AND t.ready_at IS NOT NULL AND t.ready_at <= (SELECT now FROM clock)
+            AND t.ready_at IS NOT NULL AND t.ready_at <= (SELECT now FROM clock) AND t.paused IS NULL
         ORDER BY t.priority DESC, t.ready_at
         LIMIT GREATEST(p.room, 0)
         FOR UPDATE SKIP LOCKED
@@ -126,7 +126,7 @@ SET lease_expires = clock.now + make_interval(secs => %(lease)s),
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
     AND t.lease_expires > clock.now
-RETURNING t.lease_expires, t.cancel_requested;
+RETURNING t.lease_expires, t.cancel_requested, t.paused;
 
 -- name: commit_checkpoint
 WITH clock AS (SELECT {now} AS now)
@@ -136,13 +136,14 @@ SET head = %(head)s::jsonb, revision = t.revision + 1, claims_since_progress = 0
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
     AND t.lease_expires > clock.now AND t.revision = %(revision)s
-RETURNING t.revision, t.cancel_requested;
+RETURNING t.revision, t.cancel_requested, t.paused;
 
 -- name: suspend
 WITH clock AS (SELECT {now} AS now)
 UPDATE runifold_tasks AS t
 SET state = 'waiting', head = %(head)s::jsonb, revision = t.revision + 1,
-    claims_since_progress = 0, lease_expires = NULL, reason = %(reason)s, updated_at = clock.now,
+    claims_since_progress = 0, lease_expires = NULL, reason = COALESCE(t.paused, %(reason)s),
+    updated_at = clock.now,
     waiting_for_signal = %(signal)s::text, waiting_approval = %(approval)s::jsonb,
     waiting_for_child = %(child)s::text,
     -- A signal that arrived while the worker was deciding to wait wakes the task now.
@@ -262,7 +263,7 @@ RETURNING clock.now AS at;
 SELECT task_id, definition_name, definition_version, tenant, input_text AS input, priority,
     state, outcome, reason, ambiguous_effect, ready_at, worker_id, fencing_token,
     lease_expires, claims_since_progress, revision, head::text AS head,
-    result::text AS result, created_at, updated_at, parent_id, waiting_for_child
+    result::text AS result, created_at, updated_at, parent_id, waiting_for_child, paused
 FROM runifold_tasks
 WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
     AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
@@ -353,7 +354,7 @@ RETURNING clock.now AS at, t.parent_id;
 -- cancelled.
 WITH clock AS (SELECT {now} AS now)
 UPDATE runifold_tasks AS t
-SET state = 'queued', cancel_requested = %(reason)s, ready_at = clock.now,
+SET state = 'queued', cancel_requested = %(reason)s, ready_at = clock.now, paused = NULL,
     waiting_for_signal = NULL, reason = %(reason)s || '; its compensations run next',
     updated_at = clock.now
 FROM clock
@@ -510,3 +511,30 @@ WHERE t.task_id = %(task_id)s AND t.state = 'waiting' AND t.waiting_for_child = 
 SELECT task_id FROM runifold_tasks
 WHERE parent_id = %(task_id)s AND state IN ('queued', 'leased', 'waiting')
 ORDER BY task_id;
+
+-- name: pause_unleased
+-- A queued or waiting task stops being due: resume makes it due again, and its replay
+-- finds whatever fell due or arrived meanwhile (timers, signals, children).
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t SET paused = %(note)s, reason = %(note)s, ready_at = NULL, updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.state IN ('queued', 'waiting') AND t.paused IS NULL
+RETURNING clock.now AS at;
+
+-- name: request_pause
+-- A running task learns of it from its next checkpoint commit or heartbeat.
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t SET paused = %(note)s, updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.state = 'leased' AND t.paused IS NULL
+RETURNING clock.now AS at;
+
+-- name: resume
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET paused = NULL, updated_at = clock.now,
+    reason = CASE WHEN t.state = 'leased' THEN t.reason ELSE NULL END,
+    ready_at = CASE WHEN t.state IN ('queued', 'waiting') THEN clock.now ELSE t.ready_at END
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.paused IS NOT NULL
+RETURNING clock.now AS at, t.state;

@@ -43,7 +43,7 @@ candidates AS (
     FROM tenants p JOIN runifold_tasks t ON t.task_id IN (
         SELECT x.task_id FROM runifold_tasks x
         WHERE x.tenant = p.tenant AND x.state IN ('queued', 'waiting', 'leased')
-            AND x.ready_at IS NOT NULL AND x.ready_at <= :now
+            AND x.ready_at IS NOT NULL AND x.ready_at <= :now AND x.paused IS NULL
         ORDER BY x.priority DESC, x.ready_at
         LIMIT :limit
     )
@@ -78,7 +78,7 @@ UPDATE runifold_tasks
 SET lease_expires = {now} + :lease, ready_at = {now} + :lease
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
     AND lease_expires > {now}
-RETURNING lease_expires, cancel_requested;
+RETURNING lease_expires, cancel_requested, paused;
 
 -- name: commit_checkpoint
 UPDATE runifold_tasks
@@ -86,12 +86,12 @@ SET head = :head, revision = revision + 1, claims_since_progress = 0,
     updated_at = {now}
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
     AND lease_expires > {now} AND revision = :revision
-RETURNING revision, cancel_requested;
+RETURNING revision, cancel_requested, paused;
 
 -- name: suspend
 UPDATE runifold_tasks
 SET state = 'waiting', head = :head, revision = revision + 1,
-    claims_since_progress = 0, lease_expires = NULL, reason = :reason, updated_at = :now,
+    claims_since_progress = 0, lease_expires = NULL, reason = COALESCE(paused, :reason), updated_at = :now,
     waiting_for_signal = :signal, waiting_approval = :approval, waiting_for_child = :child,
     -- A signal that arrived while the worker was deciding to wait wakes the task now.
     ready_at = CASE WHEN EXISTS (
@@ -257,7 +257,7 @@ RETURNING :now AS at, parent_id;
 -- again, but a worker claims it at once, sees cancel_requested, runs them and ends it
 -- cancelled.
 UPDATE runifold_tasks
-SET state = 'queued', cancel_requested = :reason, ready_at = :now, waiting_for_signal = NULL,
+SET state = 'queued', cancel_requested = :reason, ready_at = :now, waiting_for_signal = NULL, paused = NULL,
     reason = :reason || '; its compensations run next', updated_at = :now
 WHERE task_id = :task_id AND state IN ('queued', 'waiting')
     AND (CASE WHEN json_valid(head) THEN COALESCE(json_array_length(head, '$.undo'), 0)
@@ -390,3 +390,24 @@ WHERE task_id = :task_id AND state = 'waiting' AND waiting_for_child = :child
 SELECT task_id FROM runifold_tasks
 WHERE parent_id = :task_id AND state IN ('queued', 'leased', 'waiting')
 ORDER BY task_id;
+
+-- name: pause_unleased
+-- A queued or waiting task stops being due: resume makes it due again, and its replay
+-- finds whatever fell due or arrived meanwhile (timers, signals, children).
+UPDATE runifold_tasks SET paused = :note, reason = :note, ready_at = NULL, updated_at = :now
+WHERE task_id = :task_id AND state IN ('queued', 'waiting') AND paused IS NULL
+RETURNING :now AS at;
+
+-- name: request_pause
+-- A running task learns of it from its next checkpoint commit or heartbeat.
+UPDATE runifold_tasks SET paused = :note, updated_at = :now
+WHERE task_id = :task_id AND state = 'leased' AND paused IS NULL
+RETURNING :now AS at;
+
+-- name: resume
+UPDATE runifold_tasks
+SET paused = NULL, updated_at = :now,
+    reason = CASE WHEN state = 'leased' THEN reason ELSE NULL END,
+    ready_at = CASE WHEN state IN ('queued', 'waiting') THEN :now ELSE ready_at END
+WHERE task_id = :task_id AND paused IS NOT NULL
+RETURNING :now AS at, state;
