@@ -17,6 +17,7 @@ from .errors import (
     CheckpointTooLarge,
     DefinitionConflict,
     EnqueueConflict,
+    EventNotFound,
     FingerprintMismatch,
     InputMismatch,
     InvalidArgument,
@@ -35,6 +36,7 @@ from .errors import (
     StoreUsedAcrossFork,
     TaskNotFound,
     UnknownDefinition,
+    WaitTimedOut,
     WorkerIdInUse,
 )
 from .models import (
@@ -66,7 +68,7 @@ from .outcomes import (
 )
 from .step_context import StepContext
 from .store.base import WorkflowStore
-from .store.records import Lease, SignalCheck, SignalDelivery, TaskEvent, TaskRecord
+from .store.records import Lease, PublishedEvent, SignalCheck, SignalDelivery, TaskEvent, TaskRecord
 from .stores import open_store
 from .supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
 from .waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut
@@ -95,6 +97,7 @@ __all__ = [
     "EffectEvidence",
     "EffectStatus",
     "EnqueueConflict",
+    "EventNotFound",
     "Failed",
     "FailureDetail",
     "FingerprintMismatch",
@@ -108,6 +111,7 @@ __all__ = [
     "LeaseLostError",
     "NonDeterminism",
     "OutputNotSerializable",
+    "PublishedEvent",
     "Retried",
     "RetryPolicy",
     "RunOutcome",
@@ -136,6 +140,7 @@ __all__ = [
     "TenantBudget",
     "TenantPolicy",
     "UnknownDefinition",
+    "WaitTimedOut",
     "WorkerId",
     "WorkerReport",
     "WorkerSettings",
