@@ -74,6 +74,12 @@ class ResultListener:
                     if not waiters:
                         del self._waiters[task_id]
 
+    @property
+    def watches(self) -> int:
+        """How many watches are open now, over every task (what a diagnosis asks first)."""
+        with self._lock:
+            return sum(len(events) for events in self._waiters.values())
+
     def listening(self) -> int:
         """The generation of the connection listening now, opened here if none is."""
         if self._pid != os.getpid():
