@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
-import select
+import selectors
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -122,13 +122,15 @@ class ResultListener:
         """The thread: wake the watches of each notified task until told to stop or the
         connection fails, then wake every watch (what comes next is not heard)."""
         try:
-            while True:
-                ready, _, _ = select.select([conn.fileno(), stop], [], [])
-                if stop in ready:
-                    return
-                for notify in conn.notifies(timeout=0):
-                    self._wake(self._waiters_of(notify.payload))
-        except (psycopg.Error, OSError) as exc:
+            with selectors.DefaultSelector() as selector:  # not select(): fds past 1024
+                selector.register(conn.fileno(), selectors.EVENT_READ, "notified")
+                selector.register(stop, selectors.EVENT_READ, "stop")
+                while True:
+                    if "stop" in {key.data for key, _ in selector.select()}:
+                        return
+                    for notify in conn.notifies(timeout=0):
+                        self._wake(self._waiters_of(notify.payload))
+        except (psycopg.Error, OSError, ValueError) as exc:
             log.debug("the LISTEN connection to %s failed: %s", self.where, exc)
         finally:
             with self._lock:
