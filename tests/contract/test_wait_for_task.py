@@ -10,6 +10,7 @@ makes it, so every path that ends a task is shown to wake a waiter.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from runifold_sync import (
     InvalidArgument,
     LeaseDuration,
     RunifoldError,
+    StoreUsedAcrossFork,
     TaskNotFound,
     TaskOutcome,
     TaskRecord,
@@ -196,3 +198,31 @@ def test_many_waiters_on_one_store_each_return_their_own_task(backend: Backend) 
         record = waiter.result()
         assert isinstance(record, TaskRecord), record
         assert (record.task_id, record.outcome) == (task_id, TaskOutcome.COMPLETED)
+
+
+def test_a_wait_in_a_forked_child_is_store_used_across_fork(store: WorkflowStore) -> None:
+    enqueue(store)
+    with pytest.raises(WaitTimedOut):  # the parent has waited: on PostgreSQL its listener runs
+        store.wait_for_task("t1", timedelta(milliseconds=50))
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never return into pytest
+        code = 2
+        try:
+            store.wait_for_task("t1", timedelta(seconds=5))
+        except StoreUsedAcrossFork as exc:
+            os.write(write, str(exc).encode())
+            code = 0
+        except BaseException as exc:
+            os.write(write, repr(exc).encode())
+        finally:
+            store.close()  # must not touch the parent's connections or thread
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        message = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, message
+    assert "fork" in message
+    complete(store)
+    assert store.wait_for_task("t1", timedelta(seconds=5)).outcome is TaskOutcome.COMPLETED
