@@ -121,6 +121,11 @@ def duration(ctx: click.Context, param: click.Parameter, value: str) -> timedelt
     return found
 
 
+def optional_duration(ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:
+    """:func:`duration` for an option that may be left out (``run --retention``)."""
+    return None if value is None else duration(ctx, param, value)
+
+
 def start_time(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | timedelta | None:
     """``--not-before``: an ISO 8601 time with its UTC offset (a naive time would depend
     on the clock of whoever typed it), or a delay such as ``30s``, ``5m``, ``1h30m`` or

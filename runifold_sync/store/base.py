@@ -15,7 +15,8 @@ adapters, the fenced transitions and the claim), and documented where it is writ
 - reads, tenant admission, the worker registry, store time and the lifecycle:
   :mod:`.sql_reads`;
 - waiting for a task to finish and reading the events it publishes:
-  :mod:`.sql_results`.
+  :mod:`.sql_results`;
+- retention, deleting old finished tasks: :mod:`.sql_retention`.
 
 The backends (:mod:`.sqlite`, :mod:`.postgres`) are a dialect and a way of opening it.
 """
@@ -32,11 +33,14 @@ from .records import EnqueueResult
 from .sql_operators import OperatorOperations
 from .sql_reads import ReadOperations
 from .sql_results import ResultOperations
+from .sql_retention import RetentionOperations
 from .sql_transitions import WorkerOperations
 from .timing import OperationTimer
 
 
-class WorkflowStore(OperatorOperations, WorkerOperations, ReadOperations, ResultOperations, abc.ABC):
+class WorkflowStore(
+    OperatorOperations, WorkerOperations, ReadOperations, ResultOperations, RetentionOperations, abc.ABC
+):
     """Semantic operations of the control plane on ``dialect``. Thread-safe: the
     worker's heartbeat thread shares the store with the thread running steps.
     ``max_pending_signals`` caps the signals a task keeps unconsumed; more are refused.
@@ -57,7 +61,8 @@ class WorkflowStore(OperatorOperations, WorkerOperations, ReadOperations, Result
 
     def enqueue(self, task: WorkflowTask) -> EnqueueResult:
         """Insert ``task``; an identical task with the same id is returned as it is, a
-        different one raises :class:`EnqueueConflict`."""
+        different one raises :class:`EnqueueConflict`. Idempotent while the task is
+        stored: after :meth:`prune` deleted it, its id enqueues a new task."""
         (result,) = self.enqueue_many([task])
         return result
 

@@ -117,6 +117,10 @@ class Values(Protocol):
     def detail(self, value: Any) -> dict[str, Any]:
         """A history event's stored detail as a dict."""
 
+    def db_ids(self, ids: Sequence[str]) -> Any:
+        """Task ids as one query parameter, for a statement about many tasks at once
+        (a JSON array that ``json_each`` reads on SQLite, a ``text[]`` on PostgreSQL)."""
+
 
 class Dialect(Values, abc.ABC):
     """One backend's database access and value adapters; see the module docstring.

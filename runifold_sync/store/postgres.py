@@ -157,6 +157,9 @@ class PostgresDialect(Dialect):
         detail: dict[str, Any] = value  # JSONB: psycopg has decoded it
         return detail
 
+    def db_ids(self, ids: Sequence[str]) -> list[str]:
+        return list(ids)
+
     # --- transitions and the claim ----------------------------------------------------
 
     def fenced(

@@ -28,7 +28,8 @@ class OperatorOperations:
 
     def enqueue_many(self, tasks: list[WorkflowTask]) -> list[EnqueueResult]:
         """Enqueue several tasks in one transaction: all of them or, on a conflict,
-        none. Results are in the order of ``tasks``."""
+        none. Results are in the order of ``tasks``. A task id is taken while its task
+        is stored: once :meth:`prune` deleted it, the same id enqueues a new task."""
         checks.check_tasks(tasks)
         d = self.dialect
         results = []
@@ -46,15 +47,23 @@ class OperatorOperations:
                     "parent_id": task.parent_id,
                 }
                 inserted = tx.one("insert_task", params)
-                if inserted is not None:
-                    detail = event_details.enqueued(task)
-                    d.event(tx, Event(task.task_id, inserted["at"], "enqueued", detail))
-                    results.append(EnqueueResult(task.task_id, created=True))
-                    continue
-                row = tx.one("select_task", params)
-                if row is None:  # inserted and deleted in between: nothing deletes tasks today
-                    raise StoreUnavailable(f"task {task.task_id!r} conflicted on insert but cannot be read")
-                results.append(refusals.already_enqueued(task, row))  # a conflict rolls the batch back
+                if inserted is None:
+                    row = tx.one("select_task", params)
+                    if row is not None:
+                        results.append(
+                            refusals.already_enqueued(task, row)
+                        )  # a conflict rolls the batch back
+                        continue
+                    # On PostgreSQL, the task it conflicted with was pruned (store.prune) in
+                    # between: its id is free again, so this is a new task.
+                    inserted = tx.one("insert_task", params)
+                    if inserted is None:
+                        raise StoreUnavailable(
+                            f"task {task.task_id!r} conflicted on insert but cannot be read"
+                        )
+                detail = event_details.enqueued(task)
+                d.event(tx, Event(task.task_id, inserted["at"], "enqueued", detail))
+                results.append(EnqueueResult(task.task_id, created=True))
             if any(r.created for r in results):
                 d.notify(tx)
         return results

@@ -216,6 +216,9 @@ class SqliteDialect(Dialect):
         detail: dict[str, Any] = json.loads(value)
         return detail
 
+    def db_ids(self, ids: Sequence[str]) -> str:
+        return json.dumps(list(ids))
+
     # --- transitions and the claim ----------------------------------------------------
 
     def fenced(

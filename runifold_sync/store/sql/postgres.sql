@@ -561,3 +561,47 @@ WHERE t.task_id = %(task_id)s;
 -- name: published_events
 SELECT key, value::text AS value, set_at FROM runifold_task_events
 WHERE task_id = %(task_id)s ORDER BY key;
+
+-- name: prune_candidates
+-- Retention (store/sql_retention.py): the next finished tasks after the cursor, in creation
+-- order (index runifold_tasks_finished), last changed before the cutoff, and neither
+-- failed on an ambiguous effect nobody resolved (unless asked) nor the parent of an
+-- unfinished child. Locked for the batch's deletes; a row another transaction holds (an
+-- operator's requeue, a signal being refused) is skipped, never waited for.
+SELECT t.task_id, t.created_at, t.parent_id,
+    EXISTS (SELECT 1 FROM runifold_tasks c WHERE c.parent_id = t.task_id) AS has_children
+FROM runifold_tasks t
+WHERE t.state IN ('terminal', 'cancelled')
+    AND (t.created_at, t.task_id) > (%(after_at)s::timestamptz, %(after_id)s::text)
+    AND t.created_at < %(cutoff)s AND t.updated_at < %(cutoff)s
+    AND (%(include_ambiguous)s OR t.ambiguous_effect IS NULL)
+    AND NOT EXISTS (
+        SELECT 1 FROM runifold_tasks c
+        WHERE c.parent_id = t.task_id AND c.state IN ('queued', 'leased', 'waiting')
+    )
+ORDER BY t.created_at, t.task_id
+LIMIT %(limit)s
+FOR UPDATE OF t SKIP LOCKED;
+
+-- name: stored_tasks
+SELECT task_id FROM runifold_tasks WHERE task_id = ANY(%(ids)s::text[]);
+
+-- name: prune_events
+DELETE FROM runifold_events WHERE task_id = ANY(%(ids)s::text[]);
+
+-- name: prune_journal
+DELETE FROM runifold_journal WHERE task_id = ANY(%(ids)s::text[]);
+
+-- name: prune_signals
+DELETE FROM runifold_signals WHERE task_id = ANY(%(ids)s::text[]);
+
+-- name: prune_resolutions
+DELETE FROM runifold_effect_resolutions WHERE task_id = ANY(%(ids)s::text[]);
+
+-- name: prune_task_events
+DELETE FROM runifold_task_events WHERE task_id = ANY(%(ids)s::text[]);
+
+-- name: prune_tasks
+-- The rows prune_candidates locked, so still finished; the state is checked all the same.
+DELETE FROM runifold_tasks
+WHERE task_id = ANY(%(ids)s::text[]) AND state IN ('terminal', 'cancelled');

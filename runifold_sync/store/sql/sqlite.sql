@@ -427,3 +427,44 @@ WHERE t.task_id = :task_id;
 
 -- name: published_events
 SELECT key, value, set_at FROM runifold_task_events WHERE task_id = :task_id ORDER BY key;
+
+-- name: prune_candidates
+-- Retention (store/sql_retention.py): the next finished tasks after the cursor, in creation
+-- order (index runifold_tasks_finished), last changed before the cutoff, and neither
+-- failed on an ambiguous effect nobody resolved (unless asked) nor the parent of an
+-- unfinished child. BEGIN IMMEDIATE keeps them as they are until the batch commits.
+SELECT t.task_id, t.created_at, t.parent_id,
+    EXISTS (SELECT 1 FROM runifold_tasks c WHERE c.parent_id = t.task_id) AS has_children
+FROM runifold_tasks t
+WHERE t.state IN ('terminal', 'cancelled')
+    AND (t.created_at, t.task_id) > (:after_at, :after_id)
+    AND t.created_at < :cutoff AND t.updated_at < :cutoff
+    AND (:include_ambiguous OR t.ambiguous_effect IS NULL)
+    AND NOT EXISTS (
+        SELECT 1 FROM runifold_tasks c
+        WHERE c.parent_id = t.task_id AND c.state IN ('queued', 'leased', 'waiting')
+    )
+ORDER BY t.created_at, t.task_id
+LIMIT :limit;
+
+-- name: stored_tasks
+SELECT task_id FROM runifold_tasks WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_events
+DELETE FROM runifold_events WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_journal
+DELETE FROM runifold_journal WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_signals
+DELETE FROM runifold_signals WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_resolutions
+DELETE FROM runifold_effect_resolutions WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_task_events
+DELETE FROM runifold_task_events WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_tasks
+DELETE FROM runifold_tasks
+WHERE task_id IN (SELECT value FROM json_each(:ids)) AND state IN ('terminal', 'cancelled');
