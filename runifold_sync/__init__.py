@@ -68,6 +68,7 @@ from .outcomes import (
     Suspended,
     Yielded,
 )
+from .retention import RetentionPolicy, keep_pruning
 from .step_context import StepContext
 from .store.base import WorkflowStore
 from .store.records import Lease, PublishedEvent, SignalCheck, SignalDelivery, TaskEvent, TaskRecord
@@ -117,6 +118,7 @@ __all__ = [
     "NonDeterminism",
     "OutputNotSerializable",
     "PublishedEvent",
+    "RetentionPolicy",
     "Retried",
     "RetryPolicy",
     "RunOutcome",
@@ -159,5 +161,6 @@ __all__ = [
     "WorkflowTask",
     "WorkflowWorker",
     "Yielded",
+    "keep_pruning",
     "open_store",
 ]

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import click
 
-from .cli_common import database_option, duration, echo_json, json_option, opened_store
+from .cli_common import database_option, duration, duration_text, echo_json, json_option, opened_store
 from .store.sql_retention import MAX_PRUNE_BATCH
 
 _PROGRESS_EVERY_S = 2.0
@@ -76,7 +76,6 @@ def prune(
                 "batches": batches,
             }
         )
-    elif dry_run:
-        click.echo(f"would prune {pruned} finished tasks last changed more than {older_than} ago")
     else:
-        click.echo(f"pruned {pruned} finished tasks last changed more than {older_than} ago")
+        doing = "would prune" if dry_run else "pruned"
+        click.echo(f"{doing} {pruned} finished tasks last changed more than {duration_text(older_than)} ago")

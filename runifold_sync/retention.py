@@ -56,6 +56,8 @@ def _default_every(policy: RetentionPolicy) -> timedelta:
     """A tenth of the retention, from a second to a minute: a task is pruned within
     about a tenth of the retention after it aged, without a 30-day retention looking
     more often than once a minute."""
+    if not isinstance(policy.older_than, timedelta):
+        return timedelta(minutes=1)  # attrs validates after defaults: older_than's check refuses it
     return min(timedelta(minutes=1), max(policy.older_than / 10, timedelta(seconds=1)))
 
 
