@@ -127,6 +127,9 @@ class Dialect(Values, abc.ABC):
     ``outage`` says in the log when the database stops and starts answering."""
 
     outage: OutageLog
+    # The named queries that delete a batch of pruned tasks (parameter ``ids``) with every
+    # row of theirs, the task rows last: the last one's count is the batch's.
+    prune_queries: tuple[str, ...]
 
     @abc.abstractmethod
     def transaction(self) -> AbstractContextManager[Transaction]:

@@ -93,6 +93,8 @@ class PostgresDialect(Dialect):
     """Statements on a :class:`ProcessPool`; behind a transaction pooler, LISTEN on
     ``listener`` (or poll when there is none)."""
 
+    prune_queries = ("prune_rows",)  # one statement of data-modifying CTEs: one round trip
+
     def __init__(
         self,
         pool: ProcessPool,

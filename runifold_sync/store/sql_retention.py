@@ -47,8 +47,6 @@ from .dialect import Dialect, Row, Transaction
 MAX_PRUNE_BATCH = 10_000
 # The cursor before the first finished task: earlier than any store time.
 _START = datetime(1, 1, 1, tzinfo=UTC)
-# The rows that belong to a task, deleted before the task row itself.
-_BELONGING = ("prune_events", "prune_journal", "prune_signals", "prune_resolutions", "prune_task_events")
 
 
 class RetentionOperations:
@@ -114,9 +112,8 @@ class RetentionOperations:
                 deleted = len(chosen)
                 if chosen and not dry_run:
                     ids = {"ids": d.db_ids(chosen)}
-                    for query in _BELONGING:
-                        tx.count(query, ids)
-                    deleted = tx.count("prune_tasks", ids)
+                    for query in d.prune_queries:
+                        deleted = tx.count(query, ids)
             yield deleted
             if len(found) < limit:
                 return
@@ -124,20 +121,26 @@ class RetentionOperations:
 
 
 def _deletable(tx: Transaction, d: Dialect, found: Sequence[Row], gone: set[str]) -> list[str]:
-    """The ids of ``found`` (candidates in creation order) that may go: a task without a
-    parent, or whose parent is gone (deleted earlier, or chosen before it here); the
-    parents among them join ``gone``."""
+    """The ids of ``found`` (candidates in creation order) that may go: none with an
+    unfinished child, and each without a parent or with its parent gone (deleted
+    earlier, or chosen before it here); the parents chosen join ``gone``."""
+    if not found:
+        return []
+    ids = [row["task_id"] for row in found]
+    families = {
+        row["parent_id"]: bool(row["unfinished"]) for row in tx.all("prune_families", {"ids": d.db_ids(ids)})
+    }
     waiting = {row["parent_id"] for row in found if row["parent_id"] is not None} - gone
-    stored = (
-        {row["task_id"] for row in tx.all("stored_tasks", {"ids": d.db_ids(sorted(waiting))})}
-        if waiting
-        else set()
-    )
+    stored = set()
+    if waiting:
+        stored = {row["task_id"] for row in tx.all("stored_tasks", {"ids": d.db_ids(sorted(waiting))})}
     chosen = []
     for row in found:
-        parent = row["parent_id"]
+        task_id, parent = row["task_id"], row["parent_id"]
+        if families.get(task_id, False):
+            continue  # a child of it is unfinished
         if parent is None or parent in gone or parent not in stored:
-            chosen.append(row["task_id"])
-            if row["has_children"]:
-                gone.add(row["task_id"])
+            chosen.append(task_id)
+            if task_id in families:
+                gone.add(task_id)
     return chosen

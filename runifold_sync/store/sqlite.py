@@ -99,6 +99,15 @@ class SqliteTransaction:
 class SqliteDialect(Dialect):
     """Thread-local connections to one file, bound to the process that opened them."""
 
+    prune_queries = (
+        "prune_events",
+        "prune_journal",
+        "prune_signals",
+        "prune_resolutions",
+        "prune_task_events",
+        "prune_tasks",
+    )
+
     def __init__(self, path: str, synchronous: str, busy_timeout_s: float) -> None:
         self.path = path
         self.outage = OutageLog(f"SQLite database {path!r}")

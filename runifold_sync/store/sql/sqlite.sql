@@ -430,27 +430,29 @@ SELECT key, value, set_at FROM runifold_task_events WHERE task_id = :task_id ORD
 
 -- name: prune_candidates
 -- Retention (store/sql_retention.py): the next finished tasks after the cursor, in creation
--- order (index runifold_tasks_finished), last changed before the cutoff, and neither
--- failed on an ambiguous effect nobody resolved (unless asked) nor the parent of an
--- unfinished child. BEGIN IMMEDIATE keeps them as they are until the batch commits.
-SELECT t.task_id, t.created_at, t.parent_id,
-    EXISTS (SELECT 1 FROM runifold_tasks c WHERE c.parent_id = t.task_id) AS has_children
-FROM runifold_tasks t
-WHERE t.state IN ('terminal', 'cancelled')
-    AND (t.created_at, t.task_id) > (:after_at, :after_id)
-    AND t.created_at < :cutoff AND t.updated_at < :cutoff
-    AND (:include_ambiguous OR t.ambiguous_effect IS NULL)
-    AND NOT EXISTS (
-        SELECT 1 FROM runifold_tasks c
-        WHERE c.parent_id = t.task_id AND c.state IN ('queued', 'leased', 'waiting')
-    )
-ORDER BY t.created_at, t.task_id
+-- order (index runifold_tasks_finished), last changed before the cutoff, and not failed on
+-- an ambiguous effect nobody resolved (unless asked). BEGIN IMMEDIATE keeps them as they
+-- are until the batch commits.
+SELECT task_id, created_at, parent_id FROM runifold_tasks
+WHERE state IN ('terminal', 'cancelled')
+    AND (created_at, task_id) > (:after_at, :after_id)
+    AND created_at < :cutoff AND updated_at < :cutoff
+    AND (:include_ambiguous OR ambiguous_effect IS NULL)
+ORDER BY created_at, task_id
 LIMIT :limit;
+
+-- name: prune_families
+-- Which of the tasks are parents, and whether each has an unfinished child.
+SELECT parent_id, max(state IN ('queued', 'leased', 'waiting')) AS unfinished
+FROM runifold_tasks WHERE parent_id IN (SELECT value FROM json_each(:ids))
+GROUP BY parent_id;
 
 -- name: stored_tasks
 SELECT task_id FROM runifold_tasks WHERE task_id IN (SELECT value FROM json_each(:ids));
 
 -- name: prune_events
+-- A batch's tasks and every row of theirs, one table a statement (SqliteDialect.
+-- prune_queries), the task rows last: their count is the batch's.
 DELETE FROM runifold_events WHERE task_id IN (SELECT value FROM json_each(:ids));
 
 -- name: prune_journal
