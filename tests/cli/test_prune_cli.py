@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import attrs
 import pytest
 from click.testing import CliRunner, Result
 
@@ -144,3 +145,26 @@ def test_run_with_retention_prunes_what_the_pool_finished_once_it_ages(
     assert json.loads(out)["outcomes"]["completed"] == 10
     assert re.search(r"retention stopped; ([6-9]|10) tasks pruned", logged), logged
     assert "Traceback" not in logged, logged
+
+
+def test_show_names_a_parent_that_was_pruned_before_its_child(
+    store: SqliteWorkflowStore, sqlite_path: Path
+) -> None:
+    url = f"sqlite:///{sqlite_path}"
+    _finish(store, "parent")
+    store.set_clock_offset(timedelta(days=31))
+    store.enqueue(
+        attrs.evolve(WorkflowTask.new("pool-flow", 1, 0, checkpoint_id="child"), parent_id="parent")
+    )
+    store.cancel("child", "ops", "not needed")
+    assert store.prune(timedelta(days=30)) == 1  # the parent; its child ended just now
+
+    shown = _invoke("show", "child", "--database", url)
+    as_json = _invoke("show", "child", "--json", "--database", url)
+
+    assert shown.exit_code == 0, shown.output
+    assert "parent: parent (no longer stored: pruned)" in shown.stdout
+    assert (json.loads(as_json.stdout)["parent"], json.loads(as_json.stdout)["parent_task"]) == (
+        "parent",
+        None,
+    )
