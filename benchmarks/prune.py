@@ -6,7 +6,8 @@ and the database's size in a steady-state soak under ``run --retention``.
    ago, are inserted with bulk SQL and ``VACUUM ANALYZE``d. A pool of 4 workers
    (``benchmarks/pool.py``) drains 5-step workflows from a deep queue three times: alone,
    while ``python -m runifold_sync prune --older-than 30d`` (the operator's command, its
-   own process, batches of 1,000) deletes the N tasks, and alone again. Each figure is
+   own process, batches of 1,000, resting as its ``--share`` says: 0.25 by default,
+   ``--share 1`` here for flat out) deletes the N tasks, and alone again. Each figure is
    completed workflows per second over a window from one second after the first claim:
    the prune's own duration for the middle run, ``BASELINE_WINDOW_S`` for the others.
    Ratio: the middle run against the mean of the two alone; target 0.7 or more.
@@ -18,7 +19,7 @@ and the database's size in a steady-state soak under ``run --retention``.
    as autovacuum would, and says so. Target: the size in the last third grows by at most
    10% over its value at two thirds.
 
-``python benchmarks/prune.py [--finished N] [--soak-s S] [--skip-soak]``.
+``python benchmarks/prune.py [--finished N] [--share S] [--soak-s S] [--skip-soak]``.
 """
 
 from __future__ import annotations
@@ -126,17 +127,19 @@ def completed_per_s(url: str, start: float, end: float) -> float:
     return done / (end - start)
 
 
-def drain(url: str, store: WorkflowStore, queued: int, *, prune: bool) -> tuple[float, float, int]:
+def drain(url: str, store: WorkflowStore, queued: int, *, prune: float | None) -> tuple[float, float, int]:
     """One drain by a pool of ``POOL``: completed workflows per second over its window,
-    the window's length, and (with ``prune``) how many tasks the prune deleted."""
+    the window's length, and (with ``prune``, the prune's ``--share``) how many tasks
+    the prune deleted."""
     enqueued = time.time()
     enqueue(store, queued, delay=timedelta(seconds=1.5))
     with running_pool(url, POOL):
         start = _first_claim(url, enqueued) + WARM_UP_S
         time.sleep(max(0.0, start - time.time()))
         pruned = 0
-        if prune:
+        if prune is not None:
             command = [sys.executable, "-m", "runifold_sync", "prune", "--older-than", "30d", "--json"]
+            command += ["--share", str(prune)]
             done = subprocess.run(
                 [*command, "--database", url], cwd=ROOT, capture_output=True, text=True, check=True
             )
@@ -149,7 +152,7 @@ def drain(url: str, store: WorkflowStore, queued: int, *, prune: bool) -> tuple[
 
 
 @retry_on_restart
-def measure_prune(finished: int) -> list[Row]:
+def measure_prune(finished: int, share: float) -> list[Row]:
     with fresh_postgres() as url:
         store = open_store(url)
         try:
@@ -158,11 +161,11 @@ def measure_prune(finished: int) -> list[Row]:
             # second here; beside them a prune deletes some 30,000 tasks a second).
             queued = max(6_000, finished // 50)
             progress("pool alone")
-            alone_1, _, _ = drain(url, store, queued, prune=False)
+            alone_1, _, _ = drain(url, store, queued, prune=None)
             progress(f"pool while the prune deletes {finished:,} tasks")
-            during, prune_s, pruned = drain(url, store, queued, prune=True)
+            during, prune_s, pruned = drain(url, store, queued, prune=share)
             progress("pool alone again")
-            alone_2, _, _ = drain(url, store, queued, prune=False)
+            alone_2, _, _ = drain(url, store, queued, prune=None)
         finally:
             store.close()
     if pruned != finished:
@@ -172,7 +175,7 @@ def measure_prune(finished: int) -> list[Row]:
     return [
         Row(f"pool of {POOL} alone (5-step workflows)", f"{rate(alone_1)} then {rate(alone_2)}"),
         Row(
-            f"pool of {POOL} while pruning {finished:,} tasks",
+            f"pool of {POOL} while pruning {finished:,} tasks (--share {share:g})",
             rate(during),
             f"{ratio:.2f}x alone",
             ">= 0.7x",
@@ -276,10 +279,11 @@ def measure_soak(seconds: float) -> list[Row]:
 def main() -> None:
     parser = arg_parser(__doc__)
     parser.add_argument("--finished", type=int, default=FINISHED, help="old finished tasks to prune")
+    parser.add_argument("--share", type=float, default=0.25, help="the prune's --share (1: flat out)")
     parser.add_argument("--soak-s", type=float, default=90.0, help="length of the steady-state soak")
     parser.add_argument("--skip-soak", action="store_true")
     args = parser.parse_args()
-    rows = measure_prune(args.finished)
+    rows = measure_prune(args.finished, args.share)
     if not args.skip_soak:
         rows += measure_soak(args.soak_s)
     print_table("retention (PostgreSQL)", rows)

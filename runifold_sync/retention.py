@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import attrs
@@ -87,23 +87,33 @@ def keep_pruning(
     """Prune by ``policy`` until ``token`` is cancelled; returns how many tasks were
     deleted. ``on_batch`` hears each batch's count. A stop waits for the batch in hand
     (one short transaction), never for the rest of a walk."""
-    rest_per_busy_s = (1 - policy.share) / policy.share
     pruned = 0
     while not token.cancelled:
         try:
-            batches = store.prune_batches(policy.older_than, batch=policy.batch)
-            while True:
-                started = time.monotonic()
-                deleted = next(batches, None)
-                if deleted is None:
-                    break
+            walk = store.prune_batches(policy.older_than, batch=policy.batch)
+            for deleted in paced(walk, policy.share, token):
                 store.outage.answered()
                 pruned += deleted
                 if on_batch is not None:
                     on_batch(deleted)
-                if token.wait((time.monotonic() - started) * rest_per_busy_s):
-                    return pruned
         except Exception as exc:  # an outage, said once; anything else is logged whole
             store.outage.report(log, "pruning", exc, {})
         token.wait(policy.every.total_seconds())
     return pruned
+
+
+def paced(batches: Iterator[int], share: float, token: CancellationToken) -> Iterator[int]:
+    """``batches`` (a walk of :meth:`WorkflowStore.prune_batches`) with a rest after each
+    batch, so that at most ``share`` of the time goes to them (1: no rest); it ends early
+    when ``token`` is cancelled, leaving the rest of the walk for the next prune."""
+    _check_share(None, None, share)
+    rest_per_busy_s = (1 - share) / share
+    while True:
+        started = time.monotonic()
+        deleted = next(batches, None)
+        if deleted is None:
+            return
+        busy_s = time.monotonic() - started
+        yield deleted
+        if token.wait(busy_s * rest_per_busy_s):
+            return

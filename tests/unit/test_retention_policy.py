@@ -4,6 +4,8 @@ defaults, the pacing loop on a real store, and how the CLI writes a duration bac
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -18,6 +20,7 @@ from runifold_sync import (
     keep_pruning,
 )
 from runifold_sync.cli_common import duration_text
+from runifold_sync.retention import paced
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 
@@ -96,3 +99,24 @@ def test_keep_pruning_deletes_in_batches_until_stopped(sqlite_store: SqliteWorkf
 )
 def test_a_duration_is_written_the_way_the_options_take_it(value: timedelta, text: str) -> None:
     assert duration_text(value) == text
+
+
+def _slow_batches(count: int, busy_s: float) -> Iterator[int]:
+    for _ in range(count):
+        time.sleep(busy_s)
+        yield 1
+
+
+def test_paced_batches_rest_so_they_take_at_most_their_share_of_the_time() -> None:
+    started = time.monotonic()
+    assert sum(paced(_slow_batches(4, 0.05), 0.25, CancellationToken())) == 4
+    elapsed = time.monotonic() - started
+    assert elapsed >= 4 * 0.05 / 0.25 * 0.9  # busy 0.2 s, resting three times as long
+
+
+def test_a_cancelled_token_ends_the_walk_after_the_batch_in_hand() -> None:
+    token = CancellationToken()
+    token.cancel()
+    assert list(paced(_slow_batches(4, 0.01), 0.5, token)) == [1]
+    with pytest.raises(InvalidArgument, match=r"retention share must be a number in \(0, 1\], got 0"):
+        list(paced(_slow_batches(1, 0), 0, token))
