@@ -1,7 +1,7 @@
 """Every benchmark in one run and one table: commit limit, workflow throughput, peers,
-idle pickup latency, claims at scale, memory, CPU per step and workflow length, with each ratio taken
-against a baseline measured in this same run and each target of the performance issue
-marked met or NOT MET.
+idle pickup latency, result latency, claims at scale, memory, CPU per step and workflow
+length, with each ratio taken against a baseline measured in this same run and each
+target of the performance issue marked met or NOT MET.
 
 ``python benchmarks/run_all.py --quick`` (small N, a few minutes) or without ``--quick``
 for the full sizes (N=500 workflows, 2,000 one-step tasks, 200 latency samples).
@@ -24,10 +24,12 @@ import peers
 import psycopg
 import scale
 import throughput
+import wait_latency
 from common import PG_ADMIN_URL, Row, admin_connection, arg_parser, not_measured, print_table, progress
 
-# 2 throughput, 4 peers, 3 latency, 2 scale, 2 memory, 5 workflow-length rows carry a target.
-EXPECTED_TARGETS = 18
+# 2 throughput, 4 peers, 3 latency, 2 result latency, 2 scale, 2 memory, 5 workflow-length
+# rows carry a target.
+EXPECTED_TARGETS = 20
 
 
 def _environment() -> str:
@@ -70,6 +72,7 @@ def main() -> None:
     section("workflow throughput (5 trivial steps)", throughput_rows)
     section("peers (ratio: runifold_sync / peer)", lambda: peers.run(args.quick))
     section("idle pickup latency", lambda: latency.run(args.quick))
+    section("result latency (completion to wait_for_task)", lambda: wait_latency.run(args.quick))
     section("claim throughput at scale", lambda: scale.run(args.quick))
     section("memory", lambda: memory.run(args.quick))
     section("CPU per step", lambda: cpu_per_step.run(args.quick))

@@ -19,6 +19,7 @@ from .errors import (
     ChildFailed,
     DefinitionConflict,
     EnqueueConflict,
+    EventNotFound,
     FingerprintMismatch,
     InputMismatch,
     InvalidArgument,
@@ -37,6 +38,7 @@ from .errors import (
     StoreUsedAcrossFork,
     TaskNotFound,
     UnknownDefinition,
+    WaitTimedOut,
     WorkerIdInUse,
 )
 from .models import (
@@ -68,7 +70,7 @@ from .outcomes import (
 )
 from .step_context import StepContext
 from .store.base import WorkflowStore
-from .store.records import Lease, SignalCheck, SignalDelivery, TaskEvent, TaskRecord
+from .store.records import Lease, PublishedEvent, SignalCheck, SignalDelivery, TaskEvent, TaskRecord
 from .stores import open_store
 from .supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
 from .waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut
@@ -100,6 +102,7 @@ __all__ = [
     "EffectEvidence",
     "EffectStatus",
     "EnqueueConflict",
+    "EventNotFound",
     "Failed",
     "FailureDetail",
     "FingerprintMismatch",
@@ -113,6 +116,7 @@ __all__ = [
     "LeaseLostError",
     "NonDeterminism",
     "OutputNotSerializable",
+    "PublishedEvent",
     "Retried",
     "RetryPolicy",
     "RunOutcome",
@@ -141,6 +145,7 @@ __all__ = [
     "TenantBudget",
     "TenantPolicy",
     "UnknownDefinition",
+    "WaitTimedOut",
     "WorkerId",
     "WorkerReport",
     "WorkerSettings",

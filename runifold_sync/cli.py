@@ -1,9 +1,9 @@
 """``python -m runifold_sync``: a thin click layer over the library.
 
 Each command parses its options, calls the library and prints. This module holds the
-entry point and the commands about single tasks; ``cli_show`` holds ``show``, ``cli_run``
-``run`` and ``demo``, ``cli_fleet`` the store-wide ones (schema, versions, workers, stats,
-tenants).
+entry point and the commands about single tasks; ``cli_show`` holds ``show``, ``cli_wait``
+``wait``, ``cli_run`` ``run`` and ``demo``, ``cli_fleet`` the store-wide ones (schema,
+versions, workers, stats, tenants).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from .cli_common import (
 from .cli_fleet import migrate, stats, tenant, versions, workers
 from .cli_run import demo, run
 from .cli_show import record_json, show
+from .cli_wait import wait
 from .models import TaskState, WorkflowTask
 from .store.records import SignalCheck
 
@@ -341,5 +342,5 @@ def resolve(
     )
 
 
-for _command in (show, run, demo, migrate, versions, workers, stats, tenant):
+for _command in (show, wait, run, demo, migrate, versions, workers, stats, tenant):
     main.add_command(_command)

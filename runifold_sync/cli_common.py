@@ -1,6 +1,6 @@
 """What the commands of ``python -m runifold_sync`` share: the ``--database`` and
-``--json`` options, choosing and opening the store, parsing a start time, and turning
-library errors into ``ClickException`` (here and nowhere else)."""
+``--json`` options, choosing and opening the store, parsing a start time or a duration,
+and turning library errors into ``ClickException`` (here and nowhere else)."""
 
 from __future__ import annotations
 
@@ -101,6 +101,26 @@ _DELAY_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
+def _delay(ctx: click.Context, param: click.Parameter, value: str) -> timedelta | None:
+    """``value`` as a delay (``30s``, ``5m``, ``1h30m``, ``2d``), None when it is none."""
+    text = value.strip()
+    if not _DELAY.fullmatch(text):
+        return None
+    seconds = sum(float(n) * _UNIT_S[unit] for n, unit in _DELAY_PART.findall(text))
+    if seconds > MAX_DURATION.total_seconds():
+        raise click.BadParameter(f"{value!r} is longer than {MAX_DURATION.days} days", ctx, param)
+    return timedelta(seconds=seconds)
+
+
+def duration(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
+    """A duration option such as ``wait --timeout``: ``30s``, ``5m``, ``1h30m``, ``2d``
+    (``0s`` too). A click callback, so a bad value is a usage error naming it."""
+    found = _delay(ctx, param, value)
+    if found is None:
+        raise click.BadParameter(f"{value!r} is not a duration (30s, 5m, 1h30m, 2d)", ctx, param)
+    return found
+
+
 def start_time(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | timedelta | None:
     """``--not-before``: an ISO 8601 time with its UTC offset (a naive time would depend
     on the clock of whoever typed it), or a delay such as ``30s``, ``5m``, ``1h30m`` or
@@ -108,12 +128,10 @@ def start_time(ctx: click.Context, param: click.Parameter, value: str | None) ->
     this host's. A click callback, so a bad value is a usage error naming it."""
     if value is None:
         return None
+    delay = _delay(ctx, param, value)
+    if delay is not None:
+        return delay
     text = value.strip()
-    if _DELAY.fullmatch(text):
-        seconds = sum(float(n) * _UNIT_S[unit] for n, unit in _DELAY_PART.findall(text))
-        if seconds > MAX_DURATION.total_seconds():
-            raise click.BadParameter(f"{value!r} is longer than {MAX_DURATION.days} days", ctx, param)
-        return timedelta(seconds=seconds)
     try:
         when = datetime.fromisoformat(text)
     except ValueError:

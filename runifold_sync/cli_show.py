@@ -1,6 +1,7 @@
 """``show``: one task whole, as an operator looks at it: its state and why it is not
 running, its result or what it failed with, its checkpoint (the newest journal entries,
-paged) and its history, each failure's traceback under its event."""
+paged), the events it published and its history, each failure's traceback under its
+event."""
 
 from __future__ import annotations
 
@@ -65,6 +66,7 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
         events = store.history(task_id)
         family = [store.get_task(record.parent_id)] if record.parent_id is not None else []
         children = store.list_tasks(parent=task_id, limit=MAX_LIST_LIMIT)
+        published = store.published_events(task_id)
         if record.checkpoint_json:
             checkpoint = checked(Checkpoint.decode_head, task_id, record.checkpoint_json)
             entries, shown = checked(newest_entries, store, task_id, record.checkpoint_json, journal_limit)
@@ -92,6 +94,9 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
                     "failure": failure,
                     "parent_task": _related(family[0]) if family else None,
                     "children": [_related(r) for r in children],
+                    "events": [
+                        {"key": p.key, "value": p.value, "set_at": p.set_at.isoformat()} for p in published
+                    ],
                     "history": [
                         {
                             "at": e.at.isoformat(),
@@ -132,6 +137,10 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
         click.echo(f"run {run}, journal of {entries} entries, {paged}:")
     for line in journal:
         click.echo(f"  {line}")
+    if published:
+        click.echo("events (ctx.set_event, by key):")
+    for p in published:
+        click.echo(f"  {p.key} = {p.value_json} (set {p.set_at.isoformat()})")
     click.echo("history:")
     for e in events:
         detail = dict(e.detail)

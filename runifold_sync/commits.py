@@ -17,7 +17,7 @@ import attrs
 
 from . import crashpoints
 from .checkpoint import Checkpoint, CheckpointWrite
-from .errors import CheckpointError, LeaseLostError
+from .errors import CheckpointError, LeaseLostError, StoreUnavailable
 from .heartbeat import LeaseFlags
 from .interrupts import FailRequested, Unwind
 from .store.base import WorkflowStore
@@ -104,6 +104,22 @@ class Commits:
             ),
             subject,
         )
+
+    def commit_event(self, key: str, value_json: str) -> None:
+        """Publish event ``key`` in a commit of the checkpoint as it stands (a result held
+        back included), named ``event:<key>`` for crash points. A store that does not
+        answer ends the cycle through user code (``Unwind``): swallowed by an ``except``
+        in the main function, the event would be lost, since replay skips a call that
+        later entries of the journal were recorded after."""
+        try:
+            self._write(
+                lambda write: self._store.commit_event(
+                    self._lease, self.revision, write.head_json, key, value_json, journal=write.journal
+                ),
+                f"event:{key}",
+            )
+        except StoreUnavailable as exc:
+            raise Unwind(exc) from exc
 
     def consume_signal(self, signal: Signal, subject: str, *, accepted: bool, note: str) -> None:
         """Commit the checkpoint in the write that takes ``signal`` out of the pending

@@ -1,7 +1,8 @@
 """``ctx`` in a workflow's main function: the authoring API, and nothing of the engine.
 
 Only the calls made through ``ctx`` are durable (steps and effects, called with it as
-their first argument; timers, signal waits, approvals, parallel branches and races);
+their first argument; timers, signal waits, approvals, parallel branches and races, and
+the events it publishes);
 everything else in the main function must be deterministic, since the function runs
 from the top on every claim and replays what its journal recorded (``replay.py``).
 
@@ -61,6 +62,8 @@ class Engine(Protocol):
     def race(self, branches: Branches, cancel_safe: Iterable[str], max_threads: int) -> tuple[str, Any]: ...
 
     def continue_as_new(self, input: Any) -> NoReturn: ...
+
+    def set_event(self, key: str, value: Any) -> None: ...
 
 
 class WorkflowContext:
@@ -200,6 +203,19 @@ class WorkflowContext:
         named in ``cancel_safe`` stop at their next step boundary; the others are left
         to finish (an effect in flight is never abandoned) and recorded as superseded."""
         return self._engine.race(branches, cancel_safe, max_threads)
+
+    # --- events ----------------------------------------------------------------------
+
+    def set_event(self, key: str, value: Any) -> None:
+        """Publish ``value`` (JSON, at most 64 KiB encoded) as this task's event ``key``
+        (a name: printable, trimmed, at most 200 characters), for callers of
+        ``store.get_event`` and ``show``: "what stage is my order in" without reading
+        the journal. Last write wins. It is committed before the call returns, together
+        with the progress made so far, so a caller never sees an event ahead of the
+        steps it reports; a replayed call writes nothing. A crash before that commit
+        publishes nothing, and the next claim's replay reaches the call and publishes it.
+        Costs one fenced write (none when replayed)."""
+        self._engine.set_event(key, value)
 
     # --- runs ------------------------------------------------------------------------
 

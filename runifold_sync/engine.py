@@ -29,6 +29,7 @@ from .heartbeat import LeaseFlags
 from .interrupts import ContinueRequested
 from .models import Budget
 from .replay import Cursor
+from .store import checks
 from .store.base import WorkflowStore
 from .store.records import ClaimedTask, Lease
 from .waits import Waits
@@ -176,6 +177,22 @@ class TaskRun:
 
     def race(self, branches: Branches, cancel_safe: Iterable[str], max_threads: int) -> tuple[str, Any]:
         return run_race(self._parent(), branches, list(cancel_safe), max_threads)
+
+    def set_event(self, key: str, value: Any) -> None:
+        """Publish ``value`` as event ``key`` now, in a commit of the checkpoint as it
+        stands, unless this call is being replayed.
+
+        The commit carries every result held back before it (``Commits.commit_event``),
+        so a stored event never reports progress the journal lacks, and it is made before
+        the call returns, so anything the journal records after it was recorded later.
+        Replay therefore skips a call with recorded calls after it (its value was stored
+        then, and writing it again could put back an older value over a newer one) and
+        makes one at the journal's end again (the crash came before its commit, or after
+        it with nothing recorded since: the same value is written again)."""
+        value_json = checks.check_event(key, value)
+        if self.cursor.replaying:
+            return
+        self.commits.commit_event(key, value_json)
 
     def continue_as_new(self, input: Any) -> NoReturn:
         """Check ``input`` against the workflow's input type here, at the call, then end

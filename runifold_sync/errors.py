@@ -7,6 +7,8 @@ generic input handling keeps working.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import attrs
 
 # An error with structured fields: attrs writes the constructor, repr and pickling (the
@@ -107,6 +109,36 @@ class TaskNotFound(RunifoldError, LookupError):
 
     def __str__(self) -> str:
         return f"no task with id {self.task_id!r}"
+
+
+@_detailed
+class WaitTimedOut(RunifoldError, TimeoutError):
+    """``store.wait_for_task`` or ``store.get_event`` waited ``timeout`` and the task did
+    not finish (``key`` None) or did not publish event ``key``. A ``TimeoutError`` too, so
+    code that already handles timeouts handles this one."""
+
+    task_id: str
+    timeout: timedelta
+    key: str | None = None
+
+    def __str__(self) -> str:
+        waited = f"within {self.timeout.total_seconds():g} s"
+        if self.key is None:
+            return f"task {self.task_id!r} did not finish {waited}"
+        return f"task {self.task_id!r} did not publish event {self.key!r} {waited}"
+
+
+@_detailed
+class EventNotFound(RunifoldError, KeyError):
+    """Task ``task_id`` has not published event ``key`` (``ctx.set_event``). A ``KeyError``
+    too, as a missing mapping key is; its message is written here because ``KeyError``
+    would print only the quoted first argument."""
+
+    task_id: str
+    key: str
+
+    def __str__(self) -> str:
+        return f"task {self.task_id!r} has published no event {self.key!r}"
 
 
 @_detailed

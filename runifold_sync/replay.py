@@ -62,6 +62,12 @@ class Cursor:
     def position(self) -> int:
         return self._position
 
+    @property
+    def replaying(self) -> bool:
+        """Calls are recorded past this position: the code here ran in an earlier claim
+        before they were, and what it committed then (an event it published) stands."""
+        return self._position < len(self.journal)
+
     def take(self, name: str, kind: EntryKind) -> tuple[str, JournalEntry | None]:
         """The next call, named ``name``, of ``kind``: its call id and its recorded entry
         (None for a new call). A finished entry is passed at once; an unfinished one stays

@@ -13,7 +13,9 @@ adapters, the fenced transitions and the claim), and documented where it is writ
   :mod:`.sql_operators`;
 - the worker's claim and fenced writes: :mod:`.sql_transitions`;
 - reads, tenant admission, the worker registry, store time and the lifecycle:
-  :mod:`.sql_reads`.
+  :mod:`.sql_reads`;
+- waiting for a task to finish and reading the events it publishes:
+  :mod:`.sql_results`.
 
 The backends (:mod:`.sqlite`, :mod:`.postgres`) are a dialect and a way of opening it.
 """
@@ -29,11 +31,12 @@ from .outage import OutageLog
 from .records import EnqueueResult
 from .sql_operators import OperatorOperations
 from .sql_reads import ReadOperations
+from .sql_results import ResultOperations
 from .sql_transitions import WorkerOperations
 from .timing import OperationTimer
 
 
-class WorkflowStore(OperatorOperations, WorkerOperations, ReadOperations, abc.ABC):
+class WorkflowStore(OperatorOperations, WorkerOperations, ReadOperations, ResultOperations, abc.ABC):
     """Semantic operations of the control plane on ``dialect``. Thread-safe: the
     worker's heartbeat thread shares the store with the thread running steps.
     ``max_pending_signals`` caps the signals a task keeps unconsumed; more are refused.

@@ -27,6 +27,9 @@ from ..models import (
 MAX_CLAIM_LIMIT = 1000
 MAX_LIST_LIMIT = 10_000
 MAX_PENDING_SIGNALS = 100  # the default cap; stores take ``max_pending_signals``
+# An event (ctx.set_event) is a progress note or a small answer, read by callers that
+# poll or wait for it: its value is held to this many bytes of JSON.
+MAX_EVENT_BYTES = 64 * 1024
 
 
 def check_tasks(tasks: object) -> list[WorkflowTask]:
@@ -87,6 +90,35 @@ def check_wait_timeout(timeout: object) -> float:
     if not isinstance(timeout, timedelta) or timeout < timedelta(0):
         raise InvalidArgument(f"wait timeout must be a non-negative timedelta, got {timeout!r}")
     return timeout.total_seconds()
+
+
+def check_timeout(kind: str, timeout: object) -> float:
+    """How long a caller blocks (``wait_for_task``, ``get_event``): a timedelta from zero
+    to :data:`~runifold_sync.models.MAX_DURATION`, in seconds."""
+    if not isinstance(timeout, timedelta) or timeout < timedelta(0):
+        raise InvalidArgument(f"{kind} must be a non-negative timedelta, got {timeout!r}")
+    return check_duration_bound(kind, timeout).total_seconds()
+
+
+def check_event(key: object, value: Any) -> str:
+    """An event's key (a name, as a signal's) and value; returns the value's canonical
+    JSON text. Refused, naming the key, where ``get_event`` could not hand it back: not
+    JSON, nested past :data:`~runifold_sync.codec.MAX_NESTING_DEPTH`, or over
+    :data:`MAX_EVENT_BYTES` encoded."""
+    check_name("event key", key)
+    try:
+        text = to_json(value, max_depth=MAX_NESTING_DEPTH)
+    except NestedTooDeep as exc:
+        raise InvalidArgument(f"value of event {key!r} {exc}") from exc
+    except NotJsonable as exc:
+        raise InvalidArgument(f"value of event {key!r} is not JSON-serializable: {exc}") from exc
+    size = len(text.encode())
+    if size > MAX_EVENT_BYTES:
+        raise InvalidArgument(
+            f"value of event {key!r} is {size} bytes encoded, over the limit of {MAX_EVENT_BYTES}; "
+            "publish a reference (an id, a URL) to large data instead"
+        )
+    return text
 
 
 def check_clock_offset(offset: object) -> timedelta:

@@ -9,7 +9,8 @@ once above it.
   has ``timestamptz``, intervals and JSONB, which cannot hold NUL and reorders keys).
 - :class:`Dialect` adds autocommit statements, history events, NOTIFY, the fenced
   transitions and the claim (where the two backends differ most for speed), waiting for
-  work, migrations and connections. Driver errors leave a dialect as
+  work, watching one task for ``wait_for_task`` and ``get_event``, migrations and
+  connections. Driver errors leave a dialect as
   :class:`~runifold_sync.errors.StoreUnavailable`, use from a forked child as
   :class:`~runifold_sync.errors.StoreUsedAcrossFork`.
 
@@ -30,6 +31,7 @@ import attrs
 from .outage import OutageLog
 from .records import ClaimedTask, ClaimRequest, JournalRow, Lease
 from .timing import PoolWaits
+from .watch import Watch
 
 Params = dict[str, Any]  # a named query's parameters
 Detail = dict[str, Any]  # a history event's detail (``event_details``)
@@ -172,6 +174,11 @@ class Dialect(Values, abc.ABC):
 
     @abc.abstractmethod
     def wait_for_work(self, timeout_s: float) -> bool: ...
+
+    @abc.abstractmethod
+    def watch(self, task_id: str) -> AbstractContextManager[Watch]:
+        """A subscription to changes of task ``task_id`` (its end, its events), made
+        before the caller first reads the task (see ``watch``)."""
 
     @abc.abstractmethod
     def pool_waits(self) -> PoolWaits:

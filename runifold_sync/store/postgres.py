@@ -13,6 +13,9 @@ processes and hosts claiming from one database.
   :class:`StoreUsedAcrossFork`; open a new store in the child after it starts.
 - Behind PgBouncer in transaction mode (``pgbouncer=true`` in the URL, see ``pgurl``)
   nothing is prepared and idle workers LISTEN on a direct connection or poll.
+- The transitions that end a task, and ``ctx.set_event``, NOTIFY ``runifold_results``;
+  callers of ``wait_for_task`` and ``get_event`` share one LISTEN connection
+  (``pglisten``), opened at the first such wait.
 - Driver errors become :class:`StoreUnavailable` in one place, ``pgpool.ProcessPool``.
 - The statements, and how their values are stored, are in ``pgstatements``; the
   operations are :class:`~runifold_sync.store.base.WorkflowStore`'s, written once.
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +35,7 @@ from ..errors import InvalidArgument
 from . import checks, refusals
 from .base import WorkflowStore
 from .dialect import Dialect, Event, FencedTransition, Params, Row, Transaction
+from .pglisten import ResultListener
 from .pgpool import Connection, ProcessPool, describe
 from .pgstatements import (
     Q,
@@ -51,6 +55,7 @@ from .pgwait import DirectListener, notified, poll, wait_until_due
 from .queries import pending_migrations
 from .records import ClaimedTask, ClaimRequest, JournalRow
 from .timing import PoolWaits
+from .watch import PollWatch, Watch
 
 # pg_advisory_xact_lock key that serializes migrations of one database ("RUNIFOLD").
 _MIGRATION_LOCK = 0x52554E49464F4C44
@@ -89,12 +94,18 @@ class PostgresDialect(Dialect):
     ``listener`` (or poll when there is none)."""
 
     def __init__(
-        self, pool: ProcessPool, *, pooled: bool = False, listener: DirectListener | None = None
+        self,
+        pool: ProcessPool,
+        *,
+        pooled: bool = False,
+        listener: DirectListener | None = None,
+        results: ResultListener | None = None,
     ) -> None:
         self.pool = pool
         self.outage = pool.outage
         self.pooled = pooled
         self.listener = listener
+        self.results = results  # None: watches of a task poll (a pooler, nowhere to LISTEN)
 
     # --- statements --------------------------------------------------------------------
 
@@ -217,6 +228,14 @@ class PostgresDialect(Dialect):
             finally:
                 conn.execute(Q["unlisten_work"])
 
+    def watch(self, task_id: str) -> AbstractContextManager[Watch]:
+        """A watch on the store's one LISTEN connection for task ends and events
+        (``pglisten``); behind a transaction pooler with nowhere to LISTEN, polling every
+        ``POLL_INTERVAL_S``."""
+        if self.results is None:
+            return nullcontext(PollWatch(POLL_INTERVAL_S))
+        return self.results.watch(task_id)
+
     def pool_waits(self) -> PoolWaits:
         return self.pool.pool_waits()
 
@@ -244,6 +263,8 @@ class PostgresDialect(Dialect):
     def close(self) -> None:
         if self.listener is not None:
             self.listener.close()
+        if self.results is not None:
+            self.results.close()
         self.pool.close()
 
 
@@ -264,10 +285,15 @@ class PostgresWorkflowStore(WorkflowStore):
         target: PostgresTarget | None = None,
         max_pending_signals: int = checks.MAX_PENDING_SIGNALS,
     ) -> None:
-        listener = None
+        listener = results = None
         if target is not None and target.listen_conninfo is not None:
             listener = DirectListener(target.listen_conninfo, _CHANNEL, describe(target.listen_conninfo))
-        dialect = PostgresDialect(pool, pooled=target is not None and target.pgbouncer, listener=listener)
+        if target is not None and not target.polls:
+            listen_at = target.listen_conninfo or target.conninfo
+            results = ResultListener(listen_at, describe(listen_at))
+        dialect = PostgresDialect(
+            pool, pooled=target is not None and target.pgbouncer, listener=listener, results=results
+        )
         super().__init__(dialect, max_pending_signals=max_pending_signals)
 
     @classmethod

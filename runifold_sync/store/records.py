@@ -252,3 +252,18 @@ class WorkerRecord:
 
     def live(self, within: timedelta) -> bool:
         return self.stopped_at is None and self.silent_s <= within.total_seconds()
+
+
+@attrs.frozen
+class PublishedEvent:
+    """The value a workflow last published under ``key`` (``ctx.set_event``), and the
+    store time of the commit that set it."""
+
+    task_id: str
+    key: str
+    value_json: str
+    set_at: datetime
+
+    @property
+    def value(self) -> Any:
+        return from_json(self.value_json)

@@ -1,6 +1,7 @@
 """The worker's operations of the shared SQL store: the claim, and the fenced writes a
-lease holder makes (heartbeat, checkpoint commits, suspend, signal consumption, retry,
-release, complete, fail, continue as new), each written once over a :class:`Dialect`.
+lease holder makes (heartbeat, checkpoint commits, events, suspend, signal consumption,
+retry, release, complete, fail, continue as new), each written once over a
+:class:`Dialect`.
 
 A write of progress carries the checkpoint's head (the task row's ``head``) and the
 journal rows that changed since the last write (``journal``): the fenced statement and
@@ -119,6 +120,32 @@ class WorkerOperations:
                 woken = bool(tx.count("wake_if_child_finished", ended)) or woken
             if wake_at is not None or woken:  # idle workers recompute the earliest due time
                 d.notify(tx)
+
+    @timed
+    def commit_event(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str,
+        key: str,
+        value_json: str,
+        *,
+        journal: Sequence[JournalRow] = (),
+    ) -> Committed:
+        """Publish event ``key`` (``ctx.set_event``; last write wins) in the fenced write
+        that commits the checkpoint as it stands, so the event is never ahead of the
+        progress it reports (see ``engine.TaskRun.set_event``); returns what
+        :meth:`commit_checkpoint` returns. On PostgreSQL it NOTIFYs ``get_event``'s
+        waiters at commit."""
+        d = self.dialect
+        params = self._progress(lease, revision, checkpoint_json)
+        value = d.json_in(f"value of event {key!r}", value_json)
+        with d.transaction() as tx:
+            row = d.fenced(tx, "commit_checkpoint", params, journal)
+            if row is None:
+                raise LeaseLostError(lease.task_id, lease.fencing_token, f"event {key!r} commit")
+            tx.count("set_task_event", {"task_id": lease.task_id, "key": key, "value": value})
+            return Committed(row["revision"], row["cancel_requested"])
 
     def pending_signals(self, task_id: str, name: str | None = None) -> list[Signal]:
         """Signals not yet consumed, oldest first: those named ``name``, or all of them

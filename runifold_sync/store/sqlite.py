@@ -10,7 +10,8 @@ Waiting for the database lock is done by the connection (``sqlite_connection``),
 short random pauses up to the busy timeout, so processes sharing a file share the work.
 
 Only what differs from PostgreSQL is here: connections, store time, the claim, waiting
-for work (SQLite has no notifications: it polls) and migrations. The operations are the
+for work and watching a task (SQLite has no notifications: it polls its change counter)
+and migrations. The operations are the
 :class:`~runifold_sync.store.base.WorkflowStore`'s, written once.
 """
 
@@ -45,12 +46,14 @@ from .sqlite_connection import (
     why_not_writable,
 )
 from .timing import PoolWaits
+from .watch import CounterWatch
 
 _Q = load_queries("sqlite", sqlite_clock.NOW)
 _SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
 # SQLite has no notifications: wait_for_work polls PRAGMA data_version (a read of shared
 # memory that changes when another connection commits) at this interval, and asks for
-# due work again only when it changed or a known due time passed.
+# due work again only when it changed or a known due time passed; a watch of one task
+# (wait_for_task, get_event) reads the task again only when it changed.
 _WAIT_POLL_S = 0.005
 
 
@@ -315,6 +318,13 @@ class SqliteDialect(Dialect):
                 time.sleep(min(remaining_s, _WAIT_POLL_S))
                 if (due_by is not None and time.monotonic() >= due_by) or self._data_version() != version:
                     break
+
+    @contextmanager
+    def watch(self, task_id: str) -> Iterator[CounterWatch]:
+        """Woken by ``PRAGMA data_version`` (see ``_WAIT_POLL_S``), read on this thread's
+        connection, whose commits are the only ones it does not count: the thread is
+        blocked waiting, so it makes none."""
+        yield CounterWatch(self._data_version, _WAIT_POLL_S)
 
     def pool_waits(self) -> PoolWaits:
         """The waits for the database lock of every connection of this store, each

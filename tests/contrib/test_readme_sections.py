@@ -1,7 +1,8 @@
 """The README's "Embedding in Django" and "Embedding in Flask" sections, followed as a
 newcomer would: a fresh ``django-admin startproject`` (or an empty directory) gets each
 file the sections show (a ```` ```python ```` block whose first line is ``# path``), and the
-test each section ends with runs there, in a process of its own, and passes."""
+test each section ends with runs there, in a process of its own, and passes. The file of
+"Results and events" runs as it is and prints what its comments say."""
 
 from __future__ import annotations
 
@@ -79,3 +80,13 @@ def test_the_flask_section_builds_an_app_whose_test_passes(tmp_path: Path) -> No
         (tmp_path / path).write_text(body)
     out = _run(tmp_path, "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests")
     assert "1 passed" in out
+
+
+def test_the_results_section_runs_and_prints_what_it_says(tmp_path: Path) -> None:
+    files = _files(_section("Results and events"))
+    assert set(files) == {"order_status.py"}
+    body = files["order_status.py"]
+    (tmp_path / "order_status.py").write_text(body)
+    said = [line.split("# ")[-1] for line in body.splitlines() if line.strip().startswith("print(")]
+    for _ in range(2):  # run again, on the store the first run left: the same answers
+        assert _run(tmp_path, "order_status.py").splitlines() == said

@@ -5,12 +5,12 @@
 ``crashy`` makes one call of every kind the lease protocol has: a slow step (long enough
 for heartbeats to run beside it), an idempotent effect, a non-idempotent effect with no
 way to reconcile it, a non-idempotent effect whose ``reconcile`` reads the ledger, a
-signal wait (the test sends the signal before the run), a durable timer and a last
-step. An order named ``again:<order>`` first runs ``prepare`` alone and continues as new
-with ``<order>`` (the continue transition's cases). Each body appends ``<call id> <task>
-<pid> <idempotency key>`` to the ledger (``O_APPEND``, fsynced), so the test counts what
-really ran; the slow first step
-records itself before it sleeps, so a crash during its heartbeats leaves its line.
+signal wait (the test sends the signal before the run), an event published
+(``ctx.set_event``), a durable timer and a last step. An order named ``again:<order>``
+first runs ``prepare`` alone and continues as new with ``<order>`` (the continue
+transition's cases). Each body appends ``<call id> <task> <pid> <idempotency key>`` to
+the ledger (``O_APPEND``, fsynced), so the test counts what really ran; the slow first
+step records itself before it sleeps, so a crash during its heartbeats leaves its line.
 
 Two variables of the crashing process change ``prepare`` for the cases of the other
 claim-ending writes: with ``CRASH_FLAKY`` set its first run for a task fails (a retry);
@@ -128,6 +128,7 @@ def crashy_main(ctx: WorkflowContext, order: str) -> dict[str, Any]:
     receipt = charge(ctx, notice)
     shipment = ship(ctx, receipt)
     approval = ctx.wait_for_signal("go")
+    ctx.set_event("approval", approval)
     ctx.sleep(TIMER)
     end = finish(ctx, shipment)
     return {"charge": receipt["charge"], "shipment": shipment, "approval": approval, "end": end}

@@ -16,8 +16,10 @@ write outside the store says which bodies ran again:
   settles it: not applied runs it (once in all), applied uses the given result;
 - a non-idempotent effect with a reconcile asks it: not applied runs it once, applied
   takes the result from the evidence without running it again;
-- crashes around heartbeats, the claim, a signal consumption, the suspend for a timer and
-  the final complete or fail lose only the step in flight, if any;
+- crashes around heartbeats, the claim, a signal consumption, an event's commit
+  (``ctx.set_event``: unpublished before it, published after, and published exactly
+  once in the end), the suspend for a timer and the final complete or fail lose only
+  the step in flight, if any;
 - so do crashes around the other writes that end a claim: a failed step's retry (the
   failure is counted only once the retry is stored), the release after a step slice or
   for a definition this worker lacks, the acknowledgement of a cancel (the task ends
@@ -96,6 +98,7 @@ class Case:
     racy_first_body: bool = False
     order: str = "order-1"  # the task's input (crash_app.RENEW continues it as new once)
     more_runs: tuple[tuple[str, int], ...] = ()  # bodies that ran more than twice: (body, runs)
+    published: tuple[str, ...] | None = None  # the keys of the events stored after the crashes
 
 
 BATCH = ("--claim-batch", "2")
@@ -128,6 +131,11 @@ CASES = {
     "after_effect_reconciled": Case(("after_effect:ship#1",), (P, N, C, S_INTENT), evidence="reconciled"),
     "before_signal_commit": Case(("before_commit:signal:go#1",), (P, N, C, S)),
     "after_signal_commit": Case(("after_commit:signal:go#1",), (P, N, C, S, G)),
+    # The event rides a commit of its own, made before set_event returns: a crash before
+    # it publishes nothing (the resumed run publishes it), one after it leaves it stored
+    # and the resumed run, at the end of its journal, writes the same value again.
+    "before_event_commit": Case(("before_commit:event:approval",), (P, N, C, S, G), published=()),
+    "after_event_commit": Case(("after_commit:event:approval",), (P, N, C, S, G), published=("approval",)),
     "before_suspend": Case(("before_transition:suspend",), (P, N, C, S, G)),
     "after_suspend": Case(
         ("after_transition:suspend",), (P, N, C, S, G, "timer#1:pending"), state=TaskState.WAITING
@@ -319,6 +327,8 @@ def test_crash_point(name: str, backend: Backend, tmp_path: Path, monkeypatch: p
     record = store.get_task(TASK)
     assert _journal(store, TASK) == case.journal
     assert record.state is case.state
+    if case.published is not None:
+        assert tuple(e.key for e in store.published_events(TASK)) == case.published
     if case.held is not None:
         held = store.get_task(HELD)
         assert (held.state, _journal(store, HELD)) == (case.held, ())
@@ -367,6 +377,8 @@ def test_crash_point(name: str, backend: Backend, tmp_path: Path, monkeypatch: p
     assert store.pending_signals(TASK, "go") == []
     consumed = [e for e in store.history(TASK) if e.kind == "signal_consumed"]
     assert len(consumed) == 1
+    # Published once per key whatever crashed where: the signal's payload, as consumed.
+    assert [(e.key, e.value) for e in store.published_events(TASK)] == [("approval", {"ok": True})]
     if name == "after_claim":
         assert sum(e.kind == "claimed" for e in store.history(TASK)) >= 2
 

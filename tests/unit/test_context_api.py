@@ -36,6 +36,7 @@ AUTHORING_API = {
     "parallel",
     "race",
     "continue_as_new",
+    "set_event",  # publishes a value for store.get_event, committed like a step boundary
 }
 
 

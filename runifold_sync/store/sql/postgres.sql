@@ -179,6 +179,10 @@ WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'lea
 RETURNING clock.now AS at;
 
 -- name: complete
+-- This and the other transitions that end a task (fail, acknowledge_cancel,
+-- cancel_unleased) NOTIFY runifold_results with the task id, which waiters of
+-- store.wait_for_task LISTEN for (store/pglisten.py); delivered at commit, so a waiter
+-- that wakes reads the finished row.
 WITH clock AS (SELECT {now} AS now)
 UPDATE runifold_tasks AS t
 SET state = 'terminal', outcome = 'completed', head = %(head)s::jsonb,
@@ -187,7 +191,7 @@ SET state = 'terminal', outcome = 'completed', head = %(head)s::jsonb,
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
     AND t.lease_expires > clock.now AND t.revision = %(revision)s AND t.cancel_requested IS NULL
-RETURNING clock.now AS at, t.task_id, t.parent_id;
+RETURNING clock.now AS at, t.task_id, t.parent_id, pg_notify('runifold_results', t.task_id) AS finished;
 
 -- name: pending_cancel
 -- Why complete, suspend or retry changed no row: the lease still holds and only a cancel
@@ -206,7 +210,7 @@ SET state = 'terminal', outcome = 'failed',
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
     AND t.lease_expires > clock.now AND t.revision = %(revision)s
-RETURNING clock.now AS at, t.task_id, t.parent_id;
+RETURNING clock.now AS at, t.task_id, t.parent_id, pg_notify('runifold_results', t.task_id) AS finished;
 
 -- name: requeue_resolved
 WITH clock AS (SELECT {now} AS now)
@@ -346,7 +350,7 @@ WHERE t.task_id = %(task_id)s AND t.state IN ('queued', 'waiting')
         THEN jsonb_array_length(t.head -> 'undo') ELSE 0 END
     > CASE WHEN jsonb_typeof(t.head -> 'compensated') = 'array'
         THEN jsonb_array_length(t.head -> 'compensated') ELSE 0 END)
-RETURNING clock.now AS at, t.parent_id;
+RETURNING clock.now AS at, t.parent_id, pg_notify('runifold_results', t.task_id) AS finished;
 
 -- name: cancel_with_undo
 -- A queued or waiting task with compensations to run: no step of its main function runs
@@ -380,7 +384,7 @@ SET state = 'cancelled', head = %(head)s::jsonb, revision = t.revision + 1,
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
     AND t.lease_expires > clock.now AND t.revision = %(revision)s
-RETURNING clock.now AS at, t.reason, t.task_id, t.parent_id;
+RETURNING clock.now AS at, t.reason, t.task_id, t.parent_id, pg_notify('runifold_results', t.task_id) AS finished;
 
 -- name: lock_task
 -- Serializes deliveries and cancels of one task: the pending-signal cap counts exactly,
@@ -538,3 +542,22 @@ SET paused = NULL, updated_at = clock.now,
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.paused IS NOT NULL
 RETURNING clock.now AS at, t.state;
+
+-- name: set_task_event
+-- ctx.set_event, inside the fenced checkpoint commit that carries it (last write wins);
+-- the notification wakes store.get_event's waiters when that transaction commits.
+INSERT INTO runifold_task_events (task_id, key, value, set_at)
+VALUES (%(task_id)s, %(key)s, %(value)s::jsonb, {now})
+ON CONFLICT (task_id, key) DO UPDATE SET value = excluded.value, set_at = excluded.set_at
+RETURNING pg_notify('runifold_results', runifold_task_events.task_id) AS notified;
+
+-- name: task_event
+-- Whether the task exists and, if it published it, event key's value: one read.
+SELECT t.task_id, e.value::text AS value
+FROM runifold_tasks t
+LEFT JOIN runifold_task_events e ON e.task_id = t.task_id AND e.key = %(key)s
+WHERE t.task_id = %(task_id)s;
+
+-- name: published_events
+SELECT key, value::text AS value, set_at FROM runifold_task_events
+WHERE task_id = %(task_id)s ORDER BY key;

@@ -411,3 +411,19 @@ SET paused = NULL, updated_at = :now,
     ready_at = CASE WHEN state IN ('queued', 'waiting') THEN :now ELSE ready_at END
 WHERE task_id = :task_id AND paused IS NOT NULL
 RETURNING :now AS at, state;
+
+-- name: set_task_event
+-- ctx.set_event, inside the fenced checkpoint commit that carries it (last write wins).
+INSERT INTO runifold_task_events (task_id, key, value, set_at)
+VALUES (:task_id, :key, :value, :now)
+ON CONFLICT (task_id, key) DO UPDATE SET value = excluded.value, set_at = excluded.set_at;
+
+-- name: task_event
+-- Whether the task exists and, if it published it, event key's value: one read.
+SELECT t.task_id, e.value AS value
+FROM runifold_tasks t
+LEFT JOIN runifold_task_events e ON e.task_id = t.task_id AND e.key = :key
+WHERE t.task_id = :task_id;
+
+-- name: published_events
+SELECT key, value, set_at FROM runifold_task_events WHERE task_id = :task_id ORDER BY key;
