@@ -27,6 +27,7 @@ from .errors import (
     NonDeterminism,
     OutputNotSerializable,
     RunifoldError,
+    ScheduleNotFound,
     SchemaTooNew,
     SignalConflict,
     SignalNotAccepted,
@@ -66,9 +67,11 @@ from .outcomes import (
     Suspended,
     Yielded,
 )
+from .schedules import Schedule, ScheduleTick
 from .step_context import StepContext
 from .store.base import WorkflowStore
 from .store.records import Lease, SignalCheck, SignalDelivery, TaskEvent, TaskRecord
+from .store.schedule_records import ScheduleEvent, ScheduleRecord, TickAttempt
 from .stores import open_store
 from .supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
 from .waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut
@@ -117,6 +120,11 @@ __all__ = [
     "RetryPolicy",
     "RunOutcome",
     "RunifoldError",
+    "Schedule",
+    "ScheduleEvent",
+    "ScheduleNotFound",
+    "ScheduleRecord",
+    "ScheduleTick",
     "SchemaTooNew",
     "SignalCheck",
     "SignalConflict",
@@ -140,6 +148,7 @@ __all__ = [
     "TenantAdmission",
     "TenantBudget",
     "TenantPolicy",
+    "TickAttempt",
     "UnknownDefinition",
     "WorkerId",
     "WorkerReport",

@@ -13,7 +13,8 @@ adapters, the fenced transitions and the claim), and documented where it is writ
   :mod:`.sql_operators`;
 - the worker's claim and fenced writes: :mod:`.sql_transitions`;
 - reads, tenant admission, the worker registry, store time and the lifecycle:
-  :mod:`.sql_reads`.
+  :mod:`.sql_reads`;
+- schedules (declaring them, a tick's task, pause and resume): :mod:`.sql_schedules`.
 
 The backends (:mod:`.sqlite`, :mod:`.postgres`) are a dialect and a way of opening it.
 """
@@ -29,11 +30,12 @@ from .outage import OutageLog
 from .records import EnqueueResult
 from .sql_operators import OperatorOperations
 from .sql_reads import ReadOperations
+from .sql_schedules import ScheduleOperations
 from .sql_transitions import WorkerOperations
 from .timing import OperationTimer
 
 
-class WorkflowStore(OperatorOperations, WorkerOperations, ReadOperations, abc.ABC):
+class WorkflowStore(OperatorOperations, WorkerOperations, ReadOperations, ScheduleOperations, abc.ABC):
     """Semantic operations of the control plane on ``dialect``. Thread-safe: the
     worker's heartbeat thread shares the store with the thread running steps.
     ``max_pending_signals`` caps the signals a task keeps unconsumed; more are refused.
