@@ -22,7 +22,8 @@ import attrs
 from ..codec import to_json
 from ..errors import InvalidArgument, ScheduleNotFound
 from ..models import WorkflowTask
-from ..schedules import Schedule
+from ..schedule_times import tick_text
+from ..schedules import TASK_PREFIX, Schedule
 from . import checks
 from .dialect import Dialect, Transaction
 from .schedule_records import ScheduleEvent, ScheduleRecord, TickAttempt, schedule_event, schedule_record
@@ -88,6 +89,12 @@ class ScheduleOperations:
         if not isinstance(tick, datetime) or tick.tzinfo is None:
             raise InvalidArgument(f"tick must be a timezone-aware datetime, got {tick!r}")
         checks.check_tasks([task])
+        expected = f"{TASK_PREFIX}{name}:{tick_text(tick)}"
+        if task.task_id != expected:
+            raise InvalidArgument(
+                f"the tick of schedule {name!r} at {tick_text(tick)} must be task {expected!r} "
+                f"(registry.tick_task makes it), got {task.task_id!r}"
+            )
         d = self.dialect
         with d.transaction() as tx:
             now = d.time(tx.now())

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from runifold_sync import (
+    InvalidArgument,
     LeaseDuration,
     Schedule,
     ScheduleNotFound,
@@ -154,8 +155,11 @@ def test_create_tick_refuses_a_tick_made_already_one_not_due_and_an_unknown_sche
     late = store.create_tick("hourly", h1, registry.tick_task(HOURLY, h1))
     assert not late.created and late.schedule.last_tick == h1 + HOUR  # older than the last
     assert _tick_ids(store, "hourly") == [HOURLY.task_id(h1 + HOUR)]
+    nightly = Schedule("nightly", "report", 1, every=HOUR)
     with pytest.raises(ScheduleNotFound, match="no schedule named 'nightly' is stored"):
-        store.create_tick("nightly", h1, registry.tick_task(HOURLY, h1))
+        store.create_tick("nightly", h1, _registry(nightly).tick_task(nightly, h1))
+    with pytest.raises(InvalidArgument, match="must be task 'schedule:hourly:.*got 'schedule:nightly:"):
+        store.create_tick("hourly", h1, _registry(nightly).tick_task(nightly, h1))
     with pytest.raises(ScheduleNotFound):
         store.pause_schedule("nightly", actor="a", reason="b")
     with pytest.raises(ScheduleNotFound):
