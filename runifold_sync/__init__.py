@@ -28,6 +28,7 @@ from .errors import (
     NonDeterminism,
     OutputNotSerializable,
     RunifoldError,
+    ScheduleNotFound,
     SchemaTooNew,
     SignalConflict,
     SignalNotAccepted,
@@ -68,9 +69,11 @@ from .outcomes import (
     Suspended,
     Yielded,
 )
+from .schedules import Schedule, ScheduleTick
 from .step_context import StepContext
 from .store.base import WorkflowStore
 from .store.records import Lease, PublishedEvent, SignalCheck, SignalDelivery, TaskEvent, TaskRecord
+from .store.schedule_records import ScheduleEvent, ScheduleRecord, TickAttempt
 from .stores import open_store
 from .supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
 from .waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut
@@ -121,6 +124,11 @@ __all__ = [
     "RetryPolicy",
     "RunOutcome",
     "RunifoldError",
+    "Schedule",
+    "ScheduleEvent",
+    "ScheduleNotFound",
+    "ScheduleRecord",
+    "ScheduleTick",
     "SchemaTooNew",
     "SignalCheck",
     "SignalConflict",
@@ -144,6 +152,7 @@ __all__ = [
     "TenantAdmission",
     "TenantBudget",
     "TenantPolicy",
+    "TickAttempt",
     "UnknownDefinition",
     "WaitTimedOut",
     "WorkerId",

@@ -3,7 +3,7 @@
 Each command parses its options, calls the library and prints. This module holds the
 entry point and the commands about single tasks; ``cli_show`` holds ``show``, ``cli_wait``
 ``wait``, ``cli_run`` ``run`` and ``demo``, ``cli_fleet`` the store-wide ones (schema,
-versions, workers, stats, tenants).
+versions, workers, stats, tenants), ``cli_schedules`` the schedules.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from .cli_common import (
 )
 from .cli_fleet import migrate, stats, tenant, versions, workers
 from .cli_run import demo, run
+from .cli_schedules import schedule, schedules
 from .cli_show import record_json, show
 from .cli_wait import wait
 from .models import TaskState, WorkflowTask
@@ -342,5 +343,5 @@ def resolve(
     )
 
 
-for _command in (show, wait, run, demo, migrate, versions, workers, stats, tenant):
+for _command in (show, wait, run, demo, migrate, versions, workers, stats, tenant, schedules, schedule):
     main.add_command(_command)

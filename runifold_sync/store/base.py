@@ -16,6 +16,7 @@ adapters, the fenced transitions and the claim), and documented where it is writ
   :mod:`.sql_reads`;
 - waiting for a task to finish and reading the events it publishes:
   :mod:`.sql_results`.
+- schedules (declaring them, a tick's task, pause and resume): :mod:`.sql_schedules`.
 
 The backends (:mod:`.sqlite`, :mod:`.postgres`) are a dialect and a way of opening it.
 """
@@ -32,11 +33,14 @@ from .records import EnqueueResult
 from .sql_operators import OperatorOperations
 from .sql_reads import ReadOperations
 from .sql_results import ResultOperations
+from .sql_schedules import ScheduleOperations
 from .sql_transitions import WorkerOperations
 from .timing import OperationTimer
 
 
-class WorkflowStore(OperatorOperations, WorkerOperations, ReadOperations, ResultOperations, abc.ABC):
+class WorkflowStore(
+    OperatorOperations, WorkerOperations, ReadOperations, ResultOperations, ScheduleOperations, abc.ABC
+):
     """Semantic operations of the control plane on ``dialect``. Thread-safe: the
     worker's heartbeat thread shares the store with the thread running steps.
     ``max_pending_signals`` caps the signals a task keeps unconsumed; more are refused.

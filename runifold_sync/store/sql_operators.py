@@ -30,34 +30,8 @@ class OperatorOperations:
         """Enqueue several tasks in one transaction: all of them or, on a conflict,
         none. Results are in the order of ``tasks``."""
         checks.check_tasks(tasks)
-        d = self.dialect
-        results = []
-        with d.transaction() as tx:
-            _declare(tx, {task.declared for task in tasks if task.declared is not None})
-            for task in tasks:
-                params = {
-                    "task_id": task.task_id,
-                    "definition_name": task.definition_name,
-                    "definition_version": task.definition_version,
-                    "tenant": task.tenant,
-                    "input": d.json_in("workflow input", task.input_json),
-                    "priority": task.priority,
-                    "not_before": None if task.not_before is None else d.db_time(task.not_before),
-                    "parent_id": task.parent_id,
-                }
-                inserted = tx.one("insert_task", params)
-                if inserted is not None:
-                    detail = event_details.enqueued(task)
-                    d.event(tx, Event(task.task_id, inserted["at"], "enqueued", detail))
-                    results.append(EnqueueResult(task.task_id, created=True))
-                    continue
-                row = tx.one("select_task", params)
-                if row is None:  # inserted and deleted in between: nothing deletes tasks today
-                    raise StoreUnavailable(f"task {task.task_id!r} conflicted on insert but cannot be read")
-                results.append(refusals.already_enqueued(task, row))  # a conflict rolls the batch back
-            if any(r.created for r in results):
-                d.notify(tx)
-        return results
+        with self.dialect.transaction() as tx:
+            return insert_tasks(self.dialect, tx, tasks)
 
     def declare_signals(self, declarations: Iterable[DeclaredSignals]) -> None:
         """Record the signal names each definition version declares (a worker does at
@@ -272,6 +246,38 @@ class OperatorOperations:
             detail = event_details.operator(actor, reason)
             d.event(tx, Event(task_id, requeued["at"], "requeued", detail))
             d.notify(tx)
+
+
+def insert_tasks(d: Dialect, tx: Transaction, tasks: list[WorkflowTask]) -> list[EnqueueResult]:
+    """Insert checked ``tasks`` inside ``tx`` with their enqueued events, waking idle
+    workers when one is new: what ``enqueue_many`` does, for the operations that enqueue
+    as part of a larger transaction (a schedule's tick)."""
+    results = []
+    _declare(tx, {task.declared for task in tasks if task.declared is not None})
+    for task in tasks:
+        params = {
+            "task_id": task.task_id,
+            "definition_name": task.definition_name,
+            "definition_version": task.definition_version,
+            "tenant": task.tenant,
+            "input": d.json_in("workflow input", task.input_json),
+            "priority": task.priority,
+            "not_before": None if task.not_before is None else d.db_time(task.not_before),
+            "parent_id": task.parent_id,
+        }
+        inserted = tx.one("insert_task", params)
+        if inserted is not None:
+            detail = event_details.enqueued(task)
+            d.event(tx, Event(task.task_id, inserted["at"], "enqueued", detail))
+            results.append(EnqueueResult(task.task_id, created=True))
+            continue
+        row = tx.one("select_task", params)
+        if row is None:  # inserted and deleted in between: nothing deletes tasks today
+            raise StoreUnavailable(f"task {task.task_id!r} conflicted on insert but cannot be read")
+        results.append(refusals.already_enqueued(task, row))  # a conflict rolls the batch back
+    if any(r.created for r in results):
+        d.notify(tx)
+    return results
 
 
 def _declare(tx: Transaction, declarations: Iterable[DeclaredSignals]) -> None:
