@@ -28,6 +28,7 @@ from .errors import (
     NonDeterminism,
     OutputNotSerializable,
     RunifoldError,
+    ScheduleNotFound,
     SchemaTooNew,
     SignalConflict,
     SignalNotAccepted,
@@ -69,9 +70,11 @@ from .outcomes import (
     Yielded,
 )
 from .retention import RetentionPolicy, keep_pruning
+from .schedules import Schedule, ScheduleTick
 from .step_context import StepContext
 from .store.base import WorkflowStore
 from .store.records import Lease, PublishedEvent, SignalCheck, SignalDelivery, TaskEvent, TaskRecord
+from .store.schedule_records import ScheduleEvent, ScheduleRecord, TickAttempt
 from .stores import open_store
 from .supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
 from .waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut
@@ -123,6 +126,11 @@ __all__ = [
     "RetryPolicy",
     "RunOutcome",
     "RunifoldError",
+    "Schedule",
+    "ScheduleEvent",
+    "ScheduleNotFound",
+    "ScheduleRecord",
+    "ScheduleTick",
     "SchemaTooNew",
     "SignalCheck",
     "SignalConflict",
@@ -146,6 +154,7 @@ __all__ = [
     "TenantAdmission",
     "TenantBudget",
     "TenantPolicy",
+    "TickAttempt",
     "UnknownDefinition",
     "WaitTimedOut",
     "WorkerId",

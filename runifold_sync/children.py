@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import attrs
@@ -38,6 +38,7 @@ from .models import TaskOutcome, TaskState, WorkflowTask, check_name
 from .replay import Cursor, finished
 from .store.base import WorkflowStore
 from .store.records import TaskRecord
+from .waits import OpenWait, check_wait_timeout, open_wait
 
 _MAX_DERIVED_ID = 200  # check_name's bound on a checkpoint id
 
@@ -133,22 +134,15 @@ class Children:
     def _ended(self, handles: Sequence[ChildHandle], timeout: timedelta | None) -> dict[str, Any]:
         """The journal output of the wait: how each child ended, or which had not when
         the timeout passed. Suspends while a child is unfinished."""
-        call_id, entry = self._cursor.take("children", EntryKind.CHILDREN)
-        if entry is not None and finished(entry):
-            output: dict[str, Any] = entry.output
-            return output
-        self._boundary.check_continue()
-        now = self._store.now()
-        if entry is None:
-            due = None if timeout is None else (now + timeout).timestamp()
-            entry = JournalEntry(call_id, EntryKind.CHILDREN, EntryStatus.PENDING, due=due)
-            self._cursor.begin(entry)
+        wait = open_wait(self._cursor, self._boundary, self._store, "children", EntryKind.CHILDREN, timeout)
+        if not isinstance(wait, OpenWait):
+            return wait
+        entry, due_at = wait.entry, wait.due_at
         records = [self._store.get_task(handle.task_id) for handle in handles]
         unfinished = [r.task_id for r in records if r.state not in (TaskState.TERMINAL, TaskState.CANCELLED)]
-        due_at = None if entry.due is None else datetime.fromtimestamp(entry.due, UTC)
         if not unfinished:
             self._cursor.finish(entry, {"children": [_ending(r) for r in records]})
-        elif due_at is not None and now >= due_at:
+        elif due_at is not None and wait.now >= due_at:
             self._cursor.finish(entry, {"timed_out": unfinished})
         else:
             until = "" if due_at is None else f" until {due_at.isoformat()}"
@@ -189,5 +183,4 @@ def _check_wait(handles: Sequence[ChildHandle], timeout: timedelta | None) -> No
                 f"children to wait for must be ChildHandle (ctx.start_child), got {handle!r}"
             )
         check_name("child task id", handle.task_id)
-    if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
-        raise InvalidArgument(f"child wait timeout must be a positive timedelta or None, got {timeout!r}")
+    check_wait_timeout("child wait", timeout)

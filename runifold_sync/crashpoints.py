@@ -14,8 +14,8 @@ that subject::
     RUNIFOLD_CRASH_AT=before_transition:retry          # before a failed step's retry is stored
 
 Together the points bracket every fenced write a worker makes (claims, checkpoint
-commits, signal consumption included, heartbeats, and each write that ends a claim)
-and every step and effect body.
+commits, signal consumption included, heartbeats, and each write that ends a claim),
+every step and effect body, and the creation of a schedule's tick.
 
 The process writes one line naming the point to stderr, then kills itself with SIGKILL:
 no ``finally`` block, ``atexit`` handler or buffered write runs, as in a real crash.
@@ -61,6 +61,9 @@ POINTS = {
     "not registered here) or hand_back (a task claimed ahead given back unstarted); the "
     "write that ends a claim is about to be sent",
     "after_transition": "as before_transition; the write returned",
+    "before_tick": "schedule name; the transaction creating a due tick's task (and recording "
+    "the tick) is about to be sent, from the worker's schedule thread",
+    "after_tick": "as before_tick; the transaction returned",
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any, Unpack
 
 import attrs
@@ -12,6 +13,7 @@ from .codec import from_json
 from .errors import DefinitionConflict, InvalidArgument, UnknownDefinition
 from .inputs import fit_input
 from .models import Budget, CapabilitySet, DeclaredSignals, DefinitionIdentity, TaskOptions, WorkflowTask
+from .schedules import Schedule
 from .workflow import Workflow
 
 
@@ -77,6 +79,7 @@ class WorkflowRegistry:
 
     def __init__(self) -> None:
         self._definitions: dict[tuple[str, int], WorkflowDefinition] = {}
+        self._schedules: dict[str, Schedule] = {}
 
     def register(self, definition: WorkflowDefinition) -> None:
         if not isinstance(definition, WorkflowDefinition):
@@ -109,6 +112,34 @@ class WorkflowRegistry:
             raise self._unknown(name, version)
         definition.structure_input(from_json(task.input_json), f"input of {name!r} version {version}")
         return attrs.evolve(task, declared=definition.declared_signals)
+
+    def add_schedule(self, schedule: Schedule) -> None:
+        """Run ``schedule`` wherever a worker of this registry runs (``WorkflowWorker.run``,
+        every process of a pool). Its workflow version must be registered first, and the
+        input its ticks carry must fit that version's main function
+        (:class:`UnknownDefinition`, :class:`InputMismatch`), so a schedule that could
+        only make failing tasks is refused here. A name is added once."""
+        if not isinstance(schedule, Schedule):
+            raise InvalidArgument(f"expected a Schedule, got {schedule!r}")
+        if schedule.name in self._schedules:
+            raise InvalidArgument(f"a schedule named {schedule.name!r} is already added to this registry")
+        sample = schedule.times.next_after(datetime.now(UTC))
+        self.tick_task(schedule, sample)
+        self._schedules[schedule.name] = schedule
+
+    def tick_task(self, schedule: Schedule, tick: datetime) -> WorkflowTask:
+        """The task of ``schedule``'s tick at ``tick``, checked as :meth:`task` checks."""
+        return self.task(
+            schedule.workflow,
+            schedule.version,
+            schedule.tick_input(tick),
+            checkpoint_id=schedule.task_id(tick),
+        )
+
+    @property
+    def schedules(self) -> tuple[Schedule, ...]:
+        """The schedules added, by name."""
+        return tuple(self._schedules[name] for name in sorted(self._schedules))
 
     def _unknown(self, name: str, version: int) -> UnknownDefinition:
         registered: dict[str, list[int]] = {}

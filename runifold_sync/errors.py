@@ -142,6 +142,20 @@ class EventNotFound(RunifoldError, KeyError):
 
 
 @_detailed
+class ScheduleNotFound(RunifoldError, LookupError):
+    """No schedule of this name is stored: none was ever declared by a worker whose
+    registry adds it (``registry.add_schedule``), which stores it when it starts."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return (
+            f"no schedule named {self.name!r} is stored; a worker whose registry adds it "
+            "(registry.add_schedule) stores it when it starts"
+        )
+
+
+@_detailed
 class LeaseLostError(RunifoldError):
     """A fenced write changed no row: another worker owns the task or the lease expired."""
 

@@ -52,6 +52,47 @@ class ApprovalTimedOut:
     escalated: bool
 
 
+@attrs.frozen
+class OpenWait:
+    """A durable wait not over: its pending journal entry (under the cursor), store now,
+    and the deadline its timeout set when it began."""
+
+    call_id: str
+    entry: JournalEntry
+    now: datetime
+    due_at: datetime | None
+
+
+def open_wait(
+    cursor: Cursor,
+    boundary: Boundary,
+    store: WorkflowStore,
+    name: str,
+    kind: EntryKind,
+    timeout: timedelta | None,
+) -> dict[str, Any] | OpenWait:
+    """The recorded output of a finished wait, or the wait open: its pending entry begun
+    (when new) with the deadline ``timeout`` sets from store now, which later claims
+    keep."""
+    call_id, entry = cursor.take(name, kind)
+    if entry is not None and finished(entry):
+        output: dict[str, Any] = entry.output
+        return output
+    boundary.check_continue()
+    now = store.now()
+    if entry is None:
+        due = None if timeout is None else (now + timeout).timestamp()
+        entry = JournalEntry(call_id, kind, EntryStatus.PENDING, due=due)
+        cursor.begin(entry)
+    due_at = None if entry.due is None else datetime.fromtimestamp(entry.due, UTC)
+    return OpenWait(call_id, entry, now, due_at)
+
+
+def check_wait_timeout(what: str, timeout: object) -> None:
+    if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
+        raise InvalidArgument(f"{what} timeout must be a positive timedelta or None, got {timeout!r}")
+
+
 # Why a delivered signal is refused by a wait (None: accepted), given its decoded payload.
 Refusal = Callable[[Signal, Any], "str | None"]
 # sender_policy(sender, signal name, payload) -> accept?
@@ -176,18 +217,13 @@ class Waits:
         self._no_wait_in_branch(f"signal {name!r}")
         if name not in self._signals:
             raise FailRequested(f"signal {name!r} is not declared by {self._workflow}", cause="misuse")
-        if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
-            raise InvalidArgument(f"signal timeout must be a positive timedelta or None, got {timeout!r}")
-        call_id, entry = self._cursor.take(f"signal:{name}", EntryKind.SIGNAL)
-        if entry is not None and finished(entry):
-            output: dict[str, Any] = entry.output
-            return output
-        self._boundary.check_continue()
-        now = self._store.now()
-        if entry is None:
-            due = None if timeout is None else (now + timeout).timestamp()
-            entry = JournalEntry(call_id, EntryKind.SIGNAL, EntryStatus.PENDING, due=due)
-            self._cursor.begin(entry)
+        check_wait_timeout("signal", timeout)
+        wait = open_wait(
+            self._cursor, self._boundary, self._store, f"signal:{name}", EntryKind.SIGNAL, timeout
+        )
+        if not isinstance(wait, OpenWait):
+            return wait
+        call_id, entry, now, due_at = wait.call_id, wait.entry, wait.now, wait.due_at
         # The store keeps any name (it does not know the definition); the wait refuses the
         # names the definition does not declare, so they leave the pending count, and leaves
         # other declared names for their own wait.
@@ -207,7 +243,6 @@ class Waits:
             self._commits.consume_signal(signal, call_id, accepted=refused is None, note=note)
             if refused is None:
                 return dict(entry.output)
-        due_at = None if entry.due is None else datetime.fromtimestamp(entry.due, UTC)
         if due_at is not None and now >= due_at:
             self._cursor.finish(entry, {"timed_out": True})
             return dict(entry.output)

@@ -8,7 +8,8 @@ processes that each build a worker and call ``run``.
 
 Where the rest lives: executing one claimed task and its store transitions in
 ``execution.py``, tasks claimed before their turn in ``claim_ahead.py``, the idle wait in
-``idle_backoff.py``, the settings and their checks in ``worker_settings.py``.
+``idle_backoff.py``, the settings and their checks in ``worker_settings.py``, the thread
+that creates schedules' ticks while ``run`` runs in ``schedule_ticker.py``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF, IdleBackoff,
 from .models import LeaseDuration, WorkerId, check_count
 from .observer import CycleObserver
 from .outcomes import Idle, LeaseLost, RunOutcome, Yielded
+from .schedule_ticker import ScheduleTicker
 from .store.base import WorkflowStore
 from .store.records import ClaimRequest
 from .worker_settings import WorkerOptions, WorkerSettings
@@ -128,8 +130,10 @@ class WorkflowWorker:
         store that refuses writes (:class:`StoreNotWritable`: permissions, a read-only
         database) ``NOT_WRITABLE_ATTEMPTS`` times in a row ends the loop with that error.
         ``on_outcome`` hears each cycle's outcome as it ends (pool children report them to
-        their supervisor). Signals are the caller's: a handler should only cancel
-        ``shutdown``. The worker stays open: :meth:`close` it afterwards."""
+        their supervisor). While it runs, a thread creates the due ticks of the registry's
+        schedules (:mod:`~runifold_sync.schedule_ticker`); :meth:`run_once` creates none.
+        Signals are the caller's: a handler should only cancel ``shutdown``. The worker
+        stays open: :meth:`close` it afterwards."""
         if not isinstance(shutdown, CancellationToken):
             raise InvalidArgument(f"shutdown must be a CancellationToken, got {shutdown!r}")
         if max_tasks is not None:
@@ -138,6 +142,11 @@ class WorkflowWorker:
         outcomes: Counter[str] = Counter()
         tasks = 0
         refused = _RefusedWrites()
+        ticker = (
+            ScheduleTicker(self.store, self.registry, self.worker_id.value)
+            if self.registry.schedules
+            else None
+        )
         try:
             while not shutdown.cancelled and (max_tasks is None or tasks < max_tasks):
                 # Claim the next task with this one's completion unless the loop ends after
@@ -166,6 +175,8 @@ class WorkflowWorker:
                 if not isinstance(outcome, Yielded):
                     tasks += 1
         finally:
+            if ticker is not None:
+                ticker.close()
             self._ahead.release()
         return WorkerReport(dict(outcomes), tasks, max_tasks is not None and tasks >= max_tasks)
 

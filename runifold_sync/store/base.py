@@ -16,6 +16,7 @@ adapters, the fenced transitions and the claim), and documented where it is writ
   :mod:`.sql_reads`;
 - waiting for a task to finish and reading the events it publishes:
   :mod:`.sql_results`;
+- schedules (declaring them, a tick's task, pause and resume): :mod:`.sql_schedules`;
 - retention, deleting old finished tasks: :mod:`.sql_retention`.
 
 The backends (:mod:`.sqlite`, :mod:`.postgres`) are a dialect and a way of opening it.
@@ -34,12 +35,19 @@ from .sql_operators import OperatorOperations
 from .sql_reads import ReadOperations
 from .sql_results import ResultOperations
 from .sql_retention import RetentionOperations
+from .sql_schedules import ScheduleOperations
 from .sql_transitions import WorkerOperations
 from .timing import OperationTimer
 
 
 class WorkflowStore(
-    OperatorOperations, WorkerOperations, ReadOperations, ResultOperations, RetentionOperations, abc.ABC
+    OperatorOperations,
+    WorkerOperations,
+    ReadOperations,
+    ResultOperations,
+    ScheduleOperations,
+    RetentionOperations,
+    abc.ABC,
 ):
     """Semantic operations of the control plane on ``dialect``. Thread-safe: the
     worker's heartbeat thread shares the store with the thread running steps.

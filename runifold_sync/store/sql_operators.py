@@ -31,42 +31,8 @@ class OperatorOperations:
         none. Results are in the order of ``tasks``. A task id is taken while its task
         is stored: once :meth:`prune` deleted it, the same id enqueues a new task."""
         checks.check_tasks(tasks)
-        d = self.dialect
-        results = []
-        with d.transaction() as tx:
-            _declare(tx, {task.declared for task in tasks if task.declared is not None})
-            for task in tasks:
-                params = {
-                    "task_id": task.task_id,
-                    "definition_name": task.definition_name,
-                    "definition_version": task.definition_version,
-                    "tenant": task.tenant,
-                    "input": d.json_in("workflow input", task.input_json),
-                    "priority": task.priority,
-                    "not_before": None if task.not_before is None else d.db_time(task.not_before),
-                    "parent_id": task.parent_id,
-                }
-                inserted = tx.one("insert_task", params)
-                if inserted is None:
-                    row = tx.one("select_task", params)
-                    if row is not None:
-                        results.append(
-                            refusals.already_enqueued(task, row)
-                        )  # a conflict rolls the batch back
-                        continue
-                    # On PostgreSQL, the task it conflicted with was pruned (store.prune) in
-                    # between: its id is free again, so this is a new task.
-                    inserted = tx.one("insert_task", params)
-                    if inserted is None:
-                        raise StoreUnavailable(
-                            f"task {task.task_id!r} conflicted on insert but cannot be read"
-                        )
-                detail = event_details.enqueued(task)
-                d.event(tx, Event(task.task_id, inserted["at"], "enqueued", detail))
-                results.append(EnqueueResult(task.task_id, created=True))
-            if any(r.created for r in results):
-                d.notify(tx)
-        return results
+        with self.dialect.transaction() as tx:
+            return insert_tasks(self.dialect, tx, tasks)
 
     def declare_signals(self, declarations: Iterable[DeclaredSignals]) -> None:
         """Record the signal names each definition version declares (a worker does at
@@ -281,6 +247,42 @@ class OperatorOperations:
             detail = event_details.operator(actor, reason)
             d.event(tx, Event(task_id, requeued["at"], "requeued", detail))
             d.notify(tx)
+
+
+def insert_tasks(d: Dialect, tx: Transaction, tasks: list[WorkflowTask]) -> list[EnqueueResult]:
+    """Insert checked ``tasks`` inside ``tx`` with their enqueued events, waking idle
+    workers when one is new: what ``enqueue_many`` does, for the operations that enqueue
+    as part of a larger transaction (a schedule's tick)."""
+    results = []
+    _declare(tx, {task.declared for task in tasks if task.declared is not None})
+    for task in tasks:
+        params = {
+            "task_id": task.task_id,
+            "definition_name": task.definition_name,
+            "definition_version": task.definition_version,
+            "tenant": task.tenant,
+            "input": d.json_in("workflow input", task.input_json),
+            "priority": task.priority,
+            "not_before": None if task.not_before is None else d.db_time(task.not_before),
+            "parent_id": task.parent_id,
+        }
+        inserted = tx.one("insert_task", params)
+        if inserted is None:
+            row = tx.one("select_task", params)
+            if row is not None:
+                results.append(refusals.already_enqueued(task, row))  # a conflict rolls the batch back
+                continue
+            # On PostgreSQL, the task it conflicted with was pruned (store.prune) in
+            # between: its id is free again, so this is a new task.
+            inserted = tx.one("insert_task", params)
+            if inserted is None:
+                raise StoreUnavailable(f"task {task.task_id!r} conflicted on insert but cannot be read")
+        detail = event_details.enqueued(task)
+        d.event(tx, Event(task.task_id, inserted["at"], "enqueued", detail))
+        results.append(EnqueueResult(task.task_id, created=True))
+    if any(r.created for r in results):
+        d.notify(tx)
+    return results
 
 
 def _declare(tx: Transaction, declarations: Iterable[DeclaredSignals]) -> None:

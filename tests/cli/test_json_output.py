@@ -17,7 +17,10 @@ from runifold_sync.sqlite import SqliteWorkflowStore
 
 # Commands that print no data. A group only dispatches to its subcommands (and prints
 # their help); every command proper prints something a script may want to read.
-WITHOUT_JSON = {("tenant",): "a group: it prints nothing but help"}
+WITHOUT_JSON = {
+    ("tenant",): "a group: it prints nothing but help",
+    ("schedule",): "a group: it prints nothing but help",
+}
 
 
 def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], click.Command]:

@@ -36,6 +36,7 @@ from runifold_sync import (
 )
 from runifold_sync.store.records import ClaimedTask
 from tests.support.clock import Clock
+from tests.support.workers import run_cycle
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 RAN: list[str] = []
@@ -97,14 +98,7 @@ def parent_main(ctx: WorkflowContext, skus: list[str]) -> Any:
 
 
 def _cycle(store: WorkflowStore, worker_id: str = "w") -> Any:
-    registry = WorkflowRegistry()
-    registry.register(WorkflowDefinition(parent))
-    registry.register(WorkflowDefinition(child))
-    worker = WorkflowWorker(store, registry, WorkerId.parse(worker_id), LEASE, timedelta(seconds=5))
-    try:
-        return worker.run_once()
-    finally:
-        worker.close()
+    return run_cycle(store, WorkflowDefinition(parent), WorkflowDefinition(child), worker_id=worker_id)
 
 
 def _until_idle(store: WorkflowStore) -> list[Any]:

@@ -23,16 +23,14 @@ from runifold_sync import (
     Suspended,
     TaskNotFound,
     TaskState,
-    WorkerId,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
-    WorkflowRegistry,
     WorkflowStore,
     WorkflowTask,
-    WorkflowWorker,
 )
 from tests.support.clock import Clock
+from tests.support.workers import run_cycle
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 RAN: list[str] = []
@@ -77,14 +75,8 @@ def main(ctx: WorkflowContext, mode: str) -> Any:
     return {"mode": mode, "signal": got}
 
 
-def _cycle(store: WorkflowStore, worker_id: str = "w") -> Any:
-    registry = WorkflowRegistry()
-    registry.register(WorkflowDefinition(flow))
-    worker = WorkflowWorker(store, registry, WorkerId.parse(worker_id), LEASE, timedelta(seconds=5))
-    try:
-        return worker.run_once()
-    finally:
-        worker.close()
+def _cycle(store: WorkflowStore) -> Any:
+    return run_cycle(store, WorkflowDefinition(flow))
 
 
 def _enqueue(store: WorkflowStore, mode: str) -> None:

@@ -31,7 +31,7 @@ NOTE = "cancelled by ops: customer left"
 ENDS: dict[str, tuple[str, dict[str, Any], str]] = {
     "suspend": (
         "suspend",
-        {"head": "{}", "wake_at": None, "reason": "waiting", "signal": "go", "approval": None},
+        {"head": "{}", "wake_at": None, "reason": "waiting", "signal": "go", "approval": None, "child": None},
         "waiting",
     ),
     "retry": ("retry", {"head": "{}", "delay": 3600.0, "reason": "again"}, "queued"),

@@ -9,7 +9,15 @@ from datetime import timedelta
 
 import pytest
 
-from runifold_sync import LeaseDuration, WorkerId, WorkflowDefinition, WorkflowRegistry, WorkflowWorker
+from runifold_sync import (
+    LeaseDuration,
+    RunOutcome,
+    WorkerId,
+    WorkflowDefinition,
+    WorkflowRegistry,
+    WorkflowStore,
+    WorkflowWorker,
+)
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 WorkerFactory = Callable[..., WorkflowWorker]
@@ -42,4 +50,18 @@ def make_worker(sqlite_store: SqliteWorkflowStore) -> Iterator[WorkerFactory]:
 
     yield make
     for worker in workers:
+        worker.close()
+
+
+def run_cycle(store: WorkflowStore, *definitions: WorkflowDefinition, worker_id: str = "w") -> RunOutcome:
+    """One claim-and-execute cycle on a new worker serving ``definitions``, closed after:
+    what a cycle does cannot come from an earlier worker's memory."""
+    registry = WorkflowRegistry()
+    for definition in definitions:
+        registry.register(definition)
+    lease = LeaseDuration(timedelta(seconds=30))
+    worker = WorkflowWorker(store, registry, WorkerId.parse(worker_id), lease, timedelta(seconds=5))
+    try:
+        return worker.run_once()
+    finally:
         worker.close()

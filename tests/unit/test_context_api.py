@@ -37,6 +37,10 @@ AUTHORING_API = {
     "race",
     "continue_as_new",
     "set_event",  # publishes a value for store.get_event, committed like a step boundary
+    "start_child",
+    "wait_child",
+    "wait_children",
+    "run_child",
 }
 
 

@@ -598,3 +598,57 @@ WITH events AS (DELETE FROM runifold_events WHERE task_id = ANY(%(ids)s::text[])
     published AS (DELETE FROM runifold_task_events WHERE task_id = ANY(%(ids)s::text[]))
 DELETE FROM runifold_tasks
 WHERE task_id = ANY(%(ids)s::text[]) AND state IN ('terminal', 'cancelled');
+
+-- name: insert_schedule
+-- A schedule declared for the first time is active from now: no tick before it is made.
+INSERT INTO runifold_schedules (
+    name, definition_name, definition_version, cron, every_s, timezone, input,
+    active_since, declared_at, changed_at
+) VALUES (
+    %(name)s, %(definition_name)s, %(definition_version)s, %(cron)s, %(every_s)s, %(timezone)s,
+    %(input)s, %(now)s, %(now)s, %(now)s
+)
+ON CONFLICT (name) DO NOTHING
+RETURNING declared_at AS at;
+
+-- name: lock_schedule
+-- Pools reaching one tick at once take turns: the second sees the first's last_tick.
+SELECT * FROM runifold_schedules WHERE name = %(name)s FOR UPDATE;
+
+-- name: select_schedule
+SELECT * FROM runifold_schedules WHERE name = %(name)s;
+
+-- name: list_schedules
+SELECT * FROM runifold_schedules ORDER BY name;
+
+-- name: change_schedule
+UPDATE runifold_schedules
+SET definition_name = %(definition_name)s, definition_version = %(definition_version)s,
+    cron = %(cron)s, every_s = %(every_s)s, timezone = %(timezone)s, input = %(input)s,
+    changed_at = %(now)s
+WHERE name = %(name)s;
+
+-- name: record_tick
+UPDATE runifold_schedules SET last_tick = %(tick)s WHERE name = %(name)s;
+
+-- name: pause_schedule
+UPDATE runifold_schedules
+SET paused_at = %(now)s, paused_by = %(actor)s, paused_reason = %(reason)s
+WHERE name = %(name)s
+RETURNING *;
+
+-- name: resume_schedule
+-- Active from now once resumed: the ticks that fell while paused are not made.
+UPDATE runifold_schedules
+SET active_since = CASE WHEN paused_at IS NULL THEN active_since ELSE %(now)s END,
+    paused_at = NULL, paused_by = NULL, paused_reason = NULL
+WHERE name = %(name)s
+RETURNING *;
+
+-- name: insert_schedule_event
+INSERT INTO runifold_schedule_events (name, at, kind, actor, reason, detail)
+VALUES (%(name)s, %(now)s, %(kind)s, %(actor)s, %(reason)s, %(detail)s);
+
+-- name: schedule_events
+SELECT name, at, kind, actor, reason, detail FROM runifold_schedule_events
+WHERE name = %(name)s ORDER BY id;

@@ -470,3 +470,55 @@ DELETE FROM runifold_task_events WHERE task_id IN (SELECT value FROM json_each(:
 -- name: prune_tasks
 DELETE FROM runifold_tasks
 WHERE task_id IN (SELECT value FROM json_each(:ids)) AND state IN ('terminal', 'cancelled');
+
+-- name: insert_schedule
+-- A schedule declared for the first time is active from now: no tick before it is made.
+INSERT INTO runifold_schedules (
+    name, definition_name, definition_version, cron, every_s, timezone, input,
+    active_since, declared_at, changed_at
+) VALUES (
+    :name, :definition_name, :definition_version, :cron, :every_s, :timezone, :input,
+    :now, :now, :now
+)
+ON CONFLICT (name) DO NOTHING
+RETURNING :now AS at;
+
+-- name: lock_schedule
+-- The caller's BEGIN IMMEDIATE already holds the database.
+SELECT * FROM runifold_schedules WHERE name = :name;
+
+-- name: select_schedule
+SELECT * FROM runifold_schedules WHERE name = :name;
+
+-- name: list_schedules
+SELECT * FROM runifold_schedules ORDER BY name;
+
+-- name: change_schedule
+UPDATE runifold_schedules
+SET definition_name = :definition_name, definition_version = :definition_version, cron = :cron,
+    every_s = :every_s, timezone = :timezone, input = :input, changed_at = :now
+WHERE name = :name;
+
+-- name: record_tick
+UPDATE runifold_schedules SET last_tick = :tick WHERE name = :name;
+
+-- name: pause_schedule
+UPDATE runifold_schedules SET paused_at = :now, paused_by = :actor, paused_reason = :reason
+WHERE name = :name
+RETURNING *;
+
+-- name: resume_schedule
+-- Active from now once resumed: the ticks that fell while paused are not made.
+UPDATE runifold_schedules
+SET active_since = CASE WHEN paused_at IS NULL THEN active_since ELSE :now END,
+    paused_at = NULL, paused_by = NULL, paused_reason = NULL
+WHERE name = :name
+RETURNING *;
+
+-- name: insert_schedule_event
+INSERT INTO runifold_schedule_events (name, at, kind, actor, reason, detail)
+VALUES (:name, :now, :kind, :actor, :reason, :detail);
+
+-- name: schedule_events
+SELECT name, at, kind, actor, reason, detail FROM runifold_schedule_events
+WHERE name = :name ORDER BY id;

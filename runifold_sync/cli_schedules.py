@@ -1,0 +1,134 @@
+"""The schedule commands: ``schedules`` lists what the store keeps of each schedule, and
+``schedule pause|resume|history NAME`` act on one. Schedules themselves are declared in
+code (``registry.add_schedule``) and stored by the workers that run them, so there is no
+command to add one."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import attrs
+import click
+
+from .cli_common import audit_options, database_option, echo_json, json_option, opened_store
+from .schedule_times import tick_text
+from .store.schedule_records import ScheduleEvent, ScheduleRecord
+
+
+def _when(moment: datetime | None) -> str | None:
+    return None if moment is None else tick_text(moment)
+
+
+def schedule_json(record: ScheduleRecord, now: datetime) -> dict[str, Any]:
+    return {
+        "name": record.name,
+        "workflow": record.workflow,
+        "version": record.version,
+        "expression": record.expression,
+        "cron": record.cron,
+        "every_s": None if record.every is None else int(record.every.total_seconds()),
+        "timezone": record.timezone,
+        "input": record.input,
+        "last_tick": _when(record.last_tick),
+        "next_tick": _when(record.next_tick(now)),
+        "paused": record.paused,
+        "paused_at": None if record.paused_at is None else record.paused_at.isoformat(),
+        "paused_by": record.paused_by,
+        "paused_reason": record.paused_reason,
+        "active_since": record.active_since.isoformat(),
+    }
+
+
+@click.command()
+@database_option
+@json_option
+def schedules(database: str | None, as_json: bool) -> None:
+    """List the stored schedules: definition, expression, timezone, the last tick created
+    and the next one due (store time, UTC), and who paused it and why."""
+    with opened_store(database) as store:
+        records = store.schedules()
+        now = store.now()
+    if as_json:
+        echo_json([schedule_json(r, now) for r in records])
+        return
+    if not records:
+        click.echo("no schedules stored (a worker whose registry adds one stores it when it starts)")
+        return
+    click.echo(
+        f"{'name':<20} {'definition':<24} {'expression':<22} {'timezone':<16} {'last tick':<21} next tick"
+    )
+    for r in records:
+        definition = f"{r.workflow} v{r.version}"
+        last = _when(r.last_tick) or "-"
+        upcoming = f"paused by {r.paused_by}: {r.paused_reason}" if r.paused else _upcoming(r, now)
+        click.echo(f"{r.name:<20} {definition:<24} {r.expression:<22} {r.timezone:<16} {last:<21} {upcoming}")
+
+
+def _upcoming(record: ScheduleRecord, now: datetime) -> str:
+    """The next tick; one already due is created at a running pool's next look."""
+    tick = record.next_tick(now)
+    assert tick is not None  # not paused
+    return f"{tick_text(tick)} (due)" if tick <= now else tick_text(tick)
+
+
+@click.group()
+def schedule() -> None:
+    """Pause, resume or show the history of one schedule."""
+
+
+@schedule.command()
+@click.argument("name")
+@audit_options("pauses it")
+@database_option
+@json_option
+def pause(name: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
+    """Pause schedule NAME: no pool creates its ticks until it is resumed (a tick's task
+    created already runs)."""
+    with opened_store(database) as store:
+        record = store.pause_schedule(name, actor=actor, reason=reason)
+        now = store.now()
+    if as_json:
+        echo_json(schedule_json(record, now))
+    else:
+        click.echo(f"schedule {name}: paused")
+
+
+@schedule.command()
+@click.argument("name")
+@audit_options("resumes it")
+@database_option
+@json_option
+def resume(name: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
+    """Resume schedule NAME from its next tick; the ticks that fell while it was paused
+    are not run."""
+    with opened_store(database) as store:
+        record = store.resume_schedule(name, actor=actor, reason=reason)
+        now = store.now()
+    if as_json:
+        echo_json(schedule_json(record, now))
+    else:
+        click.echo(f"schedule {name}: resumed, next tick {_when(record.next_tick(now))}")
+
+
+def _event_json(event: ScheduleEvent) -> dict[str, Any]:
+    return attrs.asdict(event) | {"at": event.at.isoformat()}
+
+
+@schedule.command()
+@click.argument("name")
+@database_option
+@json_option
+def history(name: str, database: str | None, as_json: bool) -> None:
+    """Show what happened to schedule NAME: declared, changed (another definition was
+    declared), paused and resumed, with who and why."""
+    with opened_store(database) as store:
+        store.schedule(name)  # an unknown name is an error, not an empty history
+        events = store.schedule_history(name)
+    if as_json:
+        echo_json([_event_json(e) for e in events])
+        return
+    for e in events:
+        who = "" if e.actor is None else f" by {e.actor}: {e.reason}"
+        detail = "" if not e.detail else f" {e.detail}"
+        click.echo(f"{e.at.isoformat()} {e.kind}{who}{detail}")

@@ -1,0 +1,98 @@
+"""``Schedule``: run a workflow version on a cron expression or at a fixed interval.
+
+A schedule is declared in code, added to the registry (``registry.add_schedule``), and
+ticks wherever a worker of that registry runs (``schedule_ticker``). Each tick is one
+task with id ``schedule:<name>:<tick in UTC ISO 8601>``, so however many pools run, a
+tick's task is created once: the store's schedule row and the task id both say so.
+
+The task's input is ``{"schedule": name, "tick": "2026-12-02T03:00:00Z", "input":
+<the schedule's input>}``, always those three keys, which :class:`ScheduleTick` (or a
+class of your own with the same fields) structures.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+import attrs
+
+from .codec import from_json, to_json
+from .errors import InvalidArgument
+from .models import check_name, check_version
+from .schedule_times import ScheduleTimes, cron_times, interval_times, tick_text
+
+TASK_PREFIX = "schedule:"
+# A name goes into task ids, log lines and file names (fence files are named by task id):
+# no ':' (it separates the id's parts), '/', '#' or spaces.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def _check_schedule_name(_inst: Any, _attr: Any, value: Any) -> None:
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise InvalidArgument(
+            "schedule name must be 1-100 letters, digits and ._- starting with a letter or digit, "
+            f"got {value!r}"
+        )
+
+
+def _canonical_input(value: Any) -> Any:
+    """The schedule's input as it will be stored: JSON, checked where it is given."""
+    try:
+        return from_json(to_json(value))
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"schedule input {value!r} is not JSON-serializable: {exc}") from None
+
+
+@attrs.frozen
+class ScheduleTick:
+    """The input of a tick's task, for a main function to annotate:
+    ``def main(ctx, run: ScheduleTick)``. ``tick`` is the tick's time (UTC), not when the
+    task started; ``input`` is the schedule's own input."""
+
+    schedule: str
+    tick: datetime
+    input: Any = None
+
+
+@attrs.frozen
+class Schedule:
+    """Run ``workflow`` at ``version`` on each tick of ``cron`` (a 5-field expression,
+    read in ``timezone``) or ``every`` (a whole number of seconds, counted from the Unix
+    epoch): exactly one of the two. ``input`` is passed to every run (see
+    :class:`ScheduleTick`). Construction checks every field with :class:`InvalidArgument`
+    naming it; ``registry.add_schedule`` checks that the workflow version is registered
+    and that the ticks' input fits its main function."""
+
+    name: str = attrs.field(validator=_check_schedule_name)
+    workflow: str = attrs.field(validator=lambda _i, _a, v: check_name("schedule workflow", v))
+    version: int = attrs.field(validator=lambda _i, _a, v: check_version(v))
+    cron: str | None = attrs.field(default=None, kw_only=True)
+    every: timedelta | None = attrs.field(default=None, kw_only=True)
+    timezone: str = attrs.field(default="UTC", kw_only=True)
+    input: Any = attrs.field(default=None, kw_only=True, converter=_canonical_input)
+    times: ScheduleTimes = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        if (self.cron is None) == (self.every is None):
+            raise InvalidArgument(
+                f"schedule {self.name!r} needs exactly one of cron= and every=, got "
+                f"cron={self.cron!r} every={self.every!r}"
+            )
+        if self.cron is not None:
+            times: ScheduleTimes = cron_times(self.cron, self.timezone, self.name)
+        else:
+            times = interval_times(self.every, self.timezone, self.name)
+        object.__setattr__(self, "times", times)
+
+    @property
+    def every_s(self) -> int | None:
+        return None if self.every is None else int(self.every.total_seconds())
+
+    def task_id(self, tick: datetime) -> str:
+        """``schedule:<name>:<tick in UTC>``: one task per tick, whoever creates it."""
+        return f"{TASK_PREFIX}{self.name}:{tick_text(tick)}"
+
+    def tick_input(self, tick: datetime) -> dict[str, Any]:
+        return {"schedule": self.name, "tick": tick_text(tick), "input": self.input}

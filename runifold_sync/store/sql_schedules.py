@@ -1,0 +1,154 @@
+"""The schedule operations of the shared SQL store: declaring a registry's schedules,
+creating one tick's task, pause and resume, and the reads, each written once over a
+:class:`Dialect`.
+
+A tick's task is created with the schedule row's ``last_tick`` in one transaction that
+first locks the row (PostgreSQL ``FOR UPDATE``; SQLite's ``BEGIN IMMEDIATE`` holds the
+database), so however many pools reach the same tick at once, one creates it and the
+others find ``last_tick`` at it. The task id (``schedule:<name>:<tick>``) would keep the
+task single on its own; the row also keeps a tick from being created again after its task
+is gone (pruned), and a paused schedule from creating any.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+from ..codec import to_json
+from ..errors import InvalidArgument, ScheduleNotFound
+from ..models import WorkflowTask
+from ..schedule_times import tick_text
+from ..schedules import TASK_PREFIX, Schedule
+from . import checks
+from .dialect import Dialect, Transaction
+from .schedule_records import ScheduleEvent, ScheduleRecord, TickAttempt, schedule_event, schedule_record
+from .sql_operators import insert_tasks
+
+
+def _definition(schedule: Schedule) -> dict[str, Any]:
+    return {
+        "name": schedule.name,
+        "definition_name": schedule.workflow,
+        "definition_version": schedule.version,
+        "cron": schedule.cron,
+        "every_s": schedule.every_s,
+        "timezone": schedule.timezone,
+        "input": to_json(schedule.input),
+    }
+
+
+def _described(row: Any) -> dict[str, Any]:
+    """A stored definition as a changed event records it."""
+    keys = ("definition_name", "definition_version", "cron", "every_s", "timezone", "input")
+    return {key: row[key] for key in keys}
+
+
+class ScheduleOperations:
+    """Mixed into :class:`~runifold_sync.store.base.WorkflowStore`."""
+
+    dialect: Dialect
+
+    def declare_schedules(self, schedules: Iterable[Schedule]) -> None:
+        """Store each schedule's definition (a worker does when it starts, for its
+        registry's schedules): a new name is stored active from now, so it creates no
+        tick from before it existed; a changed definition replaces the stored one (the
+        last worker to start wins; the change is in the schedule's history). In name
+        order, so two workers starting at once lock rows in the same order."""
+        given = list(schedules) if isinstance(schedules, Iterable) else None
+        if given is None or not all(isinstance(s, Schedule) for s in given):
+            raise InvalidArgument(f"schedules must be an iterable of Schedule, got {schedules!r}")
+        found = sorted(given, key=lambda s: s.name)
+        d = self.dialect
+        with d.transaction() as tx:
+            for schedule in found:
+                params = _definition(schedule) | {"now": tx.now()}
+                if tx.one("insert_schedule", params) is not None:
+                    _event(
+                        tx, schedule.name, "declared", None, None, {"expression": schedule.times.describe()}
+                    )
+                    continue
+                stored = tx.one("lock_schedule", params)
+                assert stored is not None  # schedules are never deleted
+                before = _described(stored)
+                after = _described(params)
+                if before != after:
+                    tx.count("change_schedule", params)
+                    _event(tx, schedule.name, "changed", None, None, {"before": before, "after": after})
+
+    def create_tick(self, name: str, tick: datetime, task: WorkflowTask) -> TickAttempt:
+        """Create ``task``, the task of schedule ``name``'s tick at ``tick``, and record
+        the tick, in one transaction; unless the schedule is paused, the tick is not after
+        ``ticks_after`` (this or a later tick was created already) or not due yet (after
+        store time). ``created`` says whether this call created it."""
+        checks.check_text("schedule name", name)
+        if not isinstance(tick, datetime) or tick.tzinfo is None:
+            raise InvalidArgument(f"tick must be a timezone-aware datetime, got {tick!r}")
+        checks.check_tasks([task])
+        expected = f"{TASK_PREFIX}{name}:{tick_text(tick)}"
+        if task.task_id != expected:
+            raise InvalidArgument(
+                f"the tick of schedule {name!r} at {tick_text(tick)} must be task {expected!r} "
+                f"(registry.tick_task makes it), got {task.task_id!r}"
+            )
+        d = self.dialect
+        with d.transaction() as tx:
+            now = d.time(tx.now())
+            row = tx.one("lock_schedule", {"name": name})
+            if row is None:
+                raise ScheduleNotFound(name)
+            record = schedule_record(row, d)
+            if record.paused or tick <= record.ticks_after or tick > now:
+                return TickAttempt(False, record)
+            tx.count("record_tick", {"name": name, "tick": d.db_time(tick)})
+            insert_tasks(d, tx, [task])
+            return TickAttempt(True, attrs.evolve(record, last_tick=tick))
+
+    def schedules(self) -> list[ScheduleRecord]:
+        """Every stored schedule, by name."""
+        return [schedule_record(row, self.dialect) for row in self.dialect.all("list_schedules", {})]
+
+    def schedule(self, name: str) -> ScheduleRecord:
+        row = self.dialect.one("select_schedule", {"name": checks.check_text("schedule name", name)})
+        if row is None:
+            raise ScheduleNotFound(name)
+        return schedule_record(row, self.dialect)
+
+    def pause_schedule(self, name: str, *, actor: str, reason: str) -> ScheduleRecord:
+        """Stop schedule ``name`` creating ticks, on every pool, from their next look;
+        recorded with who and why. Pausing a paused schedule records the new actor and
+        reason."""
+        return self._operator("pause_schedule", "paused", name, actor, reason)
+
+    def resume_schedule(self, name: str, *, actor: str, reason: str) -> ScheduleRecord:
+        """Let schedule ``name`` create ticks again, from the first one after now: the
+        ticks that fell while it was paused are not run."""
+        return self._operator("resume_schedule", "resumed", name, actor, reason)
+
+    def schedule_history(self, name: str) -> list[ScheduleEvent]:
+        """What happened to schedule ``name``, oldest first."""
+        found = self.dialect.all("schedule_events", {"name": checks.check_text("schedule name", name)})
+        return [schedule_event(row, self.dialect) for row in found]
+
+    def _operator(self, query: str, kind: str, name: str, actor: str, reason: str) -> ScheduleRecord:
+        checks.check_operator(actor, reason)
+        checks.check_text("schedule name", name)
+        d = self.dialect
+        with d.transaction() as tx:
+            params = {"name": name, "actor": actor, "reason": d.free_text(reason), "now": tx.now()}
+            row = tx.one(query, params)
+            if row is None:
+                raise ScheduleNotFound(name)
+            _event(tx, name, kind, actor, params["reason"], {})
+            return schedule_record(row, d)
+
+
+def _event(
+    tx: Transaction, name: str, kind: str, actor: str | None, reason: str | None, detail: dict[str, Any]
+) -> None:
+    params = {"name": name, "kind": kind, "actor": actor, "reason": reason, "now": tx.now()}
+    tx.count("insert_schedule_event", params | {"detail": json.dumps(detail, sort_keys=True)})
