@@ -31,6 +31,7 @@ from .models import Budget
 from .replay import Cursor
 from .store.base import WorkflowStore
 from .store.records import ClaimedTask, Lease
+from .timeouts import Timeouts
 from .waits import Waits
 
 
@@ -82,6 +83,7 @@ class TaskRun:
             lease=lease,
             undoable=definition.workflow.compensations,
             resolutions=self._claimed.resolutions,
+            timeouts=Timeouts(commits=self.commits, boundary=self.boundary, flags=self._flags, lease=lease),
         )
         self.waits = Waits(
             cursor=cursor,
