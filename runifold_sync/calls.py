@@ -89,12 +89,12 @@ class Calls:
         call_id, entry = self._cursor.take(spec.step_id, _STEP)
         if entry is not None and entry.status == _DONE:
             return structured(spec, entry.output)
+        prior = self._timeouts.unfinished(call_id)
+        if prior is not None:
+            self._timeouts.next_attempt(spec, call_id, prior, None)
         if spec.timeout is None:
             self._boundary.before_body()
         else:
-            prior = self._timeouts.unfinished(call_id)
-            if prior is not None:
-                self._timeouts.next_attempt(spec, call_id, prior, None)
             try:
                 self._boundary.before_body(lambda: self._timeouts.mark(spec, call_id))
             except BaseException:
@@ -113,7 +113,7 @@ class Calls:
         if entry is not None and finished(entry):
             return structured(spec, entry.output)
         timed = spec.timeout is not None
-        prior = self._timeouts.unfinished(call_id) if timed and entry is not None else None
+        prior = None if entry is None else self._timeouts.unfinished(call_id)
         self._boundary.before_body()
         if entry is None:
             key = self._commits.checkpoint.idempotency_key(self._lease.task_id, call_id)

@@ -394,7 +394,10 @@ def _child_main(
         os.write(report_fd, f"{outcome.kind}\n".encode())
 
     def deadline(at: float | None) -> None:
-        os.write(report_fd, f"{_DEADLINE}{'' if at is None else repr(at)}\n".encode())
+        try:
+            os.write(report_fd, f"{_DEADLINE}{'' if at is None else repr(at)}\n".encode())
+        except OSError:
+            pass  # the parent is gone: nobody is left to kill this child, nor to tell
 
     try:
         worker = factory(worker_id)

@@ -106,9 +106,14 @@ class Timeouts:
     def unfinished(self, call_id: str) -> Unfinished | None:
         """An attempt of ``call_id`` an earlier claim began and never ended, taken out of
         the checkpoint with its run time (up to its deadline) added to usage; None when
-        there is none."""
+        there is none. Asked whatever the call's timeout is now: a deploy may have
+        changed it (it is no part of the fingerprint), and the recorded deadline is what
+        that attempt ran under."""
+        deadlines = self._commits.checkpoint.deadlines
+        if not deadlines:  # the common case, read without the lock: nothing to take
+            return None
         with self._commits.lock:
-            deadline = self._commits.checkpoint.deadlines.pop(call_id, None)
+            deadline = deadlines.pop(call_id, None)
         if deadline is None:
             return None
         now = self._flags.store_now()
@@ -125,7 +130,7 @@ class Timeouts:
         described = prior.describe(spec)
         if failures >= spec.retry.max_attempts:
             if prior.timed_out:
-                raise self._gave_up(spec, key, failures)
+                raise self._gave_up(spec, key, failures, prior.timeout_s)
             raise FailRequested(
                 f"{described}; gave up after {failures} attempts",
                 cause="crash_loop",
@@ -153,12 +158,11 @@ class Timeouts:
             return RetryRequested(
                 retry.backoff_s(failures), f"{described} (attempt {failures} of {retry.max_attempts})"
             )
-        return self._gave_up(spec, key, failures)
+        return self._gave_up(spec, key, failures, spec.timeout.total_seconds())
 
-    def _gave_up(self, spec: StepSpec, key: str | None, failures: int) -> FailRequested:
+    def _gave_up(self, spec: StepSpec, key: str | None, failures: int, timeout_s: float) -> FailRequested:
         """The task's failure after the last allowed attempt of ``spec`` timed out."""
-        assert spec.timeout is not None
-        timeout = describe_timeout(spec.timeout.total_seconds())
+        timeout = describe_timeout(timeout_s)
         error = StepTimedOut(self._lease.task_id, str(spec.kind), spec.step_id, timeout, failures)
         return FailRequested(
             f"{spec.kind} {spec.step_id!r} timed out after {timeout}; gave up after {failures} attempts",
