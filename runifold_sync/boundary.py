@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 import attrs
@@ -89,14 +89,23 @@ class Boundary:
         if self.branch is not None and self.branch.stop.is_set():
             raise BranchStopped()
 
-    def before_body(self) -> None:
+    def before_body(self, deadline: Callable[[], str] | None = None) -> None:
         """Checks made before a step or effect body runs, after saving the previous
-        step's result: lease, cancel, slice and budget."""
-        self._commits.commit_unsaved()
+        step's result: lease, cancel, slice and budget.
+
+        ``deadline``, for a body with a timeout, records the body's deadline in the
+        checkpoint and names the commit that makes it durable; that commit also saves the
+        previous result, so it is made after the checks (a body refused by them leaves no
+        deadline behind), and the check its answer can change (a cancel) is made again."""
+        if deadline is None:
+            self._commits.commit_unsaved()
         self.check_continue()
         if self._max_steps_per_claim is not None and self.executed >= self._max_steps_per_claim:
             raise YieldRequested()
         self.check_budget(next_steps=1)
+        if deadline is not None:
+            self._commits.commit(deadline())
+            self.check_continue()
 
     def check_budget(self, next_steps: int = 0) -> None:
         """Fail when usage (plus the steps about to run) is over the task's budget or the
@@ -155,6 +164,16 @@ class Boundary:
                     f"{max(left.total_seconds(), 0):.3f}s of the task's run time remains",
                     cause="budget",
                 )
+
+    def account_lost(self, elapsed_s: float) -> None:
+        """Add run time a body spent under an earlier claim that never recorded it (an
+        attempt that hung past its timeout), to the task and to its branch's share."""
+        with self._progress.lock:
+            checkpoint = self._progress.checkpoint
+            checkpoint.usage = checkpoint.usage.add(elapsed_s=elapsed_s)
+            if self.branch is not None:
+                used = checkpoint.branch_usage.get(self.branch.key, BudgetUsage())
+                checkpoint.branch_usage[self.branch.key] = used.add(elapsed_s=elapsed_s)
 
     def account(self, *, steps: int, cost: float, started: float) -> None:
         """Add a body's usage to the task (its run time by a tick), and to its branch's

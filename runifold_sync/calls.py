@@ -29,6 +29,7 @@ from .replay import Cursor, finished
 from .specs import StepSpec
 from .step_context import StepContext
 from .store.records import EffectResolution, Lease
+from .timeouts import Timeouts, Unfinished
 
 log = logging.getLogger("runifold_sync.context")  # the engine's logger kept its name
 
@@ -71,11 +72,13 @@ class Calls:
         lease: Lease,
         undoable: Collection[str],
         resolutions: Mapping[str, EffectResolution],
+        timeouts: Timeouts,
     ) -> None:
         self._cursor = cursor
         self._commits = commits
         self._boundary = boundary
         self._lease = lease
+        self._timeouts = timeouts
         self._undoable = undoable  # step ids that declare a compensation
         self._resolutions = resolutions  # the claim's answers about ambiguous effects
 
@@ -86,7 +89,17 @@ class Calls:
         call_id, entry = self._cursor.take(spec.step_id, _STEP)
         if entry is not None and entry.status == _DONE:
             return structured(spec, entry.output)
-        self._boundary.before_body()
+        prior = self._timeouts.unfinished(call_id)
+        if prior is not None:
+            self._timeouts.next_attempt(spec, call_id, prior, None)
+        if spec.timeout is None:
+            self._boundary.before_body()
+        else:
+            try:
+                self._boundary.before_body(lambda: self._timeouts.mark(spec, call_id))
+            except BaseException:
+                self._timeouts.unmark(call_id)  # refused before its body began
+                raise
         output = self._execute(spec, call_id, None, args, kwargs)
         with self._commits.lock:
             self._cursor.record(JournalEntry(call_id, _STEP, _DONE, output))
@@ -99,18 +112,26 @@ class Calls:
         call_id, entry = self._cursor.take(spec.step_id, _EFFECT)
         if entry is not None and finished(entry):
             return structured(spec, entry.output)
+        timed = spec.timeout is not None
+        prior = None if entry is None else self._timeouts.unfinished(call_id)
         self._boundary.before_body()
         if entry is None:
             key = self._commits.checkpoint.idempotency_key(self._lease.task_id, call_id)
             entry = JournalEntry(call_id, _EFFECT, EntryStatus.INTENT, key=key)
             self._cursor.begin(entry)
+            if timed:  # its deadline is durable with the intent
+                self._timeouts.mark(spec, call_id)
             self._commits.commit(f"{call_id}:intent")  # durable before the outside world is touched
             self._continue_after_intent(entry)
         else:
-            known = self._known_outcome(spec, entry, args, kwargs)
+            known = self._known_outcome(spec, entry, args, kwargs, prior)
             if known is not None:
                 evidence, output = known
                 return self._finish_effect(spec, entry, output, evidence)
+            if prior is not None:
+                self._timeouts.next_attempt(spec, call_id, prior, entry.key)
+            if timed:  # running it again: its new deadline is durable first
+                self._commits.commit(self._timeouts.mark(spec, call_id))
         output = self._execute(spec, call_id, entry.key, args, kwargs)
         return self._finish_effect(spec, entry, output, "ran")
 
@@ -126,12 +147,19 @@ class Calls:
             self._boundary.check_continue()
         except (CancelRequested, BranchStopped):
             self._cursor.drop(entry)
+            self._timeouts.unmark(entry.call_id)
             raise
 
     def _known_outcome(
-        self, spec: StepSpec, entry: JournalEntry, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        spec: StepSpec,
+        entry: JournalEntry,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        prior: Unfinished | None,
     ) -> tuple[str, Any] | None:
-        """For an effect interrupted mid-call: (evidence, output) when it is known to have
+        """For an effect interrupted mid-call (``prior``: by its timeout, or its worker
+        stopping, when it has a timeout): (evidence, output) when it is known to have
         happened, None when it is safe to run again; fails closed when unknown."""
         assert entry.key is not None
         # A resolution answers for the interruption it was made about. Once the effect has
@@ -167,8 +195,9 @@ class Calls:
                 return None
         entry.evidence = None  # the next resolution of this key answers this interruption
         error = AmbiguousEffect(self._lease.task_id, spec.step_id, entry.key)
+        reason = str(error) if prior is None else f"{prior.describe(spec)}; {error}"
         raise FailRequested(
-            str(error), cause="ambiguous_effect", error=error, step_id=spec.step_id, effect_key=entry.key
+            reason, cause="ambiguous_effect", error=error, step_id=spec.step_id, effect_key=entry.key
         )
 
     def _finish_effect(self, spec: StepSpec, entry: JournalEntry, output: Any, evidence: str) -> Any:
@@ -196,17 +225,32 @@ class Calls:
         started = time.monotonic()
         if crashpoints.ARMED:
             crashpoints.reached(f"before_{spec.kind}", call_id)
-        try:
-            value = spec.fn(context, *args, **kwargs)
-        except Exception as exc:
+        error: Exception | None = None
+        late = False
+        if spec.timeout is None:
+            try:
+                value = spec.fn(context, *args, **kwargs)
+            except Exception as exc:
+                error = exc
+        else:
+            value, error, late = self._timeouts.run(spec, context, args, kwargs)
+        # A step that ended past its deadline timed out, whatever it returned. An effect's
+        # late result is kept: the outside world changed, and now it is known how.
+        timed_out = late and spec.kind is _STEP
+        if error is not None or timed_out:
             self._boundary.check_lease()  # a lost lease outranks the failure: record nothing
             failures += 1
             with self._commits.lock:
                 self._boundary.account(steps=0, cost=context.cost, started=started)
                 checkpoint.step_failures[call_id] = failures
-            interrupt = self._after_failure(spec, key, exc, failures)
-            log.warning("%s", interrupt.reason, exc_info=exc, extra=task_fields(self._lease))
-            raise interrupt from exc
+                self._timeouts.unmark(call_id)
+            if timed_out:
+                interrupt = self._timeouts.ended_late(spec, key, failures)
+            else:
+                assert error is not None
+                interrupt = self._after_failure(spec, key, error, failures)
+            log.warning("%s", interrupt.reason, exc_info=error, extra=task_fields(self._lease))
+            raise interrupt from error
         if crashpoints.ARMED:
             crashpoints.reached(f"after_{spec.kind}", call_id)
         self._boundary.check_lease()
@@ -214,6 +258,8 @@ class Calls:
         with self._commits.lock:
             self._boundary.account(steps=1, cost=context.cost, started=started)
             checkpoint.step_failures.pop(call_id, None)
+            if spec.timeout is not None:
+                self._timeouts.unmark(call_id)
         return output
 
     def _after_failure(

@@ -106,6 +106,16 @@ class JournalEntry:
 
 
 @attrs.frozen
+class CallDeadline:
+    """The deadline of a step or effect with a timeout whose body was started, committed
+    before the body runs: a claim that finds it knows an attempt began and never
+    finished, and whether it ran past its timeout (``timeouts.py``)."""
+
+    at: float  # store time, epoch seconds
+    timeout_s: float
+
+
+@attrs.frozen
 class CheckpointWrite:
     """What one commit stores: the head's text and the journal rows that changed."""
 
@@ -122,6 +132,9 @@ class Checkpoint:
     journal: list[JournalEntry] = attrs.Factory(list)
     usage: BudgetUsage = attrs.Factory(BudgetUsage)
     step_failures: dict[str, int] = attrs.Factory(dict)
+    # Calls with a timeout whose body is running (or was, under a worker that never came
+    # back), by call id; left out of the head while empty.
+    deadlines: dict[str, CallDeadline] = attrs.Factory(dict)
     # Parallel branches keep their own journals, keyed "parallel#1/<branch>", and the
     # share of usage each consumed against its reservation.
     branch_journals: dict[str, list[JournalEntry]] = attrs.Factory(dict)
@@ -389,6 +402,7 @@ _unstructure_head = make_dict_unstructure_fn(
     converter,
     journal=override(omit=True),
     branch_journals=override(omit=True),
+    deadlines=override(omit_if_default=True),
     **{name: override(omit=True) for name in _PRIVATE},  # type: ignore[arg-type]
 )
 converter.register_unstructure_hook(Checkpoint, _unstructure_head)

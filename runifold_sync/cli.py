@@ -25,6 +25,7 @@ from .cli_common import (
     echo_json,
     json_option,
     opened_store,
+    operator_action,
     start_time,
 )
 from .cli_fleet import migrate, stats, tenant, versions, workers
@@ -243,10 +244,7 @@ def _delivered(check: SignalCheck | None, name: str) -> str:
 
 
 @main.command()
-@click.argument("task_id")
-@audit_options("cancels it")
-@database_option
-@json_option
+@operator_action("task_id", "cancels it")
 def cancel(task_id: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
     """Cancel a task: at once if queued or waiting, at its next step boundary if running.
     Completed external writes are not undone, except by the workflow's compensations."""
@@ -263,10 +261,7 @@ def cancel(task_id: str, actor: str, reason: str, database: str | None, as_json:
 
 
 @main.command()
-@click.argument("task_id")
-@audit_options("pauses it")
-@database_option
-@json_option
+@operator_action("task_id", "pauses it")
 def pause(task_id: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
     """Pause a task: not claimed until resumed. A running task parks at its next step
     boundary; timers, signals and children that come meanwhile are kept for it."""
@@ -281,10 +276,7 @@ def pause(task_id: str, actor: str, reason: str, database: str | None, as_json: 
 
 
 @main.command()
-@click.argument("task_id")
-@audit_options("resumes it")
-@database_option
-@json_option
+@operator_action("task_id", "resumes it")
 def resume(task_id: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
     """Resume a paused task: due at once, or (if it had not parked yet) running on."""
     with opened_store(database) as store:
@@ -296,10 +288,7 @@ def resume(task_id: str, actor: str, reason: str, database: str | None, as_json:
 
 
 @main.command()
-@click.argument("task_id")
-@audit_options("requeues it")
-@database_option
-@json_option
+@operator_action("task_id", "requeues it")
 def retry(task_id: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
     """Requeue a failed task; its completed steps are kept and not run again."""
     with opened_store(database) as store:

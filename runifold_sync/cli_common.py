@@ -30,6 +30,19 @@ database_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 
 
+def operator_action(argument: str, who: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """What every audited operator action on one task or schedule takes: its
+    ``argument``, ``--actor`` and ``--reason`` (see :func:`audit_options`), ``--database``
+    and ``--json``."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        for option in (json_option, database_option, audit_options(who), click.argument(argument)):
+            command = option(command)
+        return command
+
+    return decorate
+
+
 def audit_options(who: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``--actor`` and ``--reason`` of an operator action, both kept in the history;
     ``who`` completes the actor's help ("Who cancels it")."""

@@ -11,7 +11,7 @@ import click
 from .cancellation import CancellationToken
 from .cli_common import database_option, duration, duration_text, echo_json, json_option, opened_store
 from .retention import paced
-from .store.sql_retention import MAX_PRUNE_BATCH
+from .store.checks import MAX_PRUNE_BATCH
 
 _PROGRESS_EVERY_S = 2.0
 

@@ -81,6 +81,17 @@ DEMO_URL = "sqlite:///runifold-demo.db"
     help="Replace each pool worker with a fresh process in its slot after it has run this "
     "many tasks (bounds slow leaks in application code). Default: never.",
 )
+@click.option(
+    "--shutdown-grace",
+    "shutdown_grace_s",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="After SIGTERM or SIGINT, how long each worker may take to finish its cycle before it is "
+    "killed (a step stuck in a body cannot be interrupted); its task is claimed again once its "
+    "lease runs out.",
+)
 @click.option("--once", is_flag=True, help="Claim and run one task, then exit (cron mode).")
 @click.option(
     "--metrics-port",
@@ -126,6 +137,7 @@ def run(
     heartbeat_s: float,
     claim_batch: int,
     recycle_after: int | None,
+    shutdown_grace_s: float,
     once: bool,
     metrics_port: int | None,
     metrics_host: str,
@@ -156,6 +168,7 @@ def run(
             "RUNIFOLD_HEARTBEAT_SECONDS": heartbeat_s,
             "RUNIFOLD_CLAIM_BATCH": claim_batch,
             "RUNIFOLD_RECYCLE_AFTER": recycle_after,
+            "RUNIFOLD_SHUTDOWN_GRACE_SECONDS": shutdown_grace_s,
         },
     )
     if once:
@@ -189,6 +202,7 @@ def run(
                     "restarts": report.restarts,
                     "recycled": report.recycled,
                     "stopped_by": report.stopped_by,
+                    "timed_out": report.timed_out,
                 }
             )
         )

@@ -5,14 +5,16 @@ command to add one."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import attrs
 import click
 
-from .cli_common import audit_options, database_option, echo_json, json_option, opened_store
+from .cli_common import database_option, echo_json, json_option, opened_store, operator_action
 from .schedule_times import tick_text
+from .store.base import WorkflowStore
 from .store.schedule_records import ScheduleEvent, ScheduleRecord
 
 
@@ -78,37 +80,32 @@ def schedule() -> None:
 
 
 @schedule.command()
-@click.argument("name")
-@audit_options("pauses it")
-@database_option
-@json_option
+@operator_action("name", "pauses it")
 def pause(name: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
     """Pause schedule NAME: no pool creates its ticks until it is resumed (a tick's task
     created already runs)."""
-    with opened_store(database) as store:
-        record = store.pause_schedule(name, actor=actor, reason=reason)
-        now = store.now()
-    if as_json:
-        echo_json(schedule_json(record, now))
-    else:
-        click.echo(f"schedule {name}: paused")
+    _change(database, as_json, lambda store: store.pause_schedule(name, actor=actor, reason=reason))
 
 
 @schedule.command()
-@click.argument("name")
-@audit_options("resumes it")
-@database_option
-@json_option
+@operator_action("name", "resumes it")
 def resume(name: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
     """Resume schedule NAME from its next tick; the ticks that fell while it was paused
     are not run."""
+    _change(database, as_json, lambda store: store.resume_schedule(name, actor=actor, reason=reason))
+
+
+def _change(database: str | None, as_json: bool, change: Callable[[WorkflowStore], ScheduleRecord]) -> None:
+    """Make an audited change to a schedule and say where it stands now."""
     with opened_store(database) as store:
-        record = store.resume_schedule(name, actor=actor, reason=reason)
+        record = change(store)
         now = store.now()
     if as_json:
         echo_json(schedule_json(record, now))
+    elif record.paused_by is not None:
+        click.echo(f"schedule {record.name}: paused")
     else:
-        click.echo(f"schedule {name}: resumed, next tick {_when(record.next_tick(now))}")
+        click.echo(f"schedule {record.name}: resumed, next tick {_when(record.next_tick(now))}")
 
 
 def _event_json(event: ScheduleEvent) -> dict[str, Any]:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .calls import Calls
     from .children import Children
     from .specs import StepSpec
+    from .store.records import Lease
     from .waits import Waits
 
 Branches = Mapping[str, Callable[["WorkflowContext"], Any]]
@@ -38,13 +39,7 @@ class Engine(Protocol):
     hence a port rather than an import)."""
 
     @property
-    def task_id(self) -> str: ...
-
-    @property
-    def tenant(self) -> str: ...
-
-    @property
-    def fence(self) -> int: ...
+    def lease(self) -> Lease: ...
 
     @property
     def calls(self) -> Calls: ...
@@ -79,16 +74,16 @@ class WorkflowContext:
 
     @property
     def task_id(self) -> str:
-        return self._engine.task_id
+        return self._engine.lease.task_id
 
     @property
     def tenant(self) -> str:
-        return self._engine.tenant
+        return self._engine.lease.tenant
 
     @property
     def fence(self) -> int:
         """The lease's fencing token: make the application's own writes conditional on it."""
-        return self._engine.fence
+        return self._engine.lease.fencing_token
 
     # --- timers ------------------------------------------------------------------
 

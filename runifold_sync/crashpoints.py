@@ -10,6 +10,7 @@ that subject::
     RUNIFOLD_CRASH_AT=before_commit:reserve#1          # before the commit recording reserve#1
     RUNIFOLD_CRASH_AT=after_commit:charge#1:intent     # the effect's intent is durable
     RUNIFOLD_CRASH_AT=before_commit:event:stage        # ctx.set_event("stage", ...) not yet stored
+    RUNIFOLD_CRASH_AT=after_commit:fetch#1:deadline    # a timed step's deadline is durable
     RUNIFOLD_CRASH_AT=after_effect:charge#1,before_heartbeat
     RUNIFOLD_CRASH_AT=before_transition:retry          # before a failed step's retry is stored
 
@@ -50,8 +51,9 @@ POINTS = {
     "after_step": "call id; a step body returned, its output is not committed",
     "before_effect": "call id; an effect's intent is committed, its body is about to run",
     "after_effect": "call id; an effect body returned, its result is not committed",
-    "before_commit": "call id (effect intents: '<call id>:intent'; events: 'event:<key>'); a "
-    "checkpoint commit is about to be sent",
+    "before_commit": "call id (effect intents: '<call id>:intent'; events: 'event:<key>'; the "
+    "deadline of a step or effect with a timeout, committed before its body: '<call id>:deadline'); "
+    "a checkpoint commit is about to be sent",
     "after_commit": "as before_commit; the commit returned",
     "before_heartbeat": "task id, of the running task or of one claimed ahead; a lease "
     "extension is about to be sent",

@@ -32,6 +32,7 @@ from .replay import Cursor
 from .store import checks
 from .store.base import WorkflowStore
 from .store.records import ClaimedTask, Lease
+from .timeouts import Timeouts
 from .waits import Waits
 
 
@@ -83,6 +84,7 @@ class TaskRun:
             lease=lease,
             undoable=definition.workflow.compensations,
             resolutions=self._claimed.resolutions,
+            timeouts=Timeouts(commits=self.commits, boundary=self.boundary, flags=self._flags, lease=lease),
         )
         self.waits = Waits(
             cursor=cursor,

@@ -289,6 +289,24 @@ class AmbiguousEffect(RunifoldError):
 
 
 @_detailed
+class StepTimedOut(RunifoldError, TimeoutError):
+    """A step or effect overran its ``timeout`` on its last allowed attempt (the
+    ``error_class`` of the failure; the engine names it, nothing raises it in user code)."""
+
+    task_id: str
+    kind: str  # "step" or "effect"
+    step_id: str
+    timeout: str  # as reasons write it: "1s"
+    attempts: int
+
+    def __str__(self) -> str:
+        return (
+            f"{self.kind} {self.step_id!r} of task {self.task_id!r} timed out after {self.timeout}; "
+            f"gave up after {self.attempts} attempts"
+        )
+
+
+@_detailed
 class OutputNotSerializable(RunifoldError, TypeError):
     call_id: str
     detail: str

@@ -106,6 +106,7 @@ class ClaimExecutor:
             return self._fail(claimed, claimed.revision, None, failure)
         if checkpoint.phase == "failed":  # requeued by an operator: failing steps start afresh
             checkpoint.step_failures.clear()
+            checkpoint.deadlines.clear()
         checkpoint.phase = "running"
         checkpoint.usage = checkpoint.usage.add(claims=1)
         flags = self._keeper.watch(lease, extended_at)

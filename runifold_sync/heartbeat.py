@@ -19,6 +19,7 @@ from datetime import timedelta
 import attrs
 
 from . import crashpoints
+from .deadlines import DeadlineListener, RunningBodies, describe_timeout
 from .errors import LeaseLostError, StoreClosed
 from .logs import task_fields
 from .models import LeaseDuration, WorkerId
@@ -43,11 +44,20 @@ class LeaseFlags:
     lost: bool = False
     cancel: bool = False  # store.cancel() was called (also set by a checkpoint commit)
     pause: bool = False  # store.pause() was called (also set by a checkpoint commit)
+    # Store time minus monotonic time, from the lease's expiry: store time read without a
+    # round trip (``store_now``), for the deadlines a claim records.
+    store_offset_s: float = 0.0
+    bodies: RunningBodies = attrs.Factory(RunningBodies)  # those with a timeout, running now
 
     def expired(self) -> bool:
         """Lost, or past the deadline: a resumed (SIGCONT) or starved process must not
         start a body before its heartbeat thread has even run again."""
         return self.lost or time.monotonic() >= self.deadline
+
+    def store_now(self) -> float:
+        """Store time now, in epoch seconds, as the lease's expiry tells it (off by at most
+        the latency of the write that set it)."""
+        return time.monotonic() + self.store_offset_s
 
 
 class LeaseKeeper:
@@ -86,6 +96,14 @@ class LeaseKeeper:
         # _hand_back_held), until the worker comes to them.
         self._handed_back: set[str] = set()
         self._watched_at = 0.0  # monotonic time the running task's watch began
+        self._deadline_listener: DeadlineListener | None = None
+        self._overdue_told: str | None = None  # the overdue body already logged
+
+    def report_deadlines(self, listener: DeadlineListener) -> None:
+        """Tell ``listener`` the earliest deadline of the bodies with a timeout running in
+        the tasks watched from now on (see :class:`~runifold_sync.deadlines.RunningBodies`)."""
+        with self._lock:
+            self._deadline_listener = listener
 
     def announce(self, worker_id: WorkerId) -> None:
         """Keep ``worker_id``'s ``last_seen`` fresh in the store's worker registry, idle or not."""
@@ -109,7 +127,10 @@ class LeaseKeeper:
             self._lease = lease
             self._ending = None
             self._watched_at = time.monotonic()
-            self._flags = flags = LeaseFlags(start + self._duration.seconds)
+            expires = start + self._duration.seconds
+            offset = lease.expires_at.timestamp() - expires
+            flags = LeaseFlags(expires, store_offset_s=offset, bodies=RunningBodies(self._deadline_listener))
+            self._flags = flags
             if lease.cancel_requested is not None:  # requested while a previous owner ran
                 flags.cancel = True
             self._start()
@@ -255,7 +276,10 @@ class LeaseKeeper:
         return True
 
     def _extend_current(self, lease: Lease, flags: LeaseFlags) -> bool:
-        """Extend the running task's lease; False when the store was closed under the keeper."""
+        """Extend the running task's lease, unless a body is past its timeout; False when
+        the store was closed under the keeper."""
+        if self._past_timeout(lease, flags):
+            return True
         started = time.monotonic()
         if crashpoints.ARMED:
             crashpoints.reached("before_heartbeat", lease.task_id)
@@ -291,4 +315,25 @@ class LeaseKeeper:
             if self._lease is lease:
                 self._lease = renewed
                 flags.deadline = started + self._duration.seconds
+        return True
+
+    def _past_timeout(self, lease: Lease, flags: LeaseFlags) -> bool:
+        """True while a body of the running task is past its timeout: its lease is then
+        left to run out (said once per body), since the task must not stay with a body
+        that cannot be interrupted. Extensions resume if the body ends while the lease
+        still holds (an effect's late result is worth keeping)."""
+        overdue = flags.bodies.overdue()
+        if overdue is None:
+            return False
+        call_id, timeout_s = overdue
+        told = f"{lease.task_id}/{lease.fencing_token}/{call_id}"
+        if self._overdue_told != told:
+            self._overdue_told = told
+            log.warning(
+                "%s is past its timeout of %s: its lease is no longer extended, so another "
+                "worker takes the task over once it runs out",
+                call_id,
+                describe_timeout(timeout_s),
+                extra=task_fields(lease),
+            )
         return True

@@ -11,6 +11,7 @@ import attrs
 # text names inputs and exceptions, far too many values for a label).
 FailureCause = Literal[
     "step_error",  # a step or effect raised on its last allowed attempt
+    "step_timeout",  # a step or effect overran its timeout on its last allowed attempt
     "workflow_error",  # the main function or a parallel branch raised
     "compensation_error",  # a compensation step raised
     "ambiguous_effect",  # an interrupted effect may or may not have happened
@@ -19,7 +20,8 @@ FailureCause = Literal[
     "checkpoint",  # a checkpoint that cannot be read, written or continued (or a result over its size limit)
     "not_serializable",  # an output or result that cannot be stored as JSON
     "bad_input",  # the task's input does not fit the workflow's input type
-    "crash_loop",  # claimed too often without progress: a step keeps killing its worker
+    "crash_loop",  # claimed too often without progress (or a step with a timeout was
+    # interrupted on its last allowed attempt): a step keeps killing its worker
     "misuse",  # a workflow API used where it is not allowed
     "other",  # not recorded: a failure's compensation resumed after a crash
 ]

@@ -26,21 +26,19 @@ import attrs
 
 from .cancellation import CancellationToken
 from .errors import InvalidArgument
-from .models import check_duration_bound, check_int, check_positive_timedelta
+from .models import check_positive_timedelta
+from .store import checks
 from .store.base import WorkflowStore
-from .store.sql_retention import MAX_PRUNE_BATCH
 
 log = logging.getLogger("runifold_sync.retention")
 
 
 def _check_older_than(_inst: object, _attr: object, value: timedelta) -> None:
-    if not isinstance(value, timedelta) or value < timedelta(0):
-        raise InvalidArgument(f"retention must be a non-negative timedelta, got {value!r}")
-    check_duration_bound("retention", value)
+    checks.check_older_than("retention", value)
 
 
 def _check_batch(_inst: object, _attr: object, value: int) -> None:
-    check_int("retention batch", value, minimum=1, maximum=MAX_PRUNE_BATCH)
+    checks.check_prune_batch("retention batch", value)
 
 
 def _check_share(_inst: object, _attr: object, value: float) -> None:

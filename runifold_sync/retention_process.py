@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
+from . import sidecar
 from .cancellation import CancellationToken
 from .errors import StoreUnavailable
 from .logs import LogFormat, configure_logging
@@ -36,7 +37,6 @@ from .stores import ENV_VAR, open_store
 log = logging.getLogger("runifold_sync.retention")
 
 _PARENT_CHECK_S = 1.0
-_STOP_TIMEOUT_S = 10.0
 _SAY_EVERY_S = 60.0
 
 
@@ -55,12 +55,7 @@ def pruning_beside(
     try:
         yield
     finally:
-        pruner.terminate()
-        try:
-            pruner.wait(_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            pruner.kill()
-            pruner.wait()
+        sidecar.stop(pruner)
 
 
 def main(argv: list[str] | None = None) -> None:

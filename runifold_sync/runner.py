@@ -42,7 +42,9 @@ SETTING_NAMES = (
     "RUNIFOLD_HEARTBEAT_SECONDS",
     "RUNIFOLD_CLAIM_BATCH",
     "RUNIFOLD_RECYCLE_AFTER",
+    "RUNIFOLD_SHUTDOWN_GRACE_SECONDS",
 )
+DEFAULT_SHUTDOWN_GRACE = timedelta(seconds=60)
 _OK_ONCE = (Idle, Completed, Suspended, Retried, Yielded, ContinuedAsNew)
 
 CycleHook = Callable[[], AbstractContextManager[object]]
@@ -63,6 +65,8 @@ class RunifoldSettings:
     heartbeat: timedelta
     claim_batch: int = 1
     recycle_after: int | None = None  # tasks after which a pool worker is replaced
+    # How long a stopping pool waits for a child to finish its cycle before killing it.
+    shutdown_grace: timedelta = DEFAULT_SHUTDOWN_GRACE
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> RunifoldSettings:
@@ -90,7 +94,14 @@ class RunifoldSettings:
         recycle_after = values.get("RUNIFOLD_RECYCLE_AFTER")
         if recycle_after is not None:
             recycle_after = check_count("RUNIFOLD_RECYCLE_AFTER", recycle_after)
-        settings = cls(url, app, concurrency, lease, heartbeat, claim_batch, recycle_after)
+        grace_s = _number(
+            "RUNIFOLD_SHUTDOWN_GRACE_SECONDS",
+            values.get("RUNIFOLD_SHUTDOWN_GRACE_SECONDS", DEFAULT_SHUTDOWN_GRACE.total_seconds()),
+            0.1,
+        )
+        settings = cls(
+            url, app, concurrency, lease, heartbeat, claim_batch, recycle_after, timedelta(seconds=grace_s)
+        )
         settings.worker_settings()  # checks the heartbeat against the lease
         return settings
 
@@ -189,7 +200,7 @@ def run_pool(
     (``pool_preflight``); each child opens its own store and builds its own ``observer``."""
     registry = settings.registry()
     base = WorkerId.parse(worker_id)
-    config = WorkflowSupervisorConfig(concurrency)
+    config = WorkflowSupervisorConfig(concurrency).with_shutdown_grace(settings.shutdown_grace)
     check_pool_can_start(
         settings.database_url, (f"{base.value}-{slot}" for slot in range(concurrency)), settings.heartbeat
     )
@@ -207,4 +218,7 @@ def run_pool(
 
 
 def describe_report(report: SupervisorReport) -> str:
-    return f"stopped. outcomes: {report.outcomes}; restarts: {report.restarts}; recycled: {report.recycled}"
+    text = f"stopped. outcomes: {report.outcomes}; restarts: {report.restarts}; recycled: {report.recycled}"
+    if report.timed_out:
+        text += f" ({report.timed_out} of the restarts killed past a step's timeout)"
+    return text

@@ -10,6 +10,7 @@ import functools
 import inspect
 import typing
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -59,6 +60,9 @@ class StepSpec:
     capabilities: frozenset[str]
     idempotent: bool = True
     reconcile: Callable[..., EffectEvidence] | None = None
+    # How long one attempt of the body may run (``timeouts.py``). Like the retry policy,
+    # it says how a body runs, not what its checkpoint means: no part of ``schema``.
+    timeout: timedelta | None = None
 
     @property
     def output_type(self) -> Any:

@@ -13,6 +13,13 @@ token, SIGINT or SIGTERM) reaches children as SIGTERM, which only cancels their 
 started cycle finishes its lease protocol before the child exits (its completion claiming
 no next task), an idle one stops within ``IDLE_WAIT_SLICE_S``, and one still running
 after ``shutdown_grace`` is SIGKILLed, its task claimed again once its lease expires.
+
+A step or effect body cannot be interrupted from inside, so a body with a timeout is
+enforced from here: while one runs, its child reports its deadline on the same pipe
+(``time.monotonic()``, which parent and child share), and the parent SIGKILLs a child
+still in it at the deadline and starts another in its slot, running or stopping. The
+child's heartbeat stopped extending that task's lease at the deadline, so another worker
+claims it one lease later and counts the attempt (``timeouts.py``).
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ _EXIT_RECYCLE = 75
 _EXIT_CRASHED = 70
 _EXIT_NOT_WRITABLE = 78  # EX_CONFIG: the store refuses this worker's writes; the pool stops
 _FATAL = "!"  # a report line that starts so is why a child stopped for good
+_DEADLINE = "@"  # "@<monotonic deadline>" of the body it runs; "@" alone: none runs
 _QUICK_CRASH_S = 10.0  # a child that dies sooner than this after starting counts as crash-looping
 # Quick deaths in a row of one slot's children that stop the pool: a worker that cannot
 # start (its store gone, its app broken) is not fixed by forking it again.
@@ -102,6 +110,7 @@ class SupervisorReport:
     restarts: int
     recycled: int
     stopped_by: str | None = None  # why the pool stopped on its own (a store refusing writes)
+    timed_out: int = 0  # of the restarts, children killed for running a body past its timeout
 
 
 class WorkflowSupervisor:
@@ -141,6 +150,7 @@ class WorkflowSupervisor:
                 # 25 us of CPU per task, on the cores its busy children share.
                 token.wait(0.1)
                 self._read_reports(selector, pool.counts, timeout_s=0)
+                _kill_overdue(pool.children)
                 for pid, child, status in _reap(pool.children):
                     self._drain(child, selector, pool.counts)
                     self._exited(pool, pid, child, os.waitstatus_to_exitcode(status), token.cancelled)
@@ -161,7 +171,10 @@ class WorkflowSupervisor:
         if stopping or pool.stopped_by is not None:
             return
         crashes = 0
-        if code != _EXIT_RECYCLE:
+        if child.timed_out:  # killed here, having started well: no crash at start
+            pool.restarts += 1
+            pool.timed_out += 1
+        elif code != _EXIT_RECYCLE:
             pool.restarts += 1
             crashes = child.crashes + 1 if time.monotonic() - child.started < _QUICK_CRASH_S else 0
             if crashes >= MAX_START_FAILURES:
@@ -236,13 +249,16 @@ class WorkflowSupervisor:
         deadline = time.monotonic() + self._config.shutdown_grace.total_seconds()
         while children and time.monotonic() < deadline:
             self._read_reports(selector, counts, timeout_s=0.05)
+            _kill_overdue(children)
             for _pid, child, status in _reap(children):
                 self._drain(child, selector, counts)
                 recycled += os.waitstatus_to_exitcode(status) == _EXIT_RECYCLE
         for pid, child in list(children.items()):
             log.error(
-                "worker %s did not stop within the grace period; killing it",
+                "worker %s did not stop within the shutdown grace of %g s; killing it "
+                "(its task is claimed again once its lease runs out)",
                 child.worker_id,
+                self._config.shutdown_grace.total_seconds(),
                 extra={"worker_id": child.worker_id},
             )
             _signal(pid, signal.SIGKILL)
@@ -261,6 +277,7 @@ class _Pool:
     respawn_at: dict[int, tuple[float, int]] = attrs.Factory(dict)  # slot -> (monotonic due, quick crashes)
     restarts: int = 0
     recycled: int = 0
+    timed_out: int = 0
     stopped_by: str | None = None
 
     def stop(self, reason: str, child: _Child) -> None:
@@ -280,7 +297,9 @@ class _Pool:
         for counted in self.counts.values():
             total.update(counted)
         per_worker = {wid: dict(c) for wid, c in sorted(self.counts.items())}
-        return SupervisorReport(dict(total), per_worker, self.restarts, self.recycled, stopped_by)
+        return SupervisorReport(
+            dict(total), per_worker, self.restarts, self.recycled, stopped_by, timed_out=self.timed_out
+        )
 
 
 @attrs.define
@@ -292,6 +311,8 @@ class _Child:
     started: float = attrs.Factory(time.monotonic)
     partial: bytes = b""
     fatal: str | None = None  # why it stopped for good, as it said
+    deadline: float | None = None  # monotonic deadline of the body it runs, as it said
+    timed_out: bool = False  # killed for running past that deadline
 
     def take(self, data: bytes, counts: dict[str, Counter[str]]) -> None:
         lines = (self.partial + data).split(b"\n")
@@ -299,8 +320,29 @@ class _Child:
         for line in (ln.decode() for ln in lines if ln):
             if line.startswith(_FATAL):
                 self.fatal = line.removeprefix(_FATAL)
+            elif line.startswith(_DEADLINE):
+                told = line.removeprefix(_DEADLINE)
+                self.deadline = float(told) if told else None
             else:
                 counts.setdefault(self.worker_id, Counter())[line] += 1
+
+
+def _kill_overdue(children: dict[int, _Child]) -> None:
+    """SIGKILL each child still running a body past its deadline; it is reaped and
+    replaced like any child that died, and its task is claimed again once its lease,
+    no longer extended, runs out."""
+    now = time.monotonic()
+    for pid, child in children.items():
+        if child.deadline is not None and now >= child.deadline and not child.timed_out:
+            log.error(
+                "worker %s (pid %d) runs a step past its timeout; killing it (another worker "
+                "claims its task once the lease runs out, and counts the attempt)",
+                child.worker_id,
+                pid,
+                extra={"worker_id": child.worker_id},
+            )
+            child.timed_out = True
+            _signal(pid, signal.SIGKILL)
 
 
 def _reap(children: dict[int, _Child]) -> Iterator[tuple[int, _Child, int]]:
@@ -351,8 +393,15 @@ def _child_main(
     def report(outcome: RunOutcome) -> None:
         os.write(report_fd, f"{outcome.kind}\n".encode())
 
+    def deadline(at: float | None) -> None:
+        try:
+            os.write(report_fd, f"{_DEADLINE}{'' if at is None else repr(at)}\n".encode())
+        except OSError:
+            pass  # the parent is gone: nobody is left to kill this child, nor to tell
+
     try:
         worker = factory(worker_id)
+        worker.report_deadlines(deadline)
         try:
             done = worker.run(
                 token,

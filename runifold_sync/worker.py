@@ -28,6 +28,7 @@ import attrs
 from . import crashpoints
 from .cancellation import CancellationToken
 from .claim_ahead import ClaimedAhead
+from .deadlines import DeadlineListener
 from .definition import WorkflowRegistry
 from .errors import InvalidArgument, StoreNotWritable, StoreUnavailable
 from .execution import ClaimExecutor
@@ -107,6 +108,14 @@ class WorkflowWorker:
     @property
     def lease_duration(self) -> LeaseDuration:
         return self.settings.lease_duration
+
+    def report_deadlines(self, listener: DeadlineListener) -> None:
+        """Tell ``listener`` the earliest deadline (``time.monotonic()``) of the step and
+        effect bodies with a timeout running in this worker, each time it changes, and
+        None once none runs: a body cannot be interrupted from inside, so this is how a
+        pool's child tells its supervisor when to kill it. Called from the thread that
+        runs the body; it should only pass the value on."""
+        self._keeper.report_deadlines(listener)
 
     def run(
         self,

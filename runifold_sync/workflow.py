@@ -10,10 +10,12 @@ import hashlib
 import inspect
 import json
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from .checkpoint import EntryKind
 from .context import WorkflowContext, call_step
+from .deadlines import check_timeout
 from .errors import InvalidArgument
 from .models import RetryPolicy, check_name, check_version
 from .specs import StepSpec, input_type
@@ -51,9 +53,12 @@ class Workflow:
         *,
         retry: RetryPolicy | None = None,
         capabilities: Iterable[str] = (),
+        timeout: timedelta | None = None,
     ) -> Callable[[Callable[Concatenate[StepContext, P], R]], Callable[Concatenate[WorkflowContext, P], R]]:
-        """Declare a deterministic step; its output is checkpointed and replayed."""
-        return self._declare(EntryKind.STEP, step_id, retry, capabilities, True, None)
+        """Declare a deterministic step; its output is checkpointed and replayed.
+        ``timeout`` bounds each attempt of its body: one that runs longer loses its task
+        and counts as a failed attempt of ``retry`` (see ``timeouts.py``)."""
+        return self._declare(EntryKind.STEP, step_id, retry, capabilities, True, None, timeout)
 
     def effect(
         self,
@@ -63,14 +68,17 @@ class Workflow:
         reconcile: Callable[..., EffectEvidence] | None = None,
         retry: RetryPolicy | None = None,
         capabilities: Iterable[str] = (),
+        timeout: timedelta | None = None,
     ) -> Callable[[Callable[Concatenate[StepContext, P], R]], Callable[Concatenate[WorkflowContext, P], R]]:
         """Declare an external write. ``idempotent`` must be stated: it decides whether an
-        interrupted call may run again or must be reconciled."""
+        interrupted call may run again or must be reconciled. An attempt that overruns
+        ``timeout`` is an interrupted call too: reconciled, run again only when that is
+        safe, else failed closed as ambiguous."""
         if not isinstance(idempotent, bool):
             raise InvalidArgument(f"idempotent must be True or False, got {idempotent!r}")
         if reconcile is not None and not callable(reconcile):
             raise InvalidArgument(f"reconcile must be callable, got {reconcile!r}")
-        return self._declare(EntryKind.EFFECT, effect_id, retry, capabilities, idempotent, reconcile)
+        return self._declare(EntryKind.EFFECT, effect_id, retry, capabilities, idempotent, reconcile, timeout)
 
     def compensate_for(
         self, step_id: str
@@ -130,11 +138,13 @@ class Workflow:
         capabilities: Iterable[str],
         idempotent: bool,
         reconcile: Callable[..., EffectEvidence] | None,
+        timeout: timedelta | None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         if callable(step_id):
             raise InvalidArgument(f"use @workflow.{kind}() with parentheses")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidArgument(f"retry must be a RetryPolicy, got {retry!r}")
+        checked_timeout = check_timeout(timeout)
         caps = frozenset(check_name("capability", c) for c in capabilities)
         if step_id is not None:  # refused at the call that named it, not at decoration
             _check_step_id(kind, step_id)
@@ -143,7 +153,9 @@ class Workflow:
             sid = _check_step_id(kind, step_id if step_id is not None else fn.__name__)
             if sid in self.steps:
                 raise InvalidArgument(f"{self!r} already declares a step or effect {sid!r}")
-            spec = StepSpec(sid, kind, fn, retry or RetryPolicy(), caps, idempotent, reconcile)
+            spec = StepSpec(
+                sid, kind, fn, retry or RetryPolicy(), caps, idempotent, reconcile, checked_timeout
+            )
             self.steps[sid] = spec
             self._fingerprint = None
 

@@ -30,6 +30,7 @@ MAX_PENDING_SIGNALS = 100  # the default cap; stores take ``max_pending_signals`
 # An event (ctx.set_event) is a progress note or a small answer, read by callers that
 # poll or wait for it: its value is held to this many bytes of JSON.
 MAX_EVENT_BYTES = 64 * 1024
+MAX_PRUNE_BATCH = 10_000  # tasks a prune deletes in one transaction
 
 
 def check_tasks(tasks: object) -> list[WorkflowTask]:
@@ -106,19 +107,9 @@ def check_event(key: object, value: Any) -> str:
     JSON, nested past :data:`~runifold_sync.codec.MAX_NESTING_DEPTH`, or over
     :data:`MAX_EVENT_BYTES` encoded."""
     check_name("event key", key)
-    try:
-        text = to_json(value, max_depth=MAX_NESTING_DEPTH)
-    except NestedTooDeep as exc:
-        raise InvalidArgument(f"value of event {key!r} {exc}") from exc
-    except NotJsonable as exc:
-        raise InvalidArgument(f"value of event {key!r} is not JSON-serializable: {exc}") from exc
-    size = len(text.encode())
-    if size > MAX_EVENT_BYTES:
-        raise InvalidArgument(
-            f"value of event {key!r} is {size} bytes encoded, over the limit of {MAX_EVENT_BYTES}; "
-            "publish a reference (an id, a URL) to large data instead"
-        )
-    return text
+    return _json_text(
+        f"value of event {key!r}", value, MAX_EVENT_BYTES, "publish a reference (an id, a URL) to it"
+    )
 
 
 def check_clock_offset(offset: object) -> timedelta:
@@ -139,6 +130,18 @@ def check_delay(delay: object) -> timedelta:
     if not isinstance(delay, timedelta):
         raise InvalidArgument(f"delay must be a timedelta, got {delay!r}")
     return check_duration_bound("delay", delay)
+
+
+def check_older_than(field: str, value: object) -> timedelta:
+    """A retention's age (``prune``'s ``older_than``, ``run --retention``): a timedelta of
+    zero (every finished task) up to the longest duration a store keeps."""
+    if not isinstance(value, timedelta) or value < timedelta(0):
+        raise InvalidArgument(f"{field} must be a non-negative timedelta, got {value!r}")
+    return check_duration_bound(field, value)
+
+
+def check_prune_batch(field: str, value: object) -> int:
+    return check_int(field, value, minimum=1, maximum=MAX_PRUNE_BATCH)
 
 
 def check_pending_cap(cap: object) -> int:
@@ -162,17 +165,24 @@ def check_signal(
 def signal_payload_text(signal_id: str, payload: Any) -> str:
     """Refuse what a waiting task could not decode: values that are not JSON, nesting
     past :data:`~runifold_sync.codec.MAX_NESTING_DEPTH`, text over :data:`MAX_INPUT_BYTES`."""
+    return _json_text(
+        f"payload of signal {signal_id!r}", payload, MAX_INPUT_BYTES, "store it outside and send its id"
+    )
+
+
+def _json_text(what: str, value: Any, limit_bytes: int, instead: str) -> str:
+    """``value``'s canonical JSON text, refused (naming ``what``) when it is not JSON,
+    nests too deeply, or is over ``limit_bytes`` encoded (``instead`` says what to do)."""
     try:
-        text = to_json(payload, max_depth=MAX_NESTING_DEPTH)
+        text = to_json(value, max_depth=MAX_NESTING_DEPTH)
     except NestedTooDeep as exc:
-        raise InvalidArgument(f"payload of signal {signal_id!r} {exc}") from exc
+        raise InvalidArgument(f"{what} {exc}") from exc
     except NotJsonable as exc:
-        raise InvalidArgument(f"payload of signal {signal_id!r} is not JSON-serializable: {exc}") from exc
+        raise InvalidArgument(f"{what} is not JSON-serializable: {exc}") from exc
     size = len(text.encode())
-    if size > MAX_INPUT_BYTES:
+    if size > limit_bytes:
         raise InvalidArgument(
-            f"payload of signal {signal_id!r} is {size} bytes encoded, over the limit of "
-            f"{MAX_INPUT_BYTES}; store large data outside and send its id"
+            f"{what} is {size} bytes encoded, over the limit of {limit_bytes}; for large data, {instead}"
         )
     return text
 

@@ -125,6 +125,10 @@ def not_pausable(record: TaskRecord) -> InvalidState:
     )
 
 
+def not_resumable(record: TaskRecord) -> InvalidState:
+    return InvalidState(f"task {record.task_id!r} is not paused (it is {record.state.value})")
+
+
 def not_requeueable(record: TaskRecord) -> InvalidState:
     what = record.state.value if record.outcome is None else f"{record.state.value} ({record.outcome.value})"
     hint = "; resolve its ambiguous effect instead" if record.ambiguous_effect else ""

@@ -116,11 +116,5 @@ def schedule_record(row: Row, values: Values) -> ScheduleRecord:
 
 
 def schedule_event(row: Row, values: Values) -> ScheduleEvent:
-    return ScheduleEvent(
-        row["name"],
-        values.time(row["at"]),
-        row["kind"],
-        row["actor"],
-        row["reason"],
-        json.loads(row["detail"]),
-    )
+    at, detail = values.time(row["at"]), json.loads(row["detail"])
+    return ScheduleEvent(row["name"], at, row["kind"], row["actor"], row["reason"], detail)

@@ -9,15 +9,15 @@ that must stay on record (a refused signal) is raised after the commit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..codec import to_json
-from ..errors import InvalidState, SignalConflict, StoreUnavailable, TaskNotFound
+from ..errors import SignalConflict, StoreUnavailable, TaskNotFound
 from ..models import DeclaredSignals, TaskState, WorkflowTask
 from . import checks, event_details, refusals, row_records, signal_checks
-from .dialect import Dialect, Event, Transaction
-from .records import EnqueueResult, SignalDelivery
+from .dialect import Dialect, Event, Row, Transaction
+from .records import EnqueueResult, SignalDelivery, TaskRecord
 
 
 class OperatorOperations:
@@ -220,33 +220,36 @@ class OperatorOperations:
         """Undo :meth:`pause`: a queued or waiting task is due at once (its replay fires
         the timers that fell due, takes the signals that came); a leased one that has not
         parked yet goes on. A task that is not paused: InvalidState."""
-        checks.check_operator(actor, reason)
-        d = self.dialect
-        with d.transaction() as tx:
-            params = {"task_id": checks.check_text("task id", task_id)}
-            resumed = tx.one("resume", params)
-            if resumed is None:
-                record = row_records.found_task(d, tx.one("select_task", params), task_id)
-                raise InvalidState(f"task {task_id!r} is not paused (it is {record.state.value})")
-            d.event(tx, Event(task_id, resumed["at"], "resumed", event_details.operator(actor, reason)))
-            d.notify(tx)
-            return TaskState(resumed["state"])
+        resumed = self._audited(task_id, actor, reason, "resume", "resumed", refusals.not_resumable)
+        return TaskState(resumed["state"])
 
     def requeue(self, task_id: str, *, actor: str, reason: str) -> None:
         """Operator retry: put a failed task back in the queue, its completed steps kept.
         A task failed on an ambiguous effect needs :meth:`resolve_effect` instead."""
+        self._audited(task_id, actor, reason, "requeue_failed", "requeued", refusals.not_requeueable)
+
+    def _audited(
+        self,
+        task_id: str,
+        actor: str,
+        reason: str,
+        query: str,
+        kind: str,
+        refusal: Callable[[TaskRecord], Exception],
+    ) -> Row:
+        """An operator's one-statement action: ``query`` on the task, its history event
+        ``kind`` with who and why, and idle workers woken, in one transaction; a task the
+        query does not match is refused with ``refusal(record)``."""
         checks.check_operator(actor, reason)
         d = self.dialect
         with d.transaction() as tx:
             params = {"task_id": checks.check_text("task id", task_id)}
-            requeued = tx.one("requeue_failed", params)
-            if requeued is None:
-                raise refusals.not_requeueable(
-                    row_records.found_task(self.dialect, tx.one("select_task", params), task_id)
-                )
-            detail = event_details.operator(actor, reason)
-            d.event(tx, Event(task_id, requeued["at"], "requeued", detail))
+            changed = tx.one(query, params)
+            if changed is None:
+                raise refusal(row_records.found_task(d, tx.one("select_task", params), task_id))
+            d.event(tx, Event(task_id, changed["at"], kind, event_details.operator(actor, reason)))
             d.notify(tx)
+            return changed
 
 
 def insert_tasks(d: Dialect, tx: Transaction, tasks: list[WorkflowTask]) -> list[EnqueueResult]:

@@ -41,10 +41,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..errors import InvalidArgument
-from ..models import check_duration_bound, check_int
+from . import checks
 from .dialect import Dialect, Row, Transaction
 
-MAX_PRUNE_BATCH = 10_000
 # The cursor before the first finished task: earlier than any store time.
 _START = datetime(1, 1, 1, tzinfo=UTC)
 
@@ -82,10 +81,8 @@ class RetentionOperations:
         gives how many tasks it deleted (or would), until the walk is done. For callers
         that report progress or pace themselves (the CLI, a pool's retention); stopping
         early leaves the rest for the next prune. Arguments are checked here, at once."""
-        if not isinstance(older_than, timedelta) or older_than < timedelta(0):
-            raise InvalidArgument(f"older_than must be a non-negative timedelta, got {older_than!r}")
-        check_duration_bound("older_than", older_than)
-        limit = check_int("prune batch", batch, minimum=1, maximum=MAX_PRUNE_BATCH)
+        checks.check_older_than("older_than", older_than)
+        limit = checks.check_prune_batch("prune batch", batch)
         for name, flag in (("include_ambiguous", include_ambiguous), ("dry_run", dry_run)):
             if not isinstance(flag, bool):
                 raise InvalidArgument(f"{name} must be True or False, got {flag!r}")

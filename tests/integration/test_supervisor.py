@@ -262,7 +262,7 @@ def test_children_overrunning_the_shutdown_grace_are_killed_and_their_tasks_comp
             os.kill(pid, 0)  # killed, and reaped by the supervisor
     log = (tmp_path / "pool.stderr").read_text()
     for slot in (0, 1):
-        assert f"worker pool-{slot} did not stop within the grace period; killing it" in log
+        assert f"worker pool-{slot} did not stop within the shutdown grace of 1 s; killing it" in log
     assert _states(store, ids) == {"leased": 2}  # held by dead workers until the leases expire
 
     monkeypatch.setenv("POOL_STEP_SECONDS", "0")
