@@ -59,10 +59,11 @@ class WorkflowStore(
         recovery: one warning each (see :mod:`.outage`)."""
         return self.dialect.outage
 
-    def enqueue(self, task: WorkflowTask) -> EnqueueResult:
+    def enqueue(self, task: WorkflowTask, *, connection: object = None) -> EnqueueResult:
         """Insert ``task``; an identical task with the same id is returned as it is, a
-        different one raises :class:`EnqueueConflict`."""
-        (result,) = self.enqueue_many([task])
+        different one raises :class:`EnqueueConflict`. With ``connection``, in the
+        application's open transaction on it (:meth:`enqueue_many`)."""
+        (result,) = self.enqueue_many([task], connection=connection)
         return result
 
     def __enter__(self) -> WorkflowStore:
