@@ -15,6 +15,7 @@ import platform
 import time
 from collections.abc import Callable
 
+import children
 import commit_limit
 import cpu_per_step
 import journal_length
@@ -73,6 +74,7 @@ def main() -> None:
     section("peers (ratio: runifold_sync / peer)", lambda: peers.run(args.quick))
     section("idle pickup latency", lambda: latency.run(args.quick))
     section("result latency (completion to wait_for_task)", lambda: wait_latency.run(args.quick))
+    section("child workflows", lambda: children.run(args.quick))
     section("claim throughput at scale", lambda: scale.run(args.quick))
     section("memory", lambda: memory.run(args.quick))
     section("CPU per step", lambda: cpu_per_step.run(args.quick))

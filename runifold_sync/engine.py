@@ -98,7 +98,6 @@ class TaskRun:
         )
         self.children = Children(
             cursor=cursor,
-            commits=self.commits,
             boundary=self.boundary,
             store=self._store,
             tenant=lease.tenant,

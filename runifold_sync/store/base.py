@@ -67,11 +67,12 @@ class WorkflowStore(
         recovery: one warning each (see :mod:`.outage`)."""
         return self.dialect.outage
 
-    def enqueue(self, task: WorkflowTask) -> EnqueueResult:
+    def enqueue(self, task: WorkflowTask, *, connection: object = None) -> EnqueueResult:
         """Insert ``task``; an identical task with the same id is returned as it is, a
-        different one raises :class:`EnqueueConflict`. Idempotent while the task is
-        stored: after :meth:`prune` deleted it, its id enqueues a new task."""
-        (result,) = self.enqueue_many([task])
+        different one raises :class:`EnqueueConflict`. With ``connection``, in the
+        application's open transaction on it (:meth:`enqueue_many`). Idempotent while
+        the task is stored: after :meth:`prune` deleted it, its id enqueues a new task."""
+        (result,) = self.enqueue_many([task], connection=connection)
         return result
 
     def __enter__(self) -> WorkflowStore:

@@ -154,6 +154,13 @@ class Dialect(Values, abc.ABC):
         """Wake idle workers when ``tx`` commits (nothing to do where they poll)."""
 
     @abc.abstractmethod
+    def joined(self, connection: object) -> AbstractContextManager[Transaction]:
+        """The application's own open transaction on ``connection`` (a driver connection
+        to this store's database) as a Transaction: checked to reach this database at
+        this schema version (:class:`~runifold_sync.errors.InvalidArgument` otherwise),
+        and never committed or rolled back here."""
+
+    @abc.abstractmethod
     def fenced(
         self, tx: Transaction | None, name: str, params: Params, journal: Sequence[JournalRow]
     ) -> Row | None:

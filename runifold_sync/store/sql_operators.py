@@ -26,11 +26,18 @@ class OperatorOperations:
     dialect: Dialect
     max_pending_signals: int
 
-    def enqueue_many(self, tasks: list[WorkflowTask]) -> list[EnqueueResult]:
+    def enqueue_many(self, tasks: list[WorkflowTask], *, connection: object = None) -> list[EnqueueResult]:
         """Enqueue several tasks in one transaction: all of them or, on a conflict,
-        none. Results are in the order of ``tasks``. A task id is taken while its task
-        is stored: once :meth:`prune` deleted it, the same id enqueues a new task."""
+        none. Results are in the order of ``tasks``. With ``connection`` (the
+        application's own connection to this database: psycopg 3 for PostgreSQL,
+        ``sqlite3`` for SQLite) in the application's open transaction, so the tasks
+        exist only if it commits (and workers wake when it does). A task id is taken
+        while its task is stored: once :meth:`prune` deleted it, the same id enqueues a
+        new task."""
         checks.check_tasks(tasks)
+        if connection is not None:
+            with self.dialect.joined(connection) as tx:
+                return insert_tasks(self.dialect, tx, tasks)
         with self.dialect.transaction() as tx:
             return insert_tasks(self.dialect, tx, tasks)
 
