@@ -90,6 +90,10 @@ class Transaction(Protocol):
     def now(self) -> Any:
         """Store time as a column value, the same on every call in this transaction."""
 
+    def connection(self) -> Any:
+        """The driver connection the transaction runs on, for a ``@workflow.transaction()``
+        body's own statements."""
+
 
 class Values(Protocol):
     """Conversions between Python values and one dialect's column values."""

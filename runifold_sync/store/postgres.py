@@ -89,6 +89,9 @@ class PostgresTransaction:
             self._now = store_now(self.conn)
         return self._now
 
+    def connection(self) -> Connection:
+        return self.conn
+
 
 class PostgresDialect(Dialect):
     """Statements on a :class:`ProcessPool`; behind a transaction pooler, LISTEN on

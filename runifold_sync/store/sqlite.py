@@ -95,6 +95,9 @@ class SqliteTransaction:
     def now(self) -> int:
         return self.at
 
+    def connection(self) -> sqlite3.Connection:
+        return self.raw
+
 
 class JoinedTransaction(SqliteTransaction):
     """The application's own transaction (``enqueue(..., connection=)``): rows by column

@@ -19,7 +19,6 @@ import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import django
 import pytest
@@ -264,65 +263,3 @@ def test_runworkflows_pool_runs_tasks_in_forked_workers_that_use_the_orm(
     assert "'completed': 3" in out and "restarts: 0" in out
     orders = Order.objects.filter(pk__in=[b["order_id"] for b in bodies])
     assert [o.status for o in orders] == ["confirmed"] * 3
-
-
-# --- the store in Django's own database (RUNIFOLD_DATABASE) ---------------------------
-
-
-@pytest.fixture
-def in_django_db() -> Iterator[SqliteWorkflowStore]:
-    """The store in Django's own database file: opened (and migrated) first, as a worker's
-    start would, then the cases enqueue on Django's connection."""
-    with override_settings(RUNIFOLD_DATABASE="default"):
-        get_store()
-        s = SqliteWorkflowStore.open(os.environ["RUNIFOLD_TEST_DJANGO_DB"])
-        yield s
-        s.close()
-        close_store()
-
-
-def test_with_the_store_in_djangos_database_a_rolled_back_view_leaves_no_task(
-    in_django_db: SqliteWorkflowStore,
-) -> None:
-    before = task_count(in_django_db)
-    with pytest.raises(Rollback), transaction.atomic():
-        body = post_order()
-        raise Rollback
-    assert task_count(in_django_db) == before
-    with pytest.raises(TaskNotFound):
-        in_django_db.get_task(body["task_id"])
-
-
-def test_with_the_store_in_djangos_database_a_committed_view_leaves_one_task_a_worker_runs(
-    in_django_db: SqliteWorkflowStore,
-) -> None:
-    before = task_count(in_django_db)
-    with transaction.atomic():
-        body = post_order()
-    assert task_count(in_django_db) == before + 1
-    assert in_django_db.get_task(body["task_id"]).state is TaskState.QUEUED
-    out = io.StringIO()
-    call_command("runworkflows", "--once", stdout=out)
-    assert out.getvalue().startswith(f"Completed(task_id='{body['task_id']}'")
-    assert Order.objects.get(pk=body["order_id"]).status == "confirmed"
-
-
-def test_manage_py_check_warns_when_the_stores_schema_is_behind(in_django_db: SqliteWorkflowStore) -> None:
-    out = io.StringIO()
-    call_command("check", stdout=out, stderr=out)
-    assert "runifold.W001" not in out.getvalue()
-    with transaction.atomic():
-        with connection_cursor() as cursor:
-            cursor.execute(
-                "DELETE FROM runifold_schema WHERE version = (SELECT MAX(version) FROM runifold_schema)"
-            )
-        out = io.StringIO()
-        call_command("check", stdout=out, stderr=out)
-        transaction.set_rollback(True)
-    assert "runifold.W001" in out.getvalue() and "schema version" in out.getvalue()
-
-
-def connection_cursor() -> Any:
-    from django.db import connection
-
-    return connection.cursor()
