@@ -49,13 +49,13 @@ Attributes = Mapping[str, str | int]
 
 
 class Tracing:
-    """Traces one worker's cycles with ``tracer_provider`` (default: the global one that
-    ``opentelemetry.trace.set_tracer_provider`` set)."""
+    """Traces the cycles of worker ``worker_id`` with ``tracer_provider`` (pass
+    ``opentelemetry.trace.get_tracer_provider()`` for the global one)."""
 
-    def __init__(self, tracer_provider: TracerProvider | None = None, worker_id: str | None = None) -> None:
-        self._provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
-        self._tracer = self._provider.get_tracer(SCOPE)
-        self._worker = {} if worker_id is None else {"runifold.worker_id": worker_id}
+    def __init__(self, tracer_provider: TracerProvider, worker_id: str) -> None:
+        self._provider = tracer_provider
+        self._tracer = tracer_provider.get_tracer(SCOPE)
+        self._worker_id = worker_id
 
     def cycle(self, claimed: ClaimedTask, run: Callable[[ClaimSpans], RunOutcome]) -> RunOutcome:
         """Run one claim inside its ``runifold.cycle`` span, parented to the span current
@@ -72,7 +72,7 @@ class Tracing:
         parent = None if stored is None else _W3C.extract({"traceparent": stored})
         attributes = {
             **task,
-            **self._worker,
+            "runifold.worker_id": self._worker_id,
             "runifold.from_state": claimed.from_state,
             "runifold.claims_since_progress": claimed.claims_since_progress,
         }
