@@ -26,6 +26,7 @@ from .errors import AmbiguousEffect, OutputNotSerializable
 from .interrupts import BranchStopped, CancelRequested, FailRequested, RetryRequested
 from .logs import task_fields
 from .replay import Cursor, finished
+from .spans import ClaimSpans
 from .specs import StepSpec
 from .step_context import StepContext
 from .store.records import EffectResolution, Lease
@@ -73,8 +74,10 @@ class Calls:
         undoable: Collection[str],
         resolutions: Mapping[str, EffectResolution],
         timeouts: Timeouts,
+        spans: ClaimSpans,
     ) -> None:
         self._cursor = cursor
+        self._spans = spans
         self._commits = commits
         self._boundary = boundary
         self._lease = lease
@@ -220,12 +223,19 @@ class Calls:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        """Run a body for real, account for it, and turn its failure into a retry or a
-        terminal failure according to its retry policy."""
-        checkpoint = self._commits.checkpoint
+        """Run a body for real, in its span, account for it, and turn its failure into a
+        retry or a terminal failure according to its retry policy."""
         with self._commits.lock:
-            failures = checkpoint.step_failures.get(call_id, 0)
+            failures = self._commits.checkpoint.step_failures.get(call_id, 0)
         context = StepContext(self._lease.task_id, call_id, failures + 1, self._lease.fencing_token, key)
+        with self._spans.call(spec, context):
+            return self._attempt(spec, context, args, kwargs)
+
+    def _attempt(
+        self, spec: StepSpec, context: StepContext, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        checkpoint = self._commits.checkpoint
+        call_id, key, failures = context.call_id, context.idempotency_key, context.attempt - 1
         started = time.monotonic()
         if crashpoints.ARMED:
             crashpoints.reached(f"before_{spec.kind}", call_id)

@@ -127,6 +127,14 @@ DEMO_URL = "sqlite:///runifold-demo.db"
     show_default=True,
     help="Log lines with task_id, worker_id and fencing_token fields: text, or one JSON object per line.",
 )
+@click.option(
+    "--tracing",
+    is_flag=True,
+    envvar="RUNIFOLD_TRACING",
+    help="Trace cycles, steps, effects and waits with OpenTelemetry (the otel extra): each worker "
+    "process builds its own provider after the fork from the standard OTEL_* variables "
+    "(OTEL_TRACES_EXPORTER, default otlp; OTEL_EXPORTER_OTLP_ENDPOINT; OTEL_SERVICE_NAME).",
+)
 @json_option
 def run(
     app_ref: str,
@@ -144,6 +152,7 @@ def run(
     retention: timedelta | None,
     log_level: str,
     log_format: LogFormat,
+    tracing: bool,
     as_json: bool,
 ) -> None:
     """Run workers: a supervised pool of processes, or with --once a single cycle whose
@@ -169,6 +178,7 @@ def run(
             "RUNIFOLD_CLAIM_BATCH": claim_batch,
             "RUNIFOLD_RECYCLE_AFTER": recycle_after,
             "RUNIFOLD_SHUTDOWN_GRACE_SECONDS": shutdown_grace_s,
+            "RUNIFOLD_TRACING": tracing,
         },
     )
     if once:

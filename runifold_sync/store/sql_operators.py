@@ -15,6 +15,7 @@ from typing import Any
 from ..codec import to_json
 from ..errors import SignalConflict, StoreUnavailable, TaskNotFound
 from ..models import DeclaredSignals, TaskState, WorkflowTask
+from ..trace_context import current_traceparent
 from . import checks, event_details, refusals, row_records, signal_checks
 from .dialect import Dialect, Event, Row, Transaction
 from .records import EnqueueResult, SignalDelivery, TaskRecord
@@ -262,9 +263,11 @@ class OperatorOperations:
 def insert_tasks(d: Dialect, tx: Transaction, tasks: list[WorkflowTask]) -> list[EnqueueResult]:
     """Insert checked ``tasks`` inside ``tx`` with their enqueued events, waking idle
     workers when one is new: what ``enqueue_many`` does, for the operations that enqueue
-    as part of a larger transaction (a schedule's tick)."""
+    as part of a larger transaction (a schedule's tick). Each new task keeps the trace
+    context current here (``trace_context``), which every claim of it continues."""
     results = []
     _declare(tx, {task.declared for task in tasks if task.declared is not None})
+    traceparent = current_traceparent()  # the same span is current for the whole batch
     for task in tasks:
         params = {
             "task_id": task.task_id,
@@ -275,6 +278,7 @@ def insert_tasks(d: Dialect, tx: Transaction, tasks: list[WorkflowTask]) -> list
             "priority": task.priority,
             "not_before": None if task.not_before is None else d.db_time(task.not_before),
             "parent_id": task.parent_id,
+            "trace_context": traceparent,
         }
         inserted = tx.one("insert_task", params)
         if inserted is None:

@@ -13,13 +13,13 @@ SELECT {now} AS now;
 WITH clock AS (SELECT {now} AS now)
 INSERT INTO runifold_tasks (
     task_id, definition_name, definition_version, tenant, input, input_text, priority, state,
-    ready_at, created_at, updated_at, parent_id
+    ready_at, created_at, updated_at, parent_id, trace_context
 )
 SELECT
     %(task_id)s, %(definition_name)s, %(definition_version)s, %(tenant)s, %(input)s::text::jsonb,
     %(input)s::text, %(priority)s, 'queued',
     GREATEST(clock.now, COALESCE(%(not_before)s::timestamptz, clock.now)), clock.now, clock.now,
-    %(parent_id)s::text
+    %(parent_id)s::text, %(trace_context)s::text
 FROM clock
 ON CONFLICT (task_id) DO NOTHING
 RETURNING created_at AS at;
@@ -98,7 +98,7 @@ leased AS (
     RETURNING t.task_id, t.tenant, t.definition_name, t.definition_version,
         t.input_text AS input, t.revision, t.head::text AS head, t.fencing_token,
         t.lease_expires, t.claims_since_progress, t.cancel_requested, c.turn, c.served_at,
-        t.priority, c.ready_at AS due_at,
+        t.priority, c.ready_at AS due_at, t.trace_context,
         c.state AS from_state, c.worker_id AS previous_worker, clock.now AS at,
         c.updated_at AS previous_updated_at, c.waiting_for_signal AS previous_signal,
         EXISTS (SELECT 1 FROM runifold_effect_resolutions r WHERE r.task_id = t.task_id) AS resolved

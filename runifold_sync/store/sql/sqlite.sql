@@ -8,10 +8,10 @@ SELECT {now} AS now;
 -- name: insert_task
 INSERT INTO runifold_tasks (
     task_id, definition_name, definition_version, tenant, input, priority, state,
-    ready_at, created_at, updated_at, parent_id
+    ready_at, created_at, updated_at, parent_id, trace_context
 ) VALUES (
     :task_id, :definition_name, :definition_version, :tenant, :input, :priority, 'queued',
-    MAX(:now, COALESCE(:not_before, :now)), :now, :now, :parent_id
+    MAX(:now, COALESCE(:not_before, :now)), :now, :now, :parent_id, :trace_context
 )
 ON CONFLICT (task_id) DO NOTHING
 RETURNING :now AS at;
@@ -66,7 +66,7 @@ SET state = 'leased', worker_id = :worker_id, fencing_token = fencing_token + 1,
     updated_at = :now
 WHERE task_id = :task_id
 RETURNING task_id, tenant, definition_name, definition_version, input, revision,
-    head, fencing_token, lease_expires, claims_since_progress, cancel_requested,
+    head, fencing_token, lease_expires, claims_since_progress, cancel_requested, trace_context,
     EXISTS (SELECT 1 FROM runifold_effect_resolutions r WHERE r.task_id = :task_id) AS resolved;
 
 -- name: resolutions_for_task
