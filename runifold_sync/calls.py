@@ -235,7 +235,7 @@ class Calls:
         self, spec: StepSpec, context: StepContext, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         checkpoint = self._commits.checkpoint
-        call_id, key, failures = context.call_id, context.idempotency_key, context.attempt - 1
+        call_id, key = context.call_id, context.idempotency_key
         started = time.monotonic()
         if crashpoints.ARMED:
             crashpoints.reached(f"before_{spec.kind}", call_id)
@@ -306,7 +306,8 @@ class Calls:
             if crashpoints.ARMED:
                 crashpoints.reached("before_step", call_id)
             try:
-                value = spec.fn(context, *args, **kwargs)
+                with self._spans.call(spec, context):
+                    value = spec.fn(context, *args, **kwargs)
             except Exception as exc:
                 raise _BodyFailed() from exc  # out of the transaction, which rolls back
             if crashpoints.ARMED:
