@@ -67,3 +67,15 @@ def test_the_example_passes_on_a_fresh_postgresql_database_dropped_after(postgre
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 passed" in done.stdout
     assert kit_databases(postgres_admin_url) <= before
+
+
+def test_nothing_in_the_library_imports_the_testing_kit() -> None:
+    from tests.unit.test_import_graph import import_graph
+
+    importers = {
+        name
+        for name, imported in import_graph().items()
+        if not name.startswith("runifold_sync.testing")
+        and any(i.startswith("runifold_sync.testing") for i in imported)
+    }
+    assert importers == set()
