@@ -60,7 +60,8 @@ def approve(
 
 def journal(store: WorkflowStore, task_id: str) -> list[JournalEntry]:
     """The main function's journal of ``task_id`` (its current run's), oldest entry
-    first: each step, effect, wait and child as recorded, ``call_id`` its step id.
+    first: each step, effect, wait and child as recorded, ``call_id`` naming the call
+    and its occurrence (``pay#1``).
     Empty before the first commit. Parallel branches keep their own journals:
     ``checkpoint.read_checkpoint(store, task_id).branch_journals``."""
     checkpoint = read_checkpoint(store, task_id)
