@@ -70,6 +70,7 @@ from .outcomes import (
     Suspended,
     Yielded,
 )
+from .retention import RetentionPolicy, keep_pruning
 from .schedules import Schedule, ScheduleTick
 from .step_context import StepContext
 from .store.base import WorkflowStore
@@ -121,6 +122,7 @@ __all__ = [
     "NonDeterminism",
     "OutputNotSerializable",
     "PublishedEvent",
+    "RetentionPolicy",
     "Retried",
     "RetryPolicy",
     "RunOutcome",
@@ -170,5 +172,6 @@ __all__ = [
     "WorkflowTask",
     "WorkflowWorker",
     "Yielded",
+    "keep_pruning",
     "open_store",
 ]

@@ -8,6 +8,7 @@ replay from their journals without running a step, unfinished ones continue.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -138,7 +139,12 @@ class _Runner:
                 self.results[key] = value
 
         with ThreadPoolExecutor(min(max_threads, len(branches))) as pool:
-            for future in [pool.submit(body, key, fn) for key, fn in branches.items()]:
+            # Each branch runs in a copy of this thread's context, so what is current here
+            # (the cycle's span when tracing is on) is current in the branch too.
+            started = [
+                pool.submit(contextvars.copy_context().run, body, key, fn) for key, fn in branches.items()
+            ]
+            for future in started:
                 future.result()
 
     def _interrupted(self, key: str, interrupt: Interrupt) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from . import crashpoints
 from .boundary import Boundary
@@ -26,6 +26,7 @@ from .errors import AmbiguousEffect, OutputNotSerializable
 from .interrupts import BranchStopped, CancelRequested, FailRequested, RetryRequested
 from .logs import task_fields
 from .replay import Cursor, finished
+from .spans import ClaimSpans
 from .specs import StepSpec
 from .step_context import StepContext
 from .store.records import EffectResolution, Lease
@@ -73,8 +74,10 @@ class Calls:
         undoable: Collection[str],
         resolutions: Mapping[str, EffectResolution],
         timeouts: Timeouts,
+        spans: ClaimSpans,
     ) -> None:
         self._cursor = cursor
+        self._spans = spans
         self._commits = commits
         self._boundary = boundary
         self._lease = lease
@@ -100,6 +103,10 @@ class Calls:
             except BaseException:
                 self._timeouts.unmark(call_id)  # refused before its body began
                 raise
+        if spec.transactional:
+            output = self._transaction(spec, call_id, args, kwargs)
+            self._boundary.check_budget()
+            return structured(spec, output)
         output = self._execute(spec, call_id, None, args, kwargs)
         with self._commits.lock:
             self._cursor.record(JournalEntry(call_id, _STEP, _DONE, output))
@@ -216,12 +223,19 @@ class Calls:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        """Run a body for real, account for it, and turn its failure into a retry or a
-        terminal failure according to its retry policy."""
-        checkpoint = self._commits.checkpoint
+        """Run a body for real, in its span, account for it, and turn its failure into a
+        retry or a terminal failure according to its retry policy."""
         with self._commits.lock:
-            failures = checkpoint.step_failures.get(call_id, 0)
+            failures = self._commits.checkpoint.step_failures.get(call_id, 0)
         context = StepContext(self._lease.task_id, call_id, failures + 1, self._lease.fencing_token, key)
+        with self._spans.call(spec, context):
+            return self._attempt(spec, context, args, kwargs)
+
+    def _attempt(
+        self, spec: StepSpec, context: StepContext, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        checkpoint = self._commits.checkpoint
+        call_id, key, failures = context.call_id, context.idempotency_key, context.attempt - 1
         started = time.monotonic()
         if crashpoints.ARMED:
             crashpoints.reached(f"before_{spec.kind}", call_id)
@@ -238,19 +252,7 @@ class Calls:
         # late result is kept: the outside world changed, and now it is known how.
         timed_out = late and spec.kind is _STEP
         if error is not None or timed_out:
-            self._boundary.check_lease()  # a lost lease outranks the failure: record nothing
-            failures += 1
-            with self._commits.lock:
-                self._boundary.account(steps=0, cost=context.cost, started=started)
-                checkpoint.step_failures[call_id] = failures
-                self._timeouts.unmark(call_id)
-            if timed_out:
-                interrupt = self._timeouts.ended_late(spec, key, failures)
-            else:
-                assert error is not None
-                interrupt = self._after_failure(spec, key, error, failures)
-            log.warning("%s", interrupt.reason, exc_info=error, extra=task_fields(self._lease))
-            raise interrupt from error
+            self._failed(spec, key, context, started, error, timed_out)
         if crashpoints.ARMED:
             crashpoints.reached(f"after_{spec.kind}", call_id)
         self._boundary.check_lease()
@@ -261,6 +263,68 @@ class Calls:
             if spec.timeout is not None:
                 self._timeouts.unmark(call_id)
         return output
+
+    def _failed(
+        self,
+        spec: StepSpec,
+        key: str | None,
+        context: StepContext,
+        started: float,
+        error: Exception | None,
+        timed_out: bool = False,
+    ) -> NoReturn:
+        """Account for a failed attempt of a body and raise what it leads to: a retry, or
+        the task's failure."""
+        self._boundary.check_lease()  # a lost lease outranks the failure: record nothing
+        call_id, failures = context.call_id, context.attempt
+        with self._commits.lock:
+            self._boundary.account(steps=0, cost=context.cost, started=started)
+            self._commits.checkpoint.step_failures[call_id] = failures
+            self._timeouts.unmark(call_id)
+        if timed_out:
+            interrupt = self._timeouts.ended_late(spec, key, failures)
+        else:
+            assert error is not None
+            interrupt = self._after_failure(spec, key, error, failures)
+        log.warning("%s", interrupt.reason, exc_info=error, extra=task_fields(self._lease))
+        raise interrupt from error
+
+    def _transaction(
+        self, spec: StepSpec, call_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """Run a ``@workflow.transaction()`` body on the store's connection and record it,
+        committed in that one transaction: a body that raises rolls its writes back and
+        fails as any step's body does."""
+        with self._commits.lock:
+            failures = self._commits.checkpoint.step_failures.get(call_id, 0)
+        context = StepContext(self._lease.task_id, call_id, failures + 1, self._lease.fencing_token, None)
+        started = time.monotonic()
+        outputs: list[Any] = []
+
+        def run(connection: Any) -> None:
+            context.connection = connection
+            if crashpoints.ARMED:
+                crashpoints.reached("before_step", call_id)
+            try:
+                value = spec.fn(context, *args, **kwargs)
+            except Exception as exc:
+                raise _BodyFailed() from exc  # out of the transaction, which rolls back
+            if crashpoints.ARMED:
+                crashpoints.reached("after_step", call_id)
+            self._boundary.check_lease()
+            output = encode_output(spec, call_id, value)
+            self._boundary.account(steps=1, cost=context.cost, started=started)
+            self._commits.checkpoint.step_failures.pop(call_id, None)
+            self._cursor.record(JournalEntry(call_id, _STEP, _DONE, output))
+            self._completed(spec, call_id)
+            outputs.append(output)
+
+        try:
+            self._commits.commit_transaction(call_id, run)
+        except _BodyFailed as failed:
+            assert isinstance(failed.__cause__, Exception)
+            self._failed(spec, None, context, started, failed.__cause__)
+        return outputs[0]
 
     def _after_failure(
         self, spec: StepSpec, key: str | None, exc: Exception, failures: int
@@ -288,3 +352,8 @@ class Calls:
         branches (caller holds the lock): the undo runs in exactly the reverse order."""
         if spec.step_id in self._undoable:
             self._commits.checkpoint.undo.append(call_id)
+
+
+class _BodyFailed(Exception):
+    """Carries a transaction step's failure (its ``__cause__``) out of the store
+    transaction, which rolls back on the way."""

@@ -35,6 +35,7 @@ from .errors import ChildFailed, EnqueueConflict, InvalidArgument
 from .interrupts import FailRequested, SuspendRequested
 from .models import TaskOutcome, TaskState, WorkflowTask, check_name
 from .replay import Cursor, finished
+from .spans import ClaimSpans
 from .store.base import WorkflowStore
 from .store.records import TaskRecord
 from .waits import OpenWait, check_wait_timeout, open_wait
@@ -71,8 +72,10 @@ class Children:
         store: WorkflowStore,
         tenant: str,
         branch: str | None,
+        spans: ClaimSpans,
     ) -> None:
         self._cursor = cursor
+        self._spans = spans
         self._boundary = boundary
         self._store = store
         self._tenant = tenant  # a child's tenant unless the call names one
@@ -133,17 +136,22 @@ class Children:
         if not isinstance(wait, OpenWait):
             return wait
         entry, due_at = wait.entry, wait.due_at
-        records = [self._store.get_task(handle.task_id) for handle in handles]
-        unfinished = [r.task_id for r in records if r.state not in (TaskState.TERMINAL, TaskState.CANCELLED)]
-        if not unfinished:
-            self._cursor.finish(entry, {"children": [_ending(r) for r in records]})
-        elif due_at is not None and wait.now >= due_at:
-            self._cursor.finish(entry, {"timed_out": unfinished})
-        else:
-            until = "" if due_at is None else f" until {due_at.isoformat()}"
-            waited = unfinished[0]
-            others = f" (and {len(unfinished) - 1} more)" if len(unfinished) > 1 else ""
-            raise SuspendRequested(due_at, f"waiting for child task {waited!r}{others}{until}", child=waited)
+        with self._spans.wait("children", wait.call_id) as span:
+            records = [self._store.get_task(handle.task_id) for handle in handles]
+            ended = (TaskState.TERMINAL, TaskState.CANCELLED)
+            unfinished = [r.task_id for r in records if r.state not in ended]
+            if not unfinished:
+                self._cursor.finish(entry, {"children": [_ending(r) for r in records]})
+                span.ended("ended")
+            elif due_at is not None and wait.now >= due_at:
+                self._cursor.finish(entry, {"timed_out": unfinished})
+                span.ended("timed_out")
+            else:
+                until = "" if due_at is None else f" until {due_at.isoformat()}"
+                waited = unfinished[0]
+                others = f" (and {len(unfinished) - 1} more)" if len(unfinished) > 1 else ""
+                reason = f"waiting for child task {waited!r}{others}{until}"
+                raise SuspendRequested(due_at, reason, child=waited)
         return dict(entry.output)
 
 

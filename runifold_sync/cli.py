@@ -3,7 +3,8 @@
 Each command parses its options, calls the library and prints. This module holds the
 entry point and the commands about single tasks; ``cli_show`` holds ``show``, ``cli_wait``
 ``wait``, ``cli_run`` ``run`` and ``demo``, ``cli_fleet`` the store-wide ones (schema,
-versions, workers, stats, tenants), ``cli_schedules`` the schedules.
+versions, workers, stats, tenants), ``cli_schedules`` the schedules, ``cli_retention``
+``prune``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .cli_common import (
     start_time,
 )
 from .cli_fleet import migrate, stats, tenant, versions, workers
+from .cli_retention import prune
 from .cli_run import demo, run
 from .cli_schedules import schedule, schedules
 from .cli_show import record_json, show
@@ -332,5 +334,18 @@ def resolve(
     )
 
 
-for _command in (show, wait, run, demo, migrate, versions, workers, stats, tenant, schedules, schedule):
+for _command in (
+    show,
+    wait,
+    run,
+    demo,
+    migrate,
+    versions,
+    workers,
+    stats,
+    tenant,
+    schedules,
+    schedule,
+    prune,
+):
     main.add_command(_command)

@@ -134,6 +134,24 @@ def duration(ctx: click.Context, param: click.Parameter, value: str) -> timedelt
     return found
 
 
+def duration_text(value: timedelta) -> str:
+    """``value`` as the duration options take it: ``30d``, ``12h``, ``1h30m``, ``45s``."""
+    seconds = value.total_seconds()
+    parts = []
+    for unit in "dhm":
+        amount, seconds = divmod(seconds, _UNIT_S[unit])
+        if amount:
+            parts.append(f"{amount:.0f}{unit}")
+    if seconds or not parts:
+        parts.append(f"{seconds:g}s")
+    return "".join(parts)
+
+
+def optional_duration(ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:
+    """:func:`duration` for an option that may be left out (``run --retention``)."""
+    return None if value is None else duration(ctx, param, value)
+
+
 def start_time(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | timedelta | None:
     """``--not-before``: an ISO 8601 time with its UTC offset (a naive time would depend
     on the clock of whoever typed it), or a delay such as ``30s``, ``5m``, ``1h30m`` or

@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import ExitStack
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import click
 
-from .cli_common import checked, database_option, echo_json, json_option, store_url
+from .cli_common import checked, database_option, echo_json, json_option, optional_duration, store_url
 from .errors import RunifoldError
 from .logs import LogFormat, configure_logging
 from .metrics_endpoint import MetricsEndpoint, serving_metrics
 from .outcomes import RunOutcome
 from .redaction import redacted
+from .retention import RetentionPolicy
+from .retention_process import pruning_beside
 from .runner import (
     RunifoldSettings,
     default_worker_id,
@@ -101,6 +105,15 @@ DEMO_URL = "sqlite:///runifold-demo.db"
     "--metrics-host", default="127.0.0.1", show_default=True, help="Address the metrics endpoint listens on."
 )
 @click.option(
+    "--retention",
+    default=None,
+    metavar="DURATION",
+    callback=optional_duration,
+    help="Prune finished tasks last changed longer ago than this (30d, 12h, 90m, 45s) while "
+    "the pool runs, from a process of its own at a low rate (not with --once). Default: keep "
+    "every task.",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     default="info",
@@ -113,6 +126,14 @@ DEMO_URL = "sqlite:///runifold-demo.db"
     default="text",
     show_default=True,
     help="Log lines with task_id, worker_id and fencing_token fields: text, or one JSON object per line.",
+)
+@click.option(
+    "--tracing",
+    is_flag=True,
+    envvar="RUNIFOLD_TRACING",
+    help="Trace cycles, steps, effects and waits with OpenTelemetry (the otel extra): each worker "
+    "process builds its own provider after the fork from the standard OTEL_* variables "
+    "(OTEL_TRACES_EXPORTER, default otlp; OTEL_EXPORTER_OTLP_ENDPOINT; OTEL_SERVICE_NAME).",
 )
 @json_option
 def run(
@@ -128,8 +149,10 @@ def run(
     once: bool,
     metrics_port: int | None,
     metrics_host: str,
+    retention: timedelta | None,
     log_level: str,
     log_format: LogFormat,
+    tracing: bool,
     as_json: bool,
 ) -> None:
     """Run workers: a supervised pool of processes, or with --once a single cycle whose
@@ -141,6 +164,8 @@ def run(
         raise click.UsageError(
             "--metrics-port serves a running pool's metrics and cannot be used with --once"
         )
+    if once and retention is not None:
+        raise click.UsageError("--retention prunes beside a running pool and cannot be used with --once")
     configure_logging(log_level, log_format)
     settings = checked(
         RunifoldSettings.from_mapping,
@@ -153,22 +178,31 @@ def run(
             "RUNIFOLD_CLAIM_BATCH": claim_batch,
             "RUNIFOLD_RECYCLE_AFTER": recycle_after,
             "RUNIFOLD_SHUTDOWN_GRACE_SECONDS": shutdown_grace_s,
+            "RUNIFOLD_TRACING": tracing,
         },
     )
     if once:
         outcome = checked(run_one_cycle, settings, worker_id)
         _print_outcome(outcome, as_json)
         sys.exit(0 if once_succeeded(outcome) else 1)
-    if metrics_port is None:
-        report = checked(run_pool, settings, concurrency, worker_id)
-    else:
-        endpoint = MetricsEndpoint(metrics_host, metrics_port)
-        metrics = serving_metrics(endpoint, settings.database_url, log_level=log_level, log_format=log_format)
-        try:
-            with metrics as observer:
-                report = run_pool(settings, concurrency, worker_id, observer=observer)
-        except RunifoldError as exc:
-            raise click.ClickException(str(exc)) from exc
+    try:
+        with ExitStack() as beside:
+            observer = None
+            if metrics_port is not None:
+                endpoint = MetricsEndpoint(metrics_host, metrics_port)
+                observer = beside.enter_context(
+                    serving_metrics(
+                        endpoint, settings.database_url, log_level=log_level, log_format=log_format
+                    )
+                )
+            if retention is not None:
+                policy = RetentionPolicy(retention)
+                beside.enter_context(
+                    pruning_beside(settings.database_url, policy, log_level=log_level, log_format=log_format)
+                )
+            report = run_pool(settings, concurrency, worker_id, observer=observer)
+    except RunifoldError as exc:
+        raise click.ClickException(str(exc)) from exc
     if as_json:
         click.echo(
             json.dumps(

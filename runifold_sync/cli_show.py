@@ -13,7 +13,9 @@ import click
 
 from .checkpoint import Checkpoint, newest_entries
 from .cli_common import checked, database_option, json_option, opened_store
+from .errors import TaskNotFound
 from .models import TaskOutcome
+from .store.base import WorkflowStore
 from .store.checks import MAX_LIST_LIMIT
 from .store.records import TaskEvent, TaskRecord
 
@@ -64,7 +66,7 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
     with opened_store(database) as store:
         record = store.get_task(task_id)
         events = store.history(task_id)
-        family = [store.get_task(record.parent_id)] if record.parent_id is not None else []
+        family = _parent(store, record)
         children = store.list_tasks(parent=task_id, limit=MAX_LIST_LIMIT)
         published = store.published_events(task_id)
         if record.checkpoint_json:
@@ -125,6 +127,8 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
     if failure is not None:
         click.echo(f"failure: {_failure_line(failure)}")
     click.echo(f"revision {record.revision}, fencing token {record.fencing_token}, usage {usage}")
+    if record.parent_id is not None and not family:
+        click.echo(f"parent: {record.parent_id} (no longer stored: pruned)")
     for relation, related in [("parent", r) for r in family] + [("child", r) for r in children]:
         about = _related(related)
         click.echo(
@@ -148,6 +152,18 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
         click.echo(f"  {e.at.isoformat()} {e.kind:<16} {e.worker_id or '-':<16} {detail}")
         if isinstance(trace, str):
             click.echo(textwrap.indent(trace.rstrip("\n"), "      "))
+
+
+def _parent(store: WorkflowStore, record: TaskRecord) -> list[TaskRecord]:
+    """The task's parent as a list of none or one: none for a task enqueued from outside,
+    and for a child whose finished parent was pruned first (``store.prune`` keeps a child
+    while its parent is stored, not the other way round)."""
+    if record.parent_id is None:
+        return []
+    try:
+        return [store.get_task(record.parent_id)]
+    except TaskNotFound:
+        return []
 
 
 def _related(record: TaskRecord) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
@@ -152,25 +153,50 @@ class Commits:
             if unsaved is not None:
                 self.commit(unsaved)
 
+    def commit_transaction(self, subject: str, run: Callable[[Any], None]) -> None:
+        """A ``@workflow.transaction()`` step: ``run(connection)`` (its body, recording
+        its entry) and the fenced commit of what changed, in one store transaction, so
+        the body's writes are durable exactly when its completion is."""
+        with self.lock:
+            with self._store.step_transaction() as tx:
+                run(tx.connection)
+                write = self._encoded()
+                if crashpoints.ARMED:
+                    crashpoints.reached("before_commit", subject)
+                try:
+                    committed = tx.commit_checkpoint(
+                        self._lease, self.revision, write.head_json, journal=write.journal
+                    )
+                except LeaseLostError as exc:
+                    raise Unwind(exc) from exc
+            self._stored(write, committed, subject)
+
+    def _encoded(self) -> CheckpointWrite:
+        try:
+            return self.encode()
+        except CheckpointError as exc:
+            raise FailRequested(str(exc), cause="checkpoint", error=exc) from exc
+
     def _write(self, store: Callable[[CheckpointWrite], Committed], subject: str) -> None:
         """Encode what changed and make one fenced write of it; keeps the new revision."""
         with self.lock:
-            try:
-                write = self.encode()
-            except CheckpointError as exc:
-                raise FailRequested(str(exc), cause="checkpoint", error=exc) from exc
+            write = self._encoded()
             if crashpoints.ARMED:
                 crashpoints.reached("before_commit", subject)
             try:
                 committed = store(write)
             except LeaseLostError as exc:
                 raise Unwind(exc) from exc
-            self.checkpoint.stored(write)
-            self.progress.revision = committed.revision
-            if committed.cancel_requested is not None:
-                self._flags.cancel = True
-            if committed.paused is not None:
-                self._flags.pause = True
-            self.progress.unsaved = None
-            if crashpoints.ARMED:
-                crashpoints.reached("after_commit", subject)
+            self._stored(write, committed, subject)
+
+    def _stored(self, write: CheckpointWrite, committed: Committed, subject: str) -> None:
+        """The checkpoint as the store now has it (caller holds the lock)."""
+        self.checkpoint.stored(write)
+        self.progress.revision = committed.revision
+        if committed.cancel_requested is not None:
+            self._flags.cancel = True
+        if committed.paused is not None:
+            self._flags.pause = True
+        self.progress.unsaved = None
+        if crashpoints.ARMED:
+            crashpoints.reached("after_commit", subject)

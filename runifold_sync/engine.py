@@ -29,6 +29,7 @@ from .heartbeat import LeaseFlags
 from .interrupts import ContinueRequested
 from .models import Budget
 from .replay import Cursor
+from .spans import NO_SPANS, ClaimSpans
 from .store import checks
 from .store.base import WorkflowStore
 from .store.records import ClaimedTask, Lease
@@ -49,8 +50,10 @@ class TaskRun:
         flags: LeaseFlags,
         max_steps_per_claim: int | None,
         max_entry_bytes: int,
+        spans: ClaimSpans = NO_SPANS,
     ) -> None:
         self._claimed = claimed
+        self._spans = spans  # the claim's bodies and waits report to its cycle span
         self._definition = definition
         self._store = store
         self._flags = flags  # set by the heartbeat thread
@@ -85,6 +88,7 @@ class TaskRun:
             undoable=definition.workflow.compensations,
             resolutions=self._claimed.resolutions,
             timeouts=Timeouts(commits=self.commits, boundary=self.boundary, flags=self._flags, lease=lease),
+            spans=self._spans,
         )
         self.waits = Waits(
             cursor=cursor,
@@ -95,6 +99,7 @@ class TaskRun:
             signals=definition.workflow.signals,
             sender_policy=definition.sender_policy,
             branch=None if branch is None else branch.key,
+            spans=self._spans,
         )
         self.children = Children(
             cursor=cursor,
@@ -102,6 +107,7 @@ class TaskRun:
             store=self._store,
             tenant=lease.tenant,
             branch=None if branch is None else branch.key,
+            spans=self._spans,
         )
         self.context = WorkflowContext(self)
 

@@ -53,6 +53,7 @@ from .outcomes import (
     Suspended,
     Yielded,
 )
+from .spans import NO_SPANS, ClaimSpans, CycleTracer
 from .store.base import WorkflowStore
 from .store.records import ClaimedTask
 from .tracebacks import kept_traceback
@@ -72,6 +73,7 @@ class ClaimExecutor:
         settings: WorkerSettings,
         keeper: LeaseKeeper,
         ahead: ClaimedAhead,
+        tracer: CycleTracer | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -81,11 +83,18 @@ class ClaimExecutor:
         self._unavailable_delay = settings.unavailable_delay
         self._keeper = keeper
         self._ahead = ahead  # holds what a completion claims for the next cycle
+        self._tracer = tracer
 
     def run(self, claimed: ClaimedTask, extended_at: float | None = None) -> RunOutcome:
         """Run ``claimed`` (its lease last extended at monotonic ``extended_at``, default
         now) until its workflow completes, waits, fails or yields, and make the one fenced
-        transition that ends the claim."""
+        transition that ends the claim; inside its cycle span when tracing is on."""
+        tracer = self._tracer
+        if tracer is None:
+            return self._claim(claimed, extended_at, NO_SPANS)
+        return tracer.cycle(claimed, lambda spans: self._claim(claimed, extended_at, spans))
+
+    def _claim(self, claimed: ClaimedTask, extended_at: float | None, spans: ClaimSpans) -> RunOutcome:
         lease = claimed.lease
         definition = self.registry.get(claimed.definition_name, claimed.definition_version)
         wanted = f"definition unavailable: {claimed.definition_name!r} version {claimed.definition_version}"
@@ -119,6 +128,7 @@ class ClaimExecutor:
                 flags=flags,
                 max_steps_per_claim=self._max_steps_per_claim,
                 max_entry_bytes=self._max_entry_bytes,
+                spans=spans,
             )
             return self._execute(claimed, definition, ctx)
         finally:

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 
 import attrs
 
+from . import sidecar
 from .errors import RunifoldError
 from .logs import LogFormat
 from .observer import CycleObserver
@@ -31,7 +32,6 @@ log = logging.getLogger("runifold_sync.metrics_endpoint")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 READY = "listening"  # the exporter's one line on stdout once its port is bound
 _READY_TIMEOUT_S = 30.0
-_STOP_TIMEOUT_S = 10.0
 
 
 class MetricsUnavailable(RunifoldError):
@@ -78,7 +78,7 @@ def serving_metrics(
             log.info("serving metrics at %s", endpoint.url)
             yield prometheus_observer
         finally:
-            _stop(exporter)
+            sidecar.stop(exporter)
     finally:
         if previous is None:
             del os.environ[MULTIPROC_ENV]
@@ -104,18 +104,9 @@ def _start(
     finally:
         exporter.stdout.close()  # the pool's children must not inherit it
     if line.strip() != READY:
-        _stop(exporter)
+        sidecar.stop(exporter)
         raise MetricsUnavailable(
             f"the metrics exporter did not start serving {endpoint.url} "
             f"(exit code {exporter.returncode}; its error is above)"
         )
     return exporter
-
-
-def _stop(exporter: subprocess.Popen[str]) -> None:
-    exporter.terminate()
-    try:
-        exporter.wait(_STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        exporter.kill()
-        exporter.wait()

@@ -8,7 +8,7 @@ import socket
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 import attrs
 
@@ -34,6 +34,9 @@ from .supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisor
 from .worker import WorkflowWorker
 from .worker_settings import MAX_CLAIM_BATCH, WorkerSettings
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
 SETTING_NAMES = (
     "RUNIFOLD_DATABASE_URL",
     "RUNIFOLD_APP",
@@ -43,6 +46,7 @@ SETTING_NAMES = (
     "RUNIFOLD_CLAIM_BATCH",
     "RUNIFOLD_RECYCLE_AFTER",
     "RUNIFOLD_SHUTDOWN_GRACE_SECONDS",
+    "RUNIFOLD_TRACING",
 )
 DEFAULT_SHUTDOWN_GRACE = timedelta(seconds=60)
 _OK_ONCE = (Idle, Completed, Suspended, Retried, Yielded, ContinuedAsNew)
@@ -67,6 +71,9 @@ class RunifoldSettings:
     recycle_after: int | None = None  # tasks after which a pool worker is replaced
     # How long a stopping pool waits for a child to finish its cycle before killing it.
     shutdown_grace: timedelta = DEFAULT_SHUTDOWN_GRACE
+    # Each worker traces its cycles with a provider of its own, built in the process that
+    # runs it (a pool child: after the fork) from the OTEL_* variables (tracing.py).
+    tracing: bool = False
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> RunifoldSettings:
@@ -99,8 +106,19 @@ class RunifoldSettings:
             values.get("RUNIFOLD_SHUTDOWN_GRACE_SECONDS", DEFAULT_SHUTDOWN_GRACE.total_seconds()),
             0.1,
         )
+        tracing = values.get("RUNIFOLD_TRACING", False)
+        if not isinstance(tracing, bool):
+            raise InvalidArgument(f"RUNIFOLD_TRACING must be True or False, got {tracing!r}")
         settings = cls(
-            url, app, concurrency, lease, heartbeat, claim_batch, recycle_after, timedelta(seconds=grace_s)
+            url,
+            app,
+            concurrency,
+            lease,
+            heartbeat,
+            claim_batch,
+            recycle_after,
+            timedelta(seconds=grace_s),
+            tracing,
         )
         settings.worker_settings()  # checks the heartbeat against the lease
         return settings
@@ -157,7 +175,12 @@ class EmbeddedWorker(WorkflowWorker):
     ) -> None:
         try:
             super().__init__(
-                store, registry, worker_id, settings=settings.worker_settings(), observer=observer
+                store,
+                registry,
+                worker_id,
+                settings=settings.worker_settings(),
+                observer=observer,
+                tracer_provider=_tracer_provider() if settings.tracing else None,
             )
         except BaseException:
             store.close()
@@ -173,6 +196,14 @@ class EmbeddedWorker(WorkflowWorker):
             super().close()
         finally:
             self.store.close()
+
+
+def _tracer_provider() -> TracerProvider:
+    """A provider from the ``OTEL_*`` variables, built where the worker runs (never before
+    a fork): tracing's import, and OpenTelemetry's, only when tracing is on."""
+    from .tracing import provider_from_env
+
+    return provider_from_env()
 
 
 def run_one_cycle(settings: RunifoldSettings, worker_id: str, cycle: CycleHook = nullcontext) -> RunOutcome:

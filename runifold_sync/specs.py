@@ -63,10 +63,15 @@ class StepSpec:
     # How long one attempt of the body may run (``timeouts.py``). Like the retry policy,
     # it says how a body runs, not what its checkpoint means: no part of ``schema``.
     timeout: timedelta | None = None
+    # ``@workflow.transaction()``: the body runs inside the store transaction that records
+    # its completion. That changes what a recorded call means (its writes are in it), so
+    # it is part of ``schema``, said only when set so other steps' fingerprints stay.
+    transactional: bool = False
 
     @property
     def output_type(self) -> Any:
         return return_type(self.fn)
 
     def schema(self) -> dict[str, Any]:
-        return {"id": self.step_id, "kind": str(self.kind), "idempotent": self.idempotent}
+        schema = {"id": self.step_id, "kind": str(self.kind), "idempotent": self.idempotent}
+        return schema | {"transaction": True} if self.transactional else schema

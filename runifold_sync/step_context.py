@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from .errors import InvalidArgument
@@ -18,6 +20,10 @@ class StepContext:
     fence: int
     idempotency_key: str | None
     cost: float = 0.0
+    # A ``@workflow.transaction()`` body's database connection, inside the transaction
+    # that records the step's completion (psycopg 3 with rows as dicts, or sqlite3); None
+    # for any other step or effect.
+    connection: Any = None
 
     def charge(self, cost: float) -> None:
         """Add ``cost`` units (tokens, cents...) to the task's budget usage."""

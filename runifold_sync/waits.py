@@ -21,6 +21,7 @@ from .commits import Commits
 from .errors import InvalidArgument
 from .interrupts import FailRequested, SuspendRequested
 from .replay import Cursor, finished
+from .spans import ClaimSpans
 from .store.base import WorkflowStore
 from .store.records import Signal
 from .store.signal_checks import approval_payload_problem
@@ -114,8 +115,10 @@ class Waits:
         signals: frozenset[str],
         sender_policy: SenderPolicy | None,
         branch: str | None,
+        spans: ClaimSpans,
     ) -> None:
         self._cursor = cursor
+        self._spans = spans
         self._commits = commits
         self._boundary = boundary
         self._store = store
@@ -130,17 +133,20 @@ class Waits:
         call_id, entry = self._cursor.take("timer", EntryKind.TIMER)
         if finished(entry):
             return
-        now = self._store.now()
-        if entry is None:
-            self._boundary.check_continue()
-            entry = JournalEntry(call_id, EntryKind.TIMER, EntryStatus.PENDING, due=deadline(now).timestamp())
-            self._cursor.begin(entry)
-        assert entry.due is not None
-        due_at = datetime.fromtimestamp(entry.due, UTC)
-        if now >= due_at:
-            self._cursor.finish(entry, None)  # persisted with the next commit; replay re-derives it
-            return
-        raise SuspendRequested(due_at, f"waiting for timer {call_id} until {due_at.isoformat()}")
+        with self._spans.wait("timer", call_id) as span:
+            now = self._store.now()
+            if entry is None:
+                self._boundary.check_continue()
+                due = deadline(now).timestamp()
+                entry = JournalEntry(call_id, EntryKind.TIMER, EntryStatus.PENDING, due=due)
+                self._cursor.begin(entry)
+            assert entry.due is not None
+            due_at = datetime.fromtimestamp(entry.due, UTC)
+            if now >= due_at:
+                self._cursor.finish(entry, None)  # persisted with the next commit; replay re-derives it
+                span.ended("fired")
+                return
+            raise SuspendRequested(due_at, f"waiting for timer {call_id} until {due_at.isoformat()}")
 
     def wait_for_signal(self, name: str, timeout: timedelta | None, payload_type: Any) -> Any:
         """A signal's payload structured as ``payload_type``, or ``SignalTimedOut``."""
@@ -224,32 +230,35 @@ class Waits:
         if not isinstance(wait, OpenWait):
             return wait
         call_id, entry, now, due_at = wait.call_id, wait.entry, wait.now, wait.due_at
-        # The store keeps any name (it does not know the definition); the wait refuses the
-        # names the definition does not declare, so they leave the pending count, and leaves
-        # other declared names for their own wait.
-        for signal in self._store.pending_signals(self._cursor.task_id):
-            if signal.name not in self._signals:
-                note = f"signal {signal.name!r} is not declared by {self._workflow}"
-                self._commits.consume_signal(signal, call_id, accepted=False, note=note)
-                continue
-            if signal.name != name:
-                continue
-            payload = from_json(signal.payload_json)
-            refused = refusal(signal, payload)
-            if refused is None:
-                accepted = {"signal_id": signal.signal_id, "sender": signal.sender, "payload": payload}
-                self._cursor.finish(entry, accepted)
-            note = refused or f"accepted by {call_id}"
-            self._commits.consume_signal(signal, call_id, accepted=refused is None, note=note)
-            if refused is None:
+        with self._spans.wait("signal" if approvers is None else "approval", call_id) as span:
+            # The store keeps any name (it does not know the definition); the wait refuses the
+            # names the definition does not declare, so they leave the pending count, and leaves
+            # other declared names for their own wait.
+            for signal in self._store.pending_signals(self._cursor.task_id):
+                if signal.name not in self._signals:
+                    note = f"signal {signal.name!r} is not declared by {self._workflow}"
+                    self._commits.consume_signal(signal, call_id, accepted=False, note=note)
+                    continue
+                if signal.name != name:
+                    continue
+                payload = from_json(signal.payload_json)
+                refused = refusal(signal, payload)
+                if refused is None:
+                    accepted = {"signal_id": signal.signal_id, "sender": signal.sender, "payload": payload}
+                    self._cursor.finish(entry, accepted)
+                note = refused or f"accepted by {call_id}"
+                self._commits.consume_signal(signal, call_id, accepted=refused is None, note=note)
+                if refused is None:
+                    span.ended("received")
+                    return dict(entry.output)
+            if due_at is not None and now >= due_at:
+                self._cursor.finish(entry, {"timed_out": True})
+                span.ended("timed_out")
                 return dict(entry.output)
-        if due_at is not None and now >= due_at:
-            self._cursor.finish(entry, {"timed_out": True})
-            return dict(entry.output)
-        until = "" if due_at is None else f" until {due_at.isoformat()}"
-        raise SuspendRequested(
-            due_at, f"waiting for signal {name!r}{until}", signal=name, approvers=approvers
-        )
+            until = "" if due_at is None else f" until {due_at.isoformat()}"
+            raise SuspendRequested(
+                due_at, f"waiting for signal {name!r}{until}", signal=name, approvers=approvers
+            )
 
     def _no_wait_in_branch(self, what: str) -> None:
         if self._branch is not None:

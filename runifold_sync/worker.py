@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 import attrs
 
@@ -38,9 +38,13 @@ from .models import LeaseDuration, WorkerId, check_count
 from .observer import CycleObserver
 from .outcomes import Idle, LeaseLost, RunOutcome, Yielded
 from .schedule_ticker import ScheduleTicker
+from .spans import CycleTracer
 from .store.base import WorkflowStore
 from .store.records import ClaimRequest
 from .worker_settings import WorkerOptions, WorkerSettings
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 log = logging.getLogger("runifold_sync.worker")
 # Cycles in a row the store may refuse as not writable before the loop gives up.
@@ -64,7 +68,9 @@ class WorkflowWorker:
     """Claims tasks from ``store`` and runs the definitions in ``registry`` as
     ``worker_id``. Configure it with ``settings`` (a :class:`WorkerSettings`) or with
     the same settings as arguments: ``lease_duration``, ``heartbeat_interval`` and the
-    keywords of :class:`WorkerOptions`; those given override ``settings``."""
+    keywords of :class:`WorkerOptions`; those given override ``settings``. With an
+    OpenTelemetry ``tracer_provider`` each cycle, body and wait is a span
+    (:mod:`runifold_sync.tracing`), flushed by :meth:`close`."""
 
     def __init__(
         self,
@@ -76,6 +82,7 @@ class WorkflowWorker:
         *,
         settings: WorkerSettings | None = None,
         observer: CycleObserver | None = None,
+        tracer_provider: TracerProvider | None = None,
         **options: Unpack[WorkerOptions],
     ) -> None:
         if not isinstance(store, WorkflowStore):
@@ -103,7 +110,10 @@ class WorkflowWorker:
         )
         request = ClaimRequest(worker_id, self.settings.lease_duration, self.settings.claim_batch)
         self._ahead = ClaimedAhead(store, self._keeper, request)
-        self._executor = ClaimExecutor(store, registry, worker_id, self.settings, self._keeper, self._ahead)
+        self._tracer = None if tracer_provider is None else _tracing(tracer_provider, worker_id)
+        self._executor = ClaimExecutor(
+            store, registry, worker_id, self.settings, self._keeper, self._ahead, self._tracer
+        )
 
     @property
     def lease_duration(self) -> LeaseDuration:
@@ -247,7 +257,8 @@ class WorkflowWorker:
 
     def close(self) -> None:
         """Hand back tasks claimed ahead, stop the heartbeat thread and mark the worker
-        stopped in the registry. The store belongs to the caller."""
+        stopped in the registry, then export the spans still buffered. The store belongs
+        to the caller."""
         self._ahead.release()
         self._keeper.close()
         if self._registered:
@@ -259,6 +270,16 @@ class WorkflowWorker:
                     self.worker_id,
                     extra={"worker_id": str(self.worker_id)},
                 )
+        if self._tracer is not None:
+            self._tracer.close()
+
+
+def _tracing(provider: TracerProvider, worker_id: WorkerId) -> CycleTracer:
+    """The OpenTelemetry tracer of a worker given a provider. Imported here, when asked
+    for, so that a worker without one (and the package) never imports OpenTelemetry."""
+    from .tracing import Tracing
+
+    return Tracing(provider, worker_id.value)
 
 
 def _warn_of_clock_skew(store: WorkflowStore) -> None:

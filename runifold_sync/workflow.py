@@ -80,6 +80,23 @@ class Workflow:
             raise InvalidArgument(f"reconcile must be callable, got {reconcile!r}")
         return self._declare(EntryKind.EFFECT, effect_id, retry, capabilities, idempotent, reconcile, timeout)
 
+    def transaction(
+        self,
+        step_id: str | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        capabilities: Iterable[str] = (),
+    ) -> Callable[[Callable[Concatenate[StepContext, P], R]], Callable[Concatenate[WorkflowContext, P], R]]:
+        """Declare a step whose body writes to the store's own database through
+        ``ctx.connection``, in the same transaction that records its completion: its
+        writes and its checkpoint commit together, so it takes effect exactly once,
+        whatever crashes (a crash or a lost lease before that commit rolls its writes
+        back, and it runs again; after it, never). Keep it short: the transaction holds
+        its locks (on SQLite, the database's write lock) while the body runs."""
+        return self._declare(
+            EntryKind.STEP, step_id, retry, capabilities, True, None, None, transactional=True
+        )
+
     def compensate_for(
         self, step_id: str
     ) -> Callable[[Callable[[StepContext, Any], None]], Callable[[StepContext, Any], None]]:
@@ -139,6 +156,8 @@ class Workflow:
         idempotent: bool,
         reconcile: Callable[..., EffectEvidence] | None,
         timeout: timedelta | None,
+        *,
+        transactional: bool = False,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         if callable(step_id):
             raise InvalidArgument(f"use @workflow.{kind}() with parentheses")
@@ -154,7 +173,15 @@ class Workflow:
             if sid in self.steps:
                 raise InvalidArgument(f"{self!r} already declares a step or effect {sid!r}")
             spec = StepSpec(
-                sid, kind, fn, retry or RetryPolicy(), caps, idempotent, reconcile, checked_timeout
+                sid,
+                kind,
+                fn,
+                retry or RetryPolicy(),
+                caps,
+                idempotent,
+                reconcile,
+                checked_timeout,
+                transactional,
             )
             self.steps[sid] = spec
             self._fingerprint = None

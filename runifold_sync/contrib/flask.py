@@ -103,14 +103,25 @@ class Runifold:
         state = self._state()
         return state.stores.get(state.settings.database_url)
 
-    def enqueue(self, name: str, version: int, input: Any, **options: Unpack[TaskOptions]) -> str:
+    def enqueue(
+        self,
+        name: str,
+        version: int,
+        input: Any,
+        *,
+        connection: object = None,
+        **options: Unpack[TaskOptions],
+    ) -> str:
         """Enqueue a task now and return its id. Enqueue is idempotent on
         ``checkpoint_id``: pass one derived from your data (``f"order-{order.id}"``) and a
         retried request does not start a second workflow. With ``RUNIFOLD_APP`` set the
         task is checked first (an unknown name or version, input that does not fit:
-        ``InvalidArgument`` naming it, nothing stored)."""
+        ``InvalidArgument`` naming it, nothing stored). With ``connection`` (the app's
+        own psycopg 3 or sqlite3 connection to the store's database, or SQLAlchemy's
+        ``connection.connection.driver_connection``) it is written in that connection's
+        open transaction: it exists only if the request's transaction commits."""
         task = self.settings.task(name, version, input, **options)
-        return self.store.enqueue(task).task_id
+        return self.store.enqueue(task, connection=connection).task_id
 
     def close(self) -> None:
         """Close the current app's store in this process (it reopens on next use); the

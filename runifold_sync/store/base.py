@@ -15,8 +15,9 @@ adapters, the fenced transitions and the claim), and documented where it is writ
 - reads, tenant admission, the worker registry, store time and the lifecycle:
   :mod:`.sql_reads`;
 - waiting for a task to finish and reading the events it publishes:
-  :mod:`.sql_results`.
-- schedules (declaring them, a tick's task, pause and resume): :mod:`.sql_schedules`.
+  :mod:`.sql_results`;
+- schedules (declaring them, a tick's task, pause and resume): :mod:`.sql_schedules`;
+- retention, deleting old finished tasks: :mod:`.sql_retention`.
 
 The backends (:mod:`.sqlite`, :mod:`.postgres`) are a dialect and a way of opening it.
 """
@@ -33,13 +34,20 @@ from .records import EnqueueResult
 from .sql_operators import OperatorOperations
 from .sql_reads import ReadOperations
 from .sql_results import ResultOperations
+from .sql_retention import RetentionOperations
 from .sql_schedules import ScheduleOperations
 from .sql_transitions import WorkerOperations
 from .timing import OperationTimer
 
 
 class WorkflowStore(
-    OperatorOperations, WorkerOperations, ReadOperations, ResultOperations, ScheduleOperations, abc.ABC
+    OperatorOperations,
+    WorkerOperations,
+    ReadOperations,
+    ResultOperations,
+    ScheduleOperations,
+    RetentionOperations,
+    abc.ABC,
 ):
     """Semantic operations of the control plane on ``dialect``. Thread-safe: the
     worker's heartbeat thread shares the store with the thread running steps.
@@ -59,10 +67,12 @@ class WorkflowStore(
         recovery: one warning each (see :mod:`.outage`)."""
         return self.dialect.outage
 
-    def enqueue(self, task: WorkflowTask) -> EnqueueResult:
+    def enqueue(self, task: WorkflowTask, *, connection: object = None) -> EnqueueResult:
         """Insert ``task``; an identical task with the same id is returned as it is, a
-        different one raises :class:`EnqueueConflict`."""
-        (result,) = self.enqueue_many([task])
+        different one raises :class:`EnqueueConflict`. With ``connection``, in the
+        application's open transaction on it (:meth:`enqueue_many`). Idempotent while
+        the task is stored: after :meth:`prune` deleted it, its id enqueues a new task."""
+        (result,) = self.enqueue_many([task], connection=connection)
         return result
 
     def __enter__(self) -> WorkflowStore:

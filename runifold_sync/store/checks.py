@@ -30,6 +30,7 @@ MAX_PENDING_SIGNALS = 100  # the default cap; stores take ``max_pending_signals`
 # An event (ctx.set_event) is a progress note or a small answer, read by callers that
 # poll or wait for it: its value is held to this many bytes of JSON.
 MAX_EVENT_BYTES = 64 * 1024
+MAX_PRUNE_BATCH = 10_000  # tasks a prune deletes in one transaction
 
 
 def check_tasks(tasks: object) -> list[WorkflowTask]:
@@ -129,6 +130,18 @@ def check_delay(delay: object) -> timedelta:
     if not isinstance(delay, timedelta):
         raise InvalidArgument(f"delay must be a timedelta, got {delay!r}")
     return check_duration_bound("delay", delay)
+
+
+def check_older_than(field: str, value: object) -> timedelta:
+    """A retention's age (``prune``'s ``older_than``, ``run --retention``): a timedelta of
+    zero (every finished task) up to the longest duration a store keeps."""
+    if not isinstance(value, timedelta) or value < timedelta(0):
+        raise InvalidArgument(f"{field} must be a non-negative timedelta, got {value!r}")
+    return check_duration_bound(field, value)
+
+
+def check_prune_batch(field: str, value: object) -> int:
+    return check_int(field, value, minimum=1, maximum=MAX_PRUNE_BATCH)
 
 
 def check_pending_cap(cap: object) -> int:

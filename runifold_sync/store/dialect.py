@@ -90,6 +90,10 @@ class Transaction(Protocol):
     def now(self) -> Any:
         """Store time as a column value, the same on every call in this transaction."""
 
+    def connection(self) -> Any:
+        """The driver connection the transaction runs on, for a ``@workflow.transaction()``
+        body's own statements."""
+
 
 class Values(Protocol):
     """Conversions between Python values and one dialect's column values."""
@@ -117,12 +121,19 @@ class Values(Protocol):
     def detail(self, value: Any) -> dict[str, Any]:
         """A history event's stored detail as a dict."""
 
+    def db_ids(self, ids: Sequence[str]) -> Any:
+        """Task ids as one query parameter, for a statement about many tasks at once
+        (a JSON array that ``json_each`` reads on SQLite, a ``text[]`` on PostgreSQL)."""
+
 
 class Dialect(Values, abc.ABC):
     """One backend's database access and value adapters; see the module docstring.
     ``outage`` says in the log when the database stops and starts answering."""
 
     outage: OutageLog
+    # The named queries that delete a batch of pruned tasks (parameter ``ids``) with every
+    # row of theirs, the task rows last: the last one's count is the batch's.
+    prune_queries: tuple[str, ...]
 
     @abc.abstractmethod
     def transaction(self) -> AbstractContextManager[Transaction]:
@@ -145,6 +156,13 @@ class Dialect(Values, abc.ABC):
     @abc.abstractmethod
     def notify(self, tx: Transaction) -> None:
         """Wake idle workers when ``tx`` commits (nothing to do where they poll)."""
+
+    @abc.abstractmethod
+    def joined(self, connection: object) -> AbstractContextManager[Transaction]:
+        """The application's own open transaction on ``connection`` (a driver connection
+        to this store's database) as a Transaction: checked to reach this database at
+        this schema version (:class:`~runifold_sync.errors.InvalidArgument` otherwise),
+        and never committed or rolled back here."""
 
     @abc.abstractmethod
     def fenced(

@@ -29,10 +29,11 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
 from psycopg.rows import DictRow
 
-from ..errors import InvalidArgument
-from . import checks, refusals
+from ..errors import InvalidArgument, StoreUnavailable
+from . import checks, pg_joined, refusals
 from .base import WorkflowStore
 from .dialect import Dialect, Event, FencedTransition, Params, Row, Transaction
 from .pglisten import ResultListener
@@ -88,10 +89,15 @@ class PostgresTransaction:
             self._now = store_now(self.conn)
         return self._now
 
+    def connection(self) -> Connection:
+        return self.conn
+
 
 class PostgresDialect(Dialect):
     """Statements on a :class:`ProcessPool`; behind a transaction pooler, LISTEN on
     ``listener`` (or poll when there is none)."""
+
+    prune_queries = ("prune_rows",)  # one statement of data-modifying CTEs: one round trip
 
     def __init__(
         self,
@@ -106,6 +112,7 @@ class PostgresDialect(Dialect):
         self.pooled = pooled
         self.listener = listener
         self.results = results  # None: watches of a task poll (a pooler, nowhere to LISTEN)
+        self._identity: DictRow | None = None  # pg_joined.IDENTITY of this database, once read
 
     # --- statements --------------------------------------------------------------------
 
@@ -113,6 +120,21 @@ class PostgresDialect(Dialect):
     def transaction(self) -> Iterator[PostgresTransaction]:
         with self.pool.transaction() as conn:
             yield PostgresTransaction(conn)
+
+    @contextmanager
+    def joined(self, connection: object) -> Iterator[PostgresTransaction]:
+        if self._identity is None:
+            self._identity = self.pool.fetch_one(pg_joined.IDENTITY, {})
+        assert self._identity is not None
+        rows = pg_joined.checked(connection, self._identity, self.pool.where)
+        try:
+            yield PostgresTransaction(rows)  # type: ignore[arg-type]  # a Connection's execute
+        except psycopg.DataError as exc:
+            raise InvalidArgument(f"{self.pool.where} refused a value: {type(exc).__name__}: {exc}") from exc
+        except psycopg.Error as exc:
+            raise StoreUnavailable(
+                f"{self.pool.where}, on the caller's connection: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def one(self, name: str, params: Mapping[str, Any]) -> DictRow | None:
         return self.pool.fetch_one(Q[name], params)
@@ -156,6 +178,9 @@ class PostgresDialect(Dialect):
     def detail(self, value: Any) -> dict[str, Any]:
         detail: dict[str, Any] = value  # JSONB: psycopg has decoded it
         return detail
+
+    def db_ids(self, ids: Sequence[str]) -> list[str]:
+        return list(ids)
 
     # --- transitions and the claim ----------------------------------------------------
 

@@ -134,6 +134,7 @@ class ClaimedTask:
     from_state: str
     wait_started_at: datetime | None = None  # resumed from a wait: when it began
     wait_kind: str | None = None  # "timer" or "signal"
+    trace_context: str | None = None  # W3C traceparent current at enqueue (trace_context.py)
 
     @property
     def queue_delay(self) -> timedelta:

@@ -100,6 +100,7 @@ def claimed_task(
         due_at=time(row["due_at"]),
         claimed_at=time(row["at"]),
         from_state=row["from_state"],
+        trace_context=row["trace_context"],
         **_waited(row, values),
     )
 

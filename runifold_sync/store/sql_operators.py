@@ -15,6 +15,7 @@ from typing import Any
 from ..codec import to_json
 from ..errors import SignalConflict, StoreUnavailable, TaskNotFound
 from ..models import DeclaredSignals, TaskState, WorkflowTask
+from ..trace_context import current_traceparent
 from . import checks, event_details, refusals, row_records, signal_checks
 from .dialect import Dialect, Event, Row, Transaction
 from .records import EnqueueResult, SignalDelivery, TaskRecord
@@ -26,10 +27,18 @@ class OperatorOperations:
     dialect: Dialect
     max_pending_signals: int
 
-    def enqueue_many(self, tasks: list[WorkflowTask]) -> list[EnqueueResult]:
+    def enqueue_many(self, tasks: list[WorkflowTask], *, connection: object = None) -> list[EnqueueResult]:
         """Enqueue several tasks in one transaction: all of them or, on a conflict,
-        none. Results are in the order of ``tasks``."""
+        none. Results are in the order of ``tasks``. With ``connection`` (the
+        application's own connection to this database: psycopg 3 for PostgreSQL,
+        ``sqlite3`` for SQLite) in the application's open transaction, so the tasks
+        exist only if it commits (and workers wake when it does). A task id is taken
+        while its task is stored: once :meth:`prune` deleted it, the same id enqueues a
+        new task."""
         checks.check_tasks(tasks)
+        if connection is not None:
+            with self.dialect.joined(connection) as tx:
+                return insert_tasks(self.dialect, tx, tasks)
         with self.dialect.transaction() as tx:
             return insert_tasks(self.dialect, tx, tasks)
 
@@ -254,9 +263,11 @@ class OperatorOperations:
 def insert_tasks(d: Dialect, tx: Transaction, tasks: list[WorkflowTask]) -> list[EnqueueResult]:
     """Insert checked ``tasks`` inside ``tx`` with their enqueued events, waking idle
     workers when one is new: what ``enqueue_many`` does, for the operations that enqueue
-    as part of a larger transaction (a schedule's tick)."""
+    as part of a larger transaction (a schedule's tick). Each new task keeps the trace
+    context current here (``trace_context``), which every claim of it continues."""
     results = []
     _declare(tx, {task.declared for task in tasks if task.declared is not None})
+    traceparent = current_traceparent()  # the same span is current for the whole batch
     for task in tasks:
         params = {
             "task_id": task.task_id,
@@ -267,17 +278,22 @@ def insert_tasks(d: Dialect, tx: Transaction, tasks: list[WorkflowTask]) -> list
             "priority": task.priority,
             "not_before": None if task.not_before is None else d.db_time(task.not_before),
             "parent_id": task.parent_id,
+            "trace_context": traceparent,
         }
         inserted = tx.one("insert_task", params)
-        if inserted is not None:
-            detail = event_details.enqueued(task)
-            d.event(tx, Event(task.task_id, inserted["at"], "enqueued", detail))
-            results.append(EnqueueResult(task.task_id, created=True))
-            continue
-        row = tx.one("select_task", params)
-        if row is None:  # inserted and deleted in between: nothing deletes tasks today
-            raise StoreUnavailable(f"task {task.task_id!r} conflicted on insert but cannot be read")
-        results.append(refusals.already_enqueued(task, row))  # a conflict rolls the batch back
+        if inserted is None:
+            row = tx.one("select_task", params)
+            if row is not None:
+                results.append(refusals.already_enqueued(task, row))  # a conflict rolls the batch back
+                continue
+            # On PostgreSQL, the task it conflicted with was pruned (store.prune) in
+            # between: its id is free again, so this is a new task.
+            inserted = tx.one("insert_task", params)
+            if inserted is None:
+                raise StoreUnavailable(f"task {task.task_id!r} conflicted on insert but cannot be read")
+        detail = event_details.enqueued(task)
+        d.event(tx, Event(task.task_id, inserted["at"], "enqueued", detail))
+        results.append(EnqueueResult(task.task_id, created=True))
     if any(r.created for r in results):
         d.notify(tx)
     return results

@@ -15,7 +15,8 @@ on SQLite).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,7 +24,7 @@ from ..errors import InvalidState, LeaseLostError
 from ..models import LeaseDuration, WorkerId
 from ..outcomes import FailureDetail
 from . import checks, event_details, refusals, row_records, signal_checks
-from .dialect import Dialect, Event, FencedTransition
+from .dialect import Dialect, Event, FencedTransition, Transaction
 from .records import ClaimedTask, ClaimRequest, Committed, JournalRow, Lease, Signal
 from .timing import OperationTimer, timed
 
@@ -71,6 +72,14 @@ class WorkerOperations:
         if row is None:
             raise LeaseLostError(lease.task_id, lease.fencing_token, "checkpoint commit")
         return Committed(row["revision"], row["cancel_requested"], row["paused"])
+
+    @contextmanager
+    def step_transaction(self) -> Iterator[StepTransaction]:
+        """A transaction for a ``@workflow.transaction()`` step: its body's statements on
+        ``connection``, then the fenced commit of the checkpoint recording it, committed
+        together when the block ends (rolled back, body's writes included, if it raises)."""
+        with self.dialect.transaction() as tx:
+            yield StepTransaction(self, tx)
 
     @timed
     def suspend(
@@ -321,3 +330,23 @@ class WorkerOperations:
         wakes on ``NOTIFY runifold_tasks`` and when the earliest timer comes due; SQLite,
         which has no notifications, polls."""
         return self.dialect.wait_for_work(checks.check_wait_timeout(timeout))
+
+
+class StepTransaction:
+    """The open transaction of a ``@workflow.transaction()`` step."""
+
+    def __init__(self, store: WorkerOperations, tx: Transaction) -> None:
+        self._store = store
+        self._tx = tx
+        self.connection = tx.connection()
+
+    def commit_checkpoint(
+        self, lease: Lease, revision: int, checkpoint_json: str, *, journal: Sequence[JournalRow] = ()
+    ) -> Committed:
+        """The checkpoint commit recording the step, fenced as every commit is, inside the
+        step's transaction: refused (LeaseLostError), the whole transaction rolls back."""
+        params = self._store._progress(lease, revision, checkpoint_json)
+        row = self._store.dialect.fenced(self._tx, "commit_checkpoint", params, journal)
+        if row is None:
+            raise LeaseLostError(lease.task_id, lease.fencing_token, "transaction step commit")
+        return Committed(row["revision"], row["cancel_requested"], row["paused"])

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidArgument, StoreClosed, StoreNotWritable, StoreUnavailable, StoreUsedAcrossFork
-from . import checks, event_details, refusals, row_records, sqlite_clock
+from . import checks, event_details, refusals, row_records, sqlite_clock, sqlite_joined
 from .base import WorkflowStore
 from .checks import storable_text
 from .dialect import ENDING_TRANSITIONS, Dialect, Event, FencedTransition, Params, Row, Transaction
@@ -95,9 +95,43 @@ class SqliteTransaction:
     def now(self) -> int:
         return self.at
 
+    def connection(self) -> sqlite3.Connection:
+        return self.raw
+
+
+class JoinedTransaction(SqliteTransaction):
+    """The application's own transaction (``enqueue(..., connection=)``): rows by column
+    name whatever ``row_factory`` it set, and never committed here."""
+
+    __slots__ = ()
+
+    def _run(self, name: str, params: Mapping[str, Any]) -> sqlite3.Cursor:
+        cursor = self.raw.cursor()
+        cursor.row_factory = sqlite3.Row
+        return cursor.execute(_Q[name], {"now": self.at, **params})
+
+    def one(self, name: str, params: Mapping[str, Any]) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = self._run(name, params).fetchone()
+        return row
+
+    def all(self, name: str, params: Mapping[str, Any]) -> list[sqlite3.Row]:
+        return self._run(name, params).fetchall()
+
+    def count(self, name: str, params: Mapping[str, Any]) -> int:
+        return self._run(name, params).rowcount
+
 
 class SqliteDialect(Dialect):
     """Thread-local connections to one file, bound to the process that opened them."""
+
+    prune_queries = (
+        "prune_events",
+        "prune_journal",
+        "prune_signals",
+        "prune_resolutions",
+        "prune_task_events",
+        "prune_tasks",
+    )
 
     def __init__(self, path: str, synchronous: str, busy_timeout_s: float) -> None:
         self.path = path
@@ -154,6 +188,16 @@ class SqliteDialect(Dialect):
     def transaction(self) -> Iterator[SqliteTransaction]:
         with self._immediate("SQLite write to") as conn:
             yield SqliteTransaction(conn, conn.execute(_Q["now"]).fetchone()[0])
+
+    @contextmanager
+    def joined(self, connection: object) -> Iterator[SqliteTransaction]:
+        raw = sqlite_joined.checked(self.path, connection)
+        try:
+            yield JoinedTransaction(raw, raw.execute(_Q["now"]).fetchone()[0])
+        except sqlite3.Error as exc:
+            raise store_error(
+                f"SQLite write on the caller's connection to {self.path!r}", self.path, exc
+            ) from exc
 
     def all(self, name: str, params: Mapping[str, Any]) -> list[sqlite3.Row]:
         """One statement in autocommit mode: its own atomic transaction. Every row is
@@ -215,6 +259,9 @@ class SqliteDialect(Dialect):
     def detail(self, value: Any) -> dict[str, Any]:
         detail: dict[str, Any] = json.loads(value)
         return detail
+
+    def db_ids(self, ids: Sequence[str]) -> str:
+        return json.dumps(list(ids))
 
     # --- transitions and the claim ----------------------------------------------------
 

@@ -11,11 +11,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
+import psycopg
 import pytest
+
+from tests.support.backends import with_database
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = Path(__file__).with_name("django_cases.py")
@@ -35,6 +40,12 @@ EXPECTED = [
     "test_get_store_is_per_process_and_a_forked_child_opens_its_own",
     "test_runworkflows_pool_runs_tasks_in_forked_workers_that_use_the_orm",
 ]
+DB_CASES = Path(__file__).with_name("django_db_cases.py")
+DB_EXPECTED = [
+    "test_a_rolled_back_view_leaves_no_task",
+    "test_a_committed_view_leaves_one_task_that_runworkflows_runs",
+    "test_manage_py_check_warns_when_the_stores_schema_is_behind",
+]
 
 
 @attrs.frozen
@@ -44,9 +55,9 @@ class CaseRun:
     output: str = attrs.field(repr=False)
 
 
-@pytest.fixture(scope="module")
-def django_run(tmp_path_factory: pytest.TempPathFactory) -> CaseRun:
-    tmp = tmp_path_factory.mktemp("django")
+def run_cases(cases: Path, tmp: Path, **env_vars: str) -> CaseRun:
+    """Run the cases file ``cases`` with pytest in a child process with the example
+    project's settings and ``env_vars``, and read each case's outcome."""
     report = tmp / "report.xml"
     env = {
         **os.environ,
@@ -55,13 +66,14 @@ def django_run(tmp_path_factory: pytest.TempPathFactory) -> CaseRun:
         "RUNIFOLD_TEST_DJANGO_DB": str(tmp / "django.sqlite3"),
         # Every case overrides the store URL; this keeps stray writes out of the example.
         "RUNIFOLD_DATABASE_URL": f"sqlite:///{tmp}/unused-workflows.db",
+        **env_vars,
     }
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
             "pytest",
-            str(CASES),
+            str(cases),
             "-q",
             "-n",
             "0",  # a handful of cases: no worker processes of their own
@@ -89,6 +101,32 @@ def django_run(tmp_path_factory: pytest.TempPathFactory) -> CaseRun:
     return CaseRun(outcomes, details, output)
 
 
+@pytest.fixture(scope="module")
+def django_run(tmp_path_factory: pytest.TempPathFactory) -> CaseRun:
+    return run_cases(CASES, tmp_path_factory.mktemp("django"))
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def django_db_run(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CaseRun]:
+    """The store-in-Django's-database cases, with Django on SQLite or on a fresh
+    PostgreSQL database (dropped afterwards)."""
+    tmp = tmp_path_factory.mktemp(f"django-{request.param}")
+    if request.param == "sqlite":
+        yield run_cases(DB_CASES, tmp)
+        return
+    admin = request.getfixturevalue("postgres_admin_url")
+    dbname = f"runifold_django_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{dbname}"')
+    try:
+        yield run_cases(DB_CASES, tmp, RUNIFOLD_TEST_DJANGO_PG_URL=with_database(admin, dbname))
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+
+
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("case", EXPECTED)
 def test_django_case(django_run: CaseRun, case: str) -> None:
@@ -100,6 +138,16 @@ def test_django_case(django_run: CaseRun, case: str) -> None:
 
 def test_every_django_case_is_listed_here(django_run: CaseRun) -> None:
     assert sorted(django_run.outcomes) == sorted(EXPECTED)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("case", DB_EXPECTED)
+def test_django_database_case(django_db_run: CaseRun, case: str) -> None:
+    assert django_db_run.outcomes.get(case) == "passed", (
+        f"{case}: {django_db_run.outcomes.get(case, 'did not run')}\n"
+        f"{django_db_run.details.get(case) or django_db_run.output}"
+    )
+    assert sorted(django_db_run.outcomes) == sorted(DB_EXPECTED)
 
 
 @pytest.mark.timeout(150)

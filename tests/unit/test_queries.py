@@ -14,12 +14,20 @@ from runifold_sync.store.queries import load_migrations, load_queries
 # Marking the claimed tenants served is a third statement there.
 # Journal rows are written there one statement each after the fenced UPDATE; PostgreSQL
 # writes them in CTEs of the fenced statement itself (pgstatements.fenced_statement).
+# A prune's batch is deleted there one table a statement (SqliteDialect.prune_queries);
+# PostgreSQL deletes it in one statement of CTEs (prune_rows).
 SQLITE_ONLY = {
     "claimable_tasks",
     "lease_task",
     "mark_tenant_served",
     "write_journal_entry",
     "drop_journal_entry",
+    "prune_events",
+    "prune_journal",
+    "prune_signals",
+    "prune_resolutions",
+    "prune_task_events",
+    "prune_tasks",
 }
 # PostgreSQL claims in one statement (a FOR UPDATE SKIP LOCKED CTE feeding the UPDATE),
 # after locking the tenants that have a lease limit (lock_limited_tenants), and wakes
@@ -33,6 +41,7 @@ POSTGRES_ONLY = {
     "listen_work",
     "unlisten_work",
     "wake_if_signal_pending",
+    "prune_rows",
 }
 
 
@@ -70,3 +79,17 @@ def test_migrations_are_numbered_from_one_without_gaps(dialect: str) -> None:
 
 def test_both_dialects_have_the_same_migration_versions() -> None:
     assert [v for v, _ in load_migrations("sqlite")] == [v for v, _ in load_migrations("postgres")]
+
+
+def test_each_dialects_prune_queries_are_its_own_named_queries_the_task_rows_last() -> None:
+    from runifold_sync.store.postgres import PostgresDialect
+    from runifold_sync.store.sqlite import SqliteDialect
+
+    for dialect, queries in (
+        ("sqlite", SqliteDialect.prune_queries),
+        ("postgres", PostgresDialect.prune_queries),
+    ):
+        named = load_queries(dialect, "NOW")
+        assert set(queries) <= set(named), dialect
+        last = re.sub(r"\s+", " ", named[queries[-1]])
+        assert last.rindex("DELETE FROM") == last.index("DELETE FROM runifold_tasks WHERE"), dialect

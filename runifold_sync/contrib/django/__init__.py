@@ -19,6 +19,9 @@ SQLite file), ``RUNIFOLD_APP`` (``module:attribute`` of the ``WorkflowRegistry``
 only where workers run), ``RUNIFOLD_CONCURRENCY`` (1), ``RUNIFOLD_LEASE_SECONDS`` (30),
 ``RUNIFOLD_HEARTBEAT_SECONDS`` (10, at most half the lease), ``RUNIFOLD_CLAIM_BATCH`` (1),
 ``RUNIFOLD_RECYCLE_AFTER`` (tasks after which a pool worker is replaced; default never).
+``RUNIFOLD_DATABASE`` (a Django database alias) puts the store in that database instead
+of ``RUNIFOLD_DATABASE_URL``'s, and enqueues then write in Django's transaction
+(:mod:`.database`).
 
 The store is opened on first use in each process (a process forked afterwards opens its
 own) and closed when the process exits.
@@ -35,6 +38,7 @@ from ...models import TaskOptions
 from ...runner import SETTING_NAMES, RunifoldSettings
 from ...store.base import WorkflowStore
 from .._embedding import ProcessStore
+from . import database
 
 __all__ = ["close_store", "enqueue", "enqueue_on_commit", "get_store", "runifold_settings"]
 
@@ -43,10 +47,13 @@ _stores = ProcessStore()
 
 def runifold_settings() -> RunifoldSettings:
     """The ``RUNIFOLD_*`` settings, read from ``django.conf.settings`` on each call (so
-    ``override_settings`` works), checked; ``InvalidArgument`` if one is wrong."""
-    return RunifoldSettings.from_mapping(
-        {n: getattr(settings, n) for n in SETTING_NAMES if hasattr(settings, n)}
-    )
+    ``override_settings`` works), checked; ``InvalidArgument`` if one is wrong. With
+    ``RUNIFOLD_DATABASE`` the store URL is that Django database's."""
+    values = {n: getattr(settings, n) for n in SETTING_NAMES if hasattr(settings, n)}
+    alias = database.store_alias()
+    if alias is not None:
+        values["RUNIFOLD_DATABASE_URL"] = database.store_url(alias)
+    return RunifoldSettings.from_mapping(values)
 
 
 def get_store() -> WorkflowStore:
@@ -61,9 +68,16 @@ def close_store() -> None:
 
 
 def enqueue(name: str, version: int, input: Any, **options: Unpack[TaskOptions]) -> str:
-    """Enqueue a task now, whatever Django transaction is open, and return its id."""
+    """Enqueue a task and return its id. With ``RUNIFOLD_DATABASE`` (the store in
+    Django's database) it is written on Django's connection in the current transaction
+    (``atomic()``, a savepoint inside one): it exists only if that commits. Otherwise at
+    once, in the store's own database, whatever Django transaction is open."""
     task = runifold_settings().task(name, version, input, **options)
-    return get_store().enqueue(task).task_id
+    alias = database.store_alias()
+    if alias is None:
+        return get_store().enqueue(task).task_id
+    with transaction.atomic(using=alias):
+        return get_store().enqueue(task, connection=database.raw_connection(alias)).task_id
 
 
 def enqueue_on_commit(
@@ -73,11 +87,15 @@ def enqueue_on_commit(
     never if it rolls back; outside ``atomic()`` at once. Returns the id the task will
     have. The arguments are checked now, so a bad input fails in the view, not at commit.
 
-    The workflow store and Django's database are two databases: if the store cannot be
-    reached just after the commit, the commit stands and the enqueue raises (from the
-    commit). Pass a ``checkpoint_id`` derived from the row (``f"order-{order.pk}"``) so a
-    sweep or a retry can enqueue it again without starting a second workflow.
+    When the workflow store and Django's database are two databases, and the store cannot
+    be reached just after the commit, the commit stands and the enqueue raises (from the
+    commit): pass a ``checkpoint_id`` derived from the row (``f"order-{order.pk}"``) so a
+    sweep or a retry can enqueue it again without starting a second workflow. With
+    ``RUNIFOLD_DATABASE`` naming database ``using``, the task is written in its
+    transaction instead (:func:`enqueue`), which has no such gap.
     """
+    if database.store_alias() == (using or "default"):
+        return enqueue(name, version, input, **options)
     task = runifold_settings().task(name, version, input, **options)
     transaction.on_commit(lambda: get_store().enqueue(task), using=using)
     return task.task_id

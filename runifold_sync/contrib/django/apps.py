@@ -16,7 +16,11 @@ class RunifoldConfig(AppConfig):  # type: ignore[misc]
     verbose_name = "Runifold workflows"
 
     def ready(self) -> None:
-        from . import close_store, runifold_settings
+        from django.core import checks  # type: ignore[import-untyped]
+
+        from . import close_store, database, runifold_settings
+
+        checks.register(database.schema_check)
 
         try:
             runifold_settings()

@@ -13,13 +13,13 @@ SELECT {now} AS now;
 WITH clock AS (SELECT {now} AS now)
 INSERT INTO runifold_tasks (
     task_id, definition_name, definition_version, tenant, input, input_text, priority, state,
-    ready_at, created_at, updated_at, parent_id
+    ready_at, created_at, updated_at, parent_id, trace_context
 )
 SELECT
     %(task_id)s, %(definition_name)s, %(definition_version)s, %(tenant)s, %(input)s::text::jsonb,
     %(input)s::text, %(priority)s, 'queued',
     GREATEST(clock.now, COALESCE(%(not_before)s::timestamptz, clock.now)), clock.now, clock.now,
-    %(parent_id)s::text
+    %(parent_id)s::text, %(trace_context)s::text
 FROM clock
 ON CONFLICT (task_id) DO NOTHING
 RETURNING created_at AS at;
@@ -98,7 +98,7 @@ leased AS (
     RETURNING t.task_id, t.tenant, t.definition_name, t.definition_version,
         t.input_text AS input, t.revision, t.head::text AS head, t.fencing_token,
         t.lease_expires, t.claims_since_progress, t.cancel_requested, c.turn, c.served_at,
-        t.priority, c.ready_at AS due_at,
+        t.priority, c.ready_at AS due_at, t.trace_context,
         c.state AS from_state, c.worker_id AS previous_worker, clock.now AS at,
         c.updated_at AS previous_updated_at, c.waiting_for_signal AS previous_signal,
         EXISTS (SELECT 1 FROM runifold_effect_resolutions r WHERE r.task_id = t.task_id) AS resolved
@@ -568,6 +568,43 @@ WHERE t.task_id = %(task_id)s;
 -- name: published_events
 SELECT key, value::text AS value, set_at FROM runifold_task_events
 WHERE task_id = %(task_id)s ORDER BY key;
+
+-- name: prune_candidates
+-- Retention (store/sql_retention.py): the next finished tasks after the cursor, in creation
+-- order (index runifold_tasks_finished), last changed before the cutoff, and not failed on
+-- an ambiguous effect nobody resolved (unless asked). Locked for the batch's deletes; a
+-- row another transaction holds (an operator's requeue, a signal being refused) is
+-- skipped, never waited for.
+SELECT task_id, created_at, parent_id FROM runifold_tasks
+WHERE state IN ('terminal', 'cancelled')
+    AND (created_at, task_id) > (%(after_at)s::timestamptz, %(after_id)s::text)
+    AND created_at < %(cutoff)s AND updated_at < %(cutoff)s
+    AND (%(include_ambiguous)s OR ambiguous_effect IS NULL)
+ORDER BY created_at, task_id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: prune_families
+-- Which of the tasks are parents, and whether each has an unfinished child: one scan of
+-- the parent index for the batch (a correlated probe per candidate cost three times the
+-- rest of the scan).
+SELECT parent_id, bool_or(state IN ('queued', 'leased', 'waiting')) AS unfinished
+FROM runifold_tasks WHERE parent_id = ANY(%(ids)s::text[])
+GROUP BY parent_id;
+
+-- name: stored_tasks
+SELECT task_id FROM runifold_tasks WHERE task_id = ANY(%(ids)s::text[]);
+
+-- name: prune_rows
+-- A batch's tasks and every row of theirs, in one statement; the rows the batch locked,
+-- so still finished, but the state is checked all the same. Its count is the tasks'.
+WITH events AS (DELETE FROM runifold_events WHERE task_id = ANY(%(ids)s::text[])),
+    journal AS (DELETE FROM runifold_journal WHERE task_id = ANY(%(ids)s::text[])),
+    signals AS (DELETE FROM runifold_signals WHERE task_id = ANY(%(ids)s::text[])),
+    resolutions AS (DELETE FROM runifold_effect_resolutions WHERE task_id = ANY(%(ids)s::text[])),
+    published AS (DELETE FROM runifold_task_events WHERE task_id = ANY(%(ids)s::text[]))
+DELETE FROM runifold_tasks
+WHERE task_id = ANY(%(ids)s::text[]) AND state IN ('terminal', 'cancelled');
 
 -- name: insert_schedule
 -- A schedule declared for the first time is active from now: no tick before it is made.

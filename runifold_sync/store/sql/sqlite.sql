@@ -8,10 +8,10 @@ SELECT {now} AS now;
 -- name: insert_task
 INSERT INTO runifold_tasks (
     task_id, definition_name, definition_version, tenant, input, priority, state,
-    ready_at, created_at, updated_at, parent_id
+    ready_at, created_at, updated_at, parent_id, trace_context
 ) VALUES (
     :task_id, :definition_name, :definition_version, :tenant, :input, :priority, 'queued',
-    MAX(:now, COALESCE(:not_before, :now)), :now, :now, :parent_id
+    MAX(:now, COALESCE(:not_before, :now)), :now, :now, :parent_id, :trace_context
 )
 ON CONFLICT (task_id) DO NOTHING
 RETURNING :now AS at;
@@ -66,7 +66,7 @@ SET state = 'leased', worker_id = :worker_id, fencing_token = fencing_token + 1,
     updated_at = :now
 WHERE task_id = :task_id
 RETURNING task_id, tenant, definition_name, definition_version, input, revision,
-    head, fencing_token, lease_expires, claims_since_progress, cancel_requested,
+    head, fencing_token, lease_expires, claims_since_progress, cancel_requested, trace_context,
     EXISTS (SELECT 1 FROM runifold_effect_resolutions r WHERE r.task_id = :task_id) AS resolved;
 
 -- name: resolutions_for_task
@@ -434,6 +434,49 @@ WHERE t.task_id = :task_id;
 
 -- name: published_events
 SELECT key, value, set_at FROM runifold_task_events WHERE task_id = :task_id ORDER BY key;
+
+-- name: prune_candidates
+-- Retention (store/sql_retention.py): the next finished tasks after the cursor, in creation
+-- order (index runifold_tasks_finished), last changed before the cutoff, and not failed on
+-- an ambiguous effect nobody resolved (unless asked). BEGIN IMMEDIATE keeps them as they
+-- are until the batch commits.
+SELECT task_id, created_at, parent_id FROM runifold_tasks
+WHERE state IN ('terminal', 'cancelled')
+    AND (created_at, task_id) > (:after_at, :after_id)
+    AND created_at < :cutoff AND updated_at < :cutoff
+    AND (:include_ambiguous OR ambiguous_effect IS NULL)
+ORDER BY created_at, task_id
+LIMIT :limit;
+
+-- name: prune_families
+-- Which of the tasks are parents, and whether each has an unfinished child.
+SELECT parent_id, max(state IN ('queued', 'leased', 'waiting')) AS unfinished
+FROM runifold_tasks WHERE parent_id IN (SELECT value FROM json_each(:ids))
+GROUP BY parent_id;
+
+-- name: stored_tasks
+SELECT task_id FROM runifold_tasks WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_events
+-- A batch's tasks and every row of theirs, one table a statement (SqliteDialect.
+-- prune_queries), the task rows last: their count is the batch's.
+DELETE FROM runifold_events WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_journal
+DELETE FROM runifold_journal WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_signals
+DELETE FROM runifold_signals WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_resolutions
+DELETE FROM runifold_effect_resolutions WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_task_events
+DELETE FROM runifold_task_events WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_tasks
+DELETE FROM runifold_tasks
+WHERE task_id IN (SELECT value FROM json_each(:ids)) AND state IN ('terminal', 'cancelled');
 
 -- name: insert_schedule
 -- A schedule declared for the first time is active from now: no tick before it is made.

@@ -1,0 +1,57 @@
+"""``run --tracing``: each pool child builds its provider from the ``OTEL_*`` variables
+after the fork and flushes it when SIGTERM stops it (the SDK's console exporter here, on
+the children's stdout, which the CLI shares)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from runifold_sync import RunifoldError, TaskState, WorkflowTask
+from runifold_sync.runner import RunifoldSettings
+from runifold_sync.sqlite import SqliteWorkflowStore
+from tests.support import processes
+
+APP = "tests.integration.pool_app:registry"
+
+
+@pytest.mark.timeout(90)
+def test_run_tracing_exports_each_childs_cycles_and_steps_through_the_otel_variables(
+    sqlite_path: Path, tmp_path: Path
+) -> None:
+    store = SqliteWorkflowStore.open(sqlite_path)
+    ids = [f"t{n}" for n in range(4)]
+    for n, task_id in enumerate(ids):
+        store.enqueue(WorkflowTask.new("pool-flow", 1, n, checkpoint_id=task_id))
+    command = ["run", "--app", APP, "--database", f"sqlite:///{sqlite_path}", "--concurrency", "2"]
+    env = os.environ | {
+        "POOL_LEDGER": str(tmp_path / "ledger.txt"),
+        "RUNIFOLD_TRACING": "1",
+        "OTEL_TRACES_EXPORTER": "console",
+        "OTEL_SERVICE_NAME": "pool-under-test",
+    }
+    proc = processes.spawn("runifold_sync", *command, "--json", env=env, own_session=True)
+    try:
+        processes.wait_until(
+            lambda: all(store.get_task(t).state is TaskState.TERMINAL for t in ids), 60, "the tasks to end"
+        )
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        processes.kill(proc)
+        store.close()
+    assert proc.returncode == 0
+    assert json.loads(out.strip().splitlines()[-1])["outcomes"]["completed"] == 4
+    assert out.count('"name": "runifold.cycle"') == 4
+    assert out.count('"name": "runifold.step work"') == 4 * 5
+    assert out.count('"service.name": "pool-under-test"') == 4 * 6
+
+
+def test_tracing_setting_must_be_a_boolean() -> None:
+    with pytest.raises(RunifoldError, match="RUNIFOLD_TRACING must be True or False, got 'yes'"):
+        RunifoldSettings.from_mapping({"RUNIFOLD_TRACING": "yes"})
+    assert RunifoldSettings.from_mapping({"RUNIFOLD_TRACING": True}).tracing is True
