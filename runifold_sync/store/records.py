@@ -268,3 +268,15 @@ class PublishedEvent:
     @property
     def value(self) -> Any:
         return from_json(self.value_json)
+
+
+@attrs.frozen
+class ClockReading:
+    """Store time, the shared clock offset that tests move it by (absolute, as
+    ``set_clock_offset`` takes it), and the earliest time a task that no worker holds
+    and nobody paused becomes claimable (a timer, a wait's timeout, a retry's backoff;
+    None when no such task has one), read in one statement so the three agree."""
+
+    now: datetime
+    offset: timedelta
+    next_due: datetime | None

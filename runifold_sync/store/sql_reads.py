@@ -16,7 +16,15 @@ from ..admission import TenantAdmission, TenantPolicy, explain
 from ..models import TaskState, WorkerId, check_count
 from . import checks, row_records
 from .dialect import Dialect
-from .records import JournalRow, QueueStats, TaskEvent, TaskRecord, VersionReference, WorkerRecord
+from .records import (
+    ClockReading,
+    JournalRow,
+    QueueStats,
+    TaskEvent,
+    TaskRecord,
+    VersionReference,
+    WorkerRecord,
+)
 from .timing import PoolWaits, timed
 
 
@@ -164,6 +172,18 @@ class ReadOperations:
         """Shift store time for every process using this database (tests and drills)."""
         offset = checks.check_clock_offset(offset)
         self.dialect.execute("set_clock_offset", {"offset": self.dialect.db_duration(offset)})
+
+    def clock_reading(self) -> ClockReading:
+        """Store now, the clock offset and the next due time together: what a test needs
+        to move store time to the next timer (``runifold_sync.testing``), since the
+        offset ``set_clock_offset`` takes is absolute."""
+        row = self.dialect.one("clock_reading", {})
+        assert row is not None
+        d = self.dialect
+        due = row["next_due"]
+        return ClockReading(
+            d.time(row["now"]), d.duration(row["clock_offset"]), None if due is None else d.time(due)
+        )
 
     def migrate(self) -> int:
         """Apply pending schema migrations (safe when several processes start at once);

@@ -244,6 +244,13 @@ UPDATE runifold_clock SET offset_s = %(offset)s WHERE id = 1;
 SELECT EXTRACT(EPOCH FROM MIN(ready_at) - {now})::float8 AS due_in_s FROM runifold_tasks
 WHERE state IN ('queued', 'waiting', 'leased') AND ready_at IS NOT NULL;
 
+-- name: clock_reading
+-- Store now, the shared offset, and the earliest ready_at of a task no worker holds and
+-- no operator paused: the next time a claim could find work (the testing kit's skip).
+SELECT {now} AS now, (SELECT offset_s FROM runifold_clock WHERE id = 1) AS clock_offset,
+    (SELECT MIN(ready_at) FROM runifold_tasks
+     WHERE state IN ('queued', 'waiting') AND ready_at IS NOT NULL AND paused IS NULL) AS next_due;
+
 -- name: notify_work
 NOTIFY runifold_tasks;
 

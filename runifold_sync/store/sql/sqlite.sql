@@ -174,6 +174,13 @@ UPDATE runifold_clock SET offset_us = :offset WHERE id = 1;
 SELECT (MIN(ready_at) - {now}) / 1000000.0 AS due_in_s FROM runifold_tasks
 WHERE state IN ('queued', 'waiting', 'leased') AND ready_at IS NOT NULL;
 
+-- name: clock_reading
+-- Store now, the shared offset, and the earliest ready_at of a task no worker holds and
+-- no operator paused: the next time a claim could find work (the testing kit's skip).
+SELECT {now} AS now, (SELECT offset_us FROM runifold_clock WHERE id = 1) AS clock_offset,
+    (SELECT MIN(ready_at) FROM runifold_tasks
+     WHERE state IN ('queued', 'waiting') AND ready_at IS NOT NULL AND paused IS NULL) AS next_due;
+
 -- name: requeue_failed
 UPDATE runifold_tasks
 SET state = 'queued', outcome = NULL, reason = NULL, cancel_requested = NULL, claims_since_progress = 0,

@@ -1,0 +1,24 @@
+"""The testing kit: run workflows to their end inside a test, in milliseconds.
+
+``run_until_idle(store, registry)`` runs every claimable task in the test's process and
+skips store time to each timer, so a workflow that sleeps a day or waits two days for an
+approval ends at once; ``send_signal``, ``approve``, ``journal`` and ``result`` act on a
+task between runs and read it after. The pytest plugin (``runifold_sync.testing.plugin``,
+registered as the ``pytest11`` entry point ``runifold``) adds the ``runifold_store``
+fixture, a fresh store per test, and ``runifold_clock``, its :class:`StoreClock`.
+"""
+
+from .clock import StoreClock
+from .helpers import approve, journal, result, send_signal
+from .idle import NotIdle, run_until_idle, unfinished
+
+__all__ = [
+    "NotIdle",
+    "StoreClock",
+    "approve",
+    "journal",
+    "result",
+    "run_until_idle",
+    "send_signal",
+    "unfinished",
+]
