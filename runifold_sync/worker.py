@@ -39,7 +39,7 @@ from .observer import CycleObserver
 from .outcomes import Idle, LeaseLost, RunOutcome, Yielded
 from .schedule_ticker import ScheduleTicker
 from .store.base import WorkflowStore
-from .store.records import ClaimRequest
+from .store.records import ClaimRequest, Routes
 from .worker_settings import WorkerOptions, WorkerSettings
 
 log = logging.getLogger("runifold_sync.worker")
@@ -101,7 +101,14 @@ class WorkflowWorker:
             f"runifold-heartbeat-{worker_id}",
             observer,
         )
-        request = ClaimRequest(worker_id, self.settings.lease_duration, self.settings.claim_batch)
+        # What this worker can run: claims and the idle wait look only at those tasks.
+        self.routes = Routes.serving(
+            self.settings.queues,
+            [(d.identity.name, d.identity.version, d.identity.fingerprint) for d in registry],
+        )
+        request = ClaimRequest(
+            worker_id, self.settings.lease_duration, self.settings.claim_batch, self.routes
+        )
         self._ahead = ClaimedAhead(store, self._keeper, request)
         self._executor = ClaimExecutor(store, registry, worker_id, self.settings, self._keeper, self._ahead)
 
@@ -147,7 +154,7 @@ class WorkflowWorker:
             raise InvalidArgument(f"shutdown must be a CancellationToken, got {shutdown!r}")
         if max_tasks is not None:
             check_count("max_tasks", max_tasks)
-        idle = IdleWait(self.store, IdleBackoff(min_backoff, max_backoff))
+        idle = IdleWait(self.store, IdleBackoff(min_backoff, max_backoff), self.routes)
         outcomes: Counter[str] = Counter()
         tasks = 0
         refused = _RefusedWrites()
@@ -213,7 +220,11 @@ class WorkflowWorker:
                 (d.identity.name, d.identity.version, d.identity.fingerprint) for d in self.registry
             )
             self.store.register_worker(
-                self.worker_id, host=socket.gethostname(), pid=os.getpid(), definitions=definitions
+                self.worker_id,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                definitions=definitions,
+                queues=self.settings.queues,
             )
             # What this registry declares, so signals to its tasks are checked where sent.
             self.store.declare_signals(d.declared_signals for d in self.registry)
@@ -229,7 +240,9 @@ class WorkflowWorker:
         else:
             if crashpoints.ARMED:
                 crashpoints.reached("before_claim", str(self.worker_id))
-            claimed = self.store.claim(self.worker_id, self.lease_duration, limit=self.settings.claim_batch)
+            claimed = self.store.claim(
+                self.worker_id, self.lease_duration, limit=self.settings.claim_batch, routes=self.routes
+            )
             if not claimed:
                 return Idle()
             task = claimed[0]

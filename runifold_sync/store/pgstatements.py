@@ -22,7 +22,7 @@ from .checks import storable_text
 from .dialect import ENDING_TRANSITIONS, Event, FencedTransition, Values
 from .pgpool import Connection
 from .queries import load_queries
-from .records import ClaimedTask, ClaimRequest, JournalRow
+from .records import ClaimedTask, ClaimRequest, JournalRow, Routes
 
 NOW = "(clock_timestamp() + make_interval(secs => (SELECT offset_s FROM runifold_clock WHERE id = 1)))"
 Q = load_queries("postgres", NOW)
@@ -87,13 +87,25 @@ def journal_params(journal: Sequence[JournalRow]) -> dict[str, list[Any]]:
     }
 
 
-def claim_with_limit(limit: int) -> str:
-    """The key in ``Q`` of the claim statement with ``limit`` (checked) in its text,
-    built on first use."""
-    key = f"claim_tasks+limit{limit}"
+def claim_with_limit(limit: int, *, routed: bool = False) -> str:
+    """The key in ``Q`` of the claim statement (``routed``: for a worker's routes) with
+    ``limit`` (checked) in its text, built on first use."""
+    name = "claim_routed_tasks" if routed else "claim_tasks"
+    key = f"{name}+limit{limit}"
     if key not in Q:
-        Q[key] = Q["claim_tasks"].replace("%(limit)s", str(limit))
+        Q[key] = Q[name].replace("%(limit)s", str(limit))
     return key
+
+
+def route_params(routes: Routes) -> dict[str, list[Any]]:
+    """``routes`` as the four arrays the routed statements unnest."""
+    each = routes.routes
+    return {
+        "route_queues": [r.queue for r in each],
+        "route_names": [r.name for r in each],
+        "route_versions": [r.version for r in each],
+        "route_fingerprints": [r.fingerprint for r in each],
+    }
 
 
 def _claim_order(row: DictRow) -> tuple[Any, ...]:
@@ -107,7 +119,9 @@ def claim_in(conn: Connection, request: ClaimRequest, values: Values) -> list[Cl
     """The claim, inside the caller's pipelined transaction (a bad limit rolls it back)."""
     limit = checks.check_claim_limit(request.limit)
     claimed = []
-    params = {"worker_id": request.worker_id.value, "lease": request.lease.seconds}
+    params: dict[str, Any] = {"worker_id": request.worker_id.value, "lease": request.lease.seconds}
+    if request.routes is not None:
+        params |= route_params(request.routes)
     # The claim statement takes about 1 ms to plan, more than it takes to run. With
     # plan_cache_mode=auto the server plans it for each of a connection's first five
     # calls, and on every call for as long as its generic plan is estimated dearer than
@@ -117,7 +131,8 @@ def claim_in(conn: Connection, request: ClaimRequest, values: Values) -> list[Cl
     # guessed thousands of rows and leased them through a scan of the whole table.
     conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
     conn.execute(Q["lock_limited_tenants"])
-    leased = conn.execute(Q[claim_with_limit(limit)], params).fetchall()
+    statement = Q[claim_with_limit(limit, routed=request.routes is not None)]
+    leased = conn.execute(statement, params).fetchall()
     # UPDATE ... RETURNING has no order: hand tasks out in claim order.
     leased.sort(key=_claim_order)
     for row in leased:

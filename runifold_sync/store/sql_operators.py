@@ -267,6 +267,7 @@ def insert_tasks(d: Dialect, tx: Transaction, tasks: list[WorkflowTask]) -> list
             "priority": task.priority,
             "not_before": None if task.not_before is None else d.db_time(task.not_before),
             "parent_id": task.parent_id,
+            "queue": task.queue,
         }
         inserted = tx.one("insert_task", params)
         if inserted is not None:

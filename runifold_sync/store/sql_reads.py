@@ -72,10 +72,11 @@ class ReadOperations:
         definition: str | None = None,
         parent: str | None = None,
         limit: int = 100,
+        queue: str | None = None,
     ) -> list[TaskRecord]:
         """Tasks matching every given filter, oldest first; ``parent``: the children of
-        that task."""
-        filters = checks.list_filters(state, tenant, definition, parent, limit)
+        that task; ``queue``: the tasks of that named queue."""
+        filters = checks.list_filters(state, tenant, definition, parent, limit, queue)
         found = self.dialect.all("list_tasks", filters)
         return self.explain_reasons(
             [row_records.found_task(self.dialect, row, row["task_id"]) for row in found]
@@ -125,14 +126,16 @@ class ReadOperations:
         host: str,
         pid: int,
         definitions: Sequence[tuple[str, int] | tuple[str, int, str]],
+        queues: Sequence[str] = ("default",),
     ) -> None:
-        """Record a starting worker and the definition versions it serves: (name, version)
-        or (name, version, step fingerprint)."""
+        """Record a starting worker, the definition versions it serves ((name, version)
+        or (name, version, step fingerprint)) and the queues it claims from."""
         params = {
             "worker_id": worker_id.value,
             "host": checks.check_text("host", host),
             "pid": check_count("pid", pid),
             "definitions": json.dumps([list(d) for d in definitions]),
+            "queues": json.dumps(sorted({checks.check_text("queue", q) for q in queues})),
         }
         self.dialect.execute("register_worker", params)
 

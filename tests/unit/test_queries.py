@@ -16,6 +16,7 @@ from runifold_sync.store.queries import load_migrations, load_queries
 # writes them in CTEs of the fenced statement itself (pgstatements.fenced_statement).
 SQLITE_ONLY = {
     "claimable_tasks",
+    "claimable_routed_tasks",
     "lease_task",
     "mark_tenant_served",
     "write_journal_entry",
@@ -28,6 +29,7 @@ SQLITE_ONLY = {
 # row lock (wake_if_signal_pending); SQLite's BEGIN IMMEDIATE serializes the two.
 POSTGRES_ONLY = {
     "claim_tasks",
+    "claim_routed_tasks",
     "lock_limited_tenants",
     "notify_work",
     "listen_work",
