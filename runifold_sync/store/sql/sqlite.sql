@@ -82,7 +82,7 @@ candidates AS (
         t.waiting_for_signal, t.priority, p.served_at, p.room, r.fingerprint AS route_fingerprint,
         ROW_NUMBER() OVER (PARTITION BY t.tenant ORDER BY t.priority DESC, t.ready_at) AS turn
     FROM tenants p CROSS JOIN routes r JOIN runifold_tasks t ON t.task_id IN (
-        SELECT x.task_id FROM runifold_tasks x
+        SELECT x.task_id FROM runifold_tasks x INDEXED BY runifold_tasks_routed
         WHERE x.tenant = p.tenant AND x.queue = r.queue AND x.definition_name = r.name
             AND x.definition_version = r.version AND x.state IN ('queued', 'waiting', 'leased')
             AND x.ready_at IS NOT NULL AND x.ready_at <= :now AND x.paused IS NULL
