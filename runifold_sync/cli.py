@@ -55,6 +55,12 @@ def main() -> None:
 @click.option("--checkpoint-id", default=None, help="Task identity; enqueue is idempotent on it.")
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher is claimed first.")
 @click.option(
+    "--queue",
+    default="default",
+    show_default=True,
+    help="The named queue: only workers run with --queue NAME claim it.",
+)
+@click.option(
     "--not-before",
     default=None,
     metavar="TIME|DELAY",
@@ -79,6 +85,7 @@ def enqueue(
     tenant: str,
     checkpoint_id: str | None,
     priority: int,
+    queue: str,
     not_before: datetime | timedelta | None,
     app_ref: str | None,
     database: str | None,
@@ -96,6 +103,7 @@ def enqueue(
         "checkpoint_id": checkpoint_id,
         "priority": priority,
         "not_before": not_before if isinstance(not_before, datetime) else None,
+        "queue": queue,
     }
     if app_ref is None:
         task = checked(WorkflowTask.new, name, version, value, **options)
@@ -145,6 +153,7 @@ def _input_text(given: str) -> str:
 @click.option("--tenant", default=None, help="Only this tenant.")
 @click.option("--definition", default=None, help="Only this workflow name.")
 @click.option("--parent", default=None, metavar="TASK", help="Only the child tasks of this task.")
+@click.option("--queue", default=None, metavar="NAME", help="Only the tasks of this named queue.")
 @click.option(
     "--limit", type=click.IntRange(1, 10_000), default=100, show_default=True, help="At most this many."
 )
@@ -155,6 +164,7 @@ def list_(
     tenant: str | None,
     definition: str | None,
     parent: str | None,
+    queue: str | None,
     limit: int,
     database: str | None,
     as_json: bool,
@@ -167,6 +177,7 @@ def list_(
             definition=definition,
             parent=parent,
             limit=limit,
+            queue=queue,
         )
     if as_json:
         click.echo(json.dumps([record_json(r) for r in records], indent=2))

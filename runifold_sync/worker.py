@@ -101,16 +101,29 @@ class WorkflowWorker:
             f"runifold-heartbeat-{worker_id}",
             observer,
         )
-        # What this worker can run: claims and the idle wait look only at those tasks.
-        self.routes = Routes.serving(
-            self.settings.queues,
-            [(d.identity.name, d.identity.version, d.identity.fingerprint) for d in registry],
-        )
-        request = ClaimRequest(
-            worker_id, self.settings.lease_duration, self.settings.claim_batch, self.routes
-        )
-        self._ahead = ClaimedAhead(store, self._keeper, request)
+        self._routes_at = -1
+        self._request = self._claim_request()
+        self._ahead = ClaimedAhead(store, self._keeper, self._claim_request)
         self._executor = ClaimExecutor(store, registry, worker_id, self.settings, self._keeper, self._ahead)
+
+    @property
+    def routes(self) -> Routes:
+        """What this worker can run (its queues, and its registry's definitions): claims
+        and the idle wait look only at those tasks."""
+        return self._claim_request().routes or Routes(self.settings.queues, ())
+
+    def _claim_request(self) -> ClaimRequest:
+        """The claim this worker makes, its routes recomputed when the registry changed."""
+        if self._routes_at != self.registry.revision:
+            routes = Routes.serving(
+                self.settings.queues,
+                [(d.identity.name, d.identity.version, d.identity.fingerprint) for d in self.registry],
+            )
+            self._request = ClaimRequest(
+                self.worker_id, self.settings.lease_duration, self.settings.claim_batch, routes
+            )
+            self._routes_at = self.registry.revision
+        return self._request
 
     @property
     def lease_duration(self) -> LeaseDuration:
@@ -154,7 +167,7 @@ class WorkflowWorker:
             raise InvalidArgument(f"shutdown must be a CancellationToken, got {shutdown!r}")
         if max_tasks is not None:
             check_count("max_tasks", max_tasks)
-        idle = IdleWait(self.store, IdleBackoff(min_backoff, max_backoff), self.routes)
+        idle = IdleWait(self.store, IdleBackoff(min_backoff, max_backoff), lambda: self.routes)
         outcomes: Counter[str] = Counter()
         tasks = 0
         refused = _RefusedWrites()

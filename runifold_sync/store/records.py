@@ -271,6 +271,18 @@ class VersionReference:
 
 
 @attrs.frozen
+class RoutedBacklog:
+    """Unfinished tasks of one queue and definition version whose heads (if any) were
+    written by ``fingerprint`` (None: no claim has given them one)."""
+
+    queue: str
+    name: str
+    version: int
+    fingerprint: str | None
+    tasks: int
+
+
+@attrs.frozen
 class QueueStats:
     """Task counts per tenant, state and outcome. ``oldest_ready_age_s`` is how long the
     longest-ready queued task has waited for a claim (queue delay), None when none waits."""
@@ -303,6 +315,31 @@ class WorkerRecord:
 
     def live(self, within: timedelta) -> bool:
         return self.stopped_at is None and self.silent_s <= within.total_seconds()
+
+    def serves(self, queue: str, name: str, version: int, fingerprint: str | None = None) -> bool:
+        """Whether this worker claims tasks of ``queue`` for ``name`` ``version`` (whose
+        head ``fingerprint`` wrote, when given)."""
+        if queue not in self.queues or (name, version) not in self.definitions:
+            return False
+        registered = self.fingerprints.get((name, version))
+        return fingerprint is None or registered is None or registered == fingerprint
+
+
+def unserved_reason(
+    queue: str, name: str, version: int, fingerprint: str | None, live: list[WorkerRecord]
+) -> str | None:
+    """Why no worker in ``live`` can claim a task of ``queue`` for ``name`` ``version``
+    whose head ``fingerprint`` wrote (None: any), or None when one can."""
+    if any(w.serves(queue, name, version, fingerprint) for w in live):
+        return None
+    if not any(queue in w.queues for w in live):
+        return f"no live worker serves queue {queue!r}"
+    if not any(w.serves(queue, name, version) for w in live):
+        return f"no live worker serves {name!r} version {version} in queue {queue!r}"
+    return (
+        f"no live worker serves {name!r} version {version} with step fingerprint {fingerprint} "
+        f"(the steps its checkpoint was written by) in queue {queue!r}"
+    )
 
 
 @attrs.frozen

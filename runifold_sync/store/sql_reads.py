@@ -16,8 +16,21 @@ from ..admission import TenantAdmission, TenantPolicy, explain
 from ..models import TaskState, WorkerId, check_count
 from . import checks, row_records
 from .dialect import Dialect
-from .records import JournalRow, QueueStats, TaskEvent, TaskRecord, VersionReference, WorkerRecord
+from .records import (
+    JournalRow,
+    QueueStats,
+    RoutedBacklog,
+    TaskEvent,
+    TaskRecord,
+    VersionReference,
+    WorkerRecord,
+    unserved_reason,
+)
 from .timing import PoolWaits, timed
+
+# A worker last seen this long ago no longer counts as serving its queues (as the CLI's
+# --live-within default).
+LIVE_WITHIN = timedelta(seconds=60)
 
 
 def _status(record: TaskRecord, now: datetime) -> str | None:
@@ -34,6 +47,12 @@ def _status(record: TaskRecord, now: datetime) -> str | None:
             return f"ready since {record.ready_at.isoformat()}: waiting for a free worker"
         return f"scheduled: not claimable before {record.ready_at.isoformat()}"
     return None
+
+
+def _running(record: TaskRecord, now: datetime) -> bool:
+    return (
+        record.state is TaskState.LEASED and record.lease_expires is not None and record.lease_expires > now
+    )
 
 
 class ReadOperations:
@@ -86,6 +105,16 @@ class ReadOperations:
         """Every definition version that unfinished or recoverable tasks reference: the
         versions a deploy must keep registered."""
         return [row_records.version_reference(row) for row in self.dialect.all("referenced_versions", {})]
+
+    def routed_backlog(self) -> list[RoutedBacklog]:
+        """Unfinished tasks per queue, definition version and step fingerprint: what
+        ``stats`` checks against the live workers' queues and registries."""
+        return [
+            RoutedBacklog(
+                r["queue"], r["definition_name"], r["definition_version"], r["fingerprint"], int(r["tasks"])
+            )
+            for r in self.dialect.all("routed_backlog", {})
+        ]
 
     def queue_stats(self) -> list[QueueStats]:
         return [row_records.queue_stats(row) for row in self.dialect.all("queue_stats", {})]
@@ -182,15 +211,26 @@ class ReadOperations:
         """``records`` with a ``status_note`` on every unfinished task that needs one: a
         ready task a claim skips for admission gets that hold, and a queued or leased
         task with no stored reason says whether it is due, scheduled or running where.
-        ``reason`` stays what the store recorded."""
+        Once any worker has registered, a task no live worker can claim (its queue, its
+        version, or the steps its checkpoint was written by) says so first. ``reason``
+        stays what the store recorded."""
         unfinished = (TaskState.QUEUED, TaskState.WAITING, TaskState.LEASED)
         if not any(r.state in unfinished for r in records):
             return records
         admissions = {a.policy.tenant: a for a in self.tenant_admission()}
+        registered = self.workers()
+        live = [w for w in registered if w.live(LIVE_WITHIN)]
         now = self.now()
         explained = []
         for record in records:
-            note = explain(record.state, record.ready_at, record.tenant, admissions)
+            note = None
+            if registered and record.state in unfinished and not _running(record, now):
+                fingerprint = record.fingerprint if record.checkpoint_json is not None else None
+                note = unserved_reason(
+                    record.queue, record.definition_name, record.definition_version, fingerprint, live
+                )
+            if note is None:
+                note = explain(record.state, record.ready_at, record.tenant, admissions)
             if note is None and record.reason is None and record.state in unfinished:
                 note = _status(record, now)
             explained.append(record if note is None else attrs.evolve(record, status_note=note))

@@ -397,6 +397,15 @@ WHERE state IN ('queued', 'leased', 'waiting')
 GROUP BY definition_name, definition_version
 ORDER BY definition_name, definition_version;
 
+-- name: routed_backlog
+-- Unfinished tasks per (queue, name, version, fingerprint): what stats checks against the
+-- live workers' queues and registries.
+SELECT queue, definition_name, definition_version, fingerprint, COUNT(*) AS tasks
+FROM runifold_tasks
+WHERE state IN ('queued', 'leased', 'waiting')
+GROUP BY queue, definition_name, definition_version, fingerprint
+ORDER BY queue, definition_name, definition_version, fingerprint;
+
 -- name: queue_stats
 WITH clock AS (SELECT {now} AS now)
 SELECT tenant, state, outcome, COUNT(*) AS count,

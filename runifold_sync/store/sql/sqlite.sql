@@ -259,6 +259,15 @@ WHERE state IN ('queued', 'leased', 'waiting')
 GROUP BY definition_name, definition_version
 ORDER BY definition_name, definition_version;
 
+-- name: routed_backlog
+-- Unfinished tasks per (queue, name, version, fingerprint): what stats checks against the
+-- live workers' queues and registries.
+SELECT queue, definition_name, definition_version, fingerprint, COUNT(*) AS tasks
+FROM runifold_tasks
+WHERE state IN ('queued', 'leased', 'waiting')
+GROUP BY queue, definition_name, definition_version, fingerprint
+ORDER BY queue, definition_name, definition_version, fingerprint;
+
 -- name: queue_stats
 SELECT tenant, state, outcome, COUNT(*) AS count,
     ({now} - MIN(CASE WHEN state = 'queued' AND ready_at <= {now} THEN ready_at END))
