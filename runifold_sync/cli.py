@@ -117,8 +117,8 @@ def enqueue(
     if app_ref is None:  # said once the task is stored, so an error is not preceded by it
         click.echo(
             f"warning: {name!r} version {version} and its input were not checked (no --app): "
-            "a name or version no worker has is handed back every 5 s until one does, and input "
-            "that does not fit fails the task when it runs",
+            "a name or version no worker serves waits unclaimed until one does (stats names it), "
+            "and input that does not fit fails the task when it runs",
             err=True,
         )
     # An existing task keeps the start it was enqueued with: only a new one has this one.
