@@ -127,7 +127,8 @@ def _changed_steps(
 @database_option
 @json_option
 def workers(live_within: float, database: str | None, as_json: bool) -> None:
-    """List registered workers: host, pid, start, last seen and the versions they serve."""
+    """List registered workers: host, pid, start, last seen, the queues they claim from
+    and the versions they serve."""
     window = checked(seconds_duration, "--live-within", live_within, minimum_s=0)
     with opened_store(database) as store:
         records = store.workers()
@@ -143,6 +144,7 @@ def workers(live_within: float, database: str | None, as_json: bool) -> None:
                         "last_seen": w.last_seen.isoformat(),
                         "stopped_at": None if w.stopped_at is None else w.stopped_at.isoformat(),
                         "live": w.live(window),
+                        "queues": list(w.queues),
                         "definitions": [
                             {"name": n, "version": v, "fingerprint": w.fingerprints.get((n, v))}
                             for n, v in w.definitions
@@ -157,7 +159,8 @@ def workers(live_within: float, database: str | None, as_json: bool) -> None:
     for w in records:
         status = "live" if w.live(window) else ("stopped" if w.stopped_at else f"silent {w.silent_s:.0f}s")
         serves = ", ".join(f"{n} v{v}" for n, v in w.definitions) or "-"
-        click.echo(f"{w.worker_id:<24} {w.host:<16} pid {w.pid:<8} {status:<14} {serves}")
+        queues = ",".join(w.queues)
+        click.echo(f"{w.worker_id:<24} {w.host:<16} pid {w.pid:<8} {status:<14} queues {queues}: {serves}")
 
 
 @click.command()

@@ -67,6 +67,8 @@ def test_run_claims_only_from_the_queues_it_is_given(url: str) -> None:
     code, out = _invoke("list", "--database", url, "--json")
     states = {t["task_id"]: t["state"] for t in json.loads(out)}
     assert states == {"d1": "queued", "r1": "terminal", "x1": "terminal"}
+    code, out = _invoke("workers", "--database", url, "--json")
+    assert [w["queues"] for w in json.loads(out)] == [["export", "render"]]
 
 
 def test_enqueue_is_idempotent_on_the_queue_too(url: str) -> None:
