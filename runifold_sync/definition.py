@@ -137,6 +137,7 @@ class WorkflowRegistry:
             schedule.version,
             schedule.tick_input(tick),
             checkpoint_id=schedule.task_id(tick),
+            queue=schedule.queue,
         )
 
     @property

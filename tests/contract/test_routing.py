@@ -20,7 +20,9 @@ from runifold_sync import (
     WorkflowTask,
 )
 from runifold_sync.codec import to_json
+from runifold_sync.runner import RunifoldSettings
 from runifold_sync.store.records import ClaimRequest, Routes
+from runifold_sync.worker_settings import WorkerSettings
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 W1 = WorkerId.parse("worker-1")
@@ -139,3 +141,13 @@ def test_routes_and_queue_names_are_checked() -> None:
         Routes.serving("default", [])
     with pytest.raises(InvalidArgument, match="queue"):
         WorkflowTask.new("orders", 1, None, queue=" x")
+    assert WorkerSettings(queues=["gpu", "default"]).queues == ("gpu", "default")
+    for bad in ((), "default", ("",)):
+        with pytest.raises(InvalidArgument, match="queue"):
+            WorkerSettings(queues=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="RUNIFOLD_QUEUES"):
+        RunifoldSettings.from_mapping({"RUNIFOLD_QUEUES": "gpu, "})
+    assert RunifoldSettings.from_mapping({"RUNIFOLD_QUEUES": "gpu,default"}).worker_settings().queues == (
+        "gpu",
+        "default",
+    )
