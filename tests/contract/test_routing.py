@@ -151,3 +151,19 @@ def test_routes_and_queue_names_are_checked() -> None:
         "gpu",
         "default",
     )
+
+
+def test_a_task_checkpointed_under_a_claim_without_routes_is_routed_by_its_head_after_one_claim(
+    store: WorkflowStore,
+) -> None:
+    store.enqueue(task("t1"))
+    [first] = store.claim(W1, LEASE)  # a tool's claim: no fingerprint recorded
+    store.commit_checkpoint(first.lease, first.revision, head("fp-a"))
+    store.release(first.lease, delay=timedelta(0), reason="test")
+    assert store.get_task("t1").fingerprint is None
+    other = Routes.serving(["default"], [("orders", 1, "fp-b")])
+    [second] = store.claim(W1, LEASE, routes=other)  # the race the worker's hand-back catches
+    assert store.get_task("t1").fingerprint == "fp-a"  # from its head, from now on
+    store.release(second.lease, delay=timedelta(0), reason="test")
+    assert claimed(store, other) == []
+    assert claimed(store, ORDERS) == ["t1"]

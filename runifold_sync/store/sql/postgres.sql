@@ -93,7 +93,9 @@ leased AS (
         lease_expires = clock.now + make_interval(secs => %(lease)s),
         ready_at = clock.now + make_interval(secs => %(lease)s),
         claims_since_progress = t.claims_since_progress + 1, reason = NULL,
-        waiting_for_signal = NULL, waiting_for_child = NULL, updated_at = clock.now
+        waiting_for_signal = NULL, waiting_for_child = NULL, updated_at = clock.now,
+        fingerprint = CASE WHEN t.fingerprint IS NULL AND t.head IS NOT NULL
+            THEN t.head -> 'definition' ->> 'fingerprint' ELSE t.fingerprint END
     FROM chosen AS c, clock
     WHERE t.task_id = c.task_id
     RETURNING t.task_id, t.tenant, t.definition_name, t.definition_version,
@@ -120,8 +122,9 @@ SELECT * FROM leased;
 -- it serves, as four arrays): each admitted tenant's first ready tasks of each route,
 -- read from runifold_tasks_routed in claim order and locked as they are read, then that
 -- tenant's best of them. A task with a head is taken only by the fingerprint it was
--- claimed with (a task claimed without one by a route-less claim: any); a task claimed
--- without a head takes the route's fingerprint, the one its first checkpoint is written by.
+-- claimed with (a task checkpointed under a route-less claim: any, and this claim records
+-- its head's); a task claimed without a head takes the route's fingerprint, the one its
+-- first checkpoint is written by.
 WITH clock AS MATERIALIZED (SELECT {now} AS now),
 tenants AS MATERIALIZED (
     SELECT p.tenant, p.served_at,
@@ -182,7 +185,8 @@ leased AS (
         ready_at = clock.now + make_interval(secs => %(lease)s),
         claims_since_progress = t.claims_since_progress + 1, reason = NULL,
         waiting_for_signal = NULL, waiting_for_child = NULL, updated_at = clock.now,
-        fingerprint = CASE WHEN t.head IS NULL THEN c.route_fingerprint ELSE t.fingerprint END
+        fingerprint = CASE WHEN t.head IS NULL THEN c.route_fingerprint
+            WHEN t.fingerprint IS NULL THEN t.head -> 'definition' ->> 'fingerprint' ELSE t.fingerprint END
     FROM chosen AS c, clock
     WHERE t.task_id = c.task_id
     RETURNING t.task_id, t.tenant, t.definition_name, t.definition_version,

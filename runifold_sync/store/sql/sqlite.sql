@@ -106,7 +106,11 @@ SET state = 'leased', worker_id = :worker_id, fencing_token = fencing_token + 1,
     lease_expires = :now + :lease, ready_at = :now + :lease,
     claims_since_progress = claims_since_progress + 1, reason = NULL, waiting_for_signal = NULL,
     waiting_for_child = NULL,
-    updated_at = :now, fingerprint = CASE WHEN head IS NULL THEN :fingerprint ELSE fingerprint END
+    updated_at = :now,
+    -- A routed claim gives a task without a head its route's fingerprint; a task
+    -- checkpointed under a route-less claim gets its head's.
+    fingerprint = CASE WHEN head IS NULL THEN :fingerprint
+        WHEN fingerprint IS NULL THEN json_extract(head, '$.definition.fingerprint') ELSE fingerprint END
 WHERE task_id = :task_id
 RETURNING task_id, tenant, definition_name, definition_version, input, revision,
     head, fencing_token, lease_expires, claims_since_progress, cancel_requested,
