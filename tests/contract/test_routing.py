@@ -167,3 +167,13 @@ def test_a_task_checkpointed_under_a_claim_without_routes_is_routed_by_its_head_
     store.release(second.lease, delay=timedelta(0), reason="test")
     assert claimed(store, other) == []
     assert claimed(store, ORDERS) == ["t1"]
+
+
+def test_queue_and_definition_names_with_quotes_backslashes_and_percent_signs_route(
+    store: WorkflowStore,
+) -> None:
+    odd = "it's \\ 100% 'odd'"
+    store.enqueue_many([task("t1", name=odd, queue=odd), task("t2", queue=odd), task("t3")])
+    routes = Routes.serving([odd], [(odd, 1, "fp's %s \\")])
+    assert claimed(store, routes) == ["t1"]
+    assert store.get_task("t1").fingerprint == "fp's %s \\"

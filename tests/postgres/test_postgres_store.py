@@ -24,7 +24,7 @@ from runifold_sync import (
 )
 from runifold_sync.codec import to_json
 from runifold_sync.postgres import PostgresWorkflowStore
-from runifold_sync.store.pgstatements import Q, claim_with_limit, route_params
+from runifold_sync.store.pgstatements import Q, claim_statement, route_params
 from runifold_sync.store.records import Routes
 
 LEASE = LeaseDuration(timedelta(seconds=30))
@@ -200,7 +200,7 @@ ROUTES = Routes.serving(["default"], [("orders", 1, "fp-a"), ("refunds", 2, "fp-
 def test_the_claim_as_production_runs_it_reads_only_its_routes_past_finished_and_unserved_tasks(
     pg: PostgresWorkflowStore, postgres_url: str
 ) -> None:
-    """The statement a worker's ``claim`` sends (its routes as arrays, the limit in its
+    """The statement a worker's ``claim`` sends (its routes and the limit written in its
     text), prepared and run on its generic plan as ``plan_cache_mode =
     force_generic_plan`` makes it, on a store connection, over 200,000 finished tasks and
     10,000 ready ones of a definition and of a queue the worker does not serve."""
@@ -224,8 +224,8 @@ def test_the_claim_as_production_runs_it_reads_only_its_routes_past_finished_and
         admin.execute("ANALYZE runifold_tasks")
     for n in range(5):
         pg.enqueue(task(f"live-{n}"))
-    numbered, names = _numbered(Q[claim_with_limit(3, routed=True)])
-    params = {"worker_id": "worker-1", "lease": 30.0} | route_params(ROUTES)
+    numbered, names = _numbered(claim_statement(3, ROUTES))
+    params = {"worker_id": "worker-1", "lease": 30.0}
     arguments = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
     with pg.dialect.pool.connection() as conn, conn.transaction():
         conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
