@@ -211,20 +211,20 @@ class ReadOperations:
         """``records`` with a ``status_note`` on every unfinished task that needs one: a
         ready task a claim skips for admission gets that hold, and a queued or leased
         task with no stored reason says whether it is due, scheduled or running where.
-        Once any worker has registered, a task no live worker can claim (its queue, its
-        version, or the steps its checkpoint was written by) says so first. ``reason``
+        While any worker is live, a task none of them can claim (its queue, its version,
+        or the steps its checkpoint was written by) says so first; with none live the
+        whole fleet is down, which ``workers`` says. ``reason``
         stays what the store recorded."""
         unfinished = (TaskState.QUEUED, TaskState.WAITING, TaskState.LEASED)
         if not any(r.state in unfinished for r in records):
             return records
         admissions = {a.policy.tenant: a for a in self.tenant_admission()}
-        registered = self.workers()
-        live = [w for w in registered if w.live(LIVE_WITHIN)]
+        live = [w for w in self.workers() if w.live(LIVE_WITHIN)]
         now = self.now()
         explained = []
         for record in records:
             note = None
-            if registered and record.state in unfinished and not _running(record, now):
+            if live and record.state in unfinished and not _running(record, now):
                 fingerprint = record.fingerprint if record.checkpoint_json is not None else None
                 note = unserved_reason(
                     record.queue, record.definition_name, record.definition_version, fingerprint, live

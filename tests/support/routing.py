@@ -10,17 +10,24 @@ from runifold_sync.checkpoint import Checkpoint
 from runifold_sync.models import DefinitionIdentity
 
 
+def leave_checkpoint_without_fingerprint(store: WorkflowStore, fingerprint: str) -> str:
+    """Take the first ready task with a claim without routes (a tool's, or a release
+    before routing), commit an empty checkpoint of its definition written by steps with
+    ``fingerprint`` and hand it back: its row names no fingerprint, so any worker serving
+    its version claims it once (a worker with other steps hands it back, and that claim
+    records ``fingerprint`` from the head). Returns its id."""
+    [claimed] = store.claim(WorkerId.parse("a-tool"), LeaseDuration(timedelta(seconds=30)))
+    ident = DefinitionIdentity(claimed.definition_name, claimed.definition_version, fingerprint)
+    head = Checkpoint(ident).write(claimed.lease.task_id, 1 << 20).head_json
+    store.commit_checkpoint(claimed.lease, claimed.revision, head)
+    store.release(claimed.lease, delay=timedelta(0), reason="left by a tool")
+    return claimed.lease.task_id
+
+
 def checkpointed_by_other_steps(
     store: WorkflowStore, name: str, version: int, task_id: str, fingerprint: str = "other-steps"
 ) -> None:
-    """Enqueue a task whose checkpoint another deploy's steps (``fingerprint``) wrote
-    while a claim without routes held it (a tool's, or a release before routing), so its
-    row names no fingerprint: any worker serving ``name`` ``version`` claims it, and one
-    whose steps differ hands it back. Other ready tasks are not touched (its priority is
-    the highest)."""
+    """Enqueue a task (ahead of every other ready one) and leave it as
+    :func:`leave_checkpoint_without_fingerprint` does, checkpointed by ``fingerprint``."""
     store.enqueue(WorkflowTask.new(name, version, None, checkpoint_id=task_id, priority=1_000_000))
-    [claimed] = store.claim(WorkerId.parse("a-tool"), LeaseDuration(timedelta(seconds=30)))
-    assert claimed.lease.task_id == task_id
-    head = Checkpoint(DefinitionIdentity(name, version, fingerprint)).write(task_id, 1 << 20).head_json
-    store.commit_checkpoint(claimed.lease, claimed.revision, head)
-    store.release(claimed.lease, delay=timedelta(0), reason="left by a tool")
+    assert leave_checkpoint_without_fingerprint(store, fingerprint) == task_id

@@ -110,7 +110,8 @@ SET state = 'leased', worker_id = :worker_id, fencing_token = fencing_token + 1,
     -- A routed claim gives a task without a head its route's fingerprint; a task
     -- checkpointed under a route-less claim gets its head's.
     fingerprint = CASE WHEN head IS NULL THEN :fingerprint
-        WHEN fingerprint IS NULL THEN json_extract(head, '$.definition.fingerprint') ELSE fingerprint END
+        WHEN fingerprint IS NULL AND json_valid(head) THEN json_extract(head, '$.definition.fingerprint')
+        ELSE fingerprint END
 WHERE task_id = :task_id
 RETURNING task_id, tenant, definition_name, definition_version, input, revision,
     head, fencing_token, lease_expires, claims_since_progress, cancel_requested,

@@ -9,7 +9,7 @@ ALTER TABLE runifold_tasks ADD COLUMN queue TEXT NOT NULL DEFAULT 'default';
 ALTER TABLE runifold_tasks ADD COLUMN fingerprint TEXT;
 
 UPDATE runifold_tasks SET fingerprint = json_extract(head, '$.definition.fingerprint')
-WHERE head IS NOT NULL AND (state <> 'terminal' OR outcome = 'failed');
+WHERE head IS NOT NULL AND json_valid(head) AND (state <> 'terminal' OR outcome = 'failed');
 
 -- The claim reads each (tenant, queue, name, version) it serves in claim order, so a
 -- backlog it does not serve is never read; the idle wait reads the earliest due time per
