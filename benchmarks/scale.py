@@ -1,10 +1,12 @@
 """Claim throughput as the table grows: one process calling ``store.claim`` (one task per
-claim) over M ready tasks, in three databases per store: only the M ready tasks; plus
-1,000,000 finished tasks; plus 10,000 waiting tasks (half on timers a day away, half
-waiting for a signal). Rows are inserted with bulk SQL (``generate_series`` on
-PostgreSQL, followed by ``VACUUM ANALYZE`` as autovacuum would do; one ``executemany``
-transaction on SQLite), finished rows with the head of a 5-step checkpoint. Claims alternate
-between the three databases in rounds, so machine noise hits all three alike; each
+claim, with the routes of a worker serving bench-flow v1, as a worker claims) over M
+ready tasks, in four databases per store: only the M ready tasks; plus 1,000,000
+finished tasks; plus 10,000 waiting tasks (half on timers a day away, half waiting for a
+signal); plus 10,000 ready tasks of a definition the worker does not serve, due before
+any of its own. Rows are inserted with bulk SQL (``generate_series`` on PostgreSQL,
+followed by ``VACUUM ANALYZE`` as autovacuum would do; one ``executemany`` transaction on
+SQLite), finished rows with the head of a 5-step checkpoint. Claims alternate between the
+four databases in rounds, so machine noise hits them all alike; each
 figure is the best round.
 ``python benchmarks/scale.py [--finished N] [--quick]``.
 """
@@ -31,10 +33,12 @@ from common import (
 
 from runifold_sync import BudgetUsage, LeaseDuration, WorkerId, WorkflowDefinition, WorkflowStore, open_store
 from runifold_sync.checkpoint import Checkpoint
+from runifold_sync.store.records import Routes
 from runifold_sync.stores import sqlite_path
 
 ROUNDS = 6
 WAITING = 10_000
+UNSERVED = 10_000
 _COLUMNS = (
     "task_id, definition_name, definition_version, tenant, input, priority, state, outcome, ready_at, "
     "waiting_for_signal, revision, head, result, created_at, updated_at"
@@ -55,9 +59,9 @@ def _pg_rows(url: str, sql: str, params: dict[str, object]) -> None:
         pg.execute(sql, params)
 
 
-def fill_postgres(url: str, *, ready: int, finished: int, waiting: int) -> None:
+def fill_postgres(url: str, *, ready: int, finished: int, waiting: int, unserved: int = 0) -> None:
     select = (
-        "INSERT INTO runifold_tasks ({cols}) SELECT {prefix} || i, 'bench-flow', 1, 'default', '5'::jsonb, "
+        "INSERT INTO runifold_tasks ({cols}) SELECT {prefix} || i, {name}, 1, 'default', '5'::jsonb, "
         "'5', 0, {state}, {outcome}, {ready_at}, {signal}, {revision}, {checkpoint}, {result}, "
         "clock_timestamp(), clock_timestamp() FROM generate_series(1, %(n)s) AS i"
     )
@@ -66,6 +70,7 @@ def fill_postgres(url: str, *, ready: int, finished: int, waiting: int) -> None:
     if finished:
         sql = select.format(
             cols=cols,
+            name="'bench-flow'",
             prefix="'done-'",
             state="'terminal'",
             outcome="'completed'",
@@ -83,6 +88,7 @@ def fill_postgres(url: str, *, ready: int, finished: int, waiting: int) -> None:
         if waiting:
             sql = select.format(
                 cols=cols,
+                name="'bench-flow'",
                 prefix=f"'wait-{half}-'",
                 state="'waiting'",
                 outcome="NULL",
@@ -93,8 +99,23 @@ def fill_postgres(url: str, *, ready: int, finished: int, waiting: int) -> None:
                 result="NULL",
             )
             _pg_rows(url, sql, {"n": waiting // 2} | ckpt)
+    if unserved:
+        sql = select.format(
+            cols=cols,
+            name="'elsewhere-flow'",
+            prefix="'unserved-'",
+            state="'queued'",
+            outcome="NULL",
+            ready_at="clock_timestamp() - interval '1 hour' + i * interval '1 microsecond'",
+            signal="NULL",
+            revision=0,
+            checkpoint="NULL",
+            result="NULL",
+        )
+        _pg_rows(url, sql, {"n": unserved})
     sql = select.format(
         cols=cols,
+        name="'bench-flow'",
         prefix="'ready-'",
         state="'queued'",
         outcome="NULL",
@@ -109,23 +130,36 @@ def fill_postgres(url: str, *, ready: int, finished: int, waiting: int) -> None:
         pg.execute("VACUUM ANALYZE runifold_tasks")
 
 
-def fill_sqlite(url: str, *, ready: int, finished: int, waiting: int) -> None:
+def fill_sqlite(url: str, *, ready: int, finished: int, waiting: int, unserved: int = 0) -> None:
     now_us = int(time.time() * 1e6)
     day_us = 86_400 * 10**6
     checkpoint = finished_checkpoint()
+    served = "bench-flow"
 
     def rows() -> Iterator[tuple[object, ...]]:
         for i in range(finished):
-            yield (f"done-{i}", "terminal", "completed", None, None, 7, checkpoint, "5")
+            yield (f"done-{i}", served, "terminal", "completed", None, None, 7, checkpoint, "5")
         for i in range(waiting // 2):
-            yield (f"wait-timer-{i}", "waiting", None, now_us + day_us, None, 2, checkpoint, None)
-            yield (f"wait-signal-{i}", "waiting", None, None, "approval", 2, checkpoint, None)
+            yield (f"wait-timer-{i}", served, "waiting", None, now_us + day_us, None, 2, checkpoint, None)
+            yield (f"wait-signal-{i}", served, "waiting", None, None, "approval", 2, checkpoint, None)
+        for i in range(unserved):
+            yield (
+                f"unserved-{i}",
+                "elsewhere-flow",
+                "queued",
+                None,
+                now_us - 3600 * 10**6 + i,
+                None,
+                0,
+                None,
+                None,
+            )
         for i in range(ready):
-            yield (f"ready-{i}", "queued", None, now_us - 10**6 + i, None, 0, None, None)
+            yield (f"ready-{i}", served, "queued", None, now_us - 10**6 + i, None, 0, None, None)
 
     sql = (
         f"INSERT INTO runifold_tasks ({_COLUMNS}) VALUES "
-        f"(?, 'bench-flow', 1, 'default', '5', 0, ?, ?, ?, ?, ?, ?, ?, {now_us}, {now_us})"
+        f"(?, ?, 1, 'default', '5', 0, ?, ?, ?, ?, ?, ?, ?, {now_us}, {now_us})"
     )
     conn = sqlite3.connect(sqlite_path(url), isolation_level=None)
     try:
@@ -141,19 +175,22 @@ def claim_rate(stores: dict[str, WorkflowStore], ready: int) -> dict[str, float]
     taken in turns across the stores; the best round of each (other load on the machine
     only ever slows a round down)."""
     worker, lease = WorkerId.parse("scale-0"), LeaseDuration(timedelta(minutes=10))
+    routes = Routes.serving(
+        ["default"], [("bench-flow", 1, WorkflowDefinition(bench_flow).identity.fingerprint)]
+    )
     best = dict.fromkeys(stores, 0.0)
     per_round = ready // ROUNDS
     for _ in range(ROUNDS):
         for name, store in stores.items():
             started = time.perf_counter()
             for _ in range(per_round):
-                if len(store.claim(worker, lease, limit=1)) != 1:
+                if len(store.claim(worker, lease, limit=1, routes=routes)) != 1:
                     raise RuntimeError(f"{name}: a claim found no ready task")
             best[name] = max(best[name], per_round / (time.perf_counter() - started))
     return best
 
 
-CONFIGS = ("empty", "finished", "waiting")
+CONFIGS = ("empty", "finished", "waiting", "unserved")
 
 
 @retry_on_restart
@@ -171,6 +208,7 @@ def measure(kind: str, *, ready: int, finished: int) -> dict[str, float]:
                 ready=ready,
                 finished=finished if config == "finished" else 0,
                 waiting=WAITING if config == "waiting" else 0,
+                unserved=UNSERVED if config == "unserved" else 0,
             )
             stores[config] = store
         progress(f"scale: {kind}: claiming {ready} tasks in each database")
@@ -199,6 +237,16 @@ def run(quick: bool, finished: int = 1_000_000) -> list[Row]:
                 f"{label}: claims/s with {WAITING:,} waiting tasks",
                 rate(rates["waiting"]),
                 f"{rates['waiting'] / empty:.2f}x empty table",
+            )
+        )
+        unserved_ratio = rates["unserved"] / empty
+        rows.append(
+            Row(
+                f"{label}: claims/s with {UNSERVED:,} queued tasks of a definition it does not serve",
+                rate(rates["unserved"]),
+                f"{unserved_ratio:.2f}x empty table",
+                ">= 0.80x empty table",
+                unserved_ratio >= 0.8,
             )
         )
     return rows

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -26,10 +27,12 @@ log = logging.getLogger("runifold_sync.worker")
 
 
 class ClaimedAhead:
-    def __init__(self, store: WorkflowStore, keeper: LeaseKeeper, request: ClaimRequest) -> None:
+    def __init__(
+        self, store: WorkflowStore, keeper: LeaseKeeper, request: Callable[[], ClaimRequest]
+    ) -> None:
         self._store = store
         self._keeper = keeper
-        self._request = request  # what a completion claims for the next cycle
+        self._request = request  # what a completion claims for the next cycle (as of now)
         self._tasks: deque[ClaimedTask] = deque()
         # This cycle's run_once(claim_next=..., stopping=...): see completion_claim.
         self.claim_next = False
@@ -63,7 +66,7 @@ class ClaimedAhead:
         the cycle), since a stopping worker takes no new work."""
         stopping = self.stopping is not None and self.stopping.cancelled
         if self.claim_next and not self._tasks and not stopping:
-            return self._request
+            return self._request()
         return None
 
     def release(self) -> None:

@@ -57,6 +57,12 @@ def main() -> None:
 @click.option("--checkpoint-id", default=None, help="Task identity; enqueue is idempotent on it.")
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher is claimed first.")
 @click.option(
+    "--queue",
+    default="default",
+    show_default=True,
+    help="The named queue: only workers run with --queue NAME claim it.",
+)
+@click.option(
     "--not-before",
     default=None,
     metavar="TIME|DELAY",
@@ -81,6 +87,7 @@ def enqueue(
     tenant: str,
     checkpoint_id: str | None,
     priority: int,
+    queue: str,
     not_before: datetime | timedelta | None,
     app_ref: str | None,
     database: str | None,
@@ -98,6 +105,7 @@ def enqueue(
         "checkpoint_id": checkpoint_id,
         "priority": priority,
         "not_before": not_before if isinstance(not_before, datetime) else None,
+        "queue": queue,
     }
     if app_ref is None:
         task = checked(WorkflowTask.new, name, version, value, **options)
@@ -111,8 +119,8 @@ def enqueue(
     if app_ref is None:  # said once the task is stored, so an error is not preceded by it
         click.echo(
             f"warning: {name!r} version {version} and its input were not checked (no --app): "
-            "a name or version no worker has is handed back every 5 s until one does, and input "
-            "that does not fit fails the task when it runs",
+            "a name or version no worker serves waits unclaimed until one does (stats names it), "
+            "and input that does not fit fails the task when it runs",
             err=True,
         )
     # An existing task keeps the start it was enqueued with: only a new one has this one.
@@ -147,6 +155,7 @@ def _input_text(given: str) -> str:
 @click.option("--tenant", default=None, help="Only this tenant.")
 @click.option("--definition", default=None, help="Only this workflow name.")
 @click.option("--parent", default=None, metavar="TASK", help="Only the child tasks of this task.")
+@click.option("--queue", default=None, metavar="NAME", help="Only the tasks of this named queue.")
 @click.option(
     "--limit", type=click.IntRange(1, 10_000), default=100, show_default=True, help="At most this many."
 )
@@ -157,6 +166,7 @@ def list_(
     tenant: str | None,
     definition: str | None,
     parent: str | None,
+    queue: str | None,
     limit: int,
     database: str | None,
     as_json: bool,
@@ -169,6 +179,7 @@ def list_(
             definition=definition,
             parent=parent,
             limit=limit,
+            queue=queue,
         )
     if as_json:
         click.echo(json.dumps([record_json(r) for r in records], indent=2))

@@ -13,7 +13,7 @@ from .admission import TenantAdmission, TenantBudget, TenantPolicy
 from .cli_common import checked, database_option, echo_json, json_option, opened_store
 from .definition import WorkflowRegistry
 from .models import seconds_duration
-from .operations import served_versions
+from .operations import served_versions, unserved_work
 from .store.records import VersionReference
 
 
@@ -127,7 +127,8 @@ def _changed_steps(
 @database_option
 @json_option
 def workers(live_within: float, database: str | None, as_json: bool) -> None:
-    """List registered workers: host, pid, start, last seen and the versions they serve."""
+    """List registered workers: host, pid, start, last seen, the queues they claim from
+    and the versions they serve."""
     window = checked(seconds_duration, "--live-within", live_within, minimum_s=0)
     with opened_store(database) as store:
         records = store.workers()
@@ -143,6 +144,7 @@ def workers(live_within: float, database: str | None, as_json: bool) -> None:
                         "last_seen": w.last_seen.isoformat(),
                         "stopped_at": None if w.stopped_at is None else w.stopped_at.isoformat(),
                         "live": w.live(window),
+                        "queues": list(w.queues),
                         "definitions": [
                             {"name": n, "version": v, "fingerprint": w.fingerprints.get((n, v))}
                             for n, v in w.definitions
@@ -157,7 +159,8 @@ def workers(live_within: float, database: str | None, as_json: bool) -> None:
     for w in records:
         status = "live" if w.live(window) else ("stopped" if w.stopped_at else f"silent {w.silent_s:.0f}s")
         serves = ", ".join(f"{n} v{v}" for n, v in w.definitions) or "-"
-        click.echo(f"{w.worker_id:<24} {w.host:<16} pid {w.pid:<8} {status:<14} {serves}")
+        queues = ",".join(w.queues)
+        click.echo(f"{w.worker_id:<24} {w.host:<16} pid {w.pid:<8} {status:<14} queues {queues}: {serves}")
 
 
 @click.command()
@@ -166,7 +169,8 @@ def workers(live_within: float, database: str | None, as_json: bool) -> None:
 @json_option
 def stats(live_within: float, database: str | None, as_json: bool) -> None:
     """Show queue depth and the oldest ready task's age per tenant and state, tenants
-    held back by admission, and referenced definition versions no live worker serves."""
+    held back by admission, referenced definition versions no live worker serves, and
+    queued work no live worker can claim (its queue, version or steps)."""
     with opened_store(database) as store:
         queues = store.queue_stats()
         tenants = store.tenant_admission()
@@ -177,6 +181,7 @@ def stats(live_within: float, database: str | None, as_json: bool) -> None:
             )
             if not s.live_workers
         ]
+        blocked = unserved_work(store, checked(seconds_duration, "--live-within", live_within, minimum_s=0))
     if as_json:
         report = {
             "queues": [
@@ -191,6 +196,17 @@ def stats(live_within: float, database: str | None, as_json: bool) -> None:
             ],
             "tenants": [_admission_json(a) for a in tenants],
             "unserved": [_version_json(v) for v in unserved],
+            "unserved_routes": [
+                {
+                    "queue": u.backlog.queue,
+                    "definition": u.backlog.name,
+                    "version": u.backlog.version,
+                    "fingerprint": u.backlog.fingerprint,
+                    "tasks": u.backlog.tasks,
+                    "reason": u.reason,
+                }
+                for u in blocked
+            ],
         }
         click.echo(json.dumps(report, indent=2))
         return
@@ -202,6 +218,9 @@ def stats(live_within: float, database: str | None, as_json: bool) -> None:
         click.echo(_admission_line(a))
     for v in unserved:
         click.echo(f"UNSERVED: {v.name} v{v.version} ({v.total} tasks): no live worker registers it")
+    for u in blocked:
+        b = u.backlog
+        click.echo(f"UNSERVED: queue {b.queue}, {b.name} v{b.version} ({b.tasks} tasks): {u.reason}")
 
 
 def _admission_json(a: TenantAdmission) -> dict[str, object]:

@@ -92,6 +92,13 @@ DEMO_URL = "sqlite:///runifold-demo.db"
     "killed (a step stuck in a body cannot be interrupted); its task is claimed again once its "
     "lease runs out.",
 )
+@click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    metavar="NAME",
+    help="A named queue the workers claim from (repeatable).  [default: default]",
+)
 @click.option("--once", is_flag=True, help="Claim and run one task, then exit (cron mode).")
 @click.option(
     "--metrics-port",
@@ -146,6 +153,7 @@ def run(
     claim_batch: int,
     recycle_after: int | None,
     shutdown_grace_s: float,
+    queues: tuple[str, ...],
     once: bool,
     metrics_port: int | None,
     metrics_host: str,
@@ -179,6 +187,7 @@ def run(
             "RUNIFOLD_RECYCLE_AFTER": recycle_after,
             "RUNIFOLD_SHUTDOWN_GRACE_SECONDS": shutdown_grace_s,
             "RUNIFOLD_TRACING": tracing,
+            "RUNIFOLD_QUEUES": list(queues) or None,
         },
     )
     if once:

@@ -27,6 +27,7 @@ def record_json(record: TaskRecord) -> dict[str, Any]:
         "definition": record.definition_name,
         "version": record.definition_version,
         "tenant": record.tenant,
+        "queue": record.queue,
         "state": record.state.value,
         "outcome": None if record.outcome is None else record.outcome.value,
         "reason": record.reason,

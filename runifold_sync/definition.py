@@ -80,6 +80,8 @@ class WorkflowRegistry:
     def __init__(self) -> None:
         self._definitions: dict[tuple[str, int], WorkflowDefinition] = {}
         self._schedules: dict[str, Schedule] = {}
+        # Counts registrations, so a worker knows when to recompute what it serves.
+        self.revision = 0
 
     def register(self, definition: WorkflowDefinition) -> None:
         if not isinstance(definition, WorkflowDefinition):
@@ -94,6 +96,7 @@ class WorkflowRegistry:
                 f"{ident.fingerprint}. Changed steps need a new version."
             )
         self._definitions[key] = definition
+        self.revision += 1
 
     def get(self, name: str, version: int) -> WorkflowDefinition | None:
         return self._definitions.get((name, version))
@@ -134,6 +137,7 @@ class WorkflowRegistry:
             schedule.version,
             schedule.tick_input(tick),
             checkpoint_id=schedule.task_id(tick),
+            queue=schedule.queue,
         )
 
     @property

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,7 @@ from .models import check_positive_timedelta
 if TYPE_CHECKING:
     from .cancellation import CancellationToken
     from .store.base import WorkflowStore
+    from .store.records import Routes
 
 DEFAULT_MIN_BACKOFF = timedelta(milliseconds=25)
 DEFAULT_MAX_BACKOFF = timedelta(seconds=5)
@@ -57,9 +59,12 @@ class IdleWait:
     """What a worker loop does after a claim came back empty, and after work (``worked``,
     which starts the backoff again from its first step)."""
 
-    def __init__(self, store: WorkflowStore, backoff: IdleBackoff) -> None:
+    def __init__(
+        self, store: WorkflowStore, backoff: IdleBackoff, routes: Callable[[], Routes | None] = lambda: None
+    ) -> None:
         self._store = store
         self._backoff = backoff
+        self._routes = routes  # only work these routes can claim wakes the worker
         # The last empty claim found work due that it could not take.
         self._due_but_unclaimable = False
 
@@ -73,7 +78,7 @@ class IdleWait:
         is work this worker may not take: held by tenant admission, or rows other
         claimers hold. Twice in a row means the latter: sleep the backoff out rather than
         ask the store again at once."""
-        due_now = self._store.wait_for_work(timedelta(0))
+        due_now = self._store.wait_for_work(timedelta(0), self._routes())
         if due_now and self._due_but_unclaimable:
             token.wait(self._backoff.next_s())
             self._due_but_unclaimable = False
@@ -98,5 +103,7 @@ class IdleWait:
             remaining_s = deadline - time.monotonic()
             if remaining_s <= 0:
                 return
-            if self._store.wait_for_work(timedelta(seconds=min(remaining_s, IDLE_WAIT_SLICE_S))):
+            if self._store.wait_for_work(
+                timedelta(seconds=min(remaining_s, IDLE_WAIT_SLICE_S)), self._routes()
+            ):
                 return

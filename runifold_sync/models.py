@@ -356,6 +356,7 @@ class TaskOptions(TypedDict, total=False):
     checkpoint_id: str | None
     priority: int
     not_before: datetime | None
+    queue: str
 
 
 @attrs.frozen
@@ -374,6 +375,8 @@ class WorkflowTask:
     not_before: datetime | None
     # The task that started this one as its child (``ctx.start_child``), else None.
     parent_id: str | None = None
+    # The named queue it goes on: only workers claiming from that queue take it.
+    queue: str = "default"
     # What the registry that checked the task knows of its definition (set by
     # ``WorkflowRegistry.task``); the store records it with the task. Not part of what
     # the task is: enqueue's idempotency compares the fields above.
@@ -390,8 +393,10 @@ class WorkflowTask:
         checkpoint_id: str | None = None,
         priority: int = 0,
         not_before: datetime | None = None,
+        queue: str = "default",
     ) -> WorkflowTask:
         check_name("workflow name", name)
+        check_name("queue", queue)
         check_version(version)
         check_name("tenant", tenant)
         task_id = uuid.uuid4().hex if checkpoint_id is None else check_name("checkpoint id", checkpoint_id)
@@ -411,4 +416,4 @@ class WorkflowTask:
                 f"workflow input is {len(input_json.encode())} bytes encoded, over the "
                 f"limit of {MAX_INPUT_BYTES}; store large data outside and pass its id"
             )
-        return cls(task_id, name, version, input_json, tenant, priority, not_before)
+        return cls(task_id, name, version, input_json, tenant, priority, not_before, queue=queue)

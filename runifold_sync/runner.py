@@ -23,6 +23,7 @@ from .models import (
     WorkflowTask,
     check_count,
     check_int,
+    check_name,
     seconds_duration,
 )
 from .observer import CycleObserver
@@ -47,6 +48,7 @@ SETTING_NAMES = (
     "RUNIFOLD_RECYCLE_AFTER",
     "RUNIFOLD_SHUTDOWN_GRACE_SECONDS",
     "RUNIFOLD_TRACING",
+    "RUNIFOLD_QUEUES",
 )
 DEFAULT_SHUTDOWN_GRACE = timedelta(seconds=60)
 _OK_ONCE = (Idle, Completed, Suspended, Retried, Yielded, ContinuedAsNew)
@@ -56,6 +58,19 @@ CycleHook = Callable[[], AbstractContextManager[object]]
 
 def _number(name: str, value: object, minimum: float) -> float:
     return seconds_duration(name, value, minimum_s=minimum).total_seconds()
+
+
+def _queues(value: object) -> tuple[str, ...]:
+    """``RUNIFOLD_QUEUES``: queue names, comma-separated or a sequence; unset: default."""
+    if value is None or value == "":
+        return ("default",)
+    if isinstance(value, str):
+        names = [name.strip() for name in value.split(",")]
+    elif isinstance(value, (list, tuple)):
+        names = list(value)
+    else:
+        raise InvalidArgument(f"RUNIFOLD_QUEUES must be queue names, got {value!r}")
+    return tuple(dict.fromkeys(check_name("RUNIFOLD_QUEUES queue", name) for name in names))
 
 
 @attrs.frozen
@@ -74,6 +89,8 @@ class RunifoldSettings:
     # Each worker traces its cycles with a provider of its own, built in the process that
     # runs it (a pool child: after the fork) from the OTEL_* variables (tracing.py).
     tracing: bool = False
+    # The named queues each worker claims from.
+    queues: tuple[str, ...] = ("default",)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> RunifoldSettings:
@@ -119,13 +136,14 @@ class RunifoldSettings:
             recycle_after,
             timedelta(seconds=grace_s),
             tracing,
+            _queues(values.get("RUNIFOLD_QUEUES")),
         )
         settings.worker_settings()  # checks the heartbeat against the lease
         return settings
 
     def worker_settings(self) -> WorkerSettings:
         """The settings of each worker these settings run."""
-        return WorkerSettings(self.lease, self.heartbeat, claim_batch=self.claim_batch)
+        return WorkerSettings(self.lease, self.heartbeat, claim_batch=self.claim_batch, queues=self.queues)
 
     def task(self, name: str, version: int, input: Any, **options: Unpack[TaskOptions]) -> WorkflowTask:
         """A task for an application's own enqueue (Flask, Django): checked by the

@@ -61,9 +61,9 @@ class Schedule:
     """Run ``workflow`` at ``version`` on each tick of ``cron`` (a 5-field expression,
     read in ``timezone``) or ``every`` (a whole number of seconds, counted from the Unix
     epoch): exactly one of the two. ``input`` is passed to every run (see
-    :class:`ScheduleTick`). Construction checks every field with :class:`InvalidArgument`
-    naming it; ``registry.add_schedule`` checks that the workflow version is registered
-    and that the ticks' input fits its main function."""
+    :class:`ScheduleTick`); its ticks' tasks go on ``queue``. Construction checks every
+    field with :class:`InvalidArgument` naming it; ``registry.add_schedule`` checks that
+    the workflow version is registered and that the ticks' input fits its main function."""
 
     name: str = attrs.field(validator=_check_schedule_name)
     workflow: str = attrs.field(validator=lambda _i, _a, v: check_name("schedule workflow", v))
@@ -72,6 +72,10 @@ class Schedule:
     every: timedelta | None = attrs.field(default=None, kw_only=True)
     timezone: str = attrs.field(default="UTC", kw_only=True)
     input: Any = attrs.field(default=None, kw_only=True, converter=_canonical_input)
+    # The named queue its ticks' tasks go on (only workers claiming from it run them).
+    queue: str = attrs.field(
+        default="default", kw_only=True, validator=lambda _i, _a, v: check_name("schedule queue", v)
+    )
     times: ScheduleTimes = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:

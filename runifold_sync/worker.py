@@ -40,7 +40,7 @@ from .outcomes import Idle, LeaseLost, RunOutcome, Yielded
 from .schedule_ticker import ScheduleTicker
 from .spans import CycleTracer
 from .store.base import WorkflowStore
-from .store.records import ClaimRequest
+from .store.records import ClaimRequest, Routes
 from .worker_settings import WorkerOptions, WorkerSettings
 
 if TYPE_CHECKING:
@@ -108,12 +108,32 @@ class WorkflowWorker:
             f"runifold-heartbeat-{worker_id}",
             observer,
         )
-        request = ClaimRequest(worker_id, self.settings.lease_duration, self.settings.claim_batch)
-        self._ahead = ClaimedAhead(store, self._keeper, request)
+        self._routes_at = -1
+        self._request = self._claim_request()
+        self._ahead = ClaimedAhead(store, self._keeper, self._claim_request)
         self._tracer = None if tracer_provider is None else _tracing(tracer_provider, worker_id)
         self._executor = ClaimExecutor(
             store, registry, worker_id, self.settings, self._keeper, self._ahead, self._tracer
         )
+
+    @property
+    def routes(self) -> Routes:
+        """What this worker can run (its queues, and its registry's definitions): claims
+        and the idle wait look only at those tasks."""
+        return self._claim_request().routes or Routes(self.settings.queues, ())
+
+    def _claim_request(self) -> ClaimRequest:
+        """The claim this worker makes, its routes recomputed when the registry changed."""
+        if self._routes_at != self.registry.revision:
+            routes = Routes.serving(
+                self.settings.queues,
+                [(d.identity.name, d.identity.version, d.identity.fingerprint) for d in self.registry],
+            )
+            self._request = ClaimRequest(
+                self.worker_id, self.settings.lease_duration, self.settings.claim_batch, routes
+            )
+            self._routes_at = self.registry.revision
+        return self._request
 
     @property
     def lease_duration(self) -> LeaseDuration:
@@ -157,7 +177,7 @@ class WorkflowWorker:
             raise InvalidArgument(f"shutdown must be a CancellationToken, got {shutdown!r}")
         if max_tasks is not None:
             check_count("max_tasks", max_tasks)
-        idle = IdleWait(self.store, IdleBackoff(min_backoff, max_backoff))
+        idle = IdleWait(self.store, IdleBackoff(min_backoff, max_backoff), lambda: self.routes)
         outcomes: Counter[str] = Counter()
         tasks = 0
         refused = _RefusedWrites()
@@ -223,7 +243,11 @@ class WorkflowWorker:
                 (d.identity.name, d.identity.version, d.identity.fingerprint) for d in self.registry
             )
             self.store.register_worker(
-                self.worker_id, host=socket.gethostname(), pid=os.getpid(), definitions=definitions
+                self.worker_id,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                definitions=definitions,
+                queues=self.settings.queues,
             )
             # What this registry declares, so signals to its tasks are checked where sent.
             self.store.declare_signals(d.declared_signals for d in self.registry)
@@ -239,7 +263,9 @@ class WorkflowWorker:
         else:
             if crashpoints.ARMED:
                 crashpoints.reached("before_claim", str(self.worker_id))
-            claimed = self.store.claim(self.worker_id, self.lease_duration, limit=self.settings.claim_batch)
+            claimed = self.store.claim(
+                self.worker_id, self.lease_duration, limit=self.settings.claim_batch, routes=self.routes
+            )
             if not claimed:
                 return Idle()
             task = claimed[0]

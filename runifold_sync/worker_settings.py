@@ -16,7 +16,7 @@ import attrs
 
 from .checkpoint import DEFAULT_MAX_ENTRY_BYTES
 from .errors import InvalidArgument
-from .models import LeaseDuration, check_int
+from .models import LeaseDuration, check_int, check_name
 
 MAX_CLAIM_BATCH = 100
 MIN_ENTRY_BYTES = 1024
@@ -49,6 +49,19 @@ def _check_heartbeat(inst: WorkerSettings, _attr: Any, value: object) -> None:
         )
 
 
+def _check_queues(_inst: Any, _attr: Any, value: object) -> None:
+    if isinstance(value, str) or not isinstance(value, tuple):
+        raise InvalidArgument(f"queues must be a tuple of queue names, got {value!r}")
+    if not value:
+        raise InvalidArgument("queues must name at least one queue")
+    for queue in value:
+        check_name("queue", queue)
+
+
+def _queue_tuple(value: object) -> object:
+    return tuple(value) if isinstance(value, list) else value
+
+
 def _check_unavailable_delay(_inst: Any, _attr: Any, value: object) -> None:
     if not isinstance(value, timedelta) or value < timedelta(0):
         raise InvalidArgument(f"unavailable_delay must be a non-negative timedelta, got {value!r}")
@@ -63,7 +76,9 @@ class WorkerSettings:
     claimed at once and run in turn, their leases kept alive meanwhile. A claim runs at
     most ``max_steps_per_claim`` steps (None: no limit) before the task is requeued.
     ``max_entry_bytes`` bounds each journal entry, the checkpoint head and the result. A task whose definition
-    version this worker lacks is requeued after ``unavailable_delay``."""
+    version this worker lacks is requeued after ``unavailable_delay`` (a safety net:
+    claims take only what the worker serves). ``queues`` are the named queues it claims
+    from."""
 
     lease_duration: LeaseDuration = attrs.field(
         default=LeaseDuration(timedelta(seconds=30)), validator=_check_lease
@@ -75,6 +90,11 @@ class WorkerSettings:
     unavailable_delay: timedelta = attrs.field(
         default=timedelta(seconds=5), validator=_check_unavailable_delay
     )
+    queues: tuple[str, ...] = attrs.field(
+        default=("default",),
+        converter=_queue_tuple,
+        validator=_check_queues,
+    )
 
 
 class WorkerOptions(TypedDict, total=False):
@@ -84,3 +104,4 @@ class WorkerOptions(TypedDict, total=False):
     max_entry_bytes: int
     unavailable_delay: timedelta
     claim_batch: int
+    queues: tuple[str, ...]

@@ -23,6 +23,7 @@ from ..models import (
     check_int,
     check_name,
 )
+from .records import Routes
 
 MAX_CLAIM_LIMIT = 1000
 MAX_LIST_LIMIT = 10_000
@@ -188,7 +189,12 @@ def _json_text(what: str, value: Any, limit_bytes: int, instead: str) -> str:
 
 
 def list_filters(
-    state: TaskState | None, tenant: str | None, definition: str | None, parent: str | None, limit: object
+    state: TaskState | None,
+    tenant: str | None,
+    definition: str | None,
+    parent: str | None,
+    limit: object,
+    queue: str | None = None,
 ) -> dict[str, Any]:
     """The parameters of query ``list_tasks``."""
     if state is not None and not isinstance(state, TaskState):
@@ -199,8 +205,16 @@ def list_filters(
         "tenant": tenant,
         "definition": definition,
         "parent": parent,
+        "queue": queue,
         "limit": limit,
     }
+
+
+def check_routes(routes: object) -> Routes | None:
+    """None (claim anything) or a worker's :class:`Routes`."""
+    if routes is not None and not isinstance(routes, Routes):
+        raise InvalidArgument(f"routes must be Routes or None, got {routes!r}")
+    return routes
 
 
 def check_policy(policy: object) -> TenantPolicy:

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import attrs
 
 from .outage import OutageLog
-from .records import ClaimedTask, ClaimRequest, JournalRow, Lease
+from .records import ClaimedTask, ClaimRequest, JournalRow, Lease, Routes
 from .timing import PoolWaits
 from .watch import Watch
 
@@ -191,7 +191,9 @@ class Dialect(Values, abc.ABC):
         suspend's statement could not see is pending; True when it woke."""
 
     @abc.abstractmethod
-    def wait_for_work(self, timeout_s: float) -> bool: ...
+    def wait_for_work(self, timeout_s: float, routes: Routes | None = None) -> bool:
+        """True once a task ``routes`` can claim (None: any task) is due, False after
+        ``timeout_s``."""
 
     @abc.abstractmethod
     def watch(self, task_id: str) -> AbstractContextManager[Watch]:

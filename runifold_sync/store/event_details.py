@@ -14,6 +14,8 @@ def enqueued(task: WorkflowTask) -> dict[str, Any]:
     detail: dict[str, Any] = {"definition": task.definition_name, "version": task.definition_version}
     if task.parent_id is not None:
         detail["parent"] = task.parent_id
+    if task.queue != "default":
+        detail["queue"] = task.queue
     return detail
 
 

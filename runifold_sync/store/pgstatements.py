@@ -22,7 +22,7 @@ from .checks import storable_text
 from .dialect import ENDING_TRANSITIONS, Event, FencedTransition, Values
 from .pgpool import Connection
 from .queries import load_queries
-from .records import ClaimedTask, ClaimRequest, JournalRow
+from .records import ClaimedTask, ClaimRequest, JournalRow, Routes
 
 NOW = "(clock_timestamp() + make_interval(secs => (SELECT offset_s FROM runifold_clock WHERE id = 1)))"
 Q = load_queries("postgres", NOW)
@@ -87,13 +87,59 @@ def journal_params(journal: Sequence[JournalRow]) -> dict[str, list[Any]]:
     }
 
 
-def claim_with_limit(limit: int) -> str:
-    """The key in ``Q`` of the claim statement with ``limit`` (checked) in its text,
-    built on first use."""
-    key = f"claim_tasks+limit{limit}"
+def claim_with_limit(limit: int, *, routed: bool = False) -> str:
+    """The key in ``Q`` of the claim statement (``routed``: for a worker's routes, still
+    with their placeholders) with ``limit`` (checked) in its text, built on first use."""
+    name = "claim_routed_tasks" if routed else "claim_tasks"
+    key = f"{name}+limit{limit}"
     if key not in Q:
-        Q[key] = Q["claim_tasks"].replace("%(limit)s", str(limit))
+        Q[key] = Q[name].replace("%(limit)s", str(limit))
     return key
+
+
+# The routed claim's text per (limit, routes): a worker's routes change only when its
+# registry does, so each worker sends one statement, prepared once.
+_ROUTED_CLAIMS: dict[tuple[int, Routes], str] = {}
+
+
+def _literal(text: str) -> str:
+    """``text`` as an escape-string literal, right whatever standard_conforming_strings is,
+    with ``%`` doubled for psycopg's placeholder syntax."""
+    return "E'" + text.replace("\\", "\\\\").replace("'", "''").replace("%", "%%") + "'"
+
+
+def claim_statement(limit: int, routes: Routes | None) -> str:
+    """The text of the claim (``limit`` checked), with ``routes`` written in as array
+    literals: as parameters the statement ran about a fifth slower (its generic plan
+    could not know there is one route, or which), and written in it is planned for them."""
+    if routes is None:
+        return Q[claim_with_limit(limit)]
+    key = (limit, routes)
+    text = _ROUTED_CLAIMS.get(key)
+    if text is None:
+        each = routes.routes
+        arrays = {
+            "route_queues": "ARRAY[" + ", ".join(_literal(r.queue) for r in each) + "]",
+            "route_names": "ARRAY[" + ", ".join(_literal(r.name) for r in each) + "]",
+            "route_versions": "ARRAY[" + ", ".join(str(int(r.version)) for r in each) + "]::int[]",
+            "route_fingerprints": "ARRAY[" + ", ".join(_literal(r.fingerprint) for r in each) + "]",
+        }
+        text = Q[claim_with_limit(limit, routed=True)]
+        for name, value in arrays.items():
+            text = text.replace(f"%({name})s", value)
+        _ROUTED_CLAIMS[key] = text
+    return text
+
+
+def route_params(routes: Routes) -> dict[str, list[Any]]:
+    """``routes`` as the four arrays the routed idle wait unnests."""
+    each = routes.routes
+    return {
+        "route_queues": [r.queue for r in each],
+        "route_names": [r.name for r in each],
+        "route_versions": [r.version for r in each],
+        "route_fingerprints": [r.fingerprint for r in each],
+    }
 
 
 def _claim_order(row: DictRow) -> tuple[Any, ...]:
@@ -117,7 +163,7 @@ def claim_in(conn: Connection, request: ClaimRequest, values: Values) -> list[Cl
     # guessed thousands of rows and leased them through a scan of the whole table.
     conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
     conn.execute(Q["lock_limited_tenants"])
-    leased = conn.execute(Q[claim_with_limit(limit)], params).fetchall()
+    leased = conn.execute(claim_statement(limit, request.routes), params).fetchall()
     # UPDATE ... RETURNING has no order: hand tasks out in claim order.
     leased.sort(key=_claim_order)
     for row in leased:

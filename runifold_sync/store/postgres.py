@@ -47,6 +47,7 @@ from .pgstatements import (
     insert_event,
     journal_params,
     jsonb,
+    route_params,
     store_now,
     transition_params,
     utc,
@@ -54,7 +55,7 @@ from .pgstatements import (
 from .pgurl import POLL_INTERVAL_S, PostgresTarget, parse_target
 from .pgwait import DirectListener, notified, poll, wait_until_due
 from .queries import pending_migrations
-from .records import ClaimedTask, ClaimRequest, JournalRow
+from .records import ClaimedTask, ClaimRequest, JournalRow, Routes
 from .timing import PoolWaits
 from .watch import PollWatch, Watch
 
@@ -238,18 +239,19 @@ class PostgresDialect(Dialect):
 
     # --- waiting, migrations, closing ---------------------------------------------------
 
-    def wait_for_work(self, timeout_s: float) -> bool:
+    def wait_for_work(self, timeout_s: float, routes: Routes | None = None) -> bool:
         """Sleep until a notification on ``runifold_tasks`` or the earliest due time (a
-        timer, a backoff, a lease expiry), whichever comes first; behind a transaction
-        pooler without a direct connection, look every ``POLL_INTERVAL_S`` instead."""
+        timer, a backoff, a lease expiry) of the tasks ``routes`` can claim (None: of any
+        task), whichever comes first; behind a transaction pooler without a direct
+        connection, look every ``POLL_INTERVAL_S`` instead."""
         if self.listener is not None:
-            return self.listener.wait(self._due_in, timeout_s)
+            return self.listener.wait(lambda: self._due_in(routes), timeout_s)
         if self.pooled:
-            return wait_until_due(self._due_in, poll, timeout_s)
+            return wait_until_due(lambda: self._due_in(routes), poll, timeout_s)
         with self.pool.connection() as conn:
             conn.execute(Q["listen_work"])  # before looking, so no notification is missed
             try:
-                return wait_until_due(lambda: _due_in(conn), lambda s: notified(conn, s), timeout_s)
+                return wait_until_due(lambda: _due_in(conn, routes), lambda s: notified(conn, s), timeout_s)
             finally:
                 conn.execute(Q["unlisten_work"])
 
@@ -264,9 +266,9 @@ class PostgresDialect(Dialect):
     def pool_waits(self) -> PoolWaits:
         return self.pool.pool_waits()
 
-    def _due_in(self) -> float | None:
+    def _due_in(self, routes: Routes | None) -> float | None:
         with self.pool.connection() as conn:
-            return _due_in(conn)
+            return _due_in(conn, routes)
 
     def migrate(self) -> int:
         """Apply pending numbered migrations under an advisory lock, so workers starting
@@ -293,8 +295,11 @@ class PostgresDialect(Dialect):
         self.pool.close()
 
 
-def _due_in(conn: Connection) -> float | None:
-    row = conn.execute(Q["seconds_until_due"]).fetchone()
+def _due_in(conn: Connection, routes: Routes | None) -> float | None:
+    if routes is None:
+        row = conn.execute(Q["seconds_until_due"]).fetchone()
+    else:
+        row = conn.execute(Q["seconds_until_routed_due"], route_params(routes)).fetchone()
     return None if row is None else row["due_in_s"]
 
 

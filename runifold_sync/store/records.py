@@ -9,13 +9,15 @@ contract in :mod:`.base`.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
 
 from ..codec import from_json
-from ..models import LeaseDuration, TaskOutcome, TaskState, WorkerId
+from ..errors import InvalidArgument
+from ..models import LeaseDuration, TaskOutcome, TaskState, WorkerId, check_name
 
 
 @attrs.frozen
@@ -55,13 +57,56 @@ class JournalRow:
 
 
 @attrs.frozen
+class Route:
+    """One (queue, definition name, version) a worker claims from, with the step
+    fingerprint its registry has for that version."""
+
+    queue: str
+    name: str
+    version: int
+    fingerprint: str
+
+
+@attrs.frozen
+class Routes:
+    """What a worker can run: the queues it claims from and the (name, version,
+    fingerprint) of each definition its registry serves. A claim with routes takes only
+    tasks of those queues and versions whose head, if they have one, was written by that
+    fingerprint; the idle wait looks only at their due times."""
+
+    queues: tuple[str, ...]
+    definitions: tuple[tuple[str, int, str], ...]
+
+    @classmethod
+    def serving(cls, queues: Iterable[str], definitions: Iterable[tuple[str, int, str]]) -> Routes:
+        """Checked: at least one queue, each a name."""
+        if isinstance(queues, str):
+            raise InvalidArgument(f"queues must be a sequence of queue names, got the string {queues!r}")
+        checked = tuple(check_name("queue", q) for q in queues)
+        if not checked:
+            raise InvalidArgument("a worker needs at least one queue")
+        return cls(checked, tuple((str(n), int(v), str(f)) for n, v, f in definitions))
+
+    @property
+    def routes(self) -> tuple[Route, ...]:
+        """Every (queue, definition) pair, in a fixed order."""
+        return tuple(
+            Route(queue, name, version, fingerprint)
+            for queue in sorted(set(self.queues))
+            for name, version, fingerprint in sorted(set(self.definitions))
+        )
+
+
+@attrs.frozen
 class ClaimRequest:
     """A claim to make in the same transaction as a completion (see
-    :meth:`WorkflowStore.complete`): what ``claim(worker_id, lease, limit=limit)`` takes."""
+    :meth:`WorkflowStore.complete`): what ``claim(worker_id, lease, limit=limit,
+    routes=routes)`` takes. ``routes`` None claims any task (tools and tests)."""
 
     worker_id: WorkerId
     lease: LeaseDuration
     limit: int = 1
+    routes: Routes | None = None
 
 
 @attrs.frozen
@@ -178,6 +223,10 @@ class TaskRecord:
     parent_id: str | None = None  # the task that started this one (ctx.start_child)
     waiting_for_child: str | None = None  # the child a waiting task waits for
     paused: str | None = None  # who paused it and why (store.pause), None when not paused
+    queue: str = "default"  # the named queue it was enqueued on
+    # The step fingerprint its head is written by (set when a claim took it without a
+    # head): only a worker with that fingerprint claims it. None before its first claim.
+    fingerprint: str | None = None
     status_note: str | None = None
 
     @property
@@ -223,6 +272,18 @@ class VersionReference:
 
 
 @attrs.frozen
+class RoutedBacklog:
+    """Unfinished tasks of one queue and definition version whose heads (if any) were
+    written by ``fingerprint`` (None: no claim has given them one)."""
+
+    queue: str
+    name: str
+    version: int
+    fingerprint: str | None
+    tasks: int
+
+
+@attrs.frozen
 class QueueStats:
     """Task counts per tenant, state and outcome. ``oldest_ready_age_s`` is how long the
     longest-ready queued task has waited for a claim (queue delay), None when none waits."""
@@ -250,9 +311,36 @@ class WorkerRecord:
     # The step fingerprint it registered for each (name, version); none from a worker of
     # a release that did not record them.
     fingerprints: dict[tuple[str, int], str] = attrs.Factory(dict)
+    # The queues it claims from (a worker of a release without queues served "default").
+    queues: tuple[str, ...] = ("default",)
 
     def live(self, within: timedelta) -> bool:
         return self.stopped_at is None and self.silent_s <= within.total_seconds()
+
+    def serves(self, queue: str, name: str, version: int, fingerprint: str | None = None) -> bool:
+        """Whether this worker claims tasks of ``queue`` for ``name`` ``version`` (whose
+        head ``fingerprint`` wrote, when given)."""
+        if queue not in self.queues or (name, version) not in self.definitions:
+            return False
+        registered = self.fingerprints.get((name, version))
+        return fingerprint is None or registered is None or registered == fingerprint
+
+
+def unserved_reason(
+    queue: str, name: str, version: int, fingerprint: str | None, live: list[WorkerRecord]
+) -> str | None:
+    """Why no worker in ``live`` can claim a task of ``queue`` for ``name`` ``version``
+    whose head ``fingerprint`` wrote (None: any), or None when one can."""
+    if any(w.serves(queue, name, version, fingerprint) for w in live):
+        return None
+    if not any(queue in w.queues for w in live):
+        return f"no live worker serves queue {queue!r}"
+    if not any(w.serves(queue, name, version) for w in live):
+        return f"no live worker serves {name!r} version {version} in queue {queue!r}"
+    return (
+        f"no live worker serves {name!r} version {version} with step fingerprint {fingerprint} "
+        f"(the steps its checkpoint was written by) in queue {queue!r}"
+    )
 
 
 @attrs.frozen

@@ -41,6 +41,7 @@ def already_enqueued(task: WorkflowTask, stored: Row) -> EnqueueResult:
             ("tenant", "tenant", task.tenant),
             ("input", "input", task.input_json),
             ("parent", "parent_id", task.parent_id),
+            ("queue", "queue", task.queue),
         )
         if stored[column] != given
     ]

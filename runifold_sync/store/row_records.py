@@ -62,6 +62,8 @@ def task_record(row: Row, values: Values) -> TaskRecord:
         parent_id=row["parent_id"],
         waiting_for_child=row["waiting_for_child"],
         paused=row["paused"],
+        queue=row["queue"],
+        fingerprint=row["fingerprint"],
     )
 
 
@@ -167,6 +169,7 @@ def worker_record(row: Row, values: Values) -> WorkerRecord:
         [(str(name), int(version)) for name, version, *_fingerprint in definitions],
         float(row["silent_s"]),
         {(str(name), int(version)): str(rest[0]) for name, version, *rest in definitions if rest},
+        ("default",) if row["queues"] is None else tuple(str(q) for q in json.loads(row["queues"])),
     )
 
 

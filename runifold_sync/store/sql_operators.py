@@ -279,6 +279,7 @@ def insert_tasks(d: Dialect, tx: Transaction, tasks: list[WorkflowTask]) -> list
             "not_before": None if task.not_before is None else d.db_time(task.not_before),
             "parent_id": task.parent_id,
             "trace_context": traceparent,
+            "queue": task.queue,
         }
         inserted = tx.one("insert_task", params)
         if inserted is None:

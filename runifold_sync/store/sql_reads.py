@@ -20,12 +20,18 @@ from .records import (
     ClockReading,
     JournalRow,
     QueueStats,
+    RoutedBacklog,
     TaskEvent,
     TaskRecord,
     VersionReference,
     WorkerRecord,
+    unserved_reason,
 )
 from .timing import PoolWaits, timed
+
+# A worker last seen this long ago no longer counts as serving its queues (as the CLI's
+# --live-within default).
+LIVE_WITHIN = timedelta(seconds=60)
 
 
 def _status(record: TaskRecord, now: datetime) -> str | None:
@@ -42,6 +48,12 @@ def _status(record: TaskRecord, now: datetime) -> str | None:
             return f"ready since {record.ready_at.isoformat()}: waiting for a free worker"
         return f"scheduled: not claimable before {record.ready_at.isoformat()}"
     return None
+
+
+def _running(record: TaskRecord, now: datetime) -> bool:
+    return (
+        record.state is TaskState.LEASED and record.lease_expires is not None and record.lease_expires > now
+    )
 
 
 class ReadOperations:
@@ -80,10 +92,11 @@ class ReadOperations:
         definition: str | None = None,
         parent: str | None = None,
         limit: int = 100,
+        queue: str | None = None,
     ) -> list[TaskRecord]:
         """Tasks matching every given filter, oldest first; ``parent``: the children of
-        that task."""
-        filters = checks.list_filters(state, tenant, definition, parent, limit)
+        that task; ``queue``: the tasks of that named queue."""
+        filters = checks.list_filters(state, tenant, definition, parent, limit, queue)
         found = self.dialect.all("list_tasks", filters)
         return self.explain_reasons(
             [row_records.found_task(self.dialect, row, row["task_id"]) for row in found]
@@ -93,6 +106,16 @@ class ReadOperations:
         """Every definition version that unfinished or recoverable tasks reference: the
         versions a deploy must keep registered."""
         return [row_records.version_reference(row) for row in self.dialect.all("referenced_versions", {})]
+
+    def routed_backlog(self) -> list[RoutedBacklog]:
+        """Unfinished tasks per queue, definition version and step fingerprint: what
+        ``stats`` checks against the live workers' queues and registries."""
+        return [
+            RoutedBacklog(
+                r["queue"], r["definition_name"], r["definition_version"], r["fingerprint"], int(r["tasks"])
+            )
+            for r in self.dialect.all("routed_backlog", {})
+        ]
 
     def queue_stats(self) -> list[QueueStats]:
         return [row_records.queue_stats(row) for row in self.dialect.all("queue_stats", {})]
@@ -133,14 +156,16 @@ class ReadOperations:
         host: str,
         pid: int,
         definitions: Sequence[tuple[str, int] | tuple[str, int, str]],
+        queues: Sequence[str] = ("default",),
     ) -> None:
-        """Record a starting worker and the definition versions it serves: (name, version)
-        or (name, version, step fingerprint)."""
+        """Record a starting worker, the definition versions it serves ((name, version)
+        or (name, version, step fingerprint)) and the queues it claims from."""
         params = {
             "worker_id": worker_id.value,
             "host": checks.check_text("host", host),
             "pid": check_count("pid", pid),
             "definitions": json.dumps([list(d) for d in definitions]),
+            "queues": json.dumps(sorted({checks.check_text("queue", q) for q in queues})),
         }
         self.dialect.execute("register_worker", params)
 
@@ -199,15 +224,26 @@ class ReadOperations:
         """``records`` with a ``status_note`` on every unfinished task that needs one: a
         ready task a claim skips for admission gets that hold, and a queued or leased
         task with no stored reason says whether it is due, scheduled or running where.
-        ``reason`` stays what the store recorded."""
+        While any worker is live, a task none of them can claim (its queue, its version,
+        or the steps its checkpoint was written by) says so first; with none live the
+        whole fleet is down, which ``workers`` says. ``reason``
+        stays what the store recorded."""
         unfinished = (TaskState.QUEUED, TaskState.WAITING, TaskState.LEASED)
         if not any(r.state in unfinished for r in records):
             return records
         admissions = {a.policy.tenant: a for a in self.tenant_admission()}
+        live = [w for w in self.workers() if w.live(LIVE_WITHIN)]
         now = self.now()
         explained = []
         for record in records:
-            note = explain(record.state, record.ready_at, record.tenant, admissions)
+            note = None
+            if live and record.state in unfinished and not _running(record, now):
+                fingerprint = record.fingerprint if record.checkpoint_json is not None else None
+                note = unserved_reason(
+                    record.queue, record.definition_name, record.definition_version, fingerprint, live
+                )
+            if note is None:
+                note = explain(record.state, record.ready_at, record.tenant, admissions)
             if note is None and record.reason is None and record.state in unfinished:
                 note = _status(record, now)
             explained.append(record if note is None else attrs.evolve(record, status_note=note))

@@ -25,7 +25,7 @@ from ..models import LeaseDuration, WorkerId
 from ..outcomes import FailureDetail
 from . import checks, event_details, refusals, row_records, signal_checks
 from .dialect import Dialect, Event, FencedTransition, Transaction
-from .records import ClaimedTask, ClaimRequest, Committed, JournalRow, Lease, Signal
+from .records import ClaimedTask, ClaimRequest, Committed, JournalRow, Lease, Routes, Signal
 from .timing import OperationTimer, timed
 
 
@@ -36,10 +36,14 @@ class WorkerOperations:
     operation_timer: OperationTimer | None
 
     @timed
-    def claim(self, worker_id: WorkerId, lease: LeaseDuration, *, limit: int = 1) -> list[ClaimedTask]:
+    def claim(
+        self, worker_id: WorkerId, lease: LeaseDuration, *, limit: int = 1, routes: Routes | None = None
+    ) -> list[ClaimedTask]:
         """Lease up to ``limit`` ready tasks (queued or waiting and due, or leased with an
-        expired lease), raising each one's fencing token and claim count."""
-        return self.dialect.claim(ClaimRequest(worker_id, lease, limit))
+        expired lease), raising each one's fencing token and claim count. With ``routes``
+        (a worker's queues and definitions) only tasks it can run are taken; None takes
+        any task."""
+        return self.dialect.claim(ClaimRequest(worker_id, lease, limit, checks.check_routes(routes)))
 
     @timed
     def heartbeat(self, lease: Lease, duration: LeaseDuration) -> Lease:
@@ -323,13 +327,14 @@ class WorkerOperations:
             "head": self.dialect.json_in("checkpoint", checkpoint_json),
         }
 
-    def wait_for_work(self, timeout: timedelta) -> bool:
+    def wait_for_work(self, timeout: timedelta, routes: Routes | None = None) -> bool:
         """Block until a task is claimable (queued or waiting and due, or leased with an
-        expired lease) or ``timeout`` has passed; True when work is claimable. A hint for
+        expired lease; with ``routes``, one those routes can claim) or ``timeout`` has
+        passed; True when work is claimable. A hint for
         idle workers, not a reservation: another worker may claim it first. PostgreSQL
         wakes on ``NOTIFY runifold_tasks`` and when the earliest timer comes due; SQLite,
         which has no notifications, polls."""
-        return self.dialect.wait_for_work(checks.check_wait_timeout(timeout))
+        return self.dialect.wait_for_work(checks.check_wait_timeout(timeout), checks.check_routes(routes))
 
 
 class StepTransaction:

@@ -35,7 +35,7 @@ from .checks import storable_text
 from .dialect import ENDING_TRANSITIONS, Dialect, Event, FencedTransition, Params, Row, Transaction
 from .outage import OutageLog
 from .queries import load_queries, pending_migrations
-from .records import ClaimedTask, ClaimRequest, JournalRow
+from .records import ClaimedTask, ClaimRequest, JournalRow, Routes
 from .sqlite_connection import (
     MICROSECOND,
     SqliteConnection,
@@ -70,6 +70,12 @@ def _write_journal(conn: sqlite3.Connection, task_id: str, journal: Sequence[Jou
     for place in places:
         if place["entry"] is None:
             conn.execute(_Q["drop_journal_entry"], place)
+
+
+def _routes_json(routes: Routes) -> str:
+    """``routes`` as the JSON array of [queue, name, version, fingerprint] the routed
+    statements read with ``json_each``."""
+    return json.dumps([[r.queue, r.name, r.version, r.fingerprint] for r in routes.routes])
 
 
 class SqliteTransaction:
@@ -316,14 +322,24 @@ class SqliteDialect(Dialect):
         conn, now = tx.raw, tx.at
         worker_id = request.worker_id.value
         claimed = []
-        candidates = conn.execute(_Q["claimable_tasks"], {"now": now, "limit": limit}).fetchall()
+        if request.routes is None:
+            candidates = conn.execute(_Q["claimable_tasks"], {"now": now, "limit": limit}).fetchall()
+        else:
+            params = {"now": now, "limit": limit, "routes": _routes_json(request.routes)}
+            candidates = conn.execute(_Q["claimable_routed_tasks"], params).fetchall()
         for tenant in sorted({c["tenant"] for c in candidates}):
             conn.execute(_Q["mark_tenant_served"], {"tenant": tenant, "now": now})
         lease_us = in_us(request.lease.value)
         for candidate in candidates:
             row = conn.execute(
                 _Q["lease_task"],
-                {"task_id": candidate["task_id"], "worker_id": worker_id, "now": now, "lease": lease_us},
+                {
+                    "task_id": candidate["task_id"],
+                    "worker_id": worker_id,
+                    "now": now,
+                    "lease": lease_us,
+                    "fingerprint": candidate["route_fingerprint"] if request.routes is not None else None,
+                },
             ).fetchone()
             detail = event_details.claimed(candidate["state"], candidate["worker_id"])
             self.event(tx, Event(row["task_id"], now, "claimed", detail, worker_id, row["fencing_token"]))
@@ -348,12 +364,16 @@ class SqliteDialect(Dialect):
 
     # --- waiting, migrations, closing ---------------------------------------------------
 
-    def wait_for_work(self, timeout_s: float) -> bool:
-        """Poll until a task is due; see ``_WAIT_POLL_S``."""
+    def wait_for_work(self, timeout_s: float, routes: Routes | None = None) -> bool:
+        """Poll until a task ``routes`` can claim (None: any task) is due; see
+        ``_WAIT_POLL_S``."""
         deadline = time.monotonic() + timeout_s
         while True:
             version = self._data_version()
-            row = self.one("seconds_until_due", {})
+            if routes is None:
+                row = self.one("seconds_until_due", {})
+            else:
+                row = self.one("seconds_until_routed_due", {"routes": _routes_json(routes)})
             due_in_s = None if row is None else row["due_in_s"]
             if due_in_s is not None and due_in_s <= 0:
                 return True

@@ -132,8 +132,8 @@ def test_enqueue_without_app_warns_that_nothing_was_checked(url: str, store: Sql
     }
     assert result.stderr == (
         "warning: 'invoyce' version 1 and its input were not checked (no --app): a name or version "
-        "no worker has is handed back every 5 s until one does, and input that does not fit fails "
-        "the task when it runs\n"
+        "no worker serves waits unclaimed until one does (stats names it), and input that does not "
+        "fit fails the task when it runs\n"
     )
 
 

@@ -102,10 +102,14 @@ def test_run_once_completes_a_task_and_show_prints_its_history(url: str) -> None
     assert len(shown["journal"]) == 5
 
 
-def test_run_once_exits_non_zero_when_the_definition_is_unavailable(url: str) -> None:
+def test_run_once_leaves_a_version_it_lacks_alone_and_list_says_no_worker_serves_it(url: str) -> None:
     _invoke("enqueue", "unknown-flow", "3", "--checkpoint-id", "u1", "--database", url)
     code, out = _invoke("run", "--app", APP, "--database", url, "--once", "--json")
-    assert code == 1 and json.loads(out)["outcome"] == "definition_unavailable"
+    assert code == 0 and json.loads(out)["outcome"] == "idle"
+    code, out = _invoke("list", "--database", url, "--json")
+    [listed] = json.loads(out)
+    assert listed["state"] == "queued" and listed["queue"] == "default"
+    assert listed["status_note"].startswith("ready since")  # no worker is live: the fleet is down
 
 
 def test_run_refuses_a_heartbeat_longer_than_half_the_lease(url: str) -> None:
@@ -236,7 +240,7 @@ def test_stats_json_reports_queues_tenant_holds_and_unserved_versions(url: str) 
     assert code == 0 and "tenant acme: 0 leased of 0" in out
     code, out = _invoke("stats", "--database", url, "--json")
     report = json.loads(out)
-    assert code == 0 and set(report) == {"queues", "tenants", "unserved"}
+    assert code == 0 and set(report) == {"queues", "tenants", "unserved", "unserved_routes"}
     queues = {(q["tenant"], q["state"]): q for q in report["queues"]}
     assert queues[("default", "queued")]["count"] == 3
     assert queues[("default", "queued")]["oldest_ready_age_s"] >= 0
@@ -251,8 +255,21 @@ def test_stats_json_reports_queues_tenant_holds_and_unserved_versions(url: str) 
     )
     assert acme["hold_reason"].startswith("queued behind tenant limit")
     assert report["unserved"] == [{"name": "pool-flow", "version": 2, "tasks": 1}]
+    assert report["unserved_routes"] == [
+        {
+            "queue": "default",
+            "definition": "pool-flow",
+            "version": 2,
+            "fingerprint": None,
+            "tasks": 1,
+            "reason": "no live worker serves 'pool-flow' version 2 in queue 'default'",
+        }
+    ]
     code, out = _invoke("stats", "--database", url)
     assert code == 0 and "UNSERVED: pool-flow v2 (1 tasks)" in out
+    assert (
+        "UNSERVED: queue default, pool-flow v2 (1 tasks): no live worker serves 'pool-flow' version 2" in out
+    )
 
 
 def test_tenant_set_and_list_show_a_policy_and_show_explains_a_held_task(url: str) -> None:

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from runifold_sync import LeaseDuration, TaskState, WorkerId, WorkflowStore, WorkflowTask, Yielded, open_store
 from runifold_sync.cli import main
 from runifold_sync.runner import once_succeeded
+from tests.support.routing import checkpointed_by_other_steps
 
 APP = "tests.cli.outcome_app:registry"
 
@@ -34,8 +35,10 @@ def _nothing(store: WorkflowStore) -> None:
     pass
 
 
-def _unknown_version(store: WorkflowStore) -> None:
-    store.enqueue(WorkflowTask.new("outcome-flow", 2, "complete", checkpoint_id="t1"))
+def _other_steps(store: WorkflowStore) -> None:
+    """A version the worker lacks is never claimed (idle); what it still hands back is a
+    task whose checkpoint other steps wrote, claimed before its fingerprint was known."""
+    checkpointed_by_other_steps(store, "outcome-flow", 1, "t1")
 
 
 def _cancelled_while_its_worker_died(store: WorkflowStore) -> None:
@@ -53,7 +56,7 @@ CASES = [
     ("retried", 0, _enqueue("retry")),
     ("failed", 1, _enqueue("fail")),
     ("lease_lost", 1, _enqueue("lose_lease")),
-    ("definition_unavailable", 1, _unknown_version),
+    ("definition_unavailable", 1, _other_steps),
     ("cancelled", 1, _cancelled_while_its_worker_died),
 ]
 

@@ -13,7 +13,6 @@ import pytest
 from runifold_sync import (
     Budget,
     Completed,
-    DefinitionUnavailable,
     Failed,
     FailureDetail,
     Idle,
@@ -378,30 +377,21 @@ def test_a_checkpoint_row_that_is_not_json_fails_only_its_task_closed(sqlite_sto
     assert COUNTED_RUNS == ["sibling"]
 
 
-def test_an_unregistered_definition_version_requeues_without_counting_an_attempt_and_others_run(
+def test_an_unregistered_definition_version_is_left_unclaimed_and_others_run(
     store: WorkflowStore, clock: Clock
 ) -> None:
     store.enqueue(WorkflowTask.new("counted", 2, 1, checkpoint_id="v2"))
     store.enqueue(WorkflowTask.new("counted", 1, 1, checkpoint_id="v1"))
 
-    def refused_and_requeued(outcome: RunOutcome) -> None:
-        assert outcome == DefinitionUnavailable("v2", "counted", 2)
-        record = store.get_task("v2")
-        assert (record.state, record.claims_since_progress, record.reason) == (
-            TaskState.QUEUED,
-            0,
-            "definition unavailable: 'counted' version 2 is not registered on worker w1",
-        )
-        assert record.ready_at is not None and record.ready_at > store.now()
-
     lacking = _worker(store, counted)  # has version 1 only
     try:
-        refused_and_requeued(lacking.run_once())
-        assert lacking.run_once() == Completed("v1", 2)  # the registered version runs meanwhile
+        assert lacking.run_once() == Completed("v1", 2)  # the registered version runs
         for _ in range(2):
-            assert lacking.run_once() == Idle()  # not claimed again before the delay
-            clock.advance(timedelta(seconds=6))  # past the 5 s definition-unavailable delay
-            refused_and_requeued(lacking.run_once())
+            assert lacking.run_once() == Idle()  # version 2 is never claimed by it
+            clock.advance(timedelta(seconds=6))
+        record = store.get_task("v2")
+        assert (record.state, record.claims_since_progress, record.fencing_token) == (TaskState.QUEUED, 0, 0)
+        assert record.status_note == "no live worker serves 'counted' version 2 in queue 'default'"
     finally:
         lacking.close()
     assert COUNTED_RUNS == ["v1"]
@@ -417,7 +407,7 @@ def test_an_unregistered_definition_version_requeues_without_counting_an_attempt
     def main(ctx: WorkflowContext, n: int) -> int:
         return tally(ctx, n)
 
-    # Three refused claims did not use up a budget of one attempt.
+    # Nothing used up its budget of one attempt.
     clock.advance(timedelta(seconds=6))
     registry = WorkflowRegistry()
     registry.register(WorkflowDefinition(counted_v2, Budget(max_attempts=1)))

@@ -20,7 +20,7 @@ The process runs ``run_once`` until the task is terminal or cancelled, nothing w
 claimable for a while, or ``--cycles`` cycles ran, printing each outcome kind; with a
 crash point armed it is expected to die of SIGKILL on the way. ``--claim-batch``,
 ``--max-steps`` and ``--no-definitions`` set up tasks claimed ahead, a step slice and a
-definition this worker lacks.
+task checkpointed by steps this worker lacks (claimed before its fingerprint was known).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from runifold_sync import (
     open_store,
 )
 from tests.support import ledger
+from tests.support.routing import leave_checkpoint_without_fingerprint
 
 LEDGER_ENV = "CRASH_LEDGER"
 FLAKY_ENV = "CRASH_FLAKY"
@@ -134,9 +135,23 @@ def crashy_main(ctx: WorkflowContext, order: str) -> dict[str, Any]:
     return {"charge": receipt["charge"], "shipment": shipment, "approval": approval, "end": end}
 
 
-def registry(*, empty: bool = False) -> WorkflowRegistry:
+def registry(*, other_steps: bool = False) -> WorkflowRegistry:
+    """The app's registry; ``other_steps``: crashy v1 as a deploy that changed its steps
+    (another fingerprint) has it."""
     reg = WorkflowRegistry()
-    if not empty:
+    if other_steps:
+        changed = Workflow("crashy", 1, signals=["go"])
+
+        @changed.step()
+        def elsewhere(ctx: StepContext, order: str) -> str:
+            return order
+
+        @changed.main
+        def changed_main(ctx: WorkflowContext, order: str) -> str:
+            return elsewhere(ctx, order)
+
+        reg.register(WorkflowDefinition(changed, Budget(), CapabilitySet()))
+    else:
         reg.register(WorkflowDefinition(flow, Budget(), CapabilitySet()))
     return reg
 
@@ -174,9 +189,13 @@ def main() -> int:
     args = parser.parse_args()
     os.environ[LEDGER_ENV] = args.ledger
     store = open_store(args.url)
+    if args.no_definitions:
+        # A routed claim never hands this worker a task it lacks: what still reaches it is a
+        # task checkpointed (by the real steps) under a claim that recorded no fingerprint.
+        leave_checkpoint_without_fingerprint(store, WorkflowDefinition(flow).identity.fingerprint)
     worker = WorkflowWorker(
         store,
-        registry(empty=args.no_definitions),
+        registry(other_steps=args.no_definitions),
         WorkerId.parse(f"crash-{os.getpid()}"),
         LEASE,
         HEARTBEAT,

@@ -21,6 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from runifold_sync import (
@@ -517,18 +518,12 @@ def test_version_1_task_waiting_on_timer_completes_on_version_1_after_version_2_
     assert waiting.state is TaskState.WAITING
 
     drill.advance_clock(drill_app.REPORT_SLEEP + timedelta(seconds=1))  # past the timer
-    [unavailable] = drill.run("only-v2", registry="v2")
-    assert unavailable == {
-        "kind": "definition_unavailable",
-        "task_id": "report-1",
-        "name": "report",
-        "version": 1,
-        "pid": unavailable["pid"],
-    }
-    queued = drill.store.get_task("report-1")
-    assert queued.state is TaskState.QUEUED
-    assert queued.reason is not None and "definition unavailable" in queued.reason
-    assert (queued.revision, queued.checkpoint_json) == (waiting.revision, waiting.checkpoint_json)
+    # A worker with version 2 only never claims it (routing): nothing is handed back.
+    [idle] = drill.run("only-v2", registry="v2")
+    assert idle["kind"] == "idle"
+    unclaimed = drill.store.get_task("report-1")
+    assert unclaimed == attrs.evolve(waiting, status_note=unclaimed.status_note)
+    assert not [e for e in drill.store.history("report-1") if e.kind == "released"]
 
     drill.store.enqueue(WorkflowTask.new("report", 2, "sales", checkpoint_id="report-2"))
     drill.advance_clock(timedelta(seconds=6))  # past the definition-unavailable delay

@@ -24,7 +24,8 @@ from runifold_sync import (
 )
 from runifold_sync.codec import to_json
 from runifold_sync.postgres import PostgresWorkflowStore
-from runifold_sync.store.pgstatements import Q, claim_with_limit
+from runifold_sync.store.pgstatements import Q, claim_statement, route_params
+from runifold_sync.store.records import Routes
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 W1 = WorkerId.parse("worker-1")
@@ -192,12 +193,17 @@ def _numbered(query: str) -> tuple[str, list[str]]:
     return numbered, names
 
 
-def test_the_claim_as_production_runs_it_reads_the_partial_index_past_many_finished_tasks(
+UNSERVED = 10_000
+ROUTES = Routes.serving(["default"], [("orders", 1, "fp-a"), ("refunds", 2, "fp-r")])
+
+
+def test_the_claim_as_production_runs_it_reads_only_its_routes_past_finished_and_unserved_tasks(
     pg: PostgresWorkflowStore, postgres_url: str
 ) -> None:
-    """The statement ``claim`` sends (the limit in its text), prepared and run on its
-    generic plan as ``plan_cache_mode = force_generic_plan`` makes it, on a store
-    connection, over 200,000 finished tasks."""
+    """The statement a worker's ``claim`` sends (its routes and the limit written in its
+    text), prepared and run on its generic plan as ``plan_cache_mode =
+    force_generic_plan`` makes it, on a store connection, over 200,000 finished tasks and
+    10,000 ready ones of a definition and of a queue the worker does not serve."""
     with psycopg.connect(postgres_url, autocommit=True) as admin:
         admin.execute(
             "INSERT INTO runifold_tasks (task_id, definition_name, definition_version, tenant, input, "
@@ -206,10 +212,19 @@ def test_the_claim_as_production_runs_it_reads_the_partial_index_past_many_finis
             "clock_timestamp(), clock_timestamp() FROM generate_series(1, %s) g",
             (FINISHED,),
         )
+        admin.execute(
+            "INSERT INTO runifold_tasks (task_id, definition_name, definition_version, tenant, input, "
+            "input_text, state, ready_at, created_at, updated_at, queue) "
+            "SELECT 'unserved-' || g, CASE WHEN g %% 2 = 0 THEN 'billing' ELSE 'orders' END, 1, "
+            "'default', '{}', '{}', 'queued', clock_timestamp() - interval '1 hour', "
+            "clock_timestamp(), clock_timestamp(), CASE WHEN g %% 2 = 0 THEN 'default' ELSE 'render' END "
+            "FROM generate_series(1, %s) g",
+            (UNSERVED,),
+        )
         admin.execute("ANALYZE runifold_tasks")
     for n in range(5):
         pg.enqueue(task(f"live-{n}"))
-    numbered, names = _numbered(Q[claim_with_limit(3)])
+    numbered, names = _numbered(claim_statement(3, ROUTES))
     params = {"worker_id": "worker-1", "lease": 30.0}
     arguments = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
     with pg.dialect.pool.connection() as conn, conn.transaction():
@@ -230,17 +245,36 @@ def test_the_claim_as_production_runs_it_reads_the_partial_index_past_many_finis
         for n in nodes
         if n.get("Relation Name") == "runifold_tasks" and n["Node Type"].endswith("Scan")
     }
-    # Candidates from the partial index, locked as they are read; the lease written by
-    # primary key; a tenant's lease count (for a lease limit) from its partial index.
+    # Candidates from each route's slice of the partial index, locked as they are read;
+    # the lease written by primary key; a tenant's lease count (for a lease limit) from
+    # its partial index. Never a scan of the backlog the worker does not serve.
     assert scans == {
-        ("Index Scan", "runifold_tasks_claimable"),
+        ("Index Scan", "runifold_tasks_routed"),
         ("Index Scan", "runifold_tasks_pkey"),
         ("Index Only Scan", "runifold_tasks_leased"),
     }
-    [lock] = [n for n in nodes if n["Node Type"] == "LockRows" and n["Plans"][0].get("Relation Name")]
-    assert lock["Plans"][0]["Index Name"] == "runifold_tasks_claimable"
+    routed = [n for n in nodes if n.get("Index Name") == "runifold_tasks_routed"]
+    assert all(n["Actual Rows"] <= 3 for n in routed)
+    [lock] = [
+        n
+        for n in nodes
+        if n["Node Type"] == "LockRows" and n["Plans"][0].get("Index Name") == "runifold_tasks_routed"
+    ]
     assert all(n["Actual Rows"] <= 3 for n in nodes if n["Node Type"] == "Sort")
-    assert len(pg.claim(W1, LEASE, limit=10)) == 5
+    assert len(pg.claim(W1, LEASE, limit=10, routes=ROUTES)) == 5
+    assert len(pg.claim(W1, LEASE, limit=10, routes=ROUTES)) == 0
+
+    # The idle wait's earliest due time: one row per route from the due index.
+    due = "EXPLAIN (ANALYZE, FORMAT JSON) " + Q["seconds_until_routed_due"]
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        [(due_plan,)] = admin.execute(due.encode(), route_params(ROUTES)).fetchall()
+    nodes = list(_plan_nodes(due_plan[0]["Plan"]))
+    on_tasks = [n for n in nodes if n.get("Relation Name") == "runifold_tasks"]
+    assert {n.get("Index Name") for n in on_tasks} == {"runifold_tasks_routed_due"}
+    assert all(n["Actual Rows"] <= 1 for n in on_tasks)
+    # Its five are leased: the due backlog it cannot claim does not wake it.
+    assert pg.wait_for_work(timedelta(0), ROUTES) is False
+    assert pg.wait_for_work(timedelta(0)) is True
 
 
 def test_store_connections_run_without_jit(pg: PostgresWorkflowStore) -> None:

@@ -27,6 +27,7 @@ from runifold_sync import (
 )
 from runifold_sync.logs import FIELDS, JsonFormatter, TextFormatter
 from runifold_sync.sqlite import SqliteWorkflowStore
+from tests.support.routing import checkpointed_by_other_steps
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 
@@ -102,7 +103,7 @@ def test_every_record_the_worker_writes_about_a_task_carries_its_fields(
         assert worker.run_once().kind == "failed"  # the reconcile raised: ambiguous
         sqlite_store.enqueue(WorkflowTask.new("logged", 1, "outlive", checkpoint_id="o1"))
         assert worker.run_once().kind == "lease_lost"
-        sqlite_store.enqueue(WorkflowTask.new("logged", 9, None, checkpoint_id="u1"))
+        checkpointed_by_other_steps(sqlite_store, "logged", 1, "u1")
         assert worker.run_once().kind == "definition_unavailable"
     finally:
         worker.close()

@@ -36,6 +36,7 @@ from runifold_sync.errors import StoreUnavailable
 from runifold_sync.metrics import MAX_DEFINITION_LABELS, OTHER, PrometheusObserver, StoreCollector
 from runifold_sync.observer import CycleObserver
 from runifold_sync.sqlite import SqliteWorkflowStore
+from tests.support.routing import checkpointed_by_other_steps
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 
@@ -198,9 +199,13 @@ def test_a_retried_step_counts_as_a_retry(
 def test_a_definition_this_worker_lacks_is_counted_by_name_and_version(
     sqlite_store: SqliteWorkflowStore, registry: CollectorRegistry, run: Run
 ) -> None:
-    sqlite_store.enqueue(WorkflowTask.new("elsewhere", 3, None))
+    # A routed claim takes no version the worker lacks: what it still hands back is a
+    # task whose checkpoint other steps wrote, claimed before routing knew its fingerprint.
+    checkpointed_by_other_steps(sqlite_store, "failing-main", 1, "t1")
     assert isinstance(run(_failing_main()), DefinitionUnavailable)
-    assert _value(registry, "runifold_definition_unavailable_total", definition="elsewhere", version="3") == 1
+    assert (
+        _value(registry, "runifold_definition_unavailable_total", definition="failing-main", version="1") == 1
+    )
 
 
 def _series(registry: CollectorRegistry, name: str) -> list[dict[str, str]]:

@@ -18,6 +18,7 @@ from runifold_sync.store.queries import load_migrations, load_queries
 # PostgreSQL deletes it in one statement of CTEs (prune_rows).
 SQLITE_ONLY = {
     "claimable_tasks",
+    "claimable_routed_tasks",
     "lease_task",
     "mark_tenant_served",
     "write_journal_entry",
@@ -36,6 +37,7 @@ SQLITE_ONLY = {
 # row lock (wake_if_signal_pending); SQLite's BEGIN IMMEDIATE serializes the two.
 POSTGRES_ONLY = {
     "claim_tasks",
+    "claim_routed_tasks",
     "lock_limited_tenants",
     "notify_work",
     "listen_work",

@@ -132,6 +132,11 @@ def test_a_ticks_task_has_its_time_in_the_id_and_the_input_the_main_function_tak
     assert raw == {"schedule": "nightly", "tick": "2026-12-02T03:00:00Z", "input": {"kind": "usage"}}
     assert WorkflowDefinition(report).structure_input(raw) == ReportRun("nightly", tick, Report("usage"))
     assert task.declared is not None  # enqueued through the registry, signals and all
+    assert task.queue == "default"
+    gpu = Schedule("gpu-nightly", "report", 1, cron="0 3 * * *", input=Report("usage"), queue="gpu")
+    assert registry.tick_task(gpu, tick).queue == "gpu"
+    with pytest.raises(InvalidArgument, match="schedule queue"):
+        Schedule("bad", "report", 1, every=timedelta(seconds=1), queue="")
 
 
 def test_schedule_tick_structures_any_schedules_input() -> None:

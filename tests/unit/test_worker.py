@@ -46,6 +46,7 @@ from runifold_sync import (
 from runifold_sync.checkpoint import Checkpoint, read_checkpoint
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.support.clock import Clock
+from tests.support.routing import checkpointed_by_other_steps
 from tests.support.workers import WorkerFactory
 
 CALLS: list[str] = []
@@ -409,15 +410,26 @@ def test_a_worker_with_a_different_step_graph_hands_the_task_back_without_runnin
 
     assert changed.fingerprint() != with_sleep.fingerprint()
     clock.advance(61)
-    outcome = make_worker(WorkflowDefinition(changed), worker_id="w2").run_once()
-
-    assert isinstance(outcome, DefinitionUnavailable)
+    # The claim routes it to the steps its checkpoint was written by: w2 never takes it.
+    assert isinstance(make_worker(WorkflowDefinition(changed), worker_id="w2").run_once(), Idle)
     assert not any(c.startswith("changed") for c in CALLS)
     record = sqlite_store.get_task(task_id)
+    assert record.state is TaskState.WAITING and record.fingerprint == with_sleep.fingerprint()
+    assert record.status_note == (
+        f"no live worker serves 'with-sleep' version 1 with step fingerprint {with_sleep.fingerprint()} "
+        "(the steps its checkpoint was written by) in queue 'default'"
+    )
+    # A task claimed before its fingerprint was known (a claim without routes) still
+    # reaches w2: the hand-back is the safety net, and the task waits, never fails.
+    checkpointed_by_other_steps(sqlite_store, "with-sleep", 1, "stale", fingerprint=with_sleep.fingerprint())
+    outcome = make_worker(WorkflowDefinition(changed), worker_id="w3").run_once()
+    assert isinstance(outcome, DefinitionUnavailable)
+    assert not any(c.startswith("changed") for c in CALLS)
+    record = sqlite_store.get_task("stale")
     assert record.state is TaskState.QUEUED and record.outcome is None
     assert record.reason == (
         "definition unavailable: 'with-sleep' version 1 with the steps its checkpoint was written by "
-        f"(fingerprint {with_sleep.fingerprint()}) is not on worker w2, whose steps have fingerprint "
+        f"(fingerprint {with_sleep.fingerprint()}) is not on worker w3, whose steps have fingerprint "
         f"{changed.fingerprint()}"
     )
 

@@ -13,13 +13,13 @@ SELECT {now} AS now;
 WITH clock AS (SELECT {now} AS now)
 INSERT INTO runifold_tasks (
     task_id, definition_name, definition_version, tenant, input, input_text, priority, state,
-    ready_at, created_at, updated_at, parent_id, trace_context
+    ready_at, created_at, updated_at, parent_id, trace_context, queue
 )
 SELECT
     %(task_id)s, %(definition_name)s, %(definition_version)s, %(tenant)s, %(input)s::text::jsonb,
     %(input)s::text, %(priority)s, 'queued',
     GREATEST(clock.now, COALESCE(%(not_before)s::timestamptz, clock.now)), clock.now, clock.now,
-    %(parent_id)s::text, %(trace_context)s::text
+    %(parent_id)s::text, %(trace_context)s::text, %(queue)s
 FROM clock
 ON CONFLICT (task_id) DO NOTHING
 RETURNING created_at AS at;
@@ -28,7 +28,8 @@ RETURNING created_at AS at;
 SELECT task_id, definition_name, definition_version, tenant, input_text AS input, priority,
     state, outcome, reason, ambiguous_effect, ready_at, worker_id, fencing_token,
     lease_expires, claims_since_progress, revision, head::text AS head,
-    result::text AS result, created_at, updated_at, parent_id, waiting_for_child, paused
+    result::text AS result, created_at, updated_at, parent_id, waiting_for_child, paused,
+    queue, fingerprint
 FROM runifold_tasks WHERE task_id = %(task_id)s;
 
 -- name: lock_limited_tenants
@@ -92,7 +93,100 @@ leased AS (
         lease_expires = clock.now + make_interval(secs => %(lease)s),
         ready_at = clock.now + make_interval(secs => %(lease)s),
         claims_since_progress = t.claims_since_progress + 1, reason = NULL,
-        waiting_for_signal = NULL, waiting_for_child = NULL, updated_at = clock.now
+        waiting_for_signal = NULL, waiting_for_child = NULL, updated_at = clock.now,
+        fingerprint = CASE WHEN t.fingerprint IS NULL AND t.head IS NOT NULL
+            THEN t.head -> 'definition' ->> 'fingerprint' ELSE t.fingerprint END
+    FROM chosen AS c, clock
+    WHERE t.task_id = c.task_id
+    RETURNING t.task_id, t.tenant, t.definition_name, t.definition_version,
+        t.input_text AS input, t.revision, t.head::text AS head, t.fencing_token,
+        t.lease_expires, t.claims_since_progress, t.cancel_requested, c.turn, c.served_at,
+        t.priority, c.ready_at AS due_at,
+        c.state AS from_state, c.worker_id AS previous_worker, clock.now AS at,
+        c.updated_at AS previous_updated_at, c.waiting_for_signal AS previous_signal,
+        EXISTS (SELECT 1 FROM runifold_effect_resolutions r WHERE r.task_id = t.task_id) AS resolved
+),
+-- Each claim's history event, in the same statement (detail as rows.claimed_detail).
+claimed_events AS (
+    INSERT INTO runifold_events (task_id, at, kind, worker_id, fencing_token, detail)
+    SELECT task_id, at, 'claimed', %(worker_id)s, fencing_token,
+        jsonb_build_object('from_state', from_state)
+            || CASE WHEN from_state = 'leased'
+                THEN jsonb_build_object('expired_owner', previous_worker) ELSE '{}'::jsonb END
+    FROM leased
+)
+SELECT * FROM leased;
+
+-- name: claim_routed_tasks
+-- claim_tasks for a worker's routes (Routes: every (queue, name, version, fingerprint)
+-- it serves, as four arrays): each admitted tenant's first ready tasks of each route,
+-- read from runifold_tasks_routed in claim order and locked as they are read, then that
+-- tenant's best of them. A task with a head is taken only by the fingerprint it was
+-- claimed with (a task checkpointed under a route-less claim: any, and this claim records
+-- its head's); a task claimed without a head takes the route's fingerprint, the one its
+-- first checkpoint is written by.
+WITH clock AS MATERIALIZED (SELECT {now} AS now),
+tenants AS MATERIALIZED (
+    SELECT p.tenant, p.served_at,
+        CASE WHEN p.max_leased IS NULL THEN %(limit)s ELSE LEAST(%(limit)s, p.max_leased - (
+            SELECT COUNT(*) FROM runifold_tasks l
+            WHERE l.tenant = p.tenant AND l.state = 'leased' AND l.lease_expires > clock.now
+        )) END AS room
+    FROM runifold_tenants p, clock
+    WHERE CASE WHEN p.budget_cost IS NULL THEN TRUE ELSE (
+        SELECT COALESCE(SUM(ch.cost), 0) FROM runifold_tenant_charges ch
+        WHERE ch.tenant = p.tenant AND ch.at > clock.now - p.budget_window
+    ) < p.budget_cost END
+),
+routes AS MATERIALIZED (
+    SELECT * FROM unnest(%(route_queues)s::text[], %(route_names)s::text[],
+        %(route_versions)s::int[], %(route_fingerprints)s::text[]) AS r (queue, name, version, fingerprint)
+),
+candidates AS MATERIALIZED (
+    SELECT c.*, p.served_at FROM tenants p CROSS JOIN LATERAL (
+        SELECT x.* FROM routes r CROSS JOIN LATERAL (
+            SELECT t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at,
+                t.waiting_for_signal, r.fingerprint AS route_fingerprint
+            FROM runifold_tasks t
+            WHERE t.tenant = p.tenant AND t.queue = r.queue AND t.definition_name = r.name
+                AND t.definition_version = r.version AND t.state IN ('queued', 'waiting', 'leased')
+                AND t.ready_at IS NOT NULL AND t.ready_at <= (SELECT now FROM clock) AND t.paused IS NULL
+                AND (t.head IS NULL OR t.fingerprint IS NULL OR t.fingerprint = r.fingerprint)
+            ORDER BY t.priority DESC, t.ready_at
+            LIMIT GREATEST(p.room, 0)
+            FOR UPDATE SKIP LOCKED
+        ) x
+        ORDER BY x.priority DESC, x.ready_at
+        LIMIT GREATEST(p.room, 0)
+    ) c
+),
+chosen AS MATERIALIZED (
+    SELECT * FROM (
+        SELECT *, ROW_NUMBER() OVER (PARTITION BY tenant ORDER BY priority DESC, ready_at) AS turn
+        FROM candidates
+    ) ranked
+    ORDER BY turn, served_at NULLS FIRST, priority DESC, ready_at
+    LIMIT %(limit)s
+),
+served AS (
+    -- Best effort: a tenant row another claimer is updating right now is being marked
+    -- served by it, at nearly the same instant, so it is skipped rather than waited for.
+    UPDATE runifold_tenants p SET served_at = (SELECT now FROM clock)
+    WHERE p.tenant IN (
+        SELECT tenant FROM runifold_tenants
+        WHERE tenant IN (SELECT tenant FROM chosen)
+        FOR UPDATE SKIP LOCKED
+    )
+),
+leased AS (
+    UPDATE runifold_tasks AS t
+    SET state = 'leased', worker_id = %(worker_id)s, fencing_token = t.fencing_token + 1,
+        lease_expires = clock.now + make_interval(secs => %(lease)s),
+        ready_at = clock.now + make_interval(secs => %(lease)s),
+        claims_since_progress = t.claims_since_progress + 1, reason = NULL,
+        waiting_for_signal = NULL, waiting_for_child = NULL, updated_at = clock.now,
+        fingerprint = CASE WHEN t.head IS NULL THEN c.route_fingerprint
+            WHEN t.fingerprint IS NULL THEN t.head -> 'definition' ->> 'fingerprint' ELSE t.fingerprint END
     FROM chosen AS c, clock
     WHERE t.task_id = c.task_id
     RETURNING t.task_id, t.tenant, t.definition_name, t.definition_version,
@@ -251,6 +345,22 @@ SELECT {now} AS now, (SELECT offset_s FROM runifold_clock WHERE id = 1) AS clock
     (SELECT MIN(ready_at) FROM runifold_tasks
      WHERE state IN ('queued', 'waiting') AND ready_at IS NOT NULL AND paused IS NULL) AS next_due;
 
+-- name: seconds_until_routed_due
+-- seconds_until_due among the tasks a worker's routes can claim: the earliest due time
+-- of each route from runifold_tasks_routed_due (a task with another fingerprint's head
+-- is passed over), so an idle worker does not wake for work it cannot take.
+SELECT EXTRACT(EPOCH FROM MIN(x.ready_at) - {now})::float8 AS due_in_s
+FROM unnest(%(route_queues)s::text[], %(route_names)s::text[], %(route_versions)s::int[],
+    %(route_fingerprints)s::text[]) AS r (queue, name, version, fingerprint)
+CROSS JOIN LATERAL (
+    SELECT t.ready_at FROM runifold_tasks t
+    WHERE t.queue = r.queue AND t.definition_name = r.name AND t.definition_version = r.version
+        AND t.state IN ('queued', 'waiting', 'leased') AND t.ready_at IS NOT NULL
+        AND (t.head IS NULL OR t.fingerprint IS NULL OR t.fingerprint = r.fingerprint)
+    ORDER BY t.ready_at
+    LIMIT 1
+) x;
+
 -- name: notify_work
 NOTIFY runifold_tasks;
 
@@ -274,12 +384,14 @@ RETURNING clock.now AS at;
 SELECT task_id, definition_name, definition_version, tenant, input_text AS input, priority,
     state, outcome, reason, ambiguous_effect, ready_at, worker_id, fencing_token,
     lease_expires, claims_since_progress, revision, head::text AS head,
-    result::text AS result, created_at, updated_at, parent_id, waiting_for_child, paused
+    result::text AS result, created_at, updated_at, parent_id, waiting_for_child, paused,
+    queue, fingerprint
 FROM runifold_tasks
 WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
     AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
     AND (%(definition)s::text IS NULL OR definition_name = %(definition)s::text)
     AND (%(parent)s::text IS NULL OR parent_id = %(parent)s::text)
+    AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 ORDER BY created_at, task_id
 LIMIT %(limit)s;
 
@@ -295,6 +407,15 @@ WHERE state IN ('queued', 'leased', 'waiting')
     OR (state = 'terminal' AND ambiguous_effect IS NOT NULL)
 GROUP BY definition_name, definition_version
 ORDER BY definition_name, definition_version;
+
+-- name: routed_backlog
+-- Unfinished tasks per (queue, name, version, fingerprint): what stats checks against the
+-- live workers' queues and registries.
+SELECT queue, definition_name, definition_version, fingerprint, COUNT(*) AS tasks
+FROM runifold_tasks
+WHERE state IN ('queued', 'leased', 'waiting')
+GROUP BY queue, definition_name, definition_version, fingerprint
+ORDER BY queue, definition_name, definition_version, fingerprint;
 
 -- name: queue_stats
 WITH clock AS (SELECT {now} AS now)
@@ -423,11 +544,13 @@ WHERE t.task_id = %(task_id)s AND t.state = 'waiting' AND t.waiting_for_signal =
 
 -- name: register_worker
 WITH clock AS (SELECT {now} AS now)
-INSERT INTO runifold_workers (worker_id, host, pid, started_at, last_seen, stopped_at, definitions)
-SELECT %(worker_id)s, %(host)s, %(pid)s, clock.now, clock.now, NULL, %(definitions)s::jsonb FROM clock
+INSERT INTO runifold_workers (worker_id, host, pid, started_at, last_seen, stopped_at, definitions, queues)
+SELECT %(worker_id)s, %(host)s, %(pid)s, clock.now, clock.now, NULL, %(definitions)s::jsonb,
+    %(queues)s::jsonb FROM clock
 ON CONFLICT (worker_id) DO UPDATE SET
     host = excluded.host, pid = excluded.pid, started_at = excluded.started_at,
-    last_seen = excluded.last_seen, stopped_at = NULL, definitions = excluded.definitions;
+    last_seen = excluded.last_seen, stopped_at = NULL, definitions = excluded.definitions,
+    queues = excluded.queues;
 
 -- name: worker_seen
 UPDATE runifold_workers SET last_seen = {now} WHERE worker_id = %(worker_id)s AND pid = %(pid)s;
@@ -440,7 +563,7 @@ WHERE w.worker_id = %(worker_id)s AND w.pid = %(pid)s;
 -- name: list_workers
 WITH clock AS (SELECT {now} AS now)
 SELECT worker_id, host, pid, started_at, last_seen, stopped_at, definitions::text AS definitions,
-    EXTRACT(EPOCH FROM clock.now - last_seen) AS silent_s
+    queues::text AS queues, EXTRACT(EPOCH FROM clock.now - last_seen) AS silent_s
 FROM runifold_workers, clock ORDER BY worker_id;
 
 -- name: set_tenant_policy

@@ -8,10 +8,10 @@ SELECT {now} AS now;
 -- name: insert_task
 INSERT INTO runifold_tasks (
     task_id, definition_name, definition_version, tenant, input, priority, state,
-    ready_at, created_at, updated_at, parent_id, trace_context
+    ready_at, created_at, updated_at, parent_id, trace_context, queue
 ) VALUES (
     :task_id, :definition_name, :definition_version, :tenant, :input, :priority, 'queued',
-    MAX(:now, COALESCE(:not_before, :now)), :now, :now, :parent_id, :trace_context
+    MAX(:now, COALESCE(:not_before, :now)), :now, :now, :parent_id, :trace_context, :queue
 )
 ON CONFLICT (task_id) DO NOTHING
 RETURNING :now AS at;
@@ -54,6 +54,49 @@ FROM candidates WHERE turn <= room
 ORDER BY turn, served_at IS NOT NULL, served_at, priority DESC, ready_at
 LIMIT :limit;
 
+-- name: claimable_routed_tasks
+-- claimable_tasks for a worker's routes (:routes, a JSON array of [queue, name, version,
+-- fingerprint]): each admitted tenant's first ready tasks of each route, read from
+-- runifold_tasks_routed in claim order, then that tenant's best of them. A task with a
+-- head is taken only by the fingerprint it was claimed with (or, claimed by a route-less
+-- claim, by any); lease_task gives a task without a head the route's fingerprint.
+WITH tenants AS (
+    SELECT p.tenant, p.served_at,
+        CASE WHEN p.max_leased IS NULL THEN :limit ELSE MIN(:limit, p.max_leased - (
+            SELECT COUNT(*) FROM runifold_tasks l
+            WHERE l.tenant = p.tenant AND l.state = 'leased' AND l.lease_expires > :now
+        )) END AS room
+    FROM runifold_tenants p
+    WHERE CASE WHEN p.budget_cost IS NULL THEN 1 ELSE (
+        SELECT COALESCE(SUM(ch.cost), 0) FROM runifold_tenant_charges ch
+        WHERE ch.tenant = p.tenant AND ch.at > :now - p.budget_window_us
+    ) < p.budget_cost END
+),
+routes AS MATERIALIZED (
+    SELECT json_extract(value, '$[0]') AS queue, json_extract(value, '$[1]') AS name,
+        json_extract(value, '$[2]') AS version, json_extract(value, '$[3]') AS fingerprint
+    FROM json_each(:routes)
+),
+candidates AS (
+    SELECT t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.updated_at,
+        t.waiting_for_signal, t.priority, p.served_at, p.room, r.fingerprint AS route_fingerprint,
+        ROW_NUMBER() OVER (PARTITION BY t.tenant ORDER BY t.priority DESC, t.ready_at) AS turn
+    FROM tenants p CROSS JOIN routes r JOIN runifold_tasks t ON t.task_id IN (
+        SELECT x.task_id FROM runifold_tasks x INDEXED BY runifold_tasks_routed
+        WHERE x.tenant = p.tenant AND x.queue = r.queue AND x.definition_name = r.name
+            AND x.definition_version = r.version AND x.state IN ('queued', 'waiting', 'leased')
+            AND x.ready_at IS NOT NULL AND x.ready_at <= :now AND x.paused IS NULL
+            AND (x.head IS NULL OR x.fingerprint IS NULL OR x.fingerprint = r.fingerprint)
+        ORDER BY x.priority DESC, x.ready_at
+        LIMIT :limit
+    )
+    WHERE p.room > 0
+)
+SELECT task_id, tenant, state, worker_id, ready_at, updated_at, waiting_for_signal, route_fingerprint
+FROM candidates WHERE turn <= room
+ORDER BY turn, served_at IS NOT NULL, served_at, priority DESC, ready_at
+LIMIT :limit;
+
 -- name: mark_tenant_served
 UPDATE runifold_tenants SET served_at = :now WHERE tenant = :tenant;
 
@@ -63,7 +106,12 @@ SET state = 'leased', worker_id = :worker_id, fencing_token = fencing_token + 1,
     lease_expires = :now + :lease, ready_at = :now + :lease,
     claims_since_progress = claims_since_progress + 1, reason = NULL, waiting_for_signal = NULL,
     waiting_for_child = NULL,
-    updated_at = :now
+    updated_at = :now,
+    -- A routed claim gives a task without a head its route's fingerprint; a task
+    -- checkpointed under a route-less claim gets its head's.
+    fingerprint = CASE WHEN head IS NULL THEN :fingerprint
+        WHEN fingerprint IS NULL AND json_valid(head) THEN json_extract(head, '$.definition.fingerprint')
+        ELSE fingerprint END
 WHERE task_id = :task_id
 RETURNING task_id, tenant, definition_name, definition_version, input, revision,
     head, fencing_token, lease_expires, claims_since_progress, cancel_requested, trace_context,
@@ -181,6 +229,20 @@ SELECT {now} AS now, (SELECT offset_us FROM runifold_clock WHERE id = 1) AS cloc
     (SELECT MIN(ready_at) FROM runifold_tasks
      WHERE state IN ('queued', 'waiting') AND ready_at IS NOT NULL AND paused IS NULL) AS next_due;
 
+-- name: seconds_until_routed_due
+-- seconds_until_due among the tasks a worker's routes can claim (:routes as in
+-- claimable_routed_tasks): each route's earliest due time from runifold_tasks_routed_due.
+SELECT (MIN((
+    SELECT t.ready_at FROM runifold_tasks t
+    WHERE t.queue = json_extract(r.value, '$[0]') AND t.definition_name = json_extract(r.value, '$[1]')
+        AND t.definition_version = json_extract(r.value, '$[2]')
+        AND t.state IN ('queued', 'waiting', 'leased') AND t.ready_at IS NOT NULL
+        AND (t.head IS NULL OR t.fingerprint IS NULL OR t.fingerprint = json_extract(r.value, '$[3]'))
+    ORDER BY t.ready_at
+    LIMIT 1
+)) - {now}) / 1000000.0 AS due_in_s
+FROM json_each(:routes) r;
+
 -- name: requeue_failed
 UPDATE runifold_tasks
 SET state = 'queued', outcome = NULL, reason = NULL, cancel_requested = NULL, claims_since_progress = 0,
@@ -194,6 +256,7 @@ SELECT * FROM runifold_tasks
 WHERE (:state IS NULL OR state = :state) AND (:tenant IS NULL OR tenant = :tenant)
     AND (:definition IS NULL OR definition_name = :definition)
     AND (:parent IS NULL OR parent_id = :parent)
+    AND (:queue IS NULL OR queue = :queue)
 ORDER BY created_at, task_id
 LIMIT :limit;
 
@@ -207,6 +270,15 @@ WHERE state IN ('queued', 'leased', 'waiting')
     OR (state = 'terminal' AND ambiguous_effect IS NOT NULL)
 GROUP BY definition_name, definition_version
 ORDER BY definition_name, definition_version;
+
+-- name: routed_backlog
+-- Unfinished tasks per (queue, name, version, fingerprint): what stats checks against the
+-- live workers' queues and registries.
+SELECT queue, definition_name, definition_version, fingerprint, COUNT(*) AS tasks
+FROM runifold_tasks
+WHERE state IN ('queued', 'leased', 'waiting')
+GROUP BY queue, definition_name, definition_version, fingerprint
+ORDER BY queue, definition_name, definition_version, fingerprint;
 
 -- name: queue_stats
 SELECT tenant, state, outcome, COUNT(*) AS count,
@@ -301,11 +373,12 @@ WHERE definition_name = :definition_name AND definition_version = :definition_ve
 ORDER BY fingerprint;
 
 -- name: register_worker
-INSERT INTO runifold_workers (worker_id, host, pid, started_at, last_seen, stopped_at, definitions)
-VALUES (:worker_id, :host, :pid, {now}, {now}, NULL, :definitions)
+INSERT INTO runifold_workers (worker_id, host, pid, started_at, last_seen, stopped_at, definitions, queues)
+VALUES (:worker_id, :host, :pid, {now}, {now}, NULL, :definitions, :queues)
 ON CONFLICT (worker_id) DO UPDATE SET
     host = excluded.host, pid = excluded.pid, started_at = excluded.started_at,
-    last_seen = excluded.last_seen, stopped_at = NULL, definitions = excluded.definitions;
+    last_seen = excluded.last_seen, stopped_at = NULL, definitions = excluded.definitions,
+    queues = excluded.queues;
 
 -- name: worker_seen
 UPDATE runifold_workers SET last_seen = {now} WHERE worker_id = :worker_id AND pid = :pid;
@@ -315,7 +388,7 @@ UPDATE runifold_workers SET stopped_at = {now}, last_seen = {now}
 WHERE worker_id = :worker_id AND pid = :pid;
 
 -- name: list_workers
-SELECT worker_id, host, pid, started_at, last_seen, stopped_at, definitions,
+SELECT worker_id, host, pid, started_at, last_seen, stopped_at, definitions, queues,
     ({now} - last_seen) / 1000000.0 AS silent_s
 FROM runifold_workers ORDER BY worker_id;
 
