@@ -106,8 +106,12 @@ def run_until_idle(
             if reading.next_due is None:
                 return outcomes
             if reading.next_due <= reading.now:
-                # Due but not claimed: it fell due just after the claim (claim again), or
+                # Due but not claimed: a definition the registry lacks (claims route
+                # around it), it fell due just after the claim (claim again), or
                 # admission holds it back (the second time in a row: stop).
+                missing = _unserved(store, registry)
+                if missing is not None:
+                    raise NotIdle(missing, unfinished(store), tuple(outcomes))
                 if stalled:
                     return outcomes
                 stalled = True
@@ -116,6 +120,18 @@ def run_until_idle(
     finally:
         worker.close()
     raise NotIdle(f"not idle after max_cycles={max_cycles} cycles", unfinished(store), tuple(outcomes))
+
+
+def _unserved(store: WorkflowStore, registry: WorkflowRegistry) -> str | None:
+    """Why a due task will never be claimed here: its definition is not in ``registry``."""
+    for state in (TaskState.QUEUED, TaskState.WAITING):
+        for record in store.list_tasks(state=state):
+            if registry.get(record.definition_name, record.definition_version) is None:
+                return (
+                    f"task {record.task_id!r} needs {record.definition_name!r} version "
+                    f"{record.definition_version}, which the registry lacks"
+                )
+    return None
 
 
 def unfinished(store: WorkflowStore) -> tuple[str, ...]:

@@ -101,7 +101,7 @@ leased AS (
     RETURNING t.task_id, t.tenant, t.definition_name, t.definition_version,
         t.input_text AS input, t.revision, t.head::text AS head, t.fencing_token,
         t.lease_expires, t.claims_since_progress, t.cancel_requested, c.turn, c.served_at,
-        t.priority, c.ready_at AS due_at,
+        t.priority, c.ready_at AS due_at, t.trace_context,
         c.state AS from_state, c.worker_id AS previous_worker, clock.now AS at,
         c.updated_at AS previous_updated_at, c.waiting_for_signal AS previous_signal,
         EXISTS (SELECT 1 FROM runifold_effect_resolutions r WHERE r.task_id = t.task_id) AS resolved
