@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidArgument, StoreClosed, StoreNotWritable, StoreUnavailable, StoreUsedAcrossFork
+from ..errors import InvalidArgument, StoreClosed, StoreUsedAcrossFork
 from . import checks, event_details, refusals, row_records, sqlite_clock, sqlite_joined
 from .base import WorkflowStore
 from .checks import storable_text
@@ -39,11 +39,11 @@ from .records import ClaimedTask, ClaimRequest, JournalRow, Routes
 from .sqlite_connection import (
     MICROSECOND,
     SqliteConnection,
+    create_private,
     in_us,
     migration_statements,
     store_error,
     time_at,
-    why_not_writable,
 )
 from .timing import PoolWaits
 from .watch import CounterWatch
@@ -440,20 +440,6 @@ class SqliteDialect(Dialect):
                 conn.raw.close()
 
 
-def _create_private(path: str) -> None:
-    """Create a new database file readable by its owner only (0600): it holds inputs and
-    results. SQLite gives its -wal and -shm files the same permissions. An existing file
-    keeps its own."""
-    try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-    except FileExistsError:
-        pass
-    except PermissionError as exc:
-        raise StoreNotWritable(f"cannot create SQLite database {path!r}: {why_not_writable(path)}") from exc
-    except OSError as exc:
-        raise StoreUnavailable(f"cannot create SQLite database {path!r}: {exc.strerror}") from exc
-
-
 class SqliteWorkflowStore(WorkflowStore):
     """The store on a SQLite file; open it with :meth:`open`."""
 
@@ -492,7 +478,7 @@ class SqliteWorkflowStore(WorkflowStore):
         if text != ":memory:" and not Path(text).parent.exists():
             raise InvalidArgument(f"directory of SQLite path {text!r} does not exist")
         if text != ":memory:":
-            _create_private(text)
+            create_private(text)
         store = cls(
             text,
             synchronous=synchronous.upper(),

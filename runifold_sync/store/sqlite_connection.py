@@ -156,3 +156,17 @@ def migration_statements(script: str) -> Iterator[str]:
         ln.strip().startswith("--") or not ln.strip() for ln in pending.splitlines()
     ):
         raise RuntimeError(f"incomplete statement at end of migration: {pending!r}")
+
+
+def create_private(path: str) -> None:
+    """Create a new database file readable by its owner only (0600): it holds inputs and
+    results. SQLite gives its -wal and -shm files the same permissions. An existing file
+    keeps its own."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        pass
+    except PermissionError as exc:
+        raise StoreNotWritable(f"cannot create SQLite database {path!r}: {why_not_writable(path)}") from exc
+    except OSError as exc:
+        raise StoreUnavailable(f"cannot create SQLite database {path!r}: {exc.strerror}") from exc
