@@ -12,24 +12,20 @@ to die of SIGKILL on the way.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 
 from runifold_sync import (
     StepContext,
-    WorkerId,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
     WorkflowRegistry,
-    WorkflowWorker,
-    open_store,
 )
 from tests.support import ledger
 
-from .crash_app import HEARTBEAT, LEASE, LEDGER_ENV, drive
+from .crash_app import LEDGER_ENV, drive_one_task
 
 BODIES = ("prepare", "work", "finish")
 
@@ -77,22 +73,5 @@ def registry() -> WorkflowRegistry:
     return reg
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.integration.child_app")
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--ledger", required=True)
-    parser.add_argument("--task", required=True)
-    args = parser.parse_args()
-    os.environ[LEDGER_ENV] = args.ledger
-    store = open_store(args.url)
-    worker = WorkflowWorker(store, registry(), WorkerId.parse(f"child-{os.getpid()}"), LEASE, HEARTBEAT)
-    try:
-        print(" ".join(drive(worker, args.task)), flush=True)
-    finally:
-        worker.close()
-        store.close()
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(drive_one_task("python -m tests.integration.child_app", registry()))

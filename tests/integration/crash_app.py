@@ -177,6 +177,26 @@ def drive(
     return kinds
 
 
+def drive_one_task(prog: str, worker_registry: WorkflowRegistry) -> int:
+    """The main of a small crash-case app: ``--url``, ``--ledger`` and ``--task``, one
+    worker serving ``worker_registry`` driving that task (``drive``) to its end or its
+    armed crash point."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--ledger", required=True)
+    parser.add_argument("--task", required=True)
+    args = parser.parse_args()
+    os.environ[LEDGER_ENV] = args.ledger
+    store = open_store(args.url)
+    worker = WorkflowWorker(store, worker_registry, WorkerId.parse(f"crash-{os.getpid()}"), LEASE, HEARTBEAT)
+    try:
+        print(" ".join(drive(worker, args.task)), flush=True)
+    finally:
+        worker.close()
+        store.close()
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.integration.crash_app")
     parser.add_argument("--url", required=True)

@@ -10,7 +10,6 @@ test counts what ran.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sqlite3
 import sys
@@ -19,17 +18,14 @@ from typing import Any
 
 from runifold_sync import (
     StepContext,
-    WorkerId,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
     WorkflowRegistry,
-    WorkflowWorker,
-    open_store,
 )
 from tests.support import ledger
 
-from .crash_app import HEARTBEAT, LEASE, LEDGER_ENV, drive
+from .crash_app import LEDGER_ENV, drive_one_task
 
 TABLE = "CREATE TABLE IF NOT EXISTS app_ledger (task_id TEXT NOT NULL, attempt INTEGER NOT NULL)"
 flow = Workflow("booking", 1)
@@ -67,22 +63,5 @@ def registry() -> WorkflowRegistry:
     return reg
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.integration.transaction_app")
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--ledger", required=True)
-    parser.add_argument("--task", required=True)
-    args = parser.parse_args()
-    os.environ[LEDGER_ENV] = args.ledger
-    store = open_store(args.url)
-    worker = WorkflowWorker(store, registry(), WorkerId.parse(f"tx-{os.getpid()}"), LEASE, HEARTBEAT)
-    try:
-        print(" ".join(drive(worker, args.task)), flush=True)
-    finally:
-        worker.close()
-        store.close()
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(drive_one_task("python -m tests.integration.transaction_app", registry()))
