@@ -1,8 +1,10 @@
-"""Named SQL queries kept in one ``.sql`` file per dialect.
+"""Named SQL queries kept in one ``.sql`` file per dialect, and ``common.sql`` for the
+few both run as written.
 
 A file is a sequence of blocks, each starting with a ``-- name: NAME`` line. The token
 ``{now}`` stands for the dialect's store-time expression, so every query reads time the
-same way.
+same way, and ``{query:NAME}`` stands for the text of query NAME, so a part that two
+statements share (the claims' tenant admission and leasing) is written once.
 """
 
 from __future__ import annotations
@@ -13,22 +15,32 @@ from importlib import resources
 from ..errors import SchemaTooNew
 
 _HEADER = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
+_INCLUDE = re.compile(r"\{query:([a-z_]+)\}")
 
 
 def load_queries(dialect: str, now_expression: str) -> dict[str, str]:
-    text = resources.files(__package__).joinpath(f"sql/{dialect}.sql").read_text()
-    parts = _HEADER.split(text)
+    """The queries of ``common.sql`` and of the dialect's own file, by name."""
     queries: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in queries:
-            raise RuntimeError(f"query {name!r} is defined twice in {dialect}.sql")
-        queries[name] = body.strip().rstrip(";").replace("{now}", now_expression)
-    return queries
+    for file in ("common", dialect):
+        text = resources.files(__package__).joinpath(f"sql/{file}.sql").read_text()
+        parts = _HEADER.split(text)
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in queries:
+                raise RuntimeError(f"query {name!r} is defined twice (again in {file}.sql)")
+            queries[name] = body.strip().rstrip(";").replace("{now}", now_expression)
+    return {name: _INCLUDE.sub(lambda part: queries[part.group(1)], body) for name, body in queries.items()}
 
 
 def load_migrations(dialect: str) -> list[tuple[int, str]]:
-    """Numbered migration scripts ``NNNN_description.sql`` in version order."""
-    folder = resources.files(__package__).joinpath(f"migrations/{dialect}")
+    """Numbered migration scripts ``NNNN_description.sql`` in version order. A version's
+    script is the dialect's own followed by ``common/NNNN_*.sql`` where there is one: the
+    statements both dialects run as written (indexes, mostly), kept once."""
+    common = dict(_scripts("common"))
+    return [(version, script + "\n" + common.get(version, "")) for version, script in _scripts(dialect)]
+
+
+def _scripts(folder_name: str) -> list[tuple[int, str]]:
+    folder = resources.files(__package__).joinpath(f"migrations/{folder_name}")
     scripts = []
     for entry in folder.iterdir():
         match = re.fullmatch(r"(\d{4})_[a-z0-9_]+\.sql", entry.name)

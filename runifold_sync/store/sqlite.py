@@ -338,7 +338,7 @@ class SqliteDialect(Dialect):
                     "worker_id": worker_id,
                     "now": now,
                     "lease": lease_us,
-                    "fingerprint": candidate["route_fingerprint"] if request.routes is not None else None,
+                    "fingerprint": candidate["route_fingerprint"],
                 },
             ).fetchone()
             detail = event_details.claimed(candidate["state"], candidate["worker_id"])

@@ -17,6 +17,8 @@ from runifold_sync.store.queries import load_migrations, load_queries
 # A prune's batch is deleted there one table a statement (SqliteDialect.prune_queries);
 # PostgreSQL deletes it in one statement of CTEs (prune_rows).
 SQLITE_ONLY = {
+    "claimable_admitted_tenants",
+    "claimable_in_turns",
     "claimable_tasks",
     "claimable_routed_tasks",
     "lease_task",
@@ -36,6 +38,8 @@ SQLITE_ONLY = {
 # COMMITTED a suspend must look again for a signal delivered while it waited for the
 # row lock (wake_if_signal_pending); SQLite's BEGIN IMMEDIATE serializes the two.
 POSTGRES_ONLY = {
+    "claim_admitted_tenants",
+    "claim_lease_chosen",
     "claim_tasks",
     "claim_routed_tasks",
     "lock_limited_tenants",
@@ -71,6 +75,41 @@ def test_every_fenced_write_checks_token_state_and_expiry(dialect: str) -> None:
         assert "fencing_token = " in sql, name
         assert "state = 'leased'" in sql, name
         assert "lease_expires > " in sql, name
+
+
+@pytest.mark.parametrize(
+    ("dialect", "claims", "shared"),
+    [
+        (
+            "sqlite",
+            ("claimable_tasks", "claimable_routed_tasks"),
+            ("claimable_admitted_tenants", "claimable_in_turns"),
+        ),
+        ("postgres", ("claim_tasks", "claim_routed_tasks"), ("claim_admitted_tenants", "claim_lease_chosen")),
+    ],
+)
+def test_both_claims_include_the_parts_they_share_written_once(
+    dialect: str, claims: tuple[str, str], shared: tuple[str, str]
+) -> None:
+    queries = load_queries(dialect, "NOW")
+    for claim in claims:
+        assert "{query:" not in queries[claim], claim
+        for part in shared:
+            assert queries[part] in queries[claim], (claim, part)
+
+
+def test_a_common_query_is_loaded_for_both_dialects_as_written() -> None:
+    sqlite, postgres = load_queries("sqlite", "NOW"), load_queries("postgres", "NOW")
+    assert sqlite["routed_backlog"] == postgres["routed_backlog"]
+    assert "GROUP BY queue" in sqlite["routed_backlog"]
+
+
+def test_a_versions_common_migration_part_runs_after_each_dialects_own() -> None:
+    for dialect in ("sqlite", "postgres"):
+        script = dict(load_migrations(dialect))[16]
+        assert script.index("ADD COLUMN queue ") < script.index("CREATE INDEX runifold_tasks_routed ON"), (
+            dialect
+        )
 
 
 @pytest.mark.parametrize("dialect", ["sqlite", "postgres"])

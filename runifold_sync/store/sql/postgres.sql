@@ -38,13 +38,9 @@ FROM runifold_tasks WHERE task_id = %(task_id)s;
 -- READ COMMITTED) counts every lease committed before it. Unlimited tenants are not locked.
 SELECT tenant FROM runifold_tenants WHERE max_leased IS NOT NULL ORDER BY tenant FOR UPDATE;
 
--- name: claim_tasks
--- One statement: admit tenants (room under their lease limit, charges under their
--- budget), lock each admitted tenant's first ready tasks (skipping rows another claimer
--- holds), and lease up to :limit of them in turns: every tenant's first task before any
--- tenant's second, the least recently served tenant first within a turn. Priority orders
--- tasks within a tenant.
-WITH clock AS MATERIALIZED (SELECT {now} AS now),
+-- name: claim_admitted_tenants
+-- Part of claim_tasks and claim_routed_tasks (each includes it by name): the tenants a
+-- claim may lease for, each with its room under its lease limit and its budget.
 tenants AS MATERIALIZED (
     SELECT p.tenant, p.served_at,
         CASE WHEN p.max_leased IS NULL THEN %(limit)s ELSE LEAST(%(limit)s, p.max_leased - (
@@ -56,19 +52,13 @@ tenants AS MATERIALIZED (
         SELECT COALESCE(SUM(ch.cost), 0) FROM runifold_tenant_charges ch
         WHERE ch.tenant = p.tenant AND ch.at > clock.now - p.budget_window
     ) < p.budget_cost END
-),
-candidates AS MATERIALIZED (
-    SELECT c.*, p.served_at FROM tenants p CROSS JOIN LATERAL (
-        SELECT t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at,
-            t.waiting_for_signal
-        FROM runifold_tasks t
-        WHERE t.tenant = p.tenant AND t.state IN ('queued', 'waiting', 'leased')
-            AND t.ready_at IS NOT NULL AND t.ready_at <= (SELECT now FROM clock) AND t.paused IS NULL
-        ORDER BY t.priority DESC, t.ready_at
-        LIMIT GREATEST(p.room, 0)
-        FOR UPDATE SKIP LOCKED
-    ) c
-),
+)
+
+-- name: claim_lease_chosen
+-- Part of claim_tasks and claim_routed_tasks: from the candidates, the turns, the tenants
+-- marked served, the leases (a routed claim gives a task without a head its route's
+-- fingerprint; a task checkpointed under a route-less claim gets its head's) and their
+-- history events.
 chosen AS MATERIALIZED (
     SELECT * FROM (
         SELECT *, ROW_NUMBER() OVER (PARTITION BY tenant ORDER BY priority DESC, ready_at) AS turn
@@ -94,8 +84,8 @@ leased AS (
         ready_at = clock.now + make_interval(secs => %(lease)s),
         claims_since_progress = t.claims_since_progress + 1, reason = NULL,
         waiting_for_signal = NULL, waiting_for_child = NULL, updated_at = clock.now,
-        fingerprint = CASE WHEN t.fingerprint IS NULL AND t.head IS NOT NULL
-            THEN t.head -> 'definition' ->> 'fingerprint' ELSE t.fingerprint END
+        fingerprint = CASE WHEN t.head IS NULL THEN COALESCE(c.route_fingerprint, t.fingerprint)
+            WHEN t.fingerprint IS NULL THEN t.head -> 'definition' ->> 'fingerprint' ELSE t.fingerprint END
     FROM chosen AS c, clock
     WHERE t.task_id = c.task_id
     RETURNING t.task_id, t.tenant, t.definition_name, t.definition_version,
@@ -115,7 +105,29 @@ claimed_events AS (
                 THEN jsonb_build_object('expired_owner', previous_worker) ELSE '{}'::jsonb END
     FROM leased
 )
-SELECT * FROM leased;
+SELECT * FROM leased
+
+-- name: claim_tasks
+-- One statement: admit tenants (room under their lease limit, charges under their
+-- budget), lock each admitted tenant's first ready tasks (skipping rows another claimer
+-- holds), and lease up to :limit of them in turns: every tenant's first task before any
+-- tenant's second, the least recently served tenant first within a turn. Priority orders
+-- tasks within a tenant.
+WITH clock AS MATERIALIZED (SELECT {now} AS now),
+{query:claim_admitted_tenants},
+candidates AS MATERIALIZED (
+    SELECT c.*, p.served_at FROM tenants p CROSS JOIN LATERAL (
+        SELECT t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at,
+            t.waiting_for_signal, NULL::text AS route_fingerprint
+        FROM runifold_tasks t
+        WHERE t.tenant = p.tenant AND t.state IN ('queued', 'waiting', 'leased')
+            AND t.ready_at IS NOT NULL AND t.ready_at <= (SELECT now FROM clock) AND t.paused IS NULL
+        ORDER BY t.priority DESC, t.ready_at
+        LIMIT GREATEST(p.room, 0)
+        FOR UPDATE SKIP LOCKED
+    ) c
+),
+{query:claim_lease_chosen};
 
 -- name: claim_routed_tasks
 -- claim_tasks for a worker's routes (Routes: every (queue, name, version, fingerprint)
@@ -126,18 +138,7 @@ SELECT * FROM leased;
 -- its head's); a task claimed without a head takes the route's fingerprint, the one its
 -- first checkpoint is written by.
 WITH clock AS MATERIALIZED (SELECT {now} AS now),
-tenants AS MATERIALIZED (
-    SELECT p.tenant, p.served_at,
-        CASE WHEN p.max_leased IS NULL THEN %(limit)s ELSE LEAST(%(limit)s, p.max_leased - (
-            SELECT COUNT(*) FROM runifold_tasks l
-            WHERE l.tenant = p.tenant AND l.state = 'leased' AND l.lease_expires > clock.now
-        )) END AS room
-    FROM runifold_tenants p, clock
-    WHERE CASE WHEN p.budget_cost IS NULL THEN TRUE ELSE (
-        SELECT COALESCE(SUM(ch.cost), 0) FROM runifold_tenant_charges ch
-        WHERE ch.tenant = p.tenant AND ch.at > clock.now - p.budget_window
-    ) < p.budget_cost END
-),
+{query:claim_admitted_tenants},
 routes AS MATERIALIZED (
     SELECT * FROM unnest(%(route_queues)s::text[], %(route_names)s::text[],
         %(route_versions)s::int[], %(route_fingerprints)s::text[]) AS r (queue, name, version, fingerprint)
@@ -160,53 +161,7 @@ candidates AS MATERIALIZED (
         LIMIT GREATEST(p.room, 0)
     ) c
 ),
-chosen AS MATERIALIZED (
-    SELECT * FROM (
-        SELECT *, ROW_NUMBER() OVER (PARTITION BY tenant ORDER BY priority DESC, ready_at) AS turn
-        FROM candidates
-    ) ranked
-    ORDER BY turn, served_at NULLS FIRST, priority DESC, ready_at
-    LIMIT %(limit)s
-),
-served AS (
-    -- Best effort: a tenant row another claimer is updating right now is being marked
-    -- served by it, at nearly the same instant, so it is skipped rather than waited for.
-    UPDATE runifold_tenants p SET served_at = (SELECT now FROM clock)
-    WHERE p.tenant IN (
-        SELECT tenant FROM runifold_tenants
-        WHERE tenant IN (SELECT tenant FROM chosen)
-        FOR UPDATE SKIP LOCKED
-    )
-),
-leased AS (
-    UPDATE runifold_tasks AS t
-    SET state = 'leased', worker_id = %(worker_id)s, fencing_token = t.fencing_token + 1,
-        lease_expires = clock.now + make_interval(secs => %(lease)s),
-        ready_at = clock.now + make_interval(secs => %(lease)s),
-        claims_since_progress = t.claims_since_progress + 1, reason = NULL,
-        waiting_for_signal = NULL, waiting_for_child = NULL, updated_at = clock.now,
-        fingerprint = CASE WHEN t.head IS NULL THEN c.route_fingerprint
-            WHEN t.fingerprint IS NULL THEN t.head -> 'definition' ->> 'fingerprint' ELSE t.fingerprint END
-    FROM chosen AS c, clock
-    WHERE t.task_id = c.task_id
-    RETURNING t.task_id, t.tenant, t.definition_name, t.definition_version,
-        t.input_text AS input, t.revision, t.head::text AS head, t.fencing_token,
-        t.lease_expires, t.claims_since_progress, t.cancel_requested, c.turn, c.served_at,
-        t.priority, c.ready_at AS due_at, t.trace_context,
-        c.state AS from_state, c.worker_id AS previous_worker, clock.now AS at,
-        c.updated_at AS previous_updated_at, c.waiting_for_signal AS previous_signal,
-        EXISTS (SELECT 1 FROM runifold_effect_resolutions r WHERE r.task_id = t.task_id) AS resolved
-),
--- Each claim's history event, in the same statement (detail as rows.claimed_detail).
-claimed_events AS (
-    INSERT INTO runifold_events (task_id, at, kind, worker_id, fencing_token, detail)
-    SELECT task_id, at, 'claimed', %(worker_id)s, fencing_token,
-        jsonb_build_object('from_state', from_state)
-            || CASE WHEN from_state = 'leased'
-                THEN jsonb_build_object('expired_owner', previous_worker) ELSE '{}'::jsonb END
-    FROM leased
-)
-SELECT * FROM leased;
+{query:claim_lease_chosen};
 
 -- name: resolutions_for_task
 SELECT effect_key, applied, result::text AS result, actor, reason
@@ -407,15 +362,6 @@ WHERE state IN ('queued', 'leased', 'waiting')
     OR (state = 'terminal' AND ambiguous_effect IS NOT NULL)
 GROUP BY definition_name, definition_version
 ORDER BY definition_name, definition_version;
-
--- name: routed_backlog
--- Unfinished tasks per (queue, name, version, fingerprint): what stats checks against the
--- live workers' queues and registries.
-SELECT queue, definition_name, definition_version, fingerprint, COUNT(*) AS tasks
-FROM runifold_tasks
-WHERE state IN ('queued', 'leased', 'waiting')
-GROUP BY queue, definition_name, definition_version, fingerprint
-ORDER BY queue, definition_name, definition_version, fingerprint;
 
 -- name: queue_stats
 WITH clock AS (SELECT {now} AS now)

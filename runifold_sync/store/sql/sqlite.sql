@@ -19,12 +19,10 @@ RETURNING :now AS at;
 -- name: select_task
 SELECT * FROM runifold_tasks WHERE task_id = :task_id;
 
--- name: claimable_tasks
--- Admit tenants (room under their lease limit, charges under their budget), take each
--- admitted tenant's first ready tasks, and order them in turns: every tenant's first task
--- before any tenant's second, the least recently served tenant first within a turn.
--- Priority orders tasks within a tenant. The caller's BEGIN IMMEDIATE makes it exact.
-WITH tenants AS (
+-- name: claimable_admitted_tenants
+-- Part of claimable_tasks and claimable_routed_tasks (each includes it by name): the
+-- tenants a claim may lease for, each with its room under its lease limit and its budget.
+tenants AS (
     SELECT p.tenant, p.served_at,
         CASE WHEN p.max_leased IS NULL THEN :limit ELSE MIN(:limit, p.max_leased - (
             SELECT COUNT(*) FROM runifold_tasks l
@@ -35,10 +33,24 @@ WITH tenants AS (
         SELECT COALESCE(SUM(ch.cost), 0) FROM runifold_tenant_charges ch
         WHERE ch.tenant = p.tenant AND ch.at > :now - p.budget_window_us
     ) < p.budget_cost END
-),
+)
+
+-- name: claimable_in_turns
+-- Part of claimable_tasks and claimable_routed_tasks: the candidates in claim order.
+SELECT task_id, tenant, state, worker_id, ready_at, updated_at, waiting_for_signal, route_fingerprint
+FROM candidates WHERE turn <= room
+ORDER BY turn, served_at IS NOT NULL, served_at, priority DESC, ready_at
+LIMIT :limit
+
+-- name: claimable_tasks
+-- Admit tenants (room under their lease limit, charges under their budget), take each
+-- admitted tenant's first ready tasks, and order them in turns: every tenant's first task
+-- before any tenant's second, the least recently served tenant first within a turn.
+-- Priority orders tasks within a tenant. The caller's BEGIN IMMEDIATE makes it exact.
+WITH {query:claimable_admitted_tenants},
 candidates AS (
     SELECT t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.updated_at,
-        t.waiting_for_signal, t.priority, p.served_at, p.room,
+        t.waiting_for_signal, t.priority, p.served_at, p.room, NULL AS route_fingerprint,
         ROW_NUMBER() OVER (PARTITION BY t.tenant ORDER BY t.priority DESC, t.ready_at) AS turn
     FROM tenants p JOIN runifold_tasks t ON t.task_id IN (
         SELECT x.task_id FROM runifold_tasks x
@@ -49,10 +61,7 @@ candidates AS (
     )
     WHERE p.room > 0
 )
-SELECT task_id, tenant, state, worker_id, ready_at, updated_at, waiting_for_signal
-FROM candidates WHERE turn <= room
-ORDER BY turn, served_at IS NOT NULL, served_at, priority DESC, ready_at
-LIMIT :limit;
+{query:claimable_in_turns};
 
 -- name: claimable_routed_tasks
 -- claimable_tasks for a worker's routes (:routes, a JSON array of [queue, name, version,
@@ -60,18 +69,7 @@ LIMIT :limit;
 -- runifold_tasks_routed in claim order, then that tenant's best of them. A task with a
 -- head is taken only by the fingerprint it was claimed with (or, claimed by a route-less
 -- claim, by any); lease_task gives a task without a head the route's fingerprint.
-WITH tenants AS (
-    SELECT p.tenant, p.served_at,
-        CASE WHEN p.max_leased IS NULL THEN :limit ELSE MIN(:limit, p.max_leased - (
-            SELECT COUNT(*) FROM runifold_tasks l
-            WHERE l.tenant = p.tenant AND l.state = 'leased' AND l.lease_expires > :now
-        )) END AS room
-    FROM runifold_tenants p
-    WHERE CASE WHEN p.budget_cost IS NULL THEN 1 ELSE (
-        SELECT COALESCE(SUM(ch.cost), 0) FROM runifold_tenant_charges ch
-        WHERE ch.tenant = p.tenant AND ch.at > :now - p.budget_window_us
-    ) < p.budget_cost END
-),
+WITH {query:claimable_admitted_tenants},
 routes AS MATERIALIZED (
     SELECT json_extract(value, '$[0]') AS queue, json_extract(value, '$[1]') AS name,
         json_extract(value, '$[2]') AS version, json_extract(value, '$[3]') AS fingerprint
@@ -92,10 +90,7 @@ candidates AS (
     )
     WHERE p.room > 0
 )
-SELECT task_id, tenant, state, worker_id, ready_at, updated_at, waiting_for_signal, route_fingerprint
-FROM candidates WHERE turn <= room
-ORDER BY turn, served_at IS NOT NULL, served_at, priority DESC, ready_at
-LIMIT :limit;
+{query:claimable_in_turns};
 
 -- name: mark_tenant_served
 UPDATE runifold_tenants SET served_at = :now WHERE tenant = :tenant;
@@ -270,15 +265,6 @@ WHERE state IN ('queued', 'leased', 'waiting')
     OR (state = 'terminal' AND ambiguous_effect IS NOT NULL)
 GROUP BY definition_name, definition_version
 ORDER BY definition_name, definition_version;
-
--- name: routed_backlog
--- Unfinished tasks per (queue, name, version, fingerprint): what stats checks against the
--- live workers' queues and registries.
-SELECT queue, definition_name, definition_version, fingerprint, COUNT(*) AS tasks
-FROM runifold_tasks
-WHERE state IN ('queued', 'leased', 'waiting')
-GROUP BY queue, definition_name, definition_version, fingerprint
-ORDER BY queue, definition_name, definition_version, fingerprint;
 
 -- name: queue_stats
 SELECT tenant, state, outcome, COUNT(*) AS count,
