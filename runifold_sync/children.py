@@ -82,9 +82,17 @@ class Children:
         self._branch = branch
 
     def start(
-        self, name: str, version: int, input: Any, checkpoint_id: str | None, tenant: str | None
+        self,
+        name: str,
+        version: int,
+        input: Any,
+        checkpoint_id: str | None,
+        tenant: str | None,
+        queue: str = "default",
     ) -> ChildHandle:
-        """Enqueue the child once; the recorded handle on replay."""
+        """Enqueue the child once; the recorded handle on replay. A bad ``queue`` is an
+        :class:`InvalidArgument` raised to the caller before anything is recorded."""
+        check_name("queue", queue)
         call_id, entry = self._cursor.take(f"child:{name}", EntryKind.CHILD)
         if entry is not None and finished(entry):
             return ChildHandle(**entry.output)
@@ -93,7 +101,12 @@ class Children:
         parent_id = self._cursor.task_id
         task_id = checkpoint_id if checkpoint_id is not None else _derived_id(parent_id, call_id)
         task = WorkflowTask.new(
-            name, version, input, tenant=self._tenant if tenant is None else tenant, checkpoint_id=task_id
+            name,
+            version,
+            input,
+            tenant=self._tenant if tenant is None else tenant,
+            checkpoint_id=task_id,
+            queue=queue,
         )
         try:
             self._store.enqueue(attrs.evolve(task, parent_id=parent_id))

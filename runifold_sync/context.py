@@ -132,12 +132,14 @@ class WorkflowContext:
         *,
         checkpoint_id: str | None = None,
         tenant: str | None = None,
+        queue: str = "default",
     ) -> ChildHandle:
         """Enqueue a task of ``name`` at ``version`` as this task's child, once: a replay
         returns the same handle. Its id is ``checkpoint_id``, else derived from this
         task's id and the call's. It runs on its own (its own budget and retries; this
-        task's tenant unless ``tenant``) until waited for with :meth:`wait_child`."""
-        return self._engine.children.start(name, version, input, checkpoint_id, tenant)
+        task's tenant unless ``tenant``; on the named ``queue``, ``default`` unless given,
+        whatever this task's queue) until waited for with :meth:`wait_child`."""
+        return self._engine.children.start(name, version, input, checkpoint_id, tenant, queue)
 
     def wait_child(
         self, handle: ChildHandle, *, timeout: timedelta | None = None, result_type: Any = Any
@@ -163,11 +165,14 @@ class WorkflowContext:
         *,
         checkpoint_id: str | None = None,
         tenant: str | None = None,
+        queue: str = "default",
         timeout: timedelta | None = None,
         result_type: Any = Any,
     ) -> Any:
         """:meth:`start_child` then :meth:`wait_child`."""
-        handle = self.start_child(name, version, input, checkpoint_id=checkpoint_id, tenant=tenant)
+        handle = self.start_child(
+            name, version, input, checkpoint_id=checkpoint_id, tenant=tenant, queue=queue
+        )
         return self.wait_child(handle, timeout=timeout, result_type=result_type)
 
     # --- parallel branches and races ------------------------------------------------

@@ -20,6 +20,7 @@ from runifold_sync import (
     ChildTimedOut,
     Completed,
     Failed,
+    InvalidArgument,
     LeaseDuration,
     StepContext,
     Suspended,
@@ -322,3 +323,40 @@ def test_a_child_enqueued_again_with_the_same_id_and_parent_is_the_same_task(sto
     assert store.enqueue(attrs.evolve(task, parent_id="p")).created is False
     with pytest.raises(Exception, match="different parent"):
         store.enqueue(attrs.evolve(task, parent_id="someone-else"))
+
+
+def test_a_child_may_go_on_a_named_queue_and_a_bad_queue_name_is_refused(store: WorkflowStore) -> None:
+    routed = Workflow("routed", 1)
+
+    @routed.main
+    def routed_main(ctx: WorkflowContext, _input: None) -> list[str]:
+        refused = []
+        for bad in (" gpu", "", "g\npu"):
+            try:
+                ctx.start_child("quote", 1, "ab", queue=bad)
+            except InvalidArgument as exc:
+                refused.append(str(exc))
+        plain = ctx.start_child("quote", 1, "ab", checkpoint_id="plain-quote")
+        gpu = ctx.start_child("quote", 1, "abc", checkpoint_id="gpu-quote", queue="gpu")
+        return [*refused, plain.task_id, gpu.task_id]
+
+    registry = WorkflowRegistry()
+    registry.register(WorkflowDefinition(routed))
+    store.enqueue(WorkflowTask.new("routed", 1, None, checkpoint_id="r1", queue="parents"))
+    worker = WorkflowWorker(
+        store, registry, WorkerId.parse("w1"), LEASE, timedelta(seconds=5), queues=("parents",)
+    )
+    try:
+        outcome = worker.run_once()
+    finally:
+        worker.close()
+    assert isinstance(outcome, Completed)
+    *refused, plain_id, gpu_id = outcome.result
+    assert (plain_id, gpu_id) == ("plain-quote", "gpu-quote")
+    assert len(refused) == 3 and all(m.startswith("queue ") for m in refused)
+    assert "' gpu'" in refused[0] and "'g\\npu'" in refused[2]
+    # The default is the `default` queue, not the parent's; only the named child moved.
+    assert store.get_task("plain-quote").queue == "default"
+    assert store.get_task("gpu-quote").queue == "gpu"
+    assert [t.task_id for t in store.list_tasks(queue="gpu")] == ["gpu-quote"]
+    assert store.get_task("gpu-quote").parent_id == "r1"
