@@ -177,16 +177,16 @@ def drive(
     return kinds
 
 
-def drive_one_task(prog: str, worker_registry: WorkflowRegistry) -> int:
-    """The main of a small crash-case app: ``--url``, ``--ledger`` and ``--task``, one
-    worker serving ``worker_registry`` driving that task (``drive``) to its end or its
-    armed crash point."""
+def drive_one_task(prog: str, worker_registry: WorkflowRegistry, ledger_env: str = LEDGER_ENV) -> int:
+    """The main of a small crash-case app: ``--url``, ``--ledger`` (exported as
+    ``ledger_env``, where that app's steps write) and ``--task``, one worker serving
+    ``worker_registry`` driving that task (``drive``) to its end or its armed crash point."""
     parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--url", required=True)
     parser.add_argument("--ledger", required=True)
     parser.add_argument("--task", required=True)
     args = parser.parse_args()
-    os.environ[LEDGER_ENV] = args.ledger
+    os.environ[ledger_env] = args.ledger
     store = open_store(args.url)
     worker = WorkflowWorker(store, worker_registry, WorkerId.parse(f"crash-{os.getpid()}"), LEASE, HEARTBEAT)
     try:

@@ -19,7 +19,6 @@ process what ran, in which process and as which attempt.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -28,16 +27,12 @@ from pathlib import Path
 
 from runifold_sync import (
     EffectEvidence,
-    LeaseDuration,
     RetryPolicy,
     StepContext,
-    WorkerId,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
     WorkflowRegistry,
-    WorkflowWorker,
-    open_store,
 )
 from tests.support import ledger
 
@@ -168,26 +163,7 @@ registry = build_registry()
 def main() -> int:
     """Run the ``timed`` task ``--task`` in this process with run_once until it ends
     (or a crash point kills the process)."""
-    parser = argparse.ArgumentParser(prog="python -m tests.integration.timeout_app")
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--ledger", required=True)
-    parser.add_argument("--task", required=True)
-    args = parser.parse_args()
-    os.environ[LEDGER_ENV] = args.ledger
-    store = open_store(args.url)
-    worker = WorkflowWorker(
-        store,
-        build_registry(),
-        WorkerId.parse(f"timeout-{os.getpid()}"),
-        LeaseDuration(crash_app.LEASE.value),
-        crash_app.HEARTBEAT,
-    )
-    try:
-        print(" ".join(crash_app.drive(worker, args.task)), flush=True)
-    finally:
-        worker.close()
-        store.close()
-    return 0
+    return crash_app.drive_one_task("python -m tests.integration.timeout_app", build_registry(), LEDGER_ENV)
 
 
 if __name__ == "__main__":
