@@ -54,6 +54,33 @@ def unserved_work(store: WorkflowStore, live_within: timedelta = DEFAULT_LIVE_WI
     return found
 
 
+@attrs.frozen
+class ReadyRoute:
+    """Ready tasks (queued, due, not paused) of one queue and definition version, and how
+    many of them no live worker can claim (its queue, version or steps)."""
+
+    queue: str
+    name: str
+    version: int
+    ready: int
+    unserved: int
+
+
+def ready_routes(store: WorkflowStore, live_within: timedelta = DEFAULT_LIVE_WITHIN) -> list[ReadyRoute]:
+    """Every queue and definition version with ready tasks, from one backlog read: a
+    route whose tasks a live worker serves has ``unserved`` 0, so a gauge of it drops
+    to 0 when such a worker registers rather than keeping its last value."""
+    live = live_workers(store, live_within)
+    totals: dict[tuple[str, str, int], tuple[int, int]] = {}
+    for b in store.routed_backlog():
+        if not b.ready:
+            continue
+        blocked = unserved_reason(b.queue, b.name, b.version, b.fingerprint, live) is not None
+        ready, unserved = totals.get((b.queue, b.name, b.version), (0, 0))
+        totals[(b.queue, b.name, b.version)] = (ready + b.ready, unserved + (b.ready if blocked else 0))
+    return [ReadyRoute(q, n, v, ready, unserved) for (q, n, v), (ready, unserved) in sorted(totals.items())]
+
+
 def no_live_worker_declares(schedule: ScheduleRecord, live: Sequence[WorkerRecord]) -> bool:
     """Whether it is certain that none of the ``live`` workers declares ``schedule``.
 
