@@ -106,7 +106,11 @@ class ScheduleTicks:
         task = self.registry.tick_task(schedule, due)
         if crashpoints.ARMED:
             crashpoints.reached("before_tick", schedule.name)
-        attempt = self.store.create_tick(schedule.name, due, task)
+        try:
+            attempt = self.store.create_tick(schedule.name, due, task)
+        except ScheduleNotFound:  # removed since the read: stored again at the next look
+            self._after[schedule.name] = record.ticks_after
+            return None
         if crashpoints.ARMED:
             crashpoints.reached("after_tick", schedule.name)
         self._after[schedule.name] = attempt.schedule.ticks_after

@@ -5,7 +5,7 @@ live worker started after its last declaration or does not serve its workflow ve
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -21,9 +21,11 @@ from runifold_sync import (
     WorkflowDefinition,
     WorkflowRegistry,
     WorkflowStore,
+    WorkflowTask,
 )
 from runifold_sync.operations import live_workers, no_live_worker_declares
 from runifold_sync.schedule_ticker import ScheduleTicks
+from runifold_sync.store.schedule_records import TickAttempt
 from tests.support.clock import Clock
 
 HOUR = timedelta(hours=1)
@@ -121,3 +123,25 @@ def test_no_live_worker_declares_a_schedule_all_of_them_started_after_or_cannot_
     store.declare_schedules([HOURLY])
     assert flagged()  # started before, but its registry cannot add a schedule of report v1
     assert [e.kind for e in store.schedule_history("hourly")] == ["declared"]  # nothing changed
+
+
+def test_a_schedule_removed_between_a_pools_read_and_its_tick_is_stored_again_at_its_next_look(
+    store: WorkflowStore, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ticks = ScheduleTicks(store, _registry(HOURLY))
+    ticks.run()
+    h1 = HOURLY.times.next_after(store.schedule("hourly").active_since)
+    create_tick = store.create_tick
+
+    def removed_first(name: str, tick: datetime, task: WorkflowTask) -> TickAttempt:
+        store.remove_schedule(name, actor="alice", reason="retired")  # an operator, just then
+        return create_tick(name, tick, task)
+
+    monkeypatch.setattr(store, "create_tick", removed_first)
+    clock.advance(h1 + SECOND - store.now())
+    assert ticks.run().created == ()  # the tick's task is not created, and no error
+    monkeypatch.undo()
+    assert [s.name for s in store.schedules()] == []
+    assert ticks.run().created == ()  # stored again, from now
+    assert [e.kind for e in store.schedule_history("hourly")] == ["declared", "removed", "declared"]
+    assert store.list_tasks() == []
