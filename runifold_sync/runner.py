@@ -242,11 +242,14 @@ def run_pool(
     cycle: CycleHook = nullcontext,
     token: CancellationToken | None = None,
     observer: Callable[[], CycleObserver] | None = None,
+    tend: Callable[[], None] | None = None,
 ) -> SupervisorReport:
     """Run a supervised pool of ``concurrency`` forked workers until SIGINT, SIGTERM or
     ``token``. The registry is imported and the store checked here, before the fork, so a
     broken ``RUNIFOLD_APP``, an unreachable store or a worker id live elsewhere fails now
-    (``pool_preflight``); each child opens its own store and builds its own ``observer``."""
+    (``pool_preflight``); each child opens its own store and builds its own ``observer``.
+    ``tend`` is the supervisor's (``WorkflowSupervisor.run``): what watches the processes
+    started beside the pool."""
     registry = settings.registry()
     base = WorkerId.parse(worker_id)
     config = WorkflowSupervisorConfig(concurrency).with_shutdown_grace(settings.shutdown_grace)
@@ -263,7 +266,7 @@ def run_pool(
         )
 
     supervisor = WorkflowSupervisor(factory, config, base_id=base.value)
-    return supervisor.run(token or CancellationToken())
+    return supervisor.run(token or CancellationToken(), tend=tend)
 
 
 def describe_report(report: SupervisorReport) -> str:

@@ -131,13 +131,16 @@ class WorkflowSupervisor:
         self._config = config
         self._base_id = base_id
 
-    def run(self, token: CancellationToken) -> SupervisorReport:
+    def run(self, token: CancellationToken, *, tend: Callable[[], None] | None = None) -> SupervisorReport:
         """Run the pool until ``token`` is cancelled (or SIGINT/SIGTERM arrives in the
         main thread), then wait for children to finish their started cycles. A child
         whose store refuses its writes (:class:`StoreNotWritable`) stops the whole pool,
         since every child shares that store, and so do ``MAX_START_FAILURES`` children of
         one slot in a row that die within ``_QUICK_CRASH_S`` of starting: the report's
-        ``stopped_by`` says why (also when a stop came while a slot kept failing)."""
+        ``stopped_by`` says why (also when a stop came while a slot kept failing).
+        ``tend`` is called on each pass of the loop (ten times a second) until the stop:
+        this process starts no thread, so a process started beside the pool is watched
+        from here (``sidecar.KeptProcess.tend``); it must return at once."""
         pool = _Pool()
         selector = selectors.DefaultSelector()
         with _stop_signals(token):
@@ -152,6 +155,8 @@ class WorkflowSupervisor:
                 token.wait(0.1)
                 self._read_reports(selector, pool.counts, timeout_s=0)
                 _kill_overdue(pool.children)
+                if tend is not None:
+                    tend()
                 for pid, child, status in _reap(pool.children):
                     self._drain(child, selector, pool.counts)
                     self._exited(pool, pid, child, os.waitstatus_to_exitcode(status), token.cancelled)

@@ -16,7 +16,7 @@ adapters, the fenced transitions and the claim), and documented where it is writ
   :mod:`.sql_reads`;
 - waiting for a task to finish and reading the events it publishes:
   :mod:`.sql_results`;
-- schedules (declaring them, a tick's task, pause and resume): :mod:`.sql_schedules`;
+- schedules (declaring them, a tick's task, pause, resume and removal): :mod:`.sql_schedules`;
 - retention, deleting old finished tasks: :mod:`.sql_retention`.
 
 The backends (:mod:`.sqlite`, :mod:`.postgres`) are a dialect and a way of opening it.
