@@ -93,6 +93,16 @@ DEMO_URL = "sqlite:///runifold-demo.db"
     "lease runs out.",
 )
 @click.option(
+    "--max-backoff",
+    "max_backoff_s",
+    type=click.FloatRange(min=0.025),
+    default=5.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="The longest an idle worker waits before it looks for work again (PostgreSQL wakes "
+    "it at once on new work), and how long it waits after a cycle failed on the store.",
+)
+@click.option(
     "--queue",
     "queues",
     multiple=True,
@@ -153,6 +163,7 @@ def run(
     claim_batch: int,
     recycle_after: int | None,
     shutdown_grace_s: float,
+    max_backoff_s: float,
     queues: tuple[str, ...],
     once: bool,
     metrics_port: int | None,
@@ -186,6 +197,7 @@ def run(
             "RUNIFOLD_CLAIM_BATCH": claim_batch,
             "RUNIFOLD_RECYCLE_AFTER": recycle_after,
             "RUNIFOLD_SHUTDOWN_GRACE_SECONDS": shutdown_grace_s,
+            "RUNIFOLD_MAX_BACKOFF_SECONDS": max_backoff_s,
             "RUNIFOLD_TRACING": tracing,
             "RUNIFOLD_QUEUES": list(queues) or None,
         },

@@ -16,6 +16,7 @@ from .app import load_registry
 from .cancellation import CancellationToken
 from .definition import WorkflowRegistry
 from .errors import InvalidArgument
+from .idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
 from .models import (
     LeaseDuration,
     TaskOptions,
@@ -49,6 +50,7 @@ SETTING_NAMES = (
     "RUNIFOLD_SHUTDOWN_GRACE_SECONDS",
     "RUNIFOLD_TRACING",
     "RUNIFOLD_QUEUES",
+    "RUNIFOLD_MAX_BACKOFF_SECONDS",
 )
 DEFAULT_SHUTDOWN_GRACE = timedelta(seconds=60)
 _OK_ONCE = (Idle, Completed, Suspended, Retried, Yielded, ContinuedAsNew)
@@ -92,6 +94,9 @@ class RunifoldSettings:
     tracing: bool = False
     # The named queues each worker claims from.
     queues: tuple[str, ...] = ("default",)
+    # The longest an idle worker waits between looks for work (PostgreSQL wakes it on
+    # NOTIFY sooner), and how long it waits after a cycle failed on the store.
+    max_backoff: timedelta = DEFAULT_MAX_BACKOFF
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> RunifoldSettings:
@@ -124,6 +129,11 @@ class RunifoldSettings:
             values.get("RUNIFOLD_SHUTDOWN_GRACE_SECONDS", DEFAULT_SHUTDOWN_GRACE.total_seconds()),
             0.1,
         )
+        max_backoff_s = _number(
+            "RUNIFOLD_MAX_BACKOFF_SECONDS",
+            values.get("RUNIFOLD_MAX_BACKOFF_SECONDS", DEFAULT_MAX_BACKOFF.total_seconds()),
+            DEFAULT_MIN_BACKOFF.total_seconds(),
+        )
         tracing = values.get("RUNIFOLD_TRACING", False)
         if not isinstance(tracing, bool):
             raise InvalidArgument(f"RUNIFOLD_TRACING must be True or False, got {tracing!r}")
@@ -138,6 +148,7 @@ class RunifoldSettings:
             timedelta(seconds=grace_s),
             tracing,
             _queues(values.get("RUNIFOLD_QUEUES")),
+            timedelta(seconds=max_backoff_s),
         )
         settings.worker_settings()  # checks the heartbeat against the lease
         return settings
@@ -272,7 +283,11 @@ def run_pool(
     started beside the pool; ``prepare`` sets up each child's store as it opens."""
     registry = settings.registry()
     base = WorkerId.parse(worker_id)
-    config = WorkflowSupervisorConfig(concurrency).with_shutdown_grace(settings.shutdown_grace)
+    config = (
+        WorkflowSupervisorConfig(concurrency)
+        .with_shutdown_grace(settings.shutdown_grace)
+        .with_backoff(DEFAULT_MIN_BACKOFF, settings.max_backoff)
+    )
     check_pool_can_start(
         settings.database_url, (f"{base.value}-{slot}" for slot in range(concurrency)), settings.heartbeat
     )

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,12 @@ def test_recycle_after_setting_must_be_a_positive_integer() -> None:
     with pytest.raises(RunifoldError, match="RUNIFOLD_RECYCLE_AFTER must be an integer >= 1, got 0"):
         RunifoldSettings.from_mapping({"RUNIFOLD_RECYCLE_AFTER": 0})
     assert RunifoldSettings.from_mapping({"RUNIFOLD_RECYCLE_AFTER": 3}).recycle_after == 3
+
+
+def test_max_backoff_setting_is_checked_and_reaches_the_pools_workers() -> None:
+    with pytest.raises(RunifoldError, match="RUNIFOLD_MAX_BACKOFF_SECONDS .*0.001"):
+        RunifoldSettings.from_mapping({"RUNIFOLD_MAX_BACKOFF_SECONDS": 0.001})
+    assert RunifoldSettings.from_mapping({}).max_backoff == timedelta(seconds=5)
+    assert RunifoldSettings.from_mapping({"RUNIFOLD_MAX_BACKOFF_SECONDS": 0.5}).max_backoff == timedelta(
+        seconds=0.5
+    )
