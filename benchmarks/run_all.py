@@ -1,6 +1,6 @@
 """Every benchmark in one run and one table: commit limit, workflow throughput, peers,
 idle pickup latency, result latency, claims at scale, memory, CPU per step and workflow
-length, with each ratio taken against a baseline measured in this same run and each
+length, retention, with each ratio taken against a baseline measured in this same run and each
 target of the performance issue marked met or NOT MET.
 
 ``python benchmarks/run_all.py --quick`` (small N, a few minutes) or without ``--quick``
@@ -22,6 +22,7 @@ import journal_length
 import latency
 import memory
 import peers
+import prune
 import psycopg
 import scale
 import throughput
@@ -29,8 +30,8 @@ import wait_latency
 from common import PG_ADMIN_URL, Row, admin_connection, arg_parser, not_measured, print_table, progress
 
 # 2 throughput, 4 peers, 3 latency, 2 result latency, 2 scale, 2 memory, 5 workflow-length
-# rows carry a target.
-EXPECTED_TARGETS = 20
+# and 2 retention rows carry a target.
+EXPECTED_TARGETS = 22
 
 
 def _environment() -> str:
@@ -79,6 +80,7 @@ def main() -> None:
     section("memory", lambda: memory.run(args.quick))
     section("CPU per step", lambda: cpu_per_step.run(args.quick))
     section("workflow length", lambda: journal_length.run(args.quick))
+    section("retention (PostgreSQL)", lambda: prune.run(args.quick))
 
     table: list[Row] = []
     for title, rows in sections:
