@@ -8,20 +8,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import attrs
 
 from ..admission import TenantAdmission, TenantPolicy, explain
-from ..models import TaskState, WorkerId, check_count
+from ..errors import InvalidArgument
+from ..models import TaskState, WorkerId, check_count, check_int
 from . import checks, row_records
 from .dialect import Dialect
 from .records import (
     ClockReading,
+    FinishedInterval,
     JournalRow,
     QueueStats,
     RoutedBacklog,
     TaskEvent,
+    TaskPage,
     TaskRecord,
     VersionReference,
     WorkerRecord,
@@ -32,6 +35,33 @@ from .timing import PoolWaits, timed
 # A worker last seen this long ago no longer counts as serving its queues (as the CLI's
 # --live-within default).
 LIVE_WITHIN = timedelta(seconds=60)
+
+# Where a walk of the tasks in creation order starts: before every task.
+_FIRST = datetime(1, 1, 1, tzinfo=UTC)
+# The most intervals a throughput read splits its span into.
+MAX_INTERVALS = 1000
+
+
+def page_cursor(record: TaskRecord) -> str:
+    """The cursor of the page after ``record``: its creation time and id."""
+    return f"{record.created_at.isoformat()}|{record.task_id}"
+
+
+def _parse_cursor(after: object) -> tuple[datetime, str]:
+    """``after`` (a cursor :func:`page_cursor` made, or None: the first page) as the
+    (created_at, task_id) the page starts after."""
+    if after is None:
+        return _FIRST, ""
+    if not isinstance(after, str) or "|" not in after:
+        raise InvalidArgument(f"task page cursor must be a cursor a page returned, got {after!r}")
+    at, task_id = after.split("|", 1)
+    try:
+        created = datetime.fromisoformat(at)
+    except ValueError:
+        created = None
+    if created is None or created.tzinfo is None:
+        raise InvalidArgument(f"task page cursor must be a cursor a page returned, got {after!r}")
+    return created, task_id
 
 
 def _status(record: TaskRecord, now: datetime) -> str | None:
@@ -101,6 +131,52 @@ class ReadOperations:
         return self.explain_reasons(
             [row_records.found_task(self.dialect, row, row["task_id"]) for row in found]
         )
+
+    def list_tasks_page(
+        self,
+        *,
+        state: TaskState | None = None,
+        tenant: str | None = None,
+        definition: str | None = None,
+        parent: str | None = None,
+        queue: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> TaskPage:
+        """A page of the tasks matching every given filter (as :meth:`list_tasks`), in
+        creation order, after the cursor ``after`` (the ``next_after`` of the page
+        before; None for the first page). Keyset paging on (created_at, task_id): a
+        page costs its own rows however deep into the table it is, and tasks enqueued
+        meanwhile neither repeat nor shift a page."""
+        filters = checks.list_filters(state, tenant, definition, parent, limit, queue)
+        after_at, after_id = _parse_cursor(after)
+        params = filters | {
+            "after_at": self.dialect.db_time(after_at),
+            "after_id": after_id,
+            "limit": filters["limit"] + 1,  # one more than shown: is there a next page?
+        }
+        found = self.dialect.all("list_tasks_page", params)
+        records = [row_records.found_task(self.dialect, row, row["task_id"]) for row in found[:limit]]
+        more = len(found) > limit
+        return TaskPage(self.explain_reasons(records), page_cursor(records[-1]) if more else None)
+
+    def finished_per_interval(self, span: timedelta, intervals: int) -> list[FinishedInterval]:
+        """How many tasks finished in each of ``intervals`` equal intervals of the
+        ``span`` that ends now (store time), oldest first: the overview's throughput."""
+        if not isinstance(span, timedelta) or span <= timedelta(0):
+            raise InvalidArgument(f"throughput span must be a positive timedelta, got {span!r}")
+        intervals = check_int("throughput intervals", intervals, minimum=1, maximum=MAX_INTERVALS)
+        d = self.dialect
+        width = span / intervals
+        since = self.now() - span
+        counts: dict[int, dict[str, int]] = {n: {} for n in range(intervals)}
+        params = {"since": d.db_time(since), "interval": d.db_duration(width)}
+        for row in d.all("finished_per_interval", params):
+            bucket = min(max(int(row["bucket"]), 0), intervals - 1)
+            kind = "cancelled" if row["state"] == TaskState.CANCELLED.value else str(row["outcome"])
+            if kind in ("completed", "failed", "cancelled"):
+                counts[bucket][kind] = counts[bucket].get(kind, 0) + int(row["tasks"])
+        return [FinishedInterval(since + width * n, **counts[n]) for n in range(intervals)]
 
     def referenced_versions(self) -> list[VersionReference]:
         """Every definition version that unfinished or recoverable tasks reference: the

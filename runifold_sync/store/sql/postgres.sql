@@ -728,3 +728,31 @@ VALUES (%(name)s, %(now)s, %(kind)s, %(actor)s, %(reason)s, %(detail)s);
 -- name: schedule_events
 SELECT name, at, kind, actor, reason, detail FROM runifold_schedule_events
 WHERE name = %(name)s ORDER BY id;
+
+-- name: list_tasks_page
+-- The dashboard's task list (sql_reads.list_tasks_page): the tasks after the cursor
+-- (created_at, task_id) in creation order, walking index runifold_tasks_created, so a
+-- page reads its own rows whatever the table holds.
+SELECT task_id, definition_name, definition_version, tenant, input_text AS input, priority,
+    state, outcome, reason, ambiguous_effect, ready_at, worker_id, fencing_token,
+    lease_expires, claims_since_progress, revision, head::text AS head,
+    result::text AS result, created_at, updated_at, parent_id, waiting_for_child, paused,
+    queue, fingerprint
+FROM runifold_tasks
+WHERE (created_at, task_id) > (%(after_at)s::timestamptz, %(after_id)s::text)
+    AND (%(state)s::text IS NULL OR state = %(state)s::text)
+    AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+    AND (%(definition)s::text IS NULL OR definition_name = %(definition)s::text)
+    AND (%(parent)s::text IS NULL OR parent_id = %(parent)s::text)
+    AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ORDER BY created_at, task_id
+LIMIT %(limit)s;
+
+-- name: finished_per_interval
+-- Tasks that finished since the given time, per interval (in seconds) counted from it,
+-- by state and outcome (index runifold_tasks_ended): the overview's throughput.
+SELECT floor(extract(epoch FROM updated_at - %(since)s::timestamptz) / %(interval)s)::int AS bucket,
+    state, outcome, COUNT(*) AS tasks
+FROM runifold_tasks
+WHERE state IN ('terminal', 'cancelled') AND updated_at >= %(since)s::timestamptz
+GROUP BY 1, 2, 3;

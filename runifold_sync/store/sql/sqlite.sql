@@ -588,3 +588,24 @@ VALUES (:name, :now, :kind, :actor, :reason, :detail);
 -- name: schedule_events
 SELECT name, at, kind, actor, reason, detail FROM runifold_schedule_events
 WHERE name = :name ORDER BY id;
+
+-- name: list_tasks_page
+-- The dashboard's task list (sql_reads.list_tasks_page): the tasks after the cursor
+-- (created_at, task_id) in creation order, walking index runifold_tasks_created, so a
+-- page reads its own rows whatever the table holds.
+SELECT * FROM runifold_tasks
+WHERE (created_at, task_id) > (:after_at, :after_id)
+    AND (:state IS NULL OR state = :state) AND (:tenant IS NULL OR tenant = :tenant)
+    AND (:definition IS NULL OR definition_name = :definition)
+    AND (:parent IS NULL OR parent_id = :parent)
+    AND (:queue IS NULL OR queue = :queue)
+ORDER BY created_at, task_id
+LIMIT :limit;
+
+-- name: finished_per_interval
+-- Tasks that finished since :since, per interval of :interval (microseconds) counted from
+-- it, by state and outcome (index runifold_tasks_ended): the overview's throughput.
+SELECT (updated_at - :since) / :interval AS bucket, state, outcome, COUNT(*) AS tasks
+FROM runifold_tasks
+WHERE state IN ('terminal', 'cancelled') AND updated_at >= :since
+GROUP BY bucket, state, outcome;

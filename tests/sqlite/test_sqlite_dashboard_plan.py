@@ -1,0 +1,35 @@
+"""The dashboard's SQLite reads use their indexes (EXPLAIN QUERY PLAN): a task page walks
+runifold_tasks_created from its cursor with no sort, and the throughput reads only the
+recently finished tasks of runifold_tasks_ended."""
+
+from __future__ import annotations
+
+from runifold_sync import WorkflowTask
+from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store.sqlite import _Q
+
+PAGE = {"state": None, "tenant": None, "definition": None, "parent": None, "queue": None}
+
+
+def plan(store: SqliteWorkflowStore, name: str, params: dict[str, object]) -> list[str]:
+    conn = store.dialect._conn().raw
+    return [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + _Q[name], params)]
+
+
+def test_a_task_page_searches_the_creation_index_from_its_cursor(sqlite_store: SqliteWorkflowStore) -> None:
+    sqlite_store.enqueue_many([WorkflowTask.new("orders", 1, n, checkpoint_id=f"t{n}") for n in range(2000)])
+    sqlite_store.dialect._conn().raw.execute("ANALYZE")
+    for filters in (PAGE, PAGE | {"state": "queued", "tenant": "acme"}):
+        lines = plan(
+            sqlite_store, "list_tasks_page", filters | {"after_at": 5, "after_id": "t9", "limit": 51}
+        )
+        assert any(
+            line.startswith("SEARCH runifold_tasks USING INDEX runifold_tasks_created") for line in lines
+        ), lines
+        assert not any("TEMP B-TREE" in line or line.startswith("SCAN") for line in lines), lines
+
+
+def test_the_throughput_searches_the_finished_tasks_by_end(sqlite_store: SqliteWorkflowStore) -> None:
+    lines = plan(sqlite_store, "finished_per_interval", {"since": 0, "interval": 300_000_000})
+    assert any("USING INDEX runifold_tasks_ended (updated_at>?)" in line for line in lines), lines
+    assert not any(line.startswith("SCAN runifold_tasks") for line in lines), lines
