@@ -10,7 +10,7 @@ from html import unescape
 import pytest
 from flask.testing import FlaskClient
 
-from runifold_sync import WorkflowStore, WorkflowTask
+from runifold_sync import WorkerId, WorkflowStore, WorkflowTask
 
 from .flows import Seeded
 
@@ -53,7 +53,7 @@ def test_the_overview_counts_tasks_per_tenant_and_shows_holds_and_unserved_work(
     assert rows["globex"] == ["1", "0", "0", "0", "0", "0"]
     assert 'id="throughput"' in page and page.count('class="bar"') == 12
     assert "3 tasks finished" in page  # order-2 completed; broken-1 and ambiguous-1 failed
-    assert "queue render" in page  # no live worker serves it (none is live: all stopped)
+    assert "No worker is live" in page  # run_until_idle's worker stopped
 
 
 def test_the_task_list_filters_by_state_tenant_definition_queue_and_parent(
@@ -173,3 +173,19 @@ def test_the_pages_have_no_script_and_no_outside_asset(client: FlaskClient, seed
         assert "<script" not in page.lower()
         assert not re.search(r'(?:src|href)="(?:https?:)?//', page), path
         assert " style=" not in page  # CSP blocks inline styles: everything is in the CSS file
+
+
+def test_the_overview_names_work_the_live_workers_cannot_claim(
+    client: FlaskClient, store: WorkflowStore, seeded: Seeded
+) -> None:
+    store.register_worker(
+        WorkerId.parse("w-live"),
+        host="h",
+        pid=1,
+        definitions=[("orders", 1), ("parent", 1)],
+        queues=["default"],
+    )
+    page = text(client, "/")
+    assert "1 tasks of render v2 in queue render: no live worker serves queue 'render'" in page
+    assert "payments v1: 1 tasks reference it, no live worker serves it" in page
+    assert "w-live" in page
