@@ -4,7 +4,7 @@ Each command parses its options, calls the library and prints. This module holds
 entry point and the commands about single tasks; ``cli_show`` holds ``show``, ``cli_wait``
 ``wait``, ``cli_run`` ``run`` and ``demo``, ``cli_fleet`` the store-wide ones (schema,
 versions, workers, stats, tenants), ``cli_schedules`` the schedules, ``cli_retention``
-``prune``.
+``prune``, ``cli_dashboard`` ``dashboard``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from .cli_common import (
     operator_action,
     start_time,
 )
+from .cli_dashboard import dashboard
 from .cli_fleet import migrate, stats, tenant, versions, workers
 from .cli_retention import prune
 from .cli_run import demo, run
@@ -358,5 +359,6 @@ for _command in (
     schedules,
     schedule,
     prune,
+    dashboard,
 ):
     main.add_command(_command)
