@@ -102,7 +102,7 @@ def test_an_operator_finds_a_task_and_cancels_it_in_the_browser(
         assert store.get_task(seeded.waiting).state is TaskState.CANCELLED
         kept = os.environ.get("RUNIFOLD_DASHBOARD_SCREENSHOT")
         if kept:
-            browser.get(served.url + "tasks/parent-1")
+            browser.get(served.url + f"tasks/{seeded.completed}")
             browser.save_screenshot(kept)
     finally:
         served.stop()
