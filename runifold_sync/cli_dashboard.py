@@ -9,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from .cli_common import database_option, echo_json, json_option, opened_store
+from .app import load_registry
+from .cli_common import checked, database_option, echo_json, json_option, opened_store
 
 
 def _token(token_file: Path | None) -> str | None:
@@ -50,13 +51,23 @@ def _loopback(host: str) -> bool:
     default=None,
     help="File whose first line is the token that actions need; without it the dashboard is read-only.",
 )
+@click.option(
+    "--app",
+    "app_ref",
+    default=None,
+    metavar="MODULE:ATTR",
+    help="The workflow registry, so task pages show usage against each definition's budget.",
+)
 @database_option
 @json_option
-def dashboard(host: str, port: int, token_file: Path | None, database: str | None, as_json: bool) -> None:
+def dashboard(
+    host: str, port: int, token_file: Path | None, app_ref: str | None, database: str | None, as_json: bool
+) -> None:
     """Serve the operator dashboard (needs the 'dashboard' extra) until interrupted.
 
     With --json, prints one line {"url": ..., "read_only": ...} once it listens."""
     token = _token(token_file)
+    registry = None if app_ref is None else checked(load_registry, app_ref)
     try:
         from .dashboard import create_app
         from .dashboard.serving import make_server, url_of
@@ -64,7 +75,7 @@ def dashboard(host: str, port: int, token_file: Path | None, database: str | Non
         raise click.ClickException(str(exc)) from exc
     with opened_store(database) as store:
         try:
-            server = make_server(create_app(store, token=token), host, port)
+            server = make_server(create_app(store, token=token, registry=registry), host, port)
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from exc
         url = url_of(server)

@@ -9,6 +9,7 @@ from typing import Any
 
 import flask
 
+from ..definition import WorkflowRegistry
 from ..errors import InvalidArgument, RunifoldError, StoreUnavailable, TaskNotFound
 from ..store.base import WorkflowStore
 from . import actions, formatting, security, views
@@ -16,12 +17,18 @@ from .board import EXTENSION, Dashboard, dashboard
 
 
 def create_app(
-    store: WorkflowStore, *, token: str | None = None, secret_key: bytes | None = None
+    store: WorkflowStore,
+    *,
+    token: str | None = None,
+    secret_key: bytes | None = None,
+    registry: WorkflowRegistry | None = None,
 ) -> flask.Flask:
     """The dashboard over ``store`` as a WSGI app. With ``token`` (a non-empty string)
     the actions need it (:mod:`.security`); without one the dashboard is read-only.
     ``secret_key`` signs the session cookie; by default a random key made here, so
-    sessions end when the app does (give one to share sessions between processes)."""
+    sessions end when the app does (give one to share sessions between processes).
+    With ``registry``, a task's page shows its usage against its definition's budget
+    (which lives in code, not in the store)."""
     if not isinstance(store, WorkflowStore):
         raise InvalidArgument(f"store must be a WorkflowStore, got {type(store).__name__}")
     if token is not None and (not isinstance(token, str) or not token.strip()):
@@ -29,6 +36,8 @@ def create_app(
         raise InvalidArgument(f"dashboard token must be a non-empty string, got a {type(token).__name__}")
     if secret_key is not None and (not isinstance(secret_key, bytes) or len(secret_key) < 16):
         raise InvalidArgument("dashboard secret_key must be at least 16 bytes")
+    if registry is not None and not isinstance(registry, WorkflowRegistry):
+        raise InvalidArgument(f"registry must be a WorkflowRegistry, got {type(registry).__name__}")
     app = flask.Flask(__name__.rsplit(".", 1)[0], static_folder="static", template_folder="templates")
     app.secret_key = secret_key or secrets.token_bytes(32)
     app.config.update(
@@ -37,7 +46,7 @@ def create_app(
         SESSION_COOKIE_SAMESITE="Strict",
         MAX_CONTENT_LENGTH=1024 * 1024,
     )
-    app.extensions[EXTENSION] = Dashboard(store, token)
+    app.extensions[EXTENSION] = Dashboard(store, token, registry)
     app.after_request(security.add_headers)
     app.context_processor(_page_context)
     formatting.install(app)

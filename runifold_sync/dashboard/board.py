@@ -1,10 +1,11 @@
-"""What every route of one dashboard app reads: its store and its token."""
+"""What every route of one dashboard app reads: its store, its token and its registry."""
 
 from __future__ import annotations
 
 import attrs
 import flask
 
+from ..definition import WorkflowRegistry
 from ..store.base import WorkflowStore
 
 EXTENSION = "runifold_dashboard"
@@ -12,10 +13,12 @@ EXTENSION = "runifold_dashboard"
 
 @attrs.frozen
 class Dashboard:
-    """The store one app shows, and its token (None: read-only)."""
+    """The store one app shows, its token (None: read-only), and the registry whose
+    definitions' budgets a task's page sets its usage against (None: not shown)."""
 
     store: WorkflowStore
     token: str | None
+    registry: WorkflowRegistry | None = None
 
     @property
     def read_only(self) -> bool:

@@ -127,9 +127,15 @@ def state_text(record: TaskRecord) -> str:
 
 @pages.get("/tasks/<path:task_id>")
 def task(task_id: str) -> str:
-    store = dashboard().store
+    board = dashboard()
+    store = board.store
     report = task_report(store, task_id, JOURNAL_LIMIT)
     record = report.record
+    definition = (
+        None
+        if board.registry is None
+        else board.registry.get(record.definition_name, record.definition_version)
+    )
     finished = record.state in (TaskState.TERMINAL, TaskState.CANCELLED)
     signals = [e for e in report.history if e.kind.startswith("signal_")]
     return flask.render_template(
@@ -144,6 +150,8 @@ def task(task_id: str) -> str:
         signal_events=signals,
         actions=available_actions(record),
         new_signal_id=f"dashboard-{secrets.token_hex(8)}",
+        budget=None if definition is None else definition.budget,
+        registry_given=board.registry is not None,
     )
 
 

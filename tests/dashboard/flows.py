@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from runifold_sync import (
+    Budget,
     LeaseDuration,
     RetryPolicy,
     StepContext,
@@ -71,10 +72,14 @@ def parent_flow() -> Workflow:
     return flow
 
 
+# The budget of every definition ``registry`` registers.
+BUDGET = Budget(max_steps=40, max_cost=12.5)
+
+
 def registry(*flows: Workflow) -> WorkflowRegistry:
     found = WorkflowRegistry()
     for flow in flows or (orders_flow(), broken_flow(), parent_flow()):
-        found.register(WorkflowDefinition(flow))
+        found.register(WorkflowDefinition(flow, budget=BUDGET))
     return found
 
 

@@ -11,8 +11,9 @@ import pytest
 from flask.testing import FlaskClient
 
 from runifold_sync import WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync.dashboard import create_app
 
-from .flows import Seeded
+from .flows import Seeded, broken_flow, registry
 
 PAGES = ["/", "/tasks", "/workers", "/versions", "/tenants", "/schedules", "/login"]
 
@@ -189,3 +190,26 @@ def test_the_overview_names_work_the_live_workers_cannot_claim(
     assert "1 tasks of render v2 in queue render: no live worker serves queue 'render'" in page
     assert "payments v1: 1 tasks reference it, no live worker serves it" in page
     assert "w-live" in page
+
+
+def test_a_task_page_sets_usage_against_the_budget_of_the_registry_given(
+    store: WorkflowStore, seeded: Seeded
+) -> None:
+    without = text(create_app(store).test_client(), f"/tasks/{seeded.waiting}")
+    assert "start the dashboard with --app" in without
+    page = text(create_app(store, registry=registry()).test_client(), f"/tasks/{seeded.waiting}")
+    usage = re.search(r'<table id="usage">.*?</table>', page, re.S)
+    assert usage is not None
+    rows = [
+        re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", usage[0], re.S)
+    ]
+    assert [r for r in rows if r] == [
+        ["steps", "1", "40"],
+        ["cost", "0.0", "12.5"],
+        ["run time (s)", rows[3][1], "-"],
+        ["claims without progress", "0", "5"],
+    ]
+    lacking = text(
+        create_app(store, registry=registry(broken_flow())).test_client(), f"/tasks/{seeded.waiting}"
+    )
+    assert "lacks orders v1: its budget is unknown here" in lacking
