@@ -49,6 +49,7 @@ class Throughput:
     bars: list[Bar]
     peak: int
     total: int
+    start: datetime | None  # where the first interval starts
     width: int = CHART_WIDTH
     height: int = CHART_HEIGHT
 
@@ -65,7 +66,8 @@ def throughput(intervals: Sequence[FinishedInterval]) -> Throughput:
             f"{interval.failed} failed, {interval.cancelled} cancelled"
         )
         bars.append(Bar(n * slot + 2, CHART_HEIGHT - height, slot - 4, height, label))
-    return Throughput(bars, peak, sum(i.total for i in intervals))
+    start = intervals[0].start if intervals else None
+    return Throughput(bars, peak, sum(i.total for i in intervals), start)
 
 
 @attrs.frozen
