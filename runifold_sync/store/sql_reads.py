@@ -162,7 +162,9 @@ class ReadOperations:
 
     def finished_per_interval(self, span: timedelta, intervals: int) -> list[FinishedInterval]:
         """How many tasks finished in each of ``intervals`` equal intervals of the
-        ``span`` that ends now (store time), oldest first: the overview's throughput."""
+        ``span`` that ends now (store time), oldest first: the overview's throughput.
+        Counted from the history (its completed, failed and cancelled events), so a task
+        that failed, was retried and failed again counts at each end."""
         if not isinstance(span, timedelta) or span <= timedelta(0):
             raise InvalidArgument(f"throughput span must be a positive timedelta, got {span!r}")
         intervals = check_int("throughput intervals", intervals, minimum=1, maximum=MAX_INTERVALS)
@@ -173,9 +175,8 @@ class ReadOperations:
         params = {"since": d.db_time(since), "interval": d.db_duration(width)}
         for row in d.all("finished_per_interval", params):
             bucket = min(max(int(row["bucket"]), 0), intervals - 1)
-            kind = "cancelled" if row["state"] == TaskState.CANCELLED.value else str(row["outcome"])
-            if kind in ("completed", "failed", "cancelled"):
-                counts[bucket][kind] = counts[bucket].get(kind, 0) + int(row["tasks"])
+            kind = str(row["kind"])
+            counts[bucket][kind] = counts[bucket].get(kind, 0) + int(row["tasks"])
         return [FinishedInterval(since + width * n, **counts[n]) for n in range(intervals)]
 
     def referenced_versions(self) -> list[VersionReference]:

@@ -1,6 +1,6 @@
 """The dashboard's SQLite reads use their indexes (EXPLAIN QUERY PLAN): a task page walks
 runifold_tasks_created from its cursor with no sort, and the throughput reads only the
-recently finished tasks of runifold_tasks_ended."""
+recent ending events of runifold_events_ended."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_a_task_page_searches_the_creation_index_from_its_cursor(sqlite_store: S
         assert not any("TEMP B-TREE" in line or line.startswith("SCAN") for line in lines), lines
 
 
-def test_the_throughput_searches_the_finished_tasks_by_end(sqlite_store: SqliteWorkflowStore) -> None:
+def test_the_throughput_searches_the_ending_events_by_time(sqlite_store: SqliteWorkflowStore) -> None:
     lines = plan(sqlite_store, "finished_per_interval", {"since": 0, "interval": 300_000_000})
-    assert any("USING INDEX runifold_tasks_ended (updated_at>?)" in line for line in lines), lines
-    assert not any(line.startswith("SCAN runifold_tasks") for line in lines), lines
+    assert any("USING INDEX runifold_events_ended (at>?)" in line for line in lines), lines
+    assert not any(line.startswith("SCAN runifold_events") for line in lines), lines

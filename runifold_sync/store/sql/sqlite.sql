@@ -604,8 +604,8 @@ LIMIT :limit;
 
 -- name: finished_per_interval
 -- Tasks that finished since :since, per interval of :interval (microseconds) counted from
--- it, by state and outcome (index runifold_tasks_ended): the overview's throughput.
-SELECT (updated_at - :since) / :interval AS bucket, state, outcome, COUNT(*) AS tasks
-FROM runifold_tasks
-WHERE state IN ('terminal', 'cancelled') AND updated_at >= :since
-GROUP BY bucket, state, outcome;
+-- it, by how they ended (index runifold_events_ended): the overview's throughput.
+SELECT (at - :since) / :interval AS bucket, kind, COUNT(*) AS tasks
+FROM runifold_events
+WHERE kind IN ('completed', 'failed', 'cancelled') AND at >= :since
+GROUP BY bucket, kind;
