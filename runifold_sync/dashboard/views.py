@@ -15,6 +15,7 @@ from ..models import TaskOutcome, TaskState
 from ..operations import DEFAULT_LIVE_WITHIN, served_versions, unserved_work
 from ..store.checks import MAX_LIST_LIMIT
 from ..store.records import TaskRecord
+from ..store.sql_reads import MAX_PAGE_SCAN
 from ..task_report import failure_line, journal_line, task_report
 from . import charts
 from .board import dashboard
@@ -104,6 +105,8 @@ def tasks() -> flask.typing.ResponseReturnValue:
         next_query=None if page.next_after is None else query | {"after": page.next_after},
         first_query=query,
         state_text=state_text,
+        limit=limit,
+        scan=MAX_PAGE_SCAN,
     )
 
 

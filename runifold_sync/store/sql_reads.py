@@ -42,9 +42,19 @@ _FIRST = datetime(1, 1, 1, tzinfo=UTC)
 MAX_INTERVALS = 1000
 
 
+# The most tasks (in creation order) one page of a filtered task list looks through: a
+# filter that few tasks match gives short pages, each as cheap as a full one, instead of
+# one page that reads the whole table to fill itself.
+MAX_PAGE_SCAN = 10_000
+
+
 def page_cursor(record: TaskRecord) -> str:
     """The cursor of the page after ``record``: its creation time and id."""
-    return f"{record.created_at.isoformat()}|{record.task_id}"
+    return _cursor(record.created_at, record.task_id)
+
+
+def _cursor(created_at: datetime, task_id: str) -> str:
+    return f"{created_at.isoformat()}|{task_id}"
 
 
 def _parse_cursor(after: object) -> tuple[datetime, str]:
@@ -142,23 +152,34 @@ class ReadOperations:
         queue: str | None = None,
         after: str | None = None,
         limit: int = 50,
+        scan: int = MAX_PAGE_SCAN,
     ) -> TaskPage:
         """A page of the tasks matching every given filter (as :meth:`list_tasks`), in
         creation order, after the cursor ``after`` (the ``next_after`` of the page
         before; None for the first page). Keyset paging on (created_at, task_id): a
         page costs its own rows however deep into the table it is, and tasks enqueued
-        meanwhile neither repeat nor shift a page."""
+        meanwhile neither repeat nor shift a page.
+
+        A page looks through at most ``scan`` tasks after its cursor (``limit`` of them
+        at least): when fewer than ``limit`` of those match, it holds the ones that do
+        (maybe none) and ``next_after`` continues after the last task it looked at. So a
+        filter few tasks match costs each page ``scan`` rows, never the whole table;
+        ``next_after`` is None only once the walk reached the newest task."""
         filters = checks.list_filters(state, tenant, definition, parent, limit, queue)
+        scan = check_int("page scan", scan, minimum=limit, maximum=100 * MAX_PAGE_SCAN)
         after_at, after_id = _parse_cursor(after)
-        params = filters | {
-            "after_at": self.dialect.db_time(after_at),
-            "after_id": after_id,
-            "limit": filters["limit"] + 1,  # one more than shown: is there a next page?
-        }
-        found = self.dialect.all("list_tasks_page", params)
-        records = [row_records.found_task(self.dialect, row, row["task_id"]) for row in found[:limit]]
-        more = len(found) > limit
-        return TaskPage(self.explain_reasons(records), page_cursor(records[-1]) if more else None)
+        d = self.dialect
+        window = {"after_at": d.db_time(after_at), "after_id": after_id, "scan": scan}
+        # One more than shown: whether a next page starts with a match.
+        found = d.all("list_tasks_page", filters | window | {"limit": limit + 1})
+        records = [row_records.found_task(d, row, row["task_id"]) for row in found[:limit]]
+        if len(found) > limit:
+            next_after: str | None = page_cursor(records[-1])
+        else:  # every match of the window is here: go on after it, if tasks follow it
+            ends = d.all("task_window_end", window)
+            last = ends[0] if len(ends) == 2 else None
+            next_after = None if last is None else _cursor(d.time(last["created_at"]), last["task_id"])
+        return TaskPage(self.explain_reasons(records), next_after)
 
     def finished_per_interval(self, span: timedelta, intervals: int) -> list[FinishedInterval]:
         """How many tasks finished in each of ``intervals`` equal intervals of the

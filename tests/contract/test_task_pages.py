@@ -113,3 +113,24 @@ def test_throughput_refuses_a_bad_span_or_count(store: WorkflowStore) -> None:
         store.finished_per_interval(timedelta(0), 12)
     with pytest.raises(InvalidArgument, match="throughput intervals"):
         store.finished_per_interval(timedelta(hours=1), 0)
+
+
+def test_a_page_looks_through_at_most_scan_tasks_and_goes_on_after_them(store: WorkflowStore) -> None:
+    store.enqueue_many(
+        [
+            WorkflowTask.new("rare" if n in (3, 17) else "common", 1, n, checkpoint_id=f"t{n:02}")
+            for n in range(20)
+        ]
+    )
+    pages: list[list[str]] = []
+    after = None
+    while True:
+        page = store.list_tasks_page(definition="rare", after=after, limit=2, scan=5)
+        pages.append([t.task_id for t in page.tasks])
+        if page.next_after is None:
+            break
+        after = page.next_after
+    # Windows of 5 tasks: t00-t04 holds t03, then nothing until t15-t19 holds t17.
+    assert pages == [["t03"], [], [], ["t17"]]
+    with pytest.raises(InvalidArgument, match="page scan must be an integer in 2.."):
+        store.list_tasks_page(limit=2, scan=1)

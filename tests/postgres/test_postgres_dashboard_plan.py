@@ -55,11 +55,20 @@ def test_a_task_page_scans_the_creation_index_from_its_cursor(
     pg: PostgresWorkflowStore, postgres_url: str
 ) -> None:
     _seed(postgres_url, 50_000)
-    after = {"after_at": datetime.now(UTC) - timedelta(days=30), "after_id": "t-1", "limit": 51}
+    after = {
+        "after_at": datetime.now(UTC) - timedelta(days=30),
+        "after_id": "t-1",
+        "limit": 51,
+        "scan": 10_000,
+    }
     for filters in (PAGE, PAGE | {"state": "queued", "tenant": "acme"}):
         nodes = _explain(postgres_url, "list_tasks_page", filters | after)
         assert {n.get("Index Name") for n in nodes} - {None} == {"runifold_tasks_created"}, nodes
         assert not any(n["Node Type"] in ("Seq Scan", "Sort") for n in nodes), nodes
+    window = {k: after[k] for k in ("after_at", "after_id", "scan")}
+    nodes = _explain(postgres_url, "task_window_end", window)
+    assert [n.get("Index Name") for n in nodes if "Index Name" in n] == ["runifold_tasks_created"], nodes
+    assert any(n["Node Type"] == "Index Only Scan" for n in nodes), nodes
 
 
 def test_the_throughput_reads_the_last_hours_ending_events_by_index(

@@ -730,23 +730,37 @@ SELECT name, at, kind, actor, reason, detail FROM runifold_schedule_events
 WHERE name = %(name)s ORDER BY id;
 
 -- name: list_tasks_page
--- The dashboard's task list (sql_reads.list_tasks_page): the tasks after the cursor
--- (created_at, task_id) in creation order, walking index runifold_tasks_created, so a
--- page reads its own rows whatever the table holds.
+-- The dashboard's task list (sql_reads.list_tasks_page): of the next :scan tasks after the
+-- cursor (created_at, task_id) in creation order, read from index runifold_tasks_created,
+-- those matching the filters. A page reads at most :scan rows, however deep it is and
+-- however few tasks match.
 SELECT task_id, definition_name, definition_version, tenant, input_text AS input, priority,
     state, outcome, reason, ambiguous_effect, ready_at, worker_id, fencing_token,
     lease_expires, claims_since_progress, revision, head::text AS head,
     result::text AS result, created_at, updated_at, parent_id, waiting_for_child, paused,
     queue, fingerprint
-FROM runifold_tasks
-WHERE (created_at, task_id) > (%(after_at)s::timestamptz, %(after_id)s::text)
-    AND (%(state)s::text IS NULL OR state = %(state)s::text)
+FROM (
+    SELECT * FROM runifold_tasks
+    WHERE (created_at, task_id) > (%(after_at)s::timestamptz, %(after_id)s::text)
+    ORDER BY created_at, task_id
+    LIMIT %(scan)s
+) AS w
+WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
     AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
     AND (%(definition)s::text IS NULL OR definition_name = %(definition)s::text)
     AND (%(parent)s::text IS NULL OR parent_id = %(parent)s::text)
     AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 ORDER BY created_at, task_id
 LIMIT %(limit)s;
+
+-- name: task_window_end
+-- The last of the next :scan tasks after the cursor and the task after it (none or one
+-- row when the window reaches the newest task): where a page whose window held too few
+-- matches lets the next one go on (index only).
+SELECT created_at, task_id FROM runifold_tasks
+WHERE (created_at, task_id) > (%(after_at)s::timestamptz, %(after_id)s::text)
+ORDER BY created_at, task_id
+LIMIT 2 OFFSET %(scan)s - 1;
 
 -- name: finished_per_interval
 -- Tasks that finished since the given time, per interval (in seconds) counted from it, by

@@ -590,17 +590,31 @@ SELECT name, at, kind, actor, reason, detail FROM runifold_schedule_events
 WHERE name = :name ORDER BY id;
 
 -- name: list_tasks_page
--- The dashboard's task list (sql_reads.list_tasks_page): the tasks after the cursor
--- (created_at, task_id) in creation order, walking index runifold_tasks_created, so a
--- page reads its own rows whatever the table holds.
-SELECT * FROM runifold_tasks
-WHERE (created_at, task_id) > (:after_at, :after_id)
-    AND (:state IS NULL OR state = :state) AND (:tenant IS NULL OR tenant = :tenant)
+-- The dashboard's task list (sql_reads.list_tasks_page): of the next :scan tasks after the
+-- cursor (created_at, task_id) in creation order, read from index runifold_tasks_created,
+-- those matching the filters. A page reads at most :scan rows, however deep it is and
+-- however few tasks match.
+SELECT * FROM (
+    SELECT * FROM runifold_tasks
+    WHERE (created_at, task_id) > (:after_at, :after_id)
+    ORDER BY created_at, task_id
+    LIMIT :scan
+) AS w
+WHERE (:state IS NULL OR state = :state) AND (:tenant IS NULL OR tenant = :tenant)
     AND (:definition IS NULL OR definition_name = :definition)
     AND (:parent IS NULL OR parent_id = :parent)
     AND (:queue IS NULL OR queue = :queue)
 ORDER BY created_at, task_id
 LIMIT :limit;
+
+-- name: task_window_end
+-- The last of the next :scan tasks after the cursor and the task after it (none or one
+-- row when the window reaches the newest task): where a page whose window held too few
+-- matches lets the next one go on (index only).
+SELECT created_at, task_id FROM runifold_tasks
+WHERE (created_at, task_id) > (:after_at, :after_id)
+ORDER BY created_at, task_id
+LIMIT 2 OFFSET :scan - 1;
 
 -- name: finished_per_interval
 -- Tasks that finished since :since, per interval of :interval (microseconds) counted from
