@@ -19,7 +19,9 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from runifold_sync import TaskState, WorkflowStore
 from runifold_sync.dashboard import create_app
@@ -39,6 +41,14 @@ def _need_chromium() -> None:
         if os.environ.get("CI"):
             pytest.fail(f"{message}; CI is set, so the browser tests must run")
         pytest.skip(message)
+
+
+def follow(browser: webdriver.Chrome, element: WebElement) -> None:
+    """Click ``element`` and wait for the page it leads to: a click returns before the
+    browser has navigated, and the old page's elements go stale under the test."""
+    page = browser.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(browser, 30).until(expected_conditions.staleness_of(page))
 
 
 @pytest.fixture
@@ -67,32 +77,32 @@ def test_an_operator_finds_a_task_and_cancels_it_in_the_browser(
         assert browser.find_element(By.ID, "throughput").is_displayed()
         browser.save_screenshot(str(tmp_path / "1-overview.png"))
 
-        browser.find_element(By.LINK_TEXT, "Tasks").click()
+        follow(browser, browser.find_element(By.LINK_TEXT, "Tasks"))
         Select(browser.find_element(By.ID, "filter-state")).select_by_value("waiting")
         browser.find_element(By.ID, "filter-tenant").send_keys("acme")
-        browser.find_element(By.ID, "filter-submit").click()
+        follow(browser, browser.find_element(By.ID, "filter-submit"))
         listed = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#task-list a.task-link")]
         assert listed == [seeded.waiting]
         assert "state=waiting" in browser.current_url and "tenant=acme" in browser.current_url
         browser.save_screenshot(str(tmp_path / "2-filtered.png"))
 
-        browser.find_element(By.LINK_TEXT, seeded.waiting).click()
+        follow(browser, browser.find_element(By.LINK_TEXT, seeded.waiting))
         assert browser.find_element(By.ID, "task-id").text == seeded.waiting
         assert "waiting for signal 'go'" in browser.find_element(By.ID, "task-reason").text
         assert browser.find_element(By.ID, "timeline").is_displayed()
         assert not browser.find_elements(By.ID, "action-cancel")  # not logged in: no forms
         browser.save_screenshot(str(tmp_path / "3-task.png"))
 
-        browser.find_element(By.ID, "login-link").click()
+        follow(browser, browser.find_element(By.ID, "login-link"))
         browser.find_element(By.ID, "actor").send_keys("alice")
         browser.find_element(By.ID, "token").send_keys(TOKEN)
-        browser.find_element(By.ID, "login-submit").click()
+        follow(browser, browser.find_element(By.ID, "login-submit"))
         assert "acting as alice" in browser.find_element(By.TAG_NAME, "header").text
 
         browser.get(served.url + f"tasks/{seeded.waiting}")
         cancel = browser.find_element(By.ID, "action-cancel")
         cancel.find_element(By.NAME, "reason").send_keys("customer withdrew the order")
-        cancel.find_element(By.CSS_SELECTOR, "button.act-cancel").click()
+        follow(browser, cancel.find_element(By.CSS_SELECTOR, "button.act-cancel"))
 
         assert "cancel: task is cancelled" in browser.find_element(By.CLASS_NAME, "flash").text
         assert browser.find_element(By.ID, "task-state").text == "cancelled"
