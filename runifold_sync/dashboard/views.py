@@ -29,6 +29,8 @@ THROUGHPUT_INTERVALS = 12
 # The columns of the overview's counts: unfinished states, then how finished ones ended.
 COLUMNS = ("queued", "leased", "waiting", "completed", "failed", "cancelled")
 FILTERS = ("state", "tenant", "definition", "queue", "parent")
+# The state filter each column's counts link to (completed and failed are both terminal).
+COLUMN_STATES = {c: "terminal" if c in ("completed", "failed") else c for c in COLUMNS}
 
 
 def column(state: TaskState, outcome: TaskOutcome | None) -> str:
@@ -53,6 +55,7 @@ def overview() -> str:
         counts=sorted(counts.items()),
         totals=totals,
         columns=COLUMNS,
+        column_states=COLUMN_STATES,
         oldest_ready_s=oldest,
         chart=charts.throughput(store.finished_per_interval(THROUGHPUT_SPAN, THROUGHPUT_INTERVALS)),
         holds=[a for a in store.tenant_admission() if a.hold_reason() is not None],
