@@ -28,7 +28,7 @@ from runifold_sync.dashboard import create_app
 from runifold_sync.dashboard.serving import serve_in_background
 
 from .conftest import TOKEN
-from .flows import Seeded
+from .flows import Seeded, registry
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -70,7 +70,7 @@ def browser() -> Iterator[webdriver.Chrome]:
 def test_an_operator_finds_a_task_and_cancels_it_in_the_browser(
     browser: webdriver.Chrome, store: WorkflowStore, seeded: Seeded, tmp_path: Path
 ) -> None:
-    served = serve_in_background(create_app(store, token=TOKEN))
+    served = serve_in_background(create_app(store, token=TOKEN, registry=registry()))
     try:
         browser.get(served.url)
         assert browser.title.startswith("Overview")
