@@ -34,19 +34,34 @@ def age(seconds: float | None) -> str:
     return " ".join(parts[:2])
 
 
+# The most characters of one stored value a page shows: a page stays readable (and small)
+# when an input or a step's output is megabytes long; the rest is for `show --json`.
+MAX_SHOWN = 20_000
+
+
+def shortened(text: str) -> str:
+    if len(text) <= MAX_SHOWN:
+        return text
+    return f"{text[:MAX_SHOWN]}\n... ({len(text):,} characters; the first {MAX_SHOWN:,} shown)"
+
+
 def pretty_json(text: str | None) -> str:
-    """Stored JSON text indented for reading; text that is not JSON as it is."""
+    """Stored JSON text indented for reading (text that is not JSON as it is), cut to
+    :data:`MAX_SHOWN` characters. A long text is not parsed: it is shown as stored."""
     if text is None:
         return "null"
+    if len(text) > MAX_SHOWN:
+        return shortened(text)
     try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True)
+        return shortened(json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True))
     except ValueError:
         return text
 
 
 def as_json(value: Any) -> str:
-    """A decoded value (a history event's detail, a journal entry) as indented JSON."""
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    """A decoded value (a history event's detail, a journal entry) as indented JSON, cut
+    to :data:`MAX_SHOWN` characters."""
+    return shortened(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str))
 
 
 def install(app: flask.Flask) -> None:

@@ -213,3 +213,10 @@ def test_a_task_page_sets_usage_against_the_budget_of_the_registry_given(
         create_app(store, registry=registry(broken_flow())).test_client(), f"/tasks/{seeded.waiting}"
     )
     assert "lacks orders v1: its budget is unknown here" in lacking
+
+
+def test_a_long_input_is_shown_cut_to_its_start(client: FlaskClient, store: WorkflowStore) -> None:
+    store.enqueue(WorkflowTask.new("bulk", 1, {"blob": "x" * 300_000}, checkpoint_id="big"))
+    page = text(client, "/tasks/big")
+    assert "characters; the first 20,000 shown)" in page
+    assert len(page) < 60_000
