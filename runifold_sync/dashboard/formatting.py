@@ -64,7 +64,14 @@ def as_json(value: Any) -> str:
     return shortened(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str))
 
 
+def without(detail: dict[str, Any], key: str) -> dict[str, Any]:
+    """``detail`` without ``key`` (a traceback shown apart, with its lines)."""
+    return {k: v for k, v in detail.items() if k != key}
+
+
 def install(app: flask.Flask) -> None:
+    app.add_template_filter(without)
+    app.add_template_filter(shortened, "truncate_text")
     app.add_template_filter(when)
     app.add_template_filter(age)
     app.add_template_filter(pretty_json)

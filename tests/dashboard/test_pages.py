@@ -220,3 +220,11 @@ def test_a_long_input_is_shown_cut_to_its_start(client: FlaskClient, store: Work
     page = text(client, "/tasks/big")
     assert "characters; the first 20,000 shown)" in page
     assert len(page) < 60_000
+
+
+def test_a_failures_traceback_is_shown_with_its_lines(client: FlaskClient, seeded: Seeded) -> None:
+    page = client.get(f"/tasks/{seeded.failed}").get_data(as_text=True)
+    trace = re.search(r'<details class="traceback"><summary>traceback</summary><pre>(.*?)</pre>', page, re.S)
+    assert trace is not None
+    assert "Traceback (most recent call last):\n" in unescape(trace.group(1))
+    assert "raise ValueError(message)" in unescape(trace.group(1))
