@@ -94,10 +94,17 @@ def tasks() -> flask.typing.ResponseReturnValue:
             return flask.redirect(flask.url_for("pages.task", task_id=searched), 303)
     filters = _filters()
     limit = _limit(args.get("limit", ""))
-    page = store.list_tasks_page(after=args.get("after") or None, limit=limit, **filters)
+    order = args.get("order") or "oldest"
+    if order not in ("oldest", "newest"):
+        raise InvalidArgument(f"order must be oldest or newest, got {order!r}")
+    page = store.list_tasks_page(
+        after=args.get("after") or None, limit=limit, newest_first=order == "newest", **filters
+    )
     query = {k: (v.value if isinstance(v, TaskState) else v) for k, v in filters.items()}
     if limit != PAGE_SIZE:
         query["limit"] = limit
+    if order != "oldest":
+        query["order"] = order
     return flask.render_template(
         "tasks.html",
         page=page,
@@ -110,6 +117,7 @@ def tasks() -> flask.typing.ResponseReturnValue:
         state_text=state_text,
         limit=limit,
         scan=MAX_PAGE_SCAN,
+        order=order,
     )
 
 

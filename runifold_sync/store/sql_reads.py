@@ -36,8 +36,10 @@ from .timing import PoolWaits, timed
 # --live-within default).
 LIVE_WITHIN = timedelta(seconds=60)
 
-# Where a walk of the tasks in creation order starts: before every task.
+# Where a walk of the tasks in creation order starts: before every task (after every
+# task, walking newest first).
 _FIRST = datetime(1, 1, 1, tzinfo=UTC)
+_LAST = datetime(9999, 12, 31, tzinfo=UTC)
 # The most intervals a throughput read splits its span into.
 MAX_INTERVALS = 1000
 
@@ -57,11 +59,11 @@ def _cursor(created_at: datetime, task_id: str) -> str:
     return f"{created_at.isoformat()}|{task_id}"
 
 
-def _parse_cursor(after: object) -> tuple[datetime, str]:
+def _parse_cursor(after: object, newest_first: bool) -> tuple[datetime, str]:
     """``after`` (a cursor :func:`page_cursor` made, or None: the first page) as the
-    (created_at, task_id) the page starts after."""
+    (created_at, task_id) the page starts after (before, walking newest first)."""
     if after is None:
-        return _FIRST, ""
+        return (_LAST, "") if newest_first else (_FIRST, "")
     if not isinstance(after, str) or "|" not in after:
         raise InvalidArgument(f"task page cursor must be a cursor a page returned, got {after!r}")
     at, task_id = after.split("|", 1)
@@ -153,6 +155,7 @@ class ReadOperations:
         after: str | None = None,
         limit: int = 50,
         scan: int = MAX_PAGE_SCAN,
+        newest_first: bool = False,
     ) -> TaskPage:
         """A page of the tasks matching every given filter (as :meth:`list_tasks`), in
         creation order, after the cursor ``after`` (the ``next_after`` of the page
@@ -164,19 +167,25 @@ class ReadOperations:
         at least): when fewer than ``limit`` of those match, it holds the ones that do
         (maybe none) and ``next_after`` continues after the last task it looked at. So a
         filter few tasks match costs each page ``scan`` rows, never the whole table;
-        ``next_after`` is None only once the walk reached the newest task."""
+        ``next_after`` is None only once the walk reached the newest task.
+
+        ``newest_first`` walks the other way: pages of the newest tasks first, each
+        cursor going on with older ones."""
         filters = checks.list_filters(state, tenant, definition, parent, limit, queue)
         scan = check_int("page scan", scan, minimum=limit, maximum=100 * MAX_PAGE_SCAN)
-        after_at, after_id = _parse_cursor(after)
+        if not isinstance(newest_first, bool):
+            raise InvalidArgument(f"newest_first must be True or False, got {newest_first!r}")
+        after_at, after_id = _parse_cursor(after, newest_first)
+        way = "_newest" if newest_first else ""
         d = self.dialect
         window = {"after_at": d.db_time(after_at), "after_id": after_id, "scan": scan}
         # One more than shown: whether a next page starts with a match.
-        found = d.all("list_tasks_page", filters | window | {"limit": limit + 1})
+        found = d.all(f"list_tasks_page{way}", filters | window | {"limit": limit + 1})
         records = [row_records.found_task(d, row, row["task_id"]) for row in found[:limit]]
         if len(found) > limit:
             next_after: str | None = page_cursor(records[-1])
         else:  # every match of the window is here: go on after it, if tasks follow it
-            ends = d.all("task_window_end", window)
+            ends = d.all(f"task_window_end{way}", window)
             last = ends[0] if len(ends) == 2 else None
             next_after = None if last is None else _cursor(d.time(last["created_at"]), last["task_id"])
         return TaskPage(self.explain_reasons(records), next_after)

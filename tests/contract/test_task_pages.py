@@ -134,3 +134,30 @@ def test_a_page_looks_through_at_most_scan_tasks_and_goes_on_after_them(store: W
     assert pages == [["t03"], [], [], ["t17"]]
     with pytest.raises(InvalidArgument, match="page scan must be an integer in 2.."):
         store.list_tasks_page(limit=2, scan=1)
+
+
+def test_newest_first_pages_walk_the_same_tasks_backwards(store: WorkflowStore) -> None:
+    store.enqueue_many([WorkflowTask.new("orders", 1, n, checkpoint_id=f"b1-{n:02}") for n in range(9)])
+    store.enqueue_many(
+        [
+            WorkflowTask.new("invoices" if n % 2 else "orders", 1, n, checkpoint_id=f"a2-{n:02}")
+            for n in range(8)
+        ]
+    )
+    oldest_first = [t.task_id for t in store.list_tasks(limit=100)]
+    for limit, filters in ((1, {}), (4, {}), (3, {"definition": "orders"})):
+        expected = [t.task_id for t in store.list_tasks(limit=100, **filters)][::-1]  # type: ignore[arg-type]
+        found = []
+        after = None
+        while True:
+            page = store.list_tasks_page(after=after, limit=limit, newest_first=True, scan=5, **filters)  # type: ignore[arg-type]
+            found += [t.task_id for t in page.tasks]
+            if page.next_after is None:
+                break
+            after = page.next_after
+        assert found == expected, (limit, filters)
+    assert [t.task_id for t in store.list_tasks_page(limit=3, newest_first=True).tasks] == oldest_first[
+        :-4:-1
+    ]
+    with pytest.raises(InvalidArgument, match="newest_first must be True or False"):
+        store.list_tasks_page(newest_first="yes")  # type: ignore[arg-type]

@@ -228,3 +228,17 @@ def test_a_failures_traceback_is_shown_with_its_lines(client: FlaskClient, seede
     assert trace is not None
     assert "Traceback (most recent call last):\n" in unescape(trace.group(1))
     assert "raise ValueError(message)" in unescape(trace.group(1))
+
+
+def test_the_task_list_pages_newest_first_when_asked(client: FlaskClient, store: WorkflowStore) -> None:
+    store.enqueue_many([WorkflowTask.new("bulk", 1, n, checkpoint_id=f"bulk-{n:03}") for n in range(7)])
+    seen: list[str] = []
+    path: str | None = "/tasks?definition=bulk&limit=3&order=newest"
+    while path is not None:
+        page = text(client, path)
+        assert '<option value="newest" selected>' in page
+        seen += listed(page)
+        found = re.search(r'href="([^"]*)" id="next-page"', page)
+        path = None if found is None else unescape(found.group(1))
+    assert seen == [f"bulk-{n:03}" for n in reversed(range(7))]
+    assert "order must be oldest or newest, got 'up'" in text(client, "/tasks?order=up", 400)

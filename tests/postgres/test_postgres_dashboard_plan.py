@@ -61,14 +61,19 @@ def test_a_task_page_scans_the_creation_index_from_its_cursor(
         "limit": 51,
         "scan": 10_000,
     }
-    for filters in (PAGE, PAGE | {"state": "queued", "tenant": "acme"}):
-        nodes = _explain(postgres_url, "list_tasks_page", filters | after)
+    for query, filters in (
+        ("list_tasks_page", PAGE),
+        ("list_tasks_page", PAGE | {"state": "queued", "tenant": "acme"}),
+        ("list_tasks_page_newest", PAGE),
+    ):
+        nodes = _explain(postgres_url, query, filters | after)
         assert {n.get("Index Name") for n in nodes} - {None} == {"runifold_tasks_created"}, nodes
         assert not any(n["Node Type"] in ("Seq Scan", "Sort") for n in nodes), nodes
     window = {k: after[k] for k in ("after_at", "after_id", "scan")}
-    nodes = _explain(postgres_url, "task_window_end", window)
-    assert [n.get("Index Name") for n in nodes if "Index Name" in n] == ["runifold_tasks_created"], nodes
-    assert any(n["Node Type"] == "Index Only Scan" for n in nodes), nodes
+    for query in ("task_window_end", "task_window_end_newest"):
+        nodes = _explain(postgres_url, query, window)
+        assert [n.get("Index Name") for n in nodes if "Index Name" in n] == ["runifold_tasks_created"], nodes
+        assert any(n["Node Type"] == "Index Only Scan" for n in nodes), nodes
 
 
 def test_the_throughput_reads_the_last_hours_ending_events_by_index(

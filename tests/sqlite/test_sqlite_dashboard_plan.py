@@ -4,6 +4,8 @@ recent ending events of runifold_events_ended."""
 
 from __future__ import annotations
 
+import pytest
+
 from runifold_sync import WorkflowTask
 from runifold_sync.sqlite import SqliteWorkflowStore
 from runifold_sync.store.sqlite import _Q
@@ -34,10 +36,22 @@ def test_a_task_page_searches_the_creation_index_from_its_cursor(sqlite_store: S
         assert lines.index("SCAN w") > lines.index("CO-ROUTINE w"), lines
 
 
-def test_a_pages_window_end_is_read_from_the_index_alone(sqlite_store: SqliteWorkflowStore) -> None:
-    lines = plan(sqlite_store, "task_window_end", {"after_at": 5, "after_id": "t9", "scan": 10_000})
+def test_newest_first_pages_search_the_creation_index_backwards(sqlite_store: SqliteWorkflowStore) -> None:
+    sqlite_store.enqueue_many([WorkflowTask.new("orders", 1, n, checkpoint_id=f"t{n}") for n in range(2000)])
+    sqlite_store.dialect._conn().raw.execute("ANALYZE")
+    window = {"after_at": 5, "after_id": "t9", "scan": 10_000}
+    lines = plan(sqlite_store, "list_tasks_page_newest", PAGE | window | {"limit": 51})
+    assert "SEARCH runifold_tasks USING INDEX runifold_tasks_created ((created_at,task_id)<(?,?))" in lines
+    assert not any(line.startswith("SCAN runifold_tasks") for line in lines), lines
+
+
+@pytest.mark.parametrize(("query", "way"), [("task_window_end", ">"), ("task_window_end_newest", "<")])
+def test_a_pages_window_end_is_read_from_the_index_alone(
+    sqlite_store: SqliteWorkflowStore, query: str, way: str
+) -> None:
+    lines = plan(sqlite_store, query, {"after_at": 5, "after_id": "t9", "scan": 10_000})
     assert lines == [
-        "SEARCH runifold_tasks USING COVERING INDEX runifold_tasks_created ((created_at,task_id)>(?,?))"
+        f"SEARCH runifold_tasks USING COVERING INDEX runifold_tasks_created ((created_at,task_id){way}(?,?))"
     ]
 
 
