@@ -1,6 +1,6 @@
 """The dashboard's server time with many tasks stored: p50 and p95 of the task list's
 first page, a page deep into the table (keyset: it should cost what the first does), a
-filtered page, the overview, a task's page, and the page of a task whose journal holds
+filtered page, the newest tasks first, the overview, a task's page, and the page of a task whose journal holds
 1,000 entries, on SQLite and PostgreSQL. Requests go through the Flask app in-process
 (routing, store reads, rendering; no network), each figure over ``--requests`` calls.
 
@@ -80,6 +80,7 @@ def seed(url: str, tasks: int) -> dict[str, str]:
         "task list, first page": "/tasks",
         "task list, a page 90% deep": "/tasks?" + urlencode({"after": page_cursor(deep)}),
         "task list, tenant and state filter": "/tasks?tenant=tenant-2&state=queued",
+        "task list, newest first": "/tasks?order=newest",
         "overview": "/",
         "task page": f"/tasks/task-{tasks // 2:08}",
         f"task page, {JOURNAL:,}-entry journal": "/tasks/long-journal",
