@@ -63,6 +63,7 @@ def overview() -> str:
         unserved_versions=[s for s in served_versions(store) if not s.live_workers],
         workers=live,
         schedules=store.schedules(),
+        now=store.now(),
     )
 
 
@@ -198,4 +199,5 @@ def tenants() -> str:
 
 @pages.get("/schedules")
 def schedules() -> str:
-    return flask.render_template("schedules.html", schedules=dashboard().store.schedules())
+    store = dashboard().store
+    return flask.render_template("schedules.html", schedules=store.schedules(), now=store.now())

@@ -5,12 +5,13 @@ response."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from html import unescape
 
 import pytest
 from flask.testing import FlaskClient
 
-from runifold_sync import WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync import Schedule, WorkerId, WorkflowStore, WorkflowTask
 from runifold_sync.dashboard import create_app
 
 from .flows import Seeded, broken_flow, registry
@@ -242,3 +243,16 @@ def test_the_task_list_pages_newest_first_when_asked(client: FlaskClient, store:
         path = None if found is None else unescape(found.group(1))
     assert seen == [f"bulk-{n:03}" for n in reversed(range(7))]
     assert "order must be oldest or newest, got 'up'" in text(client, "/tasks?order=up", 400)
+
+
+def test_the_schedules_show_their_expression_and_last_and_next_tick(
+    client: FlaskClient, store: WorkflowStore
+) -> None:
+    store.declare_schedules([Schedule("hourly", "orders", 1, every=timedelta(hours=1))])
+    for path in ("/", "/schedules"):
+        page = text(client, path)
+        row = re.search(r"<td>hourly</td>(.*?)</tr>", page, re.S)
+        assert row is not None, path
+        cells = re.findall(r"<td>([^<]*)</td>", row.group(1))
+        assert cells[0] == "orders v1" and cells[1] == "every 1h" and cells[2] == "UTC", cells
+        assert cells[3] == "-" and cells[4].endswith(":00:00 UTC") and cells[5] == "active", cells
