@@ -139,3 +139,39 @@ def test_the_django_include_serves_the_dashboard_under_its_prefix(tmp_path: Path
     assert done.returncode == 0, done.stdout + done.stderr
     with open_store(url) as store:
         assert store.get_task("t1").state is TaskState.CANCELLED
+
+
+EXAMPLE_CLIENT = """
+import django
+django.setup()
+from django.test import Client
+
+page = Client().get("/ops/tasks")
+assert page.status_code == 200, page.content
+assert 'href="/ops/tasks/example-1"' in page.content.decode()
+assert "read-only: started without a token" in page.content.decode()
+print("ok")
+"""
+
+
+@pytest.mark.timeout(60)
+def test_the_example_django_project_serves_the_dashboard_under_ops(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'workflows.db'}"
+    with open_store(url) as store:
+        store.enqueue(WorkflowTask.new("orders", 1, None, checkpoint_id="example-1"))
+    example = README.parent / "examples" / "django_project"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "DJANGO_SETTINGS_MODULE": "project.settings",
+        "RUNIFOLD_DATABASE_URL": url,
+        "PYTHONPATH": str(example),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", EXAMPLE_CLIENT],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
