@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 import attrs
 
@@ -41,6 +41,14 @@ from .store.records import TaskRecord
 from .waits import OpenWait, check_wait_timeout, open_wait
 
 _MAX_DERIVED_ID = 200  # check_name's bound on a checkpoint id
+
+
+class ChildStart(TypedDict, total=False):
+    """``start_child``'s options, which ``run_child`` passes on."""
+
+    checkpoint_id: str | None
+    tenant: str | None
+    queue: str
 
 
 @attrs.frozen

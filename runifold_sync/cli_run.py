@@ -117,8 +117,8 @@ DEMO_URL = "sqlite:///runifold-demo.db"
     metavar="DURATION",
     callback=optional_duration,
     help="Prune finished tasks last changed longer ago than this (30d, 12h, 90m, 45s) while "
-    "the pool runs, from a process of its own at a low rate (not with --once). Default: keep "
-    "every task.",
+    "the pool runs, from a process of its own at a low rate (not with --once), started again "
+    "(after 1 s, doubling to 60 s) if it dies. Default: keep every task.",
 )
 @click.option(
     "--log-level",
@@ -204,12 +204,14 @@ def run(
                         endpoint, settings.database_url, log_level=log_level, log_format=log_format
                     )
                 )
+            tend = None
             if retention is not None:
                 policy = RetentionPolicy(retention)
-                beside.enter_context(
+                pruner = beside.enter_context(
                     pruning_beside(settings.database_url, policy, log_level=log_level, log_format=log_format)
                 )
-            report = run_pool(settings, concurrency, worker_id, observer=observer)
+                tend = pruner.tend  # restarts it when it dies
+            report = run_pool(settings, concurrency, worker_id, observer=observer, tend=tend)
     except RunifoldError as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:

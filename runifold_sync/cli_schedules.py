@@ -1,7 +1,8 @@
 """The schedule commands: ``schedules`` lists what the store keeps of each schedule, and
-``schedule pause|resume|history NAME`` act on one. Schedules themselves are declared in
-code (``registry.add_schedule``) and stored by the workers that run them, so there is no
-command to add one."""
+``schedule pause|resume|remove|history NAME`` act on one. Schedules themselves are
+declared in code (``registry.add_schedule``) and stored by the workers that run them, so
+there is no command to add one; ``remove`` deletes the stored state of one no registry
+should have any more."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import attrs
 import click
 
 from .cli_common import database_option, echo_json, json_option, opened_store, operator_action
+from .operations import live_workers, no_live_worker_declares
 from .schedule_times import tick_text
 from .store.base import WorkflowStore
+from .store.records import WorkerRecord
 from .store.schedule_records import ScheduleEvent, ScheduleRecord
 
 
@@ -23,6 +26,7 @@ def _when(moment: datetime | None) -> str | None:
 
 
 def schedule_json(record: ScheduleRecord, now: datetime) -> dict[str, Any]:
+    """A schedule as ``--json`` shows it (``schedules`` adds ``no_live_worker_declares``)."""
     return {
         "name": record.name,
         "workflow": record.workflow,
@@ -39,6 +43,7 @@ def schedule_json(record: ScheduleRecord, now: datetime) -> dict[str, Any]:
         "paused_by": record.paused_by,
         "paused_reason": record.paused_reason,
         "active_since": record.active_since.isoformat(),
+        "declared_at": record.declared_at.isoformat(),
     }
 
 
@@ -47,12 +52,19 @@ def schedule_json(record: ScheduleRecord, now: datetime) -> dict[str, Any]:
 @json_option
 def schedules(database: str | None, as_json: bool) -> None:
     """List the stored schedules: definition, expression, timezone, the last tick created
-    and the next one due (store time, UTC), and who paused it and why."""
+    and the next one due (store time, UTC), and who paused it and why.
+
+    A schedule is flagged "no live worker declares it" when every live worker (seen in
+    the last 60 s) started after its last declaration or does not serve its workflow
+    version: it is stored, but no running registry adds it, so nothing creates its ticks
+    (`schedule remove` deletes it once no registry should have it). Not flagged means a
+    live worker may declare it, not that one does."""
     with opened_store(database) as store:
         records = store.schedules()
+        live = live_workers(store)
         now = store.now()
     if as_json:
-        echo_json([schedule_json(r, now) for r in records])
+        echo_json([_listed_json(r, now, live) for r in records])
         return
     if not records:
         click.echo("no schedules stored (a worker whose registry adds one stores it when it starts)")
@@ -64,7 +76,13 @@ def schedules(database: str | None, as_json: bool) -> None:
         definition = f"{r.workflow} v{r.version}"
         last = _when(r.last_tick) or "-"
         upcoming = f"paused by {r.paused_by}: {r.paused_reason}" if r.paused else _upcoming(r, now)
+        if no_live_worker_declares(r, live):
+            upcoming += " [no live worker declares it]"
         click.echo(f"{r.name:<20} {definition:<24} {r.expression:<22} {r.timezone:<16} {last:<21} {upcoming}")
+
+
+def _listed_json(record: ScheduleRecord, now: datetime, live: list[WorkerRecord]) -> dict[str, Any]:
+    return schedule_json(record, now) | {"no_live_worker_declares": no_live_worker_declares(record, live)}
 
 
 def _upcoming(record: ScheduleRecord, now: datetime) -> str:
@@ -76,7 +94,7 @@ def _upcoming(record: ScheduleRecord, now: datetime) -> str:
 
 @click.group()
 def schedule() -> None:
-    """Pause, resume or show the history of one schedule."""
+    """Pause, resume, remove or show the history of one schedule."""
 
 
 @schedule.command()
@@ -93,6 +111,26 @@ def resume(name: str, actor: str, reason: str, database: str | None, as_json: bo
     """Resume schedule NAME from its next tick; the ticks that fell while it was paused
     are not run."""
     _change(database, as_json, lambda store: store.resume_schedule(name, actor=actor, reason=reason))
+
+
+@schedule.command()
+@operator_action("name", "removes it")
+def remove(name: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
+    """Remove schedule NAME's stored state: `schedules` no longer lists it and no pool
+    creates its ticks. The tasks of ticks created already are kept (they run, or are
+    pruned, as any task); the removal is in `schedule history NAME`.
+
+    A registry that still adds the schedule (registry.add_schedule) stores it again, as
+    a new schedule starting from then: a pool running with it at its next tick, any
+    other pool when it starts. Take it out of the registry and deploy that first."""
+    with opened_store(database) as store:
+        record = store.remove_schedule(name, actor=actor, reason=reason)
+        now = store.now()
+    if as_json:
+        echo_json(schedule_json(record, now) | {"next_tick": None, "removed": True})
+        return
+    last = _when(record.last_tick) or "none"
+    click.echo(f"schedule {record.name}: removed (last tick {last}; its ticks' tasks are kept)")
 
 
 def _change(database: str | None, as_json: bool, change: Callable[[WorkflowStore], ScheduleRecord]) -> None:
@@ -118,10 +156,12 @@ def _event_json(event: ScheduleEvent) -> dict[str, Any]:
 @json_option
 def history(name: str, database: str | None, as_json: bool) -> None:
     """Show what happened to schedule NAME: declared, changed (another definition was
-    declared), paused and resumed, with who and why."""
+    declared), paused, resumed and removed, with who and why. A removed schedule keeps
+    its history."""
     with opened_store(database) as store:
-        store.schedule(name)  # an unknown name is an error, not an empty history
         events = store.schedule_history(name)
+        if not events:
+            store.schedule(name)  # an unknown name is an error, not an empty history
     if as_json:
         echo_json([_event_json(e) for e in events])
         return

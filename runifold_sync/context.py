@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, Unpack
 
-from .children import ChildHandle, ChildTimedOut
+from .children import ChildHandle, ChildStart, ChildTimedOut
 from .errors import InvalidArgument
 from .models import Budget, check_duration_bound
 from .waits import ApprovalDecision, ApprovalTimedOut
@@ -163,16 +163,13 @@ class WorkflowContext:
         version: int,
         input: Any,
         *,
-        checkpoint_id: str | None = None,
-        tenant: str | None = None,
-        queue: str = "default",
         timeout: timedelta | None = None,
         result_type: Any = Any,
+        **start: Unpack[ChildStart],
     ) -> Any:
-        """:meth:`start_child` then :meth:`wait_child`."""
-        handle = self.start_child(
-            name, version, input, checkpoint_id=checkpoint_id, tenant=tenant, queue=queue
-        )
+        """:meth:`start_child` (``checkpoint_id``, ``tenant``, ``queue`` are its) then
+        :meth:`wait_child`."""
+        handle = self.start_child(name, version, input, **start)
         return self.wait_child(handle, timeout=timeout, result_type=result_type)
 
     # --- parallel branches and races ------------------------------------------------

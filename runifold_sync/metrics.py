@@ -20,7 +20,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .observer import CycleObserver
-from .operations import served_versions
+from .operations import ReadyRoute, ready_routes, served_versions
 from .outcomes import DefinitionUnavailable, Failed, LeaseLost, Retried, RunOutcome
 from .store.base import WorkflowStore
 from .store.records import ClaimedTask
@@ -171,9 +171,10 @@ class PrometheusObserver(CycleObserver):
 class StoreCollector(Collector):
     """Gauges read from the store at each scrape, so they are as fresh as the scrape:
     task counts and the oldest ready age per tenant and state, tasks whose definition
-    version no live worker serves, ready tasks deferred by tenant admission, and how far
-    this host's clock is from store time. A store
-    that cannot answer gives ``runifold_store_up 0`` instead of a failed scrape."""
+    version no live worker serves, ready tasks no live worker can claim per queue and
+    version, ready tasks deferred by tenant admission, and how far this host's clock is
+    from store time. A store that cannot answer gives ``runifold_store_up 0`` instead of
+    a failed scrape."""
 
     def __init__(self, store: WorkflowStore) -> None:
         self._store = store
@@ -186,6 +187,7 @@ class StoreCollector(Collector):
             skew_s = time.time() - self._store.now().timestamp()
             rows = self._store.queue_stats()
             served = served_versions(self._store)
+            routes = ready_routes(self._store)
             admissions = self._store.tenant_admission()
         except Exception as exc:  # a scrape must not fail with the store: the workers' metrics still count
             self._store.outage.report(log, "store gauges unavailable", exc, {})
@@ -228,6 +230,7 @@ class StoreCollector(Collector):
             unserved.add_metric(list(labels), count)
         if len(counts) > MAX_DEFINITION_LABELS:
             unserved.add_metric([OTHER, OTHER], sum(count for _, count in counts[MAX_DEFINITION_LABELS:]))
+        unserved_ready = _unserved_ready(routes)
         held = GaugeMetricFamily(
             "runifold_admission_deferred_tasks",
             "Ready tasks a claim skips now because their tenant is at its lease limit "
@@ -239,4 +242,21 @@ class StoreCollector(Collector):
             over_budget = admission.over_budget
             held.add_metric([tenant, "budget"], admission.ready if over_budget else 0)
             held.add_metric([tenant, "tenant_limit"], admission.held if not over_budget else 0)
-        yield from (tasks, oldest, unserved, held)
+        yield from (tasks, oldest, unserved, unserved_ready, held)
+
+
+def _unserved_ready(routes: list[ReadyRoute]) -> GaugeMetricFamily:
+    """One series per queue and definition version with ready tasks: how many of them no
+    live worker can claim (0 once one can). The largest keep their own series."""
+    gauge = GaugeMetricFamily(
+        "runifold_unserved_ready_tasks",
+        "Ready tasks (queued, due, not paused) that no live worker can claim, by queue and "
+        "definition version (0 when one can): its queue, version or steps are served by none.",
+        labels=["queue", "definition", "version"],
+    )
+    ranked = sorted(routes, key=lambda r: -r.unserved)
+    for r in ranked[:MAX_DEFINITION_LABELS]:
+        gauge.add_metric([r.queue, r.name, str(r.version)], r.unserved)
+    if len(ranked) > MAX_DEFINITION_LABELS:
+        gauge.add_metric([OTHER, OTHER, OTHER], sum(r.unserved for r in ranked[MAX_DEFINITION_LABELS:]))
+    return gauge

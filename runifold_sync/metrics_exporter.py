@@ -17,11 +17,11 @@ import argparse
 import os
 import signal
 import sys
-import threading
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from .cancellation import CancellationToken
 from .logs import configure_logging
 from .metrics import StoreCollector
 from .metrics_endpoint import READY
@@ -40,9 +40,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     parent = os.getppid()
-    stop = threading.Event()
+    stop = CancellationToken()  # a handler's Event.set() can deadlock the wait it interrupts
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda _s, _f: stop.set())
+    signal.signal(signal.SIGTERM, lambda _s, _f: stop.cancel())
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=args.directory)  # type: ignore[no-untyped-call]  # untyped upstream
     store = open_store()

@@ -8,7 +8,7 @@ slot from the pool's work. So :func:`pruning_beside` starts this process beside 
 own store (the URL comes in ``$RUNIFOLD_DATABASE_URL``, never on the command line where
 ``ps`` would show a password) and runs ``retention.keep_pruning`` until SIGTERM or until
 its parent is gone. Ctrl-C reaches the whole process group; it ignores that and leaves
-the stop to the parent.
+the stop to the parent. The pool starts it again when it dies (``sidecar.KeptProcess``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import argparse
 import logging
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -43,19 +42,22 @@ _SAY_EVERY_S = 60.0
 @contextmanager
 def pruning_beside(
     database_url: str, policy: RetentionPolicy, *, log_level: str = "info", log_format: LogFormat = "text"
-) -> Iterator[None]:
+) -> Iterator[sidecar.KeptProcess]:
     """Prune the store at ``database_url`` by ``policy`` from a process of its own while
-    the block runs (a pool's ``run``); stopped, after its batch in hand, when it ends."""
+    the block runs (a pool's ``run``); stopped, after its batch in hand, when it ends.
+    The process is started again when it dies (a SIGKILL, the OOM killer) once the pool
+    calls the yielded process's ``tend`` (``run_pool(tend=...)`` does on each pass of the
+    supervisor's loop), so a pool does not go on without retention."""
     command = [sys.executable, "-m", "runifold_sync.retention_process"]
     command += ["--older-than-s", repr(policy.older_than.total_seconds()), "--batch", str(policy.batch)]
     command += ["--share", repr(policy.share), "--every-s", repr(policy.every.total_seconds())]
     command += ["--log-level", log_level, "--log-format", log_format]
-    pruner = subprocess.Popen(command, env={**os.environ, ENV_VAR: database_url})
+    pruner = sidecar.KeptProcess("retention process", command, {**os.environ, ENV_VAR: database_url}, log)
     log.info("pruning tasks finished more than %s ago (process %d)", policy.older_than, pruner.pid)
     try:
-        yield
+        yield pruner
     finally:
-        sidecar.stop(pruner)
+        pruner.stop()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -54,6 +54,7 @@ DEFAULT_SHUTDOWN_GRACE = timedelta(seconds=60)
 _OK_ONCE = (Idle, Completed, Suspended, Retried, Yielded, ContinuedAsNew)
 
 CycleHook = Callable[[], AbstractContextManager[object]]
+StoreHook = Callable[[WorkflowStore], None]
 
 
 def _number(name: str, value: object, minimum: float) -> float:
@@ -224,11 +225,29 @@ def _tracer_provider() -> TracerProvider:
     return provider_from_env()
 
 
-def run_one_cycle(settings: RunifoldSettings, worker_id: str, cycle: CycleHook = nullcontext) -> RunOutcome:
+def _opened(settings: RunifoldSettings, prepare: StoreHook | None) -> WorkflowStore:
+    """A worker's own store, set up by the framework's ``prepare`` (Django: transaction
+    steps on its connection)."""
+    store = open_store(settings.database_url)
+    if prepare is not None:
+        try:
+            prepare(store)
+        except BaseException:
+            store.close()
+            raise
+    return store
+
+
+def run_one_cycle(
+    settings: RunifoldSettings,
+    worker_id: str,
+    cycle: CycleHook = nullcontext,
+    prepare: StoreHook | None = None,
+) -> RunOutcome:
     """Claim and run one task in this process (the cron mode), with a store of its own."""
     registry = settings.registry()
     base = WorkerId.parse(worker_id)
-    worker = EmbeddedWorker(open_store(settings.database_url), registry, base, settings, cycle)
+    worker = EmbeddedWorker(_opened(settings, prepare), registry, base, settings, cycle)
     try:
         return worker.run_once()
     finally:
@@ -242,11 +261,15 @@ def run_pool(
     cycle: CycleHook = nullcontext,
     token: CancellationToken | None = None,
     observer: Callable[[], CycleObserver] | None = None,
+    tend: Callable[[], None] | None = None,
+    prepare: StoreHook | None = None,
 ) -> SupervisorReport:
     """Run a supervised pool of ``concurrency`` forked workers until SIGINT, SIGTERM or
     ``token``. The registry is imported and the store checked here, before the fork, so a
     broken ``RUNIFOLD_APP``, an unreachable store or a worker id live elsewhere fails now
-    (``pool_preflight``); each child opens its own store and builds its own ``observer``."""
+    (``pool_preflight``); each child opens its own store and builds its own ``observer``.
+    ``tend`` is the supervisor's (``WorkflowSupervisor.run``): what watches the processes
+    started beside the pool; ``prepare`` sets up each child's store as it opens."""
     registry = settings.registry()
     base = WorkerId.parse(worker_id)
     config = WorkflowSupervisorConfig(concurrency).with_shutdown_grace(settings.shutdown_grace)
@@ -258,12 +281,10 @@ def run_pool(
 
     def factory(child_id: WorkerId) -> WorkflowWorker:
         recorder = None if observer is None else observer()
-        return EmbeddedWorker(
-            open_store(settings.database_url), registry, child_id, settings, cycle, recorder
-        )
+        return EmbeddedWorker(_opened(settings, prepare), registry, child_id, settings, cycle, recorder)
 
     supervisor = WorkflowSupervisor(factory, config, base_id=base.value)
-    return supervisor.run(token or CancellationToken())
+    return supervisor.run(token or CancellationToken(), tend=tend)
 
 
 def describe_report(report: SupervisorReport) -> str:

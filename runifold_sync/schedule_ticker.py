@@ -23,18 +23,21 @@ from __future__ import annotations
 import logging
 import random
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import attrs
 
 from . import crashpoints
 from .definition import WorkflowRegistry
+from .errors import ScheduleNotFound
 from .schedules import Schedule
 from .store.base import WorkflowStore
 
 log = logging.getLogger("runifold_sync.schedules")
 MAX_SLEEP_S = 60.0
 RETRY_S = 5.0  # after a pass failed (the store unreachable): the next try
+READY_POLL_S = 0.05  # before the worker has registered: the next look
 JITTER_S = 0.02  # at most this late after a tick, so the processes reaching it do not all write
 
 
@@ -85,7 +88,16 @@ class ScheduleTicks:
         known = self._after.get(schedule.name)
         if known is not None and schedule.times.latest_due(known, now) is None:
             return None  # not due by what the row said last: nothing to ask
-        record = self.store.schedule(schedule.name)  # a read: another process may have made it
+        try:
+            record = self.store.schedule(schedule.name)  # a read: another process may have made it
+        except ScheduleNotFound:
+            log.warning(
+                "schedule %s is no longer stored (an operator removed it?); this worker's registry "
+                "adds it, so it is stored again, starting from now",
+                schedule.name,
+            )
+            self.store.declare_schedules([schedule])
+            record = self.store.schedule(schedule.name)
         due = None if record.paused else schedule.times.latest_due(record.ticks_after, now)
         if due is None:
             # Paused: look again at the next tick, not at every pass.
@@ -94,7 +106,11 @@ class ScheduleTicks:
         task = self.registry.tick_task(schedule, due)
         if crashpoints.ARMED:
             crashpoints.reached("before_tick", schedule.name)
-        attempt = self.store.create_tick(schedule.name, due, task)
+        try:
+            attempt = self.store.create_tick(schedule.name, due, task)
+        except ScheduleNotFound:  # removed since the read: stored again at the next look
+            self._after[schedule.name] = record.ticks_after
+            return None
         if crashpoints.ARMED:
             crashpoints.reached("after_tick", schedule.name)
         self._after[schedule.name] = attempt.schedule.ticks_after
@@ -111,11 +127,17 @@ class ScheduleTicks:
 
 
 class ScheduleTicker:
-    """The thread that runs :class:`ScheduleTicks` for one worker until :meth:`close`."""
+    """The thread that runs :class:`ScheduleTicks` for one worker until :meth:`close`.
+    It declares the schedules only once ``registered()`` says the worker is in the
+    store's worker registry, so the declaration is after the worker's start: what
+    ``schedules`` goes by to flag a schedule no live worker declares."""
 
-    def __init__(self, store: WorkflowStore, registry: WorkflowRegistry, name: str) -> None:
+    def __init__(
+        self, store: WorkflowStore, registry: WorkflowRegistry, name: str, registered: Callable[[], bool]
+    ) -> None:
         self._ticks = ScheduleTicks(store, registry)
         self._store = store
+        self._registered = registered
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"runifold-schedules-{name}", daemon=True)
         self._thread.start()
@@ -123,6 +145,9 @@ class ScheduleTicker:
     def _loop(self) -> None:
         delay = 0.0
         while not self._stop.wait(delay):
+            if not self._registered():
+                delay = READY_POLL_S
+                continue
             try:
                 delay = self._ticks.run().sleep_s()
             except Exception as exc:

@@ -51,6 +51,7 @@ _EXIT_DONE = 0
 _EXIT_RECYCLE = 75
 _EXIT_CRASHED = 70
 _EXIT_NOT_WRITABLE = 78  # EX_CONFIG: the store refuses this worker's writes; the pool stops
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _FATAL = "!"  # a report line that starts so is why a child stopped for good
 _DEADLINE = "@"  # "@<monotonic deadline>" of the body it runs; "@" alone: none runs
 _QUICK_CRASH_S = 10.0  # a child that dies sooner than this after starting counts as crash-looping
@@ -130,13 +131,16 @@ class WorkflowSupervisor:
         self._config = config
         self._base_id = base_id
 
-    def run(self, token: CancellationToken) -> SupervisorReport:
+    def run(self, token: CancellationToken, *, tend: Callable[[], None] | None = None) -> SupervisorReport:
         """Run the pool until ``token`` is cancelled (or SIGINT/SIGTERM arrives in the
         main thread), then wait for children to finish their started cycles. A child
         whose store refuses its writes (:class:`StoreNotWritable`) stops the whole pool,
         since every child shares that store, and so do ``MAX_START_FAILURES`` children of
         one slot in a row that die within ``_QUICK_CRASH_S`` of starting: the report's
-        ``stopped_by`` says why (also when a stop came while a slot kept failing)."""
+        ``stopped_by`` says why (also when a stop came while a slot kept failing).
+        ``tend`` is called on each pass of the loop (ten times a second) until the stop:
+        this process starts no thread, so a process started beside the pool is watched
+        from here (``sidecar.KeptProcess.tend``); it must return at once."""
         pool = _Pool()
         selector = selectors.DefaultSelector()
         with _stop_signals(token):
@@ -151,6 +155,8 @@ class WorkflowSupervisor:
                 token.wait(0.1)
                 self._read_reports(selector, pool.counts, timeout_s=0)
                 _kill_overdue(pool.children)
+                if tend is not None:
+                    tend()
                 for pid, child, status in _reap(pool.children):
                     self._drain(child, selector, pool.counts)
                     self._exited(pool, pid, child, os.waitstatus_to_exitcode(status), token.cancelled)
@@ -206,16 +212,21 @@ class WorkflowSupervisor:
     ) -> None:
         worker_id = WorkerId.parse(f"{self._base_id}-{slot}")
         read_fd, write_fd = os.pipe()
+        # The stop signals wait (blocked) until the child has its own handlers: one that
+        # came before would run the parent's handler, cancelling the parent's token as
+        # copied into the child, and the child would run on until SIGKILLed.
+        unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         pid = os.fork()
         if pid == 0:  # child: never returns into the parent's stack
             code = _EXIT_CRASHED
             try:
                 os.close(read_fd)
-                code = _child_main(self._factory, worker_id, self._config, write_fd)
+                code = _child_main(self._factory, worker_id, self._config, write_fd, unblocked)
             except BaseException:
                 log.exception("worker %s crashed", worker_id, extra={"worker_id": worker_id.value})
             finally:
                 os._exit(code)
+        signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
         os.close(write_fd)
         child = _Child(slot, worker_id.value, read_fd, crashes)
         children[pid] = child
@@ -369,7 +380,7 @@ def _stop_signals(token: CancellationToken) -> Iterator[None]:
     def handler(_signum: int, _frame: FrameType | None) -> None:
         token.cancel()
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, handler) for s in _STOP_SIGNALS}
     try:
         yield
     finally:
@@ -382,6 +393,7 @@ def _child_main(
     worker_id: WorkerId,
     config: WorkflowSupervisorConfig,
     report_fd: int,
+    signal_mask: set[int | signal.Signals],
 ) -> int:
     """A child's life: build its worker (which opens its own store), run the worker loop
     until SIGTERM or recycling, report each outcome kind to the parent, and close. A store
@@ -389,6 +401,7 @@ def _child_main(
     token = CancellationToken()
     signal.signal(signal.SIGTERM, lambda _s, _f: token.cancel())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into SIGTERM
+    signal.pthread_sigmask(signal.SIG_SETMASK, signal_mask)  # a SIGTERM held since the fork lands now
 
     def report(outcome: RunOutcome) -> None:
         os.write(report_fd, f"{outcome.kind}\n".encode())

@@ -182,7 +182,7 @@ class WorkflowWorker:
         tasks = 0
         refused = _RefusedWrites()
         ticker = (
-            ScheduleTicker(self.store, self.registry, self.worker_id.value)
+            ScheduleTicker(self.store, self.registry, self.worker_id.value, lambda: self._registered)
             if self.registry.schedules
             else None
         )

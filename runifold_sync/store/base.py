@@ -16,7 +16,7 @@ adapters, the fenced transitions and the claim), and documented where it is writ
   :mod:`.sql_reads`;
 - waiting for a task to finish and reading the events it publishes:
   :mod:`.sql_results`;
-- schedules (declaring them, a tick's task, pause and resume): :mod:`.sql_schedules`;
+- schedules (declaring them, a tick's task, pause, resume and removal): :mod:`.sql_schedules`;
 - retention, deleting old finished tasks: :mod:`.sql_retention`.
 
 The backends (:mod:`.sqlite`, :mod:`.postgres`) are a dialect and a way of opening it.
@@ -36,7 +36,7 @@ from .sql_reads import ReadOperations
 from .sql_results import ResultOperations
 from .sql_retention import RetentionOperations
 from .sql_schedules import ScheduleOperations
-from .sql_transitions import WorkerOperations
+from .sql_transitions import StepConnection, WorkerOperations
 from .timing import OperationTimer
 
 
@@ -60,6 +60,9 @@ class WorkflowStore(
         # Hears the duration of each worker operation (``timing``); a worker with an
         # observer sets it.
         self.operation_timer: OperationTimer | None = None
+        # Where transaction steps run when not in the store's own transaction
+        # (:meth:`run_transaction_steps_on`).
+        self.step_connection: StepConnection | None = None
 
     @property
     def outage(self) -> OutageLog:

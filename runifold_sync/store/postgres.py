@@ -94,6 +94,18 @@ class PostgresTransaction:
         return self.conn
 
 
+class JoinedPostgresTransaction(PostgresTransaction):
+    """The application's own transaction (``enqueue(..., connection=)``, a transaction
+    step on Django's connection): the store's statements read rows as dicts through
+    :class:`~.pg_joined.DictRows`, and a step's ``ctx.connection`` is the application's
+    connection itself."""
+
+    __slots__ = ()
+
+    def connection(self) -> Any:
+        return self.conn.connection
+
+
 class PostgresDialect(Dialect):
     """Statements on a :class:`ProcessPool`; behind a transaction pooler, LISTEN on
     ``listener`` (or poll when there is none)."""
@@ -129,7 +141,7 @@ class PostgresDialect(Dialect):
         assert self._identity is not None
         rows = pg_joined.checked(connection, self._identity, self.pool.where)
         try:
-            yield PostgresTransaction(rows)  # type: ignore[arg-type]  # a Connection's execute
+            yield JoinedPostgresTransaction(rows)  # type: ignore[arg-type]  # a Connection's execute
         except psycopg.DataError as exc:
             raise InvalidArgument(f"{self.pool.where} refused a value: {type(exc).__name__}: {exc}") from exc
         except psycopg.Error as exc:

@@ -274,13 +274,15 @@ class VersionReference:
 @attrs.frozen
 class RoutedBacklog:
     """Unfinished tasks of one queue and definition version whose heads (if any) were
-    written by ``fingerprint`` (None: no claim has given them one)."""
+    written by ``fingerprint`` (None: no claim has given them one); ``ready`` of them are
+    queued, due and not paused: a worker that serves them would claim them now."""
 
     queue: str
     name: str
     version: int
     fingerprint: str | None
     tasks: int
+    ready: int = 0
 
 
 @attrs.frozen

@@ -215,11 +215,17 @@ class ReadOperations:
         return [row_records.version_reference(row) for row in self.dialect.all("referenced_versions", {})]
 
     def routed_backlog(self) -> list[RoutedBacklog]:
-        """Unfinished tasks per queue, definition version and step fingerprint: what
-        ``stats`` checks against the live workers' queues and registries."""
+        """Unfinished tasks per queue, definition version and step fingerprint, and how
+        many are ready: what ``stats`` and the metrics exporter check against the live
+        workers' queues and registries."""
         return [
             RoutedBacklog(
-                r["queue"], r["definition_name"], r["definition_version"], r["fingerprint"], int(r["tasks"])
+                r["queue"],
+                r["definition_name"],
+                int(r["definition_version"]),
+                r["fingerprint"],
+                int(r["tasks"]),
+                int(r["ready"] or 0),
             )
             for r in self.dialect.all("routed_backlog", {})
         ]

@@ -1,13 +1,15 @@
 """The schedule operations of the shared SQL store: declaring a registry's schedules,
-creating one tick's task, pause and resume, and the reads, each written once over a
-:class:`Dialect`.
+creating one tick's task, pause, resume and removal, and the reads, each written once
+over a :class:`Dialect`.
 
 A tick's task is created with the schedule row's ``last_tick`` in one transaction that
 first locks the row (PostgreSQL ``FOR UPDATE``; SQLite's ``BEGIN IMMEDIATE`` holds the
 database), so however many pools reach the same tick at once, one creates it and the
 others find ``last_tick`` at it. The task id (``schedule:<name>:<tick>``) would keep the
 task single on its own; the row also keeps a tick from being created again after its task
-is gone (pruned), and a paused schedule from creating any.
+is gone (pruned), and a paused schedule from creating any. Removing the row (an operator's
+``schedule remove``) forgets that: a worker that stores the schedule again starts it from
+then, as a new one.
 """
 
 from __future__ import annotations
@@ -57,8 +59,10 @@ class ScheduleOperations:
         """Store each schedule's definition (a worker does when it starts, for its
         registry's schedules): a new name is stored active from now, so it creates no
         tick from before it existed; a changed definition replaces the stored one (the
-        last worker to start wins; the change is in the schedule's history). In name
-        order, so two workers starting at once lock rows in the same order."""
+        last worker to start wins; the change is in the schedule's history). Either way
+        ``declared_at`` becomes now, so ``schedules`` can tell a schedule no live worker
+        declares (every one started after its last declaration). In name order, so two
+        workers starting at once lock rows in the same order."""
         given = list(schedules) if isinstance(schedules, Iterable) else None
         if given is None or not all(isinstance(s, Schedule) for s in given):
             raise InvalidArgument(f"schedules must be an iterable of Schedule, got {schedules!r}")
@@ -67,13 +71,17 @@ class ScheduleOperations:
         with d.transaction() as tx:
             for schedule in found:
                 params = _definition(schedule) | {"now": tx.now()}
-                if tx.one("insert_schedule", params) is not None:
+                inserted = tx.one("insert_schedule", params) is not None
+                stored = None if inserted else tx.one("lock_schedule", params)
+                if not inserted and stored is None:  # removed since the insert found it
+                    inserted = tx.one("insert_schedule", params) is not None
+                if inserted:
                     _event(
                         tx, schedule.name, "declared", None, None, {"expression": schedule.times.describe()}
                     )
                     continue
-                stored = tx.one("lock_schedule", params)
-                assert stored is not None  # schedules are never deleted
+                assert stored is not None
+                tx.count("redeclare_schedule", params)
                 before = _described(stored)
                 after = _described(params)
                 if before != after:
@@ -128,6 +136,25 @@ class ScheduleOperations:
         """Let schedule ``name`` create ticks again, from the first one after now: the
         ticks that fell while it was paused are not run."""
         return self._operator("resume_schedule", "resumed", name, actor, reason)
+
+    def remove_schedule(self, name: str, *, actor: str, reason: str) -> ScheduleRecord:
+        """Delete schedule ``name``'s stored state (its row), recorded in its history with
+        who and why; returns what was stored. The tasks of ticks created already stay (and
+        run, or are pruned, as any task). A worker whose registry still adds the schedule
+        stores it again, active from then: a running one at its next look, any other when
+        it starts."""
+        checks.check_operator(actor, reason)
+        checks.check_text("schedule name", name)
+        d = self.dialect
+        with d.transaction() as tx:
+            row = tx.one("remove_schedule", {"name": name})
+            if row is None:
+                raise ScheduleNotFound(name)
+            record = schedule_record(row, d)
+            last = None if record.last_tick is None else tick_text(record.last_tick)
+            detail = {"expression": record.expression, "last_tick": last}
+            _event(tx, name, "removed", actor, d.free_text(reason), detail)
+            return record
 
     def schedule_history(self, name: str) -> list[ScheduleEvent]:
         """What happened to schedule ``name``, oldest first."""

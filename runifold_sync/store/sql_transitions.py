@@ -15,12 +15,12 @@ on SQLite).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..errors import InvalidState, LeaseLostError
+from ..errors import InvalidArgument, InvalidState, LeaseLostError
 from ..models import LeaseDuration, WorkerId
 from ..outcomes import FailureDetail
 from . import checks, event_details, refusals, row_records, signal_checks
@@ -28,12 +28,17 @@ from .dialect import Dialect, Event, FencedTransition, Transaction
 from .records import ClaimedTask, ClaimRequest, Committed, JournalRow, Lease, Routes, Signal
 from .timing import OperationTimer, timed
 
+# Opens the application's transaction for a transaction step and gives its driver
+# connection (Django: ``transaction.atomic()`` on the store's database).
+StepConnection = Callable[[], AbstractContextManager[object]]
+
 
 class WorkerOperations:
     """Mixed into :class:`~runifold_sync.store.base.WorkflowStore`."""
 
     dialect: Dialect
     operation_timer: OperationTimer | None
+    step_connection: StepConnection | None
 
     @timed
     def claim(
@@ -77,12 +82,26 @@ class WorkerOperations:
             raise LeaseLostError(lease.task_id, lease.fencing_token, "checkpoint commit")
         return Committed(row["revision"], row["cancel_requested"], row["paused"])
 
+    def run_transaction_steps_on(self, step_connection: StepConnection) -> None:
+        """Run ``@workflow.transaction()`` steps in the application's transaction on its
+        own connection to this database, which ``step_connection()`` opens and commits
+        (Django's ``atomic()``), rather than in one of the store's: the step's ORM writes
+        and its checkpoint then commit, or roll back, together. Each connection is checked
+        as ``enqueue(connection=)`` checks it."""
+        if not callable(step_connection):
+            raise InvalidArgument(f"step_connection must be callable, got {step_connection!r}")
+        self.step_connection = step_connection
+
     @contextmanager
     def step_transaction(self) -> Iterator[StepTransaction]:
         """A transaction for a ``@workflow.transaction()`` step: its body's statements on
         ``connection``, then the fenced commit of the checkpoint recording it, committed
         together when the block ends (rolled back, body's writes included, if it raises)."""
-        with self.dialect.transaction() as tx:
+        if self.step_connection is None:
+            with self.dialect.transaction() as tx:
+                yield StepTransaction(self, tx)
+            return
+        with self.step_connection() as connection, self.dialect.joined(connection) as tx:
             yield StepTransaction(self, tx)
 
     @timed

@@ -61,7 +61,7 @@ def test_schedules_lists_each_with_its_last_and_next_tick(url: str, store: Sqlit
     assert code == 0
     listed = {s["name"]: s for s in json.loads(out)}
     assert sorted(listed) == ["every-second", "hourly"]
-    assert listed["hourly"] | {"active_since": None} == {
+    assert listed["hourly"] | {"active_since": None, "declared_at": None} == {
         "name": "hourly",
         "workflow": "ticked",
         "version": 1,
@@ -77,6 +77,8 @@ def test_schedules_lists_each_with_its_last_and_next_tick(url: str, store: Sqlit
         "paused_by": None,
         "paused_reason": None,
         "active_since": None,
+        "declared_at": None,
+        "no_live_worker_declares": True,  # ScheduleTicks here, no worker
     }
 
     code, out = _invoke("schedules", "--database", url)
@@ -92,6 +94,7 @@ def test_schedules_lists_each_with_its_last_and_next_tick(url: str, store: Sqlit
         "UTC",
         listed["hourly"]["last_tick"],
         listed["hourly"]["next_tick"],
+        *"[no live worker declares it]".split(),
     ]
 
 
@@ -144,6 +147,7 @@ def test_every_schedule_command_has_help() -> None:
         ["schedule"],
         ["schedule", "pause"],
         ["schedule", "resume"],
+        ["schedule", "remove"],
         ["schedule", "history"],
     ):
         result = CliRunner().invoke(main, [*args, "--help"])

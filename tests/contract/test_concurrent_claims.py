@@ -24,6 +24,7 @@ from runifold_sync import (
     TaskOutcome,
     TaskState,
     WorkerId,
+    WorkflowStore,
     WorkflowTask,
     open_store,
 )
@@ -100,13 +101,12 @@ def run_claimers(
 def seed(url: str, count: int) -> None:
     tasks = [WorkflowTask.new("orders", 1, {"n": n}, checkpoint_id=f"task-{n:05d}") for n in range(count)]
     if url.startswith("sqlite"):  # seeding only: skip the per-commit fsync
-        with SqliteWorkflowStore.open(url.removeprefix("sqlite:///"), synchronous="NORMAL") as store:
-            for task in tasks:
-                store.enqueue(task)
+        opened: WorkflowStore = SqliteWorkflowStore.open(url.removeprefix("sqlite:///"), synchronous="NORMAL")
     else:
-        with open_store(url) as store:
-            for task in tasks:
-                store.enqueue(task)
+        opened = open_store(url)
+    with opened as store:  # seeding only: a few transactions, not one per task
+        for start in range(0, count, 500):
+            store.enqueue_many(tasks[start : start + 500])
 
 
 def check_exactly_once(url: str, count: int, reports: list[dict[str, Any]]) -> None:

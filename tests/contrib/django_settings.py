@@ -27,5 +27,11 @@ if _PG:
     }
 else:
     DATABASES = {
-        "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ["RUNIFOLD_TEST_DJANGO_DB"]}
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.environ["RUNIFOLD_TEST_DJANGO_DB"],
+            # Django 5.1+: atomic() takes the write lock at BEGIN, as the store's own
+            # transactions do, so a read-then-write step never fails on an upgrade.
+            "OPTIONS": {"transaction_mode": "IMMEDIATE"},
+        }
     }

@@ -45,6 +45,9 @@ DB_EXPECTED = [
     "test_a_rolled_back_view_leaves_no_task",
     "test_a_committed_view_leaves_one_task_that_runworkflows_runs",
     "test_manage_py_check_warns_when_the_stores_schema_is_behind",
+    "test_a_transaction_step_writes_with_the_orm_in_its_checkpoints_transaction_and_replays_without_running",
+    "test_a_fence_failure_rolls_back_the_steps_orm_write_with_its_checkpoint",
+    "test_run_until_idle_on_get_store_runs_transaction_steps_on_djangos_connection",
 ]
 
 

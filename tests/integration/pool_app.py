@@ -8,6 +8,9 @@ same, but each of its steps also returns the run id of the execution that produc
 so the checkpoint tells which execution of a step was the committed one.
 
 On exit (SIGTERM or SIGINT) the process prints the supervisor's report as one JSON line.
+``POOL_CHILD_START_PAUSE_S`` holds each forked child that long inside ``os.fork()``,
+before the worker code runs, having appended its pid to ``POOL_LEDGER`` + ``.forked``: a
+test can signal a child there.
 """
 
 from __future__ import annotations
@@ -152,6 +155,12 @@ def spawn(
     )
 
 
+def _paused_start(pause_s: float) -> None:
+    with open(os.environ["POOL_LEDGER"] + ".forked", "a") as forked:
+        forked.write(f"{os.getpid()}\n")
+    time.sleep(pause_s)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.integration.pool_app")
     parser.add_argument("--url", required=True, help="store URL: sqlite:///... or postgresql://...")
@@ -164,6 +173,8 @@ def main() -> None:
     parser.add_argument("--base-id", default="pool", help="workers are BASE-0, BASE-1, ...")
     args = parser.parse_args()
     lease = LeaseDuration(timedelta(seconds=args.lease_s))
+    if pause := os.environ.get("POOL_CHILD_START_PAUSE_S"):
+        os.register_at_fork(after_in_child=lambda: _paused_start(float(pause)))
 
     def factory(worker_id: WorkerId) -> WorkflowWorker:
         return WorkflowWorker(

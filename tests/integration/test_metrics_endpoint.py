@@ -194,6 +194,8 @@ def test_metrics_endpoint_shows_worker_metrics_and_store_gauges_through_a_stoppe
     assert queued_or_leased >= 1
     assert _value(samples, "runifold_unserved_tasks", definition="pool-flow", version="7") == 1
     assert _value(samples, "runifold_unserved_tasks", definition="pool-flow", version="1") == 0
+    unserved_ready = {"queue": "default", "definition": "pool-flow", "version": "7"}
+    assert _value(samples, "runifold_unserved_ready_tasks", **unserved_ready) == 1
 
     os.kill(proc.pid, signal.SIGTERM)
     out, _ = proc.communicate(timeout=30)

@@ -243,6 +243,20 @@ def test_unserved_version_gauges_from_made_up_names_are_bounded(
     )
 
 
+def test_unserved_ready_route_gauges_from_made_up_names_are_bounded(
+    sqlite_store: SqliteWorkflowStore, registry: CollectorRegistry
+) -> None:
+    registry.register(StoreCollector(sqlite_store))
+    sqlite_store.enqueue_many([WorkflowTask.new(f"made-up-{n}", 1, None) for n in range(300)])
+    sqlite_store.enqueue_many([WorkflowTask.new("orders", 2, n, queue="billing") for n in range(3)])
+    name = "runifold_unserved_ready_tasks"
+    assert len(_series(registry, name)) == MAX_DEFINITION_LABELS + 1
+    assert _value(registry, name, queue="billing", definition="orders", version="2") == 3  # the largest kept
+    assert _value(registry, name, queue=OTHER, definition=OTHER, version=OTHER) == 300 - (
+        MAX_DEFINITION_LABELS - 1
+    )
+
+
 def test_a_lost_lease_is_counted(
     sqlite_store: SqliteWorkflowStore, registry: CollectorRegistry, run: Run
 ) -> None:

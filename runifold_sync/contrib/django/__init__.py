@@ -29,13 +29,14 @@ own) and closed when the process exits.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Unpack
 
 from django.conf import settings  # type: ignore[import-untyped]
 from django.db import transaction  # type: ignore[import-untyped]
 
 from ...models import TaskOptions
-from ...runner import SETTING_NAMES, RunifoldSettings
+from ...runner import SETTING_NAMES, RunifoldSettings, StoreHook
 from ...store.base import WorkflowStore
 from .._embedding import ProcessStore
 from . import database
@@ -58,8 +59,21 @@ def runifold_settings() -> RunifoldSettings:
 
 def get_store() -> WorkflowStore:
     """This process's store, opened on first use (and again in a forked child, or when
-    ``RUNIFOLD_DATABASE_URL`` changes)."""
-    return _stores.get(runifold_settings().database_url)
+    ``RUNIFOLD_DATABASE_URL`` changes). In Django's database (``RUNIFOLD_DATABASE``),
+    its transaction steps run on Django's connection (``run_until_idle(get_store(), ...)``
+    in a test case sees, and writes in, the test's transaction)."""
+    store = _stores.get(runifold_settings().database_url)
+    alias = database.store_alias()
+    if alias is not None and store.step_connection is None:
+        database.transaction_steps_on_django(store, alias)
+    return store
+
+
+def store_preparation() -> StoreHook | None:
+    """What a worker's own store needs under these settings: with the store in Django's
+    database, transaction steps on Django's connection (``runworkflows``)."""
+    alias = database.store_alias()
+    return None if alias is None else partial(database.transaction_steps_on_django, alias=alias)
 
 
 def close_store() -> None:

@@ -4,19 +4,25 @@ and a system check that the store's tables are at this release's schema version.
 
 One database means one transaction: a view that rolls back leaves no task, one that
 commits leaves exactly one, and no hook runs after the commit that a crash could skip.
+The same goes for a ``@workflow.transaction()`` step: it runs in ``atomic()`` on Django's
+connection, so what it writes with the ORM commits with its checkpoint or not at all.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
 from django.conf import settings  # type: ignore[import-untyped]
 from django.core import checks  # type: ignore[import-untyped]
-from django.db import DatabaseError, connections  # type: ignore[import-untyped]
+from django.db import DatabaseError, connections, transaction  # type: ignore[import-untyped]
 
 from ...errors import InvalidArgument
+from ...store.base import WorkflowStore
 from ...store.queries import load_migrations
 
 SETTING = "RUNIFOLD_DATABASE"
@@ -52,6 +58,21 @@ def raw_connection(alias: str) -> Any:
     wrapper = connections[alias]
     wrapper.ensure_connection()
     return wrapper.connection
+
+
+@contextmanager
+def atomic_connection(alias: str) -> Iterator[Any]:
+    """Django's driver connection for ``alias`` inside ``transaction.atomic(using=alias)``
+    (a savepoint when one is open already): what a transaction step runs in, so its ORM
+    writes and its checkpoint commit, or roll back, as one."""
+    with transaction.atomic(using=alias):
+        yield raw_connection(alias)
+
+
+def transaction_steps_on_django(store: WorkflowStore, alias: str) -> None:
+    """Run ``store``'s transaction steps on Django's connection to ``alias`` (the store's
+    own database), so a step's body may use the ORM in the step's transaction."""
+    store.run_transaction_steps_on(partial(atomic_connection, alias))
 
 
 def schema_check(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:

@@ -704,6 +704,14 @@ SET definition_name = %(definition_name)s, definition_version = %(definition_ver
     changed_at = %(now)s
 WHERE name = %(name)s;
 
+-- name: redeclare_schedule
+-- declared_at is the last declaration: what schedules checks against live workers' starts.
+UPDATE runifold_schedules SET declared_at = %(now)s WHERE name = %(name)s;
+
+-- name: remove_schedule
+-- Its tick tasks are not touched: they are tasks like any other.
+DELETE FROM runifold_schedules WHERE name = %(name)s RETURNING *;
+
 -- name: record_tick
 UPDATE runifold_schedules SET last_tick = %(tick)s WHERE name = %(name)s;
 

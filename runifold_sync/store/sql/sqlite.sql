@@ -565,6 +565,14 @@ SET definition_name = :definition_name, definition_version = :definition_version
     every_s = :every_s, timezone = :timezone, input = :input, changed_at = :now
 WHERE name = :name;
 
+-- name: redeclare_schedule
+-- declared_at is the last declaration: what schedules checks against live workers' starts.
+UPDATE runifold_schedules SET declared_at = :now WHERE name = :name;
+
+-- name: remove_schedule
+-- Its tick tasks are not touched: they are tasks like any other.
+DELETE FROM runifold_schedules WHERE name = :name RETURNING *;
+
 -- name: record_tick
 UPDATE runifold_schedules SET last_tick = :tick WHERE name = :name;
 

@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError  # type: ignore[import-untyped]
 from django.db import close_old_connections, connections  # type: ignore[import-untyped]
 
-from runifold_sync.contrib.django import runifold_settings
+from runifold_sync.contrib.django import runifold_settings, store_preparation
 from runifold_sync.errors import RunifoldError
 from runifold_sync.models import check_count
 from runifold_sync.runner import (
@@ -68,7 +68,7 @@ class Command(BaseCommand):  # type: ignore[misc]
             if options["once"]:
                 # In this process, inside whatever transaction the caller holds (a test's):
                 # Django's connections are left alone.
-                outcome = run_one_cycle(settings, worker_id)
+                outcome = run_one_cycle(settings, worker_id, prepare=store_preparation())
                 self.stdout.write(repr(outcome))
                 if not once_succeeded(outcome):
                     raise CommandError(f"worker cycle ended with {outcome.kind}", returncode=1)
@@ -76,7 +76,13 @@ class Command(BaseCommand):  # type: ignore[misc]
             # Children must not share the parent's database sockets: close them before the
             # fork; each child opens its own on first use.
             connections.close_all()
-            report = run_pool(settings, concurrency or settings.concurrency, worker_id, _fresh_connections)
+            report = run_pool(
+                settings,
+                concurrency or settings.concurrency,
+                worker_id,
+                _fresh_connections,
+                prepare=store_preparation(),
+            )
         except RunifoldError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(describe_report(report))
