@@ -18,6 +18,7 @@ import click
 
 from .app import load_registry
 from .cli_common import (
+    app_option,
     audit_options,
     canonical_json,
     checked,
@@ -71,13 +72,9 @@ def main() -> None:
     help="Not claimed before this: an ISO 8601 time with its offset (2026-12-24T09:00:00Z) or a "
     "delay from now in store time (30s, 5m, 1h30m, 2d).  [default: at once]",
 )
-@click.option(
-    "--app",
-    "app_ref",
-    default=None,
-    metavar="MODULE:ATTR",
-    help="The application's WorkflowRegistry: refuse a NAME or VERSION it lacks and input that "
-    "does not fit the main function's type, before anything is stored.",
+@app_option(
+    "The application's WorkflowRegistry: refuse a NAME or VERSION it lacks and input that "
+    "does not fit the main function's type, before anything is stored."
 )
 @database_option
 @json_option

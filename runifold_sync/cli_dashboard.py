@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from .app import load_registry
-from .cli_common import checked, database_option, echo_json, json_option, opened_store
+from .cli_common import app_option, checked, database_option, echo_json, json_option, opened_store
 
 
 def _token(token_file: Path | None) -> str | None:
@@ -51,13 +51,7 @@ def _loopback(host: str) -> bool:
     default=None,
     help="File whose first line is the token that actions need; without it the dashboard is read-only.",
 )
-@click.option(
-    "--app",
-    "app_ref",
-    default=None,
-    metavar="MODULE:ATTR",
-    help="The workflow registry, so task pages show usage against each definition's budget.",
-)
+@app_option("The workflow registry, so task pages show usage against each definition's budget.")
 @database_option
 @json_option
 def dashboard(

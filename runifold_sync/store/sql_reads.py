@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import TypedDict, Unpack
 
 import attrs
 
@@ -35,6 +36,18 @@ from .timing import PoolWaits, timed
 # A worker last seen this long ago no longer counts as serving its queues (as the CLI's
 # --live-within default).
 LIVE_WITHIN = timedelta(seconds=60)
+
+
+class TaskFilters(TypedDict, total=False):
+    """The filters of :meth:`ReadOperations.list_tasks_page`, as :meth:`list_tasks` takes
+    them: each given one must match."""
+
+    state: TaskState | None
+    tenant: str | None
+    definition: str | None
+    parent: str | None
+    queue: str | None
+
 
 # Where a walk of the tasks in creation order starts: before every task (after every
 # task, walking newest first).
@@ -147,15 +160,11 @@ class ReadOperations:
     def list_tasks_page(
         self,
         *,
-        state: TaskState | None = None,
-        tenant: str | None = None,
-        definition: str | None = None,
-        parent: str | None = None,
-        queue: str | None = None,
         after: str | None = None,
         limit: int = 50,
         scan: int = MAX_PAGE_SCAN,
         newest_first: bool = False,
+        **filters: Unpack[TaskFilters],
     ) -> TaskPage:
         """A page of the tasks matching every given filter (as :meth:`list_tasks`), in
         creation order, after the cursor ``after`` (the ``next_after`` of the page
@@ -171,7 +180,17 @@ class ReadOperations:
 
         ``newest_first`` walks the other way: pages of the newest tasks first, each
         cursor going on with older ones."""
-        filters = checks.list_filters(state, tenant, definition, parent, limit, queue)
+        unknown = sorted(set(filters) - set(TaskFilters.__annotations__))
+        if unknown:
+            raise TypeError(f"list_tasks_page() got an unexpected keyword argument {unknown[0]!r}")
+        params = checks.list_filters(
+            filters.get("state"),
+            filters.get("tenant"),
+            filters.get("definition"),
+            filters.get("parent"),
+            limit,
+            filters.get("queue"),
+        )
         scan = check_int("page scan", scan, minimum=limit, maximum=100 * MAX_PAGE_SCAN)
         if not isinstance(newest_first, bool):
             raise InvalidArgument(f"newest_first must be True or False, got {newest_first!r}")
@@ -180,7 +199,7 @@ class ReadOperations:
         d = self.dialect
         window = {"after_at": d.db_time(after_at), "after_id": after_id, "scan": scan}
         # One more than shown: whether a next page starts with a match.
-        found = d.all(f"list_tasks_page{way}", filters | window | {"limit": limit + 1})
+        found = d.all(f"list_tasks_page{way}", params | window | {"limit": limit + 1})
         records = [row_records.found_task(d, row, row["task_id"]) for row in found[:limit]]
         if len(found) > limit:
             next_after: str | None = page_cursor(records[-1])

@@ -161,3 +161,8 @@ def test_newest_first_pages_walk_the_same_tasks_backwards(store: WorkflowStore) 
     ]
     with pytest.raises(InvalidArgument, match="newest_first must be True or False"):
         store.list_tasks_page(newest_first="yes")  # type: ignore[arg-type]
+
+
+def test_an_unknown_filter_is_a_type_error_naming_it(store: WorkflowStore) -> None:
+    with pytest.raises(TypeError, match="unexpected keyword argument 'tenants'"):
+        store.list_tasks_page(tenants="acme")  # type: ignore[call-arg]
