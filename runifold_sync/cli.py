@@ -4,7 +4,7 @@ Each command parses its options, calls the library and prints. This module holds
 entry point and the commands about single tasks; ``cli_show`` holds ``show``, ``cli_wait``
 ``wait``, ``cli_run`` ``run`` and ``demo``, ``cli_fleet`` the store-wide ones (schema,
 versions, workers, stats, tenants), ``cli_schedules`` the schedules, ``cli_retention``
-``prune``.
+``prune``, ``cli_dashboard`` ``dashboard``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import click
 
 from .app import load_registry
 from .cli_common import (
+    app_option,
     audit_options,
     canonical_json,
     checked,
@@ -28,6 +29,7 @@ from .cli_common import (
     operator_action,
     start_time,
 )
+from .cli_dashboard import dashboard
 from .cli_fleet import migrate, stats, tenant, versions, workers
 from .cli_retention import prune
 from .cli_run import demo, run
@@ -70,13 +72,9 @@ def main() -> None:
     help="Not claimed before this: an ISO 8601 time with its offset (2026-12-24T09:00:00Z) or a "
     "delay from now in store time (30s, 5m, 1h30m, 2d).  [default: at once]",
 )
-@click.option(
-    "--app",
-    "app_ref",
-    default=None,
-    metavar="MODULE:ATTR",
-    help="The application's WorkflowRegistry: refuse a NAME or VERSION it lacks and input that "
-    "does not fit the main function's type, before anything is stored.",
+@app_option(
+    "The application's WorkflowRegistry: refuse a NAME or VERSION it lacks and input that "
+    "does not fit the main function's type, before anything is stored."
 )
 @database_option
 @json_option
@@ -358,5 +356,6 @@ for _command in (
     schedules,
     schedule,
     prune,
+    dashboard,
 ):
     main.add_command(_command)

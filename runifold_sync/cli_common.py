@@ -30,6 +30,12 @@ database_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 
 
+def app_option(help: str, *, required: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--app MODULE:ATTR`` (the application's registry, passed as ``app_ref``); ``help``
+    says what the command does with it."""
+    return click.option("--app", "app_ref", default=None, required=required, metavar="MODULE:ATTR", help=help)
+
+
 def operator_action(argument: str, who: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """What every audited operator action on one task or schedule takes: its
     ``argument``, ``--actor`` and ``--reason`` (see :func:`audit_options`), ``--database``

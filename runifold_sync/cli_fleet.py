@@ -10,7 +10,7 @@ import attrs
 import click
 
 from .admission import TenantAdmission, TenantBudget, TenantPolicy
-from .cli_common import checked, database_option, echo_json, json_option, opened_store
+from .cli_common import app_option, checked, database_option, echo_json, json_option, opened_store
 from .definition import WorkflowRegistry
 from .models import seconds_duration
 from .operations import served_versions, unserved_work
@@ -44,9 +44,7 @@ live_option = click.option(
 
 
 @click.command()
-@click.option(
-    "--app", "app_ref", default=None, metavar="MODULE:ATTR", help="Check these versions are registered."
-)
+@app_option("Check these versions are registered.")
 @live_option
 @database_option
 @json_option

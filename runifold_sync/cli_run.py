@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import click
 
-from .cli_common import checked, database_option, echo_json, json_option, optional_duration, store_url
+from .cli_common import (
+    app_option,
+    checked,
+    database_option,
+    echo_json,
+    json_option,
+    optional_duration,
+    store_url,
+)
 from .errors import RunifoldError
 from .logs import LogFormat, configure_logging
 from .metrics_endpoint import MetricsEndpoint, serving_metrics
@@ -36,9 +44,7 @@ DEMO_URL = "sqlite:///runifold-demo.db"
 
 
 @click.command()
-@click.option(
-    "--app", "app_ref", required=True, metavar="MODULE:ATTR", help="The application's WorkflowRegistry."
-)
+@app_option("The application's WorkflowRegistry.", required=True)
 @database_option
 @click.option(
     "--concurrency", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes."

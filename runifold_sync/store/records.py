@@ -370,3 +370,27 @@ class ClockReading:
     now: datetime
     offset: timedelta
     next_due: datetime | None
+
+
+@attrs.frozen
+class TaskPage:
+    """One page of tasks in creation order, and the cursor of the page after it (None
+    on the last page): what :meth:`WorkflowStore.list_tasks_page` returns."""
+
+    tasks: list[TaskRecord]
+    next_after: str | None
+
+
+@attrs.frozen
+class FinishedInterval:
+    """How many tasks finished (completed, failed, cancelled) in the interval that
+    starts at ``start``."""
+
+    start: datetime
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.completed + self.failed + self.cancelled

@@ -8,20 +8,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import TypedDict, Unpack
 
 import attrs
 
 from ..admission import TenantAdmission, TenantPolicy, explain
-from ..models import TaskState, WorkerId, check_count
+from ..errors import InvalidArgument
+from ..models import TaskState, WorkerId, check_count, check_int
 from . import checks, row_records
 from .dialect import Dialect
 from .records import (
     ClockReading,
+    FinishedInterval,
     JournalRow,
     QueueStats,
     RoutedBacklog,
     TaskEvent,
+    TaskPage,
     TaskRecord,
     VersionReference,
     WorkerRecord,
@@ -32,6 +36,57 @@ from .timing import PoolWaits, timed
 # A worker last seen this long ago no longer counts as serving its queues (as the CLI's
 # --live-within default).
 LIVE_WITHIN = timedelta(seconds=60)
+
+
+class TaskFilters(TypedDict, total=False):
+    """The filters of :meth:`ReadOperations.list_tasks_page`, as :meth:`list_tasks` takes
+    them: each given one must match."""
+
+    state: TaskState | None
+    tenant: str | None
+    definition: str | None
+    parent: str | None
+    queue: str | None
+
+
+# Where a walk of the tasks in creation order starts: before every task (after every
+# task, walking newest first).
+_FIRST = datetime(1, 1, 1, tzinfo=UTC)
+_LAST = datetime(9999, 12, 31, tzinfo=UTC)
+# The most intervals a throughput read splits its span into.
+MAX_INTERVALS = 1000
+
+
+# The most tasks (in creation order) one page of a filtered task list looks through: a
+# filter that few tasks match gives short pages, each as cheap as a full one, instead of
+# one page that reads the whole table to fill itself.
+MAX_PAGE_SCAN = 10_000
+
+
+def page_cursor(record: TaskRecord) -> str:
+    """The cursor of the page after ``record``: its creation time and id."""
+    return _cursor(record.created_at, record.task_id)
+
+
+def _cursor(created_at: datetime, task_id: str) -> str:
+    return f"{created_at.isoformat()}|{task_id}"
+
+
+def _parse_cursor(after: object, newest_first: bool) -> tuple[datetime, str]:
+    """``after`` (a cursor :func:`page_cursor` made, or None: the first page) as the
+    (created_at, task_id) the page starts after (before, walking newest first)."""
+    if after is None:
+        return (_LAST, "") if newest_first else (_FIRST, "")
+    if not isinstance(after, str) or "|" not in after:
+        raise InvalidArgument(f"task page cursor must be a cursor a page returned, got {after!r}")
+    at, task_id = after.split("|", 1)
+    try:
+        created = datetime.fromisoformat(at)
+    except ValueError:
+        created = None
+    if created is None or created.tzinfo is None:
+        raise InvalidArgument(f"task page cursor must be a cursor a page returned, got {after!r}")
+    return created, task_id
 
 
 def _status(record: TaskRecord, now: datetime) -> str | None:
@@ -101,6 +156,77 @@ class ReadOperations:
         return self.explain_reasons(
             [row_records.found_task(self.dialect, row, row["task_id"]) for row in found]
         )
+
+    def list_tasks_page(
+        self,
+        *,
+        after: str | None = None,
+        limit: int = 50,
+        scan: int = MAX_PAGE_SCAN,
+        newest_first: bool = False,
+        **filters: Unpack[TaskFilters],
+    ) -> TaskPage:
+        """A page of the tasks matching every given filter (as :meth:`list_tasks`), in
+        creation order, after the cursor ``after`` (the ``next_after`` of the page
+        before; None for the first page). Keyset paging on (created_at, task_id): a
+        page costs its own rows however deep into the table it is, and tasks enqueued
+        meanwhile neither repeat nor shift a page.
+
+        A page looks through at most ``scan`` tasks after its cursor (``limit`` of them
+        at least): when fewer than ``limit`` of those match, it holds the ones that do
+        (maybe none) and ``next_after`` continues after the last task it looked at. So a
+        filter few tasks match costs each page ``scan`` rows, never the whole table;
+        ``next_after`` is None only once the walk reached the newest task.
+
+        ``newest_first`` walks the other way: pages of the newest tasks first, each
+        cursor going on with older ones."""
+        unknown = sorted(set(filters) - set(TaskFilters.__annotations__))
+        if unknown:
+            raise TypeError(f"list_tasks_page() got an unexpected keyword argument {unknown[0]!r}")
+        params = checks.list_filters(
+            filters.get("state"),
+            filters.get("tenant"),
+            filters.get("definition"),
+            filters.get("parent"),
+            limit,
+            filters.get("queue"),
+        )
+        scan = check_int("page scan", scan, minimum=limit, maximum=100 * MAX_PAGE_SCAN)
+        if not isinstance(newest_first, bool):
+            raise InvalidArgument(f"newest_first must be True or False, got {newest_first!r}")
+        after_at, after_id = _parse_cursor(after, newest_first)
+        way = "_newest" if newest_first else ""
+        d = self.dialect
+        window = {"after_at": d.db_time(after_at), "after_id": after_id, "scan": scan}
+        # One more than shown: whether a next page starts with a match.
+        found = d.all(f"list_tasks_page{way}", params | window | {"limit": limit + 1})
+        records = [row_records.found_task(d, row, row["task_id"]) for row in found[:limit]]
+        if len(found) > limit:
+            next_after: str | None = page_cursor(records[-1])
+        else:  # every match of the window is here: go on after it, if tasks follow it
+            ends = d.all(f"task_window_end{way}", window)
+            last = ends[0] if len(ends) == 2 else None
+            next_after = None if last is None else _cursor(d.time(last["created_at"]), last["task_id"])
+        return TaskPage(self.explain_reasons(records), next_after)
+
+    def finished_per_interval(self, span: timedelta, intervals: int) -> list[FinishedInterval]:
+        """How many tasks finished in each of ``intervals`` equal intervals of the
+        ``span`` that ends now (store time), oldest first: the overview's throughput.
+        Counted from the history (its completed, failed and cancelled events), so a task
+        that failed, was retried and failed again counts at each end."""
+        if not isinstance(span, timedelta) or span <= timedelta(0):
+            raise InvalidArgument(f"throughput span must be a positive timedelta, got {span!r}")
+        intervals = check_int("throughput intervals", intervals, minimum=1, maximum=MAX_INTERVALS)
+        d = self.dialect
+        width = span / intervals
+        since = self.now() - span
+        counts: dict[int, dict[str, int]] = {n: {} for n in range(intervals)}
+        params = {"since": d.db_time(since), "interval": d.db_duration(width)}
+        for row in d.all("finished_per_interval", params):
+            bucket = min(max(int(row["bucket"]), 0), intervals - 1)
+            kind = str(row["kind"])
+            counts[bucket][kind] = counts[bucket].get(kind, 0) + int(row["tasks"])
+        return [FinishedInterval(since + width * n, **counts[n]) for n in range(intervals)]
 
     def referenced_versions(self) -> list[VersionReference]:
         """Every definition version that unfinished or recoverable tasks reference: the

@@ -37,7 +37,10 @@ SQLITE_ONLY = {
 # idle workers with LISTEN/NOTIFY, which SQLite does not have. Under READ
 # COMMITTED a suspend must look again for a signal delivered while it waited for the
 # row lock (wake_if_signal_pending); SQLite's BEGIN IMMEDIATE serializes the two.
+# PostgreSQL names a task row's columns to read its JSON ones as text (task_columns);
+# SQLite stores them as text and selects *.
 POSTGRES_ONLY = {
+    "task_columns",
     "claim_admitted_tenants",
     "claim_lease_chosen",
     "claim_tasks",

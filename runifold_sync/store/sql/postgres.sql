@@ -24,12 +24,16 @@ FROM clock
 ON CONFLICT (task_id) DO NOTHING
 RETURNING created_at AS at;
 
--- name: select_task
-SELECT task_id, definition_name, definition_version, tenant, input_text AS input, priority,
+-- name: task_columns
+-- A task row as TaskRecord reads it (row_records.task): the JSON columns as text.
+task_id, definition_name, definition_version, tenant, input_text AS input, priority,
     state, outcome, reason, ambiguous_effect, ready_at, worker_id, fencing_token,
     lease_expires, claims_since_progress, revision, head::text AS head,
     result::text AS result, created_at, updated_at, parent_id, waiting_for_child, paused,
     queue, fingerprint
+
+-- name: select_task
+SELECT {query:task_columns}
 FROM runifold_tasks WHERE task_id = %(task_id)s;
 
 -- name: lock_limited_tenants
@@ -336,17 +340,9 @@ WHERE t.task_id = %(task_id)s AND t.state = 'terminal' AND t.outcome = 'failed'
 RETURNING clock.now AS at;
 
 -- name: list_tasks
-SELECT task_id, definition_name, definition_version, tenant, input_text AS input, priority,
-    state, outcome, reason, ambiguous_effect, ready_at, worker_id, fencing_token,
-    lease_expires, claims_since_progress, revision, head::text AS head,
-    result::text AS result, created_at, updated_at, parent_id, waiting_for_child, paused,
-    queue, fingerprint
+SELECT {query:task_columns}
 FROM runifold_tasks
-WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
-    AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
-    AND (%(definition)s::text IS NULL OR definition_name = %(definition)s::text)
-    AND (%(parent)s::text IS NULL OR parent_id = %(parent)s::text)
-    AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+WHERE {query:task_page_filters}
 ORDER BY created_at, task_id
 LIMIT %(limit)s;
 
@@ -736,3 +732,66 @@ VALUES (%(name)s, %(now)s, %(kind)s, %(actor)s, %(reason)s, %(detail)s);
 -- name: schedule_events
 SELECT name, at, kind, actor, reason, detail FROM runifold_schedule_events
 WHERE name = %(name)s ORDER BY id;
+
+-- name: task_page_filters
+-- The task filters of list_tasks, and of list_tasks_page(_newest) applied to its window.
+(%(state)s::text IS NULL OR state = %(state)s::text)
+    AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+    AND (%(definition)s::text IS NULL OR definition_name = %(definition)s::text)
+    AND (%(parent)s::text IS NULL OR parent_id = %(parent)s::text)
+    AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+
+-- name: list_tasks_page
+-- The dashboard's task list (sql_reads.list_tasks_page), oldest first: of the next
+-- :scan tasks after the cursor (created_at, task_id), read from index
+-- runifold_tasks_created, those matching the filters. A page reads at most :scan rows,
+-- however deep it is and however few tasks match.
+SELECT {query:task_columns}
+FROM (
+    SELECT * FROM runifold_tasks
+    WHERE (created_at, task_id) > (%(after_at)s::timestamptz, %(after_id)s::text)
+    ORDER BY created_at, task_id
+    LIMIT %(scan)s
+) AS w
+WHERE {query:task_page_filters}
+ORDER BY created_at, task_id
+LIMIT %(limit)s;
+
+-- name: list_tasks_page_newest
+-- As list_tasks_page, newest first: the window is the :scan tasks before the cursor,
+-- read backwards from the same index.
+SELECT {query:task_columns}
+FROM (
+    SELECT * FROM runifold_tasks
+    WHERE (created_at, task_id) < (%(after_at)s::timestamptz, %(after_id)s::text)
+    ORDER BY created_at DESC, task_id DESC
+    LIMIT %(scan)s
+) AS w
+WHERE {query:task_page_filters}
+ORDER BY created_at DESC, task_id DESC
+LIMIT %(limit)s;
+
+-- name: task_window_end
+-- The last of the next :scan tasks after the cursor and the task after it (none or one
+-- row when the window reaches the newest task): where a page whose window held too few
+-- matches lets the next one go on (index only).
+SELECT created_at, task_id FROM runifold_tasks
+WHERE (created_at, task_id) > (%(after_at)s::timestamptz, %(after_id)s::text)
+ORDER BY created_at, task_id
+LIMIT 2 OFFSET %(scan)s - 1;
+
+-- name: task_window_end_newest
+-- As task_window_end, walking newest first.
+SELECT created_at, task_id FROM runifold_tasks
+WHERE (created_at, task_id) < (%(after_at)s::timestamptz, %(after_id)s::text)
+ORDER BY created_at DESC, task_id DESC
+LIMIT 2 OFFSET %(scan)s - 1;
+
+-- name: finished_per_interval
+-- Tasks that finished since the given time, per interval (in seconds) counted from it, by
+-- how they ended (index runifold_events_ended): the overview's throughput.
+SELECT floor(extract(epoch FROM at - %(since)s::timestamptz) / %(interval)s)::int AS bucket,
+    kind, COUNT(*) AS tasks
+FROM runifold_events
+WHERE kind IN ('completed', 'failed', 'cancelled') AND at >= %(since)s::timestamptz
+GROUP BY 1, 2;

@@ -248,10 +248,7 @@ RETURNING :now AS at;
 
 -- name: list_tasks
 SELECT * FROM runifold_tasks
-WHERE (:state IS NULL OR state = :state) AND (:tenant IS NULL OR tenant = :tenant)
-    AND (:definition IS NULL OR definition_name = :definition)
-    AND (:parent IS NULL OR parent_id = :parent)
-    AND (:queue IS NULL OR queue = :queue)
+WHERE {query:task_page_filters}
 ORDER BY created_at, task_id
 LIMIT :limit;
 
@@ -596,3 +593,64 @@ VALUES (:name, :now, :kind, :actor, :reason, :detail);
 -- name: schedule_events
 SELECT name, at, kind, actor, reason, detail FROM runifold_schedule_events
 WHERE name = :name ORDER BY id;
+
+-- name: task_page_filters
+-- The task filters of list_tasks, and of list_tasks_page(_newest) applied to its window.
+(:state IS NULL OR state = :state) AND (:tenant IS NULL OR tenant = :tenant)
+    AND (:definition IS NULL OR definition_name = :definition)
+    AND (:parent IS NULL OR parent_id = :parent)
+    AND (:queue IS NULL OR queue = :queue)
+
+-- name: list_tasks_page
+-- The dashboard's task list (sql_reads.list_tasks_page), oldest first: of the next
+-- :scan tasks after the cursor (created_at, task_id), read from index
+-- runifold_tasks_created, those matching the filters. A page reads at most :scan rows,
+-- however deep it is and however few tasks match.
+SELECT *
+FROM (
+    SELECT * FROM runifold_tasks
+    WHERE (created_at, task_id) > (:after_at, :after_id)
+    ORDER BY created_at, task_id
+    LIMIT :scan
+) AS w
+WHERE {query:task_page_filters}
+ORDER BY created_at, task_id
+LIMIT :limit;
+
+-- name: list_tasks_page_newest
+-- As list_tasks_page, newest first: the window is the :scan tasks before the cursor,
+-- read backwards from the same index.
+SELECT *
+FROM (
+    SELECT * FROM runifold_tasks
+    WHERE (created_at, task_id) < (:after_at, :after_id)
+    ORDER BY created_at DESC, task_id DESC
+    LIMIT :scan
+) AS w
+WHERE {query:task_page_filters}
+ORDER BY created_at DESC, task_id DESC
+LIMIT :limit;
+
+-- name: task_window_end
+-- The last of the next :scan tasks after the cursor and the task after it (none or one
+-- row when the window reaches the newest task): where a page whose window held too few
+-- matches lets the next one go on (index only).
+SELECT created_at, task_id FROM runifold_tasks
+WHERE (created_at, task_id) > (:after_at, :after_id)
+ORDER BY created_at, task_id
+LIMIT 2 OFFSET :scan - 1;
+
+-- name: task_window_end_newest
+-- As task_window_end, walking newest first.
+SELECT created_at, task_id FROM runifold_tasks
+WHERE (created_at, task_id) < (:after_at, :after_id)
+ORDER BY created_at DESC, task_id DESC
+LIMIT 2 OFFSET :scan - 1;
+
+-- name: finished_per_interval
+-- Tasks that finished since :since, per interval of :interval (microseconds) counted from
+-- it, by how they ended (index runifold_events_ended): the overview's throughput.
+SELECT (at - :since) / :interval AS bucket, kind, COUNT(*) AS tasks
+FROM runifold_events
+WHERE kind IN ('completed', 'failed', 'cancelled') AND at >= :since
+GROUP BY bucket, kind;

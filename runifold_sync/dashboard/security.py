@@ -1,0 +1,104 @@
+"""Who may act, and the headers every response carries.
+
+An action needs two things:
+
+- the token, either from the login form (which stores a digest of it in Flask's signed
+  session cookie: HttpOnly, SameSite=Strict) or in an ``Authorization: Bearer`` header;
+  without it the request is refused with 401;
+- the CSRF token of the session, in the form field ``csrf_token``; a missing or wrong
+  one is refused with 403. A bearer client reads it from the form of any page it GETs
+  (with the session cookie that page set), as a browser does.
+
+With no token configured the dashboard is read-only: every POST is 403. Tokens are
+compared with :func:`hmac.compare_digest`, and never logged or rendered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+import flask
+
+# The session keys: the digest of the token the session logged in with, the name it gave
+# (the actor its actions are recorded under), and its CSRF token.
+AUTH = "auth"
+ACTOR = "actor"
+CSRF = "csrf"
+CSRF_FIELD = "csrf_token"
+
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    # Pages show stored inputs and results, and the forms carry the CSRF token: none is
+    # kept by a browser or a proxy.
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def token_digest(token: str) -> str:
+    """What a logged-in session holds of the token: a digest, so the cookie (signed, not
+    encrypted) never carries the token itself, and a new token ends old sessions."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def add_headers(response: flask.Response) -> flask.Response:
+    for name, value in HEADERS.items():
+        response.headers[name] = value
+    return response
+
+
+def csrf_token() -> str:
+    """The session's CSRF token, made on first use."""
+    token = flask.session.get(CSRF)
+    if not isinstance(token, str):
+        token = secrets.token_urlsafe(32)
+        flask.session[CSRF] = token
+    return token
+
+
+def csrf_ok() -> bool:
+    expected = flask.session.get(CSRF)
+    given = flask.request.form.get(CSRF_FIELD, "")
+    return isinstance(expected, str) and hmac.compare_digest(expected.encode(), given.encode())
+
+
+def bearer_ok(token: str) -> bool:
+    header = flask.request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+def session_ok(token: str) -> bool:
+    held = flask.session.get(AUTH)
+    return isinstance(held, str) and hmac.compare_digest(held.encode(), token_digest(token).encode())
+
+
+def authenticated(token: str | None) -> bool:
+    """Whether this request carries the token (its session logged in with it, or a
+    bearer header); never with no token configured."""
+    return token is not None and (session_ok(token) or bearer_ok(token))
+
+
+def refusal(token: str | None) -> tuple[int, str] | None:
+    """Why this POST to an action must be refused (status and message), None when it may
+    go on: read-only (403), no or a wrong token (401), no or a wrong CSRF token (403)."""
+    if token is None:
+        return 403, "this dashboard is read-only: it was started without a token"
+    if not authenticated(token):
+        return 401, "log in with the dashboard's token (or send Authorization: Bearer) to act"
+    if not csrf_ok():
+        return 403, "the form's CSRF token is missing or wrong: reload the page and try again"
+    return None
+
+
+def actor_name() -> str:
+    """Who an action is recorded as: the name given at login or in the form, else
+    ``dashboard``."""
+    given = flask.request.form.get("actor", "").strip() or flask.session.get(ACTOR) or "dashboard"
+    return str(given)[:200]

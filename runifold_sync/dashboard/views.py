@@ -1,0 +1,203 @@
+"""The dashboard's pages, each a read of the store rendered by its template: the
+overview, the task list (filters, search by id, keyset pages), a task, the workers, the
+referenced versions, the tenants and the schedules."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import timedelta
+from typing import Any
+
+import flask
+
+from ..errors import InvalidArgument, TaskNotFound
+from ..models import TaskOutcome, TaskState
+from ..operations import DEFAULT_LIVE_WITHIN, served_versions, unserved_work
+from ..store.checks import MAX_LIST_LIMIT
+from ..store.records import TaskRecord
+from ..store.sql_reads import MAX_PAGE_SCAN
+from ..task_report import failure_line, journal_line, task_report
+from . import charts
+from .board import dashboard
+
+pages = flask.Blueprint("pages", __name__)
+
+PAGE_SIZE = 50
+JOURNAL_LIMIT = 200  # the newest entries a task page shows
+THROUGHPUT_SPAN = timedelta(hours=1)
+THROUGHPUT_INTERVALS = 12
+# The columns of the overview's counts: unfinished states, then how finished ones ended.
+COLUMNS = ("queued", "leased", "waiting", "completed", "failed", "cancelled")
+FILTERS = ("state", "tenant", "definition", "queue", "parent")
+# The state filter each column's counts link to (completed and failed are both terminal).
+COLUMN_STATES = {c: "terminal" if c in ("completed", "failed") else c for c in COLUMNS}
+
+
+def column(state: TaskState, outcome: TaskOutcome | None) -> str:
+    if state is TaskState.TERMINAL:
+        return outcome.value if outcome is not None else "completed"
+    return state.value
+
+
+@pages.get("/")
+def overview() -> str:
+    store = dashboard().store
+    counts: dict[str, dict[str, int]] = {}
+    oldest: float | None = None
+    for row in store.queue_stats():
+        counts.setdefault(row.tenant, dict.fromkeys(COLUMNS, 0))[column(row.state, row.outcome)] += row.count
+        if row.oldest_ready_age_s is not None:
+            oldest = max(oldest or 0.0, row.oldest_ready_age_s)
+    totals = {c: sum(tenant[c] for tenant in counts.values()) for c in COLUMNS}
+    live = [w for w in store.workers() if w.live(DEFAULT_LIVE_WITHIN)]
+    return flask.render_template(
+        "overview.html",
+        counts=sorted(counts.items()),
+        totals=totals,
+        columns=COLUMNS,
+        column_states=COLUMN_STATES,
+        oldest_ready_s=oldest,
+        chart=charts.throughput(store.finished_per_interval(THROUGHPUT_SPAN, THROUGHPUT_INTERVALS)),
+        holds=[a for a in store.tenant_admission() if a.hold_reason() is not None],
+        unserved=unserved_work(store),
+        unserved_versions=[s for s in served_versions(store) if not s.live_workers],
+        workers=live,
+        schedules=store.schedules(),
+        now=store.now(),
+    )
+
+
+def _filters() -> dict[str, Any]:
+    """The task list's filters from the query string (empty ones left out)."""
+    args = flask.request.args
+    found: dict[str, Any] = {name: args[name].strip() for name in FILTERS if args.get(name, "").strip()}
+    if "state" in found:
+        try:
+            found["state"] = TaskState(found["state"])
+        except ValueError:
+            states = ", ".join(s.value for s in TaskState)
+            raise InvalidArgument(f"state must be one of {states}, got {found['state']!r}") from None
+    return found
+
+
+@pages.get("/tasks")
+def tasks() -> flask.typing.ResponseReturnValue:
+    store = dashboard().store
+    args = flask.request.args
+    searched = args.get("id", "").strip()
+    missing = None
+    if searched:
+        try:
+            store.get_task(searched)
+        except TaskNotFound:
+            missing = searched
+        else:
+            return flask.redirect(flask.url_for("pages.task", task_id=searched), 303)
+    filters = _filters()
+    limit = _limit(args.get("limit", ""))
+    order = args.get("order") or "oldest"
+    if order not in ("oldest", "newest"):
+        raise InvalidArgument(f"order must be oldest or newest, got {order!r}")
+    page = store.list_tasks_page(
+        after=args.get("after") or None, limit=limit, newest_first=order == "newest", **filters
+    )
+    query = {k: (v.value if isinstance(v, TaskState) else v) for k, v in filters.items()}
+    if limit != PAGE_SIZE:
+        query["limit"] = limit
+    if order != "oldest":
+        query["order"] = order
+    return flask.render_template(
+        "tasks.html",
+        page=page,
+        filters=query,
+        states=[s.value for s in TaskState],
+        missing=missing,
+        first_page=bool(args.get("after")),
+        next_query=None if page.next_after is None else query | {"after": page.next_after},
+        first_query=query,
+        state_text=state_text,
+        limit=limit,
+        scan=MAX_PAGE_SCAN,
+        order=order,
+    )
+
+
+def _limit(text: str) -> int:
+    if not text:
+        return PAGE_SIZE
+    try:
+        limit = int(text)
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= MAX_LIST_LIMIT:
+        raise InvalidArgument(f"limit must be an integer in 1..{MAX_LIST_LIMIT}, got {text!r}")
+    return limit
+
+
+def state_text(record: TaskRecord) -> str:
+    if record.outcome is not None:
+        return f"{record.state.value}/{record.outcome.value}"
+    return record.state.value + (" (paused)" if record.paused else "")
+
+
+@pages.get("/tasks/<path:task_id>")
+def task(task_id: str) -> str:
+    board = dashboard()
+    store = board.store
+    report = task_report(store, task_id, JOURNAL_LIMIT)
+    record = report.record
+    definition = (
+        None
+        if board.registry is None
+        else board.registry.get(record.definition_name, record.definition_version)
+    )
+    finished = record.state in (TaskState.TERMINAL, TaskState.CANCELLED)
+    signals = [e for e in report.history if e.kind.startswith("signal_")]
+    return flask.render_template(
+        "task.html",
+        report=report,
+        record=record,
+        state_text=state_text,
+        journal=[(entry, journal_line(entry)) for entry in report.journal],
+        failure=None if report.failure is None else failure_line(report.failure),
+        timeline=charts.timeline(report.history, store.now(), finished),
+        pending_signals=store.pending_signals(task_id),
+        signal_events=signals,
+        actions=available_actions(record),
+        new_signal_id=f"dashboard-{secrets.token_hex(8)}",
+        budget=None if definition is None else definition.budget,
+        registry_given=board.registry is not None,
+    )
+
+
+def available_actions(record: TaskRecord) -> list[str]:
+    """The actions that apply to ``record`` as it stands."""
+    found = []
+    if record.state in (TaskState.QUEUED, TaskState.LEASED, TaskState.WAITING):
+        found += ["cancel", "resume" if record.paused else "pause", "signal", "approval"]
+    if record.outcome is TaskOutcome.FAILED:
+        found.append("resolve" if record.ambiguous_effect else "retry")
+    return found
+
+
+@pages.get("/workers")
+def workers() -> str:
+    return flask.render_template(
+        "workers.html", workers=dashboard().store.workers(), within=DEFAULT_LIVE_WITHIN
+    )
+
+
+@pages.get("/versions")
+def versions() -> str:
+    return flask.render_template("versions.html", versions=served_versions(dashboard().store))
+
+
+@pages.get("/tenants")
+def tenants() -> str:
+    return flask.render_template("tenants.html", tenants=dashboard().store.tenant_admission())
+
+
+@pages.get("/schedules")
+def schedules() -> str:
+    store = dashboard().store
+    return flask.render_template("schedules.html", schedules=store.schedules(), now=store.now())

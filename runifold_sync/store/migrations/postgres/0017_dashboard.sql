@@ -1,0 +1,2 @@
+-- Version 17: the operator dashboard's reads. Its indexes follow in
+-- common/0017_dashboard.sql.

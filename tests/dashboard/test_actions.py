@@ -1,0 +1,216 @@
+"""The dashboard's actions on SQLite and PostgreSQL: each needs the token (login session
+or bearer header: else 401) and the session's CSRF token (else 403), records the actor
+and the reason in the task's history, and a read-only dashboard refuses every POST."""
+
+from __future__ import annotations
+
+from html import unescape
+from typing import Any
+
+import flask
+import pytest
+from flask.testing import FlaskClient
+
+from runifold_sync import TaskState, WorkflowStore
+from runifold_sync.dashboard import create_app
+
+from .conftest import TOKEN, csrf_of, log_in
+from .flows import Seeded
+
+
+def said(response: Any) -> str:
+    """A response's text as a reader sees it (entities unescaped)."""
+    return unescape(response.get_data(as_text=True))
+
+
+ACTIONS = ["cancel", "retry", "pause", "resume", "resolve", "signal", "approval"]
+
+
+def last_event(store: WorkflowStore, task_id: str) -> tuple[str, dict[str, Any]]:
+    event = store.history(task_id)[-1]
+    return event.kind, event.detail
+
+
+@pytest.mark.parametrize("action", ACTIONS)
+def test_an_action_without_the_token_is_401_and_changes_nothing(
+    client: FlaskClient, store: WorkflowStore, seeded: Seeded, action: str
+) -> None:
+    before = store.history(seeded.waiting)
+    csrf = csrf_of(client)  # a session with a CSRF token, but never logged in
+    response = client.post(f"/tasks/{seeded.waiting}/{action}", data={"csrf_token": csrf, "reason": "r"})
+    assert response.status_code == 401
+    assert "log in with the dashboard's token" in said(response)
+    wrong = client.post(
+        f"/tasks/{seeded.waiting}/{action}",
+        data={"csrf_token": csrf, "reason": "r"},
+        headers={"Authorization": "Bearer not-the-token"},
+    )
+    assert wrong.status_code == 401
+    assert store.history(seeded.waiting) == before
+
+
+@pytest.mark.parametrize("csrf", [None, "", "forged"])
+def test_an_action_without_the_sessions_csrf_token_is_403(
+    client: FlaskClient, store: WorkflowStore, seeded: Seeded, csrf: str | None
+) -> None:
+    log_in(client)
+    data = {"reason": "r"} if csrf is None else {"reason": "r", "csrf_token": csrf}
+    response = client.post(f"/tasks/{seeded.waiting}/cancel", data=data)
+    assert response.status_code == 403
+    assert "CSRF token is missing or wrong" in said(response)
+    assert store.get_task(seeded.waiting).state is TaskState.WAITING
+
+
+def test_a_csrf_token_of_another_session_is_403(
+    app: flask.Flask, store: WorkflowStore, seeded: Seeded
+) -> None:
+    other = app.test_client()
+    theirs = log_in(other)
+    mine = app.test_client()
+    log_in(mine)
+    response = mine.post(f"/tasks/{seeded.waiting}/cancel", data={"reason": "r", "csrf_token": theirs})
+    assert response.status_code == 403
+
+
+def test_cancel_with_the_token_and_csrf_records_the_actor_and_reason(
+    client: FlaskClient, store: WorkflowStore, seeded: Seeded
+) -> None:
+    csrf = log_in(client, actor="alice")
+    response = client.post(
+        f"/tasks/{seeded.waiting}/cancel", data={"csrf_token": csrf, "reason": "customer called"}
+    )
+    assert response.status_code == 303
+    assert response.headers["Location"].endswith(f"/tasks/{seeded.waiting}")
+    assert store.get_task(seeded.waiting).state is TaskState.CANCELLED
+    assert last_event(store, seeded.waiting) == ("cancelled", {"actor": "alice", "reason": "customer called"})
+    page = said(client.get(f"/tasks/{seeded.waiting}"))
+    assert "cancel: task is cancelled" in page and "customer called" in page
+
+
+def test_a_bearer_client_acts_with_the_csrf_token_of_the_page_it_read(
+    client: FlaskClient, store: WorkflowStore, seeded: Seeded
+) -> None:
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    no_csrf = client.post(f"/tasks/{seeded.waiting}/pause", data={"reason": "r"}, headers=bearer)
+    assert no_csrf.status_code == 403
+    csrf = csrf_of(client, f"/tasks/{seeded.waiting}", headers=bearer)
+    response = client.post(
+        f"/tasks/{seeded.waiting}/pause",
+        data={"csrf_token": csrf, "reason": "deploy", "actor": "ci-bot"},
+        headers=bearer,
+    )
+    assert response.status_code == 303
+    assert last_event(store, seeded.waiting) == ("paused", {"actor": "ci-bot", "reason": "deploy"})
+
+
+def test_pause_resume_retry_resolve_signal_and_approval_record_who_and_why(
+    client: FlaskClient, store: WorkflowStore, seeded: Seeded
+) -> None:
+    csrf = log_in(client, actor="bob")
+
+    def act(task_id: str, action: str, **fields: str) -> None:
+        response = client.post(f"/tasks/{task_id}/{action}", data={"csrf_token": csrf, **fields})
+        assert response.status_code == 303, said(response)
+
+    act(seeded.waiting, "pause", reason="hold on")
+    assert store.get_task(seeded.waiting).paused
+    act(seeded.waiting, "resume", reason="go on")
+    assert last_event(store, seeded.waiting) == ("resumed", {"actor": "bob", "reason": "go on"})
+    act(seeded.failed, "retry", reason="stock arrived")
+    assert store.get_task(seeded.failed).state is TaskState.QUEUED
+    assert last_event(store, seeded.failed) == ("requeued", {"actor": "bob", "reason": "stock arrived"})
+    act(seeded.ambiguous, "resolve", applied="yes", result='{"charged": 5}', reason="seen in the PSP")
+    assert last_event(store, seeded.ambiguous) == (
+        "effect_resolved",
+        {"effect_key": "charge-1", "applied": True, "actor": "bob", "reason": "seen in the PSP"},
+    )
+    act(
+        seeded.waiting, "signal", name="go", payload='{"ok": 1}', signal_id="form-1", reason="approved by ops"
+    )
+    kind, detail = last_event(store, seeded.waiting)
+    assert (kind, detail["sender"], detail["reason"], detail["signal_id"]) == (
+        "signal_received",
+        "bob",
+        "approved by ops",
+        "form-1",
+    )
+    act("child-1", "approval", name="go", decision="approve", signal_id="form-2", reason="fine")
+    (pending,) = store.pending_signals("child-1")
+    assert pending.payload == {"approved": True, "reason": "fine"} and pending.sender == "bob"
+
+
+def test_an_action_the_store_refuses_is_a_409_saying_why(
+    client: FlaskClient, store: WorkflowStore, seeded: Seeded
+) -> None:
+    csrf = log_in(client)
+    response = client.post(f"/tasks/{seeded.completed}/cancel", data={"csrf_token": csrf, "reason": "late"})
+    assert response.status_code == 409
+    assert seeded.completed in said(response)
+
+
+def test_an_unknown_action_or_a_missing_reason_is_a_400(client: FlaskClient, seeded: Seeded) -> None:
+    csrf = log_in(client)
+    unknown = client.post(f"/tasks/{seeded.waiting}/explode", data={"csrf_token": csrf, "reason": "r"})
+    assert unknown.status_code == 400 and "action must be one of" in said(unknown)
+    bare = client.post(f"/tasks/{seeded.waiting}/cancel", data={"csrf_token": csrf})
+    assert bare.status_code == 400 and "form field 'reason' is required" in said(bare)
+
+
+def test_login_needs_the_token_and_csrf(client: FlaskClient) -> None:
+    csrf = csrf_of(client)
+    assert client.post("/login", data={"token": TOKEN}).status_code == 403
+    wrong = client.post("/login", data={"token": "nope", "csrf_token": csrf})
+    assert wrong.status_code == 401 and "not the dashboard's token" in said(wrong)
+    assert client.post("/login", data={"token": TOKEN, "csrf_token": csrf, "actor": "a"}).status_code == 303
+    assert "acting as a" in said(client.get("/"))
+    # Login starts a new session: the CSRF token of the one before no longer works.
+    assert client.post("/tasks/order-1/pause", data={"csrf_token": csrf, "reason": "r"}).status_code == 403
+
+
+def test_logout_ends_the_session(client: FlaskClient, seeded: Seeded) -> None:
+    csrf = log_in(client)
+    assert client.post("/logout", data={"csrf_token": csrf}).status_code == 303
+    assert (
+        client.post(f"/tasks/{seeded.waiting}/pause", data={"csrf_token": csrf, "reason": "r"}).status_code
+        == 401
+    )
+
+
+def test_the_token_is_never_rendered(client: FlaskClient, seeded: Seeded) -> None:
+    log_in(client)
+    for path in ["/", "/tasks", f"/tasks/{seeded.waiting}", "/login"]:
+        assert TOKEN not in said(client.get(path))
+    cookie = client.get_cookie("runifold_dashboard")
+    assert cookie is not None and TOKEN not in cookie.value
+
+
+@pytest.mark.parametrize("action", ACTIONS)
+def test_a_read_only_dashboard_refuses_every_post_and_says_so(
+    store: WorkflowStore, seeded: Seeded, action: str
+) -> None:
+    client = create_app(store).test_client()
+    page = said(client.get(f"/tasks/{seeded.waiting}"))
+    assert "read-only: started without a token" in page
+    assert 'id="actions"' not in page
+    assert 'name="csrf_token"' not in page  # a read-only page has no form to post
+    with client.session_transaction() as session:
+        session["csrf"] = csrf = "a-valid-csrf-token"  # refused even with a valid one
+    response = client.post(
+        f"/tasks/{seeded.waiting}/{action}",
+        data={"csrf_token": csrf, "reason": "r"},
+        headers={"Authorization": "Bearer anything"},
+    )
+    assert response.status_code == 403
+    assert "read-only" in said(response)
+    assert client.post("/login", data={"token": "x", "csrf_token": csrf}).status_code == 403
+    assert store.get_task(seeded.waiting).state is TaskState.WAITING
+
+
+def test_create_app_refuses_a_bad_token_without_repeating_it(store: WorkflowStore) -> None:
+    from runifold_sync import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="dashboard token must be a non-empty string") as raised:
+        create_app(store, token="   ")
+    assert "   " not in str(raised.value).split("got")[-1].strip("a str")
+    with pytest.raises(InvalidArgument, match="store must be a WorkflowStore"):
+        create_app("sqlite:///x.db")  # type: ignore[arg-type]

@@ -1,0 +1,88 @@
+"""``python -m runifold_sync dashboard`` serves the dashboard with waitress: started as
+a process on a free port, it says its URL in one JSON line, answers pages, never prints
+the token, and stops on SIGTERM; a bad token file is a usage error naming the file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from runifold_sync import WorkflowTask, open_store
+from runifold_sync.cli import main
+
+TOKEN = "cli-token-31b9"
+
+
+@pytest.mark.timeout(60)
+def test_the_command_serves_the_dashboard_and_says_where(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'workflows.db'}"
+    with open_store(url) as store:
+        store.enqueue(WorkflowTask.new("orders", 1, None, checkpoint_id="cli-task"))
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    command = [sys.executable, "-m", "runifold_sync", "dashboard", "--database", url, "--port", "0"]
+    process = subprocess.Popen(
+        [*command, "--token-file", str(token_file), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        said = json.loads(process.stdout.readline())
+        assert said["read_only"] is False
+        assert said["url"].startswith("http://127.0.0.1:")  # loopback unless told otherwise
+        with urllib.request.urlopen(said["url"], timeout=10) as response:
+            page = response.read().decode()
+            assert response.status == 200
+            assert response.headers["X-Frame-Options"] == "DENY"
+            assert response.headers["Server"] == "runifold_sync"  # waitress, not werkzeug
+        assert "Overview" in page
+        with urllib.request.urlopen(said["url"] + "tasks/cli-task", timeout=10) as response:
+            assert "cli-task" in response.read().decode()
+    finally:
+        process.terminate()
+        out, err = process.communicate(timeout=20)
+    assert TOKEN not in out + err
+
+
+def test_a_token_file_that_is_missing_or_empty_is_a_usage_error(tmp_path: Path) -> None:
+    runner = CliRunner()
+    database = f"sqlite:///{tmp_path / 'x.db'}"
+    missing = runner.invoke(
+        main, ["dashboard", "--database", database, "--token-file", str(tmp_path / "nope")]
+    )
+    assert missing.exit_code == 2 and "cannot read" in missing.output
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    blank = runner.invoke(main, ["dashboard", "--database", database, "--token-file", str(empty)])
+    assert blank.exit_code == 2 and "holds no token" in blank.output
+
+
+def test_a_port_in_use_is_an_error_naming_it(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(
+            main, ["dashboard", "--database", f"sqlite:///{tmp_path / 'x.db'}", "--port", str(port)]
+        )
+    assert result.exit_code == 1 and f"cannot listen on 127.0.0.1:{port}" in result.output
+
+
+def test_importing_runifold_sync_does_not_import_flask() -> None:
+    code = "import sys, runifold_sync, runifold_sync.cli; print('flask' in sys.modules)"
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        == "False"
+    )
