@@ -148,6 +148,7 @@ class WorkflowSupervisor:
                 self._spawn(slot, pool.children, selector, crashes=0)
             while pool.children or pool.respawn_at:
                 if token.cancelled or pool.stopped_by is not None:
+                    pool.failing_at_stop = pool.failing()
                     pool.recycled += self._stop_children(pool.children, selector, pool.counts)
                     break
                 # Reports are read in batches: waking for each one cost the parent about
@@ -290,16 +291,27 @@ class _Pool:
     recycled: int = 0
     timed_out: int = 0
     stopped_by: str | None = None
+    failing_at_stop: dict[int, int] = attrs.Factory(dict)  # slot -> quick deaths in a row
 
     def stop(self, reason: str, child: _Child) -> None:
         self.stopped_by = reason
         log.error("%s; stopping the pool", reason, extra={"worker_id": child.worker_id})
 
+    def failing(self) -> dict[int, int]:
+        """The slots in a run of quick deaths, and its length: waiting to be forked again
+        after one, or running a child forked since one that is not yet past
+        ``_QUICK_CRASH_S`` (it may well die as quickly)."""
+        failing = {slot: crashes for slot, (_due, crashes) in self.respawn_at.items() if crashes}
+        now = time.monotonic()
+        for child in self.children.values():
+            if child.crashes and now - child.started < _QUICK_CRASH_S:
+                failing.setdefault(child.slot, child.crashes)
+        return failing
+
     def report(self, base_id: str) -> SupervisorReport:
         stopped_by = self.stopped_by
-        failing = {slot: crashes for slot, (_due, crashes) in self.respawn_at.items() if crashes}
-        if stopped_by is None and failing:
-            slot, crashes = min(failing.items())
+        if stopped_by is None and self.failing_at_stop:
+            slot, crashes = min(self.failing_at_stop.items())
             stopped_by = (
                 f"stopped while worker {base_id}-{slot} kept failing to start "
                 f"({crashes} quick exits in a row)"

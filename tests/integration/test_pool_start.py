@@ -81,6 +81,26 @@ def test_a_stop_while_a_slot_keeps_failing_to_start_is_reported_as_a_failed_star
     assert report.stopped_by is not None and "broken-0 kept failing to start" in report.stopped_by
 
 
+def _slowly_failing_factory(worker_id: WorkerId) -> WorkflowWorker:
+    time.sleep(0.4)  # dies 0.4 s after each start: most of the time a child is starting
+    raise RuntimeError("the app's settings module is broken")
+
+
+@pytest.mark.timeout(60)
+def test_a_stop_while_a_failing_slots_new_child_is_starting_is_reported_as_a_failed_start() -> None:
+    """Deaths at 0.4 s and 0.9 s (the second fork 0.1 s after the first death), the third
+    child forked at 1.1 s: the stop at 1.3 s finds it alive, its slot in a run of two quick
+    deaths, with nothing waiting to be forked again."""
+    config = WorkflowSupervisorConfig(1).with_backoff(
+        timedelta(milliseconds=10), timedelta(milliseconds=2000)
+    )
+    token = CancellationToken()
+    threading.Timer(1.3, token.cancel).start()
+    report = WorkflowSupervisor(_slowly_failing_factory, config, base_id="broken").run(token)
+    assert report.restarts >= 1
+    assert report.stopped_by is not None and "broken-0 kept failing to start" in report.stopped_by
+
+
 @pytest.mark.timeout(90)
 def test_a_second_pool_under_a_live_worker_id_refuses_to_start_and_starts_once_the_first_is_gone(
     tmp_path: Path,
