@@ -152,7 +152,7 @@ class ReadOperations:
         """Tasks matching every given filter, oldest first; ``parent``: the children of
         that task; ``queue``: the tasks of that named queue."""
         filters = checks.list_filters(state, tenant, definition, parent, limit, queue)
-        found = self.dialect.all("list_tasks", filters)
+        found = self.dialect.all("list_tasks" if parent is None else "list_children", filters)
         return self.explain_reasons(
             [row_records.found_task(self.dialect, row, row["task_id"]) for row in found]
         )

@@ -59,3 +59,14 @@ def test_the_throughput_searches_the_ending_events_by_time(sqlite_store: SqliteW
     lines = plan(sqlite_store, "finished_per_interval", {"since": 0, "interval": 300_000_000})
     assert any("USING INDEX runifold_events_ended (at>?)" in line for line in lines), lines
     assert not any(line.startswith("SCAN runifold_events") for line in lines), lines
+
+
+def test_a_tasks_children_are_read_from_the_parent_index(sqlite_store: SqliteWorkflowStore) -> None:
+    """The task page (and ``show``) lists a task's children: from runifold_tasks_parent,
+    not by reading every task (the filters' ``:parent IS NULL OR`` form alone does)."""
+    sqlite_store.enqueue_many([WorkflowTask.new("orders", 1, n, checkpoint_id=f"t{n}") for n in range(2000)])
+    sqlite_store.dialect._conn().raw.execute("ANALYZE")
+    lines = plan(sqlite_store, "list_children", PAGE | {"parent": "t7", "limit": 100})
+    assert any(line.startswith("SEARCH runifold_tasks USING INDEX runifold_tasks_parent") for line in lines)
+    assert not any(line.startswith("SCAN runifold_tasks") for line in lines), lines
+    assert [t.task_id for t in sqlite_store.list_tasks(parent="t7")] == []

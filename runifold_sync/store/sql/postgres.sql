@@ -346,6 +346,15 @@ WHERE {query:task_page_filters}
 ORDER BY created_at, task_id
 LIMIT %(limit)s;
 
+-- name: list_children
+-- list_tasks given a parent: read from the partial index runifold_tasks_parent, whatever
+-- plan the filters' "IS NULL OR" form would get.
+SELECT {query:task_columns}
+FROM runifold_tasks
+WHERE parent_id = %(parent)s::text AND {query:task_page_filters}
+ORDER BY created_at, task_id
+LIMIT %(limit)s;
+
 -- name: referenced_versions
 SELECT definition_name, definition_version,
     COUNT(*) FILTER (WHERE state = 'queued') AS queued,
