@@ -17,16 +17,11 @@ import time
 from datetime import timedelta
 from urllib.parse import urlencode
 
-from common import Row, arg_parser, fresh_store, print_table, progress, retry_on_restart
+from common import Row, arg_parser, bench_flow, fresh_store, print_table, progress, registry, retry_on_restart
 
 from runifold_sync import (
     LeaseDuration,
-    StepContext,
     WorkerId,
-    Workflow,
-    WorkflowContext,
-    WorkflowDefinition,
-    WorkflowRegistry,
     WorkflowTask,
     open_store,
 )
@@ -38,30 +33,14 @@ TARGET_MS = 200.0
 BATCH = 5_000
 JOURNAL = 1_000
 
-long_flow = Workflow("bench-dashboard-long", 1)
-
-
-@long_flow.step()
-def tick(ctx: StepContext, value: int) -> int:
-    return value + 1
-
-
-@long_flow.main
-def run_long(ctx: WorkflowContext, steps: int) -> int:
-    value = 0
-    for _ in range(steps):
-        value = tick(ctx, value)
-    return value
-
 
 def seed(url: str, tasks: int) -> dict[str, str]:
     """``tasks`` tasks, 200 finished, and one with a 1,000-entry journal; returns the
     paths to measure."""
     with open_store(url) as store:
-        registry = WorkflowRegistry()
-        registry.register(WorkflowDefinition(long_flow))
-        store.enqueue(WorkflowTask.new(long_flow.name, 1, JOURNAL, checkpoint_id="long-journal"))
-        run_until_idle(store, registry)  # first: it would meet the tasks it does not serve
+        # common's bench-flow: JOURNAL steps, each a journal entry.
+        store.enqueue(WorkflowTask.new(bench_flow.name, 1, JOURNAL, checkpoint_id="long-journal"))
+        run_until_idle(store, registry())  # first: it would meet the tasks it does not serve
         for start in range(0, tasks, BATCH):
             store.enqueue_many(
                 [
