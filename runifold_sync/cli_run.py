@@ -22,6 +22,7 @@ from .cli_common import (
     store_url,
 )
 from .errors import RunifoldError
+from .idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
 from .logs import LogFormat, configure_logging
 from .metrics_endpoint import MetricsEndpoint, serving_metrics
 from .outcomes import RunOutcome
@@ -101,8 +102,8 @@ DEMO_URL = "sqlite:///runifold-demo.db"
 @click.option(
     "--max-backoff",
     "max_backoff_s",
-    type=click.FloatRange(min=0.025),
-    default=5.0,
+    type=click.FloatRange(min=DEFAULT_MIN_BACKOFF.total_seconds()),
+    default=DEFAULT_MAX_BACKOFF.total_seconds(),
     show_default=True,
     metavar="SECONDS",
     help="The longest an idle worker waits before it looks for work again (PostgreSQL wakes "

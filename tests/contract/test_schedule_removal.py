@@ -13,13 +13,8 @@ from runifold_sync import (
     InvalidArgument,
     Schedule,
     ScheduleNotFound,
-    ScheduleTick,
     TaskState,
     WorkerId,
-    Workflow,
-    WorkflowContext,
-    WorkflowDefinition,
-    WorkflowRegistry,
     WorkflowStore,
     WorkflowTask,
 )
@@ -27,33 +22,18 @@ from runifold_sync.operations import live_workers, no_live_worker_declares
 from runifold_sync.schedule_ticker import ScheduleTicks
 from runifold_sync.store.schedule_records import TickAttempt
 from tests.support.clock import Clock
+from tests.support.schedules import report_registry
 
 HOUR = timedelta(hours=1)
 SECOND = timedelta(seconds=1)
-report = Workflow("report", 1)
-
-
-@report.main
-def report_main(ctx: WorkflowContext, run: ScheduleTick) -> None:
-    return None
-
-
 HOURLY = Schedule("hourly", "report", 1, every=HOUR)
 DAILY = Schedule("daily", "report", 1, cron="0 3 * * *")
-
-
-def _registry(*schedules: Schedule) -> WorkflowRegistry:
-    registry = WorkflowRegistry()
-    registry.register(WorkflowDefinition(report))
-    for schedule in schedules:
-        registry.add_schedule(schedule)
-    return registry
 
 
 def test_removing_a_schedule_deletes_its_row_keeps_its_tick_tasks_and_is_in_its_history(
     store: WorkflowStore, clock: Clock
 ) -> None:
-    ticks = ScheduleTicks(store, _registry(HOURLY, DAILY))
+    ticks = ScheduleTicks(store, report_registry(HOURLY, DAILY))
     ticks.run()
     h1 = HOURLY.times.next_after(store.schedule("hourly").active_since)
     clock.advance(h1 + SECOND - store.now())
@@ -83,7 +63,7 @@ def test_removing_a_schedule_deletes_its_row_keeps_its_tick_tasks_and_is_in_its_
 def test_a_registry_that_still_adds_a_removed_schedule_stores_it_again_from_then(
     store: WorkflowStore, clock: Clock
 ) -> None:
-    running = ScheduleTicks(store, _registry(HOURLY))  # a pool that keeps running with it
+    running = ScheduleTicks(store, report_registry(HOURLY))  # a pool that keeps running with it
     running.run()
     h1 = HOURLY.times.next_after(store.schedule("hourly").active_since)
     store.remove_schedule("hourly", actor="alice", reason="retired")
@@ -128,7 +108,7 @@ def test_no_live_worker_declares_a_schedule_all_of_them_started_after_or_cannot_
 def test_a_schedule_removed_between_a_pools_read_and_its_tick_is_stored_again_at_its_next_look(
     store: WorkflowStore, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ticks = ScheduleTicks(store, _registry(HOURLY))
+    ticks = ScheduleTicks(store, report_registry(HOURLY))
     ticks.run()
     h1 = HOURLY.times.next_after(store.schedule("hourly").active_since)
     create_tick = store.create_tick

@@ -14,12 +14,8 @@ from runifold_sync import (
     LeaseDuration,
     Schedule,
     ScheduleNotFound,
-    ScheduleTick,
     TaskState,
     WorkerId,
-    Workflow,
-    WorkflowContext,
-    WorkflowDefinition,
     WorkflowRegistry,
     WorkflowStore,
     WorkflowWorker,
@@ -27,22 +23,9 @@ from runifold_sync import (
 from runifold_sync.schedule_ticker import ScheduleTicks
 from tests.support.backends import Backend
 from tests.support.clock import Clock
+from tests.support.schedules import report_registry
 
 HOUR = timedelta(hours=1)
-report = Workflow("report", 1)
-
-
-@report.main
-def report_main(ctx: WorkflowContext, run: ScheduleTick) -> dict[str, object]:
-    return {"tick": run.tick.isoformat(), "input": run.input}
-
-
-def _registry(*schedules: Schedule) -> WorkflowRegistry:
-    registry = WorkflowRegistry()
-    registry.register(WorkflowDefinition(report))
-    for schedule in schedules:
-        registry.add_schedule(schedule)
-    return registry
 
 
 HOURLY = Schedule("hourly", "report", 1, every=HOUR, input={"kind": "usage"})
@@ -61,7 +44,7 @@ def _tick_ids(store: WorkflowStore, name: str) -> list[str]:
 def test_ticks_are_made_once_when_due_and_only_the_latest_after_downtime(
     store: WorkflowStore, clock: Clock
 ) -> None:
-    ticks = ScheduleTicks(store, _registry(HOURLY))
+    ticks = ScheduleTicks(store, report_registry(HOURLY))
     first = ticks.run()
     declared = store.schedule("hourly")
     assert (declared.last_tick, declared.paused, declared.expression) == (None, False, "every 1h")
@@ -79,7 +62,7 @@ def test_ticks_are_made_once_when_due_and_only_the_latest_after_downtime(
     assert _tick_ids(store, "hourly") == [HOURLY.task_id(h1), HOURLY.task_id(h1 + 5 * HOUR)]
     assert store.schedule("hourly").last_tick == h1 + 5 * HOUR
     # Another process that had not looked since h1 finds nothing left to do.
-    assert ScheduleTicks(store, _registry(HOURLY)).run().created == ()
+    assert ScheduleTicks(store, report_registry(HOURLY)).run().created == ()
 
     task = store.get_task(created)
     assert (task.definition_name, task.definition_version) == ("report", 1)
@@ -90,7 +73,7 @@ def test_ticks_are_made_once_when_due_and_only_the_latest_after_downtime(
     }
     assert [e.kind for e in store.history(created)] == ["enqueued"]
     worker = WorkflowWorker(
-        store, _registry(), WorkerId.parse("w"), LeaseDuration(HOUR), timedelta(minutes=1)
+        store, report_registry(), WorkerId.parse("w"), LeaseDuration(HOUR), timedelta(minutes=1)
     )
     try:
         assert [worker.run_once().kind for _ in range(3)] == ["completed", "completed", "idle"]
@@ -104,7 +87,7 @@ def test_ticks_are_made_once_when_due_and_only_the_latest_after_downtime(
 def test_a_paused_schedule_makes_no_tick_and_resumes_from_its_next_tick(
     store: WorkflowStore, clock: Clock
 ) -> None:
-    ticks = ScheduleTicks(store, _registry(HOURLY))
+    ticks = ScheduleTicks(store, report_registry(HOURLY))
     ticks.run()
     h1 = HOURLY.times.next_after(store.schedule("hourly").active_since)
     paused = store.pause_schedule("hourly", actor="alice", reason="migrating the warehouse")
@@ -116,7 +99,7 @@ def test_a_paused_schedule_makes_no_tick_and_resumes_from_its_next_tick(
     assert paused.next_tick(store.now()) is None
     _move_to(store, clock, h1 + timedelta(minutes=5))
     assert ticks.run().created == ()
-    assert ScheduleTicks(store, _registry(HOURLY)).run().created == ()  # a fresh process too
+    assert ScheduleTicks(store, report_registry(HOURLY)).run().created == ()  # a fresh process too
 
     resumed = store.resume_schedule("hourly", actor="bob", reason="warehouse is back")
     assert not resumed.paused and resumed.paused_by is None
@@ -145,7 +128,7 @@ def test_resuming_a_schedule_that_is_not_paused_changes_nothing_but_is_recorded(
 def test_create_tick_refuses_a_tick_made_already_one_not_due_and_an_unknown_schedule(
     store: WorkflowStore, clock: Clock
 ) -> None:
-    registry = _registry(HOURLY)
+    registry = report_registry(HOURLY)
     store.declare_schedules(registry.schedules)
     h1 = HOURLY.times.next_after(store.schedule("hourly").active_since)
     early = store.create_tick("hourly", h1, registry.tick_task(HOURLY, h1))
@@ -157,9 +140,9 @@ def test_create_tick_refuses_a_tick_made_already_one_not_due_and_an_unknown_sche
     assert _tick_ids(store, "hourly") == [HOURLY.task_id(h1 + HOUR)]
     nightly = Schedule("nightly", "report", 1, every=HOUR)
     with pytest.raises(ScheduleNotFound, match="no schedule named 'nightly' is stored"):
-        store.create_tick("nightly", h1, _registry(nightly).tick_task(nightly, h1))
+        store.create_tick("nightly", h1, report_registry(nightly).tick_task(nightly, h1))
     with pytest.raises(InvalidArgument, match="must be task 'schedule:hourly:.*got 'schedule:nightly:"):
-        store.create_tick("hourly", h1, _registry(nightly).tick_task(nightly, h1))
+        store.create_tick("hourly", h1, report_registry(nightly).tick_task(nightly, h1))
     with pytest.raises(ScheduleNotFound):
         store.pause_schedule("nightly", actor="a", reason="b")
     with pytest.raises(ScheduleNotFound):
@@ -186,7 +169,7 @@ def _race(racers: list[WorkflowStore], registry: WorkflowRegistry, tick: datetim
 def test_two_stores_racing_for_one_tick_create_it_once(
     backend: Backend, store: WorkflowStore, clock: Clock
 ) -> None:
-    registry = _registry(HOURLY)
+    registry = report_registry(HOURLY)
     store.declare_schedules(registry.schedules)
     racers = [backend.open(), backend.open()]
     tick = HOURLY.times.next_after(store.schedule("hourly").active_since)
