@@ -105,6 +105,16 @@ def measure(kind: str, tasks: int, requests: int) -> list[Row]:
     return rows
 
 
+def run(quick: bool) -> list[Row]:
+    """The rows ``run_all.py`` prints: 2,000 tasks with ``--quick``, else 20,000."""
+    tasks, requests = (2_000, 20) if quick else (20_000, 40)
+    return [
+        Row(f"{row.figure} ({tasks:,} tasks)", row.value, row.ratio, row.target, row.met)
+        for kind in ("sqlite", "postgres")
+        for row in measure(kind, tasks, requests)
+    ]
+
+
 def main() -> None:
     parser = arg_parser(__doc__)
     parser.add_argument("--tasks", type=int, default=20_000, help="tasks stored (default 20,000)")

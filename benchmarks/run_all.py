@@ -1,7 +1,7 @@
 """Every benchmark in one run and one table: commit limit, workflow throughput, peers,
-idle pickup latency, result latency, claims at scale, memory, CPU per step and workflow
-length, retention, with each ratio taken against a baseline measured in this same run and each
-target of the performance issue marked met or NOT MET.
+idle pickup latency, result latency, claims at scale, memory, CPU per step, workflow
+length, retention and the dashboard's pages, with each ratio taken against a baseline
+measured in this same run and each target of the performance issue marked met or NOT MET.
 
 ``python benchmarks/run_all.py --quick`` (small N, a few minutes) or without ``--quick``
 for the full sizes (N=500 workflows, 2,000 one-step tasks, 200 latency samples).
@@ -18,6 +18,7 @@ from collections.abc import Callable
 import children
 import commit_limit
 import cpu_per_step
+import dashboard
 import journal_length
 import latency
 import memory
@@ -29,9 +30,9 @@ import throughput
 import wait_latency
 from common import PG_ADMIN_URL, Row, admin_connection, arg_parser, not_measured, print_table, progress
 
-# 2 throughput, 4 peers, 3 latency, 2 result latency, 2 scale, 2 memory, 5 workflow-length
-# and 2 retention rows carry a target.
-EXPECTED_TARGETS = 22
+# 1 throughput, 4 peers, 3 latency, 2 result latency, 2 scale, 2 memory, 1 CPU per step,
+# 5 workflow-length, 2 retention and 14 dashboard rows carry a target.
+EXPECTED_TARGETS = 36
 
 
 def _environment() -> str:
@@ -81,6 +82,7 @@ def main() -> None:
     section("CPU per step", lambda: cpu_per_step.run(args.quick))
     section("workflow length", lambda: journal_length.run(args.quick))
     section("retention (PostgreSQL)", lambda: prune.run(args.quick))
+    section("dashboard server time (p95; ratio: to the first page's)", lambda: dashboard.run(args.quick))
 
     table: list[Row] = []
     for title, rows in sections:
