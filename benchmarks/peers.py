@@ -26,6 +26,8 @@ from common import (
     HERE,
     QUICK_WORKFLOWS,
     WORKFLOWS,
+    CpuMeter,
+    CpuUse,
     Row,
     Throughput,
     arg_parser,
@@ -92,6 +94,7 @@ class PeerRun:
     seconds: float
     done: int
     info: dict[str, object]
+    cpu: CpuUse | None = None  # the machine's, from the first worker's start to the last one's end
 
 
 def _json_line(text: str) -> dict[str, object]:
@@ -110,7 +113,8 @@ def run_peer(script: str, url: str, *, processes: int, count: int, extra: list[s
     )
     if setup.returncode != 0:
         raise PeerFailed(f"{script} setup: {_tail(setup.stderr)}")
-    with tempfile.TemporaryDirectory(prefix="runifold-peer-") as tmp:
+    meter = CpuMeter(with_server=url.startswith("postgresql"))
+    with tempfile.TemporaryDirectory(prefix="runifold-peer-") as tmp, meter:
         logs = [Path(tmp) / f"worker-{i}.log" for i in range(processes)]
         workers = []
         for i, log in enumerate(logs):
@@ -151,7 +155,7 @@ def run_peer(script: str, url: str, *, processes: int, count: int, extra: list[s
     if done != count:
         raise PeerFailed(f"{script}: {done} of {count} jobs ran")
     info = {k: v for k, v in results[0].items() if k not in ("start", "end", "done")}
-    return PeerRun(end - start, done, info)
+    return PeerRun(end - start, done, info, meter.between(start, end))
 
 
 @retry_on_restart
@@ -208,27 +212,30 @@ def _dbos_row(kind: str, processes: int, goal: float | None, workflows: int, ver
     )
 
 
+def _cpu_us(cpu: CpuUse | None, per_s: float) -> str:
+    return "?" if cpu is None else f"{cpu.us_per(per_s):,.0f} µs"
+
+
 def _one_step_rows(tasks: int, versions: dict[str, str]) -> list[Row]:
     """runifold_sync one-step tasks (one per claim, and claimed in batches), the same
-    batched on a database without flush waits, and the queue peers, round by round."""
+    batched on a database without flush waits, and the queue peers, round by round;
+    each keeps its fastest run, and the machine's CPU per task in that run."""
     queues = {
         "pgqueuer": ("peer_pgqueuer.py", 1.0),
         "procrastinate": ("peer_procrastinate.py", 2.0),
     }
-    single: list[float] = []
-    batched: list[float] = []
-    unflushed: list[float] = []
-    peer: dict[str, list[float]] = {name: [] for name in queues}
+    single: list[Throughput] = []
+    batched: list[Throughput] = []
+    unflushed: list[Throughput] = []
+    peer: dict[str, list[PeerRun]] = {name: [] for name in queues}
     failed = {name: versions[name][1:] for name in queues if versions[name].startswith("!")}
     for round_ in range(1, ROUNDS + 1):
         progress(f"peers: runifold_sync one-step workflows, 4 processes, {tasks} tasks, round {round_}")
-        single.append(measure_fresh("postgres", workflows=tasks, steps=1, processes=4).workflows_per_s)
+        single.append(measure_fresh("postgres", workflows=tasks, steps=1, processes=4))
         batched.append(
-            measure_fresh(
-                "postgres", workflows=tasks, steps=1, processes=4, claim_batch=CLAIM_BATCH
-            ).workflows_per_s
+            measure_fresh("postgres", workflows=tasks, steps=1, processes=4, claim_batch=CLAIM_BATCH)
         )
-        unflushed.append(measure_unflushed(tasks).workflows_per_s)
+        unflushed.append(measure_unflushed(tasks))
         for name, (script, _goal) in queues.items():
             if name in failed:
                 continue
@@ -236,21 +243,27 @@ def _one_step_rows(tasks: int, versions: dict[str, str]) -> list[Row]:
                 f"peers: {name} {versions[name]}, PostgreSQL, 4 processes, {tasks} tasks, round {round_}"
             )
             try:
-                peer[name].append(tasks / measure_queue(script, 4, tasks).seconds)
+                peer[name].append(measure_queue(script, 4, tasks))
             except (PeerFailed, subprocess.TimeoutExpired) as exc:
                 failed[name] = str(exc)
-    best = max(max(single), max(batched))
-    mode = "claim batch 1" if max(single) >= max(batched) else f"claim batch {CLAIM_BATCH}"
+    fastest = max(single + batched, key=lambda run: run.workflows_per_s)
+    one, ten, off = (max(runs, key=lambda run: run.workflows_per_s) for runs in (single, batched, unflushed))
+    mode = f"claim batch {fastest.claim_batch}"
     rows = [
         Row(
             f"runifold_sync, PostgreSQL, 4 proc, {tasks} one-step tasks: tasks/s",
-            rate(max(single)),
-            f"one task per claim (default); {rate(max(batched))} with claim batch {CLAIM_BATCH}",
+            rate(one.workflows_per_s),
+            f"one task per claim (default); {rate(ten.workflows_per_s)} with claim batch {CLAIM_BATCH}",
+        ),
+        Row(
+            "  the same, machine CPU per task while draining (server included)",
+            _cpu_us(fastest.cpu, fastest.workflows_per_s),
+            f"{mode}; {_cpu_us(off.cpu, off.workflows_per_s)} with synchronous_commit=off",
         ),
         Row(
             "  diagnostic: the same with synchronous_commit=off (not durable, no target)",
-            rate(max(unflushed)),
-            f"{max(unflushed) / max(batched):.2f}x claim batch {CLAIM_BATCH}: "
+            rate(off.workflows_per_s),
+            f"{off.workflows_per_s / ten.workflows_per_s:.2f}x claim batch {CLAIM_BATCH}: "
             "the cost of waiting for each completion's WAL flush",
         ),
     ]
@@ -260,12 +273,16 @@ def _one_step_rows(tasks: int, versions: dict[str, str]) -> list[Row]:
         if name in failed:
             rows.append(not_measured(figure, failed[name], target))
             continue
-        ratio = best / max(peer[name])
+        best = max(peer[name], key=lambda run: run.done / run.seconds)
+        per_s = best.done / best.seconds
+        ratio = fastest.workflows_per_s / per_s
         rows.append(
             Row(
                 figure,
-                rate(max(peer[name])),
-                f"runifold_sync {ratio:.2f}x ({rate(best)}, {mode})",
+                rate(per_s),
+                f"runifold_sync {ratio:.2f}x ({rate(fastest.workflows_per_s)}, {mode}); machine CPU per "
+                f"task {_cpu_us(best.cpu, per_s)} against runifold_sync's "
+                f"{_cpu_us(fastest.cpu, fastest.workflows_per_s)}",
                 target,
                 ratio >= goal,
             )
