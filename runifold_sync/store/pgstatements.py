@@ -161,7 +161,7 @@ def claim_in(conn: Connection, request: ClaimRequest, values: Values) -> list[Cl
     # the prepared statement's generic plan serves from the first call, with the limit
     # (checked to be an integer) written into the text: as a parameter the planner
     # guessed thousands of rows and leased them through a scan of the whole table.
-    conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+    # lock_limited_tenants sets it (transaction-local) as it takes the tenant locks.
     conn.execute(Q["lock_limited_tenants"])
     leased = conn.execute(claim_statement(limit, request.routes), params).fetchall()
     # UPDATE ... RETURNING has no order: hand tasks out in claim order.

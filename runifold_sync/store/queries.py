@@ -5,6 +5,10 @@ A file is a sequence of blocks, each starting with a ``-- name: NAME`` line. The
 ``{now}`` stands for the dialect's store-time expression, so every query reads time the
 same way, and ``{query:NAME}`` stands for the text of query NAME, so a part that two
 statements share (the claims' tenant admission and leasing) is written once.
+
+Comment lines and indentation are dropped from the text sent: psycopg converts a
+statement's placeholders once and keeps the result only for statements up to 4 KB, and
+the claim, with its comments, was longer (converted anew on every claim).
 """
 
 from __future__ import annotations
@@ -27,8 +31,14 @@ def load_queries(dialect: str, now_expression: str) -> dict[str, str]:
         for name, body in zip(parts[1::2], parts[2::2], strict=True):
             if name in queries:
                 raise RuntimeError(f"query {name!r} is defined twice (again in {file}.sql)")
-            queries[name] = body.strip().rstrip(";").replace("{now}", now_expression)
+            queries[name] = _compact(body).rstrip(";").replace("{now}", now_expression)
     return {name: _INCLUDE.sub(lambda part: queries[part.group(1)], body) for name, body in queries.items()}
+
+
+def _compact(body: str) -> str:
+    """``body`` without its comment lines and each line's indentation."""
+    lines = (line.strip() for line in body.splitlines())
+    return "\n".join(line for line in lines if line and not line.startswith("--"))
 
 
 def load_migrations(dialect: str) -> list[tuple[int, str]]:

@@ -228,8 +228,7 @@ def test_the_claim_as_production_runs_it_reads_only_its_routes_past_finished_and
     params = {"worker_id": "worker-1", "lease": 30.0}
     arguments = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
     with pg.dialect.pool.connection() as conn, conn.transaction():
-        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        conn.execute(Q["lock_limited_tenants"])
+        conn.execute(Q["lock_limited_tenants"])  # sets plan_cache_mode = force_generic_plan
         conn.execute(("PREPARE runifold_claim AS " + numbered).encode())
         explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE runifold_claim ({})")
         [plan] = conn.execute(explain.format(arguments)).fetchall()

@@ -40,7 +40,11 @@ FROM runifold_tasks WHERE task_id = %(task_id)s;
 -- First statement of a claim: tenants with a lease limit are locked, so claimers admit
 -- their tasks one at a time, and the claim statement that follows (a new snapshot under
 -- READ COMMITTED) counts every lease committed before it. Unlimited tenants are not locked.
-SELECT tenant FROM runifold_tenants WHERE max_leased IS NOT NULL ORDER BY tenant FOR UPDATE;
+-- The same statement sets plan_cache_mode for the rest of the transaction (the claim's
+-- generic plan, see claim_in), one round of the pipeline fewer than a SET LOCAL.
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_cache_mode,
+    ARRAY(SELECT tenant FROM runifold_tenants WHERE max_leased IS NOT NULL ORDER BY tenant FOR UPDATE)
+    AS locked;
 
 -- name: claim_admitted_tenants
 -- Part of claim_tasks and claim_routed_tasks (each includes it by name): the tenants a
