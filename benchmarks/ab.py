@@ -9,6 +9,11 @@ are git revisions (``HEAD``, a commit, a branch), each exported with ``git archi
 into a temporary directory and run with its own ``benchmarks/common.py`` and package, on
 the interpreter (and installed dependencies) running this script.
 
+With ``--cpu`` each turn is instead the CPU per step of one in-process worker (the
+worker's own, and the PostgreSQL server's), for 5-step workflows and for one-step tasks,
+on both stores (``cpu_per_step.measure_worker``); the table gives each side's median,
+since a noisy machine only ever adds to a CPU figure in a few runs, and lower is better.
+
 With ``--run-all`` each turn is instead each revision's own ``run_all.py --quick``, and
 every figure both tables have is compared by its value's first number: higher is better
 for a rate (``/s``), lower for everything else (latency, CPU, memory). A figure more than
@@ -25,7 +30,7 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
-from statistics import mean
+from statistics import mean, median
 
 from common import ROOT, Row, arg_parser, print_table, progress
 
@@ -37,6 +42,21 @@ workflows = int(sys.argv[1])
 figures = {}
 for name, (kind, processes) in json.loads(sys.argv[2]).items():
     figures[name] = measure_fresh(kind, workflows=workflows, steps=5, processes=processes).steps_per_s
+print(json.dumps(figures))
+"""
+_MEASURE_CPU = """
+import json
+from common import fresh_store
+from cpu_per_step import measure_worker
+figures = {}
+for kind in ("sqlite", "postgres"):
+    for steps, workflows in ((5, 200), (1, 600)):
+        with fresh_store(kind) as url:
+            result = measure_worker(url, workflows=workflows, steps=steps)
+        shape = f"{kind}, {steps}-step workflows"
+        figures[f"{shape}: worker CPU per step"] = result.cpu_us_per_step
+        if result.server_s is not None:
+            figures[f"{shape}: server CPU per step"] = result.server_s / result.steps * 1e6
 print(json.dumps(figures))
 """
 
@@ -54,10 +74,11 @@ def export(revision: str, into: Path) -> Path:
     return tree
 
 
-def measure(tree: Path, workflows: int) -> dict[str, float]:
+def measure(tree: Path, workflows: int, *, cpu: bool = False) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{tree / 'benchmarks'}")
+    script = [_MEASURE_CPU] if cpu else [_MEASURE, str(workflows), json.dumps(FIGURES)]
     done = subprocess.run(
-        [sys.executable, "-c", _MEASURE, str(workflows), json.dumps(FIGURES)],
+        [sys.executable, "-c", *script],
         cwd=tree,
         env=env,
         capture_output=True,
@@ -116,6 +137,18 @@ def _compare_run_all(
     print_table(f"run_all --quick A/B, {names[0]} -> {names[1]}, {len(before)} rounds interleaved", rows)
 
 
+def _compare_cpu(
+    before: list[dict[str, float]], after: list[dict[str, float]], names: tuple[str, str]
+) -> None:
+    rows = []
+    for figure in before[0]:
+        b = median(run[figure] for run in before)
+        a = median(run[figure] for run in after)
+        rows.append(Row(figure, f"{b:,.0f} µs -> {a:,.0f} µs", f"{a / b:.2f}x"))
+    title = f"CPU per step A/B, {names[0]} -> {names[1]}, medians of {len(before)} rounds interleaved"
+    print_table(title, rows)
+
+
 def main() -> None:
     parser = arg_parser(__doc__)
     parser.add_argument("before")
@@ -123,6 +156,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workflows", type=int, default=300)
     parser.add_argument("--run-all", action="store_true", help="compare whole run_all.py --quick tables")
+    parser.add_argument("--cpu", action="store_true", help="compare CPU per step of an in-process worker")
     args = parser.parse_args()
     runs: dict[str, list[dict[str, float]]] = {args.before: [], args.after: []}
     with tempfile.TemporaryDirectory(prefix="runifold-ab-") as scratch:
@@ -133,13 +167,19 @@ def main() -> None:
             order = list(trees.items()) if turn % 2 else list(reversed(trees.items()))
             for rev, tree in order:
                 progress(f"ab: round {turn} of {args.rounds}, {rev}")
-                runs[rev].append(measure_run_all(tree) if args.run_all else measure(tree, args.workflows))
+                if args.run_all:
+                    runs[rev].append(measure_run_all(tree))
+                else:
+                    runs[rev].append(measure(tree, args.workflows, cpu=args.cpu))
                 print(
                     f"round {turn} {rev}: " + ", ".join(f"{k} {v:,.0f}" for k, v in runs[rev][-1].items()),
                     flush=True,
                 )
     if args.run_all:
         _compare_run_all(runs[args.before], runs[args.after], (args.before, args.after))
+        return
+    if args.cpu:
+        _compare_cpu(runs[args.before], runs[args.after], (args.before, args.after))
         return
     rows = []
     for name in FIGURES:
