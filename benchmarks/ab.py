@@ -9,10 +9,12 @@ are git revisions (``HEAD``, a commit, a branch), each exported with ``git archi
 into a temporary directory and run with its own ``benchmarks/common.py`` and package, on
 the interpreter (and installed dependencies) running this script.
 
-With ``--cpu`` each turn is instead the CPU per step of one in-process worker (the
-worker's own, and the PostgreSQL server's), for 5-step workflows and for one-step tasks,
-on both stores (``cpu_per_step.measure_worker``); the table gives each side's median,
-since a noisy machine only ever adds to a CPU figure in a few runs, and lower is better.
+With ``--cpu`` the two revisions instead run side by side, each a process with one
+in-process worker per shape (5-step workflows and one-step tasks, on both stores), in
+lockstep: a block of tasks on one side, then the same block on the other, first one side
+then the other, ``4 x --rounds`` blocks. The table gives each side's CPU per step (its
+worker's, and the PostgreSQL server's) over all blocks: on a machine whose speed swings
+by minutes, runs a minute apart differed by more than the changes being measured.
 
 With ``--run-all`` each turn is instead each revision's own ``run_all.py --quick``, and
 every figure both tables have is compared by its value's first number: higher is better
@@ -30,9 +32,9 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
-from statistics import mean, median
+from statistics import mean
 
-from common import ROOT, Row, arg_parser, print_table, progress
+from common import ROOT, Row, arg_parser, print_table, progress, server_cpu_s
 
 FIGURES = {"sqlite1": ("sqlite", 1), "postgres4": ("postgres", 4)}
 _MEASURE = """
@@ -44,20 +46,34 @@ for name, (kind, processes) in json.loads(sys.argv[2]).items():
     figures[name] = measure_fresh(kind, workflows=workflows, steps=5, processes=processes).steps_per_s
 print(json.dumps(figures))
 """
-_MEASURE_CPU = """
-import json
-from common import fresh_store
-from cpu_per_step import measure_worker
-figures = {}
-for kind in ("sqlite", "postgres"):
-    for steps, workflows in ((5, 200), (1, 600)):
-        with fresh_store(kind) as url:
-            result = measure_worker(url, workflows=workflows, steps=steps)
-        shape = f"{kind}, {steps}-step workflows"
-        figures[f"{shape}: worker CPU per step"] = result.cpu_us_per_step
-        if result.server_s is not None:
-            figures[f"{shape}: server CPU per step"] = result.server_s / result.steps * 1e6
-print(json.dumps(figures))
+# One revision's side of ``--cpu``: a worker per shape on its own fresh store, each with
+# its tasks enqueued up front; it runs a block of tasks whenever the driver says so and
+# answers with its own CPU time, so two revisions can run block for block in lockstep.
+_CPU_SIDE = """
+import contextlib, json, sys, time
+from datetime import timedelta
+from common import fresh_store, registry
+from runifold_sync import LeaseDuration, WorkerId, WorkflowTask, WorkflowWorker, open_store
+shapes, blocks = json.loads(sys.argv[1]), int(sys.argv[2])
+with contextlib.ExitStack() as stack:
+    workers = {}
+    for name, (kind, steps, per_block) in shapes.items():
+        store = stack.enter_context(open_store(stack.enter_context(fresh_store(kind))))
+        for start in range(0, per_block * blocks + 1, 1000):
+            count = min(1000, per_block * blocks + 1 - start)
+            store.enqueue_many([WorkflowTask.new("bench-flow", 1, steps) for _ in range(count)])
+        worker = WorkflowWorker(store, registry(), WorkerId.parse("ab"), LeaseDuration(timedelta(seconds=60)),
+                                timedelta(seconds=10))
+        stack.callback(worker.close)
+        worker.run_once(claim_next=True)  # warm up: connections, prepared statements
+        workers[name] = (worker, per_block)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        worker, per_block = workers[line.strip()]
+        cpu0 = time.process_time()
+        for _ in range(per_block):
+            worker.run_once(claim_next=True)
+        print(time.process_time() - cpu0, flush=True)
 """
 
 
@@ -74,11 +90,10 @@ def export(revision: str, into: Path) -> Path:
     return tree
 
 
-def measure(tree: Path, workflows: int, *, cpu: bool = False) -> dict[str, float]:
+def measure(tree: Path, workflows: int) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{tree / 'benchmarks'}")
-    script = [_MEASURE_CPU] if cpu else [_MEASURE, str(workflows), json.dumps(FIGURES)]
     done = subprocess.run(
-        [sys.executable, "-c", *script],
+        [sys.executable, "-c", _MEASURE, str(workflows), json.dumps(FIGURES)],
         cwd=tree,
         env=env,
         capture_output=True,
@@ -137,16 +152,64 @@ def _compare_run_all(
     print_table(f"run_all --quick A/B, {names[0]} -> {names[1]}, {len(before)} rounds interleaved", rows)
 
 
-def _compare_cpu(
-    before: list[dict[str, float]], after: list[dict[str, float]], names: tuple[str, str]
-) -> None:
+# name: (store, steps per workflow, workflows per block)
+CPU_SHAPES = {
+    "SQLite, 5-step workflows": ("sqlite", 5, 60),
+    "SQLite, one-step tasks": ("sqlite", 1, 150),
+    "PostgreSQL, 5-step workflows": ("postgres", 5, 60),
+    "PostgreSQL, one-step tasks": ("postgres", 1, 150),
+}
+
+
+def lockstep_cpu(trees: dict[str, Path], blocks: int) -> list[Row]:
+    """Both revisions' workers (``_CPU_SIDE``) started together and run block for block,
+    alternating which goes first, so a slow minute of the machine falls on both; the
+    server's CPU is read around each block (the other side is idle meanwhile)."""
+    sides = {}
+    for rev, tree in trees.items():
+        env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{tree / 'benchmarks'}")
+        sides[rev] = subprocess.Popen(
+            [sys.executable, "-c", _CPU_SIDE, json.dumps(CPU_SHAPES), str(blocks)],
+            cwd=tree,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+    spent = {(rev, name): [0.0, 0.0] for rev in trees for name in CPU_SHAPES}
+    try:
+        for rev, side in sides.items():
+            assert side.stdout is not None
+            if side.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"{rev}: the CPU worker did not start (exit {side.wait()})")
+        for block in range(blocks):
+            progress(f"ab --cpu: block {block + 1} of {blocks}")
+            order = list(sides.items()) if block % 2 == 0 else list(reversed(sides.items()))
+            for name in CPU_SHAPES:
+                for rev, side in order:
+                    assert side.stdin is not None and side.stdout is not None
+                    server0 = server_cpu_s()
+                    side.stdin.write(name + "\n")
+                    side.stdin.flush()
+                    worker_s = float(side.stdout.readline())
+                    server1 = server_cpu_s()
+                    spent[rev, name][0] += worker_s
+                    if server0 is not None and server1 is not None and CPU_SHAPES[name][0] == "postgres":
+                        spent[rev, name][1] += server1 - server0
+    finally:
+        for side in sides.values():
+            side.kill()
+            side.wait()
+    before, after = trees
     rows = []
-    for figure in before[0]:
-        b = median(run[figure] for run in before)
-        a = median(run[figure] for run in after)
-        rows.append(Row(figure, f"{b:,.0f} µs -> {a:,.0f} µs", f"{a / b:.2f}x"))
-    title = f"CPU per step A/B, {names[0]} -> {names[1]}, medians of {len(before)} rounds interleaved"
-    print_table(title, rows)
+    for name, (kind, steps, per_block) in CPU_SHAPES.items():
+        units = steps * per_block * blocks
+        for part, label in ((0, "worker"), (1, "server")):
+            if part and kind != "postgres":
+                continue
+            b, a = (spent[rev, name][part] / units * 1e6 for rev in (before, after))
+            rows.append(Row(f"{name}: {label} CPU per step", f"{b:,.0f} µs -> {a:,.0f} µs", f"{a / b:.2f}x"))
+    return rows
 
 
 def main() -> None:
@@ -161,25 +224,25 @@ def main() -> None:
     runs: dict[str, list[dict[str, float]]] = {args.before: [], args.after: []}
     with tempfile.TemporaryDirectory(prefix="runifold-ab-") as scratch:
         trees = {rev: export(rev, Path(scratch)) for rev in runs}
+        if args.cpu:
+            rows = lockstep_cpu(trees, args.rounds * 4)
+            print_table(
+                f"CPU per step A/B, {args.before} -> {args.after}, {args.rounds * 4} blocks in lockstep", rows
+            )
+            return
         for turn in range(1, args.rounds + 1):
             # ABBA order: a machine that speeds up or slows down over the run favours
             # neither side.
             order = list(trees.items()) if turn % 2 else list(reversed(trees.items()))
             for rev, tree in order:
                 progress(f"ab: round {turn} of {args.rounds}, {rev}")
-                if args.run_all:
-                    runs[rev].append(measure_run_all(tree))
-                else:
-                    runs[rev].append(measure(tree, args.workflows, cpu=args.cpu))
+                runs[rev].append(measure_run_all(tree) if args.run_all else measure(tree, args.workflows))
                 print(
                     f"round {turn} {rev}: " + ", ".join(f"{k} {v:,.0f}" for k, v in runs[rev][-1].items()),
                     flush=True,
                 )
     if args.run_all:
         _compare_run_all(runs[args.before], runs[args.after], (args.before, args.after))
-        return
-    if args.cpu:
-        _compare_cpu(runs[args.before], runs[args.after], (args.before, args.after))
         return
     rows = []
     for name in FIGURES:
