@@ -193,6 +193,29 @@ def _numbered(query: str) -> tuple[str, list[str]]:
     return numbered, names
 
 
+def _claim_as_production_runs_it(
+    pg: PostgresWorkflowStore, limit: int, routes: Routes
+) -> list[dict[str, Any]]:
+    """The nodes of the plan a worker's claim (``routes``, ``limit``) runs on: its exact
+    text prepared on a store connection and executed on its generic plan (EXPLAIN
+    ANALYZE, rolled back), as ``claim_in`` runs it."""
+    numbered, names = _numbered(claim_statement(limit, routes))
+    params = {"worker_id": "worker-1", "lease": 30.0}
+    arguments = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
+    with pg.dialect.pool.connection() as conn, conn.transaction():
+        conn.execute(Q["lock_limited_tenants"])  # sets plan_cache_mode = force_generic_plan
+        conn.execute(("PREPARE runifold_claim AS " + numbered).encode())
+        explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE runifold_claim ({})")
+        [plan] = conn.execute(explain.format(arguments)).fetchall()
+        plans = conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = 'runifold_claim'"
+        ).fetchall()
+        conn.execute("DEALLOCATE runifold_claim")  # prepared statements outlive a rollback
+        raise psycopg.Rollback()  # EXPLAIN ANALYZE ran the UPDATE
+    assert plans == [{"generic_plans": 1, "custom_plans": 0}]
+    return list(_plan_nodes(plan["QUERY PLAN"][0]["Plan"]))
+
+
 UNSERVED = 10_000
 ROUTES = Routes.serving(["default"], [("orders", 1, "fp-a"), ("refunds", 2, "fp-r")])
 
@@ -224,21 +247,7 @@ def test_the_claim_as_production_runs_it_reads_only_its_routes_past_finished_and
         admin.execute("ANALYZE runifold_tasks")
     for n in range(5):
         pg.enqueue(task(f"live-{n}"))
-    numbered, names = _numbered(claim_statement(3, ROUTES))
-    params = {"worker_id": "worker-1", "lease": 30.0}
-    arguments = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
-    with pg.dialect.pool.connection() as conn, conn.transaction():
-        conn.execute(Q["lock_limited_tenants"])  # sets plan_cache_mode = force_generic_plan
-        conn.execute(("PREPARE runifold_claim AS " + numbered).encode())
-        explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE runifold_claim ({})")
-        [plan] = conn.execute(explain.format(arguments)).fetchall()
-        plans = conn.execute(
-            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = 'runifold_claim'"
-        ).fetchall()
-        conn.execute("DEALLOCATE runifold_claim")  # prepared statements outlive a rollback
-        raise psycopg.Rollback()  # EXPLAIN ANALYZE ran the UPDATE
-    assert plans == [{"generic_plans": 1, "custom_plans": 0}]
-    nodes = list(_plan_nodes(plan["QUERY PLAN"][0]["Plan"]))
+    nodes = _claim_as_production_runs_it(pg, 3, ROUTES)
     scans = {
         (n["Node Type"], n.get("Index Name"))
         for n in nodes
@@ -274,6 +283,27 @@ def test_the_claim_as_production_runs_it_reads_only_its_routes_past_finished_and
     # Its five are leased: the due backlog it cannot claim does not wake it.
     assert pg.wait_for_work(timedelta(0), ROUTES) is False
     assert pg.wait_for_work(timedelta(0)) is True
+
+
+def test_the_claim_reads_its_routes_in_claim_order_on_statistics_taken_before_a_bulk_enqueue(
+    pg: PostgresWorkflowStore, postgres_url: str
+) -> None:
+    """A table never analyzed (a new store) with 15,000 tasks enqueued: the planner, sure
+    each route holds one row, once read a route's whole backlog from the idle wait's
+    due index and sorted it (17 ms of server CPU a claim). The due index now has a term
+    only the idle wait states, so the claim reads runifold_tasks_routed, in claim order."""
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("ALTER TABLE runifold_tasks SET (autovacuum_enabled = off)")
+    for _ in range(15):
+        pg.enqueue_many([WorkflowTask.new("bench-flow", 1, 1) for _ in range(1_000)])
+    # Both indexes' paths are estimated at one row and the same cost, so which one the
+    # planner took turned on the statement's text: these routes reproduced it.
+    routes = Routes.serving(["default"], [("bench-flow", 1, "fp-a"), ("refunds", 2, "fp-r")])
+    nodes = _claim_as_production_runs_it(pg, 1, routes)
+    on_tasks = [n for n in nodes if n.get("Relation Name") == "runifold_tasks"]
+    assert "runifold_tasks_routed_due" not in {n.get("Index Name") for n in on_tasks}
+    routed = [n for n in on_tasks if n.get("Index Name") == "runifold_tasks_routed"]
+    assert routed and all(n["Actual Rows"] <= 1 for n in routed)
 
 
 def test_store_connections_run_without_jit(pg: PostgresWorkflowStore) -> None:

@@ -1,0 +1,2 @@
+-- Version 18: the idle wait's index no longer serves the claim. The index change is the
+-- same in both dialects and follows in common/0018_claim_index_alone.sql.
