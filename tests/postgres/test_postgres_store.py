@@ -306,6 +306,25 @@ def test_the_claim_reads_its_routes_in_claim_order_on_statistics_taken_before_a_
     assert routed and all(n["Actual Rows"] <= 1 for n in routed)
 
 
+def test_a_step_commit_is_a_heap_only_update(pg: PostgresWorkflowStore) -> None:
+    """A step commit changes no column any index of the tasks covers (keys and partial
+    predicates alike), so PostgreSQL writes it as a heap-only update: no index entry per
+    step. An index predicate on the revision made every step commit write every index."""
+    pg.enqueue(task("t1"))
+    [claimed] = pg.claim(W1, LEASE)
+    # The backend's counts not yet sent to the statistics include its earlier
+    # transactions: the commit's are the difference.
+    counts = (
+        "SELECT pg_stat_get_xact_tuples_updated('runifold_tasks'::regclass) AS updated, "
+        "pg_stat_get_xact_tuples_hot_updated('runifold_tasks'::regclass) AS heap_only"
+    )
+    with pg.step_transaction() as tx:
+        before = tx.connection.execute(counts).fetchone()
+        tx.commit_checkpoint(claimed.lease, claimed.revision, '{"step": 1}')
+        after = tx.connection.execute(counts).fetchone()
+    assert {key: after[key] - before[key] for key in after} == {"updated": 1, "heap_only": 1}
+
+
 def test_store_connections_run_without_jit(pg: PostgresWorkflowStore) -> None:
     """A claim estimated above jit_above_cost (10,000 waiting tasks) spent ~50 ms a claim
     compiling; every connection of the pool has JIT off."""

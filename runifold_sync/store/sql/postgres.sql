@@ -319,7 +319,7 @@ CROSS JOIN LATERAL (
     SELECT t.ready_at FROM runifold_tasks t
     WHERE t.queue = r.queue AND t.definition_name = r.name AND t.definition_version = r.version
         AND t.state IN ('queued', 'waiting', 'leased') AND t.ready_at IS NOT NULL
-        AND t.revision >= 0  -- the term that lets this query, and only it, use the index
+        AND t.definition_version > 0  -- the term that lets this query, and only it, use the index
         AND (t.head IS NULL OR t.fingerprint IS NULL OR t.fingerprint = r.fingerprint)
     ORDER BY t.ready_at
     LIMIT 1

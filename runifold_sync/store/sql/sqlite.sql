@@ -232,7 +232,7 @@ SELECT (MIN((
     WHERE t.queue = json_extract(r.value, '$[0]') AND t.definition_name = json_extract(r.value, '$[1]')
         AND t.definition_version = json_extract(r.value, '$[2]')
         AND t.state IN ('queued', 'waiting', 'leased') AND t.ready_at IS NOT NULL
-        AND t.revision >= 0  -- the term that lets this query, and only it, use the index
+        AND t.definition_version > 0  -- the term that lets this query, and only it, use the index
         AND (t.head IS NULL OR t.fingerprint IS NULL OR t.fingerprint = json_extract(r.value, '$[3]'))
     ORDER BY t.ready_at
     LIMIT 1
