@@ -30,9 +30,9 @@ import throughput
 import wait_latency
 from common import PG_ADMIN_URL, Row, admin_connection, arg_parser, not_measured, print_table, progress
 
-# 1 throughput, 4 peers, 3 latency, 2 result latency, 2 scale, 2 memory, 1 CPU per step,
+# 1 throughput, 4 peers, 3 latency, 2 result latency, 4 scale, 2 memory, 1 CPU per step,
 # 5 workflow-length, 2 retention and 14 dashboard rows carry a target.
-EXPECTED_TARGETS = 36
+EXPECTED_TARGETS = 38
 
 
 def _environment() -> str:
