@@ -80,17 +80,43 @@ def measure_worker(
     return CpuPerStep(wall, cpu, (workflows - 1) * steps, server)
 
 
+@dataclass(frozen=True)
+class RawCommits:
+    """Single-row UPDATE commits on one connection: how many, the client's CPU and wall
+    time, and the server's CPU (PostgreSQL on this machine only)."""
+
+    commits: int
+    cpu_s: float
+    wall_s: float
+    server_s: float | None
+
+    def plus(self, other: RawCommits) -> RawCommits:
+        server = None if self.server_s is None or other.server_s is None else self.server_s + other.server_s
+        return RawCommits(
+            self.commits + other.commits, self.cpu_s + other.cpu_s, self.wall_s + other.wall_s, server
+        )
+
+
+def raw_commits(kind: str) -> RawCommits:
+    with fresh_store(kind) as url:
+        server0 = server_cpu_s() if kind == "postgres" else None
+        loop = measure_commit_loop(url, duration_s=1.0)
+        return RawCommits(loop.commits, loop.cpu_s, loop.wall_s, _server_spent(server0))
+
+
 def run(quick: bool) -> list[Row]:
     workflows = 100 if quick else 500
     rows = []
     for kind, label in (("sqlite", "SQLite FULL"), ("postgres", "PostgreSQL")):
         progress(f"cpu per step: {label}")
+        # The raw commits right before and right after the worker, counted together: on
+        # a machine whose speed swings by the minute, one sample taken after the worker
+        # moved the ratio by a quarter between runs.
+        first = raw_commits(kind)
         with fresh_store(kind) as url:
             result = measure_worker(url, workflows=workflows, steps=5)
-        with fresh_store(kind) as url:
-            server0 = server_cpu_s() if kind == "postgres" else None
-            raw = measure_commit_loop(url, duration_s=1.0)
-            raw_server = _server_spent(server0)
+        raw = first.plus(raw_commits(kind))
+        raw_server = raw.server_s
         raw_cpu_us = raw.cpu_s / raw.commits * 1e6
         rows.append(
             Row(
