@@ -46,9 +46,10 @@ for name, (kind, processes) in json.loads(sys.argv[2]).items():
     figures[name] = measure_fresh(kind, workflows=workflows, steps=5, processes=processes).steps_per_s
 print(json.dumps(figures))
 """
-# One revision's side of ``--cpu``: a worker per shape on its own fresh store, each with
-# its tasks enqueued up front; it runs a block of tasks whenever the driver says so and
-# answers with its own CPU time, so two revisions can run block for block in lockstep.
+# One revision's side of ``--cpu``, for the shapes it is given: a worker per shape on its
+# own fresh store, each with its tasks enqueued up front; it runs a block of tasks
+# whenever the driver says so and answers with its own CPU time, so two revisions can run
+# block for block in lockstep.
 _CPU_SIDE = """
 import contextlib, json, sys, time
 from datetime import timedelta
@@ -168,25 +169,28 @@ def lockstep_cpu(trees: dict[str, Path], blocks: int) -> list[Row]:
     sides = {}
     for rev, tree in trees.items():
         env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{tree / 'benchmarks'}")
-        sides[rev] = subprocess.Popen(
-            [sys.executable, "-c", _CPU_SIDE, json.dumps(CPU_SHAPES), str(blocks)],
-            cwd=tree,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-    spent = {(rev, name): [0.0, 0.0] for rev in trees for name in CPU_SHAPES}
+        for name, shape in CPU_SHAPES.items():
+            # A process per shape: its CPU time is then its own worker's, threads included.
+            sides[rev, name] = subprocess.Popen(
+                [sys.executable, "-c", _CPU_SIDE, json.dumps({name: shape}), str(blocks)],
+                cwd=tree,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+    spent = {key: [0.0, 0.0] for key in sides}
     try:
-        for rev, side in sides.items():
+        for (rev, name), side in sides.items():
             assert side.stdout is not None
             if side.stdout.readline().strip() != "ready":
-                raise RuntimeError(f"{rev}: the CPU worker did not start (exit {side.wait()})")
+                raise RuntimeError(f"{rev}: the CPU worker of {name} did not start (exit {side.wait()})")
         for block in range(blocks):
             progress(f"ab --cpu: block {block + 1} of {blocks}")
-            order = list(sides.items()) if block % 2 == 0 else list(reversed(sides.items()))
+            order = list(trees) if block % 2 == 0 else list(reversed(trees))
             for name in CPU_SHAPES:
-                for rev, side in order:
+                for rev in order:
+                    side = sides[rev, name]
                     assert side.stdin is not None and side.stdout is not None
                     server0 = server_cpu_s()
                     side.stdin.write(name + "\n")
