@@ -26,13 +26,15 @@ import peers
 import prune
 import psycopg
 import scale
+import stale_statistics
 import throughput
 import wait_latency
 from common import PG_ADMIN_URL, Row, admin_connection, arg_parser, not_measured, print_table, progress
 
-# 1 throughput, 4 peers, 3 latency, 2 result latency, 4 scale, 2 memory, 1 CPU per step,
+# 1 throughput, 4 peers, 3 latency, 2 result latency, 4 scale, 1 stale-statistics,
+# 2 memory, 1 CPU per step,
 # 5 workflow-length, 2 retention and 14 dashboard rows carry a target.
-EXPECTED_TARGETS = 38
+EXPECTED_TARGETS = 39
 
 
 def _environment() -> str:
@@ -78,6 +80,7 @@ def main() -> None:
     section("result latency (completion to wait_for_task)", lambda: wait_latency.run(args.quick))
     section("child workflows", lambda: children.run(args.quick))
     section("claim throughput at scale", lambda: scale.run(args.quick))
+    section("claims on statistics older than the backlog", lambda: stale_statistics.run(args.quick))
     section("memory", lambda: memory.run(args.quick))
     section("CPU per step", lambda: cpu_per_step.run(args.quick))
     section("workflow length", lambda: journal_length.run(args.quick))
