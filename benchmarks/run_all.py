@@ -32,8 +32,8 @@ import wait_latency
 from common import PG_ADMIN_URL, Row, admin_connection, arg_parser, not_measured, print_table, progress
 
 # 1 throughput, 4 peers, 3 latency, 2 result latency, 4 scale, 1 stale-statistics,
-# 2 memory, 1 CPU per step,
-# 5 workflow-length, 2 retention and 14 dashboard rows carry a target.
+# 2 memory, 1 CPU per step, 5 workflow-length, 2 retention and 14 dashboard rows carry
+# a target.
 EXPECTED_TARGETS = 39
 
 
