@@ -46,35 +46,27 @@ for name, (kind, processes) in json.loads(sys.argv[2]).items():
     figures[name] = measure_fresh(kind, workflows=workflows, steps=5, processes=processes).steps_per_s
 print(json.dumps(figures))
 """
-# One revision's side of ``--cpu``, for the shapes it is given: a worker per shape on its
-# own fresh store, each with its tasks enqueued up front; it runs a block of tasks
-# whenever the driver says so and answers with its own CPU time, so two revisions can run
-# block for block in lockstep.
+# One revision's side of ``--cpu`` for one shape: a worker on its own fresh store with
+# every block's tasks enqueued up front; it runs a block whenever the driver sends a line
+# and answers with its CPU time, so two revisions can run block for block in lockstep.
 _CPU_SIDE = """
-import contextlib, json, sys, time
+import json, sys, time
 from datetime import timedelta
-from common import fresh_store, registry
-from runifold_sync import LeaseDuration, WorkerId, WorkflowTask, WorkflowWorker, open_store
-shapes, blocks = json.loads(sys.argv[1]), int(sys.argv[2])
-with contextlib.ExitStack() as stack:
-    workers = {}
-    for name, (kind, steps, per_block) in shapes.items():
-        store = stack.enter_context(open_store(stack.enter_context(fresh_store(kind))))
-        for start in range(0, per_block * blocks + 1, 1000):
-            count = min(1000, per_block * blocks + 1 - start)
-            store.enqueue_many([WorkflowTask.new("bench-flow", 1, steps) for _ in range(count)])
-        worker = WorkflowWorker(store, registry(), WorkerId.parse("ab"), LeaseDuration(timedelta(seconds=60)),
-                                timedelta(seconds=10))
-        stack.callback(worker.close)
-        worker.run_once(claim_next=True)  # warm up: connections, prepared statements
-        workers[name] = (worker, per_block)
+from common import enqueue_workflows, fresh_store, registry
+from runifold_sync import LeaseDuration, WorkerId, WorkflowWorker, open_store
+(kind, steps, per_block), blocks = json.loads(sys.argv[1]), int(sys.argv[2])
+with fresh_store(kind) as url, open_store(url) as store:
+    enqueue_workflows(store, per_block * blocks + 1, steps, delay=None)
+    worker = WorkflowWorker(store, registry(), WorkerId.parse("ab"), LeaseDuration(timedelta(seconds=60)),
+                            timedelta(seconds=10))
+    worker.run_once(claim_next=True)  # warm up: connections, prepared statements
     print("ready", flush=True)
-    for line in sys.stdin:
-        worker, per_block = workers[line.strip()]
+    for _ in sys.stdin:
         cpu0 = time.process_time()
         for _ in range(per_block):
             worker.run_once(claim_next=True)
         print(time.process_time() - cpu0, flush=True)
+    worker.close()
 """
 
 
@@ -172,7 +164,7 @@ def lockstep_cpu(trees: dict[str, Path], blocks: int) -> list[Row]:
         for name, shape in CPU_SHAPES.items():
             # A process per shape: its CPU time is then its own worker's, threads included.
             sides[rev, name] = subprocess.Popen(
-                [sys.executable, "-c", _CPU_SIDE, json.dumps({name: shape}), str(blocks)],
+                [sys.executable, "-c", _CPU_SIDE, json.dumps(shape), str(blocks)],
                 cwd=tree,
                 env=env,
                 stdin=subprocess.PIPE,
@@ -193,7 +185,7 @@ def lockstep_cpu(trees: dict[str, Path], blocks: int) -> list[Row]:
                     side = sides[rev, name]
                     assert side.stdin is not None and side.stdout is not None
                     server0 = server_cpu_s()
-                    side.stdin.write(name + "\n")
+                    side.stdin.write("\n")
                     side.stdin.flush()
                     worker_s = float(side.stdout.readline())
                     server1 = server_cpu_s()

@@ -98,10 +98,14 @@ def registry() -> WorkflowRegistry:
 
 
 def enqueue_workflows(store: WorkflowStore, count: int, steps: int, *, delay: timedelta | None) -> None:
-    """``count`` bench-flow tasks, all due ``delay`` from now (store time)."""
+    """``count`` bench-flow tasks, all due ``delay`` from now (store time), a thousand
+    per transaction."""
     not_before = None if delay is None else store.now() + delay
-    for _ in range(count):
-        store.enqueue(WorkflowTask.new("bench-flow", 1, steps, not_before=not_before))
+    for start in range(0, count, 1000):
+        batch = min(1000, count - start)
+        store.enqueue_many(
+            [WorkflowTask.new("bench-flow", 1, steps, not_before=not_before) for _ in range(batch)]
+        )
 
 
 # --- fresh databases --------------------------------------------------------------------

@@ -96,6 +96,10 @@ class PeerRun:
     info: dict[str, object]
     cpu: CpuUse | None = None  # the machine's, from the first worker's start to the last one's end
 
+    @property
+    def per_s(self) -> float:
+        return self.done / self.seconds
+
 
 def _json_line(text: str) -> dict[str, object]:
     result: dict[str, object] = json.loads(text.strip().splitlines()[-1])
@@ -273,8 +277,8 @@ def _one_step_rows(tasks: int, versions: dict[str, str]) -> list[Row]:
         if name in failed:
             rows.append(not_measured(figure, failed[name], target))
             continue
-        best = max(peer[name], key=lambda run: run.done / run.seconds)
-        per_s = best.done / best.seconds
+        best = max(peer[name], key=lambda run: run.per_s)
+        per_s = best.per_s
         ratio = fastest.workflows_per_s / per_s
         rows.append(
             Row(

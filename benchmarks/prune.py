@@ -38,6 +38,7 @@ from common import (
     ROOT,
     Row,
     arg_parser,
+    enqueue_workflows,
     fresh_postgres,
     print_table,
     progress,
@@ -47,7 +48,7 @@ from common import (
 )
 from scale import finished_checkpoint
 
-from runifold_sync import WorkflowStore, WorkflowTask, open_store
+from runifold_sync import WorkflowStore, open_store
 
 FINISHED = 100_000
 POOL = 4
@@ -81,14 +82,6 @@ def fill_finished(url: str, count: int) -> None:
         # The fill's WAL is flushed now, not by a checkpoint in the middle of the first
         # baseline (one ran at 31 workflows/s against 476/s after the prune).
         pg.execute("CHECKPOINT")
-
-
-def enqueue(store: WorkflowStore, count: int, *, delay: timedelta | None = None) -> None:
-    """``count`` 5-step bench-flow tasks, a thousand per transaction."""
-    not_before = None if delay is None else store.now() + delay
-    tasks = [WorkflowTask.new("bench-flow", 1, STEPS, not_before=not_before) for _ in range(count)]
-    for start in range(0, count, 1000):
-        store.enqueue_many(tasks[start : start + 1000])
 
 
 def _one(url: str, sql: str, params: dict[str, object] | None = None) -> float:
@@ -142,7 +135,7 @@ def drain(url: str, store: WorkflowStore, queued: int, *, prune: float | None) -
     the window's length, and (with ``prune``, the prune's ``--share``) how many tasks
     the prune deleted."""
     enqueued = time.time()
-    enqueue(store, queued, delay=timedelta(seconds=1.5))
+    enqueue_workflows(store, queued, STEPS, delay=timedelta(seconds=1.5))
     _analyze(url)
     with running_pool(url, POOL):
         start = _first_claim(url, enqueued) + WARM_UP_S
@@ -248,7 +241,7 @@ def measure_soak(seconds: float) -> list[Row]:
         try:
             started = next_sample = time.monotonic()
             while (elapsed := time.monotonic() - started) < seconds:
-                enqueue(store, SOAK_RATE // 10)
+                enqueue_workflows(store, SOAK_RATE // 10, STEPS, delay=None)
                 if time.monotonic() >= next_sample:
                     if vacuums:
                         _vacuum(url)

@@ -13,12 +13,19 @@ from __future__ import annotations
 from contextlib import ExitStack
 
 import psycopg
-from common import Row, arg_parser, fresh_store, print_table, progress, rate, retry_on_restart
+from common import (
+    Row,
+    arg_parser,
+    enqueue_workflows,
+    fresh_store,
+    print_table,
+    progress,
+    rate,
+    retry_on_restart,
+)
 from scale import claim_rate
 
-from runifold_sync import WorkflowTask, open_store
-
-BATCH = 1_000
+from runifold_sync import open_store
 
 
 @retry_on_restart
@@ -32,9 +39,7 @@ def measure(queued: int) -> dict[str, float]:
             with psycopg.connect(url, autocommit=True) as admin:
                 admin.execute("ALTER TABLE runifold_tasks SET (autovacuum_enabled = off)")
             progress(f"stale statistics: {config}: enqueueing {queued:,} tasks")
-            for start in range(0, queued, BATCH):
-                count = min(BATCH, queued - start)
-                store.enqueue_many([WorkflowTask.new("bench-flow", 1, 1) for _ in range(count)])
+            enqueue_workflows(store, queued, 1, delay=None)
             if config == "analyzed":
                 with psycopg.connect(url, autocommit=True) as admin:
                     admin.execute("ANALYZE runifold_tasks")
