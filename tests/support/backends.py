@@ -2,9 +2,10 @@
 ``sqlite_store`` and ``pg`` for tests of one backend, ``backend`` and ``store`` for tests
 that run once per backend.
 
-SQLite: a fresh file in ``tmp_path``. PostgreSQL: a fresh database per test, created
-from the server named by ``RUNIFOLD_TEST_POSTGRES_URL`` (default
-``postgresql://postgres@127.0.0.1:5432/postgres``) and dropped afterwards. PgBouncer
+SQLite: a fresh file in ``tmp_path``. PostgreSQL: an empty database per test, on the
+server named by ``RUNIFOLD_TEST_POSTGRES_URL`` (default
+``postgresql://postgres@127.0.0.1:5432/postgres``), emptied afterwards for the next test
+(``DatabasePool``). PgBouncer
 (``pgbouncer``, the store contract suite's third backend): the same fresh database
 through the transaction-pooling PgBouncer at ``RUNIFOLD_TEST_PGBOUNCER_URL`` (default
 port 6432; ``tools/pgbouncer_up`` starts it, and a session-pooling one on 6433,
@@ -25,6 +26,7 @@ from urllib.parse import urlsplit
 import attrs
 import psycopg
 import pytest
+from psycopg import sql
 
 from runifold_sync import WorkflowStore, open_store
 from runifold_sync.postgres import PostgresWorkflowStore
@@ -112,17 +114,86 @@ def through_pgbouncer(direct_url: str, mode: str) -> str:
     return f"{url}?pgbouncer=true&listen_host={server.hostname}&listen_port={server.port}"
 
 
+@attrs.define
+class DatabasePool:
+    """This test process's PostgreSQL databases, each lent to one test at a time and
+    emptied when it comes back, dropped at the end of the session. A database per test
+    was the suite's largest cost: ``DROP DATABASE`` makes the server take an immediate
+    checkpoint (every dirty buffer written and fsynced, one checkpoint at a time for the
+    whole server), so the parallel workers queued behind a thousand checkpoints, and
+    ``CREATE DATABASE`` wrote the template's 7 MB through the WAL each time."""
+
+    admin_url: str
+    free: list[str] = attrs.Factory(list)
+    made: list[str] = attrs.Factory(list)
+
+    def take(self) -> str:
+        if self.free:
+            return self.free.pop()
+        dbname = f"runifold_test_{uuid.uuid4().hex[:16]}"
+        with psycopg.connect(self.admin_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+        self.made.append(dbname)
+        return dbname
+
+    def give_back(self, dbname: str) -> None:
+        """Empty ``dbname`` as a new database is (no schema objects, no per-database
+        settings) and lend it again; one that cannot be emptied is dropped."""
+        try:
+            with psycopg.connect(self.admin_url, autocommit=True) as admin:
+                admin.execute(sql.SQL("ALTER DATABASE {} RESET ALL").format(sql.Identifier(dbname)))
+            with psycopg.connect(with_database(self.admin_url, dbname), autocommit=True) as conn:
+                conn.execute("SET lock_timeout = '10s'")
+                conn.execute(
+                    "DROP SCHEMA public CASCADE; CREATE SCHEMA public AUTHORIZATION pg_database_owner;"
+                    " GRANT USAGE ON SCHEMA public TO PUBLIC"
+                )
+                left = conn.execute(
+                    "SELECT count(*) FROM pg_namespace WHERE nspname NOT IN ('public', 'information_schema')"
+                    " AND nspname NOT LIKE 'pg\\_%'"
+                ).fetchone()
+        except psycopg.Error:
+            self.drop(dbname)
+            return
+        if left is not None and left[0]:
+            self.drop(dbname)  # a test made a schema of its own
+            return
+        self.free.append(dbname)
+
+    def drop(self, dbname: str) -> None:
+        with psycopg.connect(self.admin_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
+        self.made.remove(dbname)
+        if dbname in self.free:
+            self.free.remove(dbname)
+
+    def drop_all(self) -> None:
+        for dbname in list(self.made):
+            self.drop(dbname)
+
+
+@pytest.fixture(scope="session")
+def postgres_databases() -> Iterator[DatabasePool]:
+    """The pool on the suite's server (``RUNIFOLD_TEST_POSTGRES_URL``)."""
+    pool = DatabasePool(admin_url())
+    yield pool
+    pool.drop_all()
+
+
 @pytest.fixture
-def postgres_url(postgres_admin_url: str) -> Iterator[str]:
-    """URL of a fresh, empty database, dropped (connections terminated) afterwards."""
-    dbname = f"runifold_test_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(postgres_admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{dbname}"')
+def postgres_url(postgres_admin_url: str, postgres_databases: DatabasePool) -> Iterator[str]:
+    """URL of an empty database of this test's own, emptied again afterwards; on a
+    private cluster a test overrides ``postgres_admin_url`` with, dropped afterwards."""
+    shared = postgres_admin_url == postgres_databases.admin_url
+    pool = postgres_databases if shared else DatabasePool(postgres_admin_url)
+    dbname = pool.take()
     try:
         yield with_database(postgres_admin_url, dbname)
     finally:
-        with psycopg.connect(postgres_admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        if shared:
+            pool.give_back(dbname)
+        else:
+            pool.drop(dbname)
 
 
 def open_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
