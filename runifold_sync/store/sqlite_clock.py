@@ -15,8 +15,8 @@ never below a time already written to the database. After that, a wall-clock ste
 changes nothing until the next boot; ``clock`` in the CLI and the metrics show how far
 this host's wall clock is from store time.
 
-``/proc/uptime`` counts in hundredths of a second; each process reads it once, at a
-tick, to learn the offset from its own ``time.monotonic_ns`` (which a clock shim may
+``/proc/uptime`` counts in hundredths of a second; each process reads it at a tick
+(``_calibrate``), to learn the offset from its own ``time.monotonic_ns`` (which a clock shim may
 shift but not speed up), and reads the monotonic clock from then on. Where there is no
 ``/proc`` (not Linux), store time is the wall clock, as the log says once.
 """
@@ -34,6 +34,8 @@ log = logging.getLogger("runifold_sync.store")
 _UPTIME = Path("/proc/uptime")
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 WALL_CLOCK_BOOT = "wall-clock"  # the boot id where store time follows the wall clock
+_CALIBRATION_TICKS = 10
+_NARROW_WINDOW_NS = 100_000
 
 # The store-time expression every SQLite query uses (``{now}``): the anchor row, read by
 # the statement, plus this process's boot clock as stamped for the statement.
@@ -62,14 +64,31 @@ class HostClock:
 
 
 def _calibrate() -> int:
-    """Boot clock minus ``time.monotonic_ns``, read at the moment ``/proc/uptime`` ticks
-    (within about 10 ms of waiting), so the hundredths it shows are exact there."""
-    first = _read_uptime_ns()
-    while True:
-        reading = _read_uptime_ns()
-        read_at = time.monotonic_ns()
-        if reading != first:
-            return reading - read_at
+    """Boot clock minus ``time.monotonic_ns``, read where ``/proc/uptime`` ticks.
+
+    The tick falls between the start of the last read that still showed the old
+    hundredth and the end of the first that shows the new one. On a busy host a read
+    can be preempted for milliseconds, and two processes calibrated that loosely
+    disagree on store time by as much (a task one worker just made due would be in
+    another's future), so a tick counts only when that window is narrow; otherwise the
+    narrowest of a few ticks (each about 10 ms apart) is used."""
+    best_window_ns, best_offset_ns = None, 0
+    for _ in range(_CALIBRATION_TICKS):
+        last_old_started = time.monotonic_ns()
+        first = _read_uptime_ns()
+        while True:
+            started = time.monotonic_ns()
+            reading = _read_uptime_ns()
+            if reading != first:
+                break
+            last_old_started = started
+        ended = time.monotonic_ns()
+        window_ns = ended - last_old_started
+        if best_window_ns is None or window_ns < best_window_ns:
+            best_window_ns, best_offset_ns = window_ns, reading - (last_old_started + ended) // 2
+        if window_ns <= _NARROW_WINDOW_NS:
+            break
+    return best_offset_ns
 
 
 def _read_uptime_ns() -> int:

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from runifold_sync import TaskState, WorkflowStore
@@ -48,7 +48,22 @@ def follow(browser: webdriver.Chrome, element: WebElement) -> None:
     browser has navigated, and the old page's elements go stale under the test."""
     page = browser.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(browser, 30).until(expected_conditions.staleness_of(page))
+    WebDriverWait(browser, 30).until(lambda _: _left(page))
+
+
+def _left(page: WebElement) -> bool:
+    """Whether the browser has left ``page``. Caught mid-navigation, Chromium reports the
+    old page's node as no longer in the document (a ``WebDriverException``), which is the
+    same news as the stale reference Selenium's ``staleness_of`` alone expects."""
+    try:
+        page.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in (exc.msg or ""):
+            return True
+        raise
+    return False
 
 
 @pytest.fixture

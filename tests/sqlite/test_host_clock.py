@@ -5,6 +5,8 @@ again after a reboot never below a time the database already holds."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -57,3 +59,22 @@ def test_after_a_reboot_the_clock_is_anchored_again_never_below_a_time_the_datab
     with sqlite3.connect(sqlite_path) as conn:
         assert conn.execute("SELECT boot_id FROM runifold_clock").fetchone()[0] == HOST_CLOCK.boot_id
     reopened.close()
+
+
+def test_another_process_reads_the_same_boot_clock_within_a_millisecond() -> None:
+    """Each process calibrates its own monotonic clock against ``/proc/uptime``: the
+    child's reading must fall between this process's readings before and after it."""
+    before = HOST_CLOCK.uptime_us()
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from runifold_sync.store.sqlite_clock import HOST_CLOCK; print(HOST_CLOCK.uptime_us())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    after = HOST_CLOCK.uptime_us()
+    assert before - 1_000 <= int(child.stdout) <= after + 1_000
