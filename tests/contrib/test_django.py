@@ -11,16 +11,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
-import psycopg
 import pytest
 
-from tests.support.backends import with_database
+from tests.support.backends import DatabasePool, with_database
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = Path(__file__).with_name("django_cases.py")
@@ -114,20 +112,18 @@ def django_db_run(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[CaseRun]:
     """The store-in-Django's-database cases, with Django on SQLite or on a fresh
-    PostgreSQL database (dropped afterwards)."""
+    PostgreSQL database (emptied afterwards)."""
     tmp = tmp_path_factory.mktemp(f"django-{request.param}")
     if request.param == "sqlite":
         yield run_cases(DB_CASES, tmp)
         return
-    admin = request.getfixturevalue("postgres_admin_url")
-    dbname = f"runifold_django_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{dbname}"')
+    request.getfixturevalue("postgres_admin_url")  # reachable, or skipped (failed under CI)
+    databases: DatabasePool = request.getfixturevalue("postgres_databases")
+    dbname = databases.take()
     try:
-        yield run_cases(DB_CASES, tmp, RUNIFOLD_TEST_DJANGO_PG_URL=with_database(admin, dbname))
+        yield run_cases(DB_CASES, tmp, RUNIFOLD_TEST_DJANGO_PG_URL=with_database(databases.admin_url, dbname))
     finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        databases.give_back(dbname)
 
 
 @pytest.mark.timeout(150)
