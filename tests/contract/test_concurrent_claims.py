@@ -13,70 +13,14 @@ import multiprocessing
 import random
 import time
 from collections import Counter
-from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from runifold_sync import (
-    LeaseDuration,
-    LeaseLostError,
-    TaskOutcome,
-    TaskState,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
-    open_store,
-)
-from runifold_sync.codec import to_json
+from runifold_sync import TaskOutcome, TaskState, WorkflowStore, WorkflowTask, open_store
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.support.backends import Backend
-
-IDLE_CLAIMS_BEFORE_EXIT = 5
-MAX_ERRORS = 20  # a claimer that keeps failing stops and reports instead of spinning
-
-
-def claimer(url: str, name: str, lease_s: float, stall_every: int, go: Any, results: Any) -> None:
-    """Claim batches of 1-5 tasks and complete them until the queue stays empty; report
-    every claim, every completion, every refused late write and every other error."""
-    report: dict[str, Any] = {"name": name, "claims": [], "completed": [], "refused": [], "errors": []}
-    rng = random.Random(name)
-    try:
-        store = open_store(url)
-    except Exception as exc:
-        report["errors"].append(f"open: {exc!r}")
-        results.put(report)
-        return
-    worker, lease = WorkerId.parse(name), LeaseDuration(timedelta(seconds=lease_s))
-    go.wait()
-    idle = 0
-    try:
-        while idle < IDLE_CLAIMS_BEFORE_EXIT and len(report["errors"]) < MAX_ERRORS:
-            try:
-                batch = store.claim(worker, lease, limit=rng.randint(1, 5))
-            except Exception as exc:
-                report["errors"].append(f"claim: {exc!r}")
-                continue
-            if not batch:
-                idle += 1
-                time.sleep(0.02 + lease_s * 0.5 * (stall_every > 0))
-                continue
-            idle = 0
-            for claimed in batch:
-                task_id, token = claimed.lease.task_id, claimed.lease.fencing_token
-                report["claims"].append((task_id, token))
-                if stall_every and rng.randrange(stall_every) == 0:
-                    time.sleep(lease_s * 1.5)  # outlive the lease: another claimer may take over
-                try:
-                    store.complete(claimed.lease, claimed.revision, to_json({}), to_json([name, token]))
-                    report["completed"].append((task_id, token))
-                except LeaseLostError:
-                    report["refused"].append((task_id, token))
-                except Exception as exc:
-                    report["errors"].append(f"complete {task_id}: {exc!r}")
-    finally:
-        store.close()
-        results.put(report)
+from tests.support.spawned import claimer
 
 
 def run_claimers(

@@ -22,12 +22,12 @@ from runifold_sync import (
     WorkerId,
     WorkflowStore,
     WorkflowTask,
-    open_store,
 )
 from runifold_sync.codec import to_json
 from runifold_sync.store.queries import load_migrations
 from runifold_sync.stores import sqlite_path
 from tests.support.backends import Backend, with_database
+from tests.support.spawned import open_and_migrate
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 W1 = WorkerId.parse("worker-1")
@@ -92,17 +92,6 @@ def test_stores_opened_at_once_on_a_fresh_database_migrate_it_exactly_once(backe
     assert [s.migrate() for s in stores] == [LATEST] * 6
     every = [(version,) for version, _script in load_migrations(backend.kind)]
     assert raw_query(backend, "SELECT version FROM runifold_schema ORDER BY version") == every
-
-
-def open_and_migrate(url: str, barrier: Any, results: Any) -> None:
-    """In a spawned process: open a store on ``url`` (which migrates it) the moment every
-    other process is ready too, migrate once more, and report the versions or the error."""
-    try:
-        barrier.wait(timeout=60)
-        with open_store(url) as store:
-            results.put(("migrated", store.migrate()))
-    except Exception as exc:
-        results.put(("error", repr(exc)))
 
 
 @pytest.mark.timeout(120)
