@@ -191,7 +191,7 @@ class Pristine:
             if contents:
                 rows[table] = json.dumps(contents)
         sequences = {
-            f"{name}": (int(value), bool(called))
+            name: (int(value), bool(called))
             for name, value, called in conn.execute(
                 "SELECT sequencename, coalesce(last_value, start_value), last_value IS NOT NULL"
                 " FROM pg_sequences WHERE schemaname = 'public'"
@@ -282,7 +282,7 @@ class DatabasePool:
                     self.migrated.append(dbname)
                     return
         except psycopg.Error:
-            pass
+            pass  # not reset (a lock held past the timeout, no superuser): empty it instead
         self.empty(dbname)
 
     def empty(self, dbname: str) -> None:
