@@ -163,6 +163,12 @@ FROM (
 REUSE_AT_MOST_BYTES = 4 * 1024 * 1024
 
 
+def schema_fingerprint(conn: psycopg.Connection[Any]) -> tuple[str, int]:
+    """The database's ``SCHEMA_FINGERPRINT`` and the bytes its relations take."""
+    fingerprint, size = conn.execute(SCHEMA_FINGERPRINT).fetchone() or ("", 0)
+    return fingerprint, int(size)
+
+
 @attrs.frozen
 class Pristine:
     """A freshly migrated database as the store leaves it: its fingerprint, size, the rows
@@ -176,7 +182,7 @@ class Pristine:
 
     @classmethod
     def read(cls, conn: psycopg.Connection[Any]) -> Pristine:
-        fingerprint, size = conn.execute(SCHEMA_FINGERPRINT).fetchone() or ("", 0)
+        fingerprint, size = schema_fingerprint(conn)
         tables = tuple(
             name
             for (name,) in conn.execute(
@@ -197,11 +203,11 @@ class Pristine:
                 " FROM pg_sequences WHERE schemaname = 'public'"
             )
         }
-        return cls(fingerprint, int(size), tables, rows, sequences)
+        return cls(fingerprint, size, tables, rows, sequences)
 
     def matches(self, conn: psycopg.Connection[Any]) -> bool:
-        fingerprint, size = conn.execute(SCHEMA_FINGERPRINT).fetchone() or ("", 0)
-        return fingerprint == self.fingerprint and int(size) <= self.bytes + REUSE_AT_MOST_BYTES
+        fingerprint, size = schema_fingerprint(conn)
+        return fingerprint == self.fingerprint and size <= self.bytes + REUSE_AT_MOST_BYTES
 
     def restore(self, conn: psycopg.Connection[Any]) -> None:
         """Put back the migrated rows and nothing else, with triggers and foreign keys off
@@ -274,16 +280,23 @@ class DatabasePool:
         """Reset ``dbname`` to a fresh migration's contents, or else empty it as a new
         database is (no schema objects, no per-database settings), and lend it again; one
         that cannot be emptied is dropped."""
+        if self.pristine is not None and self.reset(dbname, self.pristine):
+            self.migrated.append(dbname)
+        else:
+            self.empty(dbname)
+
+    def reset(self, dbname: str, pristine: Pristine) -> bool:
+        """Whether ``dbname`` still matched ``pristine`` and has its rows put back; not
+        when it changed, or the reset failed (a lock held past the timeout, no superuser)."""
         try:
             with psycopg.connect(with_database(self.admin_url, dbname), autocommit=True) as conn:
                 conn.execute("SET lock_timeout = '10s'")
-                if self.pristine is not None and self.pristine.matches(conn):
-                    self.pristine.restore(conn)
-                    self.migrated.append(dbname)
-                    return
+                if not pristine.matches(conn):
+                    return False
+                pristine.restore(conn)
+                return True
         except psycopg.Error:
-            pass  # not reset (a lock held past the timeout, no superuser): empty it instead
-        self.empty(dbname)
+            return False
 
     def empty(self, dbname: str) -> None:
         try:
