@@ -1,7 +1,7 @@
 """Named crash points: SIGKILL (or pause) this process at an exact place in the lease protocol.
 
 For tests of what survives a crash. Enabled only by the environment variable
-``RUNIFOLD_CRASH_AT``, read once at import; when it is unset, ``ARMED`` is empty and
+``RUNIFOLD_CRASH_AT``, read at import (and again by :func:`read_environment`); when it is unset, ``ARMED`` is empty and
 each hook in the library is one ``if crashpoints.ARMED:`` test. The value is a comma
 separated list of ``point`` or ``point:subject``; a point with a subject fires only for
 that subject::
@@ -87,8 +87,20 @@ def parse(text: str) -> dict[str, frozenset[str] | None]:
     return {point: None if s is None else frozenset(s) for point, s in armed.items()}
 
 
-ARMED = parse(os.environ.get(ENV_VAR, ""))
-PAUSE_UNTIL = os.environ.get(PAUSE_ENV_VAR) or None
+ARMED: dict[str, frozenset[str] | None] = {}
+PAUSE_UNTIL: str | None = None
+
+
+def read_environment() -> None:
+    """Arm the points ``RUNIFOLD_CRASH_AT`` names now. Import does this once; a process
+    forked from a parent that imported the package before the variable was set (the test
+    suite's pre-imported parent, ``tests/support/zygote.py``) calls it again."""
+    global ARMED, PAUSE_UNTIL
+    ARMED = parse(os.environ.get(ENV_VAR, ""))
+    PAUSE_UNTIL = os.environ.get(PAUSE_ENV_VAR) or None
+
+
+read_environment()
 
 
 def transition(kind: str) -> _Transition:

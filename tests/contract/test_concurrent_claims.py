@@ -1,15 +1,15 @@
 """Many processes claiming from one database: no task is claimed twice under one token,
 none is lost, and each is completed exactly once.
 
-Each claimer is a fresh interpreter (multiprocessing "spawn": nothing crosses a fork)
-that opens its own store from the URL, claims small batches and completes what it
-claims. In the second scenario leases are short and claimers sometimes stall past them,
-so tasks are legitimately reclaimed: fencing must then refuse every late write.
+Each claimer is a process of its own, forked by multiprocessing's fork server (no
+connection, pool or thread crosses the fork: ``tests/support/spawned.py``), that opens
+its own store from the URL, claims small batches and completes what it claims. In the
+second scenario leases are short and claimers sometimes stall past them, so tasks are
+legitimately reclaimed: fencing must then refuse every late write.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import random
 import time
 from collections import Counter
@@ -19,6 +19,7 @@ import pytest
 
 from runifold_sync import TaskOutcome, TaskState, WorkflowStore, WorkflowTask, open_store
 from runifold_sync.sqlite import SqliteWorkflowStore
+from tests.support import spawned
 from tests.support.backends import Backend
 from tests.support.spawned import claimer
 
@@ -26,7 +27,7 @@ from tests.support.spawned import claimer
 def run_claimers(
     url: str, processes: int, lease_s: float = 60.0, stall_every: int = 0
 ) -> list[dict[str, Any]]:
-    context = multiprocessing.get_context("spawn")
+    context = spawned.context()
     go, results = context.Event(), context.Queue()
     workers = [
         context.Process(target=claimer, args=(url, f"claimer-{n}", lease_s, stall_every, go, results))

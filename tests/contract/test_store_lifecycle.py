@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sqlite3
 import threading
@@ -26,6 +25,7 @@ from runifold_sync import (
 from runifold_sync.codec import to_json
 from runifold_sync.store.queries import load_migrations
 from runifold_sync.stores import sqlite_path
+from tests.support import spawned
 from tests.support.backends import Backend, with_database
 from tests.support.spawned import open_and_migrate
 
@@ -96,7 +96,7 @@ def test_stores_opened_at_once_on_a_fresh_database_migrate_it_exactly_once(backe
 
 @pytest.mark.timeout(120)
 def test_processes_started_at_once_on_a_fresh_database_migrate_it_exactly_once(backend: Backend) -> None:
-    context = multiprocessing.get_context("spawn")  # fresh interpreters, nothing shared
+    context = spawned.context()
     barrier, results = context.Barrier(6), context.Queue()
     processes = [
         context.Process(target=open_and_migrate, args=(backend.url, barrier, results)) for _ in range(6)

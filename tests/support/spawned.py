@@ -1,10 +1,12 @@
-"""The functions the tests run in spawned processes (multiprocessing "spawn": a fresh
-interpreter, nothing crosses a fork). A spawned child imports the module its target is
-defined in; a test module brings pytest, hypothesis and the fixtures with it (about half
-a second of CPU a child, and the suite spawns dozens), this one only the package."""
+"""The functions the tests run in processes of their own, and the multiprocessing context
+that starts them (:func:`context`). A child imports the module its target is defined
+in; a test module brings pytest, hypothesis and the fixtures with it, this one only the
+package."""
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.context
 import random
 import time
 from datetime import timedelta
@@ -14,8 +16,18 @@ from runifold_sync import LeaseDuration, LeaseLostError, WorkerId, open_store
 from runifold_sync.codec import to_json
 
 
+def context() -> multiprocessing.context.BaseContext:
+    """multiprocessing's "forkserver": its server process imports this module, the
+    package and psycopg once, and each child is forked from it. A child so starts with
+    no connection, pool or thread, as a spawned one would (the server holds none), without
+    spending half a second of CPU on the interpreter's start and the imports."""
+    forkserver = multiprocessing.get_context("forkserver")
+    forkserver.set_forkserver_preload(["tests.support.spawned", "runifold_sync.store.postgres"])
+    return forkserver
+
+
 def open_and_migrate(url: str, barrier: Any, results: Any) -> None:
-    """In a spawned process: open a store on ``url`` (which migrates it) the moment every
+    """In a process of its own: open a store on ``url`` (which migrates it) the moment every
     other process is ready too, migrate once more, and report the versions or the error."""
     try:
         barrier.wait(timeout=60)
