@@ -16,9 +16,8 @@ from runifold_sync.postgres import PostgresWorkflowStore
 from runifold_sync.sqlite import SqliteWorkflowStore
 from runifold_sync.store.queries import load_migrations
 from runifold_sync.stores import ENV_VAR, sqlite_path
+from tests.support import processes
 from tests.support.backends import through_pgbouncer
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_three_slashes_name_a_sqlite_file_relative_to_the_working_directory(
@@ -104,16 +103,9 @@ def test_a_postgresql_url_without_the_driver_installed_names_the_extra_but_not_t
 
 def _cli(cwd: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """``python -m runifold_sync ARGS`` in ``cwd`` with exactly the given runifold
-    environment (this checkout importable, no inherited ``RUNIFOLD_DATABASE_URL``)."""
-    base = {k: v for k, v in os.environ.items() if k != ENV_VAR} | {"PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "runifold_sync", *args],
-        cwd=cwd,
-        env=base | env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    environment (no inherited ``RUNIFOLD_DATABASE_URL``)."""
+    base = {k: v for k, v in os.environ.items() if k != ENV_VAR}
+    return processes.run("runifold_sync", *args, timeout_s=60, env=base | env, cwd=cwd)
 
 
 @pytest.mark.timeout(90)

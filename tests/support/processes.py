@@ -62,12 +62,13 @@ def spawn(
 
 
 def run(
-    module: str, *args: str, timeout_s: float, env: Mapping[str, str] | None = None
+    module: str, *args: str, timeout_s: float, env: Mapping[str, str] | None = None, cwd: Path = ROOT
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m module args`` from the repository root to its end, output captured."""
+    """Run ``python -m module args`` in ``cwd`` (the repository root unless told) to its
+    end, output captured."""
     with popen_class(env)(
         command(module, *args),
-        cwd=ROOT,
+        cwd=cwd,
         env=None if env is None else dict(env),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
