@@ -1,10 +1,10 @@
 """Named crash points: SIGKILL (or pause) this process at an exact place in the lease protocol.
 
 For tests of what survives a crash. Enabled only by the environment variable
-``RUNIFOLD_CRASH_AT``, read at import (and again by :func:`read_environment`); when it is unset, ``ARMED`` is empty and
-each hook in the library is one ``if crashpoints.ARMED:`` test. The value is a comma
-separated list of ``point`` or ``point:subject``; a point with a subject fires only for
-that subject::
+``RUNIFOLD_CRASH_AT``, read at import (and again by :func:`read_environment`); when it
+is unset, ``ARMED`` is empty and each hook in the library is one ``if
+crashpoints.ARMED:`` test. The value is a comma separated list of ``point`` or
+``point:subject``; a point with a subject fires only for that subject::
 
     RUNIFOLD_CRASH_AT=after_claim
     RUNIFOLD_CRASH_AT=before_commit:reserve#1          # before the commit recording reserve#1

@@ -296,6 +296,21 @@ def test_an_unset_variable_arms_nothing() -> None:
     assert crashpoints.PAUSE_UNTIL is None  # an armed point kills unless told to pause
 
 
+def test_reading_the_environment_again_arms_what_it_names_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a child forked from a parent that imported the package before the variable
+    was set relies on (``tests/support/zygote.py``)."""
+    monkeypatch.setenv(crashpoints.ENV_VAR, "after_claim,before_commit:reserve#1")
+    monkeypatch.setenv(crashpoints.PAUSE_ENV_VAR, "/tmp/go")
+    try:
+        crashpoints.read_environment()
+        assert crashpoints.ARMED == {"after_claim": None, "before_commit": frozenset({"reserve#1"})}
+        assert crashpoints.PAUSE_UNTIL == "/tmp/go"
+    finally:
+        monkeypatch.undo()
+        crashpoints.read_environment()
+    assert (crashpoints.ARMED, crashpoints.PAUSE_UNTIL) == ({}, None)
+
+
 def _crash(backend: Backend, ledger: Path, spec: str, case: Case) -> None:
     env = dict(os.environ, RUNIFOLD_CRASH_AT=spec, **dict(case.env))
     args = ["--url", backend.url, "--ledger", str(ledger), "--task", TASK, *case.args]

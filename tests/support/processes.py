@@ -14,13 +14,12 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -84,15 +83,16 @@ def run(
 
 
 class Zygote:
-    """This process's pre-imported parent: a ``tests.support.zygote`` server on a socket
-    in a directory of its own, ended (its stdin closed) when this process exits."""
+    """This process's pre-imported parent: a ``tests.support.zygote`` server on an
+    abstract socket (no file to clean up), ended by its stdin closing, which happens
+    when this process exits however it exits."""
 
     def __init__(self) -> None:
         self.owner = os.getpid()
-        self.directory = tempfile.mkdtemp(prefix="runifold-zygote-")
-        self.path = os.path.join(self.directory, "socket")
+        name = f"runifold-zygote-{self.owner}-{uuid.uuid4().hex}"
+        self.path = f"\0{name}"
         self.process = subprocess.Popen(
-            command("tests.support.zygote", self.path),
+            command("tests.support.zygote", name),
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -111,7 +111,6 @@ class Zygote:
         if self.process.stdin is not None:
             self.process.stdin.close()
         self.process.wait()
-        shutil.rmtree(self.directory, ignore_errors=True)
 
     def fork(self, fields: dict[str, Any], fds: list[int]) -> tuple[int, socket.socket]:
         """Ask for a child; its pid, and the link its wait status will arrive on."""

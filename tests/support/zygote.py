@@ -1,7 +1,8 @@
 """A pre-imported parent for the suite's subprocess apps: ``python -m tests.support.zygote
-SOCKET`` imports the package, psycopg and the CLI once, then forks a child for each
-``python -m module args`` a test asks for (``tests/support/processes.py`` sends the
-request), instead of the test starting a new interpreter that imports them all again.
+NAME`` listens on the abstract socket NAME, imports the package, psycopg and the CLI
+once, then forks a child for each ``python -m module args`` a test asks for
+(``tests/support/processes.py`` sends the request), instead of the test starting a new
+interpreter that imports them all again.
 
 A fresh interpreter spends 0.3-0.6 s of CPU before an app's first line (the package's
 attrs classes, psycopg); the suite starts a few hundred, which made them the largest
@@ -147,11 +148,11 @@ def become(request: Request) -> None:
 
 
 def main(argv: list[str]) -> None:
-    (socket_path,) = argv
+    (name,) = argv
     for name in PRELOAD:
         importlib.import_module(name)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(socket_path)
+    listener.bind(f"\0{name}")  # an abstract socket: no file left behind
     listener.listen(64)
     os.write(1, b"ready\n")
     become(serve(listener))
