@@ -149,8 +149,8 @@ def become(request: Request) -> None:
 
 def main(argv: list[str]) -> None:
     (name,) = argv
-    for name in PRELOAD:
-        importlib.import_module(name)
+    for module in PRELOAD:
+        importlib.import_module(module)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(f"\0{name}")  # an abstract socket: no file left behind
     listener.listen(64)
