@@ -66,6 +66,7 @@ from runifold_sync import (
 from runifold_sync.checkpoint import JournalEntry, read_checkpoint
 from runifold_sync.codec import from_json, to_json
 from runifold_sync.store.records import SignalDelivery
+from runifold_sync.supervisor import _QUICK_CRASH_S, MAX_START_FAILURES
 
 TOOLS = Path(__file__).resolve().parent
 SAMPLE_INTERVAL_S = 0.25
@@ -219,6 +220,8 @@ class Chaos:
         self.workdir = workdir
         self.rng = rng
         self.kills: list[Kill] = []
+        self.first_seen: dict[int, float] = {}  # child pid -> when children() first listed it
+        self.quick_kills: dict[str, int] = {}  # worker id -> its slot's kills in a row at start
         self.stopped: dict[int, _Frozen] = {}  # pid -> what its stop froze
         self.stop_log: list[Stop] = []
         self.stops = self.stops_skipped = self.restarts = 0
@@ -270,7 +273,18 @@ class Chaos:
             state = _proc_state(int(fields[0]))
             if state is not None and state[1] == self.proc.pid and state[0] not in "ZXxTt":
                 live[int(fields[0])] = fields[1]
+                self.first_seen.setdefault(int(fields[0]), time.monotonic())
         return live
+
+    def may_kill(self, pid: int, worker_id: str) -> bool:
+        """Whether killing ``pid`` leaves its slot short of the supervisor's crash-loop
+        stop (``MAX_START_FAILURES`` deaths in a row, each within ``_QUICK_CRASH_S`` of
+        starting): chaos kills a young child of one slot at most that many times less
+        two in a row, leaving room for a death of its own (a start during the database
+        restart). Under load the kills otherwise bunched on one slot and the pool
+        stopped itself, which is the supervisor doing its job, not a finding."""
+        young = time.monotonic() - self.first_seen.get(pid, 0.0) < _QUICK_CRASH_S
+        return not young or self.quick_kills.get(worker_id, 0) < MAX_START_FAILURES - 2
 
     def perform(self, action: Action, busy: frozenset[str]) -> None:
         """Do ``action``; a kill prefers a child that held a lease when last sampled, so
@@ -283,14 +297,26 @@ class Chaos:
             if not self._freeze_lease_holder(action):
                 self.stops_skipped += 1
             return
-        children = self._running_children()
-        if not children:
-            note(f"no running child to {action.kind}")
-            return
-        pids = sorted(pid for pid, worker_id in children.items() if worker_id in busy) or sorted(children)
+        deadline = time.monotonic() + _QUICK_CRASH_S
+        while True:
+            children = self._running_children()
+            if not children:
+                note(f"no running child to {action.kind}")
+                return
+            allowed = {pid: wid for pid, wid in children.items() if self.may_kill(pid, wid)}
+            if allowed or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)  # every running child is its slot's young one: let one age
+            self.resume_due()
+        if not allowed:
+            note("every child is young on a slot killed at start in a row; killing one anyway")
+            allowed = children
+        pids = sorted(pid for pid, worker_id in allowed.items() if worker_id in busy) or sorted(allowed)
         pid = pids[min(int(action.pick * len(pids)), len(pids) - 1)]
+        young = time.monotonic() - self.first_seen.get(pid, 0.0) < _QUICK_CRASH_S
+        self.quick_kills[allowed[pid]] = self.quick_kills.get(allowed[pid], 0) + 1 if young else 0
         os.kill(pid, signal.SIGKILL)
-        self.kills.append(Kill(time.time(), pid, children[pid]))
+        self.kills.append(Kill(time.time(), pid, allowed[pid]))
 
     def _running_children(self) -> dict[int, str]:
         """The live, running children, waiting a while when all are dead or stopped."""
