@@ -6,6 +6,7 @@ minutes, and SIGTERM then exited 0)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -81,23 +82,39 @@ def test_a_stop_while_a_slot_keeps_failing_to_start_is_reported_as_a_failed_star
     assert report.stopped_by is not None and "broken-0 kept failing to start" in report.stopped_by
 
 
-def _slowly_failing_factory(worker_id: WorkerId) -> WorkflowWorker:
+def _slowly_failing_factory(starts: Path, worker_id: WorkerId) -> WorkflowWorker:
+    with starts.open("a") as log:
+        log.write(f"{os.getpid()}\n")  # the test stops the pool once a third child started
     time.sleep(0.4)  # dies 0.4 s after each start: most of the time a child is starting
     raise RuntimeError("the app's settings module is broken")
 
 
 @pytest.mark.timeout(60)
-def test_a_stop_while_a_failing_slots_new_child_is_starting_is_reported_as_a_failed_start() -> None:
-    """Deaths at 0.4 s and 0.9 s (the second fork 0.1 s after the first death), the third
-    child forked at 1.1 s: the stop at 1.3 s finds it alive, its slot in a run of two quick
-    deaths, with nothing waiting to be forked again."""
+def test_a_stop_while_a_failing_slots_new_child_is_starting_is_reported_as_a_failed_start(
+    tmp_path: Path,
+) -> None:
+    """The stop comes once the slot's third child has started, after two quick deaths:
+    the slot is then in a run of quick deaths whether the stop finds that child alive or
+    dead and waiting to be forked again (the backoff has grown past the stop's wait).
+    Waiting for the third start, not for a time, keeps the race the same under load."""
     config = WorkflowSupervisorConfig(1).with_backoff(
         timedelta(milliseconds=10), timedelta(milliseconds=2000)
     )
+    starts = tmp_path / "starts.txt"
     token = CancellationToken()
-    threading.Timer(1.3, token.cancel).start()
-    report = WorkflowSupervisor(_slowly_failing_factory, config, base_id="broken").run(token)
-    assert report.restarts >= 1
+
+    def stop_after_the_third_start() -> None:
+        processes.wait_until(
+            lambda: starts.exists() and len(starts.read_text().splitlines()) >= 3, 30, "a third child"
+        )
+        token.cancel()
+
+    stopper = threading.Thread(target=stop_after_the_third_start)
+    stopper.start()
+    factory = functools.partial(_slowly_failing_factory, starts)
+    report = WorkflowSupervisor(factory, config, base_id="broken").run(token)
+    stopper.join()
+    assert report.restarts >= 2
     assert report.stopped_by is not None and "broken-0 kept failing to start" in report.stopped_by
 
 
