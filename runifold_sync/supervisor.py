@@ -54,7 +54,7 @@ _EXIT_NOT_WRITABLE = 78  # EX_CONFIG: the store refuses this worker's writes; th
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _FATAL = "!"  # a report line that starts so is why a child stopped for good
 _DEADLINE = "@"  # "@<monotonic deadline>" of the body it runs; "@" alone: none runs
-_QUICK_CRASH_S = 10.0  # a child that dies sooner than this after starting counts as crash-looping
+QUICK_CRASH_S = 10.0  # a child that dies sooner than this after starting counts as crash-looping
 # Quick deaths in a row of one slot's children that stop the pool: a worker that cannot
 # start (its store gone, its app broken) is not fixed by forking it again.
 MAX_START_FAILURES = 5
@@ -136,7 +136,7 @@ class WorkflowSupervisor:
         main thread), then wait for children to finish their started cycles. A child
         whose store refuses its writes (:class:`StoreNotWritable`) stops the whole pool,
         since every child shares that store, and so do ``MAX_START_FAILURES`` children of
-        one slot in a row that die within ``_QUICK_CRASH_S`` of starting: the report's
+        one slot in a row that die within ``QUICK_CRASH_S`` of starting: the report's
         ``stopped_by`` says why (also when a stop came while a slot kept failing).
         ``tend`` is called on each pass of the loop (ten times a second) until the stop:
         this process starts no thread, so a process started beside the pool is watched
@@ -183,10 +183,10 @@ class WorkflowSupervisor:
             pool.timed_out += 1
         elif code != _EXIT_RECYCLE:
             pool.restarts += 1
-            crashes = child.crashes + 1 if time.monotonic() - child.started < _QUICK_CRASH_S else 0
+            crashes = child.crashes + 1 if time.monotonic() - child.started < QUICK_CRASH_S else 0
             if crashes >= MAX_START_FAILURES:
                 pool.stop(
-                    f"worker {child.worker_id} exited with {code} within {_QUICK_CRASH_S:.0f} s of starting "
+                    f"worker {child.worker_id} exited with {code} within {QUICK_CRASH_S:.0f} s of starting "
                     f"{crashes} times in a row (its log above says why)",
                     child,
                 )
@@ -300,11 +300,11 @@ class _Pool:
     def failing(self) -> dict[int, int]:
         """The slots in a run of quick deaths, and its length: waiting to be forked again
         after one, or running a child forked since one that is not yet past
-        ``_QUICK_CRASH_S`` (it may well die as quickly)."""
+        ``QUICK_CRASH_S`` (it may well die as quickly)."""
         failing = {slot: crashes for slot, (_due, crashes) in self.respawn_at.items() if crashes}
         now = time.monotonic()
         for child in self.children.values():
-            if child.crashes and now - child.started < _QUICK_CRASH_S:
+            if child.crashes and now - child.started < QUICK_CRASH_S:
                 failing.setdefault(child.slot, child.crashes)
         return failing
 

@@ -66,7 +66,7 @@ from runifold_sync import (
 from runifold_sync.checkpoint import JournalEntry, read_checkpoint
 from runifold_sync.codec import from_json, to_json
 from runifold_sync.store.records import SignalDelivery
-from runifold_sync.supervisor import _QUICK_CRASH_S, MAX_START_FAILURES
+from runifold_sync.supervisor import MAX_START_FAILURES, QUICK_CRASH_S
 
 TOOLS = Path(__file__).resolve().parent
 SAMPLE_INTERVAL_S = 0.25
@@ -278,13 +278,16 @@ class Chaos:
 
     def may_kill(self, pid: int, worker_id: str) -> bool:
         """Whether killing ``pid`` leaves its slot short of the supervisor's crash-loop
-        stop (``MAX_START_FAILURES`` deaths in a row, each within ``_QUICK_CRASH_S`` of
+        stop (``MAX_START_FAILURES`` deaths in a row, each within ``QUICK_CRASH_S`` of
         starting): chaos kills a young child of one slot at most that many times less
         two in a row, leaving room for a death of its own (a start during the database
         restart). Under load the kills otherwise bunched on one slot and the pool
         stopped itself, which is the supervisor doing its job, not a finding."""
-        young = time.monotonic() - self.first_seen.get(pid, 0.0) < _QUICK_CRASH_S
-        return not young or self.quick_kills.get(worker_id, 0) < MAX_START_FAILURES - 2
+        return not self.young(pid) or self.quick_kills.get(worker_id, 0) < MAX_START_FAILURES - 2
+
+    def young(self, pid: int) -> bool:
+        """Whether a death of ``pid`` now would count as a quick one to the supervisor."""
+        return time.monotonic() - self.first_seen.get(pid, 0.0) < QUICK_CRASH_S
 
     def perform(self, action: Action, busy: frozenset[str]) -> None:
         """Do ``action``; a kill prefers a child that held a lease when last sampled, so
@@ -297,7 +300,7 @@ class Chaos:
             if not self._freeze_lease_holder(action):
                 self.stops_skipped += 1
             return
-        deadline = time.monotonic() + _QUICK_CRASH_S
+        deadline = time.monotonic() + QUICK_CRASH_S
         while True:
             children = self._running_children()
             if not children:
@@ -313,8 +316,7 @@ class Chaos:
             allowed = children
         pids = sorted(pid for pid, worker_id in allowed.items() if worker_id in busy) or sorted(allowed)
         pid = pids[min(int(action.pick * len(pids)), len(pids) - 1)]
-        young = time.monotonic() - self.first_seen.get(pid, 0.0) < _QUICK_CRASH_S
-        self.quick_kills[allowed[pid]] = self.quick_kills.get(allowed[pid], 0) + 1 if young else 0
+        self.quick_kills[allowed[pid]] = self.quick_kills.get(allowed[pid], 0) + 1 if self.young(pid) else 0
         os.kill(pid, signal.SIGKILL)
         self.kills.append(Kill(time.time(), pid, allowed[pid]))
 
