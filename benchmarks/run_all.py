@@ -1,7 +1,8 @@
 """Every benchmark in one run and one table: commit limit, workflow throughput, peers,
-idle pickup latency, result latency, claims at scale, memory, CPU per step, workflow
-length, retention and the dashboard's pages, with each ratio taken against a baseline
-measured in this same run and each target of the performance issue marked met or NOT MET.
+idle pickup latency, result latency, claims at scale, memory, CPU per step, a one-step
+task's cost by layer, workflow length, retention and the dashboard's pages, with each
+ratio taken against a baseline measured in this same run and each target of the
+performance issue marked met or NOT MET.
 
 ``python benchmarks/run_all.py --quick`` (small N, a few minutes) or without ``--quick``
 for the full sizes (N=500 workflows, 2,000 one-step tasks, 200 latency samples).
@@ -27,6 +28,7 @@ import prune
 import psycopg
 import scale
 import stale_statistics
+import task_cost
 import throughput
 import wait_latency
 from common import PG_ADMIN_URL, Row, admin_connection, arg_parser, not_measured, print_table, progress
@@ -83,6 +85,7 @@ def main() -> None:
     section("claims on statistics older than the backlog", lambda: stale_statistics.run(args.quick))
     section("memory", lambda: memory.run(args.quick))
     section("CPU per step", lambda: cpu_per_step.run(args.quick))
+    section("one-step task cost (PostgreSQL, 1 process)", lambda: task_cost.run(args.quick))
     section("workflow length", lambda: journal_length.run(args.quick))
     section("retention (PostgreSQL)", lambda: prune.run(args.quick))
     section("dashboard server time (p95; ratio: to the first page's)", lambda: dashboard.run(args.quick))

@@ -1,0 +1,171 @@
+"""Where a one-step task's CPU goes on PostgreSQL, in layers measured in one run: a raw
+single-row UPDATE commit (the least a durable completion can cost), the claim's share
+(``store.claim`` of 10 tasks on a worker's routes, per task), the store's completion
+alone (``store.complete`` on tasks already claimed: the fenced UPDATE with its history
+event, result NOTIFY and parent wake-up), and a worker's whole cycle with
+``claim_batch=10`` (claim, replay, the step, the checkpoint, the completion). Client
+and server CPU of each, per task, and each layer's ratio to the raw commit; what the
+cycle spends beyond its claim share and completion is the engine's own work.
+
+``python benchmarks/task_cost.py [--quick]``
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from common import (
+    Row,
+    arg_parser,
+    enqueue_workflows,
+    fresh_store,
+    print_table,
+    progress,
+    registry,
+    server_cpu_s,
+)
+from cpu_per_step import RawCommits, raw_commits
+
+from runifold_sync import Completed, LeaseDuration, WorkerId, WorkerSettings, WorkflowWorker, open_store
+from runifold_sync.store.records import ClaimedTask, Routes
+
+LEASE = LeaseDuration(timedelta(minutes=10))
+CLAIM_BATCH = 10
+
+
+@dataclass(frozen=True)
+class Cost:
+    """CPU per task, in microseconds, of the client process and of the server."""
+
+    client_us: float
+    server_us: float
+
+    @property
+    def total_us(self) -> float:
+        return self.client_us + self.server_us
+
+    def plus(self, other: Cost) -> Cost:
+        return Cost(self.client_us + other.client_us, self.server_us + other.server_us)
+
+    def halved(self) -> Cost:
+        return Cost(self.client_us / 2, self.server_us / 2)
+
+
+def _spent(tasks: int, cpu0: float, server0: float | None) -> Cost:
+    server = server_cpu_s()
+    if server is None or server0 is None:
+        raise RuntimeError("the PostgreSQL server's CPU cannot be read: it is not on this machine")
+    return Cost((time.process_time() - cpu0) / tasks * 1e6, (server - server0) / tasks * 1e6)
+
+
+def claim_and_completion_cost(tasks: int) -> tuple[Cost, Cost]:
+    """``store.claim`` of ``CLAIM_BATCH`` tasks at a time on a worker's routes, then
+    ``store.complete`` of each claimed task: the cost per task of each, separately."""
+    worker_id = WorkerId.parse("cost-0")
+    served = [(d.identity.name, d.identity.version, d.identity.fingerprint) for d in registry()]
+    routes = Routes.serving(WorkerSettings().queues, served)  # as a worker's claims carry
+    with fresh_store("postgres") as url:
+        store = open_store(url)
+        try:
+            enqueue_workflows(store, tasks + CLAIM_BATCH, 1, delay=None)
+            store.claim(worker_id, LEASE, limit=CLAIM_BATCH, routes=routes)  # warm up
+            claimed: list[ClaimedTask] = []
+            cpu0, server0 = time.process_time(), server_cpu_s()
+            while len(claimed) < tasks:
+                claimed += store.claim(worker_id, LEASE, limit=CLAIM_BATCH, routes=routes)
+            claim = _spent(len(claimed), cpu0, server0)
+            head = '{"phase": "completed"}'
+            cpu0, server0 = time.process_time(), server_cpu_s()
+            for task in claimed:
+                store.complete(task.lease, task.revision, head, "1")
+            return claim, _spent(len(claimed), cpu0, server0)
+        finally:
+            store.close()
+
+
+def cycle_cost(tasks: int) -> Cost:
+    """A worker's ``run_once`` cycles over ``tasks`` one-step tasks, as a pool child runs them."""
+    with fresh_store("postgres") as url:
+        store = open_store(url)
+        settings = WorkerSettings(lease_duration=LEASE, claim_batch=CLAIM_BATCH)
+        worker = WorkflowWorker(store, registry(), WorkerId.parse("cost-1"), settings=settings)
+        try:
+            enqueue_workflows(store, tasks + 1, 1, delay=None)
+            worker.run_once(claim_next=True)  # warm up: connections, prepared statements
+            cpu0, server0 = time.process_time(), server_cpu_s()
+            for _ in range(tasks):
+                outcome = worker.run_once(claim_next=True)
+                if not isinstance(outcome, Completed):
+                    raise RuntimeError(f"unexpected outcome {outcome!r}")
+            return _spent(tasks, cpu0, server0)
+        finally:
+            worker.close()
+            store.close()
+
+
+def _raw(raw: RawCommits) -> Cost:
+    assert raw.server_s is not None
+    return Cost(raw.cpu_s / raw.commits * 1e6, raw.server_s / raw.commits * 1e6)
+
+
+def run(quick: bool) -> list[Row]:
+    tasks = 1000 if quick else 3000
+    # Two interleaved rounds of the three layers, each layer's two samples averaged: the
+    # machine's speed drifts by the minute, and the ratios are what is compared.
+    raw = claim = completion = cycle = Cost(0.0, 0.0)
+    for round_ in (1, 2):
+        progress(f"one-step task cost, round {round_} of 2")
+        raw = raw.plus(_raw(raw_commits("postgres")))
+        claimed, completed = claim_and_completion_cost(tasks)
+        claim, completion = claim.plus(claimed), completion.plus(completed)
+        cycle = cycle.plus(cycle_cost(tasks))
+    raw, claim, completion, cycle = raw.halved(), claim.halved(), completion.halved(), cycle.halved()
+
+    def row(figure: str, cost: Cost, ratio: str) -> Row:
+        value = f"{cost.total_us:,.0f} µs ({cost.client_us:,.0f} client + {cost.server_us:,.0f} server)"
+        return Row(figure, value, ratio)
+
+    def times_raw(cost: Cost) -> str:
+        return (
+            f"{cost.total_us / raw.total_us:.2f}x the raw commit "
+            f"(client {cost.client_us / raw.client_us:.1f}x, server {cost.server_us / raw.server_us:.1f}x)"
+        )
+
+    engine = Cost(
+        cycle.client_us - claim.client_us - completion.client_us,
+        cycle.server_us - claim.server_us - completion.server_us,
+    )
+
+    def share(cost: Cost) -> str:
+        return f"{cost.total_us / cycle.total_us:.0%} of the cycle"
+
+    return [
+        row("PostgreSQL: raw single-row UPDATE commit", raw, "baseline"),
+        row(
+            f"PostgreSQL: claim of {CLAIM_BATCH} tasks on a worker's routes, per task",
+            claim,
+            times_raw(claim),
+        ),
+        row("PostgreSQL: store.complete of a claimed one-step task", completion, times_raw(completion)),
+        row(
+            f"PostgreSQL: worker cycle of a one-step task, claim batch {CLAIM_BATCH}", cycle, times_raw(cycle)
+        ),
+        row("  its claim share", claim, share(claim)),
+        row("  its completion", completion, share(completion)),
+        row(
+            "  the rest: the engine's own work (replay, the step, checkpoint, leases)", engine, share(engine)
+        ),
+    ]
+
+
+def main() -> None:
+    parser = arg_parser(__doc__)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    print_table("one-step task cost (PostgreSQL, 1 process)", run(args.quick))
+
+
+if __name__ == "__main__":
+    main()
