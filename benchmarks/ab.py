@@ -1,7 +1,9 @@
 """Interleaved A/B of two revisions of this repository: the throughput of 5-step
 workflows drained by a supervised pool (SQLite with 1 process, PostgreSQL with 4, as
-``throughput.py`` measures them), each revision measured in turn, round after round, the
-order reversed every other round, so that a drift of the machine's speed falls on both.
+``throughput.py`` measures them) and of one-step tasks (PostgreSQL, 4 processes, claim
+batch 10, five times as many: the shape of the pgqueuer comparison), each revision
+measured in turn, round after round, the order reversed every other round, so that a
+drift of the machine's speed falls on both.
 Prints every run and, per figure, the mean of each side and the ratio after/before.
 
 ``python benchmarks/ab.py BEFORE AFTER [--rounds 3] [--workflows 300]``: BEFORE and AFTER
@@ -36,14 +38,21 @@ from statistics import mean
 
 from common import ROOT, Row, arg_parser, print_table, progress, server_cpu_s
 
-FIGURES = {"sqlite1": ("sqlite", 1), "postgres4": ("postgres", 4)}
+# name -> store, processes, steps per workflow, claim batch, what the figure is
+FIGURES = {
+    "sqlite1": ("sqlite", 1, 5, 1, "5-step workflows, steps/s"),
+    "postgres4": ("postgres", 4, 5, 1, "5-step workflows, steps/s"),
+    "postgres4_one_step": ("postgres", 4, 1, 10, "one-step tasks, claim batch 10, tasks/s"),
+}
 _MEASURE = """
 import json, sys
 from common import measure_fresh
 workflows = int(sys.argv[1])
 figures = {}
-for name, (kind, processes) in json.loads(sys.argv[2]).items():
-    figures[name] = measure_fresh(kind, workflows=workflows, steps=5, processes=processes).steps_per_s
+for name, (kind, processes, steps, batch, _what) in json.loads(sys.argv[2]).items():
+    figures[name] = measure_fresh(
+        kind, workflows=workflows * 5 // steps, steps=steps, processes=processes, claim_batch=batch
+    ).steps_per_s
 print(json.dumps(figures))
 """
 # One revision's side of ``--cpu`` for one shape: a worker on its own fresh store with
@@ -241,12 +250,12 @@ def main() -> None:
         _compare_run_all(runs[args.before], runs[args.after], (args.before, args.after))
         return
     rows = []
-    for name in FIGURES:
+    for name, (*_shape, what) in FIGURES.items():
         before = [run[name] for run in runs[args.before]]
         after = [run[name] for run in runs[args.after]]
         rows.append(
             Row(
-                f"{name}: 5-step workflows, steps/s ({args.before} -> {args.after})",
+                f"{name}: {what} ({args.before} -> {args.after})",
                 f"{mean(before):,.0f}/s -> {mean(after):,.0f}/s",
                 f"{mean(after) / mean(before):.2f}x (runs {', '.join(f'{v:,.0f}' for v in before)} -> "
                 f"{', '.join(f'{v:,.0f}' for v in after)})",

@@ -54,6 +54,7 @@ import chaos_audit
 from chaos_app import CHILD_TENANT, FLOW, SIGNAL, parse_ledger
 from chaos_check import Kill, Refusal, RunData, Sample, Stop, render, verify
 from chaos_db import Database, PostgresServer, note, retry
+from chaos_waiters import ResultWaiters
 
 from runifold_sync import (
     BudgetUsage,
@@ -617,8 +618,10 @@ def run(args: argparse.Namespace) -> int:
         chaos = Chaos(args, db, workdir, rng)
         watcher = Watcher(db.url, len(specs))
         producer = Producer(db.url, specs, arrivals)
+        waiters = ResultWaiters(db.url, [a.task_id for a in arrivals if a.kind == "enqueue"])
         watcher.start()
         producer.start()
+        waiters.start()
         deadline = started + args.duration_limit
         report: dict[str, Any] = {}
         try:
@@ -639,6 +642,7 @@ def run(args: argparse.Namespace) -> int:
                 time.sleep(0.005)
             elapsed_s = time.monotonic() - started
         finally:
+            waits = waiters.finish()
             report = chaos.finish()
             producer.stop.set()
             watcher.stop.set()
@@ -673,6 +677,7 @@ def run(args: argparse.Namespace) -> int:
             journal_writes=retry(partial(chaos_audit.read_journal_writes, args.store, db.url)),
             stops=chaos.stop_log,
             refusals=parse_refusals(workdir / "supervisor.err"),
+            waits=waits,
         )
         verdict = verify(data)
         outcomes = report.get("outcomes", {})

@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 from chaos_app import LedgerLine
 from chaos_audit import JournalWrite, Write
+from chaos_waiters import Wait, unheard_ends, woken_by_the_end
 
 from runifold_sync import BudgetUsage, TaskEvent, TaskOutcome, TaskRecord, TaskState
 from runifold_sync.codec import from_json
@@ -78,6 +79,7 @@ class RunData:
     journal_writes: list[JournalWrite] = attrs.Factory(list)  # the journal rows' audit
     stops: list[Stop] = attrs.Factory(list)
     refusals: list[Refusal] = attrs.Factory(list)
+    waits: list[Wait] = attrs.Factory(list)  # callers' wait_for_task calls (chaos_waiters)
 
 
 @attrs.define
@@ -123,6 +125,7 @@ def verify(data: RunData) -> Verdict:
     verdict.count("claims missing from the write audit", _unaudited_claims(data))
     verdict.count("non-idempotent effects run twice", _charged_twice(executions))
     verdict.count("usage that decreased", _usage_decreased(data))
+    verdict.count("task ends a waiter never heard", unheard_ends(data.waits, data.tasks))
     if data.integrity is not None:
         verdict.count("sqlite integrity_check problems", [] if data.integrity == "ok" else [data.integrity])
 
@@ -133,6 +136,8 @@ def verify(data: RunData) -> Verdict:
         {
             "kills": len(data.kills),
             "kills that held a task": len(recoveries),
+            "waits that heard their task end": sum(wait.heard for wait in data.waits),
+            "waits woken by their task's end": woken_by_the_end(data.waits, data.tasks),
             "recovery_p50_s": percentile(recoveries, 50),
             "recovery_p99_s": percentile(recoveries, 99),
             "recovery_max_s": max(recoveries, default=None),
@@ -442,6 +447,8 @@ def render(verdict: Verdict) -> list[str]:
         "head writes audited",
         "journal writes audited",
         "charges reconciled from the ledger",
+        "waits that heard their task end",
+        "waits woken by their task's end",
         "usage samples",
         "ledger lines",
     ):

@@ -7,10 +7,13 @@ The transitions that end a task (complete, fail, acknowledge_cancel, an operator
 cancel of an unleased task) and ``ctx.set_event`` call ``pg_notify`` on
 :data:`CHANNEL` with the task id in the statement that makes the change, so the
 notification is delivered when that transaction commits, never before the row can be
-read. A :class:`ResultListener` keeps the connection (opened at the first wait, straight
-to the server or through a session pooler; behind a transaction pooler to
-``listen_host``/``listen_port``, see ``pgurl``) and a daemon thread that reads it and
-sets the ``threading.Event`` of each watch of the notified task.
+read; a task's end only once a waiter has marked it awaited (the store's ``watch``
+does, after this connection listens), since a NOTIFY at every completion serialized a
+pool's commits on the server's notification queue. A :class:`ResultListener` keeps the
+connection (opened at the first wait, straight to the server or through a session
+pooler; behind a transaction pooler to ``listen_host``/``listen_port``, see ``pgurl``)
+and a daemon thread that reads it and sets the ``threading.Event`` of each watch of the
+notified task.
 
 A notification can be missed only while no connection listens. So whenever one starts
 listening (the first, or a new one after a failure) its generation goes up, and a watch

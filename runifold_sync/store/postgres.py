@@ -13,9 +13,9 @@ processes and hosts claiming from one database.
   :class:`StoreUsedAcrossFork`; open a new store in the child after it starts.
 - Behind PgBouncer in transaction mode (``pgbouncer=true`` in the URL, see ``pgurl``)
   nothing is prepared and idle workers LISTEN on a direct connection or poll.
-- The transitions that end a task, and ``ctx.set_event``, NOTIFY ``runifold_results``;
-  callers of ``wait_for_task`` and ``get_event`` share one LISTEN connection
-  (``pglisten``), opened at the first such wait.
+- The transitions that end a task NOTIFY ``runifold_results`` when a waiter has marked
+  it awaited, and ``ctx.set_event`` always; callers of ``wait_for_task`` and
+  ``get_event`` share one LISTEN connection (``pglisten``), opened at the first such wait.
 - Driver errors become :class:`StoreUnavailable` in one place, ``pgpool.ProcessPool``.
 - The statements, and how their values are stored, are in ``pgstatements``; the
   operations are :class:`~runifold_sync.store.base.WorkflowStore`'s, written once.
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -267,13 +267,18 @@ class PostgresDialect(Dialect):
             finally:
                 conn.execute(Q["unlisten_work"])
 
-    def watch(self, task_id: str) -> AbstractContextManager[Watch]:
+    @contextmanager
+    def watch(self, task_id: str) -> Iterator[Watch]:
         """A watch on the store's one LISTEN connection for task ends and events
-        (``pglisten``); behind a transaction pooler with nowhere to LISTEN, polling every
-        ``POLL_INTERVAL_S``."""
+        (``pglisten``), the task marked awaited once it listens, since its end is
+        notified only then; behind a transaction pooler with nowhere to LISTEN, polling
+        every ``POLL_INTERVAL_S``."""
         if self.results is None:
-            return nullcontext(PollWatch(POLL_INTERVAL_S))
-        return self.results.watch(task_id)
+            yield PollWatch(POLL_INTERVAL_S)
+            return
+        with self.results.watch(task_id) as watch:
+            self.pool.execute(Q["await_result"], {"task_id": task_id})
+            yield watch
 
     def pool_waits(self) -> PoolWaits:
         return self.pool.pool_waits()

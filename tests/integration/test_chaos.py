@@ -50,6 +50,7 @@ INVARIANTS = {
     "claims missing from the write audit",
     "non-idempotent effects run twice",
     "usage that decreased",
+    "task ends a waiter never heard",
 }
 
 
@@ -87,6 +88,7 @@ def _chaos(
     assert result["invariants"] == {name: 0 for name in expected}
     assert result["kills"] == profile["kills"] and result["stops"] == profile["stops"]
     assert result["figures"]["kills that held a task"] >= 1
+    assert result["figures"]["waits woken by their task's end"] >= 1
     assert result["figures"]["stops whose task was taken over while stopped"] >= 1
     assert result["figures"]["head writes audited"] >= 1
     if profile["steps"] > TAIL_ENTRIES:

@@ -1,8 +1,10 @@
 """PostgreSQL's waits for a task (``wait_for_task``, ``get_event``) share one LISTEN
 connection per store (``store/pglisten.py``), whatever the number of waiting threads;
 it goes straight to the server behind a transaction pooler and is absent without a
-``listen_host``, where waits poll. A terminated connection is replaced without losing a
-finish; a forked child cannot use it and leaves it to the parent; ``close`` ends it.
+``listen_host``, where waits poll. A task's end is notified only once a waiter marked it
+awaited, and a waiter whose mark waits for a completion holding the row still sees the
+end. A terminated connection is replaced without losing a finish; a forked child cannot
+use it and leaves it to the parent; ``close`` ends it.
 (The waits themselves are in the contract suite, ``tests/contract/test_wait_for_task.py``.)
 """
 
@@ -28,7 +30,7 @@ from runifold_sync import (
 )
 from runifold_sync.postgres import PostgresWorkflowStore
 from runifold_sync.store.pglisten import ResultListener
-from tests.support.backends import through_pgbouncer
+from tests.support.backends import through_pgbouncer, wait_until_blocked_on_a_lock
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 LISTENING = (
@@ -67,6 +69,13 @@ def wait_all(store: WorkflowStore, ids: list[str]) -> tuple[list[threading.Threa
     for thread in threads:
         thread.start()
     return threads, returned
+
+
+def awaited(postgres_url: str) -> list[str]:
+    """The tasks a waiter has marked awaited (the ones whose end is notified)."""
+    with psycopg.connect(postgres_url) as conn:
+        rows = conn.execute("SELECT task_id FROM runifold_tasks WHERE result_awaited ORDER BY task_id")
+        return [row[0] for row in rows]
 
 
 def until(predicate: object, what: str, timeout_s: float = 10.0) -> None:
@@ -168,3 +177,39 @@ def test_a_forked_child_cannot_wait_on_the_parents_listener_and_leaves_it_workin
         threads[0].join(timeout=10)
         assert returned == {"t1": TaskOutcome.COMPLETED}
         assert listener_of(store).connects == 1
+
+
+def test_only_the_end_of_a_task_someone_waits_for_is_notified(postgres_url: str) -> None:
+    with (
+        open_store(postgres_url) as waiting,
+        open_store(postgres_url) as worker,
+        psycopg.connect(postgres_url, autocommit=True) as listening,
+    ):
+        listening.execute("LISTEN runifold_results")
+        for task_id in ("unwatched", "awaited"):
+            waiting.enqueue(WorkflowTask.new("orders", 1, {}, checkpoint_id=task_id))
+        threads, returned = wait_all(waiting, ["awaited"])
+        until(lambda: awaited(postgres_url) == ["awaited"], "the waiter marked its task")
+        complete_all(worker, 2)
+        threads[0].join(timeout=10)
+        assert returned == {"awaited": TaskOutcome.COMPLETED}
+        heard = [notify.payload for notify in listening.notifies(timeout=1.0, stop_after=5)]
+        assert heard == ["awaited"]
+
+
+def test_a_waiter_marking_a_task_a_completion_holds_sees_it_end_without_a_notification(
+    postgres_url: str,
+) -> None:
+    with open_store(postgres_url) as waiting, psycopg.connect(postgres_url) as completing:
+        waiting.enqueue(WorkflowTask.new("orders", 1, {}, checkpoint_id="t1"))
+        completing.execute("SELECT 1 FROM runifold_tasks WHERE task_id = 't1' FOR UPDATE")
+        threads, returned = wait_all(waiting, ["t1"])
+        wait_until_blocked_on_a_lock(postgres_url, "the waiter's mark")
+        # Ended as a completion that read the row before the mark would: no NOTIFY.
+        completing.execute(
+            "UPDATE runifold_tasks SET state = 'terminal', outcome = 'completed', ready_at = NULL, "
+            "result = '1' WHERE task_id = 't1'"
+        )
+        completing.commit()
+        threads[0].join(timeout=10)
+        assert returned == {"t1": TaskOutcome.COMPLETED}

@@ -21,6 +21,7 @@ from chaos import parse_refusals  # noqa: E402
 from chaos_app import LedgerLine  # noqa: E402
 from chaos_audit import JournalWrite, Write  # noqa: E402
 from chaos_check import Kill, Refusal, RunData, Sample, Stop, Verdict, percentile, verify  # noqa: E402
+from chaos_waiters import Wait  # noqa: E402
 
 T0 = 1_700_000_000.0
 SPEC = {"n": 7, "start": 10, "plan": ["step", "charge", "notify"], "timer_after": 0, "signal_after": 1}
@@ -110,6 +111,8 @@ def _clean() -> RunData:
         samples=samples,
         kills=[Kill(T0 + 1.5, 100, "chaos-0")],
         integrity="ok",
+        # One wait timed out before the task ended (at 9 s), the next one heard its end.
+        waits=[Wait("t1", T0, T0 + 8.0, False), Wait("t1", T0 + 8.0, T0 + 9.1, True)],
         writes=[
             _write(1, 1.0, (0, 1), (0, 0), None),  # claims
             _write(2, 3.0, (1, 2), (0, 0), None),
@@ -256,6 +259,19 @@ def test_usage_that_shrinks_between_samples_is_counted() -> None:
     shrunk = Sample(T0 + 3.8, "t1", 4, BudgetUsage(steps=1, elapsed_s=0.9, claims=2))
     verdict = verify(attrs.evolve(data, samples=[*data.samples, shrunk]))
     assert _nonzero(verdict) == {"usage that decreased": 1}
+
+
+def test_a_wait_that_gives_up_long_after_its_task_ended_is_an_end_never_heard() -> None:
+    data = _clean()  # t1 ended at 9 s
+    waits = [
+        Wait("t1", T0 + 10.0, T0 + 20.0, False),  # began after the end and timed out
+        Wait("t1", T0 + 5.0, T0 + 16.0, False),  # still blocked when the run ended
+        Wait("t1", T0 + 2.0, T0 + 12.0, False),  # gave up 3 s after the end: within 5 s
+    ]
+    verdict = verify(attrs.evolve(data, waits=[*data.waits, *waits]))
+    assert _nonzero(verdict) == {"task ends a waiter never heard": 2}
+    assert verdict.figures["waits that heard their task end"] == 1
+    assert verdict.figures["waits woken by their task's end"] == 1  # began at 8 s, before the end
 
 
 def test_a_missing_task_a_failed_task_and_a_wrong_result_are_each_counted() -> None:

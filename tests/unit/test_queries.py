@@ -51,6 +51,7 @@ POSTGRES_ONLY = {
     "unlisten_work",
     "wake_if_signal_pending",
     "prune_rows",
+    "await_result",  # a waiter's mark: only PostgreSQL's task ends are notified
 }
 
 

@@ -237,9 +237,9 @@ RETURNING clock.now AS at;
 
 -- name: complete
 -- This and the other transitions that end a task (fail, acknowledge_cancel,
--- cancel_unleased) NOTIFY runifold_results with the task id, which waiters of
--- store.wait_for_task LISTEN for (store/pglisten.py); delivered at commit, so a waiter
--- that wakes reads the finished row.
+-- cancel_unleased) NOTIFY runifold_results with the task id when a waiter of
+-- store.wait_for_task has marked the task awaited (await_result; store/pglisten.py);
+-- delivered at commit, so a waiter that wakes reads the finished row.
 WITH clock AS (SELECT {now} AS now)
 UPDATE runifold_tasks AS t
 SET state = 'terminal', outcome = 'completed', head = %(head)s::jsonb,
@@ -248,7 +248,13 @@ SET state = 'terminal', outcome = 'completed', head = %(head)s::jsonb,
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
     AND t.lease_expires > clock.now AND t.revision = %(revision)s AND t.cancel_requested IS NULL
-RETURNING clock.now AS at, t.task_id, t.parent_id, pg_notify('runifold_results', t.task_id) AS finished;
+RETURNING clock.now AS at, t.task_id, t.parent_id, CASE WHEN t.result_awaited THEN pg_notify('runifold_results', t.task_id) END AS finished;
+
+-- name: await_result
+-- A waiter, once it listens on runifold_results and before it reads the task again: the
+-- transition that ends the task from now on sees the mark and notifies. One that holds
+-- the row while this runs commits first, and the waiter's read then finds it ended.
+UPDATE runifold_tasks SET result_awaited = true WHERE task_id = %(task_id)s AND NOT result_awaited;
 
 -- name: pending_cancel
 -- Why complete, suspend or retry changed no row: the lease still holds and only a cancel
@@ -267,7 +273,7 @@ SET state = 'terminal', outcome = 'failed',
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
     AND t.lease_expires > clock.now AND t.revision = %(revision)s
-RETURNING clock.now AS at, t.task_id, t.parent_id, pg_notify('runifold_results', t.task_id) AS finished;
+RETURNING clock.now AS at, t.task_id, t.parent_id, CASE WHEN t.result_awaited THEN pg_notify('runifold_results', t.task_id) END AS finished;
 
 -- name: requeue_resolved
 WITH clock AS (SELECT {now} AS now)
@@ -434,7 +440,7 @@ WHERE t.task_id = %(task_id)s AND t.state IN ('queued', 'waiting')
         THEN jsonb_array_length(t.head -> 'undo') ELSE 0 END
     > CASE WHEN jsonb_typeof(t.head -> 'compensated') = 'array'
         THEN jsonb_array_length(t.head -> 'compensated') ELSE 0 END)
-RETURNING clock.now AS at, t.parent_id, pg_notify('runifold_results', t.task_id) AS finished;
+RETURNING clock.now AS at, t.parent_id, CASE WHEN t.result_awaited THEN pg_notify('runifold_results', t.task_id) END AS finished;
 
 -- name: cancel_with_undo
 -- A queued or waiting task with compensations to run: no step of its main function runs
@@ -468,7 +474,7 @@ SET state = 'cancelled', head = %(head)s::jsonb, revision = t.revision + 1,
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
     AND t.lease_expires > clock.now AND t.revision = %(revision)s
-RETURNING clock.now AS at, t.reason, t.task_id, t.parent_id, pg_notify('runifold_results', t.task_id) AS finished;
+RETURNING clock.now AS at, t.reason, t.task_id, t.parent_id, CASE WHEN t.result_awaited THEN pg_notify('runifold_results', t.task_id) END AS finished;
 
 -- name: lock_task
 -- Serializes deliveries and cancels of one task: the pending-signal cap counts exactly,

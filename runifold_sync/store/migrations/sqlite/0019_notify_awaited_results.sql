@@ -1,0 +1,2 @@
+-- Version 19 changes PostgreSQL's schema only (a task's end is NOTIFYed only when someone
+-- waits for it); SQLite's waiters watch the database's change counter and need nothing.
