@@ -4,5 +4,6 @@
 -- pg_notify only when they find it set. A NOTIFY on every completion took the server's
 -- notification queue lock at each commit, serializing a pool's completions, and woke
 -- every listening backend of the database: without it a pool of 4 drained one-step tasks
--- 13-30% faster on 2 cores. Adding a column with a constant default rewrites no row.
+-- 1.25x as fast on 2 cores (benchmarks/ab.py, 4 rounds interleaved). Adding a column
+-- with a constant default rewrites no row.
 ALTER TABLE runifold_tasks ADD COLUMN result_awaited boolean NOT NULL DEFAULT false;
