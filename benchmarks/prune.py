@@ -161,9 +161,10 @@ def measure_prune(finished: int, share: float) -> list[Row]:
         store = open_store(url)
         try:
             fill_finished(url, finished)
-            # Deep enough that no window runs dry (4 workers do about 200 workflows a
-            # second here; beside them a prune deletes some 30,000 tasks a second).
-            queued = max(6_000, finished // 50)
+            # Deep enough that no window runs dry: 4 workers did up to 550 workflows a
+            # second here (2026-12-04; 6,000 ran dry within the 10 s window), and beside
+            # them a prune deletes some 30,000 tasks a second.
+            queued = max(12_000, finished // 25)
             progress("pool alone")
             alone_1, _, _ = drain(url, store, queued, prune=None)
             progress(f"pool while the prune deletes {finished:,} tasks")
