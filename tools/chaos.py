@@ -301,17 +301,20 @@ class Chaos:
             if not self._freeze_lease_holder(action):
                 self.stops_skipped += 1
             return
+        # One wait, of at most QUICK_CRASH_S, for a child to kill: one running (all dead
+        # or stopped: the supervisor forks anew) and past its youth if its slot was
+        # killed at start in a row.
         deadline = time.monotonic() + QUICK_CRASH_S
         while True:
-            children = self._running_children()
-            if not children:
-                note(f"no running child to {action.kind}")
-                return
+            children = self.children()
             allowed = {pid: wid for pid, wid in children.items() if self.may_kill(pid, wid)}
             if allowed or time.monotonic() > deadline:
                 break
-            time.sleep(0.05)  # every running child is its slot's young one: let one age
+            time.sleep(0.05)
             self.resume_due()
+        if not children:
+            note(f"no running child to {action.kind}")
+            return
         if not allowed:
             note("every child is young on a slot killed at start in a row; killing one anyway")
             allowed = children
