@@ -23,7 +23,8 @@ ledger's). A run with stops none of which had its task taken over exercised noth
 the stale-owner case and fails with exit status 2.
 
 Tasks arrive during the run (``--arrival-rate``), so a killed task competes with a
-realistic queue rather than the whole run's backlog. Everything random comes from
+realistic queue rather than the whole run's backlog, and threads wait for their ends as
+callers do (``chaos_waiters.py``). Everything random comes from
 ``random.Random(seed)``: task plans, arrival and signal times, and the chaos schedule
 (which action, after how long, on which child, for how long), so a failing seed replays
 the same schedule. Process timing is the operating system's.
