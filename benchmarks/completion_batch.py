@@ -17,6 +17,7 @@ from datetime import timedelta
 
 import psycopg
 from common import Row, arg_parser, enqueue_workflows, fresh_store, print_table, progress, server_cpu_s
+from task_cost import Cost, spent_since
 
 from runifold_sync import LeaseDuration, WorkerId, open_store
 from runifold_sync.store.dialect import FencedTransition
@@ -78,7 +79,7 @@ def _in_batches(conn: psycopg.Connection, tasks: list[ClaimedTask]) -> int:
 
 def run(quick: bool, *, analyze: bool = True) -> list[Row]:
     per_round, rounds = (500, 2) if quick else (1000, 4)
-    spent = {"one": [0.0, 0.0], "batch": [0.0, 0.0]}  # client, server seconds
+    spent = {"one": Cost(0.0, 0.0), "batch": Cost(0.0, 0.0)}  # per task, summed over rounds
     with fresh_store("postgres") as url:
         store = open_store(url)
         try:
@@ -100,27 +101,20 @@ def run(quick: bool, *, analyze: bool = True) -> list[Row]:
                     cpu0, server0 = time.process_time(), server_cpu_s()
                     if complete(conn, tasks) != len(tasks):
                         raise RuntimeError(f"{name}: not every completion matched its lease")
-                    server = server_cpu_s()
-                    if server is None or server0 is None:
-                        raise RuntimeError(
-                            "the PostgreSQL server's CPU cannot be read: it is not on this machine"
-                        )
-                    spent[name][0] += time.process_time() - cpu0
-                    spent[name][1] += server - server0
-    tasks = per_round * rounds
-    one = [s / tasks * 1e6 for s in spent["one"]]
-    batch = [s / tasks * 1e6 for s in spent["batch"]]
+                    spent[name] = spent[name].plus(spent_since(len(tasks), cpu0, server0))
+    one, batch = spent["one"].divided(rounds), spent["batch"].divided(rounds)
+
+    def value(cost: Cost) -> str:
+        return f"{cost.total_us:,.0f} µs ({cost.client_us:,.0f} client + {cost.server_us:,.0f} server)"
+
     return [
-        Row(
-            "one completion a statement (the store's): per task",
-            f"{sum(one):,.0f} µs ({one[0]:,.0f} client + {one[1]:,.0f} server)",
-            "baseline",
-        ),
+        Row("one completion a statement (the store's): per task", value(one), "baseline"),
         Row(
             f"{BATCH} completions a statement: per task",
-            f"{sum(batch):,.0f} µs ({batch[0]:,.0f} client + {batch[1]:,.0f} server)",
-            f"{sum(batch) / sum(one):.2f}x (client {batch[0] / one[0]:.2f}x, "
-            f"server {batch[1] / one[1]:.2f}x); saves {sum(one) - sum(batch):,.0f} µs a task",
+            value(batch),
+            f"{batch.total_us / one.total_us:.2f}x (client {batch.client_us / one.client_us:.2f}x, "
+            f"server {batch.server_us / one.server_us:.2f}x); "
+            f"saves {one.total_us - batch.total_us:,.0f} µs a task",
         ),
     ]
 

@@ -49,11 +49,12 @@ class Cost:
     def plus(self, other: Cost) -> Cost:
         return Cost(self.client_us + other.client_us, self.server_us + other.server_us)
 
-    def halved(self) -> Cost:
-        return Cost(self.client_us / 2, self.server_us / 2)
+    def divided(self, n: int) -> Cost:
+        return Cost(self.client_us / n, self.server_us / n)
 
 
-def _spent(tasks: int, cpu0: float, server0: float | None) -> Cost:
+def spent_since(tasks: int, cpu0: float, server0: float | None) -> Cost:
+    """This process's CPU and the local server's since ``cpu0`` and ``server0``, per task."""
     server = server_cpu_s()
     if server is None or server0 is None:
         raise RuntimeError("the PostgreSQL server's CPU cannot be read: it is not on this machine")
@@ -75,12 +76,12 @@ def claim_and_completion_cost(tasks: int) -> tuple[Cost, Cost]:
             cpu0, server0 = time.process_time(), server_cpu_s()
             while len(claimed) < tasks:
                 claimed += store.claim(worker_id, LEASE, limit=CLAIM_BATCH, routes=routes)
-            claim = _spent(len(claimed), cpu0, server0)
+            claim = spent_since(len(claimed), cpu0, server0)
             head = '{"phase": "completed"}'
             cpu0, server0 = time.process_time(), server_cpu_s()
             for task in claimed:
                 store.complete(task.lease, task.revision, head, "1")
-            return claim, _spent(len(claimed), cpu0, server0)
+            return claim, spent_since(len(claimed), cpu0, server0)
         finally:
             store.close()
 
@@ -99,7 +100,7 @@ def cycle_cost(tasks: int) -> Cost:
                 outcome = worker.run_once(claim_next=True)
                 if not isinstance(outcome, Completed):
                     raise RuntimeError(f"unexpected outcome {outcome!r}")
-            return _spent(tasks, cpu0, server0)
+            return spent_since(tasks, cpu0, server0)
         finally:
             worker.close()
             store.close()
@@ -121,7 +122,7 @@ def run(quick: bool) -> list[Row]:
         claimed, completed = claim_and_completion_cost(tasks)
         claim, completion = claim.plus(claimed), completion.plus(completed)
         cycle = cycle.plus(cycle_cost(tasks))
-    raw, claim, completion, cycle = raw.halved(), claim.halved(), completion.halved(), cycle.halved()
+    raw, claim, completion, cycle = (c.divided(2) for c in (raw, claim, completion, cycle))
 
     def row(figure: str, cost: Cost, ratio: str) -> Row:
         value = f"{cost.total_us:,.0f} µs ({cost.client_us:,.0f} client + {cost.server_us:,.0f} server)"

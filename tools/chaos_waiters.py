@@ -21,12 +21,12 @@ from datetime import timedelta
 import attrs
 from chaos_db import note
 
-from runifold_sync import StoreUnavailable, TaskNotFound, TaskRecord, TaskState, WaitTimedOut, open_store
+from runifold_sync import StoreUnavailable, TaskNotFound, TaskRecord, WaitTimedOut, open_store
+from runifold_sync.store.sql_results import FINISHED  # what wait_for_task returns for
 
 WAITING_THREADS = 6
 WAIT_S = 10.0  # one wait's timeout: a task may well take longer (its signal, a kill)
 HEARD_WITHIN_S = 5.0  # an end unheard for this long is missed
-FINISHED = (TaskState.TERMINAL, TaskState.CANCELLED)
 
 
 @attrs.frozen
