@@ -62,6 +62,32 @@ def _one_at_a_time(conn: psycopg.Connection, tasks: list[ClaimedTask]) -> int:
     return done
 
 
+def _one_transaction(conn: psycopg.Connection, tasks: list[ClaimedTask]) -> int:
+    """The store's own statement for each of ten tasks, pipelined in one transaction."""
+    query = Q[fenced_statement("complete", event=True)]
+    done = 0
+    for start in range(0, len(tasks), BATCH):
+        with conn.pipeline():
+            conn.execute("BEGIN")
+            cursors = [
+                conn.execute(
+                    query,
+                    transition_params(
+                        FencedTransition(
+                            "complete",
+                            t.lease,
+                            {"revision": t.revision, "head": HEAD, "result": "1"},
+                            "completed",
+                        )
+                    ),
+                )
+                for t in tasks[start : start + BATCH]
+            ]
+            conn.execute("COMMIT")
+        done += sum(c.rowcount for c in cursors)
+    return done
+
+
 def _in_batches(conn: psycopg.Connection, tasks: list[ClaimedTask]) -> int:
     done = 0
     for start in range(0, len(tasks), BATCH):
@@ -79,11 +105,15 @@ def _in_batches(conn: psycopg.Connection, tasks: list[ClaimedTask]) -> int:
 
 def run(quick: bool, *, analyze: bool = True) -> list[Row]:
     per_round, rounds = (500, 2) if quick else (1000, 4)
-    spent = {"one": Cost(0.0, 0.0), "batch": Cost(0.0, 0.0)}  # per task, summed over rounds
+    spent = {
+        "one": Cost(0.0, 0.0),
+        "transaction": Cost(0.0, 0.0),
+        "batch": Cost(0.0, 0.0),
+    }  # per task, summed over rounds
     with fresh_store("postgres") as url:
         store = open_store(url)
         try:
-            enqueue_workflows(store, per_round * rounds * 2, 1, delay=None)
+            enqueue_workflows(store, per_round * rounds * 3, 1, delay=None)
             claimed: list[ClaimedTask] = []
             while got := store.claim(
                 WorkerId.parse("batch-0"), LeaseDuration(timedelta(minutes=30)), limit=500
@@ -96,25 +126,40 @@ def run(quick: bool, *, analyze: bool = True) -> list[Row]:
                 conn.execute("ANALYZE runifold_tasks")
             for round_ in range(rounds):
                 progress(f"completion batch: round {round_ + 1} of {rounds}")
-                for name, complete in (("one", _one_at_a_time), ("batch", _in_batches)):
+                for name, complete in (
+                    ("one", _one_at_a_time),
+                    ("transaction", _one_transaction),
+                    ("batch", _in_batches),
+                ):
                     tasks, claimed = claimed[:per_round], claimed[per_round:]
                     cpu0, server0 = time.process_time(), server_cpu_s()
                     if complete(conn, tasks) != len(tasks):
                         raise RuntimeError(f"{name}: not every completion matched its lease")
                     spent[name] = spent[name].plus(spent_since(len(tasks), cpu0, server0))
     one, batch = spent["one"].divided(rounds), spent["batch"].divided(rounds)
+    together = spent["transaction"].divided(rounds)
 
     def value(cost: Cost) -> str:
         return f"{cost.total_us:,.0f} µs ({cost.client_us:,.0f} client + {cost.server_us:,.0f} server)"
 
+    def against_one(cost: Cost) -> str:
+        return (
+            f"{cost.total_us / one.total_us:.2f}x (client {cost.client_us / one.client_us:.2f}x, "
+            f"server {cost.server_us / one.server_us:.2f}x); "
+            f"saves {one.total_us - cost.total_us:,.0f} µs a task"
+        )
+
     return [
         Row("one completion a statement (the store's): per task", value(one), "baseline"),
         Row(
+            f"the store's statement for {BATCH} tasks in one transaction: per task",
+            value(together),
+            against_one(together),
+        ),
+        Row(
             f"{BATCH} completions a statement: per task",
             value(batch),
-            f"{batch.total_us / one.total_us:.2f}x (client {batch.client_us / one.client_us:.2f}x, "
-            f"server {batch.server_us / one.server_us:.2f}x); "
-            f"saves {one.total_us - batch.total_us:,.0f} µs a task",
+            against_one(batch),
         ),
     ]
 

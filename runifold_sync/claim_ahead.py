@@ -44,6 +44,11 @@ class ClaimedAhead:
             self._tasks.extend(claimed)
             self._keeper.hold([c.lease for c in claimed])
 
+    @property
+    def holding(self) -> bool:
+        """Whether tasks claimed ahead wait for their turn."""
+        return bool(self._tasks)
+
     def next(self) -> tuple[ClaimedTask, float] | LeaseLost | None:
         """The next held task, with its latest lease and the monotonic time that lease was
         extended from; ``LeaseLost`` when its lease ran out while it waited (another

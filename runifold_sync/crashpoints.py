@@ -51,6 +51,8 @@ POINTS = {
     "after_step": "call id; a step body returned, its output is not committed",
     "before_effect": "call id; an effect's intent is committed, its body is about to run",
     "after_effect": "call id; an effect body returned, its result is not committed",
+    "completion_held": "task id; the task returned and its completion is held for its claim "
+    "batch's one commit (held_completions.py), which has not been sent",
     "before_commit": "call id (effect intents: '<call id>:intent'; events: 'event:<key>'; the "
     "deadline of a step or effect with a timeout, committed before its body: '<call id>:deadline'); "
     "a checkpoint commit is about to be sent",
@@ -60,8 +62,9 @@ POINTS = {
     "after_heartbeat": "as before_heartbeat; the lease extension returned",
     "before_transition": "complete, suspend, fail, retry, continue (continue_as_new), cancel "
     "(acknowledging a cancel request), yield (step slice used up), unavailable (definition "
-    "not registered here) or hand_back (a task claimed ahead given back unstarted); the "
-    "write that ends a claim is about to be sent",
+    "not registered here), hand_back (a task claimed ahead given back unstarted) or "
+    "complete_batch (the held completions of a claim batch); the write that ends a claim is "
+    "about to be sent",
     "after_transition": "as before_transition; the write returned",
     "before_tick": "schedule name; the transaction creating a due tick's task (and recording "
     "the tick) is about to be sent, from the worker's schedule thread",

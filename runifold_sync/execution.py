@@ -9,6 +9,7 @@ raise. Each transition is bracketed by its crash points (``crashpoints.transitio
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 
 import attrs
@@ -29,6 +30,7 @@ from .errors import (
     StoreUnavailable,
 )
 from .heartbeat import LeaseKeeper
+from .held_completions import Held, HeldCompletion, HeldCompletions
 from .interrupts import (
     CancelRequested,
     ContinueRequested,
@@ -55,11 +57,14 @@ from .outcomes import (
 )
 from .spans import NO_SPANS, ClaimSpans, CycleTracer
 from .store.base import WorkflowStore
-from .store.records import ClaimedTask
+from .store.records import ClaimedTask, Completion
 from .tracebacks import kept_traceback
 from .worker_settings import WorkerSettings
 
 log = logging.getLogger("runifold_sync.worker")
+
+# What running a claim ends with: an outcome, or its completion held for the batch.
+Cycle = RunOutcome | Held
 
 
 class ClaimExecutor:
@@ -73,6 +78,7 @@ class ClaimExecutor:
         settings: WorkerSettings,
         keeper: LeaseKeeper,
         ahead: ClaimedAhead,
+        held: HeldCompletions,
         tracer: CycleTracer | None = None,
     ) -> None:
         self.store = store
@@ -83,18 +89,20 @@ class ClaimExecutor:
         self._unavailable_delay = settings.unavailable_delay
         self._keeper = keeper
         self._ahead = ahead  # holds what a completion claims for the next cycle
+        self._held = held  # completions waiting for their batch's commit
         self._tracer = tracer
 
-    def run(self, claimed: ClaimedTask, extended_at: float | None = None) -> RunOutcome:
+    def run(self, claimed: ClaimedTask, extended_at: float | None = None) -> Cycle:
         """Run ``claimed`` (its lease last extended at monotonic ``extended_at``, default
         now) until its workflow completes, waits, fails or yields, and make the one fenced
-        transition that ends the claim; inside its cycle span when tracing is on."""
+        transition that ends the claim (or hold its completion, when ``held`` accepts it);
+        inside its cycle span when tracing is on."""
         tracer = self._tracer
         if tracer is None:
             return self._claim(claimed, extended_at, NO_SPANS)
-        return tracer.cycle(claimed, lambda spans: self._claim(claimed, extended_at, spans))
+        return tracer.cycle(claimed, lambda spans: _settled(self._claim(claimed, extended_at, spans)))
 
-    def _claim(self, claimed: ClaimedTask, extended_at: float | None, spans: ClaimSpans) -> RunOutcome:
+    def _claim(self, claimed: ClaimedTask, extended_at: float | None, spans: ClaimSpans) -> Cycle:
         lease = claimed.lease
         definition = self.registry.get(claimed.definition_name, claimed.definition_version)
         wanted = f"definition unavailable: {claimed.definition_name!r} version {claimed.definition_version}"
@@ -159,17 +167,31 @@ class ClaimExecutor:
             )
         return checkpoint
 
-    def _execute(self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: TaskRun) -> RunOutcome:
+    def _execute(self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: TaskRun) -> Cycle:
+        return self._guarded(claimed, ctx, lambda: self._run(claimed, definition, ctx))
+
+    def _guarded(self, claimed: ClaimedTask, ctx: TaskRun, run: Callable[[], Cycle]) -> Cycle:
+        """``run`` with a requested failure ending the task failed (after its undo) and a
+        lost lease ending the cycle."""
         try:
             with unwound():  # a lost lease found in user code is raised as its LeaseLostError
                 try:
-                    return self._run(claimed, definition, ctx)
+                    return run()
                 except FailRequested as failure:
                     return self._fail_after_undo(claimed, ctx, failure)
         except LeaseLostError as error:  # also while undoing, or the final write: the new owner carries on
             return self._lease_lost(claimed, error)
 
-    def _run(self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: TaskRun) -> RunOutcome:
+    def settle_refused(self, held: HeldCompletion, error: CancelPending | LeaseLostError) -> RunOutcome:
+        """The outcome of a held completion the store refused, as if the task's own
+        completion had been: a cancel requested while it was held wins (the task has
+        nothing to undo, so it ends cancelled), a lost lease is the new owner's task."""
+        claimed = held.claimed
+        if isinstance(error, LeaseLostError):
+            return self._lease_lost(claimed, error)
+        return _settled(self._guarded(claimed, held.run, lambda: self._compensate(claimed, held.run, None)))
+
+    def _run(self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: TaskRun) -> Cycle:
         """Finish an undo a crash interrupted, run the main function, or undo a task
         cancelled before this claim."""
         if claimed.claims_since_progress > definition.budget.max_attempts:
@@ -207,7 +229,7 @@ class ClaimExecutor:
             write = None  # the head stays as last committed
         return self._fail(claimed, ctx.revision, write, failure)
 
-    def _drive(self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: TaskRun) -> RunOutcome:
+    def _drive(self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: TaskRun) -> Cycle:
         """Run the main function and make the transition it ended in."""
         lease = claimed.lease
         workflow = definition.workflow
@@ -237,6 +259,13 @@ class ClaimExecutor:
             self._check_result_size(lease.task_id, result_json)
             ctx.checkpoint.phase = "completed"
             write = self._encode_or_fail(ctx)
+            completed = Completed(lease.task_id, from_json(result_json))
+            if self._held.accepts(ctx):
+                completion = Completion(
+                    lease, ctx.revision, write.head_json, result_json, tuple(write.journal)
+                )
+                self._held.hold(claimed, ctx, completion, completed)
+                return Held(lease.task_id)
             self._keeper.ending()
             with crashpoints.transition("complete"):
                 then_claim = self._ahead.completion_claim()
@@ -250,7 +279,7 @@ class ClaimExecutor:
                         journal=write.journal,
                     )
                 )
-            return Completed(lease.task_id, from_json(result_json))
+            return completed
         except SuspendRequested as wait:
             ctx.checkpoint.phase = "waiting"
             write = self._encode_or_fail(ctx)
@@ -382,6 +411,13 @@ class ClaimExecutor:
     def _lease_lost(self, claimed: ClaimedTask, error: LeaseLostError) -> RunOutcome:
         log.warning("%s", error, extra=task_fields(claimed.lease))
         return LeaseLost(error.task_id, error.fencing_token, error.operation)
+
+
+def _settled(cycle: Cycle) -> RunOutcome:
+    """The outcome of a run that cannot hold its completion: a traced one (holding is off
+    with a tracer) or the settling of a refused held completion."""
+    assert not isinstance(cycle, Held), cycle
+    return cycle
 
 
 def _structured_input(claimed: ClaimedTask, definition: WorkflowDefinition, checkpoint: Checkpoint) -> object:

@@ -95,6 +95,9 @@ class LeaseKeeper:
         # Held tasks given back to the queue because the running one took long (see
         # _hand_back_held), until the worker comes to them.
         self._handed_back: set[str] = set()
+        # Held leases never handed back: tasks whose completion waits for their batch's
+        # commit (held_completions.py).
+        self._completion_held: set[str] = set()
         self._watched_at = 0.0  # monotonic time the running task's watch began
         self._deadline_listener: DeadlineListener | None = None
         self._overdue_told: str | None = None  # the overdue body already logged
@@ -136,12 +139,15 @@ class LeaseKeeper:
             self._start()
         return flags
 
-    def hold(self, leases: list[Lease]) -> None:
-        """Keep ``leases`` (claimed ahead, not running yet) alive until taken."""
+    def hold(self, leases: list[Lease], *, hand_back: bool = True) -> None:
+        """Keep ``leases`` (claimed ahead, not running yet) alive until taken; with
+        ``hand_back`` False (tasks that ran, their completion held) never give them back."""
         now = time.monotonic()
         with self._lock:
             for lease in leases:
                 self._held[lease.task_id] = (lease, now)
+                if not hand_back:
+                    self._completion_held.add(lease.task_id)
             self._start()
 
     def take(self, task_id: str) -> tuple[Lease, float] | None:
@@ -149,6 +155,7 @@ class LeaseKeeper:
         monotonic time it was extended from, no longer kept here; None when it was lost
         while waiting or handed back (see :meth:`was_handed_back`)."""
         with self._lock:
+            self._completion_held.discard(task_id)
             return self._held.pop(task_id, None)
 
     def was_handed_back(self, task_id: str) -> bool:
@@ -194,7 +201,10 @@ class LeaseKeeper:
                     crashpoints.reached("after_heartbeat", lease.task_id)
             except LeaseLostError:
                 renewed = None
-                log.warning("lease of a task claimed ahead lost before its turn", extra=task_fields(lease))
+                log.warning(
+                    "lease of a held task (claimed ahead, or its completion held) lost",
+                    extra=task_fields(lease),
+                )
             except StoreClosed:
                 return False
             except Exception as exc:  # an unreachable store: try again at the next beat
@@ -207,6 +217,7 @@ class LeaseKeeper:
                 if current is not None and current[0] is lease:
                     if renewed is None:
                         del self._held[lease.task_id]
+                        self._completion_held.discard(lease.task_id)
                     else:
                         self._held[lease.task_id] = (renewed, started)
         return True
@@ -257,10 +268,16 @@ class LeaseKeeper:
         False when the store was closed under the keeper."""
         with self._lock:
             running_s = time.monotonic() - self._watched_at
-            if self._lease is None or not self._held or running_s < self._duration.seconds / 2:
+            waiting = [
+                lease
+                for lease, _extended in self._held.values()
+                if lease.task_id not in self._completion_held
+            ]
+            if self._lease is None or not waiting or running_s < self._duration.seconds / 2:
                 return True
-            held = [lease for lease, _extended in self._held.values()]
-            self._held.clear()
+            held = waiting
+            for lease in held:
+                del self._held[lease.task_id]
             self._handed_back.update(lease.task_id for lease in held)
         reason = f"handed back unstarted: the task before it ran for {running_s:.0f} s"
         for lease in held:

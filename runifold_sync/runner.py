@@ -215,11 +215,11 @@ class EmbeddedWorker(WorkflowWorker):
         except BaseException:
             store.close()
             raise
-        self._cycle = cycle
+        self._cycle_hook = cycle
 
-    def run_once(self, *, claim_next: bool = False, stopping: CancellationToken | None = None) -> RunOutcome:
-        with self._cycle():
-            return super().run_once(claim_next=claim_next, stopping=stopping)
+    def _cycle(self, *, claim_next: bool, stopping: CancellationToken | None, hold: bool) -> list[RunOutcome]:
+        with self._cycle_hook():
+            return super()._cycle(claim_next=claim_next, stopping=stopping, hold=hold)
 
     def close(self) -> None:
         try:

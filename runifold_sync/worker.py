@@ -33,6 +33,7 @@ from .definition import WorkflowRegistry
 from .errors import InvalidArgument, StoreNotWritable, StoreUnavailable
 from .execution import ClaimExecutor
 from .heartbeat import LeaseKeeper
+from .held_completions import Held, HeldCompletions
 from .idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF, IdleBackoff, IdleWait
 from .models import LeaseDuration, WorkerId, check_count
 from .observer import CycleObserver
@@ -112,8 +113,13 @@ class WorkflowWorker:
         self._request = self._claim_request()
         self._ahead = ClaimedAhead(store, self._keeper, self._claim_request)
         self._tracer = None if tracer_provider is None else _tracing(tracer_provider, worker_id)
+        self._held = HeldCompletions(store, self._keeper, self._ahead)
+        # Only run() holds completions for a claim batch's one commit, and only with a
+        # batch to share it and no tracer (held_completions.py).
+        self._holds = self.settings.claim_batch > 1 and self._tracer is None
+        self._started: dict[str, float] = {}  # monotonic start of each held task's cycle (observer)
         self._executor = ClaimExecutor(
-            store, registry, worker_id, self.settings, self._keeper, self._ahead, self._tracer
+            store, registry, worker_id, self.settings, self._keeper, self._ahead, self._held, self._tracer
         )
 
     @property
@@ -186,24 +192,32 @@ class WorkflowWorker:
             if self.registry.schedules
             else None
         )
+
+        def report(ended: list[RunOutcome]) -> int:
+            """Count and pass on the outcomes of a cycle; how many tasks they ended."""
+            for outcome in ended:
+                outcomes[outcome.kind] += 1
+                if on_outcome is not None:
+                    on_outcome(outcome)
+            return sum(not isinstance(outcome, Idle | Yielded) for outcome in ended)
+
         try:
             while not shutdown.cancelled and (max_tasks is None or tasks < max_tasks):
                 # Claim the next task with this one's completion unless the loop ends after
                 # this cycle or stops: the worker checks the token again just before the
-                # completion, so a stop during the cycle makes no new claim.
-                last = max_tasks is not None and tasks + 1 >= max_tasks
+                # completion, so a stop during the cycle makes no new claim. The last
+                # cycle holds no completion: it commits those held.
+                last = max_tasks is not None and tasks + len(self._held) + 1 >= max_tasks
                 try:
-                    outcome = self.run_once(claim_next=not last, stopping=shutdown)
+                    ended = self._cycle(claim_next=not last, stopping=shutdown, hold=self._holds and not last)
                 except Exception as exc:
                     refused.count(exc)
                     self._back_off("cycle failed", exc, shutdown, max_backoff)
                     continue
                 refused.reset()
                 self.store.outage.answered()
-                outcomes[outcome.kind] += 1
-                if on_outcome is not None:
-                    on_outcome(outcome)
-                if isinstance(outcome, Idle):
+                tasks += report(ended)
+                if ended and isinstance(ended[-1], Idle):
                     try:
                         idle.wait(shutdown)
                     except Exception as exc:
@@ -211,9 +225,9 @@ class WorkflowWorker:
                         self._back_off("waiting for work failed", exc, shutdown, max_backoff)
                     continue
                 idle.worked()
-                if not isinstance(outcome, Yielded):
-                    tasks += 1
         finally:
+            if self._held:  # stopped between cycles of a batch
+                tasks += report(self._commit_held_at_stop())
             if ticker is not None:
                 ticker.close()
             self._ahead.release()
@@ -236,6 +250,22 @@ class WorkflowWorker:
         unstarted. ``stopping`` is that loop's stop token: once it is cancelled (a SIGTERM
         during the cycle) the completion claims nothing, since a stopping worker takes no
         new work."""
+        (outcome,) = self._cycle(claim_next=claim_next, stopping=stopping, hold=False)
+        return outcome
+
+    def _cycle(self, *, claim_next: bool, stopping: CancellationToken | None, hold: bool) -> list[RunOutcome]:
+        """One claim-and-execute cycle; ``hold``: its completion may be held for its
+        batch's one commit. Returns the outcomes it settled: the commit of the held
+        completions when it is due (before the next body starts), then this cycle's own
+        unless its completion is held."""
+        self._held.allowed = hold
+        outcome = self._claim_and_run(claim_next, stopping)
+        ended = [] if isinstance(outcome, Held) else [outcome]
+        if self._held.due() or (self._held and not hold):
+            ended = self._commit_held() + ended
+        return ended
+
+    def _claim_and_run(self, claim_next: bool, stopping: CancellationToken | None) -> RunOutcome | Held:
         self._ahead.claim_next = claim_next
         self._ahead.stopping = stopping
         if not self._registered:  # in the process that runs, so after any fork
@@ -278,8 +308,33 @@ class WorkflowWorker:
         observer.claimed(task)
         started = time.monotonic()
         outcome = self._executor.run(task, extended_at)
-        observer.finished(task, outcome, time.monotonic() - started)
+        if isinstance(outcome, Held):
+            self._started[task.lease.task_id] = started
+        else:
+            observer.finished(task, outcome, time.monotonic() - started)
         return outcome
+
+    def _commit_held(self) -> list[RunOutcome]:
+        """Commit the held completions (``HeldCompletions.commit``): their tasks' outcomes,
+        the observer told of each."""
+        started, self._started = self._started, {}
+        ended = []
+        for claimed, outcome in self._held.commit(self._executor.settle_refused):
+            if self._observer is not None:
+                self._observer.finished(claimed, outcome, time.monotonic() - started[claimed.lease.task_id])
+            ended.append(outcome)
+        return ended
+
+    def _commit_held_at_stop(self) -> list[RunOutcome]:
+        """The held completions of a loop that stops, committed with no claim; when the
+        store cannot take them, their tasks run again once their leases run out."""
+        self._ahead.claim_next = False
+        try:
+            return self._commit_held()
+        except Exception as exc:
+            message = f"worker {self.worker_id}: could not commit the completions held for its batch"
+            self.store.outage.report(log, message, exc, {"worker_id": self.worker_id.value})
+            return []
 
     def close(self) -> None:
         """Hand back tasks claimed ahead, stop the heartbeat thread and mark the worker

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import attrs
 
 from .outage import OutageLog
-from .records import ClaimedTask, ClaimRequest, JournalRow, Lease, Routes
+from .records import BatchCompleted, ClaimedTask, ClaimRequest, JournalRow, Lease, Routes
 from .timing import PoolWaits
 from .watch import Watch
 
@@ -178,9 +178,13 @@ class Dialect(Values, abc.ABC):
         (``refusals.refuse_transition``)."""
 
     @abc.abstractmethod
-    def complete_then_claim(self, completion: FencedTransition, request: ClaimRequest) -> list[ClaimedTask]:
-        """The ``completion`` and then a claim, in one transaction: a refused completion
-        claims nothing."""
+    def complete_all(
+        self, completions: Sequence[FencedTransition], request: ClaimRequest | None
+    ) -> BatchCompleted:
+        """The ``completions`` and then the claim ``request`` (if any), in one
+        transaction: a completion refused (``refusals.transition_refusal``) writes
+        nothing and the others still commit; when every one is refused the claim is not
+        made."""
 
     @abc.abstractmethod
     def claim(self, request: ClaimRequest) -> list[ClaimedTask]: ...

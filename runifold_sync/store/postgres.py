@@ -32,7 +32,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import DictRow
 
-from ..errors import InvalidArgument, StoreUnavailable
+from ..errors import CancelPending, InvalidArgument, LeaseLostError, StoreUnavailable
 from . import checks, pg_joined, refusals
 from .base import WorkflowStore
 from .dialect import Dialect, Event, FencedTransition, Params, Row, Transaction
@@ -55,7 +55,7 @@ from .pgstatements import (
 from .pgurl import POLL_INTERVAL_S, PostgresTarget, parse_target
 from .pgwait import DirectListener, notified, poll, wait_until_due
 from .queries import pending_migrations
-from .records import ClaimedTask, ClaimRequest, JournalRow, Routes
+from .records import BatchCompleted, ClaimedTask, ClaimRequest, JournalRow, Routes
 from .timing import PoolWaits
 from .watch import PollWatch, Watch
 
@@ -64,6 +64,10 @@ _MIGRATION_LOCK = 0x52554E49464F4C44
 _CHANNEL = "runifold_tasks"
 
 log = logging.getLogger("runifold_sync.store")
+
+
+class _NothingCompleted(Exception):
+    """Raised inside a batch's transaction to roll its claim back (see ``complete_all``)."""
 
 
 class PostgresTransaction:
@@ -220,23 +224,35 @@ class PostgresDialect(Dialect):
             refusals.refuse_transition(self.one, change.name, change.lease, change.event, params)
         return row
 
-    def complete_then_claim(self, completion: FencedTransition, request: ClaimRequest) -> list[ClaimedTask]:
-        """Pipelined: BEGIN, the completion with its event and the claim go out together;
-        a refused completion raises before COMMIT, which rolls the claim back."""
-        query = Q[fenced_statement(completion.name, event=True, journal=bool(completion.journal))]
-        params = transition_params(completion)
-        with self.pool.pipelined_transaction() as conn:
-            completed = conn.execute(query, params)
-            claimed = claim_in(conn, request, self)
-            if completed.fetchone() is None:
-                refusals.refuse_transition(
-                    lambda name, p: conn.execute(Q[name], p).fetchone(),
-                    completion.name,
-                    completion.lease,
-                    completion.event,
-                    params,
-                )
-            return claimed
+    def complete_all(
+        self, completions: Sequence[FencedTransition], request: ClaimRequest | None
+    ) -> BatchCompleted:
+        """Pipelined: BEGIN, each completion with its event and the claim go out
+        together; a completion that matched no row is asked why in the same transaction,
+        and when none matched, raising before COMMIT rolls the claim back."""
+        sent = [
+            (c, Q[fenced_statement(c.name, event=True, journal=bool(c.journal))], transition_params(c))
+            for c in completions
+        ]
+        refused: dict[str, CancelPending | LeaseLostError] = {}
+        try:
+            with self.pool.pipelined_transaction() as conn:
+                cursors = [conn.execute(query, params) for _c, query, params in sent]
+                claimed = [] if request is None else claim_in(conn, request, self)
+                for (change, _query, params), cursor in zip(sent, cursors, strict=True):
+                    if cursor.fetchone() is None:
+                        refused[change.lease.task_id] = refusals.transition_refusal(
+                            lambda name, p: conn.execute(Q[name], p).fetchone(),
+                            change.name,
+                            change.lease,
+                            change.event,
+                            params,
+                        )
+                if len(refused) == len(sent):
+                    raise _NothingCompleted
+        except _NothingCompleted:
+            return BatchCompleted(refused, [])
+        return BatchCompleted(refused, claimed)
 
     def claim(self, request: ClaimRequest) -> list[ClaimedTask]:
         # Pipelined: BEGIN, the tenant locks and the claim (with its events) go out

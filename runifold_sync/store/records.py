@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from ..codec import from_json
-from ..errors import InvalidArgument
+from ..errors import CancelPending, InvalidArgument, LeaseLostError
 from ..models import LeaseDuration, TaskOutcome, TaskState, WorkerId, check_name
 
 
@@ -107,6 +107,29 @@ class ClaimRequest:
     lease: LeaseDuration
     limit: int = 1
     routes: Routes | None = None
+
+
+@attrs.frozen
+class Completion:
+    """One task's completion in :meth:`WorkflowStore.complete_batch`: what
+    :meth:`WorkflowStore.complete` takes for it."""
+
+    lease: Lease
+    revision: int
+    checkpoint_json: str
+    result_json: str
+    journal: tuple[JournalRow, ...] = ()
+
+
+@attrs.frozen
+class BatchCompleted:
+    """What :meth:`WorkflowStore.complete_batch` did: the completions it refused, each
+    task id with the error its own ``complete`` would have raised
+    (:class:`~runifold_sync.errors.CancelPending` or
+    :class:`~runifold_sync.errors.LeaseLostError`), and the tasks its claim leased."""
+
+    refused: dict[str, CancelPending | LeaseLostError]
+    claimed: list[ClaimedTask]
 
 
 @attrs.frozen

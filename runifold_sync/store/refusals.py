@@ -57,13 +57,24 @@ def refuse_transition(
     operation: str,
     params: Mapping[str, Any],
 ) -> NoReturn:
+    """Raise :func:`transition_refusal`'s answer."""
+    raise transition_refusal(one, name, lease, operation, params)
+
+
+def transition_refusal(
+    one: Callable[[str, Mapping[str, Any]], Row | None],
+    name: str,
+    lease: Lease,
+    operation: str,
+    params: Mapping[str, Any],
+) -> CancelPending | LeaseLostError:
     """Why fenced transition ``name`` changed no row: a pending cancel request when the
     lease still holds (``one`` runs query ``pending_cancel`` where the caller runs its
     statements), otherwise a lost lease."""
     pending = one("pending_cancel", params) if name in REFUSED_WHILE_CANCEL_PENDING else None
     if pending is not None:
-        raise CancelPending(lease.task_id, pending["cancel_requested"], operation)
-    raise LeaseLostError(lease.task_id, lease.fencing_token, operation)
+        return CancelPending(lease.task_id, pending["cancel_requested"], operation)
+    return LeaseLostError(lease.task_id, lease.fencing_token, operation)
 
 
 def same_signal(stored: Row, name: str, payload_text: str) -> bool:

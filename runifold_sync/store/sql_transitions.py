@@ -25,7 +25,17 @@ from ..models import LeaseDuration, WorkerId
 from ..outcomes import FailureDetail
 from . import checks, event_details, refusals, row_records, signal_checks
 from .dialect import Dialect, Event, FencedTransition, Transaction
-from .records import ClaimedTask, ClaimRequest, Committed, JournalRow, Lease, Routes, Signal
+from .records import (
+    BatchCompleted,
+    ClaimedTask,
+    ClaimRequest,
+    Committed,
+    Completion,
+    JournalRow,
+    Lease,
+    Routes,
+    Signal,
+)
 from .timing import OperationTimer, timed
 
 # Opens the application's transaction for a transaction step and gives its driver
@@ -277,17 +287,44 @@ class WorkerOperations:
         after the last step ran). With ``then_claim`` the same transaction then claims
         as :meth:`claim` would and returns what it leased: a worker that goes on working
         saves a commit per task. A refused completion (lease lost) claims nothing."""
+        completion = self._completion(
+            Completion(lease, revision, checkpoint_json, result_json, tuple(journal))
+        )
+        if then_claim is None:
+            self.dialect.transition(completion)
+            return []
+        done = self.dialect.complete_all([completion], then_claim)
+        if done.refused:
+            raise done.refused[lease.task_id]
+        return done.claimed
+
+    @timed
+    def complete_batch(
+        self, completions: Sequence[Completion], *, then_claim: ClaimRequest | None = None
+    ) -> BatchCompleted:
+        """End each of ``completions`` as :meth:`complete` would, in one transaction, and
+        then claim as ``then_claim`` says: a worker that ran several short tasks of a
+        claim batch commits their ends once. A completion refused (a cancel requested, a
+        lease lost) is reported with its error, not raised, and the others still commit;
+        when every one is refused nothing is claimed."""
+        if not completions:
+            raise InvalidArgument("complete_batch needs at least one completion, got none")
+        seen: set[str] = set()
+        for completion in completions:
+            task_id = completion.lease.task_id
+            if task_id in seen:
+                raise InvalidArgument(f"complete_batch got task {task_id!r} twice; a task completes once")
+            seen.add(task_id)
+        return self.dialect.complete_all([self._completion(c) for c in completions], then_claim)
+
+    def _completion(self, completion: Completion) -> FencedTransition:
         d = self.dialect
         params = {
-            "revision": revision,
-            "head": d.json_in("checkpoint", checkpoint_json),
-            "result": d.json_in("result", result_json),
+            "revision": completion.revision,
+            "head": d.json_in("checkpoint", completion.checkpoint_json),
+            "result": d.json_in("result", completion.result_json),
         }
-        completion = FencedTransition("complete", lease, params, "completed", journal=journal)
-        if then_claim is None:
-            d.transition(completion)
-            return []
-        return d.complete_then_claim(completion, then_claim)
+        return FencedTransition("complete", completion.lease, params, "completed", journal=completion.journal)
 
     @timed
     def fail(

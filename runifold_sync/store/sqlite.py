@@ -28,14 +28,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidArgument, StoreClosed, StoreUsedAcrossFork
+from ..errors import CancelPending, InvalidArgument, LeaseLostError, StoreClosed, StoreUsedAcrossFork
 from . import checks, event_details, refusals, row_records, sqlite_clock, sqlite_joined
 from .base import WorkflowStore
 from .checks import storable_text
 from .dialect import ENDING_TRANSITIONS, Dialect, Event, FencedTransition, Params, Row, Transaction
 from .outage import OutageLog
 from .queries import load_queries, pending_migrations
-from .records import ClaimedTask, ClaimRequest, JournalRow, Routes
+from .records import BatchCompleted, ClaimedTask, ClaimRequest, JournalRow, Routes
 from .sqlite_connection import (
     MICROSECOND,
     SqliteConnection,
@@ -293,10 +293,19 @@ class SqliteDialect(Dialect):
         with self.transaction() as tx:
             return self._transition_in(tx, change)
 
-    def complete_then_claim(self, completion: FencedTransition, request: ClaimRequest) -> list[ClaimedTask]:
+    def complete_all(
+        self, completions: Sequence[FencedTransition], request: ClaimRequest | None
+    ) -> BatchCompleted:
+        refused: dict[str, CancelPending | LeaseLostError] = {}
         with self.transaction() as tx:
-            self._transition_in(tx, completion)
-            return self._claim_in(tx, request)
+            for completion in completions:
+                try:
+                    self._transition_in(tx, completion)
+                except (CancelPending, LeaseLostError) as refusal:  # it wrote nothing
+                    refused[completion.lease.task_id] = refusal
+            if request is None or len(refused) == len(completions):
+                return BatchCompleted(refused, [])
+            return BatchCompleted(refused, self._claim_in(tx, request))
 
     def _transition_in(self, tx: SqliteTransaction, change: FencedTransition) -> Row:
         """A fenced UPDATE, its journal rows and its history event, inside ``tx``."""

@@ -27,8 +27,10 @@ write outside the store says which bodies ran again:
   the heartbeat thread; a crash around a held task's heartbeat leaves it to be claimed
   again once its lease runs out.
 
-The points around a schedule's tick (``before_tick``, ``after_tick``) have a table of
-their own, ``test_schedule_crash_points``, which the coverage check below counts too.
+The points around a schedule's tick (``before_tick``, ``after_tick``) and those of
+completions held for a claim batch's one commit (``completion_held``, the
+``complete_batch`` transition) have tables of their own, ``test_schedule_crash_points``
+and ``test_held_crash_points``, which the coverage check below counts too.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from tests.support.backends import Backend
 from tests.support.journals import entries
 
 from . import crash_app
+from .test_held_crash_points import HELD_CASES
 from .test_schedule_crash_points import SCHEDULE_CASES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -236,6 +239,7 @@ TRANSITION_KINDS = (
     "yield",
     "unavailable",
     "hand_back",
+    "complete_batch",
 )
 
 
@@ -269,7 +273,8 @@ def _transition_hooks() -> set[tuple[str, str]]:
 
 def test_every_crash_point_and_every_transition_kind_before_and_after_is_covered_by_the_matrix() -> None:
     armed = [spec.partition(":") for case in CASES.values() for spec in case.crash]
-    ticks = {case.crash.partition(":")[0] for case in SCHEDULE_CASES.values()}  # their own table
+    armed += [case.crash.partition(":") for case in HELD_CASES.values()]  # their own table
+    ticks = {case.crash.partition(":")[0] for case in SCHEDULE_CASES.values()}  # theirs too
     assert {point for point, _, _ in armed} | ticks == set(crashpoints.POINTS)
     # A point name alone would pass with one transition kind covered: each kind must be
     # crashed both before and after its write.

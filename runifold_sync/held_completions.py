@@ -1,0 +1,128 @@
+"""Completions held back so that a claim batch's short tasks commit their ends together.
+
+A worker that claimed a batch runs its tasks in turn. A task that completes while more
+of the batch is still to run has its completion held instead of committed, and the held
+completions are committed in one transaction (``store.complete_batch``) once the batch
+has run, with the claim of the next batch in the same transaction: a one-step task then
+shares one commit with the rest of its batch instead of making its own, which is most of
+what such a task costs (``benchmarks/completion_batch.py``).
+
+Only :meth:`WorkflowWorker.run` holds completions (a loop that comes back at once), only
+with ``claim_batch`` above 1 and no tracer (a cycle's span covers its completion), and
+never the completion of a task with a compensation still to run (a cancel that wins over
+the held completion must then undo it, which is not a held task's business).
+
+What stays true:
+
+- A held task is reported complete (its outcome, the observer, a pool's supervisor) only
+  after that commit. Until then it is what a crash between the last step and the
+  completion always was: if the worker dies, the lease runs out and the task runs again
+  from its last commit.
+- Its lease is kept by the heartbeat thread meanwhile, and never handed back.
+- A held completion the store refuses is settled as the task's own completion would
+  have been: a cancel requested meanwhile wins (the task ends cancelled), a lost lease
+  is a :class:`~runifold_sync.outcomes.LeaseLost`.
+- It waits at most for the bodies of the rest of its batch: held completions are
+  committed before the next body starts once the oldest has waited ``HOLD_LIMIT_S``,
+  so a long body delays only the completions held before it began.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import attrs
+
+from . import crashpoints
+from .errors import CancelPending, LeaseLostError
+from .outcomes import Completed, LeaseLost, RunOutcome
+from .store.records import ClaimedTask, Completion
+
+if TYPE_CHECKING:
+    from .claim_ahead import ClaimedAhead
+    from .engine import TaskRun
+    from .heartbeat import LeaseKeeper
+    from .store.base import WorkflowStore
+
+# How long the oldest held completion may wait before the next body starts.
+HOLD_LIMIT_S = 0.05
+
+
+@attrs.frozen
+class Held:
+    """What a cycle ended with when its task's completion was held."""
+
+    task_id: str
+
+
+@attrs.frozen
+class HeldCompletion:
+    """A completed task whose completion waits for its batch's commit: the run (to settle
+    a refusal), the completion to send, and the outcome to report once it is stored."""
+
+    claimed: ClaimedTask
+    run: TaskRun
+    completion: Completion
+    outcome: Completed
+    held_at: float  # monotonic
+
+
+Refused = Callable[[HeldCompletion, CancelPending | LeaseLostError], RunOutcome]
+
+
+class HeldCompletions:
+    """One worker's held completions, in the order their tasks ran."""
+
+    def __init__(self, store: WorkflowStore, keeper: LeaseKeeper, ahead: ClaimedAhead) -> None:
+        self._store = store
+        self._keeper = keeper
+        self._ahead = ahead
+        self._held: list[HeldCompletion] = []
+        self.allowed = False  # this cycle may hold its completion (set by the worker)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def accepts(self, run: TaskRun) -> bool:
+        """Whether the completion of ``run``, whose task just returned, is held: while
+        holding is allowed, more of the batch is to run or completions are held already,
+        and the task has nothing to undo."""
+        return self.allowed and (self._ahead.holding or bool(self._held)) and not run.needs_compensation()
+
+    def hold(self, claimed: ClaimedTask, run: TaskRun, completion: Completion, outcome: Completed) -> None:
+        if crashpoints.ARMED:
+            crashpoints.reached("completion_held", claimed.lease.task_id)
+        self._keeper.hold([claimed.lease], hand_back=False)
+        self._held.append(HeldCompletion(claimed, run, completion, outcome, time.monotonic()))
+
+    def due(self) -> bool:
+        """Whether the held completions are to be committed now: the batch has run (no
+        task is held ahead), or the oldest has waited ``HOLD_LIMIT_S``."""
+        if not self._held:
+            return False
+        return not self._ahead.holding or time.monotonic() - self._held[0].held_at >= HOLD_LIMIT_S
+
+    def commit(self, refused: Refused) -> list[tuple[ClaimedTask, RunOutcome]]:
+        """Commit every held completion in one transaction (claiming the next batch in it
+        when the worker goes on and holds nothing ahead) and return each task's outcome,
+        in the order the tasks ran; ``refused`` settles a completion the store refused."""
+        held, self._held = self._held, []
+        outcomes: dict[str, RunOutcome] = {}
+        live = []
+        for each in held:
+            lease = each.claimed.lease
+            if self._keeper.take(lease.task_id) is None:  # it could not be extended while held
+                outcomes[lease.task_id] = LeaseLost(lease.task_id, lease.fencing_token, "complete")
+            else:
+                live.append(each)
+        if live:
+            then_claim = self._ahead.completion_claim()
+            with crashpoints.transition("complete_batch"):
+                done = self._store.complete_batch([each.completion for each in live], then_claim=then_claim)
+            self._ahead.hold(done.claimed)
+            for each in live:
+                error = done.refused.get(each.claimed.lease.task_id)
+                outcomes[each.claimed.lease.task_id] = each.outcome if error is None else refused(each, error)
+        return [(each.claimed, outcomes[each.claimed.lease.task_id]) for each in held]

@@ -1,0 +1,84 @@
+"""A worker process whose loop holds its completions for a claim batch's one commit
+(``held_completions.py``), for the crash points of that commit.
+
+    RUNIFOLD_CRASH_AT=point[:subject] python -m tests.integration.held_app --url URL --ledger PATH
+
+``one`` is a workflow of one step, which appends ``one <task> <pid>`` to the ledger. The
+process runs ``WorkflowWorker.run`` with a claim batch of ``BATCH`` until every task
+named by ``--task`` has ended; with a crash point armed it is expected to die of SIGKILL
+on the way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import timedelta
+
+from runifold_sync import (
+    CancellationToken,
+    RunOutcome,
+    StepContext,
+    TaskState,
+    WorkerId,
+    WorkerSettings,
+    Workflow,
+    WorkflowContext,
+    WorkflowDefinition,
+    WorkflowRegistry,
+    WorkflowWorker,
+    open_store,
+)
+from tests.support import ledger
+
+from .crash_app import HEARTBEAT, LEASE, LEDGER_ENV
+
+BATCH = 3
+flow = Workflow("one", 1)
+
+
+@flow.step()
+def only(ctx: StepContext, n: int) -> int:
+    ledger.append(os.environ[LEDGER_ENV], "one", ctx.task_id, os.getpid())
+    return n + 1
+
+
+@flow.main
+def main(ctx: WorkflowContext, n: int) -> int:
+    return only(ctx, n)
+
+
+def registry() -> WorkflowRegistry:
+    reg = WorkflowRegistry()
+    reg.register(WorkflowDefinition(flow))
+    return reg
+
+
+def main_() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.integration.held_app")
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--ledger", required=True)
+    parser.add_argument("--task", action="append", required=True)
+    args = parser.parse_args()
+    os.environ[LEDGER_ENV] = args.ledger
+    store = open_store(args.url)
+    settings = WorkerSettings(LEASE, HEARTBEAT, claim_batch=BATCH)
+    worker = WorkflowWorker(store, registry(), WorkerId.parse(f"held-{os.getpid()}"), settings=settings)
+    token = CancellationToken()
+
+    def stop_when_done(outcome: RunOutcome) -> None:
+        print(outcome.kind, flush=True)
+        if all(store.get_task(t).state is TaskState.TERMINAL for t in args.task):
+            token.cancel()
+
+    try:
+        worker.run(token, on_outcome=stop_when_done, max_backoff=timedelta(milliseconds=100))
+    finally:
+        worker.close()
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main_())
