@@ -679,6 +679,7 @@ def run(args: argparse.Namespace) -> int:
             integrity=db.integrity(),
             writes=retry(partial(chaos_audit.read, args.store, db.url)),
             journal_writes=retry(partial(chaos_audit.read_journal_writes, args.store, db.url)),
+            batched=retry(partial(chaos_audit.completions_committed_together, args.store, db.url)),
             stops=chaos.stop_log,
             refusals=parse_refusals(workdir / "supervisor.err"),
             waits=waits,

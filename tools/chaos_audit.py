@@ -153,6 +153,35 @@ def read_journal_writes(kind: str, url: str) -> list[JournalWrite]:
     return [JournalWrite(*row) for row in rows]
 
 
+# Completed events written in the same transaction as another task's: the held
+# completions of a claim batch (held_completions.py). A SQLite transaction stamps all
+# its events with one store time; PostgreSQL's share the inserting transaction (xmin).
+_BATCHED = {
+    "sqlite": "SELECT count(*) FROM runifold_events e WHERE e.kind = 'completed' AND EXISTS ("
+    "SELECT 1 FROM runifold_events o WHERE o.kind = 'completed' AND o.at = e.at "
+    "AND o.worker_id = e.worker_id AND o.task_id <> e.task_id)",
+    "postgres": "SELECT count(*) FROM runifold_events WHERE kind = 'completed' AND xmin::text IN ("
+    "SELECT xmin::text FROM runifold_events WHERE kind = 'completed' "
+    "GROUP BY xmin::text HAVING count(*) > 1)",
+}
+
+
+def completions_committed_together(kind: str, url: str) -> int:
+    """How many tasks' completions were committed in one transaction with another's."""
+    if kind == "sqlite":
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=30)
+        try:
+            return int(conn.execute(_BATCHED[kind]).fetchone()[0])
+        finally:
+            conn.close()
+    import psycopg
+
+    with psycopg.connect(url, connect_timeout=10) as pg:
+        row = pg.execute(_BATCHED[kind].encode()).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def _select(kind: str, url: str, query: str, *, at: int) -> list[list[Any]]:
     """The rows of ``query``, column ``at`` (store time) as epoch seconds on both stores."""
     rows: list[Any]

@@ -80,6 +80,7 @@ class RunData:
     stops: list[Stop] = attrs.Factory(list)
     refusals: list[Refusal] = attrs.Factory(list)
     waits: list[Wait] = attrs.Factory(list)  # callers' wait_for_task calls (chaos_waiters)
+    batched: int = 0  # completions committed in one transaction with another task's
 
 
 @attrs.define
@@ -150,6 +151,7 @@ def verify(data: RunData) -> Verdict:
             "writes audited": len(data.writes),
             "head writes audited": sum(w.head is not None for w in data.writes),
             "journal writes audited": len(data.journal_writes),
+            "completions committed with others of their claim batch": data.batched,
             "charges reconciled from the ledger": sum(
                 1 for j in journals.values() for e in j if e.get("evidence") == "reconciled"
             ),
@@ -446,6 +448,7 @@ def render(verdict: Verdict) -> list[str]:
         "writes audited",
         "head writes audited",
         "journal writes audited",
+        "completions committed with others of their claim batch",
         "charges reconciled from the ledger",
         "waits that heard their task end",
         "waits woken by their task's end",

@@ -31,6 +31,8 @@ from runifold_sync import (
     WorkflowWorker,
 )
 from runifold_sync.held_completions import HOLD_LIMIT_S
+from runifold_sync.observer import CycleObserver
+from runifold_sync.store.records import ClaimedTask
 from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=5))
@@ -73,11 +75,13 @@ def _enqueue(store: WorkflowStore, count: int) -> list[str]:
     return ids
 
 
-def _run(store: WorkflowStore, token: CancellationToken, **loop: Any) -> WorkerReport:
+def _run(
+    store: WorkflowStore, token: CancellationToken, observer: CycleObserver | None = None, **loop: Any
+) -> WorkerReport:
     registry = WorkflowRegistry()
     registry.register(WorkflowDefinition(flow))
     settings = WorkerSettings(LEASE, HEARTBEAT, claim_batch=3)
-    worker = WorkflowWorker(store, registry, WorkerId.parse("batcher"), settings=settings)
+    worker = WorkflowWorker(store, registry, WorkerId.parse("batcher"), settings=settings, observer=observer)
     try:
         return worker.run(token, **loop, **QUICK)
     finally:
@@ -188,3 +192,25 @@ def test_a_long_body_delays_only_the_completions_held_before_it_began(backend: B
     assert SEEN[1] == [TaskState.LEASED]  # h0 held while h1 ran
     # h1 ran past the hold limit: h0's and h1's ends were committed before h2's body.
     assert SEEN[2] == [TaskState.TERMINAL, TaskState.TERMINAL]
+
+
+class _Finishes(CycleObserver):
+    """Hears each finished task with the state its row had at that moment."""
+
+    def __init__(self, store: WorkflowStore) -> None:
+        self.store = store
+        self.finished_as: list[tuple[str, str, TaskState]] = []
+
+    def finished(self, claimed: ClaimedTask, outcome: RunOutcome, duration_s: float) -> None:
+        task_id = claimed.lease.task_id
+        self.finished_as.append((task_id, outcome.kind, self.store.get_task(task_id).state))
+
+
+def test_the_observer_hears_a_held_task_finish_once_its_end_is_stored(backend: Backend) -> None:
+    store = backend.open()
+    ids = _enqueue(store, 3)
+    token = CancellationToken()
+    _heard, on_outcome = _stop_when_done(store, ids, token)
+    observer = _Finishes(store)
+    _run(store, token, observer, on_outcome=on_outcome)
+    assert observer.finished_as == [(i, "completed", TaskState.TERMINAL) for i in ids]
