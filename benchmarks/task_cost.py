@@ -2,10 +2,12 @@
 single-row UPDATE commit (the least a durable completion can cost), the claim's share
 (``store.claim`` of 10 tasks on a worker's routes, per task), the store's completion
 alone (``store.complete`` on tasks already claimed: the fenced UPDATE with its history
-event, result NOTIFY and parent wake-up), and a worker's whole cycle with
-``claim_batch=10`` (claim, replay, the step, the checkpoint, the completion). Client
-and server CPU of each, per task, and each layer's ratio to the raw commit; what the
-cycle spends beyond its claim share and completion is the engine's own work.
+event, result NOTIFY and parent wake-up) and ten of them in one transaction
+(``store.complete_batch``, as a worker's loop commits a batch's held completions), and a
+worker's whole loop with ``claim_batch=10`` (claim, replay, the step, the checkpoint,
+the batch's completions). Client and server CPU of each, per task, and each layer's
+ratio to the raw commit; what the cycle spends beyond its claim share and its share of
+the batch's completion is the engine's own work.
 
 ``python benchmarks/task_cost.py [--quick]``
 """
@@ -28,8 +30,15 @@ from common import (
 )
 from cpu_per_step import RawCommits, raw_commits
 
-from runifold_sync import Completed, LeaseDuration, WorkerId, WorkerSettings, WorkflowWorker, open_store
-from runifold_sync.store.records import ClaimedTask, Routes
+from runifold_sync import (
+    CancellationToken,
+    LeaseDuration,
+    WorkerId,
+    WorkerSettings,
+    WorkflowWorker,
+    open_store,
+)
+from runifold_sync.store.records import ClaimedTask, Completion, Routes
 
 LEASE = LeaseDuration(timedelta(minutes=10))
 CLAIM_BATCH = 10
@@ -61,45 +70,55 @@ def spent_since(tasks: int, cpu0: float, server0: float | None) -> Cost:
     return Cost((time.process_time() - cpu0) / tasks * 1e6, (server - server0) / tasks * 1e6)
 
 
-def claim_and_completion_cost(tasks: int) -> tuple[Cost, Cost]:
+def claim_and_completion_cost(tasks: int) -> tuple[Cost, Cost, Cost]:
     """``store.claim`` of ``CLAIM_BATCH`` tasks at a time on a worker's routes, then
-    ``store.complete`` of each claimed task: the cost per task of each, separately."""
+    ``store.complete`` of each of ``tasks`` claimed tasks and ``store.complete_batch`` of
+    ``tasks`` more, ``CLAIM_BATCH`` a transaction (what a worker's loop sends): the cost
+    per task of each, separately."""
     worker_id = WorkerId.parse("cost-0")
     served = [(d.identity.name, d.identity.version, d.identity.fingerprint) for d in registry()]
     routes = Routes.serving(WorkerSettings().queues, served)  # as a worker's claims carry
     with fresh_store("postgres") as url:
         store = open_store(url)
         try:
-            enqueue_workflows(store, tasks + CLAIM_BATCH, 1, delay=None)
+            enqueue_workflows(store, 2 * tasks + CLAIM_BATCH, 1, delay=None)
             store.claim(worker_id, LEASE, limit=CLAIM_BATCH, routes=routes)  # warm up
             claimed: list[ClaimedTask] = []
             cpu0, server0 = time.process_time(), server_cpu_s()
-            while len(claimed) < tasks:
+            while len(claimed) < 2 * tasks:
                 claimed += store.claim(worker_id, LEASE, limit=CLAIM_BATCH, routes=routes)
             claim = spent_since(len(claimed), cpu0, server0)
             head = '{"phase": "completed"}'
+            one, batched = claimed[:tasks], claimed[tasks : 2 * tasks]
             cpu0, server0 = time.process_time(), server_cpu_s()
-            for task in claimed:
+            for task in one:
                 store.complete(task.lease, task.revision, head, "1")
-            return claim, spent_since(len(claimed), cpu0, server0)
+            completion = spent_since(len(one), cpu0, server0)
+            cpu0, server0 = time.process_time(), server_cpu_s()
+            for start in range(0, len(batched), CLAIM_BATCH):
+                batch = batched[start : start + CLAIM_BATCH]
+                done = store.complete_batch([Completion(t.lease, t.revision, head, "1") for t in batch])
+                if done.refused:
+                    raise RuntimeError(f"completions refused: {done.refused!r}")
+            return claim, completion, spent_since(len(batched), cpu0, server0)
         finally:
             store.close()
 
 
 def cycle_cost(tasks: int) -> Cost:
-    """A worker's ``run_once`` cycles over ``tasks`` one-step tasks, as a pool child runs them."""
+    """A worker's loop (``run``, its completions held for each batch's one commit) over
+    ``tasks`` one-step tasks, as a pool child runs them."""
     with fresh_store("postgres") as url:
         store = open_store(url)
         settings = WorkerSettings(lease_duration=LEASE, claim_batch=CLAIM_BATCH)
         worker = WorkflowWorker(store, registry(), WorkerId.parse("cost-1"), settings=settings)
         try:
             enqueue_workflows(store, tasks + 1, 1, delay=None)
-            worker.run_once(claim_next=True)  # warm up: connections, prepared statements
+            worker.run_once()  # warm up: connections, prepared statements
             cpu0, server0 = time.process_time(), server_cpu_s()
-            for _ in range(tasks):
-                outcome = worker.run_once(claim_next=True)
-                if not isinstance(outcome, Completed):
-                    raise RuntimeError(f"unexpected outcome {outcome!r}")
+            report = worker.run(CancellationToken(), max_tasks=tasks)
+            if report.outcomes != {"completed": tasks}:
+                raise RuntimeError(f"unexpected outcomes {report.outcomes!r}")
             return spent_since(tasks, cpu0, server0)
         finally:
             worker.close()
@@ -115,14 +134,15 @@ def run(quick: bool) -> list[Row]:
     tasks = 1000 if quick else 3000
     # Two interleaved rounds of the three layers, each layer's two samples averaged: the
     # machine's speed drifts by the minute, and the ratios are what is compared.
-    raw = claim = completion = cycle = Cost(0.0, 0.0)
+    raw = claim = completion = batched = cycle = Cost(0.0, 0.0)
     for round_ in (1, 2):
         progress(f"one-step task cost, round {round_} of 2")
         raw = raw.plus(_raw(raw_commits("postgres")))
-        claimed, completed = claim_and_completion_cost(tasks)
+        claimed, completed, completed_together = claim_and_completion_cost(tasks)
         claim, completion = claim.plus(claimed), completion.plus(completed)
+        batched = batched.plus(completed_together)
         cycle = cycle.plus(cycle_cost(tasks))
-    raw, claim, completion, cycle = (c.divided(2) for c in (raw, claim, completion, cycle))
+    raw, claim, completion, batched, cycle = (c.divided(2) for c in (raw, claim, completion, batched, cycle))
 
     def row(figure: str, cost: Cost, ratio: str) -> Row:
         value = f"{cost.total_us:,.0f} µs ({cost.client_us:,.0f} client + {cost.server_us:,.0f} server)"
@@ -135,8 +155,8 @@ def run(quick: bool) -> list[Row]:
         )
 
     engine = Cost(
-        cycle.client_us - claim.client_us - completion.client_us,
-        cycle.server_us - claim.server_us - completion.server_us,
+        cycle.client_us - claim.client_us - batched.client_us,
+        cycle.server_us - claim.server_us - batched.server_us,
     )
 
     def share(cost: Cost) -> str:
@@ -151,10 +171,15 @@ def run(quick: bool) -> list[Row]:
         ),
         row("PostgreSQL: store.complete of a claimed one-step task", completion, times_raw(completion)),
         row(
+            f"PostgreSQL: store.complete_batch of {CLAIM_BATCH} claimed one-step tasks, per task",
+            batched,
+            f"{times_raw(batched)}; {batched.total_us / completion.total_us:.2f}x store.complete",
+        ),
+        row(
             f"PostgreSQL: worker cycle of a one-step task, claim batch {CLAIM_BATCH}", cycle, times_raw(cycle)
         ),
         row("  its claim share", claim, share(claim)),
-        row("  its completion", completion, share(completion)),
+        row("  its completion (held: its share of the batch's)", batched, share(batched)),
         row(
             "  the rest: the engine's own work (replay, the step, checkpoint, leases)", engine, share(engine)
         ),

@@ -192,6 +192,25 @@ def transition_params(change: FencedTransition) -> dict[str, Any]:
     )
 
 
+def batch_params(completions: Sequence[FencedTransition]) -> dict[str, list[Any]]:
+    """The parameters of query ``complete_batch``: each completion's lease, revision, head,
+    result and event detail, and all their journal rows, as parallel arrays."""
+    rows = [(c.lease.task_id, row) for c in completions for row in c.journal]
+    return {
+        "ids": [c.lease.task_id for c in completions],
+        "tokens": [c.lease.fencing_token for c in completions],
+        "revisions": [c.params["revision"] for c in completions],
+        "heads": [c.params["head"] for c in completions],
+        "results": [c.params["result"] for c in completions],
+        "workers": [c.lease.worker_id for c in completions],
+        "details": [to_json(c.detail) for c in completions],
+        "journal_tasks": [task_id for task_id, _row in rows],
+        "journal_keys": [row.journal for _task_id, row in rows],
+        "journal_positions": [row.position for _task_id, row in rows],
+        "journal_entries": [row.entry_json for _task_id, row in rows],
+    }
+
+
 def canonical(text: str | None) -> str | None:
     """JSONB text (keys reordered, ``", "`` separators) back to the canonical encoding
     the rest of runifold_sync writes; JSON null stays ``"null"``."""

@@ -40,6 +40,7 @@ from .pglisten import ResultListener
 from .pgpool import Connection, ProcessPool, describe
 from .pgstatements import (
     Q,
+    batch_params,
     canonical,
     claim_in,
     fenced_statement,
@@ -227,28 +228,33 @@ class PostgresDialect(Dialect):
     def complete_all(
         self, completions: Sequence[FencedTransition], request: ClaimRequest | None
     ) -> BatchCompleted:
-        """Pipelined: BEGIN, each completion with its event and the claim go out
-        together; a completion that matched no row is asked why in the same transaction,
-        and when none matched, raising before COMMIT rolls the claim back."""
-        sent = [
-            (c, Q[fenced_statement(c.name, event=True, journal=bool(c.journal))], transition_params(c))
-            for c in completions
-        ]
+        """Pipelined: BEGIN, the completions and the claim go out together. One
+        completion is its own fenced statement; several are query ``complete_batch``,
+        one statement for all. A completion that matched no row is asked why in the same
+        transaction, and when none matched, raising before COMMIT rolls the claim back."""
+        if any(c.name != "complete" for c in completions):
+            raise ValueError(f"complete_all takes completions only, got {[c.name for c in completions]}")
         refused: dict[str, CancelPending | LeaseLostError] = {}
         try:
             with self.pool.pipelined_transaction() as conn:
-                cursors = [conn.execute(query, params) for _c, query, params in sent]
+                if len(completions) == 1:
+                    (only,) = completions
+                    query = Q[fenced_statement(only.name, event=True, journal=bool(only.journal))]
+                    sent = conn.execute(query, transition_params(only))
+                else:
+                    sent = conn.execute(Q["complete_batch"], batch_params(completions))
                 claimed = [] if request is None else claim_in(conn, request, self)
-                for (change, _query, params), cursor in zip(sent, cursors, strict=True):
-                    if cursor.fetchone() is None:
+                done = {row["task_id"] for row in sent.fetchall()}
+                for change in completions:
+                    if change.lease.task_id not in done:
                         refused[change.lease.task_id] = refusals.transition_refusal(
                             lambda name, p: conn.execute(Q[name], p).fetchone(),
                             change.name,
                             change.lease,
                             change.event,
-                            params,
+                            transition_params(change),
                         )
-                if len(refused) == len(sent):
+                if len(refused) == len(completions):
                     raise _NothingCompleted
         except _NothingCompleted:
             return BatchCompleted(refused, [])

@@ -52,6 +52,7 @@ POSTGRES_ONLY = {
     "wake_if_signal_pending",
     "prune_rows",
     "await_result",  # a waiter's mark: only PostgreSQL's task ends are notified
+    "complete_batch",  # SQLite completes a batch a statement a task, in one transaction
 }
 
 

@@ -250,6 +250,68 @@ WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'lea
     AND t.lease_expires > clock.now AND t.revision = %(revision)s AND t.cancel_requested IS NULL
 RETURNING clock.now AS at, t.task_id, t.parent_id, CASE WHEN t.result_awaited THEN pg_notify('runifold_results', t.task_id) END AS finished;
 
+-- name: complete_batch
+-- Several tasks' completions (store.complete_batch) in one statement, each written as
+-- complete writes it with its history event, journal rows and result NOTIFY. Rows are
+-- found by primary key (the = ANY), whatever the statistics say. A parent waiting for a
+-- child of the batch is woken as complete's parent_woken CTE does; the parents are
+-- locked in id order first, so two batches waking the same parents cannot deadlock.
+-- Returns the completed tasks; a task missing from the answer was refused.
+WITH clock AS (SELECT {now} AS now),
+batch AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(tokens)s::bigint[], %(revisions)s::bigint[],
+        %(heads)s::text[], %(results)s::text[], %(workers)s::text[], %(details)s::text[])
+        AS b (task_id, token, revision, head, result, worker_id, detail)
+),
+fenced AS (
+    UPDATE runifold_tasks AS t
+    SET state = 'terminal', outcome = 'completed', head = b.head::jsonb,
+        revision = t.revision + 1, result = b.result::jsonb, ready_at = NULL,
+        lease_expires = NULL, reason = NULL, updated_at = clock.now
+    FROM clock, batch AS b
+    WHERE t.task_id = ANY(%(ids)s::text[]) AND t.task_id = b.task_id
+        AND t.fencing_token = b.token AND t.state = 'leased' AND t.lease_expires > clock.now
+        AND t.revision = b.revision AND t.cancel_requested IS NULL
+    RETURNING clock.now AS at, t.task_id, t.parent_id, b.token, b.worker_id, b.detail,
+        CASE WHEN t.result_awaited THEN pg_notify('runifold_results', t.task_id) END AS finished
+),
+event AS (
+    INSERT INTO runifold_events (task_id, at, kind, worker_id, fencing_token, detail)
+    SELECT task_id, at, 'completed', worker_id, token, detail::jsonb FROM fenced
+),
+rows AS (
+    SELECT * FROM unnest(%(journal_tasks)s::text[], %(journal_keys)s::text[],
+        %(journal_positions)s::int[], %(journal_entries)s::text[]) AS r (task_id, journal, position, entry)
+),
+journal_written AS (
+    INSERT INTO runifold_journal (task_id, journal, position, entry)
+    SELECT r.task_id, r.journal, r.position, r.entry FROM rows AS r JOIN fenced USING (task_id)
+    WHERE r.entry IS NOT NULL
+    ON CONFLICT (task_id, journal, position) DO UPDATE SET entry = excluded.entry
+),
+journal_dropped AS (
+    DELETE FROM runifold_journal AS j USING rows AS r, fenced AS f
+    WHERE r.entry IS NULL AND r.task_id = f.task_id AND j.task_id = r.task_id
+        AND j.journal = r.journal AND j.position = r.position
+),
+children AS (
+    SELECT parent_id, array_agg(task_id) AS ids, max(at) AS at FROM fenced
+    WHERE parent_id IS NOT NULL GROUP BY parent_id
+),
+parents AS (
+    SELECT p.task_id FROM runifold_tasks AS p
+    WHERE p.task_id IN (SELECT parent_id FROM children) ORDER BY p.task_id FOR UPDATE
+),
+parent_woken AS (
+    UPDATE runifold_tasks AS p SET ready_at = CASE
+        WHEN p.state = 'waiting' AND p.waiting_for_child = ANY(c.ids)
+            AND (p.ready_at IS NULL OR p.ready_at > c.at) THEN c.at ELSE p.ready_at END
+    FROM children AS c JOIN parents AS l ON l.task_id = c.parent_id
+    WHERE p.task_id = c.parent_id
+    RETURNING CASE WHEN p.ready_at = c.at THEN pg_notify('runifold_tasks', '') END
+)
+SELECT task_id FROM fenced;
+
 -- name: await_result
 -- A waiter, once it listens on runifold_results and before it reads the task again: the
 -- transition that ends the task from now on sees the mark and notifies. One that holds
