@@ -12,7 +12,8 @@ into a temporary directory and run with its own ``benchmarks/common.py`` and pac
 the interpreter (and installed dependencies) running this script.
 
 With ``--cpu`` the two revisions instead run side by side, each a process with one
-in-process worker per shape (5-step workflows and one-step tasks, on both stores), in
+in-process worker per shape (5-step workflows and one-step tasks, on both stores; the
+one-step tasks also at claim batch 10 through the worker loop a pool child runs), in
 lockstep: a block of tasks on one side, then the same block on the other, first one side
 then the other, ``4 x --rounds`` blocks. The table gives each side's CPU per step (its
 worker's, and the PostgreSQL server's) over all blocks: on a machine whose speed swings
@@ -62,18 +63,21 @@ _CPU_SIDE = """
 import json, sys, time
 from datetime import timedelta
 from common import enqueue_workflows, fresh_store, registry
-from runifold_sync import LeaseDuration, WorkerId, WorkflowWorker, open_store
-(kind, steps, per_block), blocks = json.loads(sys.argv[1]), int(sys.argv[2])
+from runifold_sync import CancellationToken, LeaseDuration, WorkerId, WorkflowWorker, open_store
+(kind, steps, per_block, batch), blocks = json.loads(sys.argv[1]), int(sys.argv[2])
 with fresh_store(kind) as url, open_store(url) as store:
     enqueue_workflows(store, per_block * blocks + 1, steps, delay=None)
     worker = WorkflowWorker(store, registry(), WorkerId.parse("ab"), LeaseDuration(timedelta(seconds=60)),
-                            timedelta(seconds=10))
+                            timedelta(seconds=10), claim_batch=batch)
     worker.run_once(claim_next=True)  # warm up: connections, prepared statements
     print("ready", flush=True)
     for _ in sys.stdin:
         cpu0 = time.process_time()
-        for _ in range(per_block):
-            worker.run_once(claim_next=True)
+        if batch > 1:  # the loop a pool child runs (a block's tasks, then the rest handed back)
+            worker.run(CancellationToken(), max_tasks=per_block)
+        else:
+            for _ in range(per_block):
+                worker.run_once(claim_next=True)
         print(time.process_time() - cpu0, flush=True)
     worker.close()
 """
@@ -155,11 +159,14 @@ def _compare_run_all(
 
 
 # name: (store, steps per workflow, workflows per block)
+# name -> store, steps per workflow, tasks per block, claim batch
 CPU_SHAPES = {
-    "SQLite, 5-step workflows": ("sqlite", 5, 60),
-    "SQLite, one-step tasks": ("sqlite", 1, 150),
-    "PostgreSQL, 5-step workflows": ("postgres", 5, 60),
-    "PostgreSQL, one-step tasks": ("postgres", 1, 150),
+    "SQLite, 5-step workflows": ("sqlite", 5, 60, 1),
+    "SQLite, one-step tasks": ("sqlite", 1, 150, 1),
+    "SQLite, one-step tasks, claim batch 10": ("sqlite", 1, 150, 10),
+    "PostgreSQL, 5-step workflows": ("postgres", 5, 60, 1),
+    "PostgreSQL, one-step tasks": ("postgres", 1, 150, 1),
+    "PostgreSQL, one-step tasks, claim batch 10": ("postgres", 1, 150, 10),
 }
 
 
@@ -207,7 +214,7 @@ def lockstep_cpu(trees: dict[str, Path], blocks: int) -> list[Row]:
             side.wait()
     before, after = trees
     rows = []
-    for name, (kind, steps, per_block) in CPU_SHAPES.items():
+    for name, (kind, steps, per_block, _batch) in CPU_SHAPES.items():
         units = steps * per_block * blocks
         for part, label in ((0, "worker"), (1, "server")):
             if part and kind != "postgres":
