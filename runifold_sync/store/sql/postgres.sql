@@ -256,12 +256,13 @@ RETURNING clock.now AS at, t.task_id, t.parent_id, CASE WHEN t.result_awaited TH
 -- found by primary key (the = ANY), whatever the statistics say. A parent waiting for a
 -- child of the batch is woken as complete's parent_woken CTE does; the parents are
 -- locked in id order first, so two batches waking the same parents cannot deadlock.
+-- The completions and their journal rows come as two JSON arrays of records (each head,
+-- result and entry as JSON text inside them; why not text[]: pgstatements.journal_params).
 -- Returns the completed tasks; a task missing from the answer was refused.
 WITH clock AS (SELECT {now} AS now),
 batch AS (
-    SELECT * FROM unnest(%(ids)s::text[], %(tokens)s::bigint[], %(revisions)s::bigint[],
-        %(heads)s::text[], %(results)s::text[], %(workers)s::text[], %(details)s::text[])
-        AS b (task_id, token, revision, head, result, worker_id, detail)
+    SELECT * FROM jsonb_to_recordset(%(completions)s::jsonb)
+        AS b (task_id text, token bigint, revision bigint, head text, result text, worker_id text, detail text)
 ),
 fenced AS (
     UPDATE runifold_tasks AS t
@@ -280,8 +281,8 @@ event AS (
     SELECT task_id, at, 'completed', worker_id, token, detail::jsonb FROM fenced
 ),
 rows AS (
-    SELECT * FROM unnest(%(journal_tasks)s::text[], %(journal_keys)s::text[],
-        %(journal_positions)s::int[], %(journal_entries)s::text[]) AS r (task_id, journal, position, entry)
+    SELECT * FROM jsonb_to_recordset(%(journal)s::jsonb)
+        AS r (task_id text, journal text, position int, entry text)
 ),
 journal_written AS (
     INSERT INTO runifold_journal (task_id, journal, position, entry)
