@@ -2,12 +2,12 @@
 single-row UPDATE commit (the least a durable completion can cost), the claim's share
 (``store.claim`` of 10 tasks on a worker's routes, per task), the store's completion
 alone (``store.complete`` on tasks already claimed: the fenced UPDATE with its history
-event, result NOTIFY and parent wake-up) and ten of them in one transaction
-(``store.complete_batch``, as a worker's loop commits a batch's held completions), and a
-worker's whole loop with ``claim_batch=10`` (claim, replay, the step, the checkpoint,
-the batch's completions). Client and server CPU of each, per task, and each layer's
-ratio to the raw commit; what the cycle spends beyond its claim share and its share of
-the batch's completion is the engine's own work.
+event, result NOTIFY and parent wake-up), what a worker's loop sends for a batch
+(``store.complete_batch`` of ten tasks with the claim of the next ten, one transaction),
+and a worker's whole loop with ``claim_batch=10`` (claim, replay, the step, the
+checkpoint, the batch's held completions). Client and server CPU of each, per task, and
+each layer's ratio to the raw commit; what the loop spends beyond its share of the
+batch's transaction is the engine's own work.
 
 ``python benchmarks/task_cost.py [--quick]``
 """
@@ -38,7 +38,7 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
-from runifold_sync.store.records import ClaimedTask, Completion, Routes
+from runifold_sync.store.records import ClaimedTask, ClaimRequest, Completion, Routes
 
 LEASE = LeaseDuration(timedelta(minutes=10))
 CLAIM_BATCH = 10
@@ -71,36 +71,42 @@ def spent_since(tasks: int, cpu0: float, server0: float | None) -> Cost:
 
 
 def claim_and_completion_cost(tasks: int) -> tuple[Cost, Cost, Cost]:
-    """``store.claim`` of ``CLAIM_BATCH`` tasks at a time on a worker's routes, then
-    ``store.complete`` of each of ``tasks`` claimed tasks and ``store.complete_batch`` of
-    ``tasks`` more, ``CLAIM_BATCH`` a transaction (what a worker's loop sends): the cost
-    per task of each, separately."""
+    """``store.claim`` of ``CLAIM_BATCH`` tasks at a time on a worker's routes; then
+    ``store.complete`` of each of ``tasks`` claimed tasks; then what a worker's loop sends
+    for a batch of one-step tasks: ``store.complete_batch`` of ``CLAIM_BATCH`` tasks with
+    the claim of the next ``CLAIM_BATCH`` in the same transaction. The cost per task of
+    each, separately."""
     worker_id = WorkerId.parse("cost-0")
     served = [(d.identity.name, d.identity.version, d.identity.fingerprint) for d in registry()]
     routes = Routes.serving(WorkerSettings().queues, served)  # as a worker's claims carry
     with fresh_store("postgres") as url:
         store = open_store(url)
         try:
-            enqueue_workflows(store, 2 * tasks + CLAIM_BATCH, 1, delay=None)
+            enqueue_workflows(store, 2 * tasks + 2 * CLAIM_BATCH, 1, delay=None)
             store.claim(worker_id, LEASE, limit=CLAIM_BATCH, routes=routes)  # warm up
             claimed: list[ClaimedTask] = []
             cpu0, server0 = time.process_time(), server_cpu_s()
-            while len(claimed) < 2 * tasks:
+            while len(claimed) < tasks:
                 claimed += store.claim(worker_id, LEASE, limit=CLAIM_BATCH, routes=routes)
             claim = spent_since(len(claimed), cpu0, server0)
             head = '{"phase": "completed"}'
-            one, batched = claimed[:tasks], claimed[tasks : 2 * tasks]
             cpu0, server0 = time.process_time(), server_cpu_s()
-            for task in one:
+            for task in claimed:
                 store.complete(task.lease, task.revision, head, "1")
-            completion = spent_since(len(one), cpu0, server0)
+            completion = spent_since(len(claimed), cpu0, server0)
+            batch = store.claim(worker_id, LEASE, limit=CLAIM_BATCH, routes=routes)
+            next_claim = ClaimRequest(worker_id, LEASE, CLAIM_BATCH, routes)
+            done_tasks = 0
             cpu0, server0 = time.process_time(), server_cpu_s()
-            for start in range(0, len(batched), CLAIM_BATCH):
-                batch = batched[start : start + CLAIM_BATCH]
-                done = store.complete_batch([Completion(t.lease, t.revision, head, "1") for t in batch])
+            while done_tasks < tasks:
+                done = store.complete_batch(
+                    [Completion(t.lease, t.revision, head, "1") for t in batch], then_claim=next_claim
+                )
                 if done.refused:
                     raise RuntimeError(f"completions refused: {done.refused!r}")
-            return claim, completion, spent_since(len(batched), cpu0, server0)
+                done_tasks += len(batch)
+                batch = done.claimed
+            return claim, completion, spent_since(done_tasks, cpu0, server0)
         finally:
             store.close()
 
@@ -154,10 +160,7 @@ def run(quick: bool) -> list[Row]:
             f"(client {cost.client_us / raw.client_us:.1f}x, server {cost.server_us / raw.server_us:.1f}x)"
         )
 
-    engine = Cost(
-        cycle.client_us - claim.client_us - batched.client_us,
-        cycle.server_us - claim.server_us - batched.server_us,
-    )
+    engine = Cost(cycle.client_us - batched.client_us, cycle.server_us - batched.server_us)
 
     def share(cost: Cost) -> str:
         return f"{cost.total_us / cycle.total_us:.0%} of the cycle"
@@ -171,15 +174,16 @@ def run(quick: bool) -> list[Row]:
         ),
         row("PostgreSQL: store.complete of a claimed one-step task", completion, times_raw(completion)),
         row(
-            f"PostgreSQL: store.complete_batch of {CLAIM_BATCH} claimed one-step tasks, per task",
+            f"PostgreSQL: store.complete_batch of {CLAIM_BATCH} one-step tasks with the claim of the "
+            f"next {CLAIM_BATCH}, one transaction, per task",
             batched,
-            f"{times_raw(batched)}; {batched.total_us / completion.total_us:.2f}x store.complete",
+            f"{times_raw(batched)}; {batched.total_us / (claim.total_us + completion.total_us):.2f}x "
+            "a claim's share and a completion of its own",
         ),
         row(
             f"PostgreSQL: worker cycle of a one-step task, claim batch {CLAIM_BATCH}", cycle, times_raw(cycle)
         ),
-        row("  its claim share", claim, share(claim)),
-        row("  its completion (held: its share of the batch's)", batched, share(batched)),
+        row("  its share of the batch's completion and next claim", batched, share(batched)),
         row(
             "  the rest: the engine's own work (replay, the step, checkpoint, leases)", engine, share(engine)
         ),

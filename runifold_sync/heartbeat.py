@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import attrs
@@ -101,6 +102,7 @@ class LeaseKeeper:
         self._watched_at = 0.0  # monotonic time the running task's watch began
         self._deadline_listener: DeadlineListener | None = None
         self._overdue_told: str | None = None  # the overdue body already logged
+        self._on_beat: Callable[[], None] | None = None  # see each_beat
 
     def report_deadlines(self, listener: DeadlineListener) -> None:
         """Tell ``listener`` the earliest deadline of the bodies with a timeout running in
@@ -246,6 +248,27 @@ class LeaseKeeper:
                 return
             if not self._hand_back_held() or not self._extend_held():
                 return
+            if not self._beat_hook():
+                return
+
+    def each_beat(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` on the heartbeat thread after each beat (the worker's held
+        completions commit those overdue while a body runs, ``held_completions.py``)."""
+        with self._lock:
+            self._on_beat = hook
+
+    def _beat_hook(self) -> bool:
+        """Run the ``each_beat`` hook; False when the store was closed under the keeper."""
+        hook = self._on_beat
+        if hook is None:
+            return True
+        try:
+            hook()
+        except StoreClosed:
+            return False
+        except Exception:  # a bug there must not stop the heartbeat
+            log.exception("the heartbeat's hook failed")
+        return True
 
     def _report_waits(self, drift_s: float) -> None:
         """The thread woke ``drift_s`` after it asked to (a frozen or starved process),

@@ -22,13 +22,16 @@ What stays true:
 - A held completion the store refuses is settled as the task's own completion would
   have been: a cancel requested meanwhile wins (the task ends cancelled), a lost lease
   is a :class:`~runifold_sync.outcomes.LeaseLost`.
-- It waits at most for the bodies of the rest of its batch: held completions are
-  committed before the next body starts once the oldest has waited ``HOLD_LIMIT_S``,
-  so a long body delays only the completions held before it began.
+- It waits little: held completions are committed before the next body starts once
+  the oldest has waited ``HOLD_LIMIT_S``, and while a body runs longer than that the
+  heartbeat thread commits them at its next beat (so at most a heartbeat interval
+  late); their outcomes are then reported when that body's cycle ends.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -36,9 +39,10 @@ from typing import TYPE_CHECKING
 import attrs
 
 from . import crashpoints
-from .errors import CancelPending, LeaseLostError
+from .errors import CancelPending, LeaseLostError, StoreClosed
+from .logs import task_fields
 from .outcomes import Completed, LeaseLost, RunOutcome
-from .store.records import ClaimedTask, Completion
+from .store.records import ClaimedTask, ClaimRequest, Completion
 
 if TYPE_CHECKING:
     from .claim_ahead import ClaimedAhead
@@ -46,7 +50,10 @@ if TYPE_CHECKING:
     from .heartbeat import LeaseKeeper
     from .store.base import WorkflowStore
 
-# How long the oldest held completion may wait before the next body starts.
+log = logging.getLogger("runifold_sync.worker")
+
+# How long the oldest held completion may wait before the next body starts, or before
+# the heartbeat thread commits it while a body runs.
 HOLD_LIMIT_S = 0.05
 
 
@@ -73,17 +80,24 @@ Refused = Callable[[HeldCompletion, CancelPending | LeaseLostError], RunOutcome]
 
 
 class HeldCompletions:
-    """One worker's held completions, in the order their tasks ran."""
+    """One worker's held completions, in the order their tasks ran. The worker's thread
+    holds and commits them; the heartbeat thread commits those overdue while a body runs
+    (``commit_overdue``), leaving their outcomes (and any refusal, which only the
+    worker's thread may settle) for the worker's next ``commit``."""
 
     def __init__(self, store: WorkflowStore, keeper: LeaseKeeper, ahead: ClaimedAhead) -> None:
         self._store = store
         self._keeper = keeper
         self._ahead = ahead
+        self._lock = threading.Lock()  # the lists below are shared with the heartbeat thread
         self._held: list[HeldCompletion] = []
+        self._stored: list[tuple[HeldCompletion, RunOutcome | CancelPending | LeaseLostError]] = []
         self.allowed = False  # this cycle may hold its completion (set by the worker)
+        keeper.each_beat(self.commit_overdue)
 
     def __len__(self) -> int:
-        return len(self._held)
+        with self._lock:
+            return len(self._held) + len(self._stored)
 
     def accepts(self, run: TaskRun) -> bool:
         """Whether the completion of ``run``, whose task just returned, is held: while
@@ -95,21 +109,66 @@ class HeldCompletions:
         if crashpoints.ARMED:
             crashpoints.reached("completion_held", claimed.lease.task_id)
         self._keeper.hold([claimed.lease], hand_back=False)
-        self._held.append(HeldCompletion(claimed, run, completion, outcome, time.monotonic()))
+        with self._lock:
+            self._held.append(HeldCompletion(claimed, run, completion, outcome, time.monotonic()))
 
     def due(self) -> bool:
-        """Whether the held completions are to be committed now: the batch has run (no
-        task is held ahead), or the oldest has waited ``HOLD_LIMIT_S``."""
-        if not self._held:
-            return False
-        return not self._ahead.holding or time.monotonic() - self._held[0].held_at >= HOLD_LIMIT_S
+        """Whether the worker is to commit (or report) the held completions now: the
+        batch has run (no task is held ahead), the oldest has waited ``HOLD_LIMIT_S``,
+        or the heartbeat thread has committed some."""
+        with self._lock:
+            if self._stored:
+                return True
+            if not self._held:
+                return False
+            oldest = self._held[0].held_at
+        return not self._ahead.holding or time.monotonic() - oldest >= HOLD_LIMIT_S
 
     def commit(self, refused: Refused) -> list[tuple[ClaimedTask, RunOutcome]]:
         """Commit every held completion in one transaction (claiming the next batch in it
         when the worker goes on and holds nothing ahead) and return each task's outcome,
-        in the order the tasks ran; ``refused`` settles a completion the store refused."""
-        held, self._held = self._held, []
-        outcomes: dict[str, RunOutcome] = {}
+        those the heartbeat thread committed first; ``refused`` settles a completion the
+        store refused. On the worker's thread."""
+        with self._lock:
+            held, self._held = self._held, []
+            stored, self._stored = self._stored, []
+        if held:
+            stored += self._send(held, self._ahead.completion_claim())
+        return [
+            (each.claimed, outcome if isinstance(outcome, RunOutcome) else refused(each, outcome))
+            for each, outcome in stored
+        ]
+
+    def commit_overdue(self) -> None:
+        """On the heartbeat thread, at each beat: commit the held completions once the
+        oldest has waited ``HOLD_LIMIT_S`` (a long body runs on the worker's thread), with
+        no claim; the outcomes wait for the worker's ``commit``. Held again if the store
+        cannot take them now."""
+        with self._lock:
+            if not self._held or time.monotonic() - self._held[0].held_at < HOLD_LIMIT_S:
+                return
+            held, self._held = self._held, []
+        try:
+            stored = self._send(held, None)
+        except StoreClosed:
+            raise
+        except Exception as exc:  # an unreachable store: the worker's thread tries again
+            self._store.outage.report(
+                log, "could not commit held completions", exc, task_fields(held[0].claimed.lease)
+            )
+            self._keeper.hold([each.claimed.lease for each in held], hand_back=False)
+            with self._lock:
+                self._held[:0] = held
+            return
+        with self._lock:
+            self._stored += stored
+
+    def _send(
+        self, held: list[HeldCompletion], then_claim: ClaimRequest | None
+    ) -> list[tuple[HeldCompletion, RunOutcome | CancelPending | LeaseLostError]]:
+        """Complete ``held`` in one transaction: each one's outcome, or the store's
+        refusal, in order."""
+        outcomes: dict[str, RunOutcome | CancelPending | LeaseLostError] = {}
         live = []
         for each in held:
             lease = each.claimed.lease
@@ -118,11 +177,10 @@ class HeldCompletions:
             else:
                 live.append(each)
         if live:
-            then_claim = self._ahead.completion_claim()
             with crashpoints.transition("complete_batch"):
                 done = self._store.complete_batch([each.completion for each in live], then_claim=then_claim)
             self._ahead.hold(done.claimed)
             for each in live:
-                error = done.refused.get(each.claimed.lease.task_id)
-                outcomes[each.claimed.lease.task_id] = each.outcome if error is None else refused(each, error)
-        return [(each.claimed, outcomes[each.claimed.lease.task_id]) for each in held]
+                task_id = each.claimed.lease.task_id
+                outcomes[task_id] = done.refused.get(task_id, each.outcome)
+        return [(each, outcomes[each.claimed.lease.task_id]) for each in held]

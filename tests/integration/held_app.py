@@ -3,10 +3,12 @@
 
     RUNIFOLD_CRASH_AT=point[:subject] python -m tests.integration.held_app --url URL --ledger PATH
 
-``one`` is a workflow of one step, which appends ``one <task> <pid>`` to the ledger. The
-process runs ``WorkflowWorker.run`` with a claim batch of ``BATCH`` until every task
-named by ``--task`` has ended; with a crash point armed it is expected to die of SIGKILL
-on the way.
+``one`` is a workflow of one step, which appends ``one <task> <pid>`` to the ledger (and,
+for the task named by ``--slow``, then sleeps ``SLOW_S``, past a few heartbeats, so the
+heartbeat thread commits the completions held before it). The process runs
+``WorkflowWorker.run`` with a claim batch of ``BATCH`` until every task named by
+``--task`` has ended; with a crash point armed it is expected to die of SIGKILL on the
+way.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from datetime import timedelta
 
 from runifold_sync import (
@@ -35,12 +38,16 @@ from tests.support import ledger
 from .crash_app import HEARTBEAT, LEASE, LEDGER_ENV
 
 BATCH = 3
+SLOW_ENV = "HELD_SLOW_TASK"
+SLOW_S = HEARTBEAT.total_seconds() * 5
 flow = Workflow("one", 1)
 
 
 @flow.step()
 def only(ctx: StepContext, n: int) -> int:
     ledger.append(os.environ[LEDGER_ENV], "one", ctx.task_id, os.getpid())
+    if os.environ.get(SLOW_ENV) == ctx.task_id:
+        time.sleep(SLOW_S)
     return n + 1
 
 
@@ -60,8 +67,11 @@ def main_() -> int:
     parser.add_argument("--url", required=True)
     parser.add_argument("--ledger", required=True)
     parser.add_argument("--task", action="append", required=True)
+    parser.add_argument("--slow")
     args = parser.parse_args()
     os.environ[LEDGER_ENV] = args.ledger
+    if args.slow:
+        os.environ[SLOW_ENV] = args.slow
     store = open_store(args.url)
     settings = WorkerSettings(LEASE, HEARTBEAT, claim_batch=BATCH)
     worker = WorkflowWorker(store, registry(), WorkerId.parse(f"held-{os.getpid()}"), settings=settings)

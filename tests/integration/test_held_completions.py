@@ -2,7 +2,7 @@
 ``WorkflowWorker.run`` on both stores: the batch's ends commit together with the next
 claim, each task is reported complete only once its end is stored, a cancel requested
 while a completion is held wins, a lease lost while held is reported lost, a stop
-commits what is held, and a long body delays only the completions held before it."""
+commits what is held, and a long body holds no completion past a heartbeat."""
 
 from __future__ import annotations
 
@@ -30,7 +30,6 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.held_completions import HOLD_LIMIT_S
 from runifold_sync.observer import CycleObserver
 from runifold_sync.store.records import ClaimedTask
 from tests.support.backends import Backend
@@ -177,21 +176,28 @@ def test_a_stop_between_cycles_commits_what_is_held_and_hands_back_the_rest(back
     assert [e.kind for e in store.history("h3")] == ["enqueued"]  # the stop claimed nothing
 
 
-def test_a_long_body_delays_only_the_completions_held_before_it_began(backend: Backend) -> None:
+def test_a_long_body_holds_no_completion_past_the_next_heartbeat(backend: Backend) -> None:
     store = backend.open()
     ids = _enqueue(store, 3)
 
-    def look(n: int) -> None:
-        SEEN[n] = [store.get_task(i).state for i in ids[:n]]
+    def look(key: int, n: int) -> None:
+        SEEN[key] = [store.get_task(i).state for i in ids[:n]]
 
-    ACTIONS[1] = lambda: (look(1), time.sleep(HOLD_LIMIT_S * 2))
-    ACTIONS[2] = lambda: look(2)
+    def long_body() -> None:
+        look(1, 1)
+        time.sleep(HEARTBEAT.total_seconds() * 2.5)  # past two beats of the heartbeat thread
+        look(10, 1)
+
+    ACTIONS[1] = long_body
+    ACTIONS[2] = lambda: look(2, 2)
     token = CancellationToken()
-    _heard, on_outcome = _stop_when_done(store, ids, token)
+    heard, on_outcome = _stop_when_done(store, ids, token)
     _run(store, token, on_outcome=on_outcome)
-    assert SEEN[1] == [TaskState.LEASED]  # h0 held while h1 ran
-    # h1 ran past the hold limit: h0's and h1's ends were committed before h2's body.
+    assert SEEN[1] == [TaskState.LEASED]  # h0's completion held as h1 began
+    assert SEEN[10] == [TaskState.TERMINAL]  # committed by the heartbeat thread during h1's body
+    # h1 ran past the hold limit: its end was committed before h2's body began.
     assert SEEN[2] == [TaskState.TERMINAL, TaskState.TERMINAL]
+    assert [o.kind for o in heard] == ["completed"] * 3
 
 
 class _Finishes(CycleObserver):

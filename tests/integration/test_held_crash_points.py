@@ -7,7 +7,9 @@ bodies ran again:
 - killed with a completion held, or just before the commit, every task whose body ran
   runs it again (nothing of theirs was stored: a crash between a last step and its
   completion, as without holding), and a task that had not begun runs once;
-- killed just after the commit, every task is complete and no body runs again.
+- killed just after the commit, every task is complete and no body runs again;
+- the same when the heartbeat thread makes that commit, for the completions held before a
+  body that runs past a beat: the slow body, killed in flight, runs again.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class HeldCase:
     crash: str  # RUNIFOLD_CRASH_AT of the process
     states: tuple[TaskState, ...]  # of TASKS after the crash
     ran_twice: tuple[str, ...]  # tasks whose body ran twice in all; the others ran once
+    slow: str | None = None  # held_app --slow: the heartbeat thread commits what is held before it
 
 
 LEASED, TERMINAL = TaskState.LEASED, TaskState.TERMINAL
@@ -41,6 +44,12 @@ HELD_CASES = {
     "completion_held": HeldCase("completion_held:h0", (LEASED,) * 3, ("h0",)),
     "before_complete_batch": HeldCase("before_transition:complete_batch", (LEASED,) * 3, TASKS),
     "after_complete_batch": HeldCase("after_transition:complete_batch", (TERMINAL,) * 3, ()),
+    "before_complete_batch_by_heartbeat": HeldCase(
+        "before_transition:complete_batch", (LEASED,) * 3, ("h0", "h1"), slow="h1"
+    ),
+    "after_complete_batch_by_heartbeat": HeldCase(
+        "after_transition:complete_batch", (TERMINAL, LEASED, LEASED), ("h1",), slow="h1"
+    ),
 }
 
 
@@ -58,6 +67,8 @@ def test_held_crash_point(
 
     env = dict(os.environ, RUNIFOLD_CRASH_AT=case.crash)
     args = ["--url", backend.url, "--ledger", str(ledger_path), *(f"--task={t}" for t in TASKS)]
+    if case.slow is not None:
+        args += ["--slow", case.slow]
     proc = processes.run("tests.integration.held_app", *args, env=env, timeout_s=60)
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
     point, _, subject = case.crash.partition(":")
