@@ -126,7 +126,8 @@ def verify(data: RunData) -> Verdict:
     verdict.count("claims missing from the write audit", _unaudited_claims(data))
     verdict.count("non-idempotent effects run twice", _charged_twice(executions))
     verdict.count("usage that decreased", _usage_decreased(data))
-    verdict.count("task ends a waiter never heard", unheard_ends(data.waits, data.tasks))
+    frozen = [(stop.worker_id, stop.at, stop.resumed_at) for stop in data.stops]
+    verdict.count("task ends a waiter never heard", unheard_ends(data.waits, data.tasks, frozen))
     if data.integrity is not None:
         verdict.count("sqlite integrity_check problems", [] if data.integrity == "ok" else [data.integrity])
 

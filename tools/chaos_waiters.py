@@ -27,6 +27,9 @@ from runifold_sync.store.sql_results import FINISHED  # what wait_for_task retur
 WAITING_THREADS = 6
 WAIT_S = 10.0  # one wait's timeout: a task may well take longer (its signal, a kill)
 HEARD_WITHIN_S = 5.0  # an end unheard for this long is missed
+# A stop of the ending worker this long after its end's statement began still froze the
+# transaction before its COMMIT: the end is visible only from the SIGCONT.
+FREEZE_SLACK_S = 1.0
 
 
 @attrs.frozen
@@ -101,14 +104,23 @@ class ResultWaiters:
                 self.waits.append(wait)
 
 
-def unheard_ends(waits: Iterable[Wait], tasks: Mapping[str, TaskRecord]) -> list[str]:
-    """Waits that gave up on a task which had ended ``HEARD_WITHIN_S`` or more before."""
+def unheard_ends(
+    waits: Iterable[Wait], tasks: Mapping[str, TaskRecord], frozen: Iterable[tuple[str, float, float]] = ()
+) -> list[str]:
+    """Waits that gave up on a task which had ended ``HEARD_WITHIN_S`` or more before.
+    ``frozen`` are the stops, (worker id, stopped at, resumed at): a task ended by a
+    worker stopped before its transaction committed ended, for its waiters, at the
+    resume (its ``updated_at`` is when the statement ran)."""
+    stops = list(frozen)
     missed = []
     for wait in waits:
         task = tasks.get(wait.task_id)
         if wait.heard or task is None or task.state not in FINISHED:
             continue
         ended_at = task.updated_at.timestamp()
+        for worker_id, stopped_at, resumed_at in stops:
+            if worker_id == task.worker_id and stopped_at - FREEZE_SLACK_S <= ended_at <= resumed_at:
+                ended_at = resumed_at
         if wait.ended - max(ended_at, wait.started) > HEARD_WITHIN_S:
             missed.append(
                 f"{wait.task_id} ended at {ended_at:.3f}; a wait from {wait.started:.3f} "

@@ -274,6 +274,20 @@ def test_a_wait_that_gives_up_long_after_its_task_ended_is_an_end_never_heard() 
     assert verdict.figures["waits woken by their task's end"] == 1  # began at 8 s, before the end
 
 
+def test_an_end_whose_worker_was_stopped_before_its_commit_is_heard_from_the_resume() -> None:
+    """A worker SIGSTOPped between its ending statement (which stamps the end) and its
+    COMMIT makes the end visible only at the SIGCONT, so a wait before that is no miss."""
+    data = _clean()  # t1 ended at 9 s, by chaos-1
+    waits = [*data.waits, Wait("t1", T0 + 10.0, T0 + 20.0, False)]
+    assert _nonzero(verify(attrs.evolve(data, waits=waits))) == {"task ends a waiter never heard": 1}
+    frozen = [Stop(T0 + 9.05, T0 + 19.0, 200, "chaos-1")]  # stopped with the end uncommitted
+    assert _nonzero(verify(attrs.evolve(data, waits=waits, stops=frozen))) == {}
+    elsewhere = [Stop(T0 + 9.05, T0 + 19.0, 100, "chaos-0")]  # another worker's stop changes nothing
+    assert _nonzero(verify(attrs.evolve(data, waits=waits, stops=elsewhere))) == {
+        "task ends a waiter never heard": 1
+    }
+
+
 def test_a_missing_task_a_failed_task_and_a_wrong_result_are_each_counted() -> None:
     data = _clean()
     other = {**SPEC, "n": 8}
