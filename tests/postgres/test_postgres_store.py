@@ -3,10 +3,8 @@ pool's arguments and its errors."""
 
 from __future__ import annotations
 
-import re
 import threading
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -26,6 +24,7 @@ from runifold_sync.codec import to_json
 from runifold_sync.postgres import PostgresWorkflowStore
 from runifold_sync.store.pgstatements import Q, claim_statement, route_params
 from runifold_sync.store.records import Routes
+from tests.support.pgplans import numbered, plan_nodes
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 W1 = WorkerId.parse("worker-1")
@@ -178,33 +177,18 @@ def test_work_that_came_without_a_notify_is_found_when_the_wait_ends(
 FINISHED = 200_000
 
 
-def _numbered(query: str) -> tuple[str, list[str]]:
-    """``query`` with psycopg's ``%(name)s`` placeholders as the ``$1, $2...`` psycopg
-    sends to the server, and the parameter names in that order."""
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match[1] not in names:
-            names.append(match[1])
-        return f"${names.index(match[1]) + 1}"
-
-    numbered = re.sub(r"%\((\w+)\)s", number, query)
-    assert "%" not in numbered, "a placeholder the conversion missed"
-    return numbered, names
-
-
 def _claim_as_production_runs_it(
     pg: PostgresWorkflowStore, limit: int, routes: Routes
 ) -> list[dict[str, Any]]:
     """The nodes of the plan a worker's claim (``routes``, ``limit``) runs on: its exact
     text prepared on a store connection and executed on its generic plan (EXPLAIN
     ANALYZE, rolled back), as ``claim_in`` runs it."""
-    numbered, names = _numbered(claim_statement(limit, routes))
+    text, names = numbered(claim_statement(limit, routes))
     params = {"worker_id": "worker-1", "lease": 30.0}
     arguments = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
     with pg.dialect.pool.connection() as conn, conn.transaction():
         conn.execute(Q["lock_limited_tenants"])  # sets plan_cache_mode = force_generic_plan
-        conn.execute(("PREPARE runifold_claim AS " + numbered).encode())
+        conn.execute(("PREPARE runifold_claim AS " + text).encode())
         explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE runifold_claim ({})")
         [plan] = conn.execute(explain.format(arguments)).fetchall()
         plans = conn.execute(
@@ -213,7 +197,7 @@ def _claim_as_production_runs_it(
         conn.execute("DEALLOCATE runifold_claim")  # prepared statements outlive a rollback
         raise psycopg.Rollback()  # EXPLAIN ANALYZE ran the UPDATE
     assert plans == [{"generic_plans": 1, "custom_plans": 0}]
-    return list(_plan_nodes(plan["QUERY PLAN"][0]["Plan"]))
+    return list(plan_nodes(plan["QUERY PLAN"][0]["Plan"]))
 
 
 UNSERVED = 10_000
@@ -276,7 +260,7 @@ def test_the_claim_as_production_runs_it_reads_only_its_routes_past_finished_and
     due = "EXPLAIN (ANALYZE, FORMAT JSON) " + Q["seconds_until_routed_due"]
     with psycopg.connect(postgres_url, autocommit=True) as admin:
         [(due_plan,)] = admin.execute(due.encode(), route_params(ROUTES)).fetchall()
-    nodes = list(_plan_nodes(due_plan[0]["Plan"]))
+    nodes = list(plan_nodes(due_plan[0]["Plan"]))
     on_tasks = [n for n in nodes if n.get("Relation Name") == "runifold_tasks"]
     assert {n.get("Index Name") for n in on_tasks} == {"runifold_tasks_routed_due"}
     assert all(n["Actual Rows"] <= 1 for n in on_tasks)
@@ -359,12 +343,6 @@ def test_a_connection_broken_while_idle_is_replaced_and_one_broken_in_use_fails_
         assert store.get_task("t1").task_id == "t1"  # the broken connection was dropped
     finally:
         store.close()
-
-
-def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield node
-    for child in node.get("Plans", []):
-        yield from _plan_nodes(child)
 
 
 def test_connect_to_an_unreachable_server_raises_store_unavailable_without_the_password() -> None:

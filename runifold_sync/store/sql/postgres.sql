@@ -253,7 +253,10 @@ RETURNING clock.now AS at, t.task_id, t.parent_id, CASE WHEN t.result_awaited TH
 -- name: complete_batch
 -- Several tasks' completions (store.complete_batch) in one statement, each written as
 -- complete writes it with its history event, journal rows and result NOTIFY. Rows are
--- found by primary key (the = ANY), whatever the statistics say. A parent waiting for a
+-- found by primary key (the = ANY), whatever the statistics say: the state check is
+-- written "IS TRUE" so that it cannot match the partial index of leased tasks, which a
+-- plan made on statistics from before a backlog was leased read whole for each batch
+-- (tests/postgres/test_complete_batch_plan.py). A parent waiting for a
 -- child of the batch is woken as complete's parent_woken CTE does; the parents are
 -- locked in id order first, so two batches waking the same parents cannot deadlock.
 -- The completions and their journal rows come as two JSON arrays of records (each head,
@@ -271,7 +274,7 @@ fenced AS (
         lease_expires = NULL, reason = NULL, updated_at = clock.now
     FROM clock, batch AS b
     WHERE t.task_id = ANY(%(ids)s::text[]) AND t.task_id = b.task_id
-        AND t.fencing_token = b.token AND t.state = 'leased' AND t.lease_expires > clock.now
+        AND t.fencing_token = b.token AND (t.state = 'leased') IS TRUE AND t.lease_expires > clock.now
         AND t.revision = b.revision AND t.cancel_requested IS NULL
     RETURNING clock.now AS at, t.task_id, t.parent_id, b.token, b.worker_id, b.detail,
         CASE WHEN t.result_awaited THEN pg_notify('runifold_results', t.task_id) END AS finished

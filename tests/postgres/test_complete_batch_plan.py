@@ -1,0 +1,60 @@
+"""The plan of query ``complete_batch`` (a claim batch's held completions, one statement)
+as a worker runs it: prepared on a store connection, on its generic plan, beside many
+leased tasks on statistics from before they were leased. It must find its rows by
+primary key; the partial index of leased tasks (which the fence's ``state = 'leased'``
+could use) would read every lease in flight for each batch."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import psycopg
+from psycopg import sql
+
+from runifold_sync import LeaseDuration, WorkerId, WorkflowTask
+from runifold_sync.postgres import PostgresWorkflowStore
+from runifold_sync.store.dialect import FencedTransition
+from runifold_sync.store.pgstatements import Q, batch_params
+from tests.support.pgplans import numbered, plan_nodes
+
+LEASED = 3000
+LEASE = LeaseDuration(timedelta(minutes=5))
+
+
+def test_the_batch_completion_finds_its_rows_by_primary_key_beside_thousands_of_leases(
+    pg: PostgresWorkflowStore, postgres_url: str
+) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("ANALYZE runifold_tasks")  # statistics of an empty table
+    pg.enqueue_many([WorkflowTask.new("orders", 1, n, checkpoint_id=f"t{n}") for n in range(LEASED)])
+    claimed = []
+    while got := pg.claim(WorkerId.parse("worker-1"), LEASE, limit=100):
+        claimed += got
+    assert len(claimed) == LEASED
+    batch = [
+        FencedTransition(
+            "complete", c.lease, {"revision": c.revision, "head": "{}", "result": "1"}, "completed"
+        )
+        for c in claimed[:10]
+    ]
+    text, names = numbered(Q["complete_batch"])
+    params = batch_params(batch)
+    arguments = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
+    with pg.dialect.pool.connection() as conn, conn.transaction():
+        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")  # as complete_all sets it
+        conn.execute(("PREPARE runifold_batch AS " + text).encode())
+        explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE runifold_batch ({})")
+        [plan] = conn.execute(explain.format(arguments)).fetchall()
+        conn.execute("DEALLOCATE runifold_batch")  # prepared statements outlive a rollback
+        raise psycopg.Rollback()  # EXPLAIN ANALYZE ran the UPDATE
+    nodes = list(plan_nodes(plan["QUERY PLAN"][0]["Plan"]))
+    indexes = [n for n in nodes if n.get("Index Name", "").startswith("runifold_tasks")]
+    assert {n["Index Name"] for n in indexes} == {"runifold_tasks_pkey"}
+    assert not [
+        n for n in nodes if n.get("Relation Name") == "runifold_tasks" and n["Node Type"] == "Seq Scan"
+    ]
+    # Ten rows, and the index entries of their older versions (each claim wrote one):
+    # nowhere near the 3,000 leases a scan of the leased tasks would read.
+    assert all(n["Actual Rows"] <= 50 for n in indexes), [
+        (n["Index Name"], n["Actual Rows"]) for n in indexes
+    ]
