@@ -63,12 +63,16 @@ def fenced_statement(name: str, *, event: bool, notify: bool = False, journal: b
                 "WHERE r.entry IS NULL AND j.task_id = %(task_id)s AND j.journal = r.journal "
                 "AND j.position = r.position)"
             )
-        if name in ENDING_TRANSITIONS:  # as query wake_parent, joined to the ended row
+        # As query wake_parent, joined to the ended row; the parent found by primary key
+        # (= ANY of an array), since joined only, a plan that believed the task table
+        # small scanned it whole for every task that ended.
+        if name in ENDING_TRANSITIONS:
             parts.append(
                 "parent_woken AS (UPDATE runifold_tasks p SET ready_at = CASE "
                 "WHEN p.state = 'waiting' AND p.waiting_for_child = fenced.task_id "
                 "AND (p.ready_at IS NULL OR p.ready_at > fenced.at) THEN fenced.at ELSE p.ready_at END "
-                "FROM fenced WHERE p.task_id = fenced.parent_id "
+                "FROM fenced WHERE p.task_id = ANY(ARRAY(SELECT parent_id FROM fenced)) "
+                "AND p.task_id = fenced.parent_id "
                 "RETURNING CASE WHEN p.ready_at = fenced.at THEN pg_notify('runifold_tasks', '') END)"
             )
         notified = ", pg_notify('runifold_tasks', '') AS notified" if notify else ""

@@ -256,6 +256,8 @@ RETURNING clock.now AS at, t.task_id, t.parent_id, CASE WHEN t.result_awaited TH
 -- found by primary key (the = ANY), whatever the statistics say: the state check is
 -- written "IS TRUE" so that it cannot match the partial index of leased tasks, which a
 -- plan made on statistics from before a backlog was leased read whole for each batch
+-- The parents, too, are looked up by primary key (= ANY of an array): joined to the
+-- batch, a plan that believed the task table small scanned it whole.
 -- (tests/postgres/test_complete_batch_plan.py). A parent waiting for a
 -- child of the batch is woken as complete's parent_woken CTE does; the parents are
 -- locked in id order first, so two batches waking the same parents cannot deadlock.
@@ -304,14 +306,14 @@ children AS (
 ),
 parents AS (
     SELECT p.task_id FROM runifold_tasks AS p
-    WHERE p.task_id IN (SELECT parent_id FROM children) ORDER BY p.task_id FOR UPDATE
+    WHERE p.task_id = ANY(ARRAY(SELECT parent_id FROM children)) ORDER BY p.task_id FOR UPDATE
 ),
 parent_woken AS (
     UPDATE runifold_tasks AS p SET ready_at = CASE
         WHEN p.state = 'waiting' AND p.waiting_for_child = ANY(c.ids)
             AND (p.ready_at IS NULL OR p.ready_at > c.at) THEN c.at ELSE p.ready_at END
     FROM children AS c JOIN parents AS l ON l.task_id = c.parent_id
-    WHERE p.task_id = c.parent_id
+    WHERE p.task_id = ANY(ARRAY(SELECT parent_id FROM children)) AND p.task_id = c.parent_id
     RETURNING CASE WHEN p.ready_at = c.at THEN pg_notify('runifold_tasks', '') END
 )
 SELECT task_id FROM fenced;
