@@ -213,14 +213,7 @@ def batch_params(completions: Sequence[FencedTransition]) -> dict[str, Any]:
         for c in completions
     ]
     rows = [
-        {
-            "task_id": c.lease.task_id,
-            "journal": row.journal,
-            "position": row.position,
-            "entry": row.entry_json,
-        }
-        for c in completions
-        for row in c.journal
+        record | {"task_id": c.lease.task_id} for c in completions for record in journal_records(c.journal)
     ]
     return {
         "ids": [c.lease.task_id for c in completions],

@@ -242,7 +242,7 @@ class PostgresDialect(Dialect):
                     query = Q[fenced_statement(only.name, event=True, journal=bool(only.journal))]
                     sent = conn.execute(query, transition_params(only))
                 else:
-                    conn.execute("SELECT set_config('plan_cache_mode', 'force_generic_plan', true)")
+                    conn.execute(Q["use_generic_plans"])
                     sent = conn.execute(Q["complete_batch"], batch_params(completions))
                 claimed = [] if request is None else claim_in(conn, request, self)
                 done = {row["task_id"] for row in sent.fetchall()}

@@ -42,7 +42,7 @@ def test_the_batch_completion_finds_its_rows_by_primary_key_beside_thousands_of_
     params = batch_params(batch)
     arguments = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
     with pg.dialect.pool.connection() as conn, conn.transaction():
-        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")  # as complete_all sets it
+        conn.execute(Q["use_generic_plans"])  # as complete_all runs it
         conn.execute(("PREPARE runifold_batch AS " + text).encode())
         explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE runifold_batch ({})")
         [plan] = conn.execute(explain.format(arguments)).fetchall()

@@ -53,6 +53,7 @@ POSTGRES_ONLY = {
     "prune_rows",
     "await_result",  # a waiter's mark: only PostgreSQL's task ends are notified
     "complete_batch",  # SQLite completes a batch a statement a task, in one transaction
+    "use_generic_plans",  # complete_batch's plan (SQLite plans nothing worth keeping)
 }
 
 
