@@ -168,34 +168,29 @@ _BATCHED = {
 
 def completions_committed_together(kind: str, url: str) -> int:
     """How many tasks' completions were committed in one transaction with another's."""
+    [(count,)] = _fetch(kind, url, _BATCHED[kind])
+    return int(count)
+
+
+def _select(kind: str, url: str, query: str, *, at: int) -> list[list[Any]]:
+    """The rows of ``query``, column ``at`` (store time) as epoch seconds on both stores."""
+    rows = _fetch(kind, url, query)
+    if kind == "sqlite":
+        seconds = [row[at] / 1_000_000 for row in rows]
+    else:
+        seconds = [row[at].timestamp() for row in rows]
+    return [[*row[:at], when, *row[at + 1 :]] for row, when in zip(rows, seconds, strict=True)]
+
+
+def _fetch(kind: str, url: str, query: str) -> list[Any]:
+    """Every row of ``query``, on a connection of its own."""
     if kind == "sqlite":
         conn = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=30)
         try:
-            return int(conn.execute(_BATCHED[kind]).fetchone()[0])
+            return conn.execute(query).fetchall()
         finally:
             conn.close()
     import psycopg
 
     with psycopg.connect(url, connect_timeout=10) as pg:
-        row = pg.execute(_BATCHED[kind].encode()).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-def _select(kind: str, url: str, query: str, *, at: int) -> list[list[Any]]:
-    """The rows of ``query``, column ``at`` (store time) as epoch seconds on both stores."""
-    rows: list[Any]
-    if kind == "sqlite":
-        conn = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=30)
-        try:
-            rows = conn.execute(query).fetchall()
-        finally:
-            conn.close()
-        seconds = [row[at] / 1_000_000 for row in rows]
-    else:
-        import psycopg
-
-        with psycopg.connect(url, connect_timeout=10) as pg:
-            rows = pg.execute(query.encode()).fetchall()
-        seconds = [row[at].timestamp() for row in rows]
-    return [[*row[:at], when, *row[at + 1 :]] for row, when in zip(rows, seconds, strict=True)]
+        return pg.execute(query.encode()).fetchall()
