@@ -197,9 +197,9 @@ def transition_params(change: FencedTransition) -> dict[str, Any]:
 
 
 def batch_params(completions: Sequence[FencedTransition]) -> dict[str, Any]:
-    """The parameters of query ``complete_batch``: the ids (for the primary key lookup),
-    and as JSON arrays of records (see ``journal_params``) each completion's lease,
-    revision, head, result and event detail, and all their journal rows."""
+    """The parameters of query ``complete_batch``, as JSON arrays of records (see
+    ``journal_params``): each completion's lease, revision, head, result and event
+    detail, and all their journal rows."""
     records = [
         {
             "task_id": c.lease.task_id,
@@ -216,7 +216,6 @@ def batch_params(completions: Sequence[FencedTransition]) -> dict[str, Any]:
         record | {"task_id": c.lease.task_id} for c in completions for record in journal_records(c.journal)
     ]
     return {
-        "ids": [c.lease.task_id for c in completions],
         "completions": json.dumps(records),
         "journal": json.dumps(rows),
     }

@@ -260,12 +260,12 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
 -- complete writes it with its history event, journal rows and result NOTIFY. Rows are
 -- found by primary key (the = ANY), whatever the statistics say: the state check is
 -- written "IS TRUE" so that it cannot match the partial index of leased tasks, which a
--- plan made on statistics from before a backlog was leased read whole for each batch
--- The parents, too, are looked up by primary key (= ANY of an array): joined to the
--- batch, a plan that believed the task table small scanned it whole.
--- (tests/postgres/test_complete_batch_plan.py). A parent waiting for a
--- child of the batch is woken as complete's parent_woken CTE does; the parents are
--- locked in id order first, so two batches waking the same parents cannot deadlock.
+-- plan made on statistics from before a backlog was leased read whole for each batch.
+-- A parent waiting for a child of the batch is woken as complete's parent_woken CTE
+-- does; the parents are locked in id order first, so two batches waking the same
+-- parents cannot deadlock, and they too are looked up by primary key (= ANY of an
+-- array): joined to the batch, a plan that believed the task table small scanned it
+-- whole (tests/postgres/test_complete_batch_plan.py).
 -- The completions and their journal rows come as two JSON arrays of records (each head,
 -- result and entry as JSON text inside them; why not text[]: pgstatements.journal_params).
 -- Returns the completed tasks; a task missing from the answer was refused.
@@ -280,7 +280,7 @@ fenced AS (
         revision = t.revision + 1, result = b.result::jsonb, ready_at = NULL,
         lease_expires = NULL, reason = NULL, updated_at = clock.now
     FROM clock, batch AS b
-    WHERE t.task_id = ANY(%(ids)s::text[]) AND t.task_id = b.task_id
+    WHERE t.task_id = ANY(ARRAY(SELECT task_id FROM batch)) AND t.task_id = b.task_id
         AND t.fencing_token = b.token AND (t.state = 'leased') IS TRUE AND t.lease_expires > clock.now
         AND t.revision = b.revision AND t.cancel_requested IS NULL
     RETURNING clock.now AS at, t.task_id, t.parent_id, b.token, b.worker_id, b.detail,
