@@ -291,14 +291,13 @@ class LeaseKeeper:
         False when the store was closed under the keeper."""
         with self._lock:
             running_s = time.monotonic() - self._watched_at
-            waiting = [
+            held = [
                 lease
                 for lease, _extended in self._held.values()
                 if lease.task_id not in self._completion_held
             ]
-            if self._lease is None or not waiting or running_s < self._duration.seconds / 2:
+            if self._lease is None or not held or running_s < self._duration.seconds / 2:
                 return True
-            held = waiting
             for lease in held:
                 del self._held[lease.task_id]
             self._handed_back.update(lease.task_id for lease in held)
