@@ -208,7 +208,7 @@ class Checkpoint:
                 rows.extend(JournalRow(key, start + n, text) for n, text in enumerate(found))
             tails = {}
         head = self._head_text(tails)
-        size = len(head.encode())
+        size = len(head)  # canonical text is ASCII: its length is its size in bytes
         if size > limit_bytes:
             raise CheckpointTooLarge(task_id, "checkpoint head", size, limit_bytes)
         return CheckpointWrite(head, tuple(rows))
@@ -317,7 +317,7 @@ class Checkpoint:
         if cached is not None and cached[0] is entry:
             return cached[1]
         text = to_json(entry)
-        size = len(text.encode())
+        size = len(text)  # canonical text is ASCII: its length is its size in bytes
         if size > limit_bytes:
             raise CheckpointTooLarge(task_id, f"journal entry {entry.call_id!r}", size, limit_bytes)
         if entry.status == _DONE:
@@ -397,12 +397,24 @@ def _journal_texts(task_id: str, rows: Iterable[JournalRow]) -> dict[str, list[s
 
 
 _PRIVATE = ("_rows", "_rows_open", "_tailed", "_texts")
+# Left out of the head while empty (decoding gives the defaults back; the store's SQL
+# reads a missing undo or compensated list as empty): most heads have nothing in them,
+# and every commit encodes its head anew.
+_OMITTED_WHILE_EMPTY = (
+    "deadlines",
+    "step_failures",
+    "branch_usage",
+    "compensating_for",
+    "compensation_reason",
+    "compensated",
+    "undo",
+)
 _unstructure_head = make_dict_unstructure_fn(
     Checkpoint,
     converter,
     journal=override(omit=True),
     branch_journals=override(omit=True),
-    deadlines=override(omit_if_default=True),
+    **{name: override(omit_if_default=True) for name in _OMITTED_WHILE_EMPTY},  # type: ignore[arg-type]
     **{name: override(omit=True) for name in _PRIVATE},  # type: ignore[arg-type]
 )
 converter.register_unstructure_hook(Checkpoint, _unstructure_head)
