@@ -34,6 +34,22 @@ _UPDATE_PG = "UPDATE bench_commit SET v = v + 1 WHERE id = %s"
 
 
 @dataclass(frozen=True)
+class Write:
+    """One autocommit statement a loop repeats: its text for SQLite (``?`` placeholders)
+    and for PostgreSQL (``%s``), and its parameters, taken in turn (SQLite writes nothing
+    for an UPDATE that leaves a row as it was)."""
+
+    sqlite: str
+    postgres: str
+    params: tuple[tuple[object, ...], ...]
+
+
+def row_update(row_id: int) -> Write:
+    """The commit limit's write: one integer of one row of a two-column table."""
+    return Write(_UPDATE_SQLITE, _UPDATE_PG, ((row_id,),))
+
+
+@dataclass(frozen=True)
 class CommitLoop:
     commits: int
     wall_s: float
@@ -58,26 +74,28 @@ def _prepare(url: str, rows: int) -> None:
         pg.execute("INSERT INTO bench_commit SELECT i, 0 FROM generate_series(0, %s) AS i", (rows - 1,))
 
 
-def _loop(url: str, row_id: int, start_at: float, duration_s: float) -> CommitLoop:
-    """Autocommit UPDATEs of one row from ``start_at`` (wall clock) for ``duration_s``."""
+def _loop(url: str, write: Write, start_at: float, duration_s: float) -> CommitLoop:
+    """``write`` in autocommit, again and again, from ``start_at`` (wall clock) for
+    ``duration_s``."""
     if url.startswith("sqlite"):
         lite = sqlite3.connect(sqlite_path(url), isolation_level=None)
         lite.execute("PRAGMA journal_mode=WAL")
         lite.execute("PRAGMA synchronous=FULL")
         execute = lite.execute
-        statement, close = _UPDATE_SQLITE, lite.close
+        statement, close = write.sqlite, lite.close
     else:
         pg = psycopg.connect(url, autocommit=True)
         execute = pg.execute  # type: ignore[assignment]
-        statement, close = _UPDATE_PG, pg.close
+        statement, close = write.postgres, pg.close
+    turns = write.params
     try:
-        execute(statement, (row_id,))  # warm up (and prepare, where the driver does)
+        execute(statement, turns[0])  # warm up (and prepare, where the driver does)
         time.sleep(max(0.0, start_at - time.time()))
         started, wall0, cpu0 = time.time(), time.perf_counter(), time.process_time()
         end = wall0 + duration_s
         commits = 0
         while time.perf_counter() < end:
-            execute(statement, (row_id,))
+            execute(statement, turns[commits % len(turns)])
             commits += 1
         wall_s, cpu_s = time.perf_counter() - wall0, time.process_time() - cpu0
         return CommitLoop(commits, wall_s, cpu_s, started, time.time())
@@ -89,11 +107,17 @@ def measure_commit_loop(url: str, *, duration_s: float, prepare: bool = True) ->
     """One connection, in this process, on a fresh table in the database ``url`` names."""
     if prepare:
         _prepare(url, 1)
-    return _loop(url, 0, time.time(), duration_s)
+    return _loop(url, row_update(0), time.time(), duration_s)
+
+
+def measure_write_loop(url: str, write: Write, *, duration_s: float) -> CommitLoop:
+    """``write`` on one connection, in this process, in the database ``url`` names."""
+    return _loop(url, write, time.time(), duration_s)
 
 
 def _child(args: tuple[str, int, float, float]) -> CommitLoop:
-    return _loop(*args)
+    url, row_id, start_at, duration_s = args
+    return _loop(url, row_update(row_id), start_at, duration_s)
 
 
 @dataclass(frozen=True)
