@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 from statistics import mean
 
-from common import ROOT, Row, arg_parser, print_table, progress, server_cpu_s
+from common import HERE, ROOT, Row, arg_parser, print_table, progress, server_cpu_s
 
 # name -> store, processes, steps per workflow, claim batch, what the figure is
 FIGURES = {
@@ -64,10 +64,19 @@ import json, sys, time
 from datetime import timedelta
 from common import enqueue_workflows, fresh_store, registry
 from runifold_sync import CancellationToken, LeaseDuration, WorkerId, WorkflowWorker, open_store
-(kind, steps, per_block, batch), blocks = json.loads(sys.argv[1]), int(sys.argv[2])
+from runifold_sync import WorkflowDefinition
+(kind, steps, per_block, batch, pages), blocks = json.loads(sys.argv[1]), int(sys.argv[2])
+sys.path.append(sys.argv[3])  # this checkout's benchmarks, for payload_flow
+import payload_flow
+served = registry()
+if pages and payload_flow.NAME not in [d.identity.name for d in served]:
+    served.register(WorkflowDefinition(payload_flow.flow))
 with fresh_store(kind) as url, open_store(url) as store:
-    enqueue_workflows(store, per_block * blocks + 1, steps, delay=None)
-    worker = WorkflowWorker(store, registry(), WorkerId.parse("ab"), LeaseDuration(timedelta(seconds=60)),
+    if pages:
+        store.enqueue_many(payload_flow.tasks(per_block * blocks + 1, steps))
+    else:
+        enqueue_workflows(store, per_block * blocks + 1, steps, delay=None)
+    worker = WorkflowWorker(store, served, WorkerId.parse("ab"), LeaseDuration(timedelta(seconds=60)),
                             timedelta(seconds=10), claim_batch=batch)
     worker.run_once(claim_next=True)  # warm up: connections, prepared statements
     print("ready", flush=True)
@@ -158,15 +167,17 @@ def _compare_run_all(
     print_table(f"run_all --quick A/B, {names[0]} -> {names[1]}, {len(before)} rounds interleaved", rows)
 
 
-# name: (store, steps per workflow, workflows per block)
-# name -> store, steps per workflow, tasks per block, claim batch
+# name -> store, steps per workflow, tasks per block, claim batch, steps returning 5.6 KB
+# objects (payload_flow) rather than integers
 CPU_SHAPES = {
-    "SQLite, 5-step workflows": ("sqlite", 5, 60, 1),
-    "SQLite, one-step tasks": ("sqlite", 1, 150, 1),
-    "SQLite, one-step tasks, claim batch 10": ("sqlite", 1, 150, 10),
-    "PostgreSQL, 5-step workflows": ("postgres", 5, 60, 1),
-    "PostgreSQL, one-step tasks": ("postgres", 1, 150, 1),
-    "PostgreSQL, one-step tasks, claim batch 10": ("postgres", 1, 150, 10),
+    "SQLite, 5-step workflows": ("sqlite", 5, 60, 1, False),
+    "SQLite, 5-step workflows, 5.6 KB step outputs": ("sqlite", 5, 20, 1, True),
+    "SQLite, one-step tasks": ("sqlite", 1, 150, 1, False),
+    "SQLite, one-step tasks, claim batch 10": ("sqlite", 1, 150, 10, False),
+    "PostgreSQL, 5-step workflows": ("postgres", 5, 60, 1, False),
+    "PostgreSQL, 5-step workflows, 5.6 KB step outputs": ("postgres", 5, 20, 1, True),
+    "PostgreSQL, one-step tasks": ("postgres", 1, 150, 1, False),
+    "PostgreSQL, one-step tasks, claim batch 10": ("postgres", 1, 150, 10, False),
 }
 
 
@@ -180,7 +191,7 @@ def lockstep_cpu(trees: dict[str, Path], blocks: int) -> list[Row]:
         for name, shape in CPU_SHAPES.items():
             # A process per shape: its CPU time is then its own worker's, threads included.
             sides[rev, name] = subprocess.Popen(
-                [sys.executable, "-c", _CPU_SIDE, json.dumps(shape), str(blocks)],
+                [sys.executable, "-c", _CPU_SIDE, json.dumps(shape), str(blocks), str(HERE)],
                 cwd=tree,
                 env=env,
                 stdin=subprocess.PIPE,
@@ -214,7 +225,7 @@ def lockstep_cpu(trees: dict[str, Path], blocks: int) -> list[Row]:
             side.wait()
     before, after = trees
     rows = []
-    for name, (kind, steps, per_block, _batch) in CPU_SHAPES.items():
+    for name, (kind, steps, per_block, _batch, _pages) in CPU_SHAPES.items():
         units = steps * per_block * blocks
         for part, label in ((0, "worker"), (1, "server")):
             if part and kind != "postgres":

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
+import payload_flow
 from commit_limit import Write, measure_commit_loop, measure_write_loop
 from common import (
     Row,
@@ -61,14 +62,23 @@ class CpuPerStep:
 
 
 def measure_worker(
-    url: str, *, workflows: int, steps: int, profiler: cProfile.Profile | None = None
+    url: str,
+    *,
+    workflows: int,
+    steps: int,
+    profiler: cProfile.Profile | None = None,
+    pages: bool = False,
 ) -> CpuPerStep:
-    """Run ``workflows`` tasks to completion with one in-process worker."""
+    """Run ``workflows`` tasks to completion with one in-process worker (with ``pages``,
+    of ``payload_flow``, whose steps return 5.6 KB objects)."""
     store = open_store(url)
     lease = LeaseDuration(timedelta(seconds=30))
     worker = WorkflowWorker(store, registry(), WorkerId.parse("cpu-0"), lease, timedelta(seconds=10))
     try:
-        enqueue_workflows(store, workflows, steps, delay=None)
+        if pages:
+            store.enqueue_many(payload_flow.tasks(workflows, steps))
+        else:
+            enqueue_workflows(store, workflows, steps, delay=None)
         worker.run_once(claim_next=True)  # warm up: connections, caches
         if profiler is not None:
             profiler.enable()
@@ -143,6 +153,8 @@ def run(quick: bool) -> list[Row]:
         with fresh_store(kind) as url:
             result = measure_worker(url, workflows=workflows, steps=5)
             head = head_writes(url)
+        with fresh_store(kind) as url:
+            paged = measure_worker(url, workflows=workflows // 2, steps=5, pages=True)
         raw = first.plus(raw_commits(kind))
         raw_server = raw.server_s
         raw_cpu_us = raw.cpu_s / raw.commits * 1e6
@@ -152,6 +164,13 @@ def run(quick: bool) -> list[Row]:
                 f"{result.cpu_us_per_step:,.0f} µs",
                 f"{result.cpu_us_per_step / raw_cpu_us:.1f}x client CPU of a raw UPDATE commit "
                 f"({raw_cpu_us:,.0f} µs)",
+            )
+        )
+        rows.append(
+            Row(
+                f"{label}: worker CPU per step, steps returning a 5.6 KB object",
+                f"{paged.cpu_us_per_step:,.0f} µs",
+                f"{paged.cpu_us_per_step / result.cpu_us_per_step:.1f}x steps returning an integer",
             )
         )
         rows.append(
