@@ -305,7 +305,7 @@ class Checkpoint:
             journal = self.journal_of(key)
             for position in range(count):
                 if journal[position].status != _DONE:
-                    self._rows_open[(key, position)] = to_json(journal[position])
+                    self._rows_open[(key, position)] = entry_json(journal[position])
 
     def _journals(self) -> Iterator[tuple[str, list[JournalEntry]]]:
         yield MAIN, self.journal
@@ -316,7 +316,7 @@ class Checkpoint:
         cached = self._texts.get(id(entry))
         if cached is not None and cached[0] is entry:
             return cached[1]
-        text = to_json(entry)
+        text = entry_json(entry)
         size = len(text)  # canonical text is ASCII: its length is its size in bytes
         if size > limit_bytes:
             raise CheckpointTooLarge(task_id, f"journal entry {entry.call_id!r}", size, limit_bytes)
@@ -336,6 +336,16 @@ class Checkpoint:
         raw = _unstructure_head(self)
         raw["journal_tail"] = _TAIL_MARK
         return _CANONICAL.encode(raw).replace(_TAIL_MARK_TEXT, f'"journal_tail":{{{",".join(parts)}}}', 1)
+
+
+_ENTRY_FIELDS = tuple(field.name for field in attrs.fields(JournalEntry))
+
+
+def entry_json(entry: JournalEntry) -> str:
+    """An entry's canonical text, its fields taken as they are: its output is already
+    in its JSON form (a step's as ``to_jsonable`` made it, or as stored), so it is encoded
+    once rather than walked by cattrs first, which took longer than the encoding itself."""
+    return to_json({name: getattr(entry, name) for name in _ENTRY_FIELDS})
 
 
 def read_checkpoint(store: WorkflowStore, task_id: str) -> Checkpoint | None:

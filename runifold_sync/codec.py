@@ -57,7 +57,12 @@ def unstructure(value: Any) -> Any:
 
 
 def structure(raw: Any, type_: Any) -> Any:
-    """Rebuild a value of ``type_`` from its JSON form; ``Any`` returns ``raw`` as is."""
+    """A value of ``type_`` for user code, rebuilt from the JSON form ``raw`` (for
+    ``Any``, the form itself). A list or object is copied first, read back from its text:
+    what user code does to a value it got must not change the journal entry it came
+    from, whose text a later commit writes and a replay gives back."""
+    if isinstance(raw, (dict, list, tuple)):
+        raw = from_json(to_json(raw))
     if type_ is Any or type_ is None or type_ is type(None):
         return raw
     return converter.structure(raw, type_)
@@ -129,26 +134,29 @@ def _text_nests_within(text: str, limit: int) -> bool:
     return not shape
 
 
-def _encode(value: Any, max_depth: int | None) -> tuple[Any, str]:
-    """The JSON form of ``value`` and its canonical text (sorted keys, compact),
-    refused when it nests deeper than ``max_depth`` (None: no limit)."""
+def _plain_text(value: Any) -> str | None:
+    """The canonical text of a value the JSON encoder takes as it is (dicts, lists,
+    tuples, strings, numbers, booleans, None: what step outputs and payloads mostly are),
+    in one call of the C encoder; None for anything it refuses (attrs classes,
+    datetimes, sets, NaN, a nesting too deep for it), which cattrs then unstructures.
+    The text is the one cattrs' form would give: unstructuring leaves such values as
+    they are, and the encoder writes a non-string key, or a str or int subclass such as
+    an enum member, as it would write cattrs' form of it. Walking a value through cattrs
+    took ten times as long as encoding it (290 µs for a 6 KB step output, measured)."""
     try:
-        raw = unstructure(value)
-        text = CANONICAL_ENCODER.encode(raw)
-    except RecursionError as exc:
-        # Either the value nests too deep for the recursive encoders or the caller's
-        # stack was already deep; only the first is the value's fault.
-        if max_depth is not None and _nesting_exceeds(value, max_depth):
-            raise NestedTooDeep(max_depth) from exc
-        raise NotJsonable(f"{type(exc).__name__}: {exc}") from exc
-    except ValueError as exc:
-        if "integer string conversion" in str(exc):  # Python's own 4,300-digit limit
-            raise NotJsonable(
-                "holds an integer of more than 4,300 digits, which JSON text cannot carry here"
-            ) from exc
-        raise NotJsonable(f"{type(exc).__name__}: {exc}") from exc
-    except TypeError as exc:
-        raise NotJsonable(f"{type(exc).__name__}: {exc}") from exc
+        return CANONICAL_ENCODER.encode(value)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def _encode(value: Any, max_depth: int | None) -> tuple[Any, str]:
+    """The canonical text of ``value`` (sorted keys, compact) and a form of it to check
+    (the value itself when the encoder took it as it is, else cattrs' form), refused
+    when it nests deeper than ``max_depth`` (None: no limit)."""
+    text = _plain_text(value)
+    raw = value
+    if text is None:
+        raw, text = _unstructured_text(value, max_depth)
     # Every level opens with "[" or "{", so text with at most ``max_depth`` of them
     # cannot nest deeper: two counts settle almost every step output; the text measure
     # settles nearly all the rest, and the walk of the values only what it cannot.
@@ -166,6 +174,27 @@ def _encode(value: Any, max_depth: int | None) -> tuple[Any, str]:
     return raw, text
 
 
+def _unstructured_text(value: Any, max_depth: int | None) -> tuple[Any, str]:
+    """cattrs' form of ``value`` and its canonical text."""
+    try:
+        raw = unstructure(value)
+        return raw, CANONICAL_ENCODER.encode(raw)
+    except RecursionError as exc:
+        # Either the value nests too deep for the recursive encoders or the caller's
+        # stack was already deep; only the first is the value's fault.
+        if max_depth is not None and _nesting_exceeds(value, max_depth):
+            raise NestedTooDeep(max_depth) from exc
+        raise NotJsonable(f"{type(exc).__name__}: {exc}") from exc
+    except ValueError as exc:
+        if "integer string conversion" in str(exc):  # Python's own 4,300-digit limit
+            raise NotJsonable(
+                "holds an integer of more than 4,300 digits, which JSON text cannot carry here"
+            ) from exc
+        raise NotJsonable(f"{type(exc).__name__}: {exc}") from exc
+    except TypeError as exc:
+        raise NotJsonable(f"{type(exc).__name__}: {exc}") from exc
+
+
 def to_json(value: Any, *, max_depth: int | None = None) -> str:
     """Encode a value canonically so equal values give equal text. Values a user hands
     in (inputs, results, signal payloads) pass ``max_depth=MAX_NESTING_DEPTH``; records
@@ -175,8 +204,9 @@ def to_json(value: Any, *, max_depth: int | None = None) -> str:
 
 def to_jsonable(value: Any) -> Any:
     """The JSON form a checkpoint keeps of a step output, checked to encode as strict
-    JSON nested at most :data:`MAX_NESTING_DEPTH` deep."""
-    return _encode(value, MAX_NESTING_DEPTH)[0]
+    JSON nested at most :data:`MAX_NESTING_DEPTH` deep: the value as its stored text
+    reads back (a copy, so the caller changing its value later changes nothing kept)."""
+    return from_json(_encode(value, MAX_NESTING_DEPTH)[1])
 
 
 def from_json(text: str) -> Any:

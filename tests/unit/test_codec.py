@@ -90,9 +90,12 @@ def test_nested_containers_structure_their_elements_not_just_dicts() -> None:
     assert isinstance(restored["a"][0], Reservation)
 
 
-def test_any_annotation_returns_the_json_value_unchanged() -> None:
+def test_any_annotation_returns_a_copy_of_the_json_value() -> None:
     raw = from_json(to_json({"k": [1, 2, {"n": None}]}))
-    assert structure(raw, Any) is raw
+    given = structure(raw, Any)
+    assert given == raw
+    given["k"][2]["n"] = "changed by user code"  # the journal's form stays as recorded
+    assert raw == {"k": [1, 2, {"n": None}]}
 
 
 # Every string a store can keep: what UTF-8 can encode (no lone surrogates) but U+0000.

@@ -171,6 +171,12 @@ def add(ctx: StepContext, n: int) -> int:
     return n + 1
 
 
+@replayed.step()
+def listed(ctx: StepContext, n: int) -> Any:
+    RAN.append(ctx.call_id)
+    return {"items": list(range(n))}
+
+
 @replayed.main
 def main(ctx: WorkflowContext, n: int) -> int:
     return add(ctx, add(ctx, n))
@@ -228,6 +234,20 @@ def test_the_first_new_step_runs_and_is_committed_before_the_next_body(
     assert RAN == ["add#2", "add#3"]
     assert _stored(store) == [("add#1", 2), ("add#2", 3), ("add#3", 4)]
     assert store.get_task("r1").revision == run.revision == 2
+
+
+def test_changing_an_output_in_the_main_function_leaves_the_journal_as_the_step_returned_it(
+    store: WorkflowStore, start: Any
+) -> None:
+    run = start(_done("listed#1", {"items": [0]}))
+    replayed_value = listed(run.context, 1)
+    replayed_value["items"].append("changed by the main function")
+    fresh = listed(run.context, 2)
+    fresh["items"].append("changed by the main function")
+    assert RAN == ["listed#2"]
+    run.commit()
+    # Written by the commit after both changes: what the steps returned, as a replay gives back.
+    assert _stored(store) == [("listed#1", {"items": [0]}), ("listed#2", {"items": [0, 1]})]
 
 
 def test_a_journal_that_recorded_another_step_fails_the_replay_closed(start: Any) -> None:
