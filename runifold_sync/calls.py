@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from . import crashpoints
 from .boundary import Boundary
 from .checkpoint import EntryKind, EntryStatus, JournalEntry
-from .codec import NotJsonable, from_json, structure, to_jsonable
+from .codec import MAX_NESTING_DEPTH, NotJsonable, from_json, structure, to_json
 from .commits import Commits
 from .effects import EffectEvidence, EffectStatus
 from .errors import AmbiguousEffect, OutputNotSerializable
@@ -38,11 +38,12 @@ log = logging.getLogger("runifold_sync.context")  # the engine's logger kept its
 _STEP, _EFFECT, _DONE = EntryKind.STEP, EntryKind.EFFECT, EntryStatus.DONE
 
 
-def structured(spec: StepSpec, raw: Any) -> Any:
-    """A recorded output as the step's return type; one that no longer fits it means the
-    code changed under the checkpoint."""
+def structured(spec: StepSpec, raw: Any, text: str | None = None) -> Any:
+    """A recorded output (``text``: its canonical text, when the caller has it) as the
+    step's return type; one that no longer fits it means the code changed under the
+    checkpoint."""
     try:
-        return structure(raw, spec.output_type)
+        return structure(raw, spec.output_type, text)
     except Exception as exc:
         raise FailRequested(
             f"recorded output of {spec.step_id!r} no longer fits its return type {spec.output_type!r}: {exc}",
@@ -52,10 +53,12 @@ def structured(spec: StepSpec, raw: Any) -> Any:
         ) from exc
 
 
-def encode_output(spec: StepSpec, call_id: str, value: Any) -> Any:
-    """A body's result in its JSON form, as the journal keeps it."""
+def encode_output(spec: StepSpec, call_id: str, value: Any) -> str:
+    """A body's result as the journal keeps it: its canonical text, checked to be strict
+    JSON nested at most :data:`MAX_NESTING_DEPTH` deep. Encoded once: the journal's form,
+    the entry's text and the copy the main function gets are all read from it."""
     try:
-        return to_jsonable(value)
+        return to_json(value, max_depth=MAX_NESTING_DEPTH)
     except NotJsonable as exc:
         error = OutputNotSerializable(call_id, str(exc))
         raise FailRequested(str(error), cause="not_serializable", error=error, step_id=spec.step_id) from exc
@@ -107,13 +110,14 @@ class Calls:
             output = self._transaction(spec, call_id, args, kwargs)
             self._boundary.check_budget()
             return structured(spec, output)
-        output = self._execute(spec, call_id, None, args, kwargs)
+        text = self._execute(spec, call_id, None, args, kwargs)
+        output = from_json(text)
         with self._commits.lock:
-            self._cursor.record(JournalEntry(call_id, _STEP, _DONE, output))
+            self._cursor.record(JournalEntry(call_id, _STEP, _DONE, output), text)
             self._completed(spec, call_id)
             self._commits.defer(call_id)
         self._boundary.check_budget()
-        return structured(spec, output)
+        return structured(spec, output, text)
 
     def _effect(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call_id, entry = self._cursor.take(spec.step_id, _EFFECT)
@@ -139,8 +143,8 @@ class Calls:
                 self._timeouts.next_attempt(spec, call_id, prior, entry.key)
             if timed:  # running it again: its new deadline is durable first
                 self._commits.commit(self._timeouts.mark(spec, call_id))
-        output = self._execute(spec, call_id, entry.key, args, kwargs)
-        return self._finish_effect(spec, entry, output, "ran")
+        text = self._execute(spec, call_id, entry.key, args, kwargs)
+        return self._finish_effect(spec, entry, from_json(text), "ran", text)
 
     def _continue_after_intent(self, entry: JournalEntry) -> None:
         """The intent's commit may have answered with a cancel (or the branch was stopped
@@ -197,7 +201,7 @@ class Calls:
                 )
                 evidence = EffectEvidence.unknown()
             if evidence.status is EffectStatus.APPLIED:
-                return "reconciled", encode_output(spec, entry.call_id, evidence.result)
+                return "reconciled", from_json(encode_output(spec, entry.call_id, evidence.result))
             if evidence.status is EffectStatus.NOT_APPLIED:
                 return None
         entry.evidence = None  # the next resolution of this key answers this interruption
@@ -207,13 +211,15 @@ class Calls:
             reason, cause="ambiguous_effect", error=error, step_id=spec.step_id, effect_key=entry.key
         )
 
-    def _finish_effect(self, spec: StepSpec, entry: JournalEntry, output: Any, evidence: str) -> Any:
+    def _finish_effect(
+        self, spec: StepSpec, entry: JournalEntry, output: Any, evidence: str, text: str | None = None
+    ) -> Any:
         with self._commits.lock:
             self._cursor.finish(entry, output, evidence)
             self._completed(spec, entry.call_id)
         self._commits.commit(entry.call_id)
         self._boundary.check_budget()
-        return structured(spec, output)
+        return structured(spec, output, text)
 
     def _execute(
         self,
@@ -222,9 +228,9 @@ class Calls:
         key: str | None,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-    ) -> Any:
+    ) -> str:
         """Run a body for real, in its span, account for it, and turn its failure into a
-        retry or a terminal failure according to its retry policy."""
+        retry or a terminal failure according to its retry policy; its result's text."""
         with self._commits.lock:
             failures = self._commits.checkpoint.step_failures.get(call_id, 0)
         context = StepContext(self._lease.task_id, call_id, failures + 1, self._lease.fencing_token, key)
@@ -233,7 +239,7 @@ class Calls:
 
     def _attempt(
         self, spec: StepSpec, context: StepContext, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
+    ) -> str:
         checkpoint = self._commits.checkpoint
         call_id, key = context.call_id, context.idempotency_key
         started = time.monotonic()
@@ -256,13 +262,13 @@ class Calls:
         if crashpoints.ARMED:
             crashpoints.reached(f"after_{spec.kind}", call_id)
         self._boundary.check_lease()
-        output = encode_output(spec, call_id, value)
+        text = encode_output(spec, call_id, value)
         with self._commits.lock:
             self._boundary.account(steps=1, cost=context.cost, started=started)
             checkpoint.step_failures.pop(call_id, None)
             if spec.timeout is not None:
                 self._timeouts.unmark(call_id)
-        return output
+        return text
 
     def _failed(
         self,
@@ -313,10 +319,11 @@ class Calls:
             if crashpoints.ARMED:
                 crashpoints.reached("after_step", call_id)
             self._boundary.check_lease()
-            output = encode_output(spec, call_id, value)
+            text = encode_output(spec, call_id, value)
+            output = from_json(text)
             self._boundary.account(steps=1, cost=context.cost, started=started)
             self._commits.checkpoint.step_failures.pop(call_id, None)
-            self._cursor.record(JournalEntry(call_id, _STEP, _DONE, output))
+            self._cursor.record(JournalEntry(call_id, _STEP, _DONE, output), text)
             self._completed(spec, call_id)
             outputs.append(output)
 

@@ -170,9 +170,13 @@ class Checkpoint:
             return self.journal
         return self.branch_journals.setdefault(key, [])
 
-    def append(self, key: str, entry: JournalEntry) -> None:
+    def append(self, key: str, entry: JournalEntry, output_json: str | None = None) -> None:
+        """Add ``entry`` at the end of journal ``key``; ``output_json``, its output's
+        canonical text when the caller has it, makes the text of a finished entry now."""
         self.journal_of(key).append(entry)
         self._tailed.add(key)
+        if output_json is not None and entry.status == _DONE:
+            self._texts[id(entry)] = (entry, entry_json(entry, output_json))
 
     def remove(self, key: str, entry: JournalEntry) -> None:
         """Take an entry back out (only ever the unfinished last one of its journal)."""
@@ -315,13 +319,14 @@ class Checkpoint:
         """An entry's text, refused over ``limit_bytes``; a finished entry's is kept."""
         cached = self._texts.get(id(entry))
         if cached is not None and cached[0] is entry:
-            return cached[1]
-        text = entry_json(entry)
+            text = cached[1]
+        else:
+            text = entry_json(entry)
+            if entry.status == _DONE:
+                self._texts[id(entry)] = (entry, text)
         size = len(text)  # canonical text is ASCII: its length is its size in bytes
         if size > limit_bytes:
             raise CheckpointTooLarge(task_id, f"journal entry {entry.call_id!r}", size, limit_bytes)
-        if entry.status == _DONE:
-            self._texts[id(entry)] = (entry, text)
         return text
 
     def _head_text(self, tails: dict[str, tuple[int, list[str]]]) -> str:
@@ -341,11 +346,18 @@ class Checkpoint:
 _ENTRY_FIELDS = tuple(field.name for field in attrs.fields(JournalEntry))
 
 
-def entry_json(entry: JournalEntry) -> str:
+def entry_json(entry: JournalEntry, output_json: str | None = None) -> str:
     """An entry's canonical text, its fields taken as they are: its output is already
-    in its JSON form (a step's as ``to_jsonable`` made it, or as stored), so it is encoded
-    once rather than walked by cattrs first, which took longer than the encoding itself."""
-    return to_json({name: getattr(entry, name) for name in _ENTRY_FIELDS})
+    in its JSON form (a step's as its text reads back, or as stored), so it is encoded
+    once rather than walked by cattrs first, which took longer than the encoding itself.
+    ``output_json``, the output's canonical text, is put in its place unencoded."""
+    fields = {name: getattr(entry, name) for name in _ENTRY_FIELDS}
+    if output_json is None:
+        return to_json(fields)
+    # Encoded with a null output, which the text then replaces: inside a string every
+    # quote is escaped, so the key's own '"output":null' is the only one there is.
+    fields["output"] = None
+    return to_json(fields).replace('"output":null', f'"output":{output_json}', 1)
 
 
 def read_checkpoint(store: WorkflowStore, task_id: str) -> Checkpoint | None:

@@ -56,13 +56,14 @@ def unstructure(value: Any) -> Any:
     return converter.unstructure(value)
 
 
-def structure(raw: Any, type_: Any) -> Any:
+def structure(raw: Any, type_: Any, text: str | None = None) -> Any:
     """A value of ``type_`` for user code, rebuilt from the JSON form ``raw`` (for
-    ``Any``, the form itself). A list or object is copied first, read back from its text:
-    what user code does to a value it got must not change the journal entry it came
-    from, whose text a later commit writes and a replay gives back."""
+    ``Any``, the form itself). A list or object is copied first, read back from its text
+    (``text`` when the caller has it): what user code does to a value it got must not
+    change the journal entry it came from, whose text a later commit writes and a replay
+    gives back."""
     if isinstance(raw, (dict, list, tuple)):
-        raw = from_json(to_json(raw))
+        raw = from_json(to_json(raw) if text is None else text)
     if type_ is Any or type_ is None or type_ is type(None):
         return raw
     return converter.structure(raw, type_)

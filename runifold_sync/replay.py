@@ -86,10 +86,11 @@ class Cursor:
             self._position += 1
         return call_id, entry
 
-    def record(self, entry: JournalEntry) -> None:
-        """Append the finished entry of a new call and move past it."""
+    def record(self, entry: JournalEntry, output_json: str | None = None) -> None:
+        """Append the finished entry of a new call and move past it; ``output_json`` is
+        its output's canonical text, when the caller has it."""
         with self.lock:
-            self.checkpoint.append(self.key, entry)
+            self.checkpoint.append(self.key, entry, output_json)
         self._position += 1
 
     def begin(self, entry: JournalEntry) -> None:

@@ -206,6 +206,35 @@ def test_an_entry_over_the_limit_raises_too_large_naming_it_and_the_sizes() -> N
     assert checkpoint.write("t1", size).journal[0].position == 0  # exactly at the limit: accepted (a row)
 
 
+@pytest.mark.parametrize(
+    "output",
+    [7, None, "s", {"a": [1, "caf\u00e9", {"b": None}]}, ['"output":null', "\\"]],
+    ids=["int", "null", "string", "object", "quotes and backslashes"],
+)
+def test_an_entry_appended_with_its_outputs_text_is_written_as_the_entry_encoded_whole(
+    output: object,
+) -> None:
+    tricky = 'a",\\ "output":null'  # quotes, backslashes and the key's own text in other fields
+    entry = JournalEntry(f"step#1{tricky}", "step", "done", output, key=tricky, evidence=tricky)
+    whole = Checkpoint(IDENTITY)
+    whole.append(MAIN, entry)
+    given = Checkpoint(IDENTITY)
+    given.append(
+        MAIN,
+        JournalEntry(entry.call_id, "step", "done", output, key=tricky, evidence=tricky),
+        to_json(output),
+    )
+    assert given.write("t1", LIMIT) == whole.write("t1", LIMIT)
+
+
+def test_an_entry_appended_with_its_outputs_text_is_still_refused_over_the_limit() -> None:
+    checkpoint = Checkpoint(IDENTITY)
+    output = "x" * 5000
+    checkpoint.append(MAIN, JournalEntry("big#1", "step", "done", output), to_json(output))
+    with pytest.raises(CheckpointTooLarge):
+        checkpoint.write("t1", 4096)
+
+
 def test_the_limit_is_per_entry_so_many_entries_together_may_exceed_it() -> None:
     checkpoint = Checkpoint(IDENTITY)
     for n in range(100):
