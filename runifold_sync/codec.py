@@ -142,8 +142,8 @@ def _plain_text(value: Any) -> str | None:
     datetimes, sets, NaN, a nesting too deep for it), which cattrs then unstructures.
     The text is the one cattrs' form would give: unstructuring leaves such values as
     they are, and the encoder writes a non-string key, or a str or int subclass such as
-    an enum member, as it would write cattrs' form of it. Walking a value through cattrs
-    took ten times as long as encoding it (290 µs for a 6 KB step output, measured)."""
+    an enum member, as it would write cattrs' form of it. A 5.6 KB step output took 290 µs
+    walked through cattrs and encoded, 85 µs encoded alone (measured)."""
     try:
         return CANONICAL_ENCODER.encode(value)
     except (TypeError, ValueError, RecursionError):
