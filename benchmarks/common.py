@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
-import payload_flow
 import psycopg
 
 from runifold_sync import (
@@ -95,7 +94,6 @@ def registry() -> WorkflowRegistry:
     reg = WorkflowRegistry()
     reg.register(WorkflowDefinition(bench_flow))
     reg.register(WorkflowDefinition(latency_flow))
-    reg.register(WorkflowDefinition(payload_flow.flow))
     return reg
 
 

@@ -34,6 +34,7 @@ from runifold_sync import (
     LeaseDuration,
     TaskState,
     WorkerId,
+    WorkflowDefinition,
     WorkflowWorker,
     open_store,
 )
@@ -73,7 +74,10 @@ def measure_worker(
     of ``payload_flow``, whose steps return 5.6 KB objects)."""
     store = open_store(url)
     lease = LeaseDuration(timedelta(seconds=30))
-    worker = WorkflowWorker(store, registry(), WorkerId.parse("cpu-0"), lease, timedelta(seconds=10))
+    served = registry()
+    if pages:  # only then: each definition served is one more route every claim looks at
+        served.register(WorkflowDefinition(payload_flow.flow))
+    worker = WorkflowWorker(store, served, WorkerId.parse("cpu-0"), lease, timedelta(seconds=10))
     try:
         if pages:
             store.enqueue_many(payload_flow.tasks(workflows, steps))
