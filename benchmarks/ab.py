@@ -69,7 +69,7 @@ from runifold_sync import WorkflowDefinition
 sys.path.append(sys.argv[3])  # this checkout's benchmarks, for payload_flow
 import payload_flow
 served = registry()
-if pages:  # only for its shapes: a definition served is one more route every claim reads
+if pages:  # only for its shapes: the others serve the definitions they always served
     served.register(WorkflowDefinition(payload_flow.flow))
 with fresh_store(kind) as url, open_store(url) as store:
     if pages:

@@ -75,7 +75,7 @@ def measure_worker(
     store = open_store(url)
     lease = LeaseDuration(timedelta(seconds=30))
     served = registry()
-    if pages:  # only then: each definition served is one more route every claim looks at
+    if pages:  # only here: every other figure serves the definitions it always served
         served.register(WorkflowDefinition(payload_flow.flow))
     worker = WorkflowWorker(store, served, WorkerId.parse("cpu-0"), lease, timedelta(seconds=10))
     try:
