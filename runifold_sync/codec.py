@@ -150,10 +150,10 @@ def _plain_text(value: Any) -> str | None:
         return None
 
 
-def _encode(value: Any, max_depth: int | None) -> tuple[Any, str]:
-    """The canonical text of ``value`` (sorted keys, compact) and a form of it to check
-    (the value itself when the encoder took it as it is, else cattrs' form), refused
-    when it nests deeper than ``max_depth`` (None: no limit)."""
+def _encode(value: Any, max_depth: int | None) -> str:
+    """The canonical text of ``value`` (sorted keys, compact), refused when it nests
+    deeper than ``max_depth`` (None: no limit) or holds a string no store can keep; the
+    checks read the value itself when the encoder took it as it is, else cattrs' form."""
     text = _plain_text(value)
     raw = value
     if text is None:
@@ -172,7 +172,7 @@ def _encode(value: Any, max_depth: int | None) -> tuple[Any, str]:
     # the walk is needed only for text that holds an escape at all.
     if "\\u" in text and (problem := _unstorable_string(raw)) is not None:
         raise NotJsonable(f"string {problem}, which no store can keep")
-    return raw, text
+    return text
 
 
 def _unstructured_text(value: Any, max_depth: int | None) -> tuple[Any, str]:
@@ -200,14 +200,14 @@ def to_json(value: Any, *, max_depth: int | None = None) -> str:
     """Encode a value canonically so equal values give equal text. Values a user hands
     in (inputs, results, signal payloads) pass ``max_depth=MAX_NESTING_DEPTH``; records
     that wrap them, such as checkpoints, are encoded without a limit."""
-    return _encode(value, max_depth)[1]
+    return _encode(value, max_depth)
 
 
 def to_jsonable(value: Any) -> Any:
     """The JSON form a checkpoint keeps of a step output, checked to encode as strict
     JSON nested at most :data:`MAX_NESTING_DEPTH` deep: the value as its stored text
     reads back (a copy, so the caller changing its value later changes nothing kept)."""
-    return from_json(_encode(value, MAX_NESTING_DEPTH)[1])
+    return from_json(_encode(value, MAX_NESTING_DEPTH))
 
 
 def from_json(text: str) -> Any:
