@@ -107,9 +107,9 @@ class Calls:
                 self._timeouts.unmark(call_id)  # refused before its body began
                 raise
         if spec.transactional:
-            output = self._transaction(spec, call_id, args, kwargs)
+            output, text = self._transaction(spec, call_id, args, kwargs)
             self._boundary.check_budget()
-            return structured(spec, output)
+            return structured(spec, output, text)
         text = self._execute(spec, call_id, None, args, kwargs)
         output = from_json(text)
         with self._commits.lock:
@@ -297,15 +297,15 @@ class Calls:
 
     def _transaction(
         self, spec: StepSpec, call_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
+    ) -> tuple[Any, str]:
         """Run a ``@workflow.transaction()`` body on the store's connection and record it,
         committed in that one transaction: a body that raises rolls its writes back and
-        fails as any step's body does."""
+        fails as any step's body does. The recorded output and its text."""
         with self._commits.lock:
             failures = self._commits.checkpoint.step_failures.get(call_id, 0)
         context = StepContext(self._lease.task_id, call_id, failures + 1, self._lease.fencing_token, None)
         started = time.monotonic()
-        outputs: list[Any] = []
+        outputs: list[tuple[Any, str]] = []
 
         def run(connection: Any) -> None:
             context.connection = connection
@@ -325,7 +325,7 @@ class Calls:
             self._commits.checkpoint.step_failures.pop(call_id, None)
             self._cursor.record(JournalEntry(call_id, _STEP, _DONE, output), text)
             self._completed(spec, call_id)
-            outputs.append(output)
+            outputs.append((output, text))
 
         try:
             self._commits.commit_transaction(call_id, run)
