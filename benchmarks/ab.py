@@ -63,7 +63,8 @@ _CPU_SIDE = """
 import json, sys, time
 from datetime import timedelta
 from common import enqueue_workflows, fresh_store, registry
-from runifold_sync import CancellationToken, LeaseDuration, WorkerId, WorkflowDefinition, WorkflowWorker, open_store
+from runifold_sync import (CancellationToken, LeaseDuration, WorkerId, WorkflowDefinition,
+                           WorkflowWorker, open_store)
 (kind, steps, per_block, batch, pages), blocks = json.loads(sys.argv[1]), int(sys.argv[2])
 sys.path.append(sys.argv[3])  # this checkout's benchmarks, for payload_flow
 import payload_flow
