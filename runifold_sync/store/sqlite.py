@@ -29,19 +29,18 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CancelPending, InvalidArgument, LeaseLostError, StoreClosed, StoreUsedAcrossFork
-from . import checks, event_details, refusals, row_records, sqlite_clock, sqlite_joined
+from . import checks, event_details, refusals, row_records, sqlite_clock, sqlite_joined, sqlite_schema
 from .base import WorkflowStore
 from .checks import storable_text
 from .dialect import ENDING_TRANSITIONS, Dialect, Event, FencedTransition, Params, Row, Transaction
 from .outage import OutageLog
-from .queries import load_queries, pending_migrations
+from .queries import load_queries
 from .records import BatchCompleted, ClaimedTask, ClaimRequest, JournalRow, Routes
 from .sqlite_connection import (
     MICROSECOND,
     SqliteConnection,
     create_private,
     in_us,
-    migration_statements,
     store_error,
     time_at,
 )
@@ -424,21 +423,13 @@ class SqliteDialect(Dialect):
         return version
 
     def migrate(self) -> int:
-        """Apply pending numbered migrations in one ``BEGIN IMMEDIATE`` transaction, and
-        anchor the store clock to this boot if it is not yet (``sqlite_clock``)."""
+        """Bring the file to this release's schema (``sqlite_schema``): only read when it
+        is there already, so opening a store takes no write lock then."""
+        latest = sqlite_schema.current_version(self._conn().raw, self.path)
+        if latest is not None:
+            return latest
         with self._immediate("migrating") as conn:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS runifold_schema "
-                "(version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
-            )
-            current = conn.execute("SELECT MAX(version) FROM runifold_schema").fetchone()[0] or 0
-            latest, pending = pending_migrations("sqlite", current, f"database {self.path!r}")
-            for version, script in pending:
-                for statement in migration_statements(script):
-                    conn.execute(statement)
-                conn.execute("INSERT INTO runifold_schema VALUES (?, datetime('now'))", (version,))
-            sqlite_clock.anchor(conn, time.time_ns() // 1000)
-        return latest
+            return sqlite_schema.migrate_in(conn, self.path)
 
     def close(self) -> None:
         with self._lock:

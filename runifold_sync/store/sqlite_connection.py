@@ -11,7 +11,6 @@ import os
 import random
 import sqlite3
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -141,21 +140,6 @@ class SqliteConnection:
                 f"this store's SQLite connection was opened in process {self.pid} and "
                 f"cannot be used in forked process {os.getpid()}; open a new store after fork"
             )
-
-
-def migration_statements(script: str) -> Iterator[str]:
-    """Split a migration script into complete statements (sqlite3 runs one at a time)."""
-    pending = ""
-    for line in script.splitlines(keepends=True):
-        pending += line
-        if sqlite3.complete_statement(pending):
-            if pending.strip():
-                yield pending
-            pending = ""
-    if pending.strip() and not all(
-        ln.strip().startswith("--") or not ln.strip() for ln in pending.splitlines()
-    ):
-        raise RuntimeError(f"incomplete statement at end of migration: {pending!r}")
 
 
 def create_private(path: str) -> None:

@@ -23,6 +23,7 @@ from django.test import Client, override_settings  # noqa: E402
 from shop.models import Order  # noqa: E402
 
 from runifold_sync import (  # noqa: E402
+    InvalidArgument,
     StepContext,
     TaskNotFound,
     TaskState,
@@ -193,3 +194,28 @@ def test_run_until_idle_on_get_store_runs_transaction_steps_on_djangos_connectio
     run_until_idle(get_store(), registry)
     order.refresh_from_db()
     assert order.status == "paid" and store.get_task(task_id).result is True
+
+
+def test_a_view_that_opens_the_store_inside_its_write_transaction_enqueues_at_once() -> None:
+    """The first request of a process opens the store from inside its own transaction,
+    which on SQLite (transaction_mode IMMEDIATE) already holds the write lock: opening a
+    store whose schema is current only reads, so it does not wait for that lock."""
+    with override_settings(RUNIFOLD_DATABASE="default"):
+        open_store(store_url("default")).close()  # migrated, as a deploy's migrate leaves it
+        close_store()  # this process has not opened its store yet
+        before = task_count()
+        try:
+            with transaction.atomic():
+                body = post_order()
+            assert task_count() == before + 1
+            assert get_store().get_task(body["task_id"]).state is TaskState.QUEUED
+        finally:
+            close_store()
+
+
+def test_an_in_memory_django_database_is_refused_naming_the_test_setting_to_give_it() -> None:
+    name = "file:memorydb_default?mode=memory&cache=shared"  # what Django's test runner gives
+    memory = {"ENGINE": "django.db.backends.sqlite3", "NAME": name}
+    with override_settings(DATABASES={"default": memory}):
+        with pytest.raises(InvalidArgument, match=r"in memory .*\['TEST'\] = \{'NAME'"):
+            store_url("default")

@@ -46,6 +46,8 @@ DB_EXPECTED = [
     "test_a_transaction_step_writes_with_the_orm_in_its_checkpoints_transaction_and_replays_without_running",
     "test_a_fence_failure_rolls_back_the_steps_orm_write_with_its_checkpoint",
     "test_run_until_idle_on_get_store_runs_transaction_steps_on_djangos_connection",
+    "test_a_view_that_opens_the_store_inside_its_write_transaction_enqueues_at_once",
+    "test_an_in_memory_django_database_is_refused_naming_the_test_setting_to_give_it",
 ]
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from runifold_sync import StoreUnavailable, WorkflowTask
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store.sqlite_clock import HOST_CLOCK
 
 
 @contextmanager
@@ -71,3 +72,40 @@ def test_a_busy_timeout_of_zero_fails_at_once_when_the_lock_is_held(tmp_path: Pa
             with pytest.raises(StoreUnavailable, match="database is locked"):
                 store.enqueue(WorkflowTask.new("orders", 1, {"n": 1}, checkpoint_id="refused"))
             assert time.monotonic() - started < 0.1
+
+
+def test_opening_a_current_file_takes_no_write_lock(tmp_path: Path) -> None:
+    """A Django request that has written (its transaction holds the lock) can still open
+    the store in the same database: the open only reads when there is nothing to migrate."""
+    path = tmp_path / "store.db"
+    SqliteWorkflowStore.open(path).close()
+    with lock_held_for(path, 1.0):
+        started = time.monotonic()
+        with SqliteWorkflowStore.open(path, busy_timeout=timedelta(0)) as store:
+            assert store.list_tasks() == []
+        assert time.monotonic() - started < 0.5
+
+
+def test_opening_a_file_anchored_to_another_boot_takes_the_lock_to_anchor_it_again(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    SqliteWorkflowStore.open(path).close()
+    with sqlite3.connect(path, isolation_level=None) as conn:
+        conn.execute("UPDATE runifold_clock SET boot_id = 'a-boot-before-this-one' WHERE id = 1")
+    with lock_held_for(path, 0.5):
+        with pytest.raises(StoreUnavailable, match="database is locked"):
+            SqliteWorkflowStore.open(path, busy_timeout=timedelta(0))
+    SqliteWorkflowStore.open(path).close()
+    with sqlite3.connect(path, isolation_level=None) as conn:
+        (boot_id,) = conn.execute("SELECT boot_id FROM runifold_clock WHERE id = 1").fetchone()
+    assert boot_id == HOST_CLOCK.boot_id
+
+
+def test_opening_a_file_one_migration_behind_takes_the_lock_to_migrate_it(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    SqliteWorkflowStore.open(path).close()
+    with sqlite3.connect(path, isolation_level=None) as conn:
+        (latest,) = conn.execute("SELECT MAX(version) FROM runifold_schema").fetchone()
+        conn.execute("DELETE FROM runifold_schema WHERE version = ?", (latest,))
+    with lock_held_for(path, 0.5):
+        with pytest.raises(StoreUnavailable, match="database is locked"):
+            SqliteWorkflowStore.open(path, busy_timeout=timedelta(0))

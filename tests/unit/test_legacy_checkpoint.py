@@ -32,7 +32,7 @@ from runifold_sync import (
 )
 from runifold_sync.checkpoint import Checkpoint, EntryKind, EntryStatus, read_checkpoint
 from runifold_sync.store.queries import load_migrations
-from runifold_sync.store.sqlite_connection import migration_statements
+from runifold_sync.store.sqlite_schema import migration_statements
 from tests.support.backends import Backend
 
 LEGACY_TEXT = (

@@ -43,7 +43,16 @@ def store_url(alias: str) -> str:
     db: dict[str, Any] = settings.DATABASES[alias]
     engine = db.get("ENGINE", "")
     if engine.endswith("sqlite3"):
-        return f"sqlite:///{os.path.abspath(db['NAME'])}"
+        name = str(db["NAME"])
+        if name == ":memory:" or "mode=memory" in name:
+            # Django's SQLite test database is in memory unless TEST NAME says otherwise:
+            # the store's own connections (and a worker's process) cannot open it.
+            raise InvalidArgument(
+                f"{SETTING} = {alias!r}: database {alias!r} is in memory ({name!r}), which the "
+                f"store cannot open; give it a file, in tests with "
+                f"DATABASES[{alias!r}]['TEST'] = {{'NAME': 'test-db.sqlite3'}}"
+            )
+        return f"sqlite:///{os.path.abspath(name)}"
     if engine.endswith("postgresql"):
         user = quote(db.get("USER") or "", safe="")
         password = f":{quote(db['PASSWORD'], safe='')}" if db.get("PASSWORD") else ""
