@@ -7,6 +7,7 @@ a timer or a human approval.
 
 from .admission import TenantAdmission, TenantBudget, TenantPolicy
 from .cancellation import CancellationToken
+from .checkpoint import JournalEntry
 from .children import ChildHandle, ChildTimedOut
 from .context import WorkflowContext
 from .definition import WorkflowDefinition, WorkflowRegistry
@@ -74,7 +75,21 @@ from .retention import RetentionPolicy, keep_pruning
 from .schedules import Schedule, ScheduleTick
 from .step_context import StepContext
 from .store.base import WorkflowStore
-from .store.records import Lease, PublishedEvent, SignalCheck, SignalDelivery, TaskEvent, TaskRecord
+from .store.records import (
+    ClockReading,
+    EnqueueResult,
+    Lease,
+    PublishedEvent,
+    QueueStats,
+    Signal,
+    SignalCheck,
+    SignalDelivery,
+    TaskEvent,
+    TaskPage,
+    TaskRecord,
+    VersionReference,
+    WorkerRecord,
+)
 from .store.schedule_records import ScheduleEvent, ScheduleRecord, TickAttempt
 from .stores import open_store
 from .supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
@@ -98,6 +113,7 @@ __all__ = [
     "ChildFailed",
     "ChildHandle",
     "ChildTimedOut",
+    "ClockReading",
     "Completed",
     "ContinuedAsNew",
     "DeclaredSignals",
@@ -107,6 +123,7 @@ __all__ = [
     "EffectEvidence",
     "EffectStatus",
     "EnqueueConflict",
+    "EnqueueResult",
     "EventNotFound",
     "Failed",
     "FailureDetail",
@@ -115,6 +132,7 @@ __all__ = [
     "InputMismatch",
     "InvalidArgument",
     "InvalidState",
+    "JournalEntry",
     "Lease",
     "LeaseDuration",
     "LeaseLost",
@@ -122,6 +140,7 @@ __all__ = [
     "NonDeterminism",
     "OutputNotSerializable",
     "PublishedEvent",
+    "QueueStats",
     "RetentionPolicy",
     "Retried",
     "RetryPolicy",
@@ -133,6 +152,7 @@ __all__ = [
     "ScheduleRecord",
     "ScheduleTick",
     "SchemaTooNew",
+    "Signal",
     "SignalCheck",
     "SignalConflict",
     "SignalDelivery",
@@ -145,12 +165,12 @@ __all__ = [
     "StoreNotWritable",
     "StoreUnavailable",
     "StoreUsedAcrossFork",
-    "WorkerIdInUse",
     "SupervisorReport",
     "Suspended",
     "TaskEvent",
     "TaskNotFound",
     "TaskOutcome",
+    "TaskPage",
     "TaskRecord",
     "TaskState",
     "TenantAdmission",
@@ -158,8 +178,11 @@ __all__ = [
     "TenantPolicy",
     "TickAttempt",
     "UnknownDefinition",
+    "VersionReference",
     "WaitTimedOut",
     "WorkerId",
+    "WorkerIdInUse",
+    "WorkerRecord",
     "WorkerReport",
     "WorkerSettings",
     "Workflow",
