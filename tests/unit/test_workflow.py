@@ -247,6 +247,20 @@ def test_definition_keeps_a_budget_capability_set_and_callable_sender_policy() -
     assert (definition.budget.max_steps, definition.sender_policy) == (3, policy)
 
 
+@pytest.mark.parametrize("kind", ["step", "effect", "transaction"])
+def test_capabilities_given_as_a_bare_string_are_refused_naming_it(kind: str) -> None:
+    wf = Workflow("fetcher", 1)
+    extra = {"idempotent": True} if kind == "effect" else {}
+    refusal = r"capabilities must be an iterable of names, got the string 'net'; write \['net'\]"
+    with pytest.raises(InvalidArgument, match=refusal):
+        getattr(wf, kind)(capabilities="net", **extra)
+    assert wf.steps == {}
+
+
+def test_capabilities_given_as_a_list_of_names_are_kept() -> None:
+    assert _needs_network().steps["fetch"].capabilities == frozenset({"network"})
+
+
 def test_workflow_without_main_is_refused() -> None:
     wf = Workflow("headless", 1)
 
