@@ -30,7 +30,8 @@ _BOUNDED = reprlib.Repr()
 _BOUNDED.maxlevel, _BOUNDED.maxstring, _BOUNDED.maxother = 6, 160, 160
 
 
-def _bounded(value: object) -> str:
+def bounded(value: object) -> str:
+    """``repr`` for error messages, cut to a readable length (long strings, deep values)."""
     try:
         return _BOUNDED.repr(value)
     except ValueError:  # an integer too long to print: say what it is instead
@@ -309,14 +310,14 @@ def _exception_classes(value: object) -> tuple[type[Exception], ...]:
     field = "RetryPolicy.non_retryable"
     if isinstance(value, (str, bytes, type)) or not isinstance(value, Iterable):
         raise InvalidArgument(
-            f"{field} must be a tuple of exception classes, got {_bounded(value)}"
+            f"{field} must be a tuple of exception classes, got {bounded(value)}"
             + (f"; write ({value.__name__},)" if isinstance(value, type) else "")
         )
     classes = tuple(value)
     for position, cls in enumerate(classes):
         if not isinstance(cls, type) or not issubclass(cls, BaseException):
             raise InvalidArgument(
-                f"{field} must hold exception classes, got {_bounded(cls)} at position {position}"
+                f"{field} must hold exception classes, got {bounded(cls)} at position {position}"
             )
         if not issubclass(cls, Exception):
             raise InvalidArgument(
@@ -435,9 +436,7 @@ class WorkflowTask:
         except NestedTooDeep as exc:
             raise InvalidArgument(f"workflow input {exc}") from exc
         except NotJsonable as exc:
-            raise InvalidArgument(
-                f"workflow input {_bounded(input)} is not JSON-serializable: {exc}"
-            ) from exc
+            raise InvalidArgument(f"workflow input {bounded(input)} is not JSON-serializable: {exc}") from exc
         if len(input_json.encode()) > MAX_INPUT_BYTES:
             raise InvalidArgument(
                 f"workflow input is {len(input_json.encode())} bytes encoded, over the "
