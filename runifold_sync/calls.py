@@ -22,7 +22,7 @@ from .checkpoint import EntryKind, EntryStatus, JournalEntry
 from .codec import MAX_NESTING_DEPTH, NotJsonable, from_json, structure, to_json
 from .commits import Commits
 from .effects import EffectEvidence, EffectStatus
-from .errors import AmbiguousEffect, OutputNotSerializable
+from .errors import AmbiguousEffect, OutputNotSerializable, gave_up_after
 from .interrupts import BranchStopped, CancelRequested, FailRequested, RetryRequested
 from .logs import task_fields
 from .replay import Cursor, finished
@@ -352,7 +352,7 @@ class Calls:
                 retry.backoff_s(failures), f"{description} (attempt {failures} of {retry.max_attempts})"
             )
         else:
-            reason = f"{description}; gave up after {failures} attempts"
+            reason = f"{description}; {gave_up_after(failures)}"
         return FailRequested(reason, cause="step_error", error=exc, step_id=spec.step_id, effect_key=key)
 
     def _completed(self, spec: StepSpec, call_id: str) -> None:

@@ -22,16 +22,46 @@ def _check_bool(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None
         raise InvalidArgument(f"WorkflowDefinition.{attribute.name} must be True or False, got {value!r}")
 
 
+# The fields a worker reads only once it runs a task of the definition: a value of the
+# wrong type there would be accepted at registration and fail every task later, inside a
+# worker (a budget without ``exceeded``, a policy that cannot be called), so each is
+# checked where the definition is made.
+
+
+def _check_budget(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, Budget):
+        raise InvalidArgument(f"WorkflowDefinition.{attribute.name} must be a Budget, got {value!r}")
+
+
+def _check_capabilities(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, CapabilitySet):
+        raise InvalidArgument(
+            f"WorkflowDefinition.{attribute.name} must be a CapabilitySet "
+            f"(CapabilitySet(['network', ...])), got {value!r}"
+        )
+
+
+def _check_sender_policy(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not callable(value):
+        raise InvalidArgument(
+            f"WorkflowDefinition.{attribute.name} must be None or a callable "
+            f"(sender, signal name, payload) -> bool, got {value!r}"
+        )
+
+
 @attrs.frozen
 class WorkflowDefinition:
     """A workflow with the budget and capabilities it runs under. Construction checks
-    that every step's declared capabilities are granted."""
+    each field's type (:class:`InvalidArgument` naming it) and that every step's
+    declared capabilities are granted."""
 
     workflow: Workflow
-    budget: Budget = attrs.field(factory=Budget)
-    capabilities: CapabilitySet = attrs.field(factory=CapabilitySet)
+    budget: Budget = attrs.field(factory=Budget, validator=_check_budget)
+    capabilities: CapabilitySet = attrs.field(factory=CapabilitySet, validator=_check_capabilities)
     # sender_policy(sender, signal name, payload) -> accept? Refusals are kept in history.
-    sender_policy: Callable[[str, str, Any], bool] | None = None
+    sender_policy: Callable[[str, str, Any], bool] | None = attrs.field(
+        default=None, validator=_check_sender_policy
+    )
     # True: structure the input as cattrs' converter does ("7" for an int becomes 7, 1 for
     # a str becomes "1", keys the class lacks are dropped) instead of strictly.
     coerce_input: bool = attrs.field(default=False, validator=_check_bool)

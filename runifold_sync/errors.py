@@ -7,6 +7,7 @@ generic input handling keeps working.
 
 from __future__ import annotations
 
+import shlex
 from datetime import timedelta
 
 import attrs
@@ -273,6 +274,12 @@ class ChildFailed(RunifoldError):
         return f"child task {self.child_id!r} {self.outcome}: {self.reason or 'no reason recorded'}"
 
 
+def gave_up_after(attempts: int) -> str:
+    """How a failure reason ends when a step's retries are used up: ``gave up after
+    1 attempt`` or ``... 3 attempts`` (``RetryPolicy(max_attempts=1)`` is common)."""
+    return f"gave up after {attempts} attempt{'' if attempts == 1 else 's'}"
+
+
 @_detailed
 class AmbiguousEffect(RunifoldError):
     """A non-idempotent effect may or may not have happened; nothing is guessed."""
@@ -282,9 +289,14 @@ class AmbiguousEffect(RunifoldError):
     key: str
 
     def __str__(self) -> str:
+        # Both ways to resolve it are named, the command with this task's arguments, so
+        # the operator who reads the reason (``show``, the dashboard) can act on it.
+        command = f"python -m runifold_sync resolve {shlex.quote(self.task_id)} {shlex.quote(self.key)}"
         return (
             f"ambiguous effect: {self.effect_id!r} of task {self.task_id!r} (idempotency key "
-            f"{self.key}) was interrupted and its outcome is unknown; resolve it with resolve_effect"
+            f"{self.key}) was interrupted and its outcome is unknown; resolve it with resolve_effect "
+            f"or on the command line: {command} (--applied [--result JSON] | --not-applied) "
+            "--actor WHO --reason WHY"
         )
 
 
@@ -302,7 +314,7 @@ class StepTimedOut(RunifoldError, TimeoutError):
     def __str__(self) -> str:
         return (
             f"{self.kind} {self.step_id!r} of task {self.task_id!r} timed out after {self.timeout}; "
-            f"gave up after {self.attempts} attempts"
+            f"{gave_up_after(self.attempts)}"
         )
 
 

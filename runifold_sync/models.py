@@ -11,6 +11,7 @@ import math
 import random
 import re
 import reprlib
+import sys
 import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -29,7 +30,8 @@ _BOUNDED = reprlib.Repr()
 _BOUNDED.maxlevel, _BOUNDED.maxstring, _BOUNDED.maxother = 6, 160, 160
 
 
-def _bounded(value: object) -> str:
+def bounded(value: object) -> str:
+    """``repr`` for error messages, cut to a readable length (long strings, deep values)."""
     try:
         return _BOUNDED.repr(value)
     except ValueError:  # an integer too long to print: say what it is instead
@@ -189,13 +191,37 @@ def check_count(kind: str, value: object) -> int:
     return check_int(kind, value, minimum=1)
 
 
-def _optional_positive(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, timedelta):
+_FLOAT_MAX = sys.float_info.max
+
+
+def check_positive_number(kind: str, value: object) -> float:
+    """A finite number > 0 (``bool`` refused). NaN compares false with everything and
+    infinity (or an integer past the largest float) is never reached, or overflows where
+    usage is subtracted from it: each would make a limit or factor that means nothing."""
+    if not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0:
+        if value <= _FLOAT_MAX:  # False for NaN and infinity too
+            return value
+    raise InvalidArgument(f"{kind} must be a finite number > 0, got {shown(value)}")
+
+
+# Each Budget limit takes only its own type: a limit of the wrong kind compares against
+# usage without error (``steps > 1.5``) or fails inside a worker (an int has no
+# ``total_seconds``), so it is refused where the Budget is made, naming the field.
+
+
+def _optional_count(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None:
+        check_count(f"Budget.{attribute.name}", value)
+
+
+def _optional_cost(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None:
+        check_positive_number(f"Budget.{attribute.name}", value)
+
+
+def _optional_duration(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None:
         check_positive_timedelta(f"Budget.{attribute.name}", value)
-    elif isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise InvalidArgument(f"Budget.{attribute.name} must be positive or None, got {value!r}")
 
 
 @attrs.frozen
@@ -241,9 +267,9 @@ class Budget:
     ``max_attempts`` counts claims that made no progress, which is how a task that
     crashes its worker every time (a poison task) is stopped."""
 
-    max_steps: int | None = attrs.field(default=None, validator=_optional_positive)
-    max_cost: float | None = attrs.field(default=None, validator=_optional_positive)
-    max_duration: timedelta | None = attrs.field(default=None, validator=_optional_positive)
+    max_steps: int | None = attrs.field(default=None, validator=_optional_count)
+    max_cost: float | None = attrs.field(default=None, validator=_optional_cost)
+    max_duration: timedelta | None = attrs.field(default=None, validator=_optional_duration)
     max_attempts: int = attrs.field(
         default=5, validator=lambda _i, _a, v: check_count(f"{type(_i).__name__}.max_attempts", v)
     )
@@ -284,14 +310,14 @@ def _exception_classes(value: object) -> tuple[type[Exception], ...]:
     field = "RetryPolicy.non_retryable"
     if isinstance(value, (str, bytes, type)) or not isinstance(value, Iterable):
         raise InvalidArgument(
-            f"{field} must be a tuple of exception classes, got {_bounded(value)}"
+            f"{field} must be a tuple of exception classes, got {bounded(value)}"
             + (f"; write ({value.__name__},)" if isinstance(value, type) else "")
         )
     classes = tuple(value)
     for position, cls in enumerate(classes):
         if not isinstance(cls, type) or not issubclass(cls, BaseException):
             raise InvalidArgument(
-                f"{field} must hold exception classes, got {_bounded(cls)} at position {position}"
+                f"{field} must hold exception classes, got {bounded(cls)} at position {position}"
             )
         if not issubclass(cls, Exception):
             raise InvalidArgument(
@@ -326,7 +352,9 @@ class RetryPolicy:
         default=timedelta(minutes=5),
         validator=lambda _i, _a, v: check_positive_timedelta("max_backoff", v),
     )
-    multiplier: float = attrs.field(default=2.0, validator=_optional_positive)
+    multiplier: float = attrs.field(
+        default=2.0, validator=lambda _i, _a, v: check_positive_number("RetryPolicy.multiplier", v)
+    )
     jitter: float = 0.2
     non_retryable: tuple[type[Exception], ...] = attrs.field(
         default=PROGRAMMING_ERRORS, converter=_exception_classes
@@ -408,9 +436,7 @@ class WorkflowTask:
         except NestedTooDeep as exc:
             raise InvalidArgument(f"workflow input {exc}") from exc
         except NotJsonable as exc:
-            raise InvalidArgument(
-                f"workflow input {_bounded(input)} is not JSON-serializable: {exc}"
-            ) from exc
+            raise InvalidArgument(f"workflow input {bounded(input)} is not JSON-serializable: {exc}") from exc
         if len(input_json.encode()) > MAX_INPUT_BYTES:
             raise InvalidArgument(
                 f"workflow input is {len(input_json.encode())} bytes encoded, over the "

@@ -13,20 +13,23 @@ class of your own with the same fields) structures.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
 
-from .codec import from_json, to_json
+from .codec import MAX_NESTING_DEPTH, NestedTooDeep, from_json, to_json
 from .errors import InvalidArgument
-from .models import check_name, check_version
+from .models import MAX_INPUT_BYTES, check_name, check_version
 from .schedule_times import ScheduleTimes, cron_times, interval_times, tick_text
 
 TASK_PREFIX = "schedule:"
 # A name goes into task ids, log lines and file names (fence files are named by task id):
 # no ':' (it separates the id's parts), '/', '#' or spaces.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+# Every tick's text has the same length (``tick_text``), so the task input of this tick
+# measures the task input of every tick.
+_SAMPLE_TICK = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 def _check_schedule_name(_inst: Any, _attr: Any, value: Any) -> None:
@@ -62,8 +65,10 @@ class Schedule:
     read in ``timezone``) or ``every`` (a whole number of seconds, counted from the Unix
     epoch): exactly one of the two. ``input`` is passed to every run (see
     :class:`ScheduleTick`); its ticks' tasks go on ``queue``. Construction checks every
-    field with :class:`InvalidArgument` naming it; ``registry.add_schedule`` checks that
-    the workflow version is registered and that the ticks' input fits its main function."""
+    field with :class:`InvalidArgument` naming it, ``input`` included (JSON, within the
+    nesting and size limits of a task's input once its ticks wrap it);
+    ``registry.add_schedule`` checks that the workflow version is registered and that
+    the ticks' input fits its main function."""
 
     name: str = attrs.field(validator=_check_schedule_name)
     workflow: str = attrs.field(validator=lambda _i, _a, v: check_name("schedule workflow", v))
@@ -89,6 +94,27 @@ class Schedule:
         else:
             times = interval_times(self.every, self.timezone, self.name)
         object.__setattr__(self, "times", times)
+        self._check_tick_input()
+
+    def _check_tick_input(self) -> None:
+        """Refuse, naming the schedule, an input its ticks' tasks could not carry: the
+        task input wraps it (:meth:`tick_input`) and is held to what enqueue allows
+        (``WorkflowTask.new``: nesting, :data:`~runifold_sync.models.MAX_INPUT_BYTES`),
+        which would otherwise be found only by ``registry.add_schedule``, in a message
+        about a workflow input that names no schedule."""
+        try:
+            text = to_json(self.tick_input(_SAMPLE_TICK), max_depth=MAX_NESTING_DEPTH)
+        except NestedTooDeep:
+            raise InvalidArgument(
+                f"schedule {self.name!r} input nests deeper than {MAX_NESTING_DEPTH - 1} levels, "
+                f"so its ticks' task input (which holds it) would nest deeper than {MAX_NESTING_DEPTH}"
+            ) from None
+        size = len(text.encode())
+        if size > MAX_INPUT_BYTES:
+            raise InvalidArgument(
+                f"schedule {self.name!r} input makes its ticks' task input {size} bytes encoded, over "
+                f"the limit of {MAX_INPUT_BYTES}; store large data outside and pass its id"
+            )
 
     @property
     def every_s(self) -> int | None:

@@ -114,6 +114,28 @@ class SupervisorReport:
     timed_out: int = 0  # of the restarts, children killed for running a body past its timeout
 
 
+_WORKER_ID_MAX = 128  # characters (WorkerId.parse)
+
+
+def _check_base_id(base_id: object, concurrency: int) -> str:
+    """``base_id`` itself, checked where the supervisor is made. Its children's worker
+    ids are ``<base_id>-<slot>``: ``base_id`` is good exactly when the longest of them
+    parses, but a refusal of that id (``'bad id-1'``, under "worker id") would name
+    neither the argument nor the value given."""
+    if isinstance(base_id, str):
+        try:
+            WorkerId.parse(f"{base_id}-{concurrency - 1}")
+            return base_id
+        except InvalidArgument:
+            pass
+    room = _WORKER_ID_MAX - len(f"-{concurrency - 1}")
+    raise InvalidArgument(
+        f"base_id must be 1-{room} characters of letters, digits and ._:@- starting with a "
+        f"letter or digit (its workers are <base_id>-<slot>, at most {_WORKER_ID_MAX} "
+        f"characters for {concurrency} slots), got {base_id!r}"
+    )
+
+
 class WorkflowSupervisor:
     def __init__(
         self,
@@ -126,10 +148,9 @@ class WorkflowSupervisor:
             raise InvalidArgument(f"worker_factory must be callable, got {worker_factory!r}")
         if not isinstance(config, WorkflowSupervisorConfig):
             raise InvalidArgument(f"config must be a WorkflowSupervisorConfig, got {config!r}")
-        WorkerId.parse(f"{base_id}-{config.concurrency}")  # validates the base id
         self._factory = worker_factory
         self._config = config
-        self._base_id = base_id
+        self._base_id = _check_base_id(base_id, config.concurrency)
 
     def run(self, token: CancellationToken, *, tend: Callable[[], None] | None = None) -> SupervisorReport:
         """Run the pool until ``token`` is cancelled (or SIGINT/SIGTERM arrives in the

@@ -35,7 +35,7 @@ from .boundary import Boundary
 from .checkpoint import CallDeadline
 from .commits import Commits
 from .deadlines import describe_timeout
-from .errors import StepTimedOut
+from .errors import StepTimedOut, gave_up_after
 from .heartbeat import LeaseFlags
 from .interrupts import FailRequested, RetryRequested
 from .logs import task_fields
@@ -132,7 +132,7 @@ class Timeouts:
             if prior.timed_out:
                 raise self._gave_up(spec, key, failures, prior.timeout_s)
             raise FailRequested(
-                f"{described}; gave up after {failures} attempts",
+                f"{described}; {gave_up_after(failures)}",
                 cause="crash_loop",
                 step_id=spec.step_id,
                 effect_key=key,
@@ -165,7 +165,7 @@ class Timeouts:
         timeout = describe_timeout(timeout_s)
         error = StepTimedOut(self._lease.task_id, str(spec.kind), spec.step_id, timeout, failures)
         return FailRequested(
-            f"{spec.kind} {spec.step_id!r} timed out after {timeout}; gave up after {failures} attempts",
+            f"{spec.kind} {spec.step_id!r} timed out after {timeout}; {gave_up_after(failures)}",
             cause="step_timeout",
             error=error,
             step_id=spec.step_id,

@@ -164,6 +164,11 @@ class Workflow:
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidArgument(f"retry must be a RetryPolicy, got {retry!r}")
         checked_timeout = check_timeout(timeout)
+        if isinstance(capabilities, str):  # iterated, "net" would declare {"n", "e", "t"}
+            raise InvalidArgument(
+                f"capabilities must be an iterable of names, got the string {capabilities!r}; "
+                f"write [{capabilities!r}]"
+            )
         caps = frozenset(check_name("capability", c) for c in capabilities)
         if step_id is not None:  # refused at the call that named it, not at decoration
             _check_step_id(kind, step_id)

@@ -11,13 +11,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..admission import TenantPolicy
-from ..codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
+from ..codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, from_json, to_json
 from ..errors import InvalidArgument
 from ..models import (
     MAX_INPUT_BYTES,
     DeclaredSignals,
     TaskState,
     WorkflowTask,
+    bounded,
     check_count,
     check_duration_bound,
     check_int,
@@ -86,6 +87,26 @@ def check_resolution(applied: object, actor: str, reason: str) -> None:
     check_operator(actor, reason)
     if applied is not True and applied is not False:
         raise InvalidArgument(f"applied must be True or False, got {applied!r}")
+
+
+def check_result_json(text: object) -> str | None:
+    """``resolve_effect``'s ``result_json``: None, or a str of strict JSON text, which the
+    task's next claim decodes as the effect's output. Refused here, on every backend
+    alike: kept, text that is not JSON would fail the task for good inside the worker
+    (SQLite stores any text), and another type would reach the database driver. Held
+    to what a signal payload may be (no NaN or Infinity, nesting, size); returned in the
+    canonical form, so both backends hand back the same text."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise InvalidArgument(f"result_json must be None or a str of JSON text, got {bounded(text)}")
+    try:
+        value = from_json(text)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidArgument(f"result_json {bounded(text)} is not JSON text: {exc}") from None
+    # Python's decoder takes NaN and Infinity, which the canonical encoder then refuses.
+    what, instead = f"result_json {bounded(text)}", "store it outside and pass its id"
+    return _json_text(what, value, MAX_INPUT_BYTES, instead, not_json="is not strict JSON")
 
 
 def check_wait_timeout(timeout: object) -> float:
@@ -171,15 +192,18 @@ def signal_payload_text(signal_id: str, payload: Any) -> str:
     )
 
 
-def _json_text(what: str, value: Any, limit_bytes: int, instead: str) -> str:
-    """``value``'s canonical JSON text, refused (naming ``what``) when it is not JSON,
-    nests too deeply, or is over ``limit_bytes`` encoded (``instead`` says what to do)."""
+def _json_text(
+    what: str, value: Any, limit_bytes: int, instead: str, not_json: str = "is not JSON-serializable"
+) -> str:
+    """``value``'s canonical JSON text, refused (naming ``what``) when it is not JSON
+    (``not_json`` says so), nests too deeply, or is over ``limit_bytes`` encoded
+    (``instead`` says what to do)."""
     try:
         text = to_json(value, max_depth=MAX_NESTING_DEPTH)
     except NestedTooDeep as exc:
         raise InvalidArgument(f"{what} {exc}") from exc
     except NotJsonable as exc:
-        raise InvalidArgument(f"{what} is not JSON-serializable: {exc}") from exc
+        raise InvalidArgument(f"{what} {not_json}: {exc}") from exc
     size = len(text.encode())
     if size > limit_bytes:
         raise InvalidArgument(

@@ -61,12 +61,15 @@ class OperatorOperations:
         reason: str,
     ) -> None:
         """Record a decision about the ambiguous effect a recoverable task failed on,
-        and requeue the task. The decision and who made it go into the history."""
+        and requeue the task. The decision and who made it go into the history.
+        ``result_json`` (the effect's output, when it was applied) is None or a str of
+        strict JSON text, kept in canonical form; anything else raises
+        :class:`InvalidArgument` naming it, and nothing is written."""
         checks.check_resolution(applied, actor, reason)
         checks.check_text("task id", task_id)
         checks.check_text("effect key", effect_key)
         d = self.dialect
-        result = d.json_in("effect result", result_json)
+        result = d.json_in("result_json", checks.check_result_json(result_json))
         with d.transaction() as tx:
             params = {"task_id": task_id, "effect_key": effect_key}
             requeued = tx.one("requeue_resolved", params)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -77,6 +78,26 @@ def test_resolve_applied_requeues_the_task_and_it_completes_with_the_given_resul
     code, out = _invoke("run", "--app", APP, "--database", url, "--once", "--json")
     completed = {"outcome": "completed", "task_id": "pay-1", "result": "ch-from-psp"}
     assert (code, json.loads(out)) == (0, completed)
+
+
+def test_the_failure_reason_names_the_resolve_command_and_that_command_resolves_the_effect(
+    url: str, store: SqliteWorkflowStore
+) -> None:
+    key = _fail_on_ambiguous_charge(url, store)
+    reason = store.get_task("pay-1").reason
+    assert reason is not None
+    shown = re.search(
+        r"resolve it with resolve_effect or on the command line: python -m runifold_sync (.*)", reason
+    )
+    assert shown is not None, reason
+    command = shown.group(1)
+    assert command == (
+        f"resolve pay-1 '{key}' (--applied [--result JSON] | --not-applied) --actor WHO --reason WHY"
+    )
+    arguments = shlex.split(command.split(" (")[0])  # what the reason names, as the shell reads it
+    who = ("--actor", "ops", "--reason", "no charge at the PSP", "--database", url)
+    code, out = _invoke(*arguments, "--not-applied", *who)
+    assert (code, out) == (0, f"pay-1: effect {key} resolved as not applied; requeued\n")
 
 
 def test_resolve_not_applied_requeues_the_task_and_the_effect_runs_again(

@@ -56,13 +56,13 @@ def test_show_prints_what_a_failed_task_failed_with_and_where(url: str) -> None:
     lines = shown.stdout.splitlines()
     assert lines[1:4] == [
         "state: terminal (failed)",
-        "reason: step 'broken' raised RuntimeError: bad data; gave up after 1 attempts",
+        "reason: step 'broken' raised RuntimeError: bad data; gave up after 1 attempt",
         "failure: RuntimeError in step broken",
     ]
     assert "result:" not in shown.stdout
     as_json = json.loads(_invoke("show", "fail", "--database", url, "--json").stdout)
     assert as_json["failure"] == {
-        "reason": "step 'broken' raised RuntimeError: bad data; gave up after 1 attempts",
+        "reason": "step 'broken' raised RuntimeError: bad data; gave up after 1 attempt",
         "error_class": "RuntimeError",
         "step_id": "broken",
         "effect_key": None,

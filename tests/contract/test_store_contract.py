@@ -790,6 +790,49 @@ def test_a_resolution_without_actor_reason_or_a_boolean_decision_is_refused(
     assert store.get_task("t1").state == TaskState.TERMINAL
 
 
+@pytest.mark.parametrize(
+    ("result_json", "shown"),
+    [
+        ("{not json", "'{not json'"),
+        ("", "''"),
+        ("NaN", "'NaN'"),
+        ('{"charge": Infinity}', "Infinity"),
+        ("[" * 101 + "]" * 101, "nests deeper than 100 levels"),
+        ('"\\u0000"', "U+0000"),
+        ({"charge_id": "ch_9"}, "{'charge_id': 'ch_9'}"),
+        (b'{"charge_id": "ch_9"}', "b'{"),
+        (1, "1"),
+    ],
+)
+def test_a_resolution_result_that_is_not_json_text_is_refused_naming_it(
+    store: WorkflowStore, result_json: Any, shown: str
+) -> None:
+    failed_on_effect(store)
+    history = store.history("t1")
+    with pytest.raises(InvalidArgument) as info:
+        store.resolve_effect(
+            "t1", "t1/charge#1", applied=True, result_json=result_json, actor="ops", reason="found in PSP"
+        )
+    assert "result_json" in str(info.value)
+    assert shown in str(info.value)
+    assert store.get_task("t1").state == TaskState.TERMINAL
+    assert store.history("t1") == history
+
+
+def test_a_resolution_result_is_kept_as_canonical_json_text(store: WorkflowStore) -> None:
+    failed_on_effect(store)
+    store.resolve_effect(
+        "t1",
+        "t1/charge#1",
+        applied=True,
+        result_json='{ "id": "ch_9", "amount": 5 }',
+        actor="ops",
+        reason="r",
+    )
+    resolution = claim_one(store).resolutions["t1/charge#1"]
+    assert resolution.result_json == '{"amount":5,"id":"ch_9"}'
+
+
 # --- reads and time -----------------------------------------------------------------
 
 

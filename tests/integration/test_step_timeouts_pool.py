@@ -128,7 +128,8 @@ def test_an_effect_stuck_past_its_timeout_fails_closed_or_is_reconciled(
         assert record.reason == (
             "effect 'charge_for_ever' timed out after 1s; ambiguous effect: 'charge_for_ever' of task "
             f"'ambiguous' (idempotency key {key}) was interrupted and its outcome is unknown; resolve it "
-            "with resolve_effect"
+            f"with resolve_effect or on the command line: python -m runifold_sync resolve ambiguous '{key}' "
+            "(--applied [--result JSON] | --not-applied) --actor WHO --reason WHY"
         )
         store.resolve_effect(
             "ambiguous",

@@ -62,6 +62,10 @@ def test_a_reconcile_that_raises_fails_the_task_closed_as_ambiguous(
     outcome = worker.run_once()
     assert isinstance(outcome, Failed) and outcome.recoverable
     assert "ambiguous effect" in outcome.reason
+    assert outcome.reason.endswith(
+        "resolve it with resolve_effect or on the command line: python -m runifold_sync resolve r1 "
+        "'r1/charge#1' (--applied [--result JSON] | --not-applied) --actor WHO --reason WHY"
+    )
     assert calls == ["charge", "reconcile"]  # never charged again without evidence
     assert sqlite_store.get_task("r1").ambiguous_effect == "r1/charge#1"
 

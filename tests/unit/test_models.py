@@ -130,6 +130,45 @@ def test_budget_limit_that_is_not_positive_is_refused(field: str, value: Any) ->
     refused(lambda: Budget(**{field: value}), f"Budget.{field}", repr(value))
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("max_steps", 1.5, "an integer"),
+        ("max_steps", timedelta(5), "an integer"),
+        ("max_steps", True, "an integer"),
+        ("max_steps", "3", "an integer"),
+        ("max_cost", timedelta(1), "a finite number"),
+        ("max_cost", float("nan"), "a finite number"),
+        ("max_cost", float("inf"), "a finite number"),
+        ("max_cost", True, "a finite number"),
+        ("max_cost", "5", "a finite number"),
+        ("max_duration", 5, "datetime.timedelta"),
+        ("max_duration", 5.0, "datetime.timedelta"),
+        ("max_attempts", 2.0, "an integer"),
+        ("max_attempts", None, "an integer"),
+    ],
+)
+def test_budget_limit_of_another_type_is_refused_naming_field_and_value(
+    field: str, value: Any, expected: str
+) -> None:
+    refused(lambda: Budget(**{field: value}), f"Budget.{field}", expected, repr(value))
+
+
+def test_budget_cost_too_large_for_a_float_is_refused() -> None:
+    refused(lambda: Budget(max_cost=10**400), "Budget.max_cost", "a finite number")
+
+
+def test_budget_limits_of_their_own_types_are_kept() -> None:
+    budget = Budget(max_steps=3, max_cost=2, max_duration=timedelta(minutes=1), max_attempts=2)
+    assert (budget.max_steps, budget.max_cost, budget.max_duration) == (3, 2, timedelta(minutes=1))
+    assert Budget(max_cost=0.5).max_cost == 0.5
+
+
+@pytest.mark.parametrize("multiplier", [None, timedelta(1), float("nan"), float("inf"), True, 0, -2.0])
+def test_retry_multiplier_that_is_not_a_finite_positive_number_is_refused(multiplier: Any) -> None:
+    refused(lambda: RetryPolicy(multiplier=multiplier), "RetryPolicy.multiplier", repr(multiplier))
+
+
 @pytest.mark.parametrize("jitter", [-0.1, 1.0, 1.5])
 def test_retry_jitter_outside_zero_to_one_is_refused(jitter: float) -> None:
     refused(lambda: RetryPolicy(jitter=jitter), "jitter", repr(jitter))

@@ -4,6 +4,7 @@ naming it, where the schedule is made; a tick's task id and input."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import attrs
 import pytest
@@ -19,7 +20,8 @@ from runifold_sync import (
     WorkflowDefinition,
     WorkflowRegistry,
 )
-from runifold_sync.codec import from_json
+from runifold_sync.codec import MAX_NESTING_DEPTH, from_json, to_json
+from runifold_sync.models import MAX_INPUT_BYTES
 
 report = Workflow("report", 1)
 
@@ -86,6 +88,44 @@ def test_a_bad_expression_timezone_or_input_is_refused_naming_it(
 ) -> None:
     with pytest.raises(InvalidArgument, match=message):
         Schedule("nightly", "report", 1, **arguments)  # type: ignore[arg-type]
+
+
+def _ticker_registry() -> WorkflowRegistry:
+    ticker = Workflow("ticker", 1)
+
+    @ticker.main
+    def main(ctx: WorkflowContext, run: ScheduleTick) -> None:
+        return None
+
+    registry = WorkflowRegistry()
+    registry.register(WorkflowDefinition(ticker))
+    return registry
+
+
+def test_an_input_too_large_for_its_ticks_tasks_is_refused_at_construction_naming_the_schedule() -> None:
+    wrapped = len(to_json({"schedule": "big", "tick": "2026-12-02T03:00:00Z", "input": ""}).encode())
+    fitting = "x" * (MAX_INPUT_BYTES - wrapped)  # the tick's task input exactly at the limit
+    schedule = Schedule("big", "ticker", 1, every=timedelta(hours=1), input=fitting)
+    _ticker_registry().add_schedule(schedule)  # the limit enqueue applies: accepted there too
+    with pytest.raises(InvalidArgument) as info:
+        Schedule("big", "ticker", 1, every=timedelta(hours=1), input=fitting + "x")
+    assert str(info.value) == (
+        f"schedule 'big' input makes its ticks' task input {MAX_INPUT_BYTES + 1} bytes encoded, over "
+        f"the limit of {MAX_INPUT_BYTES}; store large data outside and pass its id"
+    )
+
+
+def test_an_input_nested_too_deep_for_its_ticks_tasks_is_refused_at_construction_naming_the_schedule() -> (
+    None
+):
+    deepest: list[Any] = []
+    for _ in range(MAX_NESTING_DEPTH - 2):
+        deepest = [deepest]  # MAX_NESTING_DEPTH - 1 levels; the tick's input adds one
+    _ticker_registry().add_schedule(Schedule("deep", "ticker", 1, every=timedelta(hours=1), input=deepest))
+    with pytest.raises(
+        InvalidArgument, match=f"schedule 'deep' input nests deeper than {MAX_NESTING_DEPTH - 1}"
+    ):
+        Schedule("deep", "ticker", 1, every=timedelta(hours=1), input=[deepest])
 
 
 @pytest.mark.parametrize("name", ["", "night:ly", "night/ly", "night ly", "-nightly", "x" * 101, 7, None])

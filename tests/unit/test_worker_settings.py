@@ -16,6 +16,7 @@ from runifold_sync import (
     WorkerId,
     WorkerSettings,
     WorkflowRegistry,
+    WorkflowSupervisor,
     WorkflowSupervisorConfig,
     WorkflowWorker,
     crashpoints,
@@ -105,6 +106,30 @@ def test_a_supervisor_config_checks_its_fields_however_it_is_built() -> None:
     with pytest.raises(InvalidArgument, match="shutdown grace must be positive"):
         WorkflowSupervisorConfig(1, shutdown_grace=timedelta(0))
     assert WorkflowSupervisorConfig(1).with_recycling(5).recycle_after_tasks == 5
+
+
+def _never_started(worker_id: WorkerId) -> WorkflowWorker:
+    raise AssertionError(f"no worker is started here, yet {worker_id} was")
+
+
+@pytest.mark.parametrize(
+    ("base_id", "concurrency"),
+    [("bad id", 2), ("", 2), ("-pool", 2), ("pool/1", 2), (5, 2), (None, 2), ("a" * 127, 2), ("a" * 126, 11)],
+)
+def test_a_supervisor_base_id_that_makes_bad_worker_ids_is_refused_naming_it(
+    base_id: object, concurrency: int
+) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        WorkflowSupervisor(_never_started, WorkflowSupervisorConfig(concurrency), base_id=base_id)  # type: ignore[arg-type]
+    message = str(info.value)
+    assert message.startswith("base_id must be ")
+    assert message.endswith(f"got {base_id!r}")
+
+
+def test_a_supervisor_base_id_as_long_as_its_worker_ids_allow_is_kept() -> None:
+    WorkflowSupervisor(_never_started, WorkflowSupervisorConfig(2), base_id="a" * 126)
+    WorkflowSupervisor(_never_started, WorkflowSupervisorConfig(10), base_id="a" * 126)  # slots 0-9
+    WorkflowSupervisor(_never_started, WorkflowSupervisorConfig(10), base_id="pool:eu@host.1_a-b")
 
 
 @pytest.mark.parametrize(

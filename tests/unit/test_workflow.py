@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from runifold_sync import (
+    Budget,
     CapabilitySet,
     DefinitionConflict,
     InvalidArgument,
@@ -212,6 +213,52 @@ def test_definition_refuses_a_step_whose_capability_is_not_granted() -> None:
 def test_definition_accepts_a_step_whose_capability_is_granted() -> None:
     definition = WorkflowDefinition(_needs_network(), capabilities=CapabilitySet(["network"]))
     assert definition.identity.name == "fetcher"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("budget", "x", "must be a Budget"),
+        ("budget", None, "must be a Budget"),
+        ("capabilities", "net", "must be a CapabilitySet"),
+        ("capabilities", ["network"], "must be a CapabilitySet"),
+        ("capabilities", frozenset({"network"}), "must be a CapabilitySet"),
+        ("sender_policy", 5, "must be None or a callable"),
+        ("sender_policy", "ops", "must be None or a callable"),
+    ],
+)
+def test_definition_field_of_the_wrong_type_is_refused_naming_field_and_value(
+    field: str, value: Any, expected: str
+) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        WorkflowDefinition(build(), **{field: value})
+    message = str(info.value)
+    assert f"WorkflowDefinition.{field} {expected}" in message
+    assert repr(value) in message
+
+
+def test_definition_keeps_a_budget_capability_set_and_callable_sender_policy() -> None:
+    def policy(sender: str, name: str, payload: Any) -> bool:
+        return sender == "ops"
+
+    definition = WorkflowDefinition(
+        _needs_network(), Budget(max_steps=3), CapabilitySet(["network"]), sender_policy=policy
+    )
+    assert (definition.budget.max_steps, definition.sender_policy) == (3, policy)
+
+
+@pytest.mark.parametrize("kind", ["step", "effect", "transaction"])
+def test_capabilities_given_as_a_bare_string_are_refused_naming_it(kind: str) -> None:
+    wf = Workflow("fetcher", 1)
+    extra = {"idempotent": True} if kind == "effect" else {}
+    refusal = r"capabilities must be an iterable of names, got the string 'net'; write \['net'\]"
+    with pytest.raises(InvalidArgument, match=refusal):
+        getattr(wf, kind)(capabilities="net", **extra)
+    assert wf.steps == {}
+
+
+def test_capabilities_given_as_a_list_of_names_are_kept() -> None:
+    assert _needs_network().steps["fetch"].capabilities == frozenset({"network"})
 
 
 def test_workflow_without_main_is_refused() -> None:
