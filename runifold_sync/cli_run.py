@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import click
+from click.core import ParameterSource
 
 from .cli_common import (
     app_option,
@@ -21,7 +22,7 @@ from .cli_common import (
     optional_duration,
     store_url,
 )
-from .errors import RunifoldError
+from .errors import InvalidArgument, RunifoldError
 from .idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
 from .logs import LogFormat, configure_logging
 from .metrics_endpoint import MetricsEndpoint, serving_metrics
@@ -34,14 +35,31 @@ from .runner import (
     default_worker_id,
     describe_report,
     once_succeeded,
+    parse_queues,
     run_one_cycle,
     run_pool,
 )
+from .worker_settings import MAX_CLAIM_BATCH
 
 if TYPE_CHECKING:
     from .demo import DemoRow
 
 DEMO_URL = "sqlite:///runifold-demo.db"
+QUEUES_VARIABLE = "RUNIFOLD_QUEUES"
+
+
+def _queue_names(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """``--queue`` as given, else ``$RUNIFOLD_QUEUES`` split at its commas by the parser
+    the Flask and Django settings use (click would split it at whitespace), so one value
+    means the same queues to every entry point. A bad name is a usage error naming the
+    variable and its value, not a pool whose workers fail on start."""
+    if ctx.get_parameter_source(param.name or "") is not ParameterSource.ENVIRONMENT:
+        return value
+    raw = param.resolve_envvar_value(ctx)
+    try:
+        return parse_queues(raw)
+    except InvalidArgument as exc:
+        raise click.BadParameter(f"{raw!r}: {exc}", ctx, param) from exc
 
 
 @click.command()
@@ -73,12 +91,14 @@ DEMO_URL = "sqlite:///runifold-demo.db"
 )
 @click.option(
     "--claim-batch",
-    type=click.IntRange(1, 100),
+    type=click.IntRange(1, MAX_CLAIM_BATCH),
     default=1,
     show_default=True,
+    envvar="RUNIFOLD_CLAIM_BATCH",
+    show_envvar=True,
     help="Tasks each worker claims at once and runs in turn (their leases kept alive; "
     "handed back if the task before them runs over half a lease). More saves claims on "
-    "short tasks; 1 keeps claims fairest across tenants.",
+    "short tasks; 1 keeps claims fairest across tenants. The option wins over the variable.",
 )
 @click.option(
     "--recycle-after",
@@ -114,7 +134,11 @@ DEMO_URL = "sqlite:///runifold-demo.db"
     "queues",
     multiple=True,
     metavar="NAME",
-    help="A named queue the workers claim from (repeatable).  [default: default]",
+    envvar=QUEUES_VARIABLE,
+    show_envvar=True,
+    callback=_queue_names,
+    help="A named queue the workers claim from (repeatable; default: default). Without it, "
+    f'${QUEUES_VARIABLE} names them, comma-separated ("gpu,default").',
 )
 @click.option("--once", is_flag=True, help="Claim and run one task, then exit (cron mode).")
 @click.option(
@@ -155,6 +179,7 @@ DEMO_URL = "sqlite:///runifold-demo.db"
     "--tracing",
     is_flag=True,
     envvar="RUNIFOLD_TRACING",
+    show_envvar=True,
     help="Trace cycles, steps, effects and waits with OpenTelemetry (the otel extra): each worker "
     "process builds its own provider after the fork from the standard OTEL_* variables "
     "(OTEL_TRACES_EXPORTER, default otlp; OTEL_EXPORTER_OTLP_ENDPOINT; OTEL_SERVICE_NAME).",

@@ -63,8 +63,10 @@ def _number(name: str, value: object, minimum: float) -> float:
     return seconds_duration(name, value, minimum_s=minimum).total_seconds()
 
 
-def _queues(value: object) -> tuple[str, ...]:
-    """``RUNIFOLD_QUEUES``: queue names, comma-separated or a sequence; unset: default."""
+def parse_queues(value: object) -> tuple[str, ...]:
+    """``RUNIFOLD_QUEUES``: queue names, comma-separated or a sequence; unset: default.
+    Public because ``run`` reads the environment variable with it: the CLI and the
+    Flask/Django settings then split and check the same value the same way."""
     if value is None or value == "":
         return ("default",)
     if isinstance(value, str):
@@ -147,7 +149,7 @@ class RunifoldSettings:
             recycle_after,
             timedelta(seconds=grace_s),
             tracing,
-            _queues(values.get("RUNIFOLD_QUEUES")),
+            parse_queues(values.get("RUNIFOLD_QUEUES")),
             timedelta(seconds=max_backoff_s),
         )
         settings.worker_settings()  # checks the heartbeat against the lease
