@@ -39,6 +39,7 @@ from .runner import (
     run_one_cycle,
     run_pool,
 )
+from .tracing_env import exporter_entry_points
 from .worker_settings import MAX_CLAIM_BATCH
 
 if TYPE_CHECKING:
@@ -182,7 +183,9 @@ def _queue_names(ctx: click.Context, param: click.Parameter, value: tuple[str, .
     show_envvar=True,
     help="Trace cycles, steps, effects and waits with OpenTelemetry (the otel extra): each worker "
     "process builds its own provider after the fork from the standard OTEL_* variables "
-    "(OTEL_TRACES_EXPORTER, default otlp; OTEL_EXPORTER_OTLP_ENDPOINT; OTEL_SERVICE_NAME).",
+    "(OTEL_TRACES_EXPORTER: default otlp, OTLP over gRPC from opentelemetry-exporter-otlp; "
+    "otlp_proto_http, the extra's OTLP over HTTP; console; OTEL_EXPORTER_OTLP_ENDPOINT; "
+    "OTEL_SERVICE_NAME). An exporter not installed is refused before any worker starts.",
 )
 @json_option
 def run(
@@ -234,6 +237,8 @@ def run(
             "RUNIFOLD_QUEUES": list(queues) or None,
         },
     )
+    if settings.tracing:
+        _check_tracing()
     if once:
         outcome = checked(run_one_cycle, settings, worker_id)
         _print_outcome(outcome, as_json)
@@ -275,6 +280,18 @@ def run(
         click.echo(describe_report(report))
     if report.stopped_by is not None:
         raise click.ClickException(f"the pool stopped: {report.stopped_by}")
+
+
+def _check_tracing() -> None:
+    """Refuse tracing that no worker could set up (an exporter no installed package
+    provides, no SDK) before a worker is forked or the --once cycle claims: otherwise
+    every pool child died on start, was restarted five times and the pool exited 1 after
+    pages of tracebacks. Only looks the exporters up (``tracing_env``): nothing is built
+    here that would cross the fork."""
+    try:
+        exporter_entry_points()
+    except InvalidArgument as exc:
+        raise click.UsageError(f"--tracing: {exc}") from exc
 
 
 def _print_outcome(outcome: RunOutcome, as_json: bool) -> None:
