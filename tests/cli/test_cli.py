@@ -110,6 +110,11 @@ def test_run_once_leaves_a_version_it_lacks_alone_and_list_says_no_worker_serves
     [listed] = json.loads(out)
     assert listed["state"] == "queued" and listed["queue"] == "default"
     assert listed["status_note"].startswith("ready since")  # no worker is live: the fleet is down
+    assert listed["status_note"].endswith(": no worker is live")
+    code, out = _invoke("list", "--database", url)
+    assert code == 0 and out.rstrip().endswith(": no worker is live")
+    code, out = _invoke("show", "u1", "--database", url)
+    assert code == 0 and "status: ready since " in out and ": no worker is live" in out
 
 
 def test_run_refuses_a_heartbeat_longer_than_half_the_lease(url: str) -> None:
