@@ -18,6 +18,7 @@ import click
 
 from .app import load_registry
 from .cli_common import (
+    JsonErrorsGroup,
     app_option,
     audit_options,
     canonical_json,
@@ -40,7 +41,7 @@ from .models import TaskState, WorkflowTask
 from .store.records import SignalCheck
 
 
-@click.group()
+@click.group(cls=JsonErrorsGroup)
 def main() -> None:
     """Durable workflows for synchronous Python."""
 

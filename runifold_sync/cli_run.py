@@ -19,6 +19,7 @@ from .cli_common import (
     database_option,
     echo_json,
     json_option,
+    no_json_error,
     optional_duration,
     store_url,
 )
@@ -279,6 +280,7 @@ def run(
     else:
         click.echo(describe_report(report))
     if report.stopped_by is not None:
+        no_json_error(click.get_current_context())  # the report above says stopped_by
         raise click.ClickException(f"the pool stopped: {report.stopped_by}")
 
 
