@@ -208,6 +208,8 @@ def stats(live_within: float, database: str | None, as_json: bool) -> None:
         }
         click.echo(json.dumps(report, indent=2))
         return
+    if not queues:  # said, so an empty store is not mistaken for a command that printed nothing
+        click.echo("no tasks")
     for r in queues:
         state = r.state.value if r.outcome is None else f"{r.state.value}/{r.outcome.value}"
         age = "" if r.oldest_ready_age_s is None else f"  oldest ready for {r.oldest_ready_age_s:.1f}s"
