@@ -18,6 +18,7 @@ import click
 
 from .app import load_registry
 from .cli_common import (
+    JsonErrorsGroup,
     app_option,
     audit_options,
     canonical_json,
@@ -40,7 +41,7 @@ from .models import TaskState, WorkflowTask
 from .store.records import SignalCheck
 
 
-@click.group()
+@click.group(cls=JsonErrorsGroup)
 def main() -> None:
     """Durable workflows for synchronous Python."""
 
@@ -182,11 +183,21 @@ def list_(
     if as_json:
         click.echo(json.dumps([record_json(r) for r in records], indent=2))
         return
+    if not records:  # said, so an empty answer is not mistaken for a command that failed quietly
+        filtered = any(given is not None for given in (state, tenant, definition, parent, queue))
+        click.echo("no tasks match these filters" if filtered else "no tasks")
+        return
+    click.echo(_list_row("task", "definition", "tenant", "state", "why not running / last reason"))
     for r in records:
         status = r.state.value if r.outcome is None else f"{r.state.value}/{r.outcome.value}"
         name = f"{r.definition_name} v{r.definition_version}"
         why = "; before that: ".join(text for text in (r.status_note, r.reason) if text)
-        click.echo(f"{r.task_id:<34} {name:<24} {r.tenant:<12} {status:<18} {why}")
+        click.echo(_list_row(r.task_id, name, r.tenant, status, why))
+
+
+def _list_row(task_id: str, name: str, tenant: str, state: str, why: str) -> str:
+    """One row of ``list``'s text table (its header too, so they line up)."""
+    return f"{task_id:<34} {name:<24} {tenant:<12} {state:<18} {why}".rstrip()
 
 
 @main.command()

@@ -1,6 +1,7 @@
 """What the commands of ``python -m runifold_sync`` share: the ``--database`` and
 ``--json`` options, choosing and opening the store, parsing a start time or a duration,
-and turning library errors into ``ClickException`` (here and nowhere else)."""
+turning library errors into ``ClickException`` (here and nowhere else), and the group
+that answers an error in JSON under ``--json``."""
 
 from __future__ import annotations
 
@@ -27,7 +28,59 @@ database_option = click.option(
     help=f"Store URL (sqlite:///path.db or postgresql://...); default ${ENV_VAR}, else "
     f"{DEFAULT_URL} (said on stderr).",
 )
-json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+# Set in ``ctx.meta`` (shared by a command's context and its group's) by ``--json``, so
+# the group can answer an error in JSON too (:class:`JsonErrorsGroup`).
+_JSON_ERRORS = "runifold_sync.json_errors"
+
+
+def _remember_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    """``--json``'s callback: note it for :class:`JsonErrorsGroup`. The option is eager
+    (read before the others), so a bad value of another option is answered in JSON too."""
+    if value:
+        ctx.meta[_JSON_ERRORS] = True
+    return value
+
+
+json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    is_eager=True,
+    callback=_remember_json,
+    help='Print machine-readable JSON (an error as {"error": ..., "type": ...}).',
+)
+
+
+class JsonErrorsGroup(click.Group):
+    """The top command group: a command run with ``--json`` that fails also prints
+    ``{"error": message, "type": class name}`` on stdout, so a script reading stdout gets
+    JSON whatever happens (before, it got nothing and had to parse stderr). The message
+    on stderr and the exit status stay as click makes them. Done here, once for every
+    command and subgroup, since every library error becomes a ``ClickException`` on its
+    way out (:func:`checked`, :func:`opened_store`)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            if ctx.meta.pop(_JSON_ERRORS, False):
+                click.echo(json.dumps(error_json(exc)))
+            raise
+
+
+def error_json(exc: click.ClickException) -> dict[str, str]:
+    """What ``--json`` prints for ``exc``: its message as click shows it, and the class
+    of the library error behind it (``TaskNotFound``, ``InvalidArgument``...), else of
+    the click error itself (``UsageError``, ``BadParameter``)."""
+    cause = exc.__cause__
+    error_type = type(cause if isinstance(cause, RunifoldError) else exc).__name__
+    return {"error": exc.format_message(), "type": error_type}
+
+
+def no_json_error(ctx: click.Context) -> None:
+    """For a command that has already printed its JSON answer and then fails (``run``
+    whose pool stopped): its stdout stays one JSON document."""
+    ctx.meta.pop(_JSON_ERRORS, None)
 
 
 def app_option(help: str, *, required: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -208,6 +208,8 @@ def stats(live_within: float, database: str | None, as_json: bool) -> None:
         }
         click.echo(json.dumps(report, indent=2))
         return
+    if not queues:  # said, so an empty store is not mistaken for a command that printed nothing
+        click.echo("no tasks")
     for r in queues:
         state = r.state.value if r.outcome is None else f"{r.state.value}/{r.outcome.value}"
         age = "" if r.oldest_ready_age_s is None else f"  oldest ready for {r.oldest_ready_age_s:.1f}s"
@@ -233,6 +235,24 @@ def _admission_json(a: TenantAdmission) -> dict[str, object]:
         "ready": a.ready,
         "held": a.held,
         "hold_reason": a.hold_reason(),
+    }
+
+
+def _unlimited_json(tenant: str) -> dict[str, object]:
+    """``tenant set``'s answer for a tenant left with no limit: the keys of
+    :func:`_admission_json`, so a script reads both answers alike. The store counts
+    leases, charges and ready tasks only for tenants with a policy (``tenant_admission``),
+    so those are null rather than a guessed 0; nothing is held without limits."""
+    return {
+        "tenant": tenant,
+        "max_leased": None,
+        "leased": None,
+        "budget_cost": None,
+        "budget_window_s": None,
+        "spent": None,
+        "ready": None,
+        "held": 0,
+        "hold_reason": None,
     }
 
 
@@ -282,7 +302,9 @@ def tenant_set(
 ) -> None:
     """Replace tenant NAME's admission policy; a limit left out is unlimited. Workers
     everywhere apply it from their next claim; held tasks stay queued, never fail. Prints
-    the tenant's admission as ``tenant list`` does (all limits null when none is left)."""
+    the tenant's admission with the fields of 'tenant list'; with no limit left the
+    tenant has no policy, so its limits are null, held is 0, and leased, spent and ready
+    (counted only for a tenant with a policy) are null."""
     source = click.get_current_context().get_parameter_source("budget_window")
     if budget is None and source is not click.core.ParameterSource.DEFAULT:
         raise click.UsageError("--budget-window needs --budget: the window is the budget's")
@@ -294,8 +316,7 @@ def tenant_set(
         store.set_tenant_policy(policy)
         current = {a.policy.tenant: a for a in store.tenant_admission()}
     if as_json:
-        unlimited = {"tenant": name, "max_leased": None, "budget_cost": None, "budget_window_s": None}
-        echo_json(_admission_json(current[name]) if name in current else unlimited)
+        echo_json(_admission_json(current[name]) if name in current else _unlimited_json(name))
     else:
         click.echo(_admission_line(current[name]) if name in current else f"tenant {name}: no limits")
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import click
+from click.core import ParameterSource
 
 from .cli_common import (
     app_option,
@@ -18,10 +19,11 @@ from .cli_common import (
     database_option,
     echo_json,
     json_option,
+    no_json_error,
     optional_duration,
     store_url,
 )
-from .errors import RunifoldError
+from .errors import InvalidArgument, RunifoldError
 from .idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
 from .logs import LogFormat, configure_logging
 from .metrics_endpoint import MetricsEndpoint, serving_metrics
@@ -34,14 +36,32 @@ from .runner import (
     default_worker_id,
     describe_report,
     once_succeeded,
+    parse_queues,
     run_one_cycle,
     run_pool,
 )
+from .tracing_env import exporter_entry_points
+from .worker_settings import MAX_CLAIM_BATCH
 
 if TYPE_CHECKING:
     from .demo import DemoRow
 
 DEMO_URL = "sqlite:///runifold-demo.db"
+QUEUES_VARIABLE = "RUNIFOLD_QUEUES"
+
+
+def _queue_names(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """``--queue`` as given, else ``$RUNIFOLD_QUEUES`` split at its commas by the parser
+    the Flask and Django settings use (click would split it at whitespace), so one value
+    means the same queues to every entry point. A bad name is a usage error naming the
+    variable and its value, not a pool whose workers fail on start."""
+    if ctx.get_parameter_source(param.name or "") is not ParameterSource.ENVIRONMENT:
+        return value
+    raw = param.resolve_envvar_value(ctx)
+    try:
+        return parse_queues(raw)
+    except InvalidArgument as exc:
+        raise click.BadParameter(f"{raw!r}: {exc}", ctx, param) from exc
 
 
 @click.command()
@@ -73,12 +93,14 @@ DEMO_URL = "sqlite:///runifold-demo.db"
 )
 @click.option(
     "--claim-batch",
-    type=click.IntRange(1, 100),
+    type=click.IntRange(1, MAX_CLAIM_BATCH),
     default=1,
     show_default=True,
+    envvar="RUNIFOLD_CLAIM_BATCH",
+    show_envvar=True,
     help="Tasks each worker claims at once and runs in turn (their leases kept alive; "
     "handed back if the task before them runs over half a lease). More saves claims on "
-    "short tasks; 1 keeps claims fairest across tenants.",
+    "short tasks; 1 keeps claims fairest across tenants. The option wins over the variable.",
 )
 @click.option(
     "--recycle-after",
@@ -114,7 +136,11 @@ DEMO_URL = "sqlite:///runifold-demo.db"
     "queues",
     multiple=True,
     metavar="NAME",
-    help="A named queue the workers claim from (repeatable).  [default: default]",
+    envvar=QUEUES_VARIABLE,
+    show_envvar=True,
+    callback=_queue_names,
+    help="A named queue the workers claim from (repeatable; default: default). Without it, "
+    f'${QUEUES_VARIABLE} names them, comma-separated ("gpu,default").',
 )
 @click.option("--once", is_flag=True, help="Claim and run one task, then exit (cron mode).")
 @click.option(
@@ -155,9 +181,12 @@ DEMO_URL = "sqlite:///runifold-demo.db"
     "--tracing",
     is_flag=True,
     envvar="RUNIFOLD_TRACING",
+    show_envvar=True,
     help="Trace cycles, steps, effects and waits with OpenTelemetry (the otel extra): each worker "
     "process builds its own provider after the fork from the standard OTEL_* variables "
-    "(OTEL_TRACES_EXPORTER, default otlp; OTEL_EXPORTER_OTLP_ENDPOINT; OTEL_SERVICE_NAME).",
+    "(OTEL_TRACES_EXPORTER: default otlp, OTLP over gRPC from opentelemetry-exporter-otlp; "
+    "otlp_proto_http, the extra's OTLP over HTTP; console; OTEL_EXPORTER_OTLP_ENDPOINT; "
+    "OTEL_SERVICE_NAME). An exporter not installed is refused before any worker starts.",
 )
 @json_option
 def run(
@@ -209,6 +238,8 @@ def run(
             "RUNIFOLD_QUEUES": list(queues) or None,
         },
     )
+    if settings.tracing:
+        _check_tracing()
     if once:
         outcome = checked(run_one_cycle, settings, worker_id)
         _print_outcome(outcome, as_json)
@@ -249,7 +280,20 @@ def run(
     else:
         click.echo(describe_report(report))
     if report.stopped_by is not None:
+        no_json_error(click.get_current_context())  # the report above says stopped_by
         raise click.ClickException(f"the pool stopped: {report.stopped_by}")
+
+
+def _check_tracing() -> None:
+    """Refuse tracing that no worker could set up (an exporter no installed package
+    provides, no SDK) before a worker is forked or the --once cycle claims: otherwise
+    every pool child died on start, was restarted five times and the pool exited 1 after
+    pages of tracebacks. Only looks the exporters up (``tracing_env``): nothing is built
+    here that would cross the fork."""
+    try:
+        exporter_entry_points()
+    except InvalidArgument as exc:
+        raise click.UsageError(f"--tracing: {exc}") from exc
 
 
 def _print_outcome(outcome: RunOutcome, as_json: bool) -> None:

@@ -33,6 +33,7 @@ from .pool_preflight import check_pool_can_start
 from .store.base import WorkflowStore
 from .stores import default_url, open_store
 from .supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
+from .tracing_env import exporter_entry_points
 from .worker import WorkflowWorker
 from .worker_settings import MAX_CLAIM_BATCH, WorkerSettings
 
@@ -63,8 +64,10 @@ def _number(name: str, value: object, minimum: float) -> float:
     return seconds_duration(name, value, minimum_s=minimum).total_seconds()
 
 
-def _queues(value: object) -> tuple[str, ...]:
-    """``RUNIFOLD_QUEUES``: queue names, comma-separated or a sequence; unset: default."""
+def parse_queues(value: object) -> tuple[str, ...]:
+    """``RUNIFOLD_QUEUES``: queue names, comma-separated or a sequence; unset: default.
+    Public because ``run`` reads the environment variable with it: the CLI and the
+    Flask/Django settings then split and check the same value the same way."""
     if value is None or value == "":
         return ("default",)
     if isinstance(value, str):
@@ -147,7 +150,7 @@ class RunifoldSettings:
             recycle_after,
             timedelta(seconds=grace_s),
             tracing,
-            _queues(values.get("RUNIFOLD_QUEUES")),
+            parse_queues(values.get("RUNIFOLD_QUEUES")),
             timedelta(seconds=max_backoff_s),
         )
         settings.worker_settings()  # checks the heartbeat against the lease
@@ -277,10 +280,11 @@ def run_pool(
 ) -> SupervisorReport:
     """Run a supervised pool of ``concurrency`` forked workers until SIGINT, SIGTERM or
     ``token``. The registry is imported and the store checked here, before the fork, so a
-    broken ``RUNIFOLD_APP``, an unreachable store or a worker id live elsewhere fails now
-    (``pool_preflight``); each child opens its own store and builds its own ``observer``.
-    ``tend`` is the supervisor's (``WorkflowSupervisor.run``): what watches the processes
-    started beside the pool; ``prepare`` sets up each child's store as it opens."""
+    broken ``RUNIFOLD_APP``, an unreachable store, a worker id live elsewhere or (with
+    tracing) an exporter not installed fails now (``pool_preflight``, ``tracing_env``);
+    each child opens its own store and builds its own ``observer``. ``tend`` is the
+    supervisor's (``WorkflowSupervisor.run``): what watches the processes started beside
+    the pool; ``prepare`` sets up each child's store as it opens."""
     registry = settings.registry()
     base = WorkerId.parse(worker_id)
     config = (
@@ -288,6 +292,8 @@ def run_pool(
         .with_shutdown_grace(settings.shutdown_grace)
         .with_backoff(DEFAULT_MIN_BACKOFF, settings.max_backoff)
     )
+    if settings.tracing:  # each child would fail on start (tracing_env): one error now instead
+        exporter_entry_points()
     check_pool_can_start(
         settings.database_url, (f"{base.value}-{slot}" for slot in range(concurrency)), settings.heartbeat
     )

@@ -26,22 +26,20 @@ exported.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from importlib.metadata import entry_points
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from .errors import InvalidArgument
 from .interrupts import FailRequested, RetryRequested, SuspendRequested
 from .outcomes import Failed, LeaseLost, RunOutcome, Suspended
 from .spans import ClaimSpans, WaitSpan
 from .specs import StepSpec
 from .step_context import StepContext
 from .store.records import ClaimedTask
+from .tracing_env import exporter_entry_points
 
 SCOPE = "runifold_sync"
 _W3C = TraceContextTextMapPropagator()  # the stored form, whatever the app's propagator is
@@ -205,22 +203,15 @@ def provider_from_env() -> TracerProvider:
     ``OTEL_RESOURCE_ATTRIBUTES``, the sampler from ``OTEL_TRACES_SAMPLER``, and one batch
     processor (``OTEL_BSP_*``) per exporter named in ``OTEL_TRACES_EXPORTER`` (comma
     separated; default ``otlp``, from ``opentelemetry-exporter-otlp``, which reads
-    ``OTEL_EXPORTER_OTLP_*``; ``console`` comes with the SDK; ``none`` exports nothing)."""
+    ``OTEL_EXPORTER_OTLP_*``; ``console`` comes with the SDK; ``none`` exports nothing).
+    An exporter no installed package provides is :class:`InvalidArgument`
+    (``tracing_env``, which ``run`` also checks before it forks)."""
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    exporters = exporter_entry_points()  # checked before anything is built
     provider = SdkTracerProvider(resource=Resource.create())
-    names = [n.strip() for n in os.environ.get("OTEL_TRACES_EXPORTER", "otlp").split(",") if n.strip()]
-    for name in names:
-        if name == "none":
-            continue
-        found = entry_points(group="opentelemetry_traces_exporter", name=name)
-        if not found:
-            raise InvalidArgument(
-                f"OTEL_TRACES_EXPORTER names {name!r}, but no installed package provides that exporter "
-                "(otlp: pip install opentelemetry-exporter-otlp)"
-            )
-        exporter = next(iter(found)).load()
-        provider.add_span_processor(BatchSpanProcessor(exporter()))
+    for exporter in exporters:
+        provider.add_span_processor(BatchSpanProcessor(exporter.load()()))
     return provider

@@ -89,8 +89,10 @@ def _parse_cursor(after: object, newest_first: bool) -> tuple[datetime, str]:
     return created, task_id
 
 
-def _status(record: TaskRecord, now: datetime) -> str | None:
-    """Where a queued or leased task without a recorded reason stands at ``now``."""
+def _status(record: TaskRecord, now: datetime, *, anyone_live: bool) -> str | None:
+    """Where a queued or leased task without a recorded reason stands at ``now``. A due
+    task waits "for a free worker" only while some worker is live (``anyone_live``); with
+    none live, saying so sent operators looking for a busy fleet that was down."""
     if record.state is TaskState.LEASED and record.lease_expires is not None:
         lease = f"{record.worker_id} (fencing token {record.fencing_token})"
         if record.lease_expires <= now:
@@ -100,7 +102,8 @@ def _status(record: TaskRecord, now: datetime) -> str | None:
         return f"running on {lease}, lease until {record.lease_expires.isoformat()}"
     if record.state is TaskState.QUEUED and record.ready_at is not None:
         if record.ready_at <= now:
-            return f"ready since {record.ready_at.isoformat()}: waiting for a free worker"
+            waiting = "waiting for a free worker" if anyone_live else "no worker is live"
+            return f"ready since {record.ready_at.isoformat()}: {waiting}"
         return f"scheduled: not claimable before {record.ready_at.isoformat()}"
     return None
 
@@ -358,8 +361,8 @@ class ReadOperations:
         task with no stored reason says whether it is due, scheduled or running where.
         While any worker is live, a task none of them can claim (its queue, its version,
         or the steps its checkpoint was written by) says so first; with none live the
-        whole fleet is down, which ``workers`` says. ``reason``
-        stays what the store recorded."""
+        whole fleet is down, and a due task says "no worker is live" (``workers`` lists
+        the fleet). ``reason`` stays what the store recorded."""
         unfinished = (TaskState.QUEUED, TaskState.WAITING, TaskState.LEASED)
         if not any(r.state in unfinished for r in records):
             return records
@@ -377,6 +380,6 @@ class ReadOperations:
             if note is None:
                 note = explain(record.state, record.ready_at, record.tenant, admissions)
             if note is None and record.reason is None and record.state in unfinished:
-                note = _status(record, now)
+                note = _status(record, now, anyone_live=bool(live))
             explained.append(record if note is None else attrs.evolve(record, status_note=note))
         return explained

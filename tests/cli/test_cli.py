@@ -110,6 +110,11 @@ def test_run_once_leaves_a_version_it_lacks_alone_and_list_says_no_worker_serves
     [listed] = json.loads(out)
     assert listed["state"] == "queued" and listed["queue"] == "default"
     assert listed["status_note"].startswith("ready since")  # no worker is live: the fleet is down
+    assert listed["status_note"].endswith(": no worker is live")
+    code, out = _invoke("list", "--database", url)
+    assert code == 0 and out.rstrip().endswith(": no worker is live")
+    code, out = _invoke("show", "u1", "--database", url)
+    assert code == 0 and "status: ready since " in out and ": no worker is live" in out
 
 
 def test_run_refuses_a_heartbeat_longer_than_half_the_lease(url: str) -> None:
@@ -192,7 +197,7 @@ def test_list_filters_by_state_and_prints_json(url: str) -> None:
     code, out = _invoke("list", "--state", "queued", "--database", url, "--json")
     assert code == 0 and [t["task_id"] for t in json.loads(out)] == ["l1"]
     code, out = _invoke("list", "--state", "cancelled", "--database", url)
-    assert code == 0 and [line.split()[0] for line in out.splitlines()] == ["l2"]
+    assert code == 0 and [line.split()[0] for line in out.splitlines()] == ["task", "l2"]
 
 
 def test_versions_preflight_exits_non_zero_when_the_app_lacks_a_referenced_version(url: str) -> None:
@@ -353,3 +358,23 @@ def test_enqueue_reads_its_input_from_a_file_or_standard_input(url: str, tmp_pat
         "enqueue", "pool-flow", "1", "--input", f"@{tmp_path / 'missing.json'}", "--database", url
     )
     assert code == 2 and "cannot read" in out and "No such file or directory" in out
+
+
+def test_stats_and_list_on_an_empty_store_say_there_are_no_tasks(url: str) -> None:
+    assert _invoke("stats", "--database", url) == (0, "no tasks\n")
+    assert _invoke("list", "--database", url) == (0, "no tasks\n")
+    assert _invoke("list", "--tenant", "acme", "--database", url) == (0, "no tasks match these filters\n")
+    assert _invoke_json("list", "--database", url) == (0, [])  # --json unchanged
+    code, report = _invoke_json("stats", "--database", url)
+    assert code == 0 and report == {"queues": [], "tenants": [], "unserved": [], "unserved_routes": []}
+
+
+def test_list_prints_a_header_row_above_its_rows(url: str) -> None:
+    _invoke("enqueue", "pool-flow", "1", "--checkpoint-id", "h1", "--tenant", "acme", "--database", url)
+    code, out = _invoke("list", "--database", url)
+    header, row = out.splitlines()
+    assert code == 0 and header.split()[:4] == ["task", "definition", "tenant", "state"]
+    assert row.split()[:5] == ["h1", "pool-flow", "v1", "acme", "queued"]
+    assert row.index("acme") == header.index("tenant") and row.index("queued") == header.index("state")
+    code, out = _invoke("stats", "--database", url)
+    assert code == 0 and "no tasks" not in out and out.split()[:3] == ["acme", "queued", "1"]

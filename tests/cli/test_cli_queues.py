@@ -1,5 +1,6 @@
-"""Named queues on the command line: ``enqueue --queue``, ``run --queue`` (repeatable),
-``list --queue``, and ``stats``/``show`` naming the queue no live worker serves."""
+"""Named queues on the command line: ``enqueue --queue``, ``run --queue`` (repeatable, or
+``$RUNIFOLD_QUEUES``), ``list --queue``, and ``stats``/``show`` naming the queue no live
+worker serves; ``run`` reading ``$RUNIFOLD_CLAIM_BATCH`` too."""
 
 from __future__ import annotations
 
@@ -92,4 +93,58 @@ def test_stats_and_show_name_the_queue_no_live_worker_serves(url: str) -> None:
     code, out = _invoke("show", "r1", "--database", url)
     assert code == 0 and "status: no live worker serves queue 'render'" in out
     code, out = _invoke("show", "d1", "--database", url, "--json")
-    assert json.loads(out)["status_note"].startswith("ready since")
+    note = json.loads(out)["status_note"]
+    assert note.startswith("ready since") and note.endswith("waiting for a free worker")  # host-a-0 is live
+
+
+def _run_once(url: str, *options: str, env: dict[str, str]) -> tuple[int, str, str]:
+    result = CliRunner(env=env).invoke(
+        main, ["run", "--app", APP, "--database", url, "--once", "--json", *options], catch_exceptions=False
+    )
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _enqueue_on_queues(url: str, *tasks: tuple[str, str]) -> None:
+    for task_id, queue in tasks:
+        args = ("--input", "1", "--checkpoint-id", task_id, "--queue", queue, "--database", url)
+        code, _ = _invoke("enqueue", "pool-flow", "1", *args)
+        assert code == 0
+
+
+def test_run_reads_the_queues_from_RUNIFOLD_QUEUES_split_at_commas(url: str) -> None:
+    _enqueue_on_queues(url, ("d1", "default"), ("g1", "gpu"))
+    code, out, _ = _run_once(url, env={"RUNIFOLD_QUEUES": "gpu, render"})
+    assert code == 0 and json.loads(out)["task_id"] == "g1"
+    code, out = _invoke("workers", "--database", url, "--json")
+    assert [w["queues"] for w in json.loads(out)] == [["gpu", "render"]]
+
+
+def test_run_queue_option_wins_over_RUNIFOLD_QUEUES(url: str) -> None:
+    _enqueue_on_queues(url, ("d1", "default"), ("g1", "gpu"))
+    code, out, _ = _run_once(url, "--queue", "default", env={"RUNIFOLD_QUEUES": "gpu"})
+    assert code == 0 and json.loads(out)["task_id"] == "d1"
+
+
+def test_run_refuses_a_bad_RUNIFOLD_QUEUES_as_a_usage_error_naming_it(url: str) -> None:
+    code, out, err = _run_once(url, env={"RUNIFOLD_QUEUES": "gpu,,render"})
+    assert code == 2 and "RUNIFOLD_QUEUES" in err and "'gpu,,render'" in err
+
+
+def test_run_reads_the_claim_batch_from_RUNIFOLD_CLAIM_BATCH(url: str) -> None:
+    for task_id in ("t1", "t2"):
+        _invoke("enqueue", "pool-flow", "1", "--input", "1", "--checkpoint-id", task_id, "--database", url)
+    code, out, _ = _run_once(url, env={"RUNIFOLD_CLAIM_BATCH": "2"})
+    assert code == 0 and json.loads(out)["task_id"] == "t1"
+    # t2 was claimed with t1 in a batch of two, and handed back when the --once cycle ended.
+    code, out = _invoke("show", "t2", "--database", url, "--json")
+    assert "handed back unstarted" in json.loads(out)["reason"]
+
+
+def test_run_refuses_a_bad_RUNIFOLD_CLAIM_BATCH_as_a_usage_error_naming_it(url: str) -> None:
+    code, _, err = _run_once(url, env={"RUNIFOLD_CLAIM_BATCH": "abc"})
+    assert code == 2 and "RUNIFOLD_CLAIM_BATCH" in err and "'abc'" in err
+
+
+def test_run_help_names_the_variables() -> None:
+    out = " ".join(CliRunner().invoke(main, ["run", "--help"]).output.split())
+    assert "[env var: RUNIFOLD_QUEUES]" in out and "[env var: RUNIFOLD_CLAIM_BATCH;" in out

@@ -103,9 +103,22 @@ def test_tenant_set_json_gives_the_admission_as_tenant_list_does(url: str) -> No
     assert limited == _json("tenant", "list", "--database", url)[0]  # type: ignore[index]
     assert isinstance(limited, dict)
     assert (limited["tenant"], limited["max_leased"], limited["budget_cost"]) == ("acme", 2, None)
-    assert _json("tenant", "set", "acme", "--database", url) == {
+    unlimited = _json("tenant", "set", "acme", "--database", url)
+    assert isinstance(unlimited, dict) and unlimited.keys() == limited.keys()  # the same fields
+    assert unlimited == {
         "tenant": "acme",
         "max_leased": None,
+        "leased": None,  # counted only for a tenant with a policy, which acme no longer has
         "budget_cost": None,
         "budget_window_s": None,
+        "spent": None,
+        "ready": None,
+        "held": 0,
+        "hold_reason": None,
     }
+    assert _json("tenant", "list", "--database", url) == []
+
+
+def test_tenant_set_help_has_no_markup() -> None:
+    text = CliRunner().invoke(main, ["tenant", "set", "--help"]).output
+    assert "``" not in text and "the fields of 'tenant list'" in " ".join(text.split())

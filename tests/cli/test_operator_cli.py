@@ -121,7 +121,7 @@ def test_list_definition_filter_shows_only_that_workflow(url: str, store: Sqlite
     code, out = _invoke("list", "--definition", "outcome-flow", "--database", url, "--json")
     assert code == 0 and [t["task_id"] for t in json.loads(out)] == ["a", "c"]
     code, out = _invoke("list", "--definition", "billing", "--database", url)
-    assert code == 0 and [line.split()[0] for line in out.splitlines()] == ["b"]
+    assert code == 0 and [line.split()[0] for line in out.splitlines()] == ["task", "b"]
 
 
 def test_show_text_gives_state_reason_journal_usage_and_history(url: str, store: SqliteWorkflowStore) -> None:

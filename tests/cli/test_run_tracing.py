@@ -1,12 +1,14 @@
 """``run --tracing``: each pool child builds its provider from the ``OTEL_*`` variables
 after the fork and flushes it when SIGTERM stops it (the SDK's console exporter here, on
-the children's stdout, which the CLI shares)."""
+the children's stdout, which the CLI shares); an exporter no installed package provides
+is refused before any worker starts."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,30 @@ def test_tracing_setting_must_be_a_boolean() -> None:
     with pytest.raises(RunifoldError, match="RUNIFOLD_TRACING must be True or False, got 'yes'"):
         RunifoldSettings.from_mapping({"RUNIFOLD_TRACING": "yes"})
     assert RunifoldSettings.from_mapping({"RUNIFOLD_TRACING": True}).tracing is True
+
+
+@pytest.mark.parametrize("once", [False, True], ids=["pool", "once"])
+def test_run_tracing_refuses_an_exporter_not_installed_before_any_worker_starts(
+    sqlite_path: Path, tmp_path: Path, once: bool
+) -> None:
+    assert not entry_points(group="opentelemetry_traces_exporter", name="zipkin")  # not installed here
+    store = SqliteWorkflowStore.open(sqlite_path)
+    store.enqueue(WorkflowTask.new("pool-flow", 1, 1, checkpoint_id="t1"))
+    url = f"sqlite:///{sqlite_path}"
+    command = ["run", "--app", APP, "--database", url, "--tracing", "--concurrency", "2"]
+    env = os.environ | {"POOL_LEDGER": str(tmp_path / "ledger.txt"), "OTEL_TRACES_EXPORTER": "zipkin"}
+    try:
+        done = processes.run("runifold_sync", *command, *(["--once"] if once else []), env=env, timeout_s=60)
+        assert done.returncode == 2
+        assert done.stdout == ""
+        errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+        assert errors == [
+            "Error: --tracing: OTEL_TRACES_EXPORTER names 'zipkin', but no installed package provides "
+            "that exporter (otlp, OTLP over gRPC: pip install opentelemetry-exporter-otlp; the otel "
+            "extra's OTLP over HTTP is OTEL_TRACES_EXPORTER=otlp_proto_http; console comes with the SDK)"
+        ]
+        assert "Traceback" not in done.stderr and "worker" not in done.stderr
+        assert store.workers() == []  # no worker registered: none started
+        assert store.get_task("t1").state is TaskState.QUEUED
+    finally:
+        store.close()

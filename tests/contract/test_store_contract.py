@@ -78,7 +78,7 @@ def test_enqueue_creates_a_queued_task_with_an_enqueued_event(store: WorkflowSto
     assert record.input == {"order_id": "t1"}
     assert (record.state, record.outcome) == (TaskState.QUEUED, None)
     assert record.reason is None  # nothing recorded; where it stands is derived on reading
-    assert record.status_note == f"ready since {record.created_at.isoformat()}: waiting for a free worker"
+    assert record.status_note == f"ready since {record.created_at.isoformat()}: no worker is live"
     assert (record.fencing_token, record.revision, record.claims_since_progress) == (0, 0, 0)
     assert (record.worker_id, record.lease_expires, record.checkpoint_json, record.result_json) == (
         None,

@@ -134,6 +134,19 @@ def test_requeue_refuses_tasks_that_are_not_plainly_failed(store: WorkflowStore)
         store.requeue("queued", actor="", reason="why")
 
 
+def test_a_due_task_waits_for_a_free_worker_only_while_a_worker_is_live(store: WorkflowStore) -> None:
+    _enqueue(store, "ready")
+    ready_since = store.get_task("ready").ready_at
+    assert ready_since is not None
+    assert store.get_task("ready").status_note == f"ready since {ready_since.isoformat()}: no worker is live"
+    store.register_worker(W1, host="h", pid=1, definitions=[("orders", 1)])
+    waiting = f"ready since {ready_since.isoformat()}: waiting for a free worker"
+    assert store.get_task("ready").status_note == waiting
+    assert [r.status_note for r in store.list_tasks()] == [waiting]
+    store.worker_stopped(W1, 1)
+    assert store.get_task("ready").status_note == f"ready since {ready_since.isoformat()}: no worker is live"
+
+
 def test_every_unfinished_task_says_why_it_is_not_running(store: WorkflowStore) -> None:
     later = store.now() + timedelta(hours=1)
     store.enqueue(WorkflowTask.new("orders", 1, None, checkpoint_id="later", not_before=later))
@@ -143,7 +156,7 @@ def test_every_unfinished_task_says_why_it_is_not_running(store: WorkflowStore) 
     assert {r.task_id: r.reason for r in store.list_tasks()} == dict.fromkeys(["later", "now", "ready"])
     reasons = {r.task_id: r.status_note for r in store.list_tasks()}
     assert reasons["later"] == f"scheduled: not claimable before {later.isoformat()}"
-    assert reasons["ready"] is not None and reasons["ready"].endswith("waiting for a free worker")
+    assert reasons["ready"] is not None and reasons["ready"].endswith("no worker is live")
     expires = claimed.lease.expires_at.isoformat()
     assert reasons["now"] == f"running on worker-1 (fencing token 1), lease until {expires}"
     store.set_clock_offset(LEASE.value + timedelta(seconds=1))
