@@ -23,11 +23,30 @@ EXPORTER_VARIABLE = "OTEL_TRACES_EXPORTER"
 _GROUP = "opentelemetry_traces_exporter"
 
 
+_PROTOCOL_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+_OTLP_BY_PROTOCOL = {"grpc": "otlp_proto_grpc", "http/protobuf": "otlp_proto_http"}
+
+
 def exporter_names() -> list[str]:
     """The exporters ``OTEL_TRACES_EXPORTER`` names, comma separated (default ``otlp``;
-    ``none`` names none)."""
+    ``none`` names none). ``otlp`` is the exporter of the protocol the OTLP protocol
+    variables give, gRPC when they are unset, as the OpenTelemetry SDK reads them: so
+    ``OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`` takes the ``otel`` extra's HTTP one."""
     names = [n.strip() for n in os.environ.get(EXPORTER_VARIABLE, "otlp").split(",") if n.strip()]
-    return [name for name in names if name != "none"]
+    return [_otlp_by_protocol() if name == "otlp" else name for name in names if name != "none"]
+
+
+def _otlp_by_protocol() -> str:
+    for variable in _PROTOCOL_VARIABLES:
+        protocol = os.environ.get(variable, "").strip()
+        if protocol:
+            if protocol not in _OTLP_BY_PROTOCOL:
+                raise InvalidArgument(
+                    f"{variable} is {protocol!r}; runifold_sync exports spans over "
+                    f"{' or '.join(sorted(_OTLP_BY_PROTOCOL))}"
+                )
+            return _OTLP_BY_PROTOCOL[protocol]
+    return _OTLP_BY_PROTOCOL["grpc"]
 
 
 def exporter_entry_points() -> list[EntryPoint]:
@@ -44,8 +63,9 @@ def exporter_entry_points() -> list[EntryPoint]:
         if not matches:
             raise InvalidArgument(
                 f"{EXPORTER_VARIABLE} names {name!r}, but no installed package provides that exporter "
-                "(otlp, OTLP over gRPC: pip install opentelemetry-exporter-otlp; the otel extra's "
-                f"OTLP over HTTP is {EXPORTER_VARIABLE}=otlp_proto_http; console comes with the SDK)"
+                "(OTLP over gRPC, otlp_proto_grpc: pip install opentelemetry-exporter-otlp-proto-grpc; "
+                "OTLP over HTTP, otlp_proto_http, comes with the otel extra (otlp names it with "
+                "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf); console comes with the SDK)"
             )
         found.append(next(iter(matches)))
     return found

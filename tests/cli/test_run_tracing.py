@@ -76,8 +76,10 @@ def test_run_tracing_refuses_an_exporter_not_installed_before_any_worker_starts(
         errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
         assert errors == [
             "Error: --tracing: OTEL_TRACES_EXPORTER names 'zipkin', but no installed package provides "
-            "that exporter (otlp, OTLP over gRPC: pip install opentelemetry-exporter-otlp; the otel "
-            "extra's OTLP over HTTP is OTEL_TRACES_EXPORTER=otlp_proto_http; console comes with the SDK)"
+            "that exporter (OTLP over gRPC, otlp_proto_grpc: pip install "
+            "opentelemetry-exporter-otlp-proto-grpc; OTLP over HTTP, otlp_proto_http, comes with "
+            "the otel extra (otlp names it with "
+            "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf); console comes with the SDK)"
         ]
         assert "Traceback" not in done.stderr and "worker" not in done.stderr
         assert store.workers() == []  # no worker registered: none started

@@ -29,6 +29,7 @@ from runifold_sync import (
 )
 from runifold_sync.sqlite import SqliteWorkflowStore
 from runifold_sync.tracing import provider_from_env
+from runifold_sync.tracing_env import exporter_entry_points, exporter_names
 
 # A workflow run to its end in a fresh interpreter, reporting what it imported.
 _RUN = """
@@ -138,3 +139,26 @@ def test_a_pool_childs_provider_comes_from_the_standard_variables(monkeypatch: p
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin-in-a-box")
     with pytest.raises(InvalidArgument, match="zipkin-in-a-box"):
         provider_from_env()
+
+
+def test_otlp_is_the_exporter_of_the_otlp_protocol_variables_as_the_sdk_reads_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for variable in (
+        "OTEL_TRACES_EXPORTER",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    ):
+        monkeypatch.delenv(variable, raising=False)
+    assert exporter_names() == ["otlp_proto_grpc"]  # the default: otlp, over gRPC
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    assert exporter_names() == ["otlp_proto_http"]
+    # the otel extra's exporter, found and built by the name otlp
+    assert [e.name for e in exporter_entry_points()] == ["otlp_proto_http"]
+    provider_from_env().shutdown()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")  # the per-signal one wins
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp,console")
+    assert exporter_names() == ["otlp_proto_grpc", "console"]
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
+    with pytest.raises(InvalidArgument, match=r"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL is 'http/json'"):
+        exporter_names()
