@@ -54,8 +54,16 @@ def _queue_names(ctx: click.Context, param: click.Parameter, value: tuple[str, .
     """``--queue`` as given, else ``$RUNIFOLD_QUEUES`` split at its commas by the parser
     the Flask and Django settings use (click would split it at whitespace), so one value
     means the same queues to every entry point. A bad name is a usage error naming the
-    variable and its value, not a pool whose workers fail on start."""
+    variable and its value, not a pool whose workers fail on start. A comma in a name given
+    as ``--queue`` is refused too: it would name one queue there and two in the variable."""
     if ctx.get_parameter_source(param.name or "") is not ParameterSource.ENVIRONMENT:
+        for name in value:
+            if "," in name:
+                raise click.BadParameter(
+                    f"{name!r}: one queue name each, repeated for more (--queue gpu --queue default)",
+                    ctx,
+                    param,
+                )
         return value
     raw = param.resolve_envvar_value(ctx)
     try:
