@@ -74,12 +74,17 @@ def test_the_django_section_builds_a_project_whose_test_passes(tmp_path: Path) -
 
 def test_the_flask_section_builds_an_app_whose_test_passes(tmp_path: Path) -> None:
     files = _files(_section("Embedding in Flask"))
-    assert set(files) == {"myapp/__init__.py", "myapp/workflows.py", "tests/test_orders.py"}
+    assert set(files) == {
+        "myapp/__init__.py",
+        "myapp/workflows.py",
+        "tests/test_orders.py",
+        "tests/test_order_workflow.py",
+    }
     for path, body in files.items():
         (tmp_path / path).parent.mkdir(exist_ok=True)
         (tmp_path / path).write_text(body)
     out = _run(tmp_path, "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests")
-    assert "1 passed" in out
+    assert "2 passed" in out  # each test file the section shows
 
 
 def test_the_results_section_runs_and_prints_what_it_says(tmp_path: Path) -> None:
