@@ -40,6 +40,7 @@ from .runner import (
     run_one_cycle,
     run_pool,
 )
+from .supervisor import check_base_id
 from .tracing_env import exporter_entry_points
 from .worker_settings import MAX_CLAIM_BATCH
 
@@ -248,6 +249,11 @@ def run(
     )
     if settings.tracing:
         _check_tracing()
+    if not once:  # the pool's workers are <worker id>-<slot>: checked as the option given
+        try:
+            check_base_id(worker_id, concurrency, field="--worker-id")
+        except InvalidArgument as exc:
+            raise click.UsageError(str(exc)) from exc
     if once:
         outcome = checked(run_one_cycle, settings, worker_id)
         _print_outcome(outcome, as_json)

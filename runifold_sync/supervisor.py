@@ -117,11 +117,12 @@ class SupervisorReport:
 _WORKER_ID_MAX = 128  # characters (WorkerId.parse)
 
 
-def _check_base_id(base_id: object, concurrency: int) -> str:
-    """``base_id`` itself, checked where the supervisor is made. Its children's worker
-    ids are ``<base_id>-<slot>``: ``base_id`` is good exactly when the longest of them
-    parses, but a refusal of that id (``'bad id-1'``, under "worker id") would name
-    neither the argument nor the value given."""
+def check_base_id(base_id: object, concurrency: int, field: str = "base_id") -> str:
+    """``base_id`` itself, checked where the supervisor is made (and by ``run`` for its
+    ``--worker-id``, the ``field`` named). Its children's worker ids are
+    ``<base_id>-<slot>``: ``base_id`` is good exactly when the longest of them parses, but
+    a refusal of that id (``'bad id-1'``, under "worker id") would name neither the
+    argument nor the value given."""
     if isinstance(base_id, str):
         try:
             WorkerId.parse(f"{base_id}-{concurrency - 1}")
@@ -130,8 +131,8 @@ def _check_base_id(base_id: object, concurrency: int) -> str:
             pass
     room = _WORKER_ID_MAX - len(f"-{concurrency - 1}")
     raise InvalidArgument(
-        f"base_id must be 1-{room} characters of letters, digits and ._:@- starting with a "
-        f"letter or digit (its workers are <base_id>-<slot>, at most {_WORKER_ID_MAX} "
+        f"{field} must be 1-{room} characters of letters, digits and ._:@- starting with a "
+        f"letter or digit (its workers are <{field}>-<slot>, at most {_WORKER_ID_MAX} "
         f"characters for {concurrency} slots), got {base_id!r}"
     )
 
@@ -150,7 +151,7 @@ class WorkflowSupervisor:
             raise InvalidArgument(f"config must be a WorkflowSupervisorConfig, got {config!r}")
         self._factory = worker_factory
         self._config = config
-        self._base_id = _check_base_id(base_id, config.concurrency)
+        self._base_id = check_base_id(base_id, config.concurrency)
 
     def run(self, token: CancellationToken, *, tend: Callable[[], None] | None = None) -> SupervisorReport:
         """Run the pool until ``token`` is cancelled (or SIGINT/SIGTERM arrives in the

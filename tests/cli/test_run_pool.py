@@ -10,8 +10,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from runifold_sync import RunifoldError, TaskState, WorkflowTask
+from runifold_sync.cli import main
 from runifold_sync.runner import RunifoldSettings
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.support import processes
@@ -65,3 +67,18 @@ def test_max_backoff_setting_is_checked_and_reaches_the_pools_workers() -> None:
     assert RunifoldSettings.from_mapping({"RUNIFOLD_MAX_BACKOFF_SECONDS": 0.5}).max_backoff == timedelta(
         seconds=0.5
     )
+
+
+@pytest.mark.parametrize("worker_id", ["bad id", "w" * 127])
+def test_run_refuses_a_worker_id_its_pool_slots_could_not_use_naming_the_option(
+    sqlite_path: Path, worker_id: str
+) -> None:
+    """``w`` * 127 is a worker id of its own but not a base: ``<it>-1`` is 129 characters."""
+    result = CliRunner().invoke(
+        main,
+        ["run", "--app", APP, "--database", f"sqlite:///{sqlite_path}", "--concurrency", "2"]
+        + ["--worker-id", worker_id],
+    )
+    assert result.exit_code == 2
+    assert "--worker-id must be 1-126 characters" in result.stderr and repr(worker_id) in result.stderr
+    assert SqliteWorkflowStore.open(sqlite_path).workers() == []  # no worker started
