@@ -30,6 +30,7 @@ from .models import (
 from .observer import CycleObserver
 from .outcomes import Completed, ContinuedAsNew, Idle, Retried, RunOutcome, Suspended, Yielded
 from .pool_preflight import check_pool_can_start
+from .redaction import redacted
 from .store.base import WorkflowStore
 from .stores import default_url, open_store
 from .supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
@@ -83,7 +84,7 @@ def parse_queues(value: object) -> tuple[str, ...]:
 class RunifoldSettings:
     """The ``RUNIFOLD_*`` settings of an application, checked when it starts."""
 
-    database_url: str
+    database_url: str = attrs.field(repr=lambda url: repr(redacted(url)))  # printed without its password
     app: str | WorkflowRegistry | None
     concurrency: int
     lease: LeaseDuration

@@ -28,16 +28,18 @@ def default_url() -> str:
 
 def sqlite_path(url: str) -> str:
     """The file path a ``sqlite:///`` URL names."""
-    parts = urlsplit(url)
+    shape = "SQLite URL must look like sqlite:///relative.db or sqlite:////absolute/path.db"
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # brackets that make no IPv6 host
+        raise InvalidArgument(f"{shape}, got {redacted(url)!r}: {exc}") from None
     if parts.scheme != "sqlite" or not url.startswith("sqlite:///"):
-        raise InvalidArgument(
-            f"SQLite URL must look like sqlite:///relative.db or sqlite:////absolute/path.db, got {url!r}"
-        )
+        raise InvalidArgument(f"{shape}, got {redacted(url)!r}")
     if parts.query or parts.fragment:
-        raise InvalidArgument(f"SQLite URL {url!r} must not have query parameters or a fragment")
+        raise InvalidArgument(f"SQLite URL {redacted(url)!r} must not have query parameters or a fragment")
     path = unquote(parts.path[1:])  # drop the slash that separates the empty host from the path
     if not path:
-        raise InvalidArgument(f"SQLite URL {url!r} names no file")
+        raise InvalidArgument(f"SQLite URL {redacted(url)!r} names no file")
     return path
 
 

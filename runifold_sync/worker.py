@@ -87,7 +87,10 @@ class WorkflowWorker:
         **options: Unpack[WorkerOptions],
     ) -> None:
         if not isinstance(store, WorkflowStore):
-            raise InvalidArgument(f"store must be a WorkflowStore, got {store!r}")
+            raise InvalidArgument(
+                f"store must be a WorkflowStore, got a {type(store).__name__}"
+                + ("; a store URL is opened with open_store(url)" if isinstance(store, str) else "")
+            )
         if not isinstance(registry, WorkflowRegistry):
             raise InvalidArgument(f"registry must be a WorkflowRegistry, got {registry!r}")
         if not isinstance(worker_id, WorkerId):
@@ -403,7 +406,8 @@ def _settings(
 ) -> WorkerSettings:
     """``settings`` (or the defaults) with the settings given as arguments put in."""
     if settings is not None and not isinstance(settings, WorkerSettings):
-        raise InvalidArgument(f"settings must be a WorkerSettings or None, got {settings!r}")
+        # The type alone: a RunifoldSettings (an easy mix-up) holds the store URL, password and all.
+        raise InvalidArgument(f"settings must be a WorkerSettings or None, got a {type(settings).__name__}")
     if lease_duration is not None:
         options["lease_duration"] = lease_duration
     if heartbeat_interval is not None:

@@ -21,7 +21,10 @@ class StoreClock:
 
     def __init__(self, store: WorkflowStore) -> None:
         if not isinstance(store, WorkflowStore):
-            raise InvalidArgument(f"store must be a WorkflowStore, got {store!r}")
+            raise InvalidArgument(
+                f"store must be a WorkflowStore, got a {type(store).__name__}"
+                + ("; a store URL is opened with open_store(url)" if isinstance(store, str) else "")
+            )
         self.store = store
 
     def now(self) -> datetime:

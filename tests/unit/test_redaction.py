@@ -3,11 +3,16 @@ accepts, and a driver message that quotes a password is scrubbed."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
+from runifold_sync import InvalidArgument, WorkerId, WorkflowRegistry, WorkflowWorker, open_store
 from runifold_sync.cli import main
 from runifold_sync.redaction import redacted, scrubbed
+from runifold_sync.runner import RunifoldSettings
+from runifold_sync.sqlite import SqliteWorkflowStore
 
 
 @pytest.mark.parametrize(
@@ -26,6 +31,21 @@ from runifold_sync.redaction import redacted, scrubbed
         ("postgresql://app@db/jobs", "postgresql://app@db/jobs"),
         ("sqlite:///runifold-workflows.db", "sqlite:///runifold-workflows.db"),
         ("host=db dbname=jobs", "host=db dbname=jobs"),
+        # libpq takes ?, #, [ and ] in a URL's password as they are (urlsplit cut there)
+        ("postgresql://app:SECRET?PW@db:5432/jobs", "postgresql://app:***@db:5432/jobs"),
+        (
+            "postgresql://app:SECRET#PW@db/jobs?pgbouncer=true",
+            "postgresql://app:***@db/jobs?pgbouncer=true",
+        ),
+        ("postgresql://app:SE[CRET]PW@db/jobs", "postgresql://app:***@db/jobs"),
+        ("postgresql://app:SECRET@PW@db/jobs", "postgresql://app:***@db/jobs"),  # both readings
+        ("sqlite://app:SECRETPW@host/x.db", "sqlite://app:***@host/x.db"),
+        ("sqlite:///x.db?password=SECRETPW", "sqlite:///x.db?password=***"),
+        # key=value: a quote never closed, a quote or an escaped space inside, a space unquoted
+        ("host=db password='SECRET PW dbname=jobs", "host=db password=***"),
+        ("host=db password=SECRET'PW dbname=jobs", "host=db password=*** dbname=jobs"),
+        ("host=db password=SECRET\\ PW dbname=jobs", "host=db password=*** dbname=jobs"),
+        ("host=db password=SECRET PW dbname=jobs", "host=db password=*** dbname=jobs"),
     ],
 )
 def test_passwords_are_masked_in_urls_and_connection_strings(connection: str, shown: str) -> None:
@@ -36,6 +56,17 @@ def test_a_message_quoting_a_password_is_scrubbed() -> None:
     message = 'invalid connection option "pasword" near SECRETPW'
     assert scrubbed(message, "host=db password=SECRETPW") == 'invalid connection option "pasword" near ***'
     assert scrubbed("no secret here", "postgresql://app:SECRETPW@db/jobs") == "no secret here"
+    # libpq ends a URL's password at its first @ and takes the rest for the host
+    libpq = 'could not translate host name "SECRET2@db" to address'
+    assert (
+        scrubbed(libpq, "postgresql://app:SECRET1@SECRET2@db/jobs")
+        == 'could not translate host name "***@db" to address'
+    )
+    # what libpq quotes back of a password whose space was not quoted
+    unquoted = 'missing "=" after "PW-x9" in connection info string'
+    assert scrubbed(unquoted, "host=db password=SECRET PW-x9 dbname=jobs") == (
+        'missing "=" after "***" in connection info string'
+    )
 
 
 def test_the_cli_never_prints_a_password_given_in_a_connection_string() -> None:
@@ -49,3 +80,40 @@ def test_the_cli_never_prints_a_password_given_in_a_connection_string() -> None:
         == "demo store: postgresql://postgres:***@127.0.0.1:1/nosuch?connect_timeout=1"
     )
     assert demo.exit_code != 0 and "SECRETPW" not in demo.output
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://postgres:SECRET?PW@127.0.0.1:1/nosuch?connect_timeout=1",
+        "postgresql://postgres:SECRET#PW@127.0.0.1:1/nosuch?pgbouncer=true",
+        "postgresql://postgres:SECRET@PW@127.0.0.1:1/nosuch?connect_timeout=1",
+        "host=127.0.0.1 port=1 password='SECRET PW dbname=nosuch",
+        "sqlite://app:SECRETPW@host/x.db",
+        "sqlite:///x.db?password=SECRETPW",
+        "sqlite://app:SE[CRET@host/x.db",
+    ],
+)
+def test_no_command_prints_a_password_urllib_would_misread(url: str) -> None:
+    """Passwords holding ?, #, @, [ or an unclosed quote: masked in what the demo says
+    of its store and in errors, as text and as JSON (nothing listens on port 1)."""
+    runner = CliRunner()
+    for args in (["list", "--json"], ["show", "t1"], ["demo"], ["demo", "--json"]):
+        result = runner.invoke(main, [*args, "--database", url])
+        assert result.exit_code != 0
+        assert "SECRET" not in result.output + (result.stderr or ""), (args, result.output)
+
+
+def test_settings_and_argument_errors_show_no_store_url_password(tmp_path: Path) -> None:
+    url = "postgresql://app:SECRETPW@db/jobs"
+    settings = RunifoldSettings.from_mapping({"RUNIFOLD_DATABASE_URL": url})
+    assert "SECRETPW" not in repr(settings) and "postgresql://app:***@db/jobs" in repr(settings)
+    with pytest.raises(InvalidArgument) as refused:
+        WorkflowWorker(url, WorkflowRegistry(), WorkerId.parse("w1"))  # type: ignore[arg-type]
+    assert "SECRETPW" not in str(refused.value) and "open_store(url)" in str(refused.value)
+    with pytest.raises(InvalidArgument) as mixed_up, SqliteWorkflowStore.open(tmp_path / "w.db") as store:
+        WorkflowWorker(store, WorkflowRegistry(), WorkerId.parse("w1"), settings=settings)  # type: ignore[arg-type]
+    assert "SECRETPW" not in str(mixed_up.value) and "RunifoldSettings" in str(mixed_up.value)
+    with pytest.raises(InvalidArgument) as sqlite_url:
+        open_store("sqlite://app:SECRETPW@host/x.db")
+    assert "SECRETPW" not in str(sqlite_url.value)
