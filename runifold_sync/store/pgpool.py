@@ -91,8 +91,10 @@ def describe(url: str) -> str:
         raise InvalidArgument(
             f"invalid PostgreSQL URL or connection string {redacted(url)!r}: {scrubbed(str(exc), url)}"
         ) from exc
-    host = parts.get("host") or "local socket"
-    return f"PostgreSQL database {parts.get('dbname') or '(default)'!s} at {host}:{parts.get('port') or 5432}"
+    host, port = parts.get("host") or "local socket", parts.get("port") or 5432
+    where = f"PostgreSQL database {parts.get('dbname') or '(default)'!s} at {host}:{port}"
+    # A password holding '@' ends, for libpq, at the first one: the rest became the host.
+    return scrubbed(where, url)
 
 
 class _ReconnectsReported(logging.Filter):

@@ -13,6 +13,7 @@ from runifold_sync.cli import main
 from runifold_sync.redaction import redacted, scrubbed
 from runifold_sync.runner import RunifoldSettings
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store.pgpool import describe
 
 
 @pytest.mark.parametrize(
@@ -117,3 +118,9 @@ def test_settings_and_argument_errors_show_no_store_url_password(tmp_path: Path)
     with pytest.raises(InvalidArgument) as sqlite_url:
         open_store("sqlite://app:SECRETPW@host/x.db")
     assert "SECRETPW" not in str(sqlite_url.value)
+
+
+def test_where_a_store_points_names_no_piece_of_a_password_holding_an_at_sign() -> None:
+    """libpq ends such a password at its first '@' and reads the rest as the host."""
+    where = describe("postgresql://app:SECRET1@SECRET2@127.0.0.1:5999/jobs")
+    assert "SECRET" not in where and where.endswith("@127.0.0.1:5999")
