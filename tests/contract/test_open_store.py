@@ -191,3 +191,15 @@ def test_a_postgresql_url_without_a_database_or_with_bad_options_is_refused_befo
     with pytest.raises(InvalidArgument) as info:
         open_store(url)
     assert url.replace("SECRETPW", "***") in str(info.value) and "SECRETPW" not in str(info.value)
+
+
+@pytest.mark.parametrize("how", ["url", "open"])
+def test_an_in_memory_sqlite_database_is_refused(how: str) -> None:
+    """Each thread's connection (the heartbeat's, a cycle's) would get its own empty
+    database: a task whose step outlives a heartbeat would lose its lease every time."""
+    with pytest.raises(InvalidArgument, match="needs a file") as info:
+        if how == "url":
+            open_store("sqlite:///:memory:")
+        else:
+            SqliteWorkflowStore.open(":memory:")
+    assert "':memory:'" in str(info.value)
