@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+import attrs
+
 from ..admission import TenantPolicy
 from ..codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, from_json, to_json
 from ..errors import InvalidArgument
@@ -23,6 +25,7 @@ from ..models import (
     check_duration_bound,
     check_int,
     check_name,
+    input_text,
 )
 from .records import Routes
 
@@ -36,17 +39,41 @@ MAX_PRUNE_BATCH = 10_000  # tasks a prune deletes in one transaction
 
 
 def check_tasks(tasks: object) -> list[WorkflowTask]:
-    """A batch to enqueue: a list of WorkflowTask, each id at most once."""
+    """A batch to enqueue: a list of WorkflowTask, each id at most once, each field
+    checked as ``WorkflowTask.new`` checks it (a task built directly or changed with
+    ``attrs.evolve`` is not), its input in canonical form, so both backends keep the
+    same text and a worker can decode it."""
     if not isinstance(tasks, list):
         raise InvalidArgument(f"tasks must be a list of WorkflowTask, got {type(tasks).__name__}")
     seen: set[str] = set()
+    checked = []
     for task in tasks:
         if not isinstance(task, WorkflowTask):
             raise InvalidArgument(f"enqueue takes WorkflowTask objects (WorkflowTask.new), got {task!r}")
+        task.check()
         if task.task_id in seen:
             raise InvalidArgument(f"task id {task.task_id!r} appears twice in one enqueue batch")
         seen.add(task.task_id)
-    return tasks
+        checked.append(attrs.evolve(task, input_json=_task_input(task)))
+    return checked
+
+
+def _task_input(task: WorkflowTask) -> str:
+    """``task.input_json`` as the canonical text ``WorkflowTask.new`` would have made of
+    the value it holds, refused (naming the task) when it is not strict JSON."""
+    text: object = task.input_json
+    if not isinstance(text, str):
+        raise InvalidArgument(
+            f"input_json of task {task.task_id!r} must be a str of JSON, got {bounded(text)}"
+        )
+    try:
+        value = from_json(text)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidArgument(f"input_json of task {task.task_id!r} is not JSON text: {exc}") from None
+    try:
+        return input_text(value)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"input_json of task {task.task_id!r}: {exc}") from None
 
 
 def check_declarations(declarations: object) -> list[DeclaredSignals]:

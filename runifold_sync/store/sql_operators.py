@@ -35,7 +35,7 @@ class OperatorOperations:
         exist only if it commits (and workers wake when it does). A task id is taken
         while its task is stored: once :meth:`prune` deleted it, the same id enqueues a
         new task."""
-        checks.check_tasks(tasks)
+        tasks = checks.check_tasks(tasks)
         if connection is not None:
             with self.dialect.joined(connection) as tx:
                 return insert_tasks(self.dialect, tx, tasks)
