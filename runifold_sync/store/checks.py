@@ -96,6 +96,13 @@ def check_text(field: str, value: object) -> str:
     return value
 
 
+def check_task_id(task_id: object) -> str:
+    """The task id every store method that takes one checks, the same way, before the
+    database sees it: a number would read as no such task on SQLite and as an outage
+    (``text = smallint``) on PostgreSQL."""
+    return check_text("task id", task_id)
+
+
 def check_claim_limit(limit: object) -> int:
     return check_int("claim limit", limit, minimum=1, maximum=MAX_CLAIM_LIMIT)
 

@@ -194,7 +194,7 @@ class WorkerOperations:
         when ``name`` is None (a wait reads them all, to refuse the names its definition
         does not declare)."""
         query = "all_pending_signals" if name is None else "pending_signals"
-        found = self.dialect.all(query, {"task_id": checks.check_text("task id", task_id), "name": name})
+        found = self.dialect.all(query, {"task_id": checks.check_task_id(task_id), "name": name})
         return [row_records.signal(row, self.dialect) for row in found]
 
     @timed
