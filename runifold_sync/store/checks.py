@@ -88,9 +88,29 @@ def check_declarations(declarations: object) -> list[DeclaredSignals]:
 
 
 def check_text(field: str, value: object) -> str:
-    """A string argument (a task id, a reason): anything else is refused here, on every
-    backend alike, rather than left to the database (PostgreSQL would answer with an error
-    that reads as an outage)."""
+    """A string argument that is looked up or kept as it is (a task id, a key, a name):
+    anything else is refused here, on every backend alike, rather than left to the
+    database (PostgreSQL would answer with an error that reads as an outage). So is a
+    string no store can hold: one with a NUL (PostgreSQL text cannot, so it was refused
+    there and not found on SQLite) or a lone surrogate, which UTF-8 cannot encode (both
+    drivers raised a bare UnicodeEncodeError)."""
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{field} must be a string, got {value!r}")
+    if "\x00" in value:
+        raise InvalidArgument(f"{field} must not contain a NUL character, got {bounded(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(
+            f"{field} must be text UTF-8 can encode (no lone surrogates), got {bounded(value)}"
+        ) from None
+    return value
+
+
+def check_free_text(field: str, value: object) -> str:
+    """Free text (a reason, often an exception's message): a string, which the dialect's
+    ``free_text`` then makes storable (a lone surrogate escaped, a NUL replaced) rather
+    than refused, since refusing would lose the failure it records."""
     if not isinstance(value, str):
         raise InvalidArgument(f"{field} must be a string, got {value!r}")
     return value
@@ -257,6 +277,16 @@ def list_filters(
     """The parameters of query ``list_tasks``."""
     if state is not None and not isinstance(state, TaskState):
         raise InvalidArgument(f"state must be a TaskState, got {state!r}")
+    # Each a name a task was given (checked by WorkflowTask.new), or None: no filter. A
+    # value of another type matched nothing, or failed in the driver.
+    for field, value in (
+        ("tenant", tenant),
+        ("definition", definition),
+        ("parent", parent),
+        ("queue", queue),
+    ):
+        if value is not None:
+            check_name(f"{field} filter", value)
     check_int("list limit", limit, minimum=1, maximum=MAX_LIST_LIMIT)
     return {
         "state": None if state is None else state.value,

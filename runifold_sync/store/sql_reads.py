@@ -77,7 +77,7 @@ def _parse_cursor(after: object, newest_first: bool) -> tuple[datetime, str]:
     (created_at, task_id) the page starts after (before, walking newest first)."""
     if after is None:
         return (_LAST, "") if newest_first else (_FIRST, "")
-    if not isinstance(after, str) or "|" not in after:
+    if not isinstance(after, str) or "|" not in checks.check_text("task page cursor", after):
         raise InvalidArgument(f"task page cursor must be a cursor a page returned, got {after!r}")
     at, task_id = after.split("|", 1)
     try:
