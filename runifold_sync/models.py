@@ -423,23 +423,59 @@ class WorkflowTask:
         not_before: datetime | None = None,
         queue: str = "default",
     ) -> WorkflowTask:
-        check_name("workflow name", name)
-        check_name("queue", queue)
-        check_version(version)
-        check_name("tenant", tenant)
+        check_task_fields(name, version, tenant, priority, not_before, queue)
         task_id = uuid.uuid4().hex if checkpoint_id is None else check_name("checkpoint id", checkpoint_id)
-        check_stored_int("priority", priority)
-        if not_before is not None and (not isinstance(not_before, datetime) or not_before.tzinfo is None):
-            raise InvalidArgument(f"not_before must be a timezone-aware datetime, got {not_before!r}")
-        try:
-            input_json = to_json(input, max_depth=MAX_NESTING_DEPTH)
-        except NestedTooDeep as exc:
-            raise InvalidArgument(f"workflow input {exc}") from exc
-        except NotJsonable as exc:
-            raise InvalidArgument(f"workflow input {bounded(input)} is not JSON-serializable: {exc}") from exc
-        if len(input_json.encode()) > MAX_INPUT_BYTES:
-            raise InvalidArgument(
-                f"workflow input is {len(input_json.encode())} bytes encoded, over the "
-                f"limit of {MAX_INPUT_BYTES}; store large data outside and pass its id"
-            )
-        return cls(task_id, name, version, input_json, tenant, priority, not_before, queue=queue)
+        return cls(task_id, name, version, input_text(input), tenant, priority, not_before, queue=queue)
+
+    def check(self) -> WorkflowTask:
+        """Each field checked as :meth:`new` checks its arguments, raising
+        :class:`InvalidArgument` naming the first bad one (``input_json`` is the store's to
+        check: it is text, which :func:`input_text` makes). The store checks every task it
+        is given: one built directly or changed with ``attrs.evolve`` would otherwise
+        reach the database unchecked, and fail later inside a worker."""
+        check_task_fields(
+            self.definition_name,
+            self.definition_version,
+            self.tenant,
+            self.priority,
+            self.not_before,
+            self.queue,
+        )
+        check_name("task id", self.task_id)
+        if self.parent_id is not None:
+            check_name("parent id", self.parent_id)
+        if self.declared is not None and not isinstance(self.declared, DeclaredSignals):
+            raise InvalidArgument(f"declared must be None or DeclaredSignals, got {bounded(self.declared)}")
+        return self
+
+
+def check_task_fields(
+    name: object, version: object, tenant: object, priority: object, not_before: object, queue: object
+) -> None:
+    """The fields of a task that :meth:`WorkflowTask.new` takes as they are, checked
+    once for it and for the store (:meth:`WorkflowTask.check`)."""
+    check_name("workflow name", name)
+    check_name("queue", queue)
+    check_version(version)
+    check_name("tenant", tenant)
+    check_stored_int("priority", priority)
+    if not_before is not None and (not isinstance(not_before, datetime) or not_before.utcoffset() is None):
+        raise InvalidArgument(f"not_before must be a timezone-aware datetime, got {not_before!r}")
+
+
+def input_text(input: Any) -> str:
+    """The canonical JSON text of a workflow input, refused (naming the input) when it is
+    not JSON, nests past :data:`~runifold_sync.codec.MAX_NESTING_DEPTH` or is over
+    :data:`MAX_INPUT_BYTES` encoded: what a worker could not decode or a store keep."""
+    try:
+        input_json = to_json(input, max_depth=MAX_NESTING_DEPTH)
+    except NestedTooDeep as exc:
+        raise InvalidArgument(f"workflow input {exc}") from exc
+    except NotJsonable as exc:
+        raise InvalidArgument(f"workflow input {bounded(input)} is not JSON-serializable: {exc}") from exc
+    if len(input_json.encode()) > MAX_INPUT_BYTES:
+        raise InvalidArgument(
+            f"workflow input is {len(input_json.encode())} bytes encoded, over the "
+            f"limit of {MAX_INPUT_BYTES}; store large data outside and pass its id"
+        )
+    return input_json

@@ -3,7 +3,9 @@
 - ``sqlite:///relative/path.db`` (three slashes: a path relative to the working directory)
 - ``sqlite:////absolute/path.db`` (four slashes: an absolute path)
 - ``postgresql://user@host:5432/dbname?sslmode=require`` (``postgres://`` too), passed to
-  libpq as it is, so every libpq URL parameter works.
+  libpq as it is, so every libpq URL parameter works. The database must be named (opening
+  migrates it; libpq's default, the user's name, is refused), and what libpq would refuse
+  without connecting (syntax, a port, ``sslmode``) is an :class:`InvalidArgument`.
 
 Without a URL, ``RUNIFOLD_DATABASE_URL`` is used, else ``sqlite:///runifold-workflows.db``.
 """

@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+import attrs
+
 from ..admission import TenantPolicy
 from ..codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, from_json, to_json
 from ..errors import InvalidArgument
@@ -23,6 +25,7 @@ from ..models import (
     check_duration_bound,
     check_int,
     check_name,
+    input_text,
 )
 from .records import Routes
 
@@ -36,17 +39,41 @@ MAX_PRUNE_BATCH = 10_000  # tasks a prune deletes in one transaction
 
 
 def check_tasks(tasks: object) -> list[WorkflowTask]:
-    """A batch to enqueue: a list of WorkflowTask, each id at most once."""
+    """A batch to enqueue: a list of WorkflowTask, each id at most once, each field
+    checked as ``WorkflowTask.new`` checks it (a task built directly or changed with
+    ``attrs.evolve`` is not), its input in canonical form, so both backends keep the
+    same text and a worker can decode it."""
     if not isinstance(tasks, list):
         raise InvalidArgument(f"tasks must be a list of WorkflowTask, got {type(tasks).__name__}")
     seen: set[str] = set()
+    checked = []
     for task in tasks:
         if not isinstance(task, WorkflowTask):
             raise InvalidArgument(f"enqueue takes WorkflowTask objects (WorkflowTask.new), got {task!r}")
+        task.check()
         if task.task_id in seen:
             raise InvalidArgument(f"task id {task.task_id!r} appears twice in one enqueue batch")
         seen.add(task.task_id)
-    return tasks
+        checked.append(attrs.evolve(task, input_json=_task_input(task)))
+    return checked
+
+
+def _task_input(task: WorkflowTask) -> str:
+    """``task.input_json`` as the canonical text ``WorkflowTask.new`` would have made of
+    the value it holds, refused (naming the task) when it is not strict JSON."""
+    text: object = task.input_json
+    if not isinstance(text, str):
+        raise InvalidArgument(
+            f"input_json of task {task.task_id!r} must be a str of JSON, got {bounded(text)}"
+        )
+    try:
+        value = from_json(text)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidArgument(f"input_json of task {task.task_id!r} is not JSON text: {exc}") from None
+    try:
+        return input_text(value)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"input_json of task {task.task_id!r}: {exc}") from None
 
 
 def check_declarations(declarations: object) -> list[DeclaredSignals]:
@@ -61,12 +88,39 @@ def check_declarations(declarations: object) -> list[DeclaredSignals]:
 
 
 def check_text(field: str, value: object) -> str:
-    """A string argument (a task id, a reason): anything else is refused here, on every
-    backend alike, rather than left to the database (PostgreSQL would answer with an error
-    that reads as an outage)."""
+    """A string argument that is looked up or kept as it is (a task id, a key, a name):
+    anything else is refused here, on every backend alike, rather than left to the
+    database (PostgreSQL would answer with an error that reads as an outage). So is a
+    string no store can hold: one with a NUL (PostgreSQL text cannot, so it was refused
+    there and not found on SQLite) or a lone surrogate, which UTF-8 cannot encode (both
+    drivers raised a bare UnicodeEncodeError)."""
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{field} must be a string, got {value!r}")
+    if "\x00" in value:
+        raise InvalidArgument(f"{field} must not contain a NUL character, got {bounded(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(
+            f"{field} must be text UTF-8 can encode (no lone surrogates), got {bounded(value)}"
+        ) from None
+    return value
+
+
+def check_free_text(field: str, value: object) -> str:
+    """Free text (a reason, often an exception's message): a string, which the dialect's
+    ``free_text`` then makes storable (a lone surrogate escaped, a NUL replaced) rather
+    than refused, since refusing would lose the failure it records."""
     if not isinstance(value, str):
         raise InvalidArgument(f"{field} must be a string, got {value!r}")
     return value
+
+
+def check_task_id(task_id: object) -> str:
+    """The task id every store method that takes one checks, the same way, before the
+    database sees it: a number would read as no such task on SQLite and as an outage
+    (``text = smallint``) on PostgreSQL."""
+    return check_text("task id", task_id)
 
 
 def check_claim_limit(limit: object) -> int:
@@ -223,6 +277,16 @@ def list_filters(
     """The parameters of query ``list_tasks``."""
     if state is not None and not isinstance(state, TaskState):
         raise InvalidArgument(f"state must be a TaskState, got {state!r}")
+    # Each a name a task was given (checked by WorkflowTask.new), or None: no filter. A
+    # value of another type matched nothing, or failed in the driver.
+    for field, value in (
+        ("tenant", tenant),
+        ("definition", definition),
+        ("parent", parent),
+        ("queue", queue),
+    ):
+        if value is not None:
+            check_name(f"{field} filter", value)
     check_int("list limit", limit, minimum=1, maximum=MAX_LIST_LIMIT)
     return {
         "state": None if state is None else state.value,

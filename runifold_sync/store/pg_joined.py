@@ -45,7 +45,18 @@ def checked(connection: object, store: dict[str, Any], where: str) -> DictRows:
         raise InvalidArgument(
             f"connection must be a psycopg 3 connection to {where} for a PostgreSQL store, got {connection!r}"
         )
-    if connection.autocommit and connection.info.transaction_status != TransactionStatus.INTRANS:
+    status = connection.info.transaction_status
+    if connection.closed or status == TransactionStatus.UNKNOWN:
+        raise InvalidArgument(
+            "connection is closed (or its server connection was lost): enqueue on an open "
+            "connection, inside the transaction that is to commit the task"
+        )
+    if status == TransactionStatus.INERROR:
+        raise InvalidArgument(
+            "connection is in a failed transaction (an earlier statement of it raised): "
+            "nothing more can be written in it; roll it back and enqueue in a new one"
+        )
+    if connection.autocommit and status != TransactionStatus.INTRANS:
         raise InvalidArgument(
             "connection is in autocommit mode with no transaction open: the task would be "
             "committed at once; enqueue inside `with connection.transaction():`"

@@ -14,6 +14,12 @@ that server next). Three URL parameters, taken out before the URL reaches libpq:
   kept). Without them, idle workers poll the store every :data:`POLL_INTERVAL_S`.
 
 Session-mode pooling needs none of this: a session keeps its server connection.
+
+What can be checked without connecting is checked here, so a mistake in the URL is an
+:class:`InvalidArgument` naming it rather than an outage (:class:`StoreUnavailable`,
+which a worker waits out): libpq's own syntax, the database name, which opening migrates
+and so must be named rather than left to libpq's default (the user's name), each port
+number, and ``sslmode``. A URL that passes may still fail to connect: that is an outage.
 """
 
 from __future__ import annotations
@@ -21,17 +27,20 @@ from __future__ import annotations
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import attrs
-from psycopg.conninfo import make_conninfo
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ..errors import InvalidArgument
 from ..models import check_int
-from ..redaction import redacted
+from ..redaction import redacted, scrubbed
 
 PARAMETERS = ("pgbouncer", "listen_host", "listen_port")
 # How often an idle worker behind a transaction pooler looks for work when it has no
 # direct connection to LISTEN on: the longest it can take to see a new task.
 POLL_INTERVAL_S = 0.5
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+# libpq's sslmode values (https://www.postgresql.org/docs/current/libpq-ssl.html).
+SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 
 
 @attrs.frozen
@@ -53,13 +62,14 @@ def parse_target(url: str) -> PostgresTarget:
     """Split ``url`` into libpq's part and ours. A ``key=value`` connection string has no
     place for our parameters and goes to libpq unchanged."""
     if "://" not in url:
-        return PostgresTarget(url)
+        return PostgresTarget(check_conninfo(url, url))
     parts = urlsplit(url)
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     ours = {key: value for key, value in pairs if key in PARAMETERS}
     if not ours:
-        return PostgresTarget(url)
+        return PostgresTarget(check_conninfo(url, url))
     conninfo = parts._replace(query=urlencode([(k, v) for k, v in pairs if k not in PARAMETERS])).geturl()
+    check_conninfo(url, conninfo)
     pgbouncer = _flag(url, ours.get("pgbouncer", "false"))
     listen = {key.removeprefix("listen_"): value for key, value in ours.items() if key.startswith("listen_")}
     if listen and not pgbouncer:
@@ -76,6 +86,37 @@ def parse_target(url: str) -> PostgresTarget:
             ) from None
         check_int("listen_port", port, minimum=1, maximum=65535)
     return PostgresTarget(conninfo, pgbouncer, make_conninfo(conninfo, **listen) if listen else None)
+
+
+def check_conninfo(url: str, conninfo: str) -> str:
+    """``conninfo`` (libpq's part of ``url``), refused naming ``url`` with its passwords
+    masked where libpq would refuse it or where it names no database. Without a database
+    name libpq picks the user's name, and opening the store would create its tables in a
+    database nobody named. (``PGDATABASE`` is not consulted: the URL must say it.)"""
+    try:
+        options = conninfo_to_dict(conninfo)
+    except psycopg.Error as exc:
+        raise InvalidArgument(
+            f"invalid PostgreSQL URL or connection string {redacted(url)!r}: {scrubbed(str(exc), url)}"
+        ) from exc
+    if not options.get("dbname"):
+        example = "postgresql://user@host:5432/dbname" if "://" in url else "dbname=NAME"
+        raise InvalidArgument(
+            f"store URL {redacted(url)!r} names no database: libpq would fall back to the user's "
+            f"name and the store would create its tables there; name it ({example})"
+        )
+    for port in str(options.get("port") or "").split(","):  # one per host; empty: the default
+        number = port.strip()
+        if number and not (number.isascii() and number.isdigit() and 1 <= int(number) <= 65535):
+            raise InvalidArgument(
+                f"store URL {redacted(url)!r}: port must be a number in 1..65535, got {port!r}"
+            )
+    sslmode = options.get("sslmode")
+    if sslmode is not None and str(sslmode) not in SSLMODES:
+        raise InvalidArgument(
+            f"store URL {redacted(url)!r}: sslmode must be one of {', '.join(SSLMODES)}, got {sslmode!r}"
+        )
+    return conninfo
 
 
 def _flag(url: str, value: str) -> bool:

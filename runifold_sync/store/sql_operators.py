@@ -35,7 +35,7 @@ class OperatorOperations:
         exist only if it commits (and workers wake when it does). A task id is taken
         while its task is stored: once :meth:`prune` deleted it, the same id enqueues a
         new task."""
-        checks.check_tasks(tasks)
+        tasks = checks.check_tasks(tasks)
         if connection is not None:
             with self.dialect.joined(connection) as tx:
                 return insert_tasks(self.dialect, tx, tasks)
@@ -66,7 +66,7 @@ class OperatorOperations:
         strict JSON text, kept in canonical form; anything else raises
         :class:`InvalidArgument` naming it, and nothing is written."""
         checks.check_resolution(applied, actor, reason)
-        checks.check_text("task id", task_id)
+        checks.check_task_id(task_id)
         checks.check_text("effect key", effect_key)
         d = self.dialect
         result = d.json_in("result_json", checks.check_result_json(result_json))
@@ -107,6 +107,7 @@ class OperatorOperations:
         sender who is not an approver of the approval it waits for, a payload that is no
         decision). The delivery says what was checked (``checked``); the rest is checked
         by the wait that takes it. Wakes the task if it waits for ``name``."""
+        checks.check_task_id(task_id)
         payload_text = checks.check_signal(name, signal_id, sender, tenant, reason, payload)
         d = self.dialect
         d.json_in("signal payload", payload_text)
@@ -162,7 +163,7 @@ class OperatorOperations:
         in the same transaction, each recorded with its parent as the actor. Completed
         external writes are not undone, except by declared compensations."""
         checks.check_operator(actor, reason)
-        checks.check_text("task id", task_id)
+        checks.check_task_id(task_id)
         with self.dialect.transaction() as tx:
             if tx.one("select_task", {"task_id": task_id}) is None:
                 raise TaskNotFound(task_id)
@@ -217,7 +218,7 @@ class OperatorOperations:
         d = self.dialect
         note = d.free_text(f"paused by {actor}: {reason}")
         with d.transaction() as tx:
-            params = {"task_id": checks.check_text("task id", task_id), "note": note}
+            params = {"task_id": checks.check_task_id(task_id), "note": note}
             if tx.one("lock_task", params) is None:
                 raise TaskNotFound(task_id)
             for query, state in (("pause_unleased", None), ("request_pause", TaskState.LEASED)):
@@ -254,7 +255,7 @@ class OperatorOperations:
         checks.check_operator(actor, reason)
         d = self.dialect
         with d.transaction() as tx:
-            params = {"task_id": checks.check_text("task id", task_id)}
+            params = {"task_id": checks.check_task_id(task_id)}
             changed = tx.one(query, params)
             if changed is None:
                 raise refusal(row_records.found_task(d, tx.one("select_task", params), task_id))

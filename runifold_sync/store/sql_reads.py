@@ -77,7 +77,7 @@ def _parse_cursor(after: object, newest_first: bool) -> tuple[datetime, str]:
     (created_at, task_id) the page starts after (before, walking newest first)."""
     if after is None:
         return (_LAST, "") if newest_first else (_FIRST, "")
-    if not isinstance(after, str) or "|" not in after:
+    if not isinstance(after, str) or "|" not in checks.check_text("task page cursor", after):
         raise InvalidArgument(f"task page cursor must be a cursor a page returned, got {after!r}")
     at, task_id = after.split("|", 1)
     try:
@@ -122,20 +122,20 @@ class ReadOperations:
     # --- reads -----------------------------------------------------------------------
 
     def get_task(self, task_id: str) -> TaskRecord:
-        row = self.dialect.one("select_task", {"task_id": checks.check_text("task id", task_id)})
+        row = self.dialect.one("select_task", {"task_id": checks.check_task_id(task_id)})
         return self.explain_reasons([row_records.found_task(self.dialect, row, task_id)])[0]
 
     def read_journal(self, task_id: str) -> list[JournalRow]:
         """Every stored journal entry of ``task_id``, by journal (the main function's,
         keyed ``""``, first) and position: what a claim loads to replay. Empty for an
         unknown task or one that has recorded nothing."""
-        found = self.dialect.all("journal_rows", {"task_id": checks.check_text("task id", task_id)})
+        found = self.dialect.all("journal_rows", {"task_id": checks.check_task_id(task_id)})
         return [JournalRow(row["journal"], row["position"], row["entry"]) for row in found]
 
     def journal_tail(self, task_id: str, limit: int) -> tuple[int, list[JournalRow]]:
         """How many entries the main journal of ``task_id`` holds, and its newest
         ``limit`` in order: what ``show`` prints of a long journal."""
-        checks.check_text("task id", task_id)
+        checks.check_task_id(task_id)
         limit = checks.check_journal_limit(limit)
         length = self.dialect.one("journal_length", {"task_id": task_id})
         found = self.dialect.all("journal_tail", {"task_id": task_id, "limit": limit})
@@ -256,7 +256,7 @@ class ReadOperations:
         return [row_records.queue_stats(row) for row in self.dialect.all("queue_stats", {})]
 
     def history(self, task_id: str) -> list[TaskEvent]:
-        found = self.dialect.all("task_events", {"task_id": checks.check_text("task id", task_id)})
+        found = self.dialect.all("task_events", {"task_id": checks.check_task_id(task_id)})
         return [row_records.task_event(row, self.dialect) for row in found]
 
     # --- tenant admission ------------------------------------------------------------

@@ -42,7 +42,7 @@ class ResultOperations:
         unknown id. A failed task counts as finished, a recoverable one (an ambiguous
         effect) too: it runs again only once someone resolves it. Thread-safe: many
         threads may wait at once, on PostgreSQL over one LISTEN connection between them."""
-        checks.check_text("task id", task_id)
+        checks.check_task_id(task_id)
         timeout_s = checks.check_timeout("wait_for_task timeout", timeout)
         found = self._await(task_id, timeout_s, lambda: self._finished(task_id))
         if found is None:
@@ -55,7 +55,7 @@ class ResultOperations:
         published yet is :class:`EventNotFound`; with one, the call blocks up to
         ``timeout`` for the event to appear and then raises :class:`WaitTimedOut`.
         :class:`TaskNotFound` at once for an unknown task."""
-        checks.check_text("task id", task_id)
+        checks.check_task_id(task_id)
         check_name("event key", key)
         if timeout is None:
             text = self._event_json(task_id, key)
@@ -73,7 +73,7 @@ class ResultOperations:
         published none (or does not exist)."""
         d = self.dialect
         published = []
-        for row in d.all("published_events", {"task_id": checks.check_text("task id", task_id)}):
+        for row in d.all("published_events", {"task_id": checks.check_task_id(task_id)}):
             text = d.json_out(row["value"])
             assert text is not None  # the column is NOT NULL; JSON null is the text "null"
             published.append(PublishedEvent(task_id, row["key"], text, d.time(row["set_at"])))

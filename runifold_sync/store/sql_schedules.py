@@ -96,7 +96,7 @@ class ScheduleOperations:
         checks.check_text("schedule name", name)
         if not isinstance(tick, datetime) or tick.tzinfo is None:
             raise InvalidArgument(f"tick must be a timezone-aware datetime, got {tick!r}")
-        checks.check_tasks([task])
+        (task,) = checks.check_tasks([task])
         expected = f"{TASK_PREFIX}{name}:{tick_text(tick)}"
         if task.task_id != expected:
             raise InvalidArgument(

@@ -135,7 +135,7 @@ class WorkerOperations:
         that child task ends (at once if it has). Refused with :class:`CancelPending`
         while a cancel is requested."""
         d = self.dialect
-        reason = d.free_text(checks.check_text("reason", reason))
+        reason = d.free_text(checks.check_free_text("reason", reason))
         wake_at = checks.check_wake_at(wake_at)
         params = self._progress(lease, revision, checkpoint_json) | {
             "wake_at": None if wake_at is None else d.db_time(wake_at),
@@ -194,7 +194,7 @@ class WorkerOperations:
         when ``name`` is None (a wait reads them all, to refuse the names its definition
         does not declare)."""
         query = "all_pending_signals" if name is None else "pending_signals"
-        found = self.dialect.all(query, {"task_id": checks.check_text("task id", task_id), "name": name})
+        found = self.dialect.all(query, {"task_id": checks.check_task_id(task_id), "name": name})
         return [row_records.signal(row, self.dialect) for row in found]
 
     @timed
@@ -252,7 +252,7 @@ class WorkerOperations:
         """Requeue after ``delay`` counted from store now; returns when it is due.
         Refused with :class:`CancelPending` while a cancel is requested."""
         d = self.dialect
-        reason = d.free_text(checks.check_text("reason", reason))
+        reason = d.free_text(checks.check_free_text("reason", reason))
         params = {
             "revision": revision,
             "head": d.json_in("checkpoint", checkpoint_json),
@@ -267,7 +267,7 @@ class WorkerOperations:
     def release(self, lease: Lease, *, delay: timedelta, reason: str) -> None:
         """Hand the task back unchanged; the claim does not count as an attempt."""
         d = self.dialect
-        reason = d.free_text(checks.check_text("reason", reason))
+        reason = d.free_text(checks.check_free_text("reason", reason))
         params = {"delay": d.db_duration(checks.check_delay(delay)), "reason": reason}
         d.transition(FencedTransition("release", lease, params, "released", {"reason": reason}, notify=True))
 
@@ -342,7 +342,7 @@ class WorkerOperations:
         recoverable through :meth:`resolve_effect`. ``error`` (what failed, where) is
         recorded in the ``failed`` event's detail."""
         d = self.dialect
-        reason = d.free_text(checks.check_text("reason", reason))
+        reason = d.free_text(checks.check_free_text("reason", reason))
         params = {
             "revision": revision,
             "head": d.json_in("checkpoint", checkpoint_json),

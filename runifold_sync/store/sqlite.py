@@ -475,10 +475,15 @@ class SqliteWorkflowStore(WorkflowStore):
             raise InvalidArgument(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
         if not isinstance(busy_timeout, timedelta) or busy_timeout < timedelta(0):
             raise InvalidArgument(f"busy_timeout must be a non-negative timedelta, got {busy_timeout!r}")
-        if text != ":memory:" and not Path(text).parent.exists():
+        if text == ":memory:":
+            # Each thread's own connection (a heartbeat's) would get its own empty database.
+            raise InvalidArgument(
+                "SQLite path ':memory:' is refused: the store needs a file, since every worker "
+                "thread and process opens its own connection to it; in tests use a temporary file"
+            )
+        if not Path(text).parent.exists():
             raise InvalidArgument(f"directory of SQLite path {text!r} does not exist")
-        if text != ":memory:":
-            create_private(text)
+        create_private(text)
         store = cls(
             text,
             synchronous=synchronous.upper(),

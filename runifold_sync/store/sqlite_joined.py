@@ -24,7 +24,14 @@ def checked(path: str, connection: object) -> sqlite3.Connection:
         raise InvalidArgument(
             f"connection must be a sqlite3.Connection to {path!r} for a SQLite store, got {connection!r}"
         )
-    if connection.isolation_level is None and not connection.in_transaction:
+    try:
+        autocommit = connection.isolation_level is None and not connection.in_transaction
+    except sqlite3.ProgrammingError as exc:  # the only state it refuses to tell: closed
+        raise InvalidArgument(
+            f"connection is closed ({exc}): enqueue on an open connection, inside the "
+            "transaction that is to commit the task"
+        ) from None
+    if autocommit:
         raise InvalidArgument(
             "connection is in autocommit mode with no transaction open: the task would be "
             "committed at once; run BEGIN first, or use the default isolation_level"

@@ -120,3 +120,28 @@ def test_a_connection_with_no_transaction_open_is_refused(store: WorkflowStore, 
 def test_something_that_is_not_a_connection_is_refused(store: WorkflowStore) -> None:
     with pytest.raises(InvalidArgument, match="connection must be"):
         store.enqueue(_task(), connection="postgresql://elsewhere")
+
+
+def test_a_closed_connection_is_refused_naming_it(store: WorkflowStore, backend: Backend) -> None:
+    """Was the driver's own error (sqlite3.ProgrammingError, psycopg.OperationalError)."""
+    with app_connection(backend) as conn:
+        pass
+    with pytest.raises(InvalidArgument, match="connection is closed"):
+        store.enqueue(_task(), connection=conn)
+    assert store.list_tasks() == []
+
+
+def test_a_connection_in_a_failed_transaction_is_refused_naming_it(
+    store: WorkflowStore, backend: Backend
+) -> None:
+    """PostgreSQL aborts a transaction at its first error (it was InFailedSqlTransaction);
+    SQLite has no such state: its transaction goes on after a failed statement."""
+    if backend.kind == "sqlite":
+        pytest.skip("a SQLite transaction is not aborted by a failed statement")
+    with app_connection(backend) as conn:
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            conn.execute("SELECT 1 / 0")
+        with pytest.raises(InvalidArgument, match="failed transaction"):
+            store.enqueue(_task(), connection=conn)
+        conn.rollback()
+    assert store.list_tasks() == []

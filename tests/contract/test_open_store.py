@@ -163,3 +163,43 @@ def test_the_demo_runs_on_a_postgresql_url_and_every_order_completes(
     assert len(tasks) == 2
     assert {(t.state, t.outcome) for t in tasks} == {(TaskState.TERMINAL, TaskOutcome.COMPLETED)}
     assert list(tmp_path.iterdir()) == []  # nothing written to the working directory
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://",
+        "postgresql://postgres@127.0.0.1:5432",
+        "postgresql://postgres:SECRETPW@127.0.0.1:5432/",
+        "postgresql://postgres@127.0.0.1:5432/app?sslmode=bogus",
+        "postgresql://postgres@127.0.0.1:99999/app",
+        "postgresql://postgres@127.0.0.1:abc/app",
+    ],
+)
+def test_a_postgresql_url_without_a_database_or_with_bad_options_is_refused_before_connecting(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a database name libpq would use the user's name, and opening migrates: a
+    store in a database nobody named. Options libpq would refuse are the caller's mistake,
+    not an outage. Neither reaches the server."""
+    from runifold_sync.store import pgpool
+
+    def no_connection(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("connected")
+
+    monkeypatch.setattr(pgpool.ProcessPool, "open", no_connection)
+    with pytest.raises(InvalidArgument) as info:
+        open_store(url)
+    assert url.replace("SECRETPW", "***") in str(info.value) and "SECRETPW" not in str(info.value)
+
+
+@pytest.mark.parametrize("how", ["url", "open"])
+def test_an_in_memory_sqlite_database_is_refused(how: str) -> None:
+    """Each thread's connection (the heartbeat's, a cycle's) would get its own empty
+    database: a task whose step outlives a heartbeat would lose its lease every time."""
+    with pytest.raises(InvalidArgument, match="needs a file") as info:
+        if how == "url":
+            open_store("sqlite:///:memory:")
+        else:
+            SqliteWorkflowStore.open(":memory:")
+    assert "':memory:'" in str(info.value)

@@ -45,3 +45,56 @@ def test_bad_parameters_are_refused_naming_the_value_without_the_password(query:
         parse_target(f"postgresql://u:SECRETPW@bouncer:6432/app?{query}")
     assert named in str(raised.value)
     assert "SECRETPW" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://",
+        "postgres://",
+        "postgresql://postgres@127.0.0.1:5432",
+        "postgresql://u:SECRETPW@127.0.0.1:5432/",
+        "postgresql://u:SECRETPW@bouncer:6432?pgbouncer=true",
+        "host=127.0.0.1 port=5432 password=SECRETPW",
+    ],
+)
+def test_a_url_naming_no_database_is_refused_naming_it(url: str) -> None:
+    """libpq would pick the user's name, and opening would migrate that database."""
+    with pytest.raises(InvalidArgument, match="names no database") as raised:
+        parse_target(url)
+    assert "SECRETPW" not in str(raised.value)
+    assert url.replace("SECRETPW", "***") in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("postgresql://u:SECRETPW@h/app?sslmode=bogus", "'bogus'"),
+        ("postgresql://u:SECRETPW@h:99999/app", "'99999'"),
+        ("postgresql://u:SECRETPW@h:abc/app", "'abc'"),
+        ("postgresql://u:SECRETPW@h:0/app", "'0'"),
+        ("postgresql://u:SECRETPW@h1:5432,h2:70000/app", "'70000'"),
+        ("postgresql://u:SECRETPW@h/app?port=99999&pgbouncer=true", "'99999'"),
+        ("host=h port=abc dbname=app password=SECRETPW", "'abc'"),
+        ("postgresql://u:SECRETPW@h/app?nosuchoption=1", "nosuchoption"),
+    ],
+)
+def test_connection_options_libpq_would_refuse_are_refused_before_connecting(url: str, named: str) -> None:
+    with pytest.raises(InvalidArgument) as raised:
+        parse_target(url)
+    assert named in str(raised.value)
+    assert "SECRETPW" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u@db/app?sslmode=verify-full",
+        "postgresql://u@h1:5432,h2:5433/app",
+        "postgresql://u@h1,h2:5433/app",
+        "postgresql://u@db?dbname=app",
+        "postgresql://u@bouncer:6432/app?pgbouncer=true&listen_host=db&listen_port=5432",
+    ],
+)
+def test_documented_forms_pass(url: str) -> None:
+    assert parse_target(url).conninfo
