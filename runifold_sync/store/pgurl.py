@@ -24,7 +24,7 @@ number, and ``sslmode``. A URL that passes may still fail to connect: that is an
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, urlencode
 
 import attrs
 import psycopg
@@ -43,14 +43,18 @@ _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 
 
+def _masked(conninfo: str | None) -> str:
+    return repr(None if conninfo is None else redacted(conninfo))
+
+
 @attrs.frozen
 class PostgresTarget:
     """Where the store connects (``conninfo``, as libpq takes it), whether a transaction
     pooler is on that path, and the direct connection for LISTEN when one is given."""
 
-    conninfo: str
+    conninfo: str = attrs.field(repr=_masked)
     pgbouncer: bool = False
-    listen_conninfo: str | None = None
+    listen_conninfo: str | None = attrs.field(default=None, repr=_masked)
 
     @property
     def polls(self) -> bool:
@@ -63,12 +67,13 @@ def parse_target(url: str) -> PostgresTarget:
     place for our parameters and goes to libpq unchanged."""
     if "://" not in url:
         return PostgresTarget(check_conninfo(url, url))
-    parts = urlsplit(url)
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    base, query = _split_query(url)
+    pairs = parse_qsl(query, keep_blank_values=True)
     ours = {key: value for key, value in pairs if key in PARAMETERS}
     if not ours:
         return PostgresTarget(check_conninfo(url, url))
-    conninfo = parts._replace(query=urlencode([(k, v) for k, v in pairs if k not in PARAMETERS])).geturl()
+    rest = urlencode([(k, v) for k, v in pairs if k not in PARAMETERS])
+    conninfo = f"{base}?{rest}" if rest else base
     check_conninfo(url, conninfo)
     pgbouncer = _flag(url, ours.get("pgbouncer", "false"))
     listen = {key.removeprefix("listen_"): value for key, value in ours.items() if key.startswith("listen_")}
@@ -86,6 +91,18 @@ def parse_target(url: str) -> PostgresTarget:
             ) from None
         check_int("listen_port", port, minimum=1, maximum=65535)
     return PostgresTarget(conninfo, pgbouncer, make_conninfo(conninfo, **listen) if listen else None)
+
+
+def _split_query(url: str) -> tuple[str, str]:
+    """``url`` before its query, and the query, found as libpq finds them: after the
+    user's part, which ends at the last ``@`` before the path. ``urlsplit`` takes a ``?``
+    or ``#`` in the password for the query's or the fragment's start, and a ``[`` for an
+    IPv6 host, where libpq reads them as the password's."""
+    after_scheme = url.index("://") + 3
+    path = url.find("/", after_scheme)
+    at = url.rfind("@", after_scheme, len(url) if path < 0 else path)
+    start = url.find("?", after_scheme if at < 0 else at)
+    return (url, "") if start < 0 else (url[:start], url[start + 1 :])
 
 
 def check_conninfo(url: str, conninfo: str) -> str:

@@ -98,3 +98,16 @@ def test_connection_options_libpq_would_refuse_are_refused_before_connecting(url
 )
 def test_documented_forms_pass(url: str) -> None:
     assert parse_target(url).conninfo
+
+
+@pytest.mark.parametrize("password", ["SECRET?PW", "SECRET#PW", "SE[CRET]PW", "SECRET@PW"])
+def test_a_password_libpq_reads_whole_keeps_our_parameters_apart_and_is_never_shown(password: str) -> None:
+    """libpq takes ?, #, [ and ] in a URL's password as they are; urlsplit took them for
+    the query, the fragment or an IPv6 host, so pgbouncer=true reached libpq (refused as
+    an unknown parameter) or a bracket raised a bare ValueError."""
+    url = f"postgresql://app:{password}@db:6432/jobs?pgbouncer=true&listen_port=5432&sslmode=require"
+    target = parse_target(url)
+    assert target.conninfo == f"postgresql://app:{password}@db:6432/jobs?sslmode=require"
+    assert target.pgbouncer and target.listen_conninfo is not None
+    assert conninfo_to_dict(target.listen_conninfo)["port"] == "5432"
+    assert "SECRET" not in repr(target)
