@@ -204,6 +204,21 @@ def check_positive_number(kind: str, value: object) -> float:
     raise InvalidArgument(f"{kind} must be a finite number > 0, got {shown(value)}")
 
 
+def check_cost(kind: str, value: object, total: float = 0.0) -> float:
+    """``total`` plus a cost (a finite number >= 0, ``bool`` refused), refused when the
+    sum is past the largest float: usage is stored as JSON, which has no infinity, so a
+    total that overflowed could never be committed."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= _FLOAT_MAX:
+        raise InvalidArgument(f"{kind} must be a finite number >= 0, got {shown(value)}")
+    added = total + float(value)
+    if not math.isfinite(added):
+        raise InvalidArgument(
+            f"{kind} {value!r} added to {total!r} already counted is past the largest float "
+            f"({_FLOAT_MAX:g}): a total cost must stay finite"
+        )
+    return added
+
+
 # Each Budget limit takes only its own type: a limit of the wrong kind compares against
 # usage without error (``steps > 1.5``) or fails inside a worker (an int has no
 # ``total_seconds``), so it is refused where the Budget is made, naming the field.
@@ -238,10 +253,15 @@ class BudgetUsage:
     ) -> BudgetUsage:
         if min(steps, cost, claims) < 0:
             raise InvalidArgument(f"usage only grows; got steps={steps} cost={cost} claims={claims}")
+        elapsed = self.elapsed_s + max(elapsed_s, 0.0)
+        if not math.isfinite(elapsed):
+            raise InvalidArgument(
+                f"usage elapsed_s must stay finite, got {elapsed_s!r} added to {self.elapsed_s!r}"
+            )
         return BudgetUsage(
             self.steps + steps,
-            self.cost + cost,
-            self.elapsed_s + max(elapsed_s, 0.0),
+            check_cost("cost", cost, self.cost),
+            elapsed,
             self.claims + claims,
         )
 

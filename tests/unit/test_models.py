@@ -224,6 +224,27 @@ def test_budget_usage_add_ignores_negative_elapsed_time() -> None:
     assert usage.add(elapsed_s=-2.0).elapsed_s == 3.0
 
 
+@pytest.mark.parametrize(
+    ("build", "fragments"),
+    [
+        (
+            lambda: BudgetUsage(cost=1e308).add(cost=1e308),
+            ("cost 1e+308 added to 1e+308", "past the largest float"),
+        ),
+        (lambda: BudgetUsage().add(cost=float("inf")), ("cost must be a finite number >= 0, got inf",)),
+        (lambda: BudgetUsage().add(cost=float("nan")), ("cost must be a finite number >= 0, got nan",)),
+        (lambda: BudgetUsage(elapsed_s=1e308).add(elapsed_s=1e308), ("elapsed_s must stay finite",)),
+    ],
+    ids=["cost-overflow", "cost-inf", "cost-nan", "elapsed-overflow"],
+)
+def test_budget_usage_refuses_to_become_non_finite(
+    build: Callable[[], Any], fragments: tuple[str, ...]
+) -> None:
+    # Usage is stored as JSON, which has no infinity: a total that overflowed made every
+    # later commit of the task fail.
+    refused(build, *fragments)
+
+
 def test_budget_reports_the_limit_that_was_exceeded() -> None:
     budget = Budget(max_steps=2, max_cost=10.0)
     assert budget.exceeded(BudgetUsage(steps=2, cost=10.0)) is None
