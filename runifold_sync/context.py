@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, Unpack
 from .children import ChildHandle, ChildStart, ChildTimedOut
 from .errors import InvalidArgument
 from .models import Budget, check_duration_bound
+from .moments import check_moment
 from .waits import ApprovalDecision, ApprovalTimedOut
 
 if TYPE_CHECKING:
@@ -98,6 +99,7 @@ class WorkflowContext:
         """Wait durably until ``deadline`` in store time."""
         if not isinstance(deadline, datetime) or deadline.tzinfo is None:
             raise InvalidArgument(f"sleep_until needs a timezone-aware datetime, got {deadline!r}")
+        check_moment("sleep_until deadline", deadline)  # an offset, and a moment a store can hold
         self._engine.waits.timer(lambda _now: deadline)
 
     # --- signals and approvals -------------------------------------------------------

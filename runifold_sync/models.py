@@ -21,6 +21,7 @@ import attrs
 
 from .codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
 from .errors import InvalidArgument
+from .moments import check_moment
 
 MAX_INPUT_BYTES = 1 << 20
 
@@ -449,8 +450,8 @@ class WorkflowTask:
         check_name("tenant", tenant)
         task_id = uuid.uuid4().hex if checkpoint_id is None else check_name("checkpoint id", checkpoint_id)
         check_stored_int("priority", priority)
-        if not_before is not None and (not isinstance(not_before, datetime) or not_before.tzinfo is None):
-            raise InvalidArgument(f"not_before must be a timezone-aware datetime, got {not_before!r}")
+        if not_before is not None:
+            check_moment("not_before", not_before)
         try:
             input_json = to_json(input, max_depth=MAX_NESTING_DEPTH)
         except NestedTooDeep as exc:
