@@ -390,10 +390,20 @@ class RetryPolicy:
             raise InvalidArgument(f"jitter must be a number in [0, 1), got {self.jitter!r}")
 
     def backoff_s(self, failures: int) -> float:
-        """Delay before the attempt after ``failures`` failures; jitter spreads a herd."""
-        base = self.initial_backoff.total_seconds() * self.multiplier ** max(failures - 1, 0)
-        base = min(base, self.max_backoff.total_seconds())
-        return base * random.uniform(1 - self.jitter, 1 + self.jitter)
+        """Delay before the attempt after ``failures`` failures; jitter spreads a herd.
+        The growth is capped before it is computed (``multiplier ** n`` overflows a float
+        past n of about 1,000 at 2.0), and the jittered delay at the longest a store
+        accepts (a ``max_backoff`` near it would otherwise be refused with jitter)."""
+        initial, cap = self.initial_backoff.total_seconds(), self.max_backoff.total_seconds()
+        exponent = max(failures - 1, 0)
+        if initial >= cap or (
+            self.multiplier > 1 and exponent >= math.log(cap / initial) / math.log(self.multiplier)
+        ):
+            base = cap  # initial * multiplier ** exponent would reach the cap (or overflow)
+        else:  # below the cap: multiplier ** exponent < cap / initial, or at most 1
+            base = min(initial * self.multiplier**exponent, cap)
+        jittered = base * random.uniform(1 - self.jitter, 1 + self.jitter)
+        return min(jittered, MAX_DURATION.total_seconds())
 
 
 class TaskOptions(TypedDict, total=False):
