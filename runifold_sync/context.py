@@ -22,7 +22,7 @@ from .children import ChildHandle, ChildStart, ChildTimedOut
 from .errors import InvalidArgument
 from .models import Budget, check_duration_bound
 from .moments import check_moment
-from .waits import ApprovalDecision, ApprovalTimedOut
+from .waits import ApprovalDecision, ApprovalTimedOut, check_wait_timeout
 
 if TYPE_CHECKING:
     from .calls import Calls
@@ -171,6 +171,7 @@ class WorkflowContext:
     ) -> Any:
         """:meth:`start_child` (``checkpoint_id``, ``tenant``, ``queue`` are its) then
         :meth:`wait_child`."""
+        check_wait_timeout("child wait", timeout)  # before the child is started, not after
         handle = self.start_child(name, version, input, **start)
         return self.wait_child(handle, timeout=timeout, result_type=result_type)
 

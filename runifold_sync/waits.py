@@ -20,6 +20,7 @@ from .codec import from_json, structure
 from .commits import Commits
 from .errors import InvalidArgument
 from .interrupts import FailRequested, SuspendRequested
+from .models import check_duration_bound
 from .replay import Cursor, finished
 from .spans import ClaimSpans
 from .store.base import WorkflowStore
@@ -90,8 +91,12 @@ def open_wait(
 
 
 def check_wait_timeout(what: str, timeout: object) -> None:
+    """A wait's timeout: None, or a positive timedelta no longer than ``ctx.sleep`` takes
+    (the deadline is store now plus it; ``timedelta.max`` overflowed a datetime)."""
     if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
         raise InvalidArgument(f"{what} timeout must be a positive timedelta or None, got {timeout!r}")
+    if timeout is not None:
+        check_duration_bound(f"{what} timeout", timeout)
 
 
 # Why a delivered signal is refused by a wait (None: accepted), given its decoded payload.
@@ -175,6 +180,10 @@ class Waits:
         for names in (approvers, escalate_to):
             if isinstance(names, str):
                 raise InvalidArgument(f"approvers must be a list of names, got the string {names!r}")
+        # Both checked up front: the escalation's timeout would otherwise only be checked
+        # once the first stage had timed out, days later.
+        check_wait_timeout("approval", timeout)
+        check_wait_timeout("approval escalation", escalation_timeout)
         stages = [(frozenset(approvers), timeout, False)]
         if escalate_to:
             stages.append((frozenset(escalate_to), escalation_timeout, True))
