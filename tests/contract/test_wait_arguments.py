@@ -111,3 +111,69 @@ def test_a_wait_timeout_of_exactly_ten_years_is_accepted(
     assert isinstance(outcome, Suspended), outcome
     assert outcome.wake_at is not None
     assert run_cycle(store, WorkflowDefinition(_waiting(wait(TEN_YEARS)))) == Idle()
+
+
+HOUR = timedelta(hours=1)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"approvers": [5]}, "approver in approvers must be a string, got 5"),
+        ({"approvers": [["a"]]}, "approver in approvers must be a string, got ['a']"),
+        ({"approvers": None}, "approvers must be a list of names, got None"),
+        ({"approvers": 5}, "approvers must be a list of names, got 5"),
+        (
+            {"approvers": [" alice"]},
+            "approver in approvers must be non-empty without surrounding spaces, got ' alice'",
+        ),
+        ({"approvers": []}, "approval 'go' needs at least one approver"),
+        (
+            {"approvers": ["alice"], "timeout": HOUR, "escalate_to": [None]},
+            "approver in escalate_to must be a string, got None",
+        ),
+        (
+            {"approvers": ["alice"], "timeout": HOUR, "escalate_to": None},
+            "escalate_to must be a list of names, got None",
+        ),
+        (
+            {"approvers": ["alice"], "escalate_to": ["bob"]},
+            "approval 'go' escalates to ['bob'] but has no timeout: it would never escalate",
+        ),
+        (
+            {"approvers": ["alice"], "timeout": HOUR, "escalation_timeout": HOUR},
+            "approval 'go' has an escalation_timeout but no escalate_to: there is no escalation to time out",
+        ),
+    ],
+    ids=[
+        "number",
+        "list",
+        "none",
+        "not-iterable",
+        "padded",
+        "empty",
+        "escalate-to-none-name",
+        "escalate-to-none",
+        "escalation-without-timeout",
+        "escalation-timeout-alone",
+    ],
+)
+def test_request_approval_refuses_approvers_nobody_could_be_and_contradictory_options(
+    store: WorkflowStore, arguments: dict[str, Any], message: str
+) -> None:
+    # Before: [5] and [["a"]]'s own problems were accepted (nobody can send as 5) or a
+    # bare TypeError ("unhashable type"), None a bare TypeError, and an escalation without
+    # a timeout (or an escalation_timeout without an escalation) silently ignored.
+    _fails_naming(store, lambda ctx: ctx.request_approval("go", **arguments), message)
+
+
+def test_an_approval_with_escalation_and_its_timeouts_waits_for_its_first_approvers(
+    store: WorkflowStore,
+) -> None:
+    outcome = _run(
+        store,
+        lambda ctx: ctx.request_approval(
+            "go", approvers=("alice",), timeout=HOUR, escalate_to=iter(["bob"]), escalation_timeout=HOUR
+        ),
+    )
+    assert isinstance(outcome, Suspended), outcome
