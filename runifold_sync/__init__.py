@@ -51,7 +51,6 @@ from .models import (
     DeclaredSignals,
     DefinitionIdentity,
     LeaseDuration,
-    RetryPolicy,
     TaskOutcome,
     TaskState,
     WorkerId,
@@ -72,6 +71,7 @@ from .outcomes import (
     Yielded,
 )
 from .retention import RetentionPolicy, keep_pruning
+from .retry_policy import RetryPolicy
 from .schedules import Schedule, ScheduleTick
 from .step_context import StepContext
 from .store.base import WorkflowStore

@@ -17,7 +17,7 @@ from datetime import timedelta
 import attrs
 
 from .commits import Commits
-from .errors import LeaseLostError
+from .errors import InvalidArgument, LeaseLostError
 from .heartbeat import LeaseFlags
 from .interrupts import BranchStopped, CancelRequested, FailRequested, PauseRequested, Unwind, YieldRequested
 from .models import Budget, BudgetUsage
@@ -180,9 +180,12 @@ class Boundary:
         share, whose time is the branch's own bodies (caller holds the lock). A body
         that completed (``steps=1``) also counts against the per-claim slice."""
         elapsed_s = time.monotonic() - started
-        self._progress.tick(steps=steps, cost=cost)
+        try:
+            self._progress.tick(steps=steps, cost=cost)
+            if self.branch is not None:
+                usage = self._progress.checkpoint.branch_usage
+                used = usage.get(self.branch.key, BudgetUsage())
+                usage[self.branch.key] = used.add(steps=steps, cost=cost, elapsed_s=elapsed_s)
+        except InvalidArgument as exc:  # a total past the largest float: no commit could store it
+            raise FailRequested(f"budget usage cannot be counted: {exc}", cause="budget", error=exc) from exc
         self.executed += steps
-        if self.branch is not None:
-            usage = self._progress.checkpoint.branch_usage
-            used = usage.get(self.branch.key, BudgetUsage())
-            usage[self.branch.key] = used.add(steps=steps, cost=cost, elapsed_s=elapsed_s)

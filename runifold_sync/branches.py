@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,7 @@ from .interrupts import (
     Unwind,
     YieldRequested,
 )
-from .models import Budget, check_int, check_name
+from .models import Budget, bounded, check_int, check_name
 from .replay import Cursor
 from .specs import return_type
 
@@ -66,6 +66,10 @@ _SEVERITY: tuple[type[Interrupt], ...] = (
 
 
 def _check_branches(branches: Mapping[str, Branch], max_threads: int) -> None:
+    if not isinstance(branches, Mapping):  # a list of functions has no names to record results by
+        raise InvalidArgument(
+            f"parallel branches must be a dict of name -> function, got {bounded(branches)}"
+        )
     if not branches:
         raise InvalidArgument("parallel branches must not be empty")
     for key, fn in branches.items():
@@ -75,6 +79,18 @@ def _check_branches(branches: Mapping[str, Branch], max_threads: int) -> None:
         if not callable(fn):
             raise InvalidArgument(f"branch {key!r} must be callable with a ctx, got {fn!r}")
     check_int("max_threads", max_threads, minimum=1)
+
+
+def _check_reserve(reserve: object) -> dict[str, Budget]:
+    """``parallel``'s reserve: None, or branch names -> the Budget share of each."""
+    if reserve is None:
+        return {}
+    if not isinstance(reserve, Mapping):
+        raise InvalidArgument(f"reserve must be a dict of branch name -> Budget, got {bounded(reserve)}")
+    for key, share in reserve.items():
+        if not isinstance(share, Budget):
+            raise InvalidArgument(f"reserve of branch {key!r} must be a Budget, got {bounded(share)}")
+    return dict(reserve)
 
 
 def _structured(fn: Branch, raw: Any) -> Any:
@@ -172,7 +188,7 @@ def run_parallel(
 ) -> dict[str, Any]:
     """Every branch's result, by name; recorded when all have finished."""
     _check_branches(branches, max_threads)
-    reserve = dict(reserve or {})
+    reserve = _check_reserve(reserve)
     unknown = set(reserve) - set(branches)
     if unknown:
         raise InvalidArgument(f"reserve names branches that do not exist: {sorted(unknown)}")
@@ -201,12 +217,14 @@ def run_parallel(
 def run_race(
     parent: Parent,
     branches: Mapping[str, Branch],
-    cancel_safe: Collection[str],
+    cancel_safe: Iterable[str],
     max_threads: int,
 ) -> tuple[str, Any]:
     """First branch to succeed wins and is recorded at once. Losers in ``cancel_safe``
     stop at their next step boundary; the others finish and are recorded as superseded."""
     _check_branches(branches, max_threads)
+    if isinstance(cancel_safe, str) or not isinstance(cancel_safe, Iterable):
+        raise InvalidArgument(f"cancel_safe must be a list of branch names, got {bounded(cancel_safe)}")
     safe = frozenset(cancel_safe)
     if safe - set(branches):
         raise InvalidArgument(f"cancel_safe names branches that do not exist: {sorted(safe - set(branches))}")

@@ -254,6 +254,8 @@ class Calls:
                 error = exc
         else:
             value, error, late = self._timeouts.run(spec, context, args, kwargs)
+        if context.refused is not None:  # a refused charge fails the attempt, caught or not
+            error = context.refused
         # A step that ended past its deadline timed out, whatever it returned. An effect's
         # late result is kept: the outside world changed, and now it is known how.
         timed_out = late and spec.kind is _STEP
@@ -289,6 +291,15 @@ class Calls:
             self._timeouts.unmark(call_id)
         if timed_out:
             interrupt = self._timeouts.ended_late(spec, key, failures)
+        elif context.refused is not None:
+            interrupt = FailRequested(
+                f"{spec.kind} {spec.step_id!r} was refused a charge: {context.refused}; not retried: "
+                "every attempt would charge it again",
+                cause="misuse",
+                error=context.refused,
+                step_id=spec.step_id,
+                effect_key=key,
+            )
         else:
             assert error is not None
             interrupt = self._after_failure(spec, key, error, failures)
@@ -316,6 +327,8 @@ class Calls:
                     value = spec.fn(context, *args, **kwargs)
             except Exception as exc:
                 raise _BodyFailed() from exc  # out of the transaction, which rolls back
+            if context.refused is not None:  # a refused charge the body caught fails it all the same
+                raise _BodyFailed() from context.refused
             if crashpoints.ARMED:
                 crashpoints.reached("after_step", call_id)
             self._boundary.check_lease()

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, Unpack
 from .children import ChildHandle, ChildStart, ChildTimedOut
 from .errors import InvalidArgument
 from .models import Budget, check_duration_bound
-from .waits import ApprovalDecision, ApprovalTimedOut
+from .moments import check_moment
+from .waits import ApprovalDecision, ApprovalTimedOut, check_wait_timeout
 
 if TYPE_CHECKING:
     from .calls import Calls
@@ -98,6 +99,7 @@ class WorkflowContext:
         """Wait durably until ``deadline`` in store time."""
         if not isinstance(deadline, datetime) or deadline.tzinfo is None:
             raise InvalidArgument(f"sleep_until needs a timezone-aware datetime, got {deadline!r}")
+        check_moment("sleep_until deadline", deadline)  # an offset, and a moment a store can hold
         self._engine.waits.timer(lambda _now: deadline)
 
     # --- signals and approvals -------------------------------------------------------
@@ -169,6 +171,7 @@ class WorkflowContext:
     ) -> Any:
         """:meth:`start_child` (``checkpoint_id``, ``tenant``, ``queue`` are its) then
         :meth:`wait_child`."""
+        check_wait_timeout("child wait", timeout)  # before the child is started, not after
         handle = self.start_child(name, version, input, **start)
         return self.wait_child(handle, timeout=timeout, result_type=result_type)
 

@@ -190,7 +190,7 @@ class TaskRun:
         return run_parallel(self._parent(), branches, reserve, max_threads)
 
     def race(self, branches: Branches, cancel_safe: Iterable[str], max_threads: int) -> tuple[str, Any]:
-        return run_race(self._parent(), branches, list(cancel_safe), max_threads)
+        return run_race(self._parent(), branches, cancel_safe, max_threads)
 
     def set_event(self, key: str, value: Any) -> None:
         """Publish ``value`` as event ``key`` now, in a commit of the checkpoint as it

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import enum
 import math
-import random
 import re
 import reprlib
 import sys
 import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, TypedDict
+from typing import Any, TypedDict
 
 import attrs
 
 from .codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
 from .errors import InvalidArgument
+from .moments import check_moment
 
 MAX_INPUT_BYTES = 1 << 20
 
@@ -204,6 +204,21 @@ def check_positive_number(kind: str, value: object) -> float:
     raise InvalidArgument(f"{kind} must be a finite number > 0, got {shown(value)}")
 
 
+def check_cost(kind: str, value: object, total: float = 0.0) -> float:
+    """``total`` plus a cost (a finite number >= 0, ``bool`` refused), refused when the
+    sum is past the largest float: usage is stored as JSON, which has no infinity, so a
+    total that overflowed could never be committed."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= _FLOAT_MAX:
+        raise InvalidArgument(f"{kind} must be a finite number >= 0, got {shown(value)}")
+    added = total + float(value)
+    if not math.isfinite(added):
+        raise InvalidArgument(
+            f"{kind} {value!r} added to {total!r} already counted is past the largest float "
+            f"({_FLOAT_MAX:g}): a total cost must stay finite"
+        )
+    return added
+
+
 # Each Budget limit takes only its own type: a limit of the wrong kind compares against
 # usage without error (``steps > 1.5``) or fails inside a worker (an int has no
 # ``total_seconds``), so it is refused where the Budget is made, naming the field.
@@ -238,10 +253,15 @@ class BudgetUsage:
     ) -> BudgetUsage:
         if min(steps, cost, claims) < 0:
             raise InvalidArgument(f"usage only grows; got steps={steps} cost={cost} claims={claims}")
+        elapsed = self.elapsed_s + max(elapsed_s, 0.0)
+        if not math.isfinite(elapsed):
+            raise InvalidArgument(
+                f"usage elapsed_s must stay finite, got {elapsed_s!r} added to {self.elapsed_s!r}"
+            )
         return BudgetUsage(
             self.steps + steps,
-            self.cost + cost,
-            self.elapsed_s + max(elapsed_s, 0.0),
+            check_cost("cost", cost, self.cost),
+            elapsed,
             self.claims + claims,
         )
 
@@ -301,78 +321,6 @@ class CapabilitySet:
 
     def missing(self, needed: Iterable[str]) -> list[str]:
         return sorted(set(needed) - self.names)
-
-
-def _exception_classes(value: object) -> tuple[type[Exception], ...]:
-    """``RetryPolicy.non_retryable`` as a tuple of ``Exception`` subclasses: a step's
-    ``BaseException`` (a ``KeyboardInterrupt``, a ``SystemExit``) ends its worker, never
-    reaches the policy, so naming one would promise what cannot happen."""
-    field = "RetryPolicy.non_retryable"
-    if isinstance(value, (str, bytes, type)) or not isinstance(value, Iterable):
-        raise InvalidArgument(
-            f"{field} must be a tuple of exception classes, got {bounded(value)}"
-            + (f"; write ({value.__name__},)" if isinstance(value, type) else "")
-        )
-    classes = tuple(value)
-    for position, cls in enumerate(classes):
-        if not isinstance(cls, type) or not issubclass(cls, BaseException):
-            raise InvalidArgument(
-                f"{field} must hold exception classes, got {bounded(cls)} at position {position}"
-            )
-        if not issubclass(cls, Exception):
-            raise InvalidArgument(
-                f"{field} may hold only subclasses of Exception, got {cls.__name__} at position "
-                f"{position}: a step raising it stops its worker, not its retries"
-            )
-    return classes
-
-
-@attrs.frozen
-class RetryPolicy:
-    """How often a failing step is retried, with exponential backoff and jitter.
-
-    A step that raises an instance of a ``non_retryable`` class fails its task at once,
-    whatever ``max_attempts`` says. The default holds the programming errors
-    (``PROGRAMMING_ERRORS``: ``TypeError``, ``AttributeError``, ``NameError``),
-    which a retry repeats instead of mending; ``non_retryable=()`` retries everything, and
-    ``(*RetryPolicy.PROGRAMMING_ERRORS, MyError)`` adds to them."""
-
-    # What a retry cannot mend: a step that raises one of these will raise it again, since
-    # every attempt runs the same code on the same arguments.
-    PROGRAMMING_ERRORS: ClassVar[tuple[type[Exception], ...]] = (TypeError, AttributeError, NameError)
-
-    max_attempts: int = attrs.field(
-        default=3, validator=lambda _i, _a, v: check_count(f"{type(_i).__name__}.max_attempts", v)
-    )
-    initial_backoff: timedelta = attrs.field(
-        default=timedelta(seconds=1),
-        validator=lambda _i, _a, v: check_positive_timedelta("initial_backoff", v),
-    )
-    max_backoff: timedelta = attrs.field(
-        default=timedelta(minutes=5),
-        validator=lambda _i, _a, v: check_positive_timedelta("max_backoff", v),
-    )
-    multiplier: float = attrs.field(
-        default=2.0, validator=lambda _i, _a, v: check_positive_number("RetryPolicy.multiplier", v)
-    )
-    jitter: float = 0.2
-    non_retryable: tuple[type[Exception], ...] = attrs.field(
-        default=PROGRAMMING_ERRORS, converter=_exception_classes
-    )
-
-    def __attrs_post_init__(self) -> None:
-        if (
-            isinstance(self.jitter, bool)
-            or not isinstance(self.jitter, (int, float))
-            or not 0 <= self.jitter < 1
-        ):
-            raise InvalidArgument(f"jitter must be a number in [0, 1), got {self.jitter!r}")
-
-    def backoff_s(self, failures: int) -> float:
-        """Delay before the attempt after ``failures`` failures; jitter spreads a herd."""
-        base = self.initial_backoff.total_seconds() * self.multiplier ** max(failures - 1, 0)
-        base = min(base, self.max_backoff.total_seconds())
-        return base * random.uniform(1 - self.jitter, 1 + self.jitter)
 
 
 class TaskOptions(TypedDict, total=False):
@@ -459,8 +407,8 @@ def check_task_fields(
     check_version(version)
     check_name("tenant", tenant)
     check_stored_int("priority", priority)
-    if not_before is not None and (not isinstance(not_before, datetime) or not_before.utcoffset() is None):
-        raise InvalidArgument(f"not_before must be a timezone-aware datetime, got {not_before!r}")
+    if not_before is not None:
+        check_moment("not_before", not_before)
 
 
 def input_text(input: Any) -> str:

@@ -17,7 +17,7 @@ import attrs
 
 from .checkpoint import EntryKind
 from .errors import InvalidArgument
-from .models import RetryPolicy
+from .retry_policy import RetryPolicy
 
 if TYPE_CHECKING:
     from .effects import EffectEvidence

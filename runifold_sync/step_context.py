@@ -7,6 +7,7 @@ from typing import Any
 import attrs
 
 from .errors import InvalidArgument
+from .models import check_cost
 
 
 @attrs.define
@@ -24,9 +25,17 @@ class StepContext:
     # that records the step's completion (psycopg 3 with rows as dicts, or sqlite3); None
     # for any other step or effect.
     connection: Any = None
+    # The error of a refused ``charge``, kept so that the attempt fails whether or not
+    # the body caught it: a cost that cannot be counted must not go uncounted.
+    refused: InvalidArgument | None = None
 
     def charge(self, cost: float) -> None:
-        """Add ``cost`` units (tokens, cents...) to the task's budget usage."""
-        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not cost >= 0:
-            raise InvalidArgument(f"charge must be a non-negative number, got {cost!r}")
-        self.cost += cost
+        """Add ``cost`` units (tokens, cents...) to the task's budget usage: a finite
+        number >= 0, keeping the body's total finite (usage is stored as JSON, which
+        has no infinity). A refused cost fails the attempt, never retried, since every
+        attempt would charge it again."""
+        try:
+            self.cost = check_cost("charge cost", cost, self.cost)
+        except InvalidArgument as exc:
+            self.refused = exc
+            raise

@@ -33,6 +33,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from .errors import InvalidArgument
 from .interrupts import FailRequested, RetryRequested, SuspendRequested
 from .outcomes import Failed, LeaseLost, RunOutcome, Suspended
 from .spans import ClaimSpans, WaitSpan
@@ -51,6 +52,10 @@ class Tracing:
     ``opentelemetry.trace.get_tracer_provider()`` for the global one)."""
 
     def __init__(self, tracer_provider: TracerProvider, worker_id: str) -> None:
+        if not isinstance(tracer_provider, TracerProvider):  # else an AttributeError, later
+            raise InvalidArgument(
+                f"tracer_provider must be an OpenTelemetry TracerProvider or None, got {tracer_provider!r}"
+            )
         self._provider = tracer_provider
         self._tracer = tracer_provider.get_tracer(SCOPE)
         self._worker_id = worker_id

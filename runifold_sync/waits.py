@@ -20,6 +20,7 @@ from .codec import from_json, structure
 from .commits import Commits
 from .errors import InvalidArgument
 from .interrupts import FailRequested, SuspendRequested
+from .models import bounded, check_duration_bound, check_name
 from .replay import Cursor, finished
 from .spans import ClaimSpans
 from .store.base import WorkflowStore
@@ -89,9 +90,59 @@ def open_wait(
     return OpenWait(call_id, entry, now, due_at)
 
 
-def check_wait_timeout(what: str, timeout: object) -> None:
+def check_wait_timeout(what: str, timeout: object) -> timedelta | None:
+    """A wait's timeout: None, or a positive timedelta no longer than ``ctx.sleep`` takes
+    (the deadline is store now plus it; ``timedelta.max`` overflowed a datetime)."""
     if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
         raise InvalidArgument(f"{what} timeout must be a positive timedelta or None, got {timeout!r}")
+    if timeout is None:
+        return None
+    return check_duration_bound(f"{what} timeout", timeout)
+
+
+def approver_names(field: str, names: object) -> frozenset[str]:
+    """The people who may decide an approval stage: each a name, as a signal's sender
+    is (a number or a list could never send one, so nobody could decide)."""
+    if isinstance(names, str):
+        raise InvalidArgument(f"{field} must be a list of names, got the string {names!r}")
+    if not isinstance(names, Iterable):
+        raise InvalidArgument(f"{field} must be a list of names, got {bounded(names)}")
+    return frozenset(check_name(f"approver in {field}", person) for person in names)
+
+
+Stage = tuple[frozenset[str], timedelta | None, bool]  # approvers, timeout, escalated
+
+
+def approval_stages(
+    name: str,
+    approvers: object,
+    timeout: object,
+    escalate_to: object,
+    escalation_timeout: object,
+) -> list[Stage]:
+    """The stages of ``ctx.request_approval``, every argument checked up front (the
+    escalation's only once the first stage had timed out, days later, otherwise). An
+    escalation needs the first stage's timeout, and an ``escalation_timeout`` an
+    escalation: either alone would be silently ignored."""
+    first = approver_names("approvers", approvers)
+    if not first:
+        raise InvalidArgument(f"approval {name!r} needs at least one approver")
+    later = approver_names("escalate_to", escalate_to)
+    first_timeout = check_wait_timeout("approval", timeout)
+    later_timeout = check_wait_timeout("approval escalation", escalation_timeout)
+    if later and first_timeout is None:
+        raise InvalidArgument(
+            f"approval {name!r} escalates to {sorted(later)} but has no timeout: it would never escalate"
+        )
+    if later_timeout is not None and not later:
+        raise InvalidArgument(
+            f"approval {name!r} has an escalation_timeout but no escalate_to: there is no "
+            "escalation to time out"
+        )
+    stages: list[Stage] = [(first, first_timeout, False)]
+    if later:
+        stages.append((later, later_timeout, True))
+    return stages
 
 
 # Why a delivered signal is refused by a wait (None: accepted), given its decoded payload.
@@ -172,15 +223,8 @@ class Waits:
         escalation_timeout: timedelta | None,
     ) -> ApprovalDecision | ApprovalTimedOut:
         """A decision signalled by an approver, asking ``escalate_to`` after a timeout."""
-        for names in (approvers, escalate_to):
-            if isinstance(names, str):
-                raise InvalidArgument(f"approvers must be a list of names, got the string {names!r}")
-        stages = [(frozenset(approvers), timeout, False)]
-        if escalate_to:
-            stages.append((frozenset(escalate_to), escalation_timeout, True))
+        stages = approval_stages(name, approvers, timeout, escalate_to, escalation_timeout)
         for allowed, stage_timeout, escalated in stages:
-            if not allowed:
-                raise InvalidArgument(f"approval {name!r} needs at least one approver")
 
             def refusal(signal: Signal, payload: Any, allowed: frozenset[str] = allowed) -> str | None:
                 if signal.sender not in allowed:

@@ -186,6 +186,10 @@ class WorkflowWorker:
             raise InvalidArgument(f"shutdown must be a CancellationToken, got {shutdown!r}")
         if max_tasks is not None:
             check_count("max_tasks", max_tasks)
+        if on_outcome is not None and not callable(on_outcome):  # else a TypeError after the first task
+            raise InvalidArgument(
+                f"on_outcome must be a function of a RunOutcome or None, got {on_outcome!r}"
+            )
         idle = IdleWait(self.store, IdleBackoff(min_backoff, max_backoff), lambda: self.routes)
         outcomes: Counter[str] = Counter()
         tasks = 0
@@ -253,6 +257,11 @@ class WorkflowWorker:
         unstarted. ``stopping`` is that loop's stop token: once it is cancelled (a SIGTERM
         during the cycle) the completion claims nothing, since a stopping worker takes no
         new work."""
+        # Checked before the claim: a completion that read them would raise with the task leased.
+        if not isinstance(claim_next, bool):
+            raise InvalidArgument(f"claim_next must be True or False, got {claim_next!r}")
+        if stopping is not None and not isinstance(stopping, CancellationToken):
+            raise InvalidArgument(f"stopping must be a CancellationToken or None, got {stopping!r}")
         (outcome,) = self._cycle(claim_next=claim_next, stopping=stopping, hold=False)
         return outcome
 

@@ -17,7 +17,8 @@ from .checkpoint import EntryKind
 from .context import WorkflowContext, call_step
 from .deadlines import check_timeout
 from .errors import InvalidArgument
-from .models import RetryPolicy, check_name, check_version
+from .models import bounded, check_name, check_version
+from .retry_policy import RetryPolicy
 from .specs import StepSpec, input_type
 from .step_context import StepContext
 
@@ -35,10 +36,8 @@ class Workflow:
     def __init__(self, name: str, version: int, *, signals: Iterable[str] = ()) -> None:
         self.name = check_name("workflow name", name)
         self.version = check_version(version)
-        if isinstance(signals, str):
-            raise InvalidArgument(f"signals must be an iterable of names, got the string {signals!r}")
         # Signal names are an application contract, like step ids: part of the identity.
-        self.signals = frozenset(check_name("signal name", n) for n in signals)
+        self.signals = _names("signals", "signal name", signals)
         self.steps: dict[str, StepSpec] = {}
         self.compensations: dict[str, Callable[..., Any]] = {}
         self.main_fn: Callable[..., Any] | None = None
@@ -106,6 +105,7 @@ class Workflow:
         check_name("step id", step_id)
 
         def decorate(fn: Callable[[StepContext, Any], None]) -> Callable[[StepContext, Any], None]:
+            _check_function(f"@workflow.compensate_for({step_id!r})", fn)
             if step_id in self.compensations:
                 raise InvalidArgument(f"{self!r} already has a compensation for {step_id!r}")
             self.compensations[step_id] = fn
@@ -117,6 +117,7 @@ class Workflow:
     def main(self, fn: Callable[..., R]) -> Callable[..., R]:
         """Declare the entry point ``fn(ctx, input)``; it is replayed from the top on
         every claim, so it must only branch on step outputs and its input."""
+        _check_function("@workflow.main", fn)
         params = list(inspect.signature(fn).parameters.values())
         if len(params) != 2:
             raise InvalidArgument(
@@ -164,16 +165,12 @@ class Workflow:
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidArgument(f"retry must be a RetryPolicy, got {retry!r}")
         checked_timeout = check_timeout(timeout)
-        if isinstance(capabilities, str):  # iterated, "net" would declare {"n", "e", "t"}
-            raise InvalidArgument(
-                f"capabilities must be an iterable of names, got the string {capabilities!r}; "
-                f"write [{capabilities!r}]"
-            )
-        caps = frozenset(check_name("capability", c) for c in capabilities)
+        caps = _names("capabilities", "capability", capabilities)
         if step_id is not None:  # refused at the call that named it, not at decoration
             _check_step_id(kind, step_id)
 
         def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+            _check_function(f"@workflow.{kind}()", fn)
             sid = _check_step_id(kind, step_id if step_id is not None else fn.__name__)
             if sid in self.steps:
                 raise InvalidArgument(f"{self!r} already declares a step or effect {sid!r}")
@@ -201,6 +198,25 @@ class Workflow:
             return call
 
         return decorate
+
+
+def _names(field: str, kind: str, names: object) -> frozenset[str]:
+    """Declared names (signals, capabilities): an iterable of names, never a string,
+    whose letters iterating would declare one by one ("net" as {"n", "e", "t"})."""
+    if isinstance(names, str):
+        raise InvalidArgument(
+            f"{field} must be an iterable of names, got the string {names!r}; write [{names!r}]"
+        )
+    if not isinstance(names, Iterable):
+        raise InvalidArgument(f"{field} must be an iterable of names, got {bounded(names)}")
+    return frozenset(check_name(kind, n) for n in names)
+
+
+def _check_function(decorator: str, fn: object) -> None:
+    """What a decorator is applied to is called later, by a worker: a value that is not
+    a function is refused here, where it was written, not when a task reaches it."""
+    if not callable(fn):
+        raise InvalidArgument(f"{decorator} must decorate a function, got {bounded(fn)}")
 
 
 def _check_step_id(kind: EntryKind, step_id: str) -> str:

@@ -6,7 +6,7 @@ raised ``OverflowError`` and PostgreSQL ``StoreUnavailable`` (retried as an outa
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
 
 import pytest
@@ -23,6 +23,7 @@ from runifold_sync import (
 )
 from runifold_sync.cli import main
 from runifold_sync.models import INT64_MAX, INT64_MIN
+from runifold_sync.moments import EARLIEST_MOMENT, LATEST_MOMENT
 from runifold_sync.store import checks
 
 TOO_LONG = 10**5000  # past Python's 4,300-digit limit for int -> str
@@ -101,6 +102,35 @@ def test_the_cli_answers_an_out_of_range_number_with_one_line_and_no_traceback(
     assert result.exit_code != 0
     assert message in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+class _NoOffset(tzinfo):
+    def utcoffset(self, dt: datetime | None) -> None:
+        return None
+
+
+def test_not_before_at_the_earliest_and_latest_moments_round_trips_and_past_them_is_refused(
+    store: WorkflowStore,
+) -> None:
+    # Before, year 10000 in UTC was accepted and every read of the row then failed
+    # (OverflowError on SQLite, DataError on PostgreSQL).
+    for task_id, moment in (("early", EARLIEST_MOMENT), ("late", LATEST_MOMENT)):
+        store.enqueue(WorkflowTask.new("orders", 1, None, checkpoint_id=task_id, not_before=moment))
+    assert store.get_task("late").ready_at == LATEST_MOMENT
+    assert store.get_task("early").ready_at == store.get_task("early").created_at  # ready at once
+    past = datetime(9999, 12, 31, 20, tzinfo=timezone(timedelta(hours=-14)))
+    for moment in (
+        past,
+        LATEST_MOMENT + timedelta(microseconds=1),
+        EARLIEST_MOMENT - timedelta(microseconds=1),
+        datetime(1, 1, 1, 5, tzinfo=timezone(timedelta(hours=14))),
+    ):
+        with pytest.raises(InvalidArgument, match=r"^not_before must be from 0001-01-02T00:00:00\+00:00 to "):
+            WorkflowTask.new("orders", 1, None, not_before=moment)
+    with pytest.raises(
+        InvalidArgument, match=r"^not_before must be a timezone-aware datetime, .*utcoffset\(\) is None"
+    ):
+        WorkflowTask.new("orders", 1, None, not_before=datetime(2030, 1, 1, tzinfo=_NoOffset()))
 
 
 def test_a_value_the_database_cannot_hold_is_invalid_argument_not_an_outage(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
 
 import pytest
@@ -135,6 +135,53 @@ def test_sleep_until_a_naive_datetime_is_refused_with_invalid_argument_naming_it
         "n1", reason, recoverable=False, cause="workflow_error", error=error
     )
     assert store.get_task("n1").state is TaskState.TERMINAL
+
+
+class _NoOffset(tzinfo):
+    """A tzinfo that is set but gives no offset: the datetime is naive in all but name."""
+
+    def utcoffset(self, dt: datetime | None) -> None:
+        return None
+
+
+FAR_FUTURE = datetime(9999, 12, 31, 20, tzinfo=timezone(timedelta(hours=-14)))  # year 10000 in UTC
+
+
+@pytest.mark.parametrize(
+    ("deadline", "message"),
+    [
+        (
+            FAR_FUTURE,
+            "sleep_until deadline must be from 0001-01-02T00:00:00+00:00 to "
+            f"9999-12-30T23:59:59.999999+00:00 in UTC, got {FAR_FUTURE!r}",
+        ),
+        (
+            datetime(2030, 1, 1, tzinfo=_NoOffset()),
+            "sleep_until deadline must be a timezone-aware datetime, got datetime.datetime(2030, 1, 1, 0, 0, "
+            "tzinfo=<",
+        ),
+    ],
+    ids=["past-datetime-range-in-utc", "utcoffset-none"],
+)
+def test_sleep_until_a_deadline_no_store_could_hold_fails_the_task_naming_it(
+    store: WorkflowStore, deadline: datetime, message: str
+) -> None:
+    # Before: "ValueError: year 10000 is out of range", or a bare TypeError.
+    until = Workflow("far-until", 1)
+
+    @until.main
+    def main(ctx: WorkflowContext, _input: None) -> str:
+        ctx.sleep_until(deadline)
+        return "slept"
+
+    store.enqueue(WorkflowTask.new("far-until", 1, None, checkpoint_id="f1"))
+    outcome = _run_once(store, until, "w1")
+
+    assert isinstance(outcome, Failed), outcome
+    assert outcome.cause == "workflow_error"
+    assert outcome.reason.startswith(f"workflow main raised InvalidArgument: {message}")
+    assert store.get_task("f1").state is TaskState.TERMINAL
+    assert _run_once(store, until, "w2") == Idle()
 
 
 # --- typed step outputs across a replay -----------------------------------------------

@@ -513,3 +513,59 @@ def test_parallel_runs_at_most_max_threads_branches_at_once(store: WorkflowStore
     assert worker.run_once() == Completed("bd", None)
     assert peak[0] == 2
     assert _checkpoint(store, "bd").usage.steps == 6
+
+
+def _one(bctx: WorkflowContext) -> int:
+    return 1
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda ctx: ctx.parallel([_one]),
+            "parallel branches must be a dict of name -> function, got [<function _one at ",
+        ),
+        (
+            lambda ctx: ctx.parallel({"a": _one}, reserve=5),
+            "reserve must be a dict of branch name -> Budget, got 5",
+        ),
+        (
+            lambda ctx: ctx.parallel({"a": _one}, reserve={"a": 5}),
+            "reserve of branch 'a' must be a Budget, got 5",
+        ),
+        (
+            lambda ctx: ctx.race({"a": _one}, cancel_safe="a"),
+            "cancel_safe must be a list of branch names, got 'a'",
+        ),
+        (
+            lambda ctx: ctx.race({"a": _one}, cancel_safe=5),
+            "cancel_safe must be a list of branch names, got 5",
+        ),
+    ],
+    ids=[
+        "branches-list",
+        "reserve-number",
+        "reserve-share-number",
+        "cancel-safe-string",
+        "cancel-safe-number",
+    ],
+)
+def test_parallel_and_race_arguments_of_the_wrong_shape_fail_the_task_naming_them(
+    store: WorkflowStore, call: Any, message: str
+) -> None:
+    # Before: a bare AttributeError ('list' object has no attribute 'items') or TypeError.
+    workflow = Workflow("shapes", 1)
+
+    @workflow.main
+    def main(ctx: WorkflowContext, _input: None) -> Any:
+        return call(ctx)
+
+    store.enqueue(WorkflowTask.new("shapes", 1, None, checkpoint_id="s1"))
+    worker = _worker(store, workflow)
+    try:
+        outcome = worker.run_once()
+    finally:
+        worker.close()
+    assert isinstance(outcome, Failed), outcome
+    assert outcome.reason.startswith(f"workflow main raised InvalidArgument: {message}"), outcome.reason

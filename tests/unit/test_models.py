@@ -192,6 +192,34 @@ def test_backoff_stays_within_the_jitter_band_and_is_spread() -> None:
         assert max(samples) - min(samples) > base * 0.1  # jitter actually spreads delays
 
 
+@pytest.mark.parametrize("multiplier", [2.0, 10.0, 1.01])
+@pytest.mark.parametrize("failures", [1_025, 10_000, 10**9])
+def test_backoff_after_very_many_failures_is_max_backoff_not_an_overflow(
+    multiplier: float, failures: int
+) -> None:
+    # Before: OverflowError (34, 'Numerical result out of range') from multiplier ** n,
+    # which failed the task (after 309 retries at multiplier 10).
+    exact = RetryPolicy(max_backoff=timedelta(minutes=5), multiplier=multiplier, jitter=0.0)
+    assert exact.backoff_s(failures) == 300.0
+    jittered = RetryPolicy(max_backoff=timedelta(minutes=5), multiplier=multiplier, jitter=0.2)
+    assert all(240.0 <= jittered.backoff_s(failures) <= 360.0 for _ in range(100))
+
+
+@pytest.mark.parametrize("multiplier", [0.5, 1.0])
+def test_backoff_that_does_not_grow_stays_at_or_below_initial_backoff(multiplier: float) -> None:
+    policy = RetryPolicy(initial_backoff=timedelta(seconds=4), multiplier=multiplier, jitter=0.0)
+    assert policy.backoff_s(1) == 4.0
+    assert policy.backoff_s(10**9) == (4.0 if multiplier == 1.0 else 0.0)
+
+
+def test_jittered_backoff_never_exceeds_the_longest_delay_a_store_accepts() -> None:
+    # store.retry refuses a delay over 3650 days: a max_backoff of 3650 days and jitter
+    # would have made the retry itself fail.
+    longest = timedelta(days=3650)
+    policy = RetryPolicy(initial_backoff=longest, max_backoff=longest, jitter=0.5)
+    assert all(policy.backoff_s(3) <= longest.total_seconds() for _ in range(100))
+
+
 # --- budget usage -------------------------------------------------------------------------
 
 usages = st.builds(
@@ -222,6 +250,27 @@ def test_budget_usage_add_never_decreases_any_field(
 def test_budget_usage_add_ignores_negative_elapsed_time() -> None:
     usage = BudgetUsage(elapsed_s=3.0)
     assert usage.add(elapsed_s=-2.0).elapsed_s == 3.0
+
+
+@pytest.mark.parametrize(
+    ("build", "fragments"),
+    [
+        (
+            lambda: BudgetUsage(cost=1e308).add(cost=1e308),
+            ("cost 1e+308 added to 1e+308", "past the largest float"),
+        ),
+        (lambda: BudgetUsage().add(cost=float("inf")), ("cost must be a finite number >= 0, got inf",)),
+        (lambda: BudgetUsage().add(cost=float("nan")), ("cost must be a finite number >= 0, got nan",)),
+        (lambda: BudgetUsage(elapsed_s=1e308).add(elapsed_s=1e308), ("elapsed_s must stay finite",)),
+    ],
+    ids=["cost-overflow", "cost-inf", "cost-nan", "elapsed-overflow"],
+)
+def test_budget_usage_refuses_to_become_non_finite(
+    build: Callable[[], Any], fragments: tuple[str, ...]
+) -> None:
+    # Usage is stored as JSON, which has no infinity: a total that overflowed made every
+    # later commit of the task fail.
+    refused(build, *fragments)
 
 
 def test_budget_reports_the_limit_that_was_exceeded() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -288,3 +289,39 @@ def test_calling_a_step_outside_a_workflow_raises_type_error_naming_it() -> None
         reserve(None, "o1")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="'reserve'"):
         reserve(StepContext("t", "reserve#1", 1, 1, None), "o1")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("declare", "message"),
+    [
+        (lambda wf: wf.step()(5), "@workflow.step() must decorate a function, got 5"),
+        (lambda wf: wf.effect(idempotent=True)(5), "@workflow.effect() must decorate a function, got 5"),
+        (lambda wf: wf.transaction()("f"), "@workflow.step() must decorate a function, got 'f'"),
+        (lambda wf: wf.main(5), "@workflow.main must decorate a function, got 5"),
+        (
+            lambda wf: wf.compensate_for("s")(5),
+            "@workflow.compensate_for('s') must decorate a function, got 5",
+        ),
+        (lambda wf: wf.step(capabilities=None), "capabilities must be an iterable of names, got None"),
+        (lambda wf: wf.step(capabilities=[5]), "capability must be a string, got 5"),
+        (lambda wf: Workflow("w", 1, signals=None), "signals must be an iterable of names, got None"),
+        (lambda wf: Workflow("w", 1, signals=5), "signals must be an iterable of names, got 5"),
+    ],
+    ids=[
+        "step",
+        "effect",
+        "transaction",
+        "main",
+        "compensate_for",
+        "capabilities-none",
+        "capability-number",
+        "signals-none",
+        "signals-number",
+    ],
+)
+def test_a_declaration_of_the_wrong_shape_is_refused_where_it_is_written(declare: Any, message: str) -> None:
+    # Before: accepted (a worker failed on it later), or a bare TypeError.
+    wf = Workflow("shapes", 1)
+    with pytest.raises(InvalidArgument, match=f"^{re.escape(message)}$"):
+        declare(wf)
+    assert (wf.steps, wf.compensations, wf.main_fn) == ({}, {}, None)
