@@ -27,6 +27,7 @@ from ..models import (
     check_name,
     input_text,
 )
+from ..moments import check_moment
 from .records import Routes
 
 MAX_CLAIM_LIMIT = 1000
@@ -195,11 +196,9 @@ def check_clock_offset(offset: object) -> timedelta:
 
 
 def check_wake_at(wake_at: object) -> datetime | None:
-    """A timer's due time: None (a signal wait) or an aware datetime, which both
-    backends compare with store time exactly."""
-    if wake_at is not None and (not isinstance(wake_at, datetime) or wake_at.utcoffset() is None):
-        raise InvalidArgument(f"wake_at must be None or an aware datetime, got {wake_at!r}")
-    return wake_at
+    """A timer's due time: None (a signal wait) or a moment both backends keep and read
+    back (``check_moment``), which they compare with store time exactly."""
+    return None if wake_at is None else check_moment("wake_at", wake_at)
 
 
 def check_delay(delay: object) -> timedelta:

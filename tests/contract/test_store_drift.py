@@ -13,7 +13,7 @@ import os
 import re
 import threading
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -97,8 +97,12 @@ def test_a_clock_offset_that_is_not_a_timedelta_is_invalid(store: WorkflowStore,
 
 def test_a_naive_wake_time_is_invalid_and_the_lease_still_holds(store: WorkflowStore) -> None:
     lease, revision = _claimed(store)
-    with pytest.raises(InvalidArgument, match="wake_at must be None or an aware datetime"):
+    with pytest.raises(InvalidArgument, match="wake_at must be a timezone-aware datetime"):
         store.suspend(lease, revision, "{}", wake_at=datetime(2030, 1, 1), reason="later")  # noqa: DTZ001
+    # one no store could read back (past year 9999 in UTC) is refused the same way
+    past = datetime(9999, 12, 31, 20, tzinfo=timezone(timedelta(hours=-14)))
+    with pytest.raises(InvalidArgument, match="wake_at must be from 0001-01-02"):
+        store.suspend(lease, revision, "{}", wake_at=past, reason="later")
     assert store.commit_checkpoint(lease, revision, "{}").revision == revision + 1
 
 
