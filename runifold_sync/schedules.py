@@ -40,12 +40,12 @@ def _check_schedule_name(_inst: Any, _attr: Any, value: Any) -> None:
         )
 
 
-def _canonical_input(value: Any) -> Any:
-    """The schedule's input as it will be stored: JSON, checked where it is given."""
+def _canonical_input(name: str, value: Any) -> Any:
+    """Schedule ``name``'s input as it will be stored: JSON, checked where it is given."""
     try:
         return from_json(to_json(value))
     except (TypeError, ValueError) as exc:
-        raise InvalidArgument(f"schedule input {value!r} is not JSON-serializable: {exc}") from None
+        raise InvalidArgument(f"schedule {name!r} input {value!r} is not JSON-serializable: {exc}") from None
 
 
 @attrs.frozen
@@ -76,7 +76,7 @@ class Schedule:
     cron: str | None = attrs.field(default=None, kw_only=True)
     every: timedelta | None = attrs.field(default=None, kw_only=True)
     timezone: str = attrs.field(default="UTC", kw_only=True)
-    input: Any = attrs.field(default=None, kw_only=True, converter=_canonical_input)
+    input: Any = attrs.field(default=None, kw_only=True)  # made canonical in __attrs_post_init__
     # The named queue its ticks' tasks go on (only workers claiming from it run them).
     queue: str = attrs.field(
         default="default", kw_only=True, validator=lambda _i, _a, v: check_name("schedule queue", v)
@@ -84,6 +84,8 @@ class Schedule:
     times: ScheduleTimes = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
+        # Here rather than a converter, which cannot name the schedule its error is about.
+        object.__setattr__(self, "input", _canonical_input(self.name, self.input))
         if (self.cron is None) == (self.every is None):
             raise InvalidArgument(
                 f"schedule {self.name!r} needs exactly one of cron= and every=, got "

@@ -79,7 +79,7 @@ def _registry() -> WorkflowRegistry:
         ),
         (
             {"every": timedelta(hours=1), "input": {"at": object()}},
-            "schedule input .* is not JSON-serializable",
+            "schedule 'nightly' input .* is not JSON-serializable",
         ),
     ],
 )
