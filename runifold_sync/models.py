@@ -55,6 +55,19 @@ def check_name(kind: str, value: object) -> str:
     return value
 
 
+def check_names(
+    field: str, kind: str, names: object, *, shape: str = "an iterable of names"
+) -> frozenset[str]:
+    """Declared names (signals, capabilities, approvers), each checked as ``kind``: an
+    iterable of names, never a string, whose letters iterating would declare one by one
+    ("net" as {"n", "e", "t"}). ``shape`` says what ``field`` must be in the refusal."""
+    if isinstance(names, str):
+        raise InvalidArgument(f"{field} must be {shape}, got the string {names!r}; write [{names!r}]")
+    if not isinstance(names, Iterable):
+        raise InvalidArgument(f"{field} must be {shape}, got {bounded(names)}")
+    return frozenset(check_name(kind, n) for n in names)
+
+
 # Integers a store keeps are 64-bit (SQLite INTEGER, PostgreSQL BIGINT); durations it
 # keeps or adds to its clock stay far inside what a datetime and a 64-bit count of
 # microseconds hold. Both bounds are checked where a value is made, so the database never
@@ -309,10 +322,8 @@ class Budget:
         return None
 
 
-def _capability_names(names: Iterable[str]) -> frozenset[str]:
-    if isinstance(names, str):
-        raise InvalidArgument(f"capabilities must be an iterable of names, got the string {names!r}")
-    return frozenset(check_name("capability", n) for n in names)
+def _capability_names(names: object) -> frozenset[str]:
+    return check_names("capabilities", "capability", names)
 
 
 @attrs.frozen

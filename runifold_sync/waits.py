@@ -20,7 +20,7 @@ from .codec import from_json, structure
 from .commits import Commits
 from .errors import InvalidArgument
 from .interrupts import FailRequested, SuspendRequested
-from .models import bounded, check_duration_bound, check_name
+from .models import check_duration_bound, check_names
 from .replay import Cursor, finished
 from .spans import ClaimSpans
 from .store.base import WorkflowStore
@@ -100,16 +100,6 @@ def check_wait_timeout(what: str, timeout: object) -> timedelta | None:
     return check_duration_bound(f"{what} timeout", timeout)
 
 
-def approver_names(field: str, names: object) -> frozenset[str]:
-    """The people who may decide an approval stage: each a name, as a signal's sender
-    is (a number or a list could never send one, so nobody could decide)."""
-    if isinstance(names, str):
-        raise InvalidArgument(f"{field} must be a list of names, got the string {names!r}")
-    if not isinstance(names, Iterable):
-        raise InvalidArgument(f"{field} must be a list of names, got {bounded(names)}")
-    return frozenset(check_name(f"approver in {field}", person) for person in names)
-
-
 Stage = tuple[frozenset[str], timedelta | None, bool]  # approvers, timeout, escalated
 
 
@@ -124,10 +114,11 @@ def approval_stages(
     escalation's only once the first stage had timed out, days later, otherwise). An
     escalation needs the first stage's timeout, and an ``escalation_timeout`` an
     escalation: either alone would be silently ignored."""
-    first = approver_names("approvers", approvers)
+    # Each approver a name, as a signal's sender is (a number could never send one).
+    first = check_names("approvers", "approver in approvers", approvers, shape="a list of names")
     if not first:
         raise InvalidArgument(f"approval {name!r} needs at least one approver")
-    later = approver_names("escalate_to", escalate_to)
+    later = check_names("escalate_to", "approver in escalate_to", escalate_to, shape="a list of names")
     first_timeout = check_wait_timeout("approval", timeout)
     later_timeout = check_wait_timeout("approval escalation", escalation_timeout)
     if later and first_timeout is None:

@@ -17,7 +17,7 @@ from .checkpoint import EntryKind
 from .context import WorkflowContext, call_step
 from .deadlines import check_timeout
 from .errors import InvalidArgument
-from .models import bounded, check_name, check_version
+from .models import bounded, check_name, check_names, check_version
 from .retry_policy import RetryPolicy
 from .specs import StepSpec, input_type
 from .step_context import StepContext
@@ -37,7 +37,7 @@ class Workflow:
         self.name = check_name("workflow name", name)
         self.version = check_version(version)
         # Signal names are an application contract, like step ids: part of the identity.
-        self.signals = _names("signals", "signal name", signals)
+        self.signals = check_names("signals", "signal name", signals)
         self.steps: dict[str, StepSpec] = {}
         self.compensations: dict[str, Callable[..., Any]] = {}
         self.main_fn: Callable[..., Any] | None = None
@@ -165,7 +165,7 @@ class Workflow:
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidArgument(f"retry must be a RetryPolicy, got {retry!r}")
         checked_timeout = check_timeout(timeout)
-        caps = _names("capabilities", "capability", capabilities)
+        caps = check_names("capabilities", "capability", capabilities)
         if step_id is not None:  # refused at the call that named it, not at decoration
             _check_step_id(kind, step_id)
 
@@ -198,18 +198,6 @@ class Workflow:
             return call
 
         return decorate
-
-
-def _names(field: str, kind: str, names: object) -> frozenset[str]:
-    """Declared names (signals, capabilities): an iterable of names, never a string,
-    whose letters iterating would declare one by one ("net" as {"n", "e", "t"})."""
-    if isinstance(names, str):
-        raise InvalidArgument(
-            f"{field} must be an iterable of names, got the string {names!r}; write [{names!r}]"
-        )
-    if not isinstance(names, Iterable):
-        raise InvalidArgument(f"{field} must be an iterable of names, got {bounded(names)}")
-    return frozenset(check_name(kind, n) for n in names)
 
 
 def _check_function(decorator: str, fn: object) -> None:
