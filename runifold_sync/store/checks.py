@@ -55,7 +55,8 @@ def check_tasks(tasks: object) -> list[WorkflowTask]:
         if task.task_id in seen:
             raise InvalidArgument(f"task id {task.task_id!r} appears twice in one enqueue batch")
         seen.add(task.task_id)
-        checked.append(attrs.evolve(task, input_json=_task_input(task)))
+        text = _task_input(task)  # already canonical for a task WorkflowTask.new made: no copy
+        checked.append(task if text == task.input_json else attrs.evolve(task, input_json=text))
     return checked
 
 
