@@ -193,9 +193,11 @@ def _queue_names(ctx: click.Context, param: click.Parameter, value: tuple[str, .
     show_envvar=True,
     help="Trace cycles, steps, effects and waits with OpenTelemetry (the otel extra): each worker "
     "process builds its own provider after the fork from the standard OTEL_* variables "
-    "(OTEL_TRACES_EXPORTER: default otlp, OTLP over gRPC from opentelemetry-exporter-otlp; "
-    "otlp_proto_http, the extra's OTLP over HTTP; console; OTEL_EXPORTER_OTLP_ENDPOINT; "
-    "OTEL_SERVICE_NAME). An exporter not installed is refused before any worker starts.",
+    "(OTEL_TRACES_EXPORTER: default otlp, OTLP over HTTP from the extra, to "
+    "http://localhost:4318 unless OTEL_EXPORTER_OTLP_ENDPOINT says otherwise; over gRPC with "
+    "OTEL_EXPORTER_OTLP_PROTOCOL=grpc and opentelemetry-exporter-otlp-proto-grpc installed; "
+    "console; none; OTEL_SERVICE_NAME). An exporter not installed is refused before any "
+    "worker starts.",
 )
 @json_option
 def run(
