@@ -14,6 +14,7 @@ from .definition import WorkflowDefinition, WorkflowRegistry
 from .effects import EffectEvidence, EffectStatus
 from .errors import (
     AmbiguousEffect,
+    AppNotLoaded,
     CancelPending,
     CheckpointError,
     CheckpointTooLarge,
@@ -101,6 +102,7 @@ from .workflow import Workflow
 __all__ = [
     "AmbiguousEffect",
     "ApprovalDecision",
+    "AppNotLoaded",
     "ApprovalTimedOut",
     "Budget",
     "BudgetUsage",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -16,7 +17,7 @@ from typing import Any
 import click
 
 from .codec import NotJsonable, to_json
-from .errors import RunifoldError
+from .errors import AppNotLoaded, RunifoldError
 from .models import MAX_DURATION
 from .store.base import WorkflowStore
 from .stores import DEFAULT_URL, ENV_VAR, open_store, sqlite_path
@@ -31,6 +32,7 @@ database_option = click.option(
 # Set in ``ctx.meta`` (shared by a command's context and its group's) by ``--json``, so
 # the group can answer an error in JSON too (:class:`JsonErrorsGroup`).
 _JSON_ERRORS = "runifold_sync.json_errors"
+_VERBOSE = "runifold_sync.verbose"
 
 
 def _remember_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
@@ -85,8 +87,46 @@ def no_json_error(ctx: click.Context) -> None:
 
 def app_option(help: str, *, required: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``--app MODULE:ATTR`` (the application's registry, passed as ``app_ref``); ``help``
-    says what the command does with it."""
-    return click.option("--app", "app_ref", default=None, required=required, metavar="MODULE:ATTR", help=help)
+    says what the command does with it. With it comes ``--verbose``, which adds the
+    traceback to the one-line error of a module that raised on import."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        command = click.option(
+            "--verbose",
+            is_flag=True,
+            expose_value=False,
+            callback=_remember_verbose,
+            help="When --app cannot be loaded, print the traceback of what its import raised too.",
+        )(command)
+        return click.option(
+            "--app", "app_ref", default=None, required=required, metavar="MODULE:ATTR", help=help
+        )(command)
+
+    return decorate
+
+
+def _remember_verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.meta[_VERBOSE] = True
+
+
+class AppError(click.ClickException):
+    """``--app`` could not be loaded: a usage error (exit status 2), said in one line
+    rather than as click's usage text."""
+
+    exit_code = 2
+
+
+def cli_error(exc: RunifoldError) -> click.ClickException:
+    """The click error a library error becomes on its way out of a command (raise it
+    ``from exc``). An application that could not be loaded is a usage error; with
+    ``--verbose`` the traceback of what its import raised goes to stderr first."""
+    if not isinstance(exc, AppNotLoaded):
+        return click.ClickException(str(exc))
+    context = click.get_current_context(silent=True)
+    if context is not None and context.meta.get(_VERBOSE) and exc.__cause__ is not None:
+        click.echo("".join(traceback.format_exception(exc.__cause__)).rstrip(), err=True)
+    return AppError(str(exc))
 
 
 def operator_action(argument: str, who: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -139,11 +179,11 @@ def opened_store(database: str | None) -> Iterator[WorkflowStore]:
     try:
         store = open_store(store_url(database))
     except RunifoldError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise cli_error(exc) from exc
     try:
         yield store
     except RunifoldError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise cli_error(exc) from exc
     finally:
         store.close()
 
@@ -160,7 +200,7 @@ def checked(call: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         return call(*args, **kwargs)
     except RunifoldError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise cli_error(exc) from exc
 
 
 def echo_json(value: object, *, indent: int | None = 2) -> None:

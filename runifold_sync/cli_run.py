@@ -16,6 +16,7 @@ from click.core import ParameterSource
 from .cli_common import (
     app_option,
     checked,
+    cli_error,
     database_option,
     echo_json,
     json_option,
@@ -279,7 +280,7 @@ def run(
                 tend = pruner.tend  # restarts it when it dies
             report = run_pool(settings, concurrency, worker_id, observer=observer, tend=tend)
     except RunifoldError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise cli_error(exc) from exc
     if as_json:
         click.echo(
             json.dumps(

@@ -25,6 +25,14 @@ class InvalidArgument(RunifoldError, ValueError):
     """An argument was rejected at the call that received it."""
 
 
+class AppNotLoaded(InvalidArgument):
+    """The application's registry could not be had from its ``module:attribute``
+    reference: the module is not on the import path, raised while it was imported (the
+    original exception is this one's ``__cause__``), lacks the attribute, or the
+    attribute is no registry. The message is one line naming the module and, for an
+    exception on import, the file and line it was raised at."""
+
+
 class DefinitionConflict(InvalidArgument):
     """The same name and version was registered with a different step graph."""
 

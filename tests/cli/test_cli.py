@@ -124,9 +124,9 @@ def test_run_refuses_a_heartbeat_longer_than_half_the_lease(url: str) -> None:
 
 def test_run_refuses_an_app_reference_that_is_not_a_registry(url: str) -> None:
     code, out = _invoke("run", "--app", "tests.integration.pool_app:STEPS", "--database", url, "--once")
-    assert code == 1 and "is not a WorkflowRegistry" in out
+    assert code == 2 and "is not a WorkflowRegistry" in out  # a usage error, as every bad --app
     code, out = _invoke("run", "--app", "no_such_module_x:registry", "--database", url, "--once")
-    assert code == 1 and "cannot import 'no_such_module_x'" in out
+    assert code == 2 and "cannot import 'no_such_module_x'" in out
 
 
 def test_show_of_unknown_task_fails_with_its_id(url: str) -> None:
