@@ -171,7 +171,7 @@ def list_(
     as_json: bool,
 ) -> None:
     """List tasks, oldest first, with why each unfinished one is not running."""
-    with opened_store(database) as store:
+    with opened_store(database, reads_only=True) as store:
         records = store.list_tasks(
             state=None if state is None else TaskState(state),
             tenant=tenant,

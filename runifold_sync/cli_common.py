@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from .codec import NotJsonable, to_json
-from .errors import AppNotLoaded, RunifoldError
+from .errors import AppNotLoaded, InvalidArgument, RunifoldError
 from .models import MAX_DURATION
 from .store.base import WorkflowStore
 from .stores import DEFAULT_URL, ENV_VAR, open_store, sqlite_path
@@ -153,18 +153,22 @@ def audit_options(who: str) -> Callable[[Callable[..., Any]], Callable[..., Any]
     return decorate
 
 
-def store_url(database: str | None) -> str:
+def store_url(database: str | None, *, reads_only: bool = False) -> str:
     """The store a command uses: ``--database``, else ``$RUNIFOLD_DATABASE_URL``, else the
     local default file. The default is said on stderr (stdout stays the command's own, so
     ``--json`` is unaffected): a command run from the wrong directory, or with the variable
     missing from a cron line, would otherwise enqueue into a new empty file unnoticed.
-    Naming the store either way is what silences it."""
-    if database:
-        return database
-    from_env = os.environ.get(ENV_VAR)
-    if from_env:
-        return from_env
+    Naming the store either way is what silences it. A command that only reads
+    (``reads_only``) refuses a SQLite file that does not exist rather than make an empty
+    store there (a mistyped path would otherwise answer "no tasks" and leave a file)."""
+    url = database or os.environ.get(ENV_VAR)
+    if url:
+        if reads_only:
+            _check_exists(url, "")
+        return url
     path = os.path.abspath(sqlite_path(DEFAULT_URL))
+    if reads_only:
+        _check_exists(DEFAULT_URL, f"no --database and no ${ENV_VAR}, and ")
     doing = "using" if os.path.exists(path) else "creating"
     click.echo(
         f"runifold_sync: no --database and no ${ENV_VAR}: {doing} the SQLite store {path} "
@@ -174,10 +178,28 @@ def store_url(database: str | None) -> str:
     return DEFAULT_URL
 
 
-@contextmanager
-def opened_store(database: str | None) -> Iterator[WorkflowStore]:
+def _check_exists(url: str, preamble: str) -> None:
+    """Refuse a ``sqlite:`` URL whose file does not exist (other stores are not files)."""
+    if not url.lower().startswith("sqlite:"):
+        return
     try:
-        store = open_store(store_url(database))
+        path = os.path.abspath(sqlite_path(url))
+    except InvalidArgument as exc:
+        raise cli_error(exc) from exc
+    if not os.path.exists(path):
+        refused = InvalidArgument(
+            f"{preamble}no SQLite store at {path}: this command only reads a store, so it does not "
+            "create one; check the path, or create the store with `migrate` (or `run`)"
+        )
+        raise cli_error(refused) from refused
+
+
+@contextmanager
+def opened_store(database: str | None, *, reads_only: bool = False) -> Iterator[WorkflowStore]:
+    """The store a command uses (:func:`store_url`), closed when it is done; a library
+    error raised inside becomes the command's error (:func:`cli_error`)."""
+    try:
+        store = open_store(store_url(database, reads_only=reads_only))
     except RunifoldError as exc:
         raise cli_error(exc) from exc
     try:
