@@ -33,6 +33,8 @@ from .redaction import redacted
 from .retention import RetentionPolicy
 from .retention_process import pruning_beside
 from .runner import (
+    MIN_HEARTBEAT_S,
+    MIN_LEASE_S,
     RunifoldSettings,
     default_worker_id,
     describe_report,
@@ -88,7 +90,7 @@ def _queue_names(ctx: click.Context, param: click.Parameter, value: tuple[str, .
 @click.option(
     "--lease",
     "lease_s",
-    type=click.FloatRange(min=0.1),
+    type=click.FloatRange(min=MIN_LEASE_S),
     default=30.0,
     show_default=True,
     help="Lease seconds.",
@@ -96,10 +98,9 @@ def _queue_names(ctx: click.Context, param: click.Parameter, value: tuple[str, .
 @click.option(
     "--heartbeat",
     "heartbeat_s",
-    type=click.FloatRange(min=0.05),
-    default=10.0,
-    show_default=True,
-    help="Heartbeat interval seconds (at most half the lease).",
+    type=click.FloatRange(min=MIN_HEARTBEAT_S),
+    default=None,
+    help="Heartbeat interval seconds (at most half the lease).  [default: a third of the lease]",
 )
 @click.option(
     "--claim-batch",
@@ -207,7 +208,7 @@ def run(
     concurrency: int,
     worker_id: str,
     lease_s: float,
-    heartbeat_s: float,
+    heartbeat_s: float | None,
     claim_batch: int,
     recycle_after: int | None,
     shutdown_grace_s: float,
