@@ -202,6 +202,13 @@ class StoreNotWritable(StoreUnavailable):
     must act, so workers retry only a few times and then stop with this reason."""
 
 
+class StoreMisconfigured(StoreNotWritable):
+    """The store is reached in a way its URL does not say: a transaction-pooling PgBouncer
+    without ``pgbouncer=true``, which runs the next transaction on another server
+    connection, where the statements this connection prepared do not exist. Waiting does
+    not cure it; the URL must change, so workers treat it as a store that refuses writes."""
+
+
 class StoreClosed(StoreUnavailable):
     """The store was closed by its owner: unlike an unreachable one, it will not return."""
 
