@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import sys
 from datetime import datetime, timedelta
+from typing import BinaryIO
 
 import attrs
 import click
 
 from .app import load_registry
 from .cli_common import (
+    BadValue,
     JsonErrorsGroup,
     app_option,
     audit_options,
@@ -28,6 +30,7 @@ from .cli_common import (
     json_option,
     opened_store,
     operator_action,
+    parsed_json,
     start_time,
 )
 from .cli_dashboard import dashboard
@@ -37,7 +40,7 @@ from .cli_run import demo, run
 from .cli_schedules import schedule, schedules
 from .cli_show import record_json, show
 from .cli_wait import wait
-from .models import TaskState, WorkflowTask
+from .models import MAX_INPUT_BYTES, TaskState, WorkflowTask
 from .store.records import SignalCheck
 
 
@@ -94,11 +97,7 @@ def enqueue(
 ) -> None:
     """Enqueue a task for definition NAME at VERSION. With --app the task is checked
     against the application's registry first; without it, nothing is checked."""
-    input_json = _input_text(input_json)
-    try:
-        value = json.loads(input_json)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not JSON: {exc}", param_hint="--input") from exc
+    value = parsed_json(_input_text(input_json), "--input")
     options = {
         "tenant": tenant,
         "checkpoint_id": checkpoint_id,
@@ -133,18 +132,31 @@ def enqueue(
 
 def _input_text(given: str) -> str:
     """``--input`` as JSON text: as given, or read from ``@FILE`` or ``-`` (stdin), so an
-    input too long for a command line can be enqueued."""
+    input too long for a command line can be enqueued. At most one byte past the input
+    limit is read (``@/dev/zero`` must not fill memory), and the bytes must be UTF-8."""
     if given == "-":
-        text: str = sys.stdin.read()
-        return text
+        return _limited_text(sys.stdin.buffer, "standard input")
     if given.startswith("@"):
         path = given[1:]
         try:
-            with open(path, encoding="utf-8") as source:
-                return source.read()
+            with open(path, "rb") as source:
+                return _limited_text(source, repr(path))
         except OSError as exc:
-            raise click.BadParameter(f"cannot read {path!r}: {exc.strerror}", param_hint="--input") from exc
+            raise BadValue(f"--input: cannot read {path!r}: {exc.strerror}") from exc
     return given
+
+
+def _limited_text(source: BinaryIO, what: str) -> str:
+    data = source.read(MAX_INPUT_BYTES + 1)
+    if len(data) > MAX_INPUT_BYTES:
+        raise BadValue(
+            f"--input: {what} holds more than {MAX_INPUT_BYTES} bytes, the limit of a task's input; "
+            "store large data outside and pass its id"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadValue(f"--input: {what} is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
 
 
 @main.command("list")

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from .codec import NotJsonable, to_json
+from .codec import MAX_NESTING_DEPTH, NotJsonable, to_json
 from .errors import AppNotLoaded, InvalidArgument, RunifoldError
 from .models import MAX_DURATION
 from .store.base import WorkflowStore
@@ -110,9 +110,10 @@ def _remember_verbose(ctx: click.Context, _param: click.Parameter, value: bool) 
         ctx.meta[_VERBOSE] = True
 
 
-class AppError(click.ClickException):
-    """``--app`` could not be loaded: a usage error (exit status 2), said in one line
-    rather than as click's usage text."""
+class BadValue(click.ClickException):
+    """An option's value that cannot be used: ``--app`` that cannot be loaded, JSON text
+    or a file that cannot be read as one. A usage error (exit status 2), said in one line
+    rather than under click's usage text."""
 
     exit_code = 2
 
@@ -126,7 +127,7 @@ def cli_error(exc: RunifoldError) -> click.ClickException:
     context = click.get_current_context(silent=True)
     if context is not None and context.meta.get(_VERBOSE) and exc.__cause__ is not None:
         click.echo("".join(traceback.format_exception(exc.__cause__)).rstrip(), err=True)
-    return AppError(str(exc))
+    return BadValue(str(exc))
 
 
 def operator_action(argument: str, who: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -210,12 +211,29 @@ def opened_store(database: str | None, *, reads_only: bool = False) -> Iterator[
         store.close()
 
 
+def parsed_json(text: str, option: str) -> Any:
+    """The value of an option's JSON text; :class:`BadValue` naming ``option`` when it is
+    not JSON, or is JSON Python's parser cannot take: nested past its recursion limit, an
+    integer of more digits than it converts."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise BadValue(f"{option}: nests deeper than the {MAX_NESTING_DEPTH} levels a value may") from None
+    except ValueError as exc:  # json.JSONDecodeError, and the integer digit limit
+        if not isinstance(exc, json.JSONDecodeError) and "integer string conversion" in str(exc):
+            raise BadValue(
+                f"{option}: holds an integer of more than 4,300 digits, which JSON text cannot carry here"
+            ) from None
+        raise BadValue(f"{option}: not JSON: {exc}") from exc
+
+
 def canonical_json(text: str, option: str) -> str:
     """Strict JSON (no NaN or Infinity) in the canonical form the store compares."""
+    value = parsed_json(text, option)
     try:
-        return to_json(json.loads(text))
-    except (json.JSONDecodeError, NotJsonable) as exc:
-        raise click.BadParameter(f"not JSON: {exc}", param_hint=option) from exc
+        return to_json(value)
+    except NotJsonable as exc:
+        raise BadValue(f"{option}: not JSON: {exc}") from exc
 
 
 def checked(call: Any, *args: Any, **kwargs: Any) -> Any:
