@@ -67,12 +67,12 @@ def test_given_ids_and_senders_are_used_as_given_and_still_deduplicate(
     store: SqliteWorkflowStore, url: str
 ) -> None:
     sent = _signal(url, '{"n": 1}', "--signal-id", "s1", "--sender", "ops", "--json")
-    assert json.loads(sent.stdout) | {"checked": None} == {
+    assert json.loads(sent.stdout) == {
         "task_id": "t1",
         "signal_id": "s1",
         "sender": "ops",
         "delivered": True,
-        "checked": None,
+        "checked": "unchecked",
     }
     conflicting = _signal(url, '{"n": 2}', "--signal-id", "s1", "--sender", "ops")
     assert conflicting.exit_code == 1 and "already delivered" in conflicting.stderr
