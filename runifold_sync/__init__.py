@@ -14,6 +14,7 @@ from .definition import WorkflowDefinition, WorkflowRegistry
 from .effects import EffectEvidence, EffectStatus
 from .errors import (
     AmbiguousEffect,
+    AppNotLoaded,
     CancelPending,
     CheckpointError,
     CheckpointTooLarge,
@@ -36,6 +37,7 @@ from .errors import (
     SignalRefused,
     StepTimedOut,
     StoreClosed,
+    StoreMisconfigured,
     StoreNotWritable,
     StoreUnavailable,
     StoreUsedAcrossFork,
@@ -101,6 +103,7 @@ from .workflow import Workflow
 __all__ = [
     "AmbiguousEffect",
     "ApprovalDecision",
+    "AppNotLoaded",
     "ApprovalTimedOut",
     "Budget",
     "BudgetUsage",
@@ -162,6 +165,7 @@ __all__ = [
     "StepContext",
     "StepTimedOut",
     "StoreClosed",
+    "StoreMisconfigured",
     "StoreNotWritable",
     "StoreUnavailable",
     "StoreUsedAcrossFork",

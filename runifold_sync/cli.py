@@ -9,15 +9,21 @@ versions, workers, stats, tenants), ``cli_schedules`` the schedules, ``cli_reten
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import pwd
 import sys
+from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import BinaryIO
 
 import attrs
 import click
 
 from .app import load_registry
 from .cli_common import (
+    BadValue,
     JsonErrorsGroup,
     app_option,
     audit_options,
@@ -28,6 +34,7 @@ from .cli_common import (
     json_option,
     opened_store,
     operator_action,
+    parsed_json,
     start_time,
 )
 from .cli_dashboard import dashboard
@@ -37,7 +44,7 @@ from .cli_run import demo, run
 from .cli_schedules import schedule, schedules
 from .cli_show import record_json, show
 from .cli_wait import wait
-from .models import TaskState, WorkflowTask
+from .models import MAX_INPUT_BYTES, TaskState, WorkflowTask
 from .store.records import SignalCheck
 
 
@@ -94,11 +101,7 @@ def enqueue(
 ) -> None:
     """Enqueue a task for definition NAME at VERSION. With --app the task is checked
     against the application's registry first; without it, nothing is checked."""
-    input_json = _input_text(input_json)
-    try:
-        value = json.loads(input_json)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not JSON: {exc}", param_hint="--input") from exc
+    value = parsed_json(_input_text(input_json), "--input")
     options = {
         "tenant": tenant,
         "checkpoint_id": checkpoint_id,
@@ -133,18 +136,31 @@ def enqueue(
 
 def _input_text(given: str) -> str:
     """``--input`` as JSON text: as given, or read from ``@FILE`` or ``-`` (stdin), so an
-    input too long for a command line can be enqueued."""
+    input too long for a command line can be enqueued. At most one byte past the input
+    limit is read (``@/dev/zero`` must not fill memory), and the bytes must be UTF-8."""
     if given == "-":
-        text: str = sys.stdin.read()
-        return text
+        return _limited_text(sys.stdin.buffer, "standard input")
     if given.startswith("@"):
         path = given[1:]
         try:
-            with open(path, encoding="utf-8") as source:
-                return source.read()
+            with open(path, "rb") as source:
+                return _limited_text(source, repr(path))
         except OSError as exc:
-            raise click.BadParameter(f"cannot read {path!r}: {exc.strerror}", param_hint="--input") from exc
+            raise BadValue(f"--input: cannot read {path!r}: {exc.strerror}") from exc
     return given
+
+
+def _limited_text(source: BinaryIO, what: str) -> str:
+    data = source.read(MAX_INPUT_BYTES + 1)
+    if len(data) > MAX_INPUT_BYTES:
+        raise BadValue(
+            f"--input: {what} holds more than {MAX_INPUT_BYTES} bytes, the limit of a task's input; "
+            "store large data outside and pass its id"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadValue(f"--input: {what} is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
 
 
 @main.command("list")
@@ -171,7 +187,7 @@ def list_(
     as_json: bool,
 ) -> None:
     """List tasks, oldest first, with why each unfinished one is not running."""
-    with opened_store(database) as store:
+    with opened_store(database, reads_only=True) as store:
         records = store.list_tasks(
             state=None if state is None else TaskState(state),
             tenant=tenant,
@@ -187,25 +203,45 @@ def list_(
         filtered = any(given is not None for given in (state, tenant, definition, parent, queue))
         click.echo("no tasks match these filters" if filtered else "no tasks")
         return
-    click.echo(_list_row("task", "definition", "tenant", "state", "why not running / last reason"))
+    rows = [("task", "definition", "tenant", "state", "why not running / last reason")]
     for r in records:
         status = r.state.value if r.outcome is None else f"{r.state.value}/{r.outcome.value}"
         name = f"{r.definition_name} v{r.definition_version}"
         why = "; before that: ".join(text for text in (r.status_note, r.reason) if text)
-        click.echo(_list_row(r.task_id, name, r.tenant, status, why))
+        rows.append((r.task_id, name, r.tenant, status, why))
+    for line in _columns(rows):
+        click.echo(line)
 
 
-def _list_row(task_id: str, name: str, tenant: str, state: str, why: str) -> str:
-    """One row of ``list``'s text table (its header too, so they line up)."""
-    return f"{task_id:<34} {name:<24} {tenant:<12} {state:<18} {why}".rstrip()
+def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
+    """``rows`` (the header first) as lines of aligned columns, each as wide as its widest
+    value, so a long task id or name widens its column instead of pushing the rest of
+    its row out of line; the last column is left as it is."""
+    widths = [max(len(row[n]) for row in rows) for n in range(len(rows[0]) - 1)]
+    lines = []
+    for *aligned, last in rows:
+        cells = [value.ljust(width) for value, width in zip(aligned, widths, strict=True)]
+        lines.append(" ".join([*cells, last]).rstrip())
+    return lines
 
 
 @main.command()
 @click.argument("task_id")
 @click.argument("name")
 @click.option("--payload", "payload_json", default="null", show_default=True, help="Signal payload as JSON.")
-@click.option("--signal-id", required=True, help="Deduplication id: resending it delivers nothing new.")
-@click.option("--sender", required=True, help="Who sends it (checked by the workflow, kept in the history).")
+@click.option(
+    "--signal-id",
+    default=None,
+    help="Deduplication id: resending it delivers nothing new.  [default: derived from the task, "
+    "NAME and payload (printed), so the same signal sent twice is delivered once; give ids of "
+    "your own to deliver one payload more than once]",
+)
+@click.option(
+    "--sender",
+    default=None,
+    help="Who sends it (checked by the workflow, kept in the history).  [default: the OS user "
+    "running the command]",
+)
 @click.option(
     "--tenant",
     default="default",
@@ -219,8 +255,8 @@ def signal(
     task_id: str,
     name: str,
     payload_json: str,
-    signal_id: str,
-    sender: str,
+    signal_id: str | None,
+    sender: str | None,
     tenant: str,
     reason: str | None,
     database: str | None,
@@ -229,7 +265,15 @@ def signal(
     """Send signal NAME to a task (an approval is {"approved": true, "reason": "..."}).
     Exits 1 when it is refused: a name the task's definition does not declare, a sender
     who is not an approver of the approval it waits for, a payload that is no decision."""
-    payload = json.loads(canonical_json(payload_json, "--payload"))  # a value, checked strict
+    payload_text = canonical_json(payload_json, "--payload")
+    payload = json.loads(payload_text)  # a value, checked strict
+    said = ""  # what was not given, and is printed
+    if signal_id is None:
+        signal_id = derived_signal_id(task_id, name, payload_text)
+        said += " (derived from the task, name and payload)"
+    if sender is None:
+        sender = _os_user()
+        said += f" from {sender} (the OS user)"
     with opened_store(database) as store:
         delivery = store.send_signal(
             task_id, name, payload, signal_id=signal_id, sender=sender, tenant=tenant, reason=reason
@@ -240,12 +284,32 @@ def signal(
             {
                 "task_id": task_id,
                 "signal_id": signal_id,
+                "sender": sender,
                 "delivered": delivery.created,
                 "checked": checked_value,
             }
         )
     else:
-        click.echo(f"{task_id}: signal {signal_id} {_delivered(delivery.checked, name)}")
+        click.echo(f"{task_id}: signal {signal_id}{said} {_delivered(delivery.checked, name)}")
+
+
+def derived_signal_id(task_id: str, name: str, payload_text: str) -> str:
+    """The signal id ``signal`` uses when given none: a digest of the task, the signal's
+    name and its canonical payload, so sending the same signal again (a retried command)
+    is delivered once, as a given id would be, and another payload is another signal."""
+    digest = hashlib.sha256(json.dumps([task_id, name, payload_text]).encode()).hexdigest()
+    return f"sig-{digest[:20]}"
+
+
+def _os_user() -> str:
+    """The name of the OS user this process runs as: the sender of a ``signal`` given no
+    ``--sender``, as the system's user database names it (not ``$USER``, which anyone sets)."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        raise click.UsageError(
+            f"no --sender, and this process's user (uid {os.geteuid()}) has no name: give --sender"
+        ) from None
 
 
 def _delivered(check: SignalCheck | None, name: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -15,8 +16,8 @@ from typing import Any
 
 import click
 
-from .codec import NotJsonable, to_json
-from .errors import RunifoldError
+from .codec import MAX_NESTING_DEPTH, NotJsonable, to_json
+from .errors import AppNotLoaded, InvalidArgument, RunifoldError
 from .models import MAX_DURATION
 from .store.base import WorkflowStore
 from .stores import DEFAULT_URL, ENV_VAR, open_store, sqlite_path
@@ -31,6 +32,7 @@ database_option = click.option(
 # Set in ``ctx.meta`` (shared by a command's context and its group's) by ``--json``, so
 # the group can answer an error in JSON too (:class:`JsonErrorsGroup`).
 _JSON_ERRORS = "runifold_sync.json_errors"
+_VERBOSE = "runifold_sync.verbose"
 
 
 def _remember_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
@@ -85,8 +87,47 @@ def no_json_error(ctx: click.Context) -> None:
 
 def app_option(help: str, *, required: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``--app MODULE:ATTR`` (the application's registry, passed as ``app_ref``); ``help``
-    says what the command does with it."""
-    return click.option("--app", "app_ref", default=None, required=required, metavar="MODULE:ATTR", help=help)
+    says what the command does with it. With it comes ``--verbose``, which adds the
+    traceback to the one-line error of a module that raised on import."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        command = click.option(
+            "--verbose",
+            is_flag=True,
+            expose_value=False,
+            callback=_remember_verbose,
+            help="When --app cannot be loaded, print the traceback of what its import raised too.",
+        )(command)
+        return click.option(
+            "--app", "app_ref", default=None, required=required, metavar="MODULE:ATTR", help=help
+        )(command)
+
+    return decorate
+
+
+def _remember_verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.meta[_VERBOSE] = True
+
+
+class BadValue(click.ClickException):
+    """An option's value that cannot be used: ``--app`` that cannot be loaded, JSON text
+    or a file that cannot be read as one. A usage error (exit status 2), said in one line
+    rather than under click's usage text."""
+
+    exit_code = 2
+
+
+def cli_error(exc: RunifoldError) -> click.ClickException:
+    """The click error a library error becomes on its way out of a command (raise it
+    ``from exc``). An application that could not be loaded is a usage error; with
+    ``--verbose`` the traceback of what its import raised goes to stderr first."""
+    if not isinstance(exc, AppNotLoaded):
+        return click.ClickException(str(exc))
+    context = click.get_current_context(silent=True)
+    if context is not None and context.meta.get(_VERBOSE) and exc.__cause__ is not None:
+        click.echo("".join(traceback.format_exception(exc.__cause__)).rstrip(), err=True)
+    return BadValue(str(exc))
 
 
 def operator_action(argument: str, who: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -113,18 +154,22 @@ def audit_options(who: str) -> Callable[[Callable[..., Any]], Callable[..., Any]
     return decorate
 
 
-def store_url(database: str | None) -> str:
+def store_url(database: str | None, *, reads_only: bool = False) -> str:
     """The store a command uses: ``--database``, else ``$RUNIFOLD_DATABASE_URL``, else the
     local default file. The default is said on stderr (stdout stays the command's own, so
     ``--json`` is unaffected): a command run from the wrong directory, or with the variable
     missing from a cron line, would otherwise enqueue into a new empty file unnoticed.
-    Naming the store either way is what silences it."""
-    if database:
-        return database
-    from_env = os.environ.get(ENV_VAR)
-    if from_env:
-        return from_env
+    Naming the store either way is what silences it. A command that only reads
+    (``reads_only``) refuses a SQLite file that does not exist rather than make an empty
+    store there (a mistyped path would otherwise answer "no tasks" and leave a file)."""
+    url = database or os.environ.get(ENV_VAR)
+    if url:
+        if reads_only:
+            _check_exists(url, "")
+        return url
     path = os.path.abspath(sqlite_path(DEFAULT_URL))
+    if reads_only:
+        _check_exists(DEFAULT_URL, f"no --database and no ${ENV_VAR}, and ")
     doing = "using" if os.path.exists(path) else "creating"
     click.echo(
         f"runifold_sync: no --database and no ${ENV_VAR}: {doing} the SQLite store {path} "
@@ -134,33 +179,68 @@ def store_url(database: str | None) -> str:
     return DEFAULT_URL
 
 
-@contextmanager
-def opened_store(database: str | None) -> Iterator[WorkflowStore]:
+def _check_exists(url: str, preamble: str) -> None:
+    """Refuse a ``sqlite:`` URL whose file does not exist (other stores are not files)."""
+    if not url.lower().startswith("sqlite:"):
+        return
     try:
-        store = open_store(store_url(database))
+        path = os.path.abspath(sqlite_path(url))
+    except InvalidArgument as exc:
+        raise cli_error(exc) from exc
+    if not os.path.exists(path):
+        refused = InvalidArgument(
+            f"{preamble}no SQLite store at {path}: this command only reads a store, so it does not "
+            "create one; check the path, or create the store with `migrate` (or `run`)"
+        )
+        raise cli_error(refused) from refused
+
+
+@contextmanager
+def opened_store(database: str | None, *, reads_only: bool = False) -> Iterator[WorkflowStore]:
+    """The store a command uses (:func:`store_url`), closed when it is done; a library
+    error raised inside becomes the command's error (:func:`cli_error`)."""
+    try:
+        store = open_store(store_url(database, reads_only=reads_only))
     except RunifoldError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise cli_error(exc) from exc
     try:
         yield store
     except RunifoldError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise cli_error(exc) from exc
     finally:
         store.close()
 
 
+def parsed_json(text: str, option: str) -> Any:
+    """The value of an option's JSON text; :class:`BadValue` naming ``option`` when it is
+    not JSON, or is JSON Python's parser cannot take: nested past its recursion limit, an
+    integer of more digits than it converts."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise BadValue(f"{option}: nests deeper than the {MAX_NESTING_DEPTH} levels a value may") from None
+    except ValueError as exc:  # json.JSONDecodeError, and the integer digit limit
+        if not isinstance(exc, json.JSONDecodeError) and "integer string conversion" in str(exc):
+            raise BadValue(
+                f"{option}: holds an integer of more than 4,300 digits, which JSON text cannot carry here"
+            ) from None
+        raise BadValue(f"{option}: not JSON: {exc}") from exc
+
+
 def canonical_json(text: str, option: str) -> str:
     """Strict JSON (no NaN or Infinity) in the canonical form the store compares."""
+    value = parsed_json(text, option)
     try:
-        return to_json(json.loads(text))
-    except (json.JSONDecodeError, NotJsonable) as exc:
-        raise click.BadParameter(f"not JSON: {exc}", param_hint=option) from exc
+        return to_json(value)
+    except NotJsonable as exc:
+        raise BadValue(f"{option}: not JSON: {exc}") from exc
 
 
 def checked(call: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         return call(*args, **kwargs)
     except RunifoldError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise cli_error(exc) from exc
 
 
 def echo_json(value: object, *, indent: int | None = 2) -> None:

@@ -67,7 +67,7 @@ def dashboard(
         from .dashboard.serving import make_server, url_of
     except ImportError as exc:
         raise click.ClickException(str(exc)) from exc
-    with opened_store(database) as store:
+    with opened_store(database, reads_only=True) as store:
         try:
             server = make_server(create_app(store, token=token, registry=registry), host, port)
         except OSError as exc:

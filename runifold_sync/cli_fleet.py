@@ -57,7 +57,7 @@ def versions(app_ref: str | None, live_within: float, database: str | None, as_j
 
     registry = None if app_ref is None else checked(load_registry, app_ref)
     window = checked(seconds_duration, "--live-within", live_within, minimum_s=0)
-    with opened_store(database) as store:
+    with opened_store(database, reads_only=True) as store:
         served = served_versions(store, window)
     references = [s.reference for s in served]
     missing = [r for r in references if registry is not None and registry.get(r.name, r.version) is None]
@@ -128,7 +128,7 @@ def workers(live_within: float, database: str | None, as_json: bool) -> None:
     """List registered workers: host, pid, start, last seen, the queues they claim from
     and the versions they serve."""
     window = checked(seconds_duration, "--live-within", live_within, minimum_s=0)
-    with opened_store(database) as store:
+    with opened_store(database, reads_only=True) as store:
         records = store.workers()
     if as_json:
         click.echo(
@@ -169,7 +169,7 @@ def stats(live_within: float, database: str | None, as_json: bool) -> None:
     """Show queue depth and the oldest ready task's age per tenant and state, tenants
     held back by admission, referenced definition versions no live worker serves, and
     queued work no live worker can claim (its queue, version or steps)."""
-    with opened_store(database) as store:
+    with opened_store(database, reads_only=True) as store:
         queues = store.queue_stats()
         tenants = store.tenant_admission()
         unserved = [
@@ -326,7 +326,7 @@ def tenant_set(
 @json_option
 def tenant_list(database: str | None, as_json: bool) -> None:
     """List tenants with a policy: leases and limit, charges and budget, held tasks."""
-    with opened_store(database) as store:
+    with opened_store(database, reads_only=True) as store:
         tenants = store.tenant_admission()
     if as_json:
         click.echo(json.dumps([_admission_json(a) for a in tenants], indent=2))

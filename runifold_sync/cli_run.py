@@ -16,6 +16,7 @@ from click.core import ParameterSource
 from .cli_common import (
     app_option,
     checked,
+    cli_error,
     database_option,
     echo_json,
     json_option,
@@ -32,6 +33,8 @@ from .redaction import redacted
 from .retention import RetentionPolicy
 from .retention_process import pruning_beside
 from .runner import (
+    MIN_HEARTBEAT_S,
+    MIN_LEASE_S,
     RunifoldSettings,
     default_worker_id,
     describe_report,
@@ -87,7 +90,7 @@ def _queue_names(ctx: click.Context, param: click.Parameter, value: tuple[str, .
 @click.option(
     "--lease",
     "lease_s",
-    type=click.FloatRange(min=0.1),
+    type=click.FloatRange(min=MIN_LEASE_S),
     default=30.0,
     show_default=True,
     help="Lease seconds.",
@@ -95,10 +98,9 @@ def _queue_names(ctx: click.Context, param: click.Parameter, value: tuple[str, .
 @click.option(
     "--heartbeat",
     "heartbeat_s",
-    type=click.FloatRange(min=0.05),
-    default=10.0,
-    show_default=True,
-    help="Heartbeat interval seconds (at most half the lease).",
+    type=click.FloatRange(min=MIN_HEARTBEAT_S),
+    default=None,
+    help="Heartbeat interval seconds (at most half the lease).  [default: a third of the lease]",
 )
 @click.option(
     "--claim-batch",
@@ -193,9 +195,11 @@ def _queue_names(ctx: click.Context, param: click.Parameter, value: tuple[str, .
     show_envvar=True,
     help="Trace cycles, steps, effects and waits with OpenTelemetry (the otel extra): each worker "
     "process builds its own provider after the fork from the standard OTEL_* variables "
-    "(OTEL_TRACES_EXPORTER: default otlp, OTLP over gRPC from opentelemetry-exporter-otlp; "
-    "otlp_proto_http, the extra's OTLP over HTTP; console; OTEL_EXPORTER_OTLP_ENDPOINT; "
-    "OTEL_SERVICE_NAME). An exporter not installed is refused before any worker starts.",
+    "(OTEL_TRACES_EXPORTER: default otlp, OTLP over HTTP from the extra, to "
+    "http://localhost:4318 unless OTEL_EXPORTER_OTLP_ENDPOINT says otherwise; over gRPC with "
+    "OTEL_EXPORTER_OTLP_PROTOCOL=grpc and opentelemetry-exporter-otlp-proto-grpc installed; "
+    "console; none; OTEL_SERVICE_NAME). An exporter not installed is refused before any "
+    "worker starts.",
 )
 @json_option
 def run(
@@ -204,7 +208,7 @@ def run(
     concurrency: int,
     worker_id: str,
     lease_s: float,
-    heartbeat_s: float,
+    heartbeat_s: float | None,
     claim_batch: int,
     recycle_after: int | None,
     shutdown_grace_s: float,
@@ -277,7 +281,7 @@ def run(
                 tend = pruner.tend  # restarts it when it dies
             report = run_pool(settings, concurrency, worker_id, observer=observer, tend=tend)
     except RunifoldError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise cli_error(exc) from exc
     if as_json:
         click.echo(
             json.dumps(

@@ -59,7 +59,7 @@ def schedules(database: str | None, as_json: bool) -> None:
     version: it is stored, but no running registry adds it, so nothing creates its ticks
     (`schedule remove` deletes it once no registry should have it). Not flagged means a
     live worker may declare it, not that one does."""
-    with opened_store(database) as store:
+    with opened_store(database, reads_only=True) as store:
         records = store.schedules()
         live = live_workers(store)
         now = store.now()
@@ -158,7 +158,7 @@ def history(name: str, database: str | None, as_json: bool) -> None:
     """Show what happened to schedule NAME: declared, changed (another definition was
     declared), paused, resumed and removed, with who and why. A removed schedule keeps
     its history."""
-    with opened_store(database) as store:
+    with opened_store(database, reads_only=True) as store:
         events = store.schedule_history(name)
         if not events:
             store.schedule(name)  # an unknown name is an error, not an empty history

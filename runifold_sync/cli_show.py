@@ -51,7 +51,7 @@ def record_json(record: TaskRecord) -> dict[str, Any]:
 @json_option
 def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) -> None:
     """Show a task's state, why it is not running, its checkpoint and its history."""
-    with opened_store(database) as store:
+    with opened_store(database, reads_only=True) as store:
         report = task_report(store, task_id, journal_limit)
     record, events, published, children = report.record, report.history, report.published, report.children
     family = [] if report.parent is None else [report.parent]

@@ -36,7 +36,7 @@ def wait(task_id: str, timeout: timedelta, database: str | None, as_json: bool) 
     cancelled with. Exits 0 when it completed, 1 when it failed or was cancelled (and on
     an error, such as an unknown task), 2 when it had not finished within --timeout."""
     timed_out = False
-    with opened_store(database) as store:
+    with opened_store(database, reads_only=True) as store:
         try:
             record = store.wait_for_task(task_id, timeout)
         except WaitTimedOut:

@@ -25,6 +25,14 @@ class InvalidArgument(RunifoldError, ValueError):
     """An argument was rejected at the call that received it."""
 
 
+class AppNotLoaded(InvalidArgument):
+    """The application's registry could not be had from its ``module:attribute``
+    reference: the module is not on the import path, raised while it was imported (the
+    original exception is this one's ``__cause__``), lacks the attribute, or the
+    attribute is no registry. The message is one line naming the module and, for an
+    exception on import, the file and line it was raised at."""
+
+
 class DefinitionConflict(InvalidArgument):
     """The same name and version was registered with a different step graph."""
 
@@ -192,6 +200,13 @@ class StoreNotWritable(StoreUnavailable):
     """The store's database refuses this process's writes: file or directory permissions,
     a read-only filesystem, a read-only (standby) server, missing privileges. An operator
     must act, so workers retry only a few times and then stop with this reason."""
+
+
+class StoreMisconfigured(StoreNotWritable):
+    """The store is reached in a way its URL does not say: a transaction-pooling PgBouncer
+    without ``pgbouncer=true``, which runs the next transaction on another server
+    connection, where the statements this connection prepared do not exist. Waiting does
+    not cure it; the URL must change, so workers treat it as a store that refuses writes."""
 
 
 class StoreClosed(StoreUnavailable):

@@ -50,7 +50,13 @@ def check_name(kind: str, value: object) -> str:
         raise InvalidArgument(f"{kind} must be non-empty without surrounding spaces, got {value!r}")
     if len(value) > _NAME_MAX:
         raise InvalidArgument(f"{kind} is longer than {_NAME_MAX} characters: {value[:40]!r}...")
-    if any(not ch.isprintable() for ch in value):
+    if not value.isprintable():
+        surrogate = next((ch for ch in value if "\ud800" <= ch <= "\udfff"), None)
+        if surrogate is not None:  # no character at all: what undecodable bytes in argv become
+            raise InvalidArgument(
+                f"{kind} contains a lone surrogate U+{ord(surrogate):04X}, which is not a Unicode "
+                f"character (was it made from bytes that are not UTF-8?): {value!r}"
+            )
         raise InvalidArgument(f"{kind} contains control characters: {value!r}")
     return value
 

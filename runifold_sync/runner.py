@@ -61,6 +61,10 @@ CycleHook = Callable[[], AbstractContextManager[object]]
 StoreHook = Callable[[WorkflowStore], None]
 
 
+MIN_LEASE_S = 0.1
+MIN_HEARTBEAT_S = 0.05  # half the shortest lease
+
+
 def _number(name: str, value: object, minimum: float) -> float:
     return seconds_duration(name, value, minimum_s=minimum).total_seconds()
 
@@ -116,10 +120,11 @@ class RunifoldSettings:
                 f"RUNIFOLD_APP must be a 'module:attribute' string or a WorkflowRegistry, got {app!r}"
             )
         concurrency = check_count("RUNIFOLD_CONCURRENCY", values.get("RUNIFOLD_CONCURRENCY", 1))
-        lease_s = _number("RUNIFOLD_LEASE_SECONDS", values.get("RUNIFOLD_LEASE_SECONDS", 30), 0.1)
-        heartbeat_s = _number(
-            "RUNIFOLD_HEARTBEAT_SECONDS", values.get("RUNIFOLD_HEARTBEAT_SECONDS", 10), 0.05
-        )
+        lease_s = _number("RUNIFOLD_LEASE_SECONDS", values.get("RUNIFOLD_LEASE_SECONDS", 30), MIN_LEASE_S)
+        heartbeat_s = values.get("RUNIFOLD_HEARTBEAT_SECONDS")
+        if heartbeat_s is None:  # a third of the lease, so a lease given alone is never refused
+            heartbeat_s = max(lease_s / 3, MIN_HEARTBEAT_S)
+        heartbeat_s = _number("RUNIFOLD_HEARTBEAT_SECONDS", heartbeat_s, MIN_HEARTBEAT_S)
         lease = LeaseDuration(timedelta(seconds=lease_s))
         heartbeat = timedelta(seconds=heartbeat_s)
         claim_batch = check_int(

@@ -207,8 +207,8 @@ def provider_from_env() -> TracerProvider:
     build after the fork: the resource from ``OTEL_SERVICE_NAME`` and
     ``OTEL_RESOURCE_ATTRIBUTES``, the sampler from ``OTEL_TRACES_SAMPLER``, and one batch
     processor (``OTEL_BSP_*``) per exporter named in ``OTEL_TRACES_EXPORTER`` (comma
-    separated; default ``otlp``: OTLP over gRPC, or over HTTP (the ``otel`` extra's) with
-    ``OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf``, reading ``OTEL_EXPORTER_OTLP_*``;
+    separated; default ``otlp``: OTLP over HTTP (the ``otel`` extra's), or over gRPC with
+    ``OTEL_EXPORTER_OTLP_PROTOCOL=grpc``, reading ``OTEL_EXPORTER_OTLP_*``;
     ``console`` comes with the SDK; ``none`` exports nothing).
     An exporter no installed package provides is :class:`InvalidArgument`
     (``tracing_env``, which ``run`` also checks before it forks)."""

@@ -25,15 +25,26 @@ _GROUP = "opentelemetry_traces_exporter"
 
 _PROTOCOL_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 _OTLP_BY_PROTOCOL = {"grpc": "otlp_proto_grpc", "http/protobuf": "otlp_proto_http"}
+# OTLP over HTTP when no protocol variable is set: the exporter the ``otel`` extra
+# installs, and the default the OpenTelemetry specification gives SDKs (the Python SDK's
+# own ``otlp`` is gRPC, whose exporter the extra does not install).
+DEFAULT_PROTOCOL = "http/protobuf"
 
 
 def exporter_names() -> list[str]:
     """The exporters ``OTEL_TRACES_EXPORTER`` names, comma separated (default ``otlp``;
     ``none`` names none). ``otlp`` is the exporter of the protocol the OTLP protocol
-    variables give, gRPC when they are unset, as the OpenTelemetry SDK reads them: so
-    ``OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`` takes the ``otel`` extra's HTTP one."""
+    variables give, OTLP over HTTP (the ``otel`` extra's) when they are unset, so
+    ``run --tracing`` works with nothing set; ``OTEL_EXPORTER_OTLP_PROTOCOL=grpc`` takes
+    the gRPC one (``opentelemetry-exporter-otlp-proto-grpc``)."""
+    return [name for _, name in _named_exporters()]
+
+
+def _named_exporters() -> list[tuple[str, str]]:
+    """Each exporter as the variable names it (``otlp``) and as its entry point does
+    (``otlp_proto_http``)."""
     names = [n.strip() for n in os.environ.get(EXPORTER_VARIABLE, "otlp").split(",") if n.strip()]
-    return [_otlp_by_protocol() if name == "otlp" else name for name in names if name != "none"]
+    return [(name, _otlp_by_protocol() if name == "otlp" else name) for name in names if name != "none"]
 
 
 def _otlp_by_protocol() -> str:
@@ -46,7 +57,7 @@ def _otlp_by_protocol() -> str:
                     f"{' or '.join(sorted(_OTLP_BY_PROTOCOL))}"
                 )
             return _OTLP_BY_PROTOCOL[protocol]
-    return _OTLP_BY_PROTOCOL["grpc"]
+    return _OTLP_BY_PROTOCOL[DEFAULT_PROTOCOL]
 
 
 def exporter_entry_points() -> list[EntryPoint]:
@@ -58,14 +69,15 @@ def exporter_entry_points() -> list[EntryPoint]:
             "tracing needs the OpenTelemetry SDK, which is not installed: pip install 'runifold_sync[otel]'"
         )
     found = []
-    for name in exporter_names():
+    for given, name in _named_exporters():
         matches = entry_points(group=_GROUP, name=name)
         if not matches:
+            named = f"{given!r}" if given == name else f"{given!r} ({name}, by the OTLP protocol variables)"
             raise InvalidArgument(
-                f"{EXPORTER_VARIABLE} names {name!r}, but no installed package provides that exporter "
-                "(OTLP over gRPC, otlp_proto_grpc: pip install opentelemetry-exporter-otlp-proto-grpc; "
-                "OTLP over HTTP, otlp_proto_http, comes with the otel extra (otlp names it with "
-                "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf); console comes with the SDK)"
+                f"{EXPORTER_VARIABLE} names {named}, but no installed package provides that exporter "
+                "(OTLP over HTTP, otlp_proto_http, the default for otlp, comes with the otel extra; "
+                "OTLP over gRPC, otlp_proto_grpc (otlp with OTEL_EXPORTER_OTLP_PROTOCOL=grpc): "
+                "pip install opentelemetry-exporter-otlp-proto-grpc; console comes with the SDK)"
             )
         found.append(next(iter(matches)))
     return found

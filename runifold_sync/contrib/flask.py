@@ -22,7 +22,7 @@ Settings, read from ``app.config`` when ``init_app`` runs:
 - ``RUNIFOLD_APP``: ``module:attribute`` of the ``WorkflowRegistry`` (or the registry
   itself); needed only by processes that run workers.
 - ``RUNIFOLD_CONCURRENCY`` (1), ``RUNIFOLD_LEASE_SECONDS`` (30),
-  ``RUNIFOLD_HEARTBEAT_SECONDS`` (10, at most half the lease), ``RUNIFOLD_CLAIM_BATCH`` (1),
+  ``RUNIFOLD_HEARTBEAT_SECONDS`` (a third of the lease; at most half), ``RUNIFOLD_CLAIM_BATCH`` (1),
   ``RUNIFOLD_RECYCLE_AFTER`` (tasks after which a pool worker is replaced; default never).
 
 The store is opened on first use in each process and closed when the process exits, not

@@ -25,7 +25,14 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
-from ..errors import InvalidArgument, StoreClosed, StoreNotWritable, StoreUnavailable, StoreUsedAcrossFork
+from ..errors import (
+    InvalidArgument,
+    StoreClosed,
+    StoreMisconfigured,
+    StoreNotWritable,
+    StoreUnavailable,
+    StoreUsedAcrossFork,
+)
 from ..models import check_int
 from ..redaction import redacted, scrubbed
 from .outage import OutageLog
@@ -42,6 +49,21 @@ _CHECK_AFTER_IDLE_S = 1.0
 _POOL_NAME = "runifold"
 # How psycopg_pool logs each failed reconnection (psycopg_pool/pool.py, _add_connection).
 _RECONNECT_FAILED = "error connecting in %r: %s"
+
+
+# A statement prepared on one server connection, run on another (or prepared twice): what
+# a transaction pooler does when the URL does not say it is there.
+_PREPARED_ELSEWHERE = (
+    "{where}: {error}: a transaction-pooling PgBouncer (or another transaction pooler) is "
+    "between this process and the server and the URL does not say so: the next transaction "
+    "ran on another server connection, without the statements this one had prepared. "
+    "Add pgbouncer=true to the store URL (?pgbouncer=true; with listen_host and listen_port "
+    "naming the server itself, idle workers LISTEN there instead of polling)"
+)
+
+
+def _named(exc: psycopg.Error) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 class PooledConnection(psycopg.Connection[DictRow]):
@@ -206,6 +228,8 @@ class ProcessPool:
                     yield conn
                 finally:
                     conn.returned_at = time.monotonic()
+        except (psycopg.errors.InvalidSqlStatementName, psycopg.errors.DuplicatePreparedStatement) as exc:
+            raise StoreMisconfigured(_PREPARED_ELSEWHERE.format(where=self.where, error=_named(exc))) from exc
         except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction) as exc:
             # Missing privileges or a read-only (standby) server: an operator must act.
             raise StoreNotWritable(f"{self.where} refused a write: {type(exc).__name__}: {exc}") from exc

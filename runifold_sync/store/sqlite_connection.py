@@ -50,12 +50,17 @@ def store_error(message: str, path: str, exc: sqlite3.Error) -> StoreUnavailable
 
 
 def why_not_writable(path: str) -> str:
-    """What stops this process writing the database at ``path``, as far as it can tell."""
+    """What stops this process reading or writing the database at ``path``, as far as it
+    can tell: a file it may not read is said to be unreadable (SQLite reports both as
+    "unable to open"), a file it may read but not write to be read-only to it."""
     directory = os.path.dirname(os.path.abspath(path))
     who = f"uid {os.geteuid()}"
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        mode = os.stat(path).st_mode & 0o777
-        return f"the file {path!r} is not writable by this process ({who}, mode {mode:04o})"
+    if os.path.exists(path):
+        access = (("readable", os.R_OK), ("writable", os.W_OK))
+        denied = [what for what, flag in access if not os.access(path, flag)]
+        if denied:
+            mode = os.stat(path).st_mode & 0o777
+            return f"the file {path!r} is not {' or '.join(denied)} by this process ({who}, mode {mode:04o})"
     if not os.access(directory, os.W_OK):
         return (
             f"the directory {directory!r} is not writable by this process ({who}); SQLite "

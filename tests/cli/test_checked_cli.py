@@ -177,7 +177,7 @@ def test_signal_to_a_waiting_approval_refuses_a_non_approver_and_a_malformed_dec
     assert malformed.exit_code == 1 and "an approval payload must be" in malformed.stderr
     assert (decided.exit_code, json.loads(decided.stdout)) == (
         0,
-        {"task_id": "t1", "signal_id": "a3", "delivered": True, "checked": "waiting"},
+        {"task_id": "t1", "signal_id": "a3", "sender": "manager", "delivered": True, "checked": "waiting"},
     )
     assert [e.detail["signal_id"] for e in store.history("t1") if e.kind == "signal_refused"] == ["a1", "a2"]
 

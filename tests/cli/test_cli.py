@@ -124,12 +124,13 @@ def test_run_refuses_a_heartbeat_longer_than_half_the_lease(url: str) -> None:
 
 def test_run_refuses_an_app_reference_that_is_not_a_registry(url: str) -> None:
     code, out = _invoke("run", "--app", "tests.integration.pool_app:STEPS", "--database", url, "--once")
-    assert code == 1 and "is not a WorkflowRegistry" in out
+    assert code == 2 and "is not a WorkflowRegistry" in out  # a usage error, as every bad --app
     code, out = _invoke("run", "--app", "no_such_module_x:registry", "--database", url, "--once")
-    assert code == 1 and "cannot import 'no_such_module_x'" in out
+    assert code == 2 and "cannot import 'no_such_module_x'" in out
 
 
 def test_show_of_unknown_task_fails_with_its_id(url: str) -> None:
+    _invoke("migrate", "--database", url)
     code, out = _invoke("show", "missing-task", "--database", url)
     assert code == 1 and "no task with id 'missing-task'" in out
 
@@ -361,6 +362,7 @@ def test_enqueue_reads_its_input_from_a_file_or_standard_input(url: str, tmp_pat
 
 
 def test_stats_and_list_on_an_empty_store_say_there_are_no_tasks(url: str) -> None:
+    _invoke("migrate", "--database", url)
     assert _invoke("stats", "--database", url) == (0, "no tasks\n")
     assert _invoke("list", "--database", url) == (0, "no tasks\n")
     assert _invoke("list", "--tenant", "acme", "--database", url) == (0, "no tasks match these filters\n")

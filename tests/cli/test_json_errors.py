@@ -44,6 +44,7 @@ def test_enqueue_of_an_unknown_workflow_answers_in_json_with_the_error_and_its_t
 
 
 def test_wait_for_an_unknown_task_answers_in_json_and_without_json_prints_nothing_on_stdout(url: str) -> None:
+    _invoke("migrate", "--database", url)
     result = _invoke("wait", "nope", "--database", url, "--json")
     assert result.exit_code == 1
     assert _error(result) == {"error": "no task with id 'nope'", "type": "TaskNotFound"}

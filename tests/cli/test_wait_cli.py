@@ -78,6 +78,7 @@ def test_wait_exits_2_when_the_task_is_unfinished_at_the_timeout(url: str) -> No
 
 
 def test_wait_for_an_unknown_task_or_with_a_bad_timeout_says_so(url: str) -> None:
+    _invoke("migrate", "--database", url)
     unknown = _invoke("wait", "nope", "--database", url)
     assert (unknown.exit_code, unknown.stderr) == (1, "Error: no task with id 'nope'\n")
     bad = _invoke("wait", "t1", "--timeout", "soon", "--database", url)

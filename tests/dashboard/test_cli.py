@@ -68,6 +68,7 @@ def test_a_token_file_that_is_missing_or_empty_is_a_usage_error(tmp_path: Path) 
 def test_a_port_in_use_is_an_error_naming_it(tmp_path: Path) -> None:
     import socket
 
+    open_store(f"sqlite:///{tmp_path / 'x.db'}").close()  # dashboard opens only a store that exists
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -90,3 +90,20 @@ def test_run_in_a_directory_it_may_not_write_stops_at_once_naming_the_directory(
         f"writable by this process (uid {os.geteuid()}); SQLite creates the database's -wal and -shm files "
         "beside it"
     )
+
+
+@pytest.mark.parametrize(
+    ("mode", "denied"), [(0o000, "readable or writable"), (0o200, "readable")], ids=["0000", "0200"]
+)
+def test_a_file_it_may_not_read_is_said_to_be_unreadable_not_unwritable(
+    tmp_path: Path, mode: int, denied: str
+) -> None:
+    path = tmp_path / "workflows.db"
+    url = with_a_task(path)
+    path.chmod(mode)
+    listed = unprivileged("list", "--database", url)
+    assert listed.returncode == 1
+    assert listed.stderr.splitlines()[-1] == (
+        f"Error: cannot open SQLite database '{path}': unable to open database file (the file "
+        f"'{path}' is not {denied} by this process (uid {os.geteuid()}, mode {mode:04o}))"
+    )

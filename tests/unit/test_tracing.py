@@ -150,12 +150,15 @@ def test_otlp_is_the_exporter_of_the_otlp_protocol_variables_as_the_sdk_reads_th
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
     ):
         monkeypatch.delenv(variable, raising=False)
-    assert exporter_names() == ["otlp_proto_grpc"]  # the default: otlp, over gRPC
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-    assert exporter_names() == ["otlp_proto_http"]
-    # the otel extra's exporter, found and built by the name otlp
+    # the default: otlp, over HTTP, the otel extra's exporter, found and built by that name
     assert [e.name for e in exporter_entry_points()] == ["otlp_proto_http"]
     provider_from_env().shutdown()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    assert exporter_names() == ["otlp_proto_grpc"]
+    with pytest.raises(InvalidArgument, match=r"names 'otlp' \(otlp_proto_grpc, by the OTLP protocol"):
+        exporter_entry_points()  # not installed here
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    assert exporter_names() == ["otlp_proto_http"]
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")  # the per-signal one wins
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp,console")
     assert exporter_names() == ["otlp_proto_grpc", "console"]

@@ -17,7 +17,7 @@
 Settings: ``RUNIFOLD_DATABASE_URL`` (default ``$RUNIFOLD_DATABASE_URL``, else a local
 SQLite file), ``RUNIFOLD_APP`` (``module:attribute`` of the ``WorkflowRegistry``, needed
 only where workers run), ``RUNIFOLD_CONCURRENCY`` (1), ``RUNIFOLD_LEASE_SECONDS`` (30),
-``RUNIFOLD_HEARTBEAT_SECONDS`` (10, at most half the lease), ``RUNIFOLD_CLAIM_BATCH`` (1),
+``RUNIFOLD_HEARTBEAT_SECONDS`` (a third of the lease; at most half), ``RUNIFOLD_CLAIM_BATCH`` (1),
 ``RUNIFOLD_RECYCLE_AFTER`` (tasks after which a pool worker is replaced; default never).
 ``RUNIFOLD_DATABASE`` (a Django database alias) puts the store in that database instead
 of ``RUNIFOLD_DATABASE_URL``'s, and enqueues then write in Django's transaction
