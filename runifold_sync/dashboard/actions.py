@@ -1,8 +1,9 @@
 """The dashboard's actions: POST ``/tasks/<task id>/<action>`` for cancel, retry, pause,
 resume, resolve (an ambiguous effect), signal and approval, and the login that lets a
 browser take them. Each is refused first by :func:`.security.refusal` (read-only 403, no
-token 401, no CSRF token 403), then calls one store operation, which records the actor
-and the reason in the task's history, and answers with a redirect to the task's page."""
+token 401, a session's request without its CSRF token 403), then calls one store
+operation, which records the actor and the reason in the task's history, and answers
+with a redirect to the task's page."""
 
 from __future__ import annotations
 

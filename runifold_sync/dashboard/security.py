@@ -1,13 +1,18 @@
 """Who may act, and the headers every response carries.
 
-An action needs two things:
+An action needs the token, in one of two ways:
 
-- the token, either from the login form (which stores a digest of it in Flask's signed
-  session cookie: HttpOnly, SameSite=Strict) or in an ``Authorization: Bearer`` header;
-  without it the request is refused with 401;
-- the CSRF token of the session, in the form field ``csrf_token``; a missing or wrong
-  one is refused with 403. A bearer client reads it from the form of any page it GETs
-  (with the session cookie that page set), as a browser does.
+- an ``Authorization: Bearer`` header (an API client, curl): nothing else is needed. A
+  browser never sends that header by itself, and a page of another site cannot make it
+  send one here (it is not a header a cross-origin request may carry without the
+  dashboard's consent, which it never gives), so such a request cannot be forged;
+- a session logged in with the login form (which stores a digest of the token in
+  Flask's signed session cookie: HttpOnly, SameSite=Strict), plus the session's CSRF
+  token in the form field ``csrf_token``: a browser sends the cookie with any request,
+  so the CSRF token is what shows the form is the dashboard's own. A missing or wrong
+  one is refused with 403.
+
+Without either the request is refused with 401.
 
 With no token configured the dashboard is read-only: every POST is 403. Tokens are
 compared with :func:`hmac.compare_digest`, and never logged or rendered.
@@ -87,10 +92,13 @@ def authenticated(token: str | None) -> bool:
 
 def refusal(token: str | None) -> tuple[int, str] | None:
     """Why this POST to an action must be refused (status and message), None when it may
-    go on: read-only (403), no or a wrong token (401), no or a wrong CSRF token (403)."""
+    go on: read-only (403), no or a wrong token (401), a session's request without its
+    CSRF token (403); a request with the bearer token needs none."""
     if token is None:
         return 403, "this dashboard is read-only: it was started without a token"
-    if not authenticated(token):
+    if bearer_ok(token):
+        return None
+    if not session_ok(token):
         return 401, "log in with the dashboard's token (or send Authorization: Bearer) to act"
     if not csrf_ok():
         return 403, "the form's CSRF token is missing or wrong: reload the page and try again"

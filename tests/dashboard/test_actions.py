@@ -1,6 +1,7 @@
-"""The dashboard's actions on SQLite and PostgreSQL: each needs the token (login session
-or bearer header: else 401) and the session's CSRF token (else 403), records the actor
-and the reason in the task's history, and a read-only dashboard refuses every POST."""
+"""The dashboard's actions on SQLite and PostgreSQL: each needs the token (a bearer header,
+or a login session with its CSRF token: else 401, and 403 without the CSRF token),
+records the actor and the reason in the task's history, and a read-only dashboard
+refuses every POST."""
 
 from __future__ import annotations
 
@@ -87,20 +88,30 @@ def test_cancel_with_the_token_and_csrf_records_the_actor_and_reason(
     assert "cancel: task is cancelled" in page and "customer called" in page
 
 
-def test_a_bearer_client_acts_with_the_csrf_token_of_the_page_it_read(
+def test_a_bearer_client_acts_without_a_csrf_token_or_a_session(
+    app: flask.Flask, store: WorkflowStore, seeded: Seeded
+) -> None:
+    curl = app.test_client(use_cookies=False)  # as curl: no cookie, no page read first
+    response = curl.post(
+        f"/tasks/{seeded.waiting}/pause",
+        data={"reason": "deploy", "actor": "ci-bot"},
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    assert response.status_code == 303, said(response)
+    assert last_event(store, seeded.waiting) == ("paused", {"actor": "ci-bot", "reason": "deploy"})
+
+
+def test_a_logged_in_browser_session_without_a_bearer_header_still_needs_the_csrf_token(
     client: FlaskClient, store: WorkflowStore, seeded: Seeded
 ) -> None:
-    bearer = {"Authorization": f"Bearer {TOKEN}"}
-    no_csrf = client.post(f"/tasks/{seeded.waiting}/pause", data={"reason": "r"}, headers=bearer)
-    assert no_csrf.status_code == 403
-    csrf = csrf_of(client, f"/tasks/{seeded.waiting}", headers=bearer)
-    response = client.post(
-        f"/tasks/{seeded.waiting}/pause",
-        data={"csrf_token": csrf, "reason": "deploy", "actor": "ci-bot"},
-        headers=bearer,
+    log_in(client)
+    forged = client.post(f"/tasks/{seeded.waiting}/pause", data={"reason": "r"})
+    assert forged.status_code == 403 and "CSRF token is missing or wrong" in said(forged)
+    basic = client.post(  # another scheme (a proxy's Basic auth) is no bearer token
+        f"/tasks/{seeded.waiting}/pause", data={"reason": "r"}, headers={"Authorization": f"Basic {TOKEN}"}
     )
-    assert response.status_code == 303
-    assert last_event(store, seeded.waiting) == ("paused", {"actor": "ci-bot", "reason": "deploy"})
+    assert basic.status_code == 403
+    assert not store.get_task(seeded.waiting).paused
 
 
 def test_pause_resume_retry_resolve_signal_and_approval_record_who_and_why(
