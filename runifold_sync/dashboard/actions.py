@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import flask
 
-from ..codec import to_json
+from ..codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
 from ..errors import InvalidArgument
 from ..store.base import WorkflowStore
 from . import security
@@ -34,11 +34,20 @@ def _field(name: str, *, required: bool = True) -> str:
 
 
 def _json_field(name: str, default: str) -> str:
+    """The form field ``name`` (``default`` when empty) as canonical JSON text: strict JSON
+    (no NaN or Infinity) nested at most :data:`~runifold_sync.codec.MAX_NESTING_DEPTH`
+    deep, as the store takes it; anything else is refused naming the field (a 400)."""
     text = flask.request.form.get(name, "").strip() or default
     try:
-        return to_json(json.loads(text))
-    except ValueError as exc:
-        raise InvalidArgument(f"form field {name!r} must be JSON, got {text[:80]!r}: {exc}") from exc
+        return to_json(json.loads(text, parse_constant=_not_json), max_depth=MAX_NESTING_DEPTH)
+    except (RecursionError, NestedTooDeep):  # the decoder recurses once a level
+        raise InvalidArgument(f"form field {name!r} nests deeper than {MAX_NESTING_DEPTH} levels") from None
+    except (ValueError, NotJsonable) as exc:
+        raise InvalidArgument(f"form field {name!r} must be JSON, got {text[:80]!r}: {exc}") from None
+
+
+def _not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not a JSON value")
 
 
 def _cancel(store: WorkflowStore, task_id: str, actor: str, reason: str) -> str:

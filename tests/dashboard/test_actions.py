@@ -225,3 +225,28 @@ def test_create_app_refuses_a_bad_token_without_repeating_it(store: WorkflowStor
     assert "   " not in str(raised.value).split("got")[-1].strip("a str")
     with pytest.raises(InvalidArgument, match="store must be a WorkflowStore"):
         create_app("sqlite:///x.db")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("action", "field", "text", "why"),
+    [
+        ("signal", "payload", "NaN", "NaN is not a JSON value"),
+        ("signal", "payload", '{"amount": -Infinity}', "-Infinity is not a JSON value"),
+        ("signal", "payload", "[" * 10_000 + "]" * 10_000, "nests deeper than 100 levels"),
+        ("signal", "payload", "[" * 101 + "]" * 101, "nests deeper than 100 levels"),
+        ("signal", "payload", '{"open": ', "must be JSON"),
+        ("resolve", "result", "[" * 10_000 + "]" * 10_000, "nests deeper than 100 levels"),
+        ("resolve", "result", "Infinity", "Infinity is not a JSON value"),
+    ],
+)
+def test_a_json_field_that_is_not_strict_json_is_a_400_naming_the_field(
+    client: FlaskClient, store: WorkflowStore, seeded: Seeded, action: str, field: str, text: str, why: str
+) -> None:
+    task_id = seeded.waiting if action == "signal" else seeded.ambiguous
+    before = store.history(task_id)
+    csrf = log_in(client)
+    fields = {"name": "go", "signal_id": "form-1", "applied": "yes", field: text}
+    response = client.post(f"/tasks/{task_id}/{action}", data={"csrf_token": csrf, "reason": "r", **fields})
+    assert response.status_code == 400
+    assert f"form field {field!r}" in said(response) and why in said(response)
+    assert store.history(task_id) == before
