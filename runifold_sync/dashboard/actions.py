@@ -113,7 +113,7 @@ ACTIONS: dict[str, Callable[[WorkflowStore, str, str, str], str]] = {
 }
 
 
-@posts.post("/tasks/<path:task_id>/<action>")
+@posts.post("/tasks/<task_id:task_id>/<action>")
 def act(task_id: str, action: str) -> flask.typing.ResponseReturnValue:
     board = dashboard()
     refused = security.refusal(board.token)

@@ -50,6 +50,8 @@ def create_app(
     app.after_request(security.add_headers)
     app.context_processor(_page_context)
     formatting.install(app)
+    app.url_map.converters["task_id"] = views.TaskIdConverter
+    app.url_map.merge_slashes = False  # "a//b" is a task id, not a path to tidy
     app.register_blueprint(views.pages)
     app.register_blueprint(actions.posts)
     app.register_error_handler(TaskNotFound, _not_found)

@@ -5,14 +5,16 @@ refuses every POST."""
 
 from __future__ import annotations
 
+import re
 from html import unescape
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 import flask
 import pytest
 from flask.testing import FlaskClient
 
-from runifold_sync import TaskState, WorkflowStore
+from runifold_sync import TaskState, WorkflowStore, WorkflowTask
 from runifold_sync.dashboard import create_app
 
 from .conftest import TOKEN, csrf_of, log_in
@@ -250,3 +252,62 @@ def test_a_json_field_that_is_not_strict_json_is_a_400_naming_the_field(
     assert response.status_code == 400
     assert f"form field {field!r}" in said(response) and why in said(response)
     assert store.history(task_id) == before
+
+
+# Task ids that are no plain path segment: dot segments a browser resolves away, slashes,
+# and what a URL gives a meaning to (%, ?, #), each as a whole id or part of one.
+AWKWARD_IDS = [
+    "../../workers",
+    "..",
+    ".",
+    "a/..",
+    "../",
+    "/lead",
+    "a//b",
+    "x/cancel",
+    "50%",
+    "q?x=1#frag",
+    "..~",
+    ".~~",
+    "~",
+    "%2e%2e",
+    "ünï/cödé",
+]
+
+
+def resolved(base: str, href: str) -> str:
+    """The path a browser asks for when it follows ``href`` on the page at ``base``: dot
+    segments resolved (RFC 3986, as ``urljoin`` does), percent escapes kept."""
+    return urlsplit(urljoin(f"http://localhost{base}", unescape(href))).path
+
+
+def test_a_task_whose_id_is_no_plain_path_segment_opens_and_is_acted_on_from_its_links(
+    client: FlaskClient, store: WorkflowStore, seeded: Seeded
+) -> None:
+    store.enqueue_many(
+        [WorkflowTask.new("orders", 1, n, checkpoint_id=i, tenant="odd") for n, i in enumerate(AWKWARD_IDS)]
+    )
+    csrf = log_in(client)
+    listing = "/tasks?tenant=odd&limit=100"
+    links = re.findall(
+        r'class="task-link" href="([^"]*)">([^<]*)</a>', client.get(listing).get_data(as_text=True)
+    )
+    assert sorted(unescape(t) for _, t in links) == sorted(AWKWARD_IDS)
+    for href, shown in links:
+        task_id = unescape(shown)
+        page_path = resolved(listing, href)
+        page = client.get(page_path)
+        assert page.status_code == 200, (task_id, page_path)
+        opened = re.search(r'<span id="task-id">([^<]*)</span>', page.get_data(as_text=True))
+        assert opened is not None and unescape(opened.group(1)) == task_id, (task_id, page_path)
+        form = re.search(
+            r'<form method="post" action="([^"]*)" class="action" id="action-pause">',
+            page.get_data(as_text=True),
+        )
+        assert form is not None, task_id
+        paused = client.post(
+            resolved(page_path, form.group(1)), data={"csrf_token": csrf, "reason": "odd id"}
+        )
+        assert paused.status_code == 303, (task_id, said(paused))
+        assert resolved(page_path, paused.headers["Location"]) == page_path
+        assert store.get_task(task_id).paused, task_id
