@@ -19,7 +19,7 @@ from ..operations import DEFAULT_LIVE_WITHIN, served_versions, unserved_work
 from ..store.checks import MAX_LIST_LIMIT
 from ..store.records import TaskRecord
 from ..store.sql_reads import MAX_PAGE_SCAN
-from ..task_report import failure_line, journal_line, task_report
+from ..task_report import failure_line, journal_line, refused_signals_line, task_report
 from . import charts
 from .board import dashboard
 
@@ -190,6 +190,7 @@ def task(task_id: str) -> str:
         timeline=charts.timeline(report.history, store.now(), finished),
         pending_signals=store.pending_signals(task_id),
         signal_events=signals,
+        refused_signals=refused_signals_line(record),
         actions=available_actions(record),
         new_signal_id=f"dashboard-{secrets.token_hex(8)}",
         budget=None if definition is None else definition.budget,

@@ -100,13 +100,16 @@ class OperatorOperations:
         deeply or is too large raises :class:`InvalidArgument` and nothing is stored.
         A sender of another tenant, checked before the signal id is looked up, gets
         :class:`TaskNotFound` exactly as for a task that does not exist (its refusal is
-        recorded in the task's history for operators). Refused with
-        :class:`SignalRefused` (and recorded) for a finished task or a task at its cap of
-        pending signals, and with :class:`SignalNotAccepted` for a signal its definition
-        would refuse for certain (:mod:`.signal_checks`: a name it does not declare, a
-        sender who is not an approver of the approval it waits for, a payload that is no
-        decision). The delivery says what was checked (``checked``); the rest is checked
-        by the wait that takes it. Wakes the task if it waits for ``name``."""
+        recorded for operators). Refused with :class:`SignalRefused` for a finished task
+        or a task at its cap of pending signals, and with :class:`SignalNotAccepted` for
+        a signal its definition would refuse for certain (:mod:`.signal_checks`: a name
+        it does not declare, a sender who is not an approver of the approval it waits
+        for, a payload that is no decision). Every refusal is counted on the task
+        (``TaskRecord.refused_signals``) and the first
+        :data:`~.refusals.RECORDED_SIGNAL_REFUSALS` are recorded in its history too, each
+        with sender and reason. The delivery says what was checked (``checked``); the
+        rest is checked by the wait that takes it. Wakes the task if it waits for
+        ``name``."""
         checks.check_task_id(task_id)
         payload_text = checks.check_signal(name, signal_id, sender, tenant, reason, payload)
         d = self.dialect
@@ -139,9 +142,12 @@ class OperatorOperations:
                 )
                 if tx.count("wake_for_signal", params | {"now": now}):
                     d.notify(tx)
-            kind = "signal_received" if refusal is None else "signal_refused"
-            d.event(tx, Event(task_id, now, kind, detail))
-        if refusal is not None:  # raised after the commit, so the refusal stays recorded
+                d.event(tx, Event(task_id, now, "signal_received", detail))
+            else:
+                tx.count("count_refused_signal", params)
+                if task["refused_signals"] < refusals.RECORDED_SIGNAL_REFUSALS:
+                    d.event(tx, Event(task_id, now, "signal_refused", detail))
+        if refusal is not None:  # raised after the commit, so the refusal stays counted
             raise refusals.refused_signal(task_id, signal_id, refusal, foreign=foreign, verdict=verdict)
         assert verdict is not None  # judged, since the sender's tenant is the task's
         return SignalDelivery(signal_id, created=True, checked=verdict.checked)

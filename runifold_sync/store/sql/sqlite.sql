@@ -288,6 +288,9 @@ ON CONFLICT (task_id, signal_id) DO NOTHING;
 -- name: select_signal
 SELECT name, payload FROM runifold_signals WHERE task_id = :task_id AND signal_id = :signal_id;
 
+-- name: count_refused_signal
+UPDATE runifold_tasks SET refused_signals = refused_signals + 1 WHERE task_id = :task_id;
+
 -- name: count_pending_signals
 SELECT COUNT(*) AS pending FROM runifold_signals WHERE task_id = :task_id AND consumed_at IS NULL;
 
@@ -351,7 +354,7 @@ RETURNING reason, task_id, parent_id;
 -- name: lock_task
 -- BEGIN IMMEDIATE already serializes writers: a plain read is enough here.
 SELECT tenant, state, cancel_requested, definition_name, definition_version, fencing_token,
-    waiting_for_signal, waiting_approval
+    refused_signals, waiting_for_signal, waiting_approval
 FROM runifold_tasks WHERE task_id = :task_id;
 
 -- name: declare_signals
