@@ -143,10 +143,7 @@ def login() -> flask.typing.ResponseReturnValue:
     given = flask.request.form.get("token", "")
     if not hmac.compare_digest(given.encode(), board.token.encode()):
         return flask.render_template("login.html", failed=True), 401
-    flask.session.clear()  # a new session (and CSRF token) on login: nothing before carries over
-    flask.session[security.AUTH] = security.token_digest(board.token)
-    flask.session[security.ACTOR] = _field("actor", required=False)[:200] or "dashboard"
-    flask.session.permanent = False
+    security.start_login(_field("actor", required=False)[:200] or "dashboard")
     return flask.redirect(flask.url_for("pages.overview"), 303)
 
 
@@ -154,5 +151,5 @@ def login() -> flask.typing.ResponseReturnValue:
 def logout() -> flask.typing.ResponseReturnValue:
     if not security.csrf_ok():
         return _refusal(403, "the form's CSRF token is missing or wrong: reload the page and try again")
-    flask.session.clear()
+    security.end_login()
     return flask.redirect(flask.url_for("pages.overview"), 303)

@@ -10,7 +10,10 @@ An action needs the token, in one of two ways:
   Flask's signed session cookie: HttpOnly, SameSite=Strict), plus the session's CSRF
   token in the form field ``csrf_token``: a browser sends the cookie with any request,
   so the CSRF token is what shows the form is the dashboard's own. A missing or wrong
-  one is refused with 403.
+  one is refused with 403. The cookie also carries the id of the session's login in the
+  store (``store.start_login``), checked on every request: a logout ends it there, and
+  so does the app's ``session_lifetime``, so a cookie kept from before either no longer
+  acts, in any process serving the dashboard.
 
 Without either the request is refused with 401.
 
@@ -26,11 +29,14 @@ import secrets
 
 import flask
 
+from .board import dashboard
+
 # The session keys: the digest of the token the session logged in with, the name it gave
 # (the actor its actions are recorded under), and its CSRF token.
 AUTH = "auth"
 ACTOR = "actor"
 CSRF = "csrf"
+LOGIN = "login"  # the id of the session's login in the store
 CSRF_FIELD = "csrf_token"
 
 HEADERS = {
@@ -80,8 +86,37 @@ def bearer_ok(token: str) -> bool:
 
 
 def session_ok(token: str) -> bool:
+    """Whether this request's session logged in with ``token`` and its login is live in
+    the store (not logged out, not expired); the store is asked once a request."""
     held = flask.session.get(AUTH)
-    return isinstance(held, str) and hmac.compare_digest(held.encode(), token_digest(token).encode())
+    if not isinstance(held, str) or not hmac.compare_digest(held.encode(), token_digest(token).encode()):
+        return False
+    if "login_live" not in flask.g:
+        login = flask.session.get(LOGIN)
+        flask.g.login_live = isinstance(login, str) and dashboard().store.login_live(login)
+    return bool(flask.g.login_live)
+
+
+def start_login(actor: str) -> None:
+    """Make this request's session a new login as ``actor``: a new login in the store, a
+    new CSRF token, nothing of the session before kept (its login ended)."""
+    board = dashboard()
+    assert board.token is not None
+    login = board.store.start_login(board.session_lifetime)
+    end_login()
+    flask.session[LOGIN] = login
+    flask.session[AUTH] = token_digest(board.token)
+    flask.session[ACTOR] = actor
+    flask.session.permanent = False  # the browser drops the cookie when it closes
+
+
+def end_login() -> None:
+    """End this request's session: its login in the store, and the cookie's contents."""
+    login = flask.session.get(LOGIN)
+    if isinstance(login, str):
+        dashboard().store.end_login(login)
+    flask.session.clear()
+    flask.g.pop("login_live", None)
 
 
 def authenticated(token: str | None) -> bool:
@@ -99,6 +134,8 @@ def refusal(token: str | None) -> tuple[int, str] | None:
     if bearer_ok(token):
         return None
     if not session_ok(token):
+        if flask.session.get(LOGIN) is not None:
+            return 401, "this session's login has ended (logged out or expired): log in again to act"
         return 401, "log in with the dashboard's token (or send Authorization: Bearer) to act"
     if not csrf_ok():
         return 403, "the form's CSRF token is missing or wrong: reload the page and try again"

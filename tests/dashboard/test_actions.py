@@ -6,6 +6,7 @@ refuses every POST."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from html import unescape
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -187,6 +188,70 @@ def test_logout_ends_the_session(client: FlaskClient, seeded: Seeded) -> None:
         client.post(f"/tasks/{seeded.waiting}/pause", data={"csrf_token": csrf, "reason": "r"}).status_code
         == 401
     )
+
+
+def test_a_cookie_kept_from_before_logout_no_longer_acts_in_any_process(
+    store: WorkflowStore, seeded: Seeded
+) -> None:
+    key = b"shared-by-every-process-01"
+    here, elsewhere = (create_app(store, token=TOKEN, secret_key=key) for _ in range(2))
+    client = here.test_client()
+    csrf = log_in(client)
+    kept = client.get_cookie("runifold_dashboard")
+    assert kept is not None
+    other = elsewhere.test_client()  # the same browser's requests served by another process
+    other.set_cookie("runifold_dashboard", kept.value)
+    assert (
+        other.post(f"/tasks/{seeded.waiting}/pause", data={"csrf_token": csrf, "reason": "r"}).status_code
+        == 303
+    )
+    before = store.history(seeded.waiting)
+
+    assert client.post("/logout", data={"csrf_token": csrf}).status_code == 303
+    for replayed in (client, other):
+        replayed.set_cookie("runifold_dashboard", kept.value)
+        response = replayed.post(f"/tasks/{seeded.waiting}/resume", data={"csrf_token": csrf, "reason": "r"})
+        assert response.status_code == 401
+        assert "login has ended (logged out or expired): log in again" in said(response)
+        assert "Log in to act" in said(replayed.get("/"))
+    assert store.history(seeded.waiting) == before
+
+
+def test_a_login_ends_after_the_session_lifetime_of_store_time(
+    app: flask.Flask, store: WorkflowStore, seeded: Seeded
+) -> None:
+    """Four hours by default (not Flask's 31 days), or what create_app is given."""
+    client = app.test_client()
+    csrf = log_in(client)
+    store.set_clock_offset(timedelta(hours=3, minutes=59))
+    assert (
+        client.post(f"/tasks/{seeded.waiting}/pause", data={"csrf_token": csrf, "reason": "r"}).status_code
+        == 303
+    )
+    store.set_clock_offset(timedelta(hours=4, seconds=1))
+    assert (
+        client.post(f"/tasks/{seeded.waiting}/resume", data={"csrf_token": csrf, "reason": "r"}).status_code
+        == 401
+    )
+
+    short = create_app(store, token=TOKEN, session_lifetime=timedelta(minutes=5)).test_client()
+    csrf = log_in(short)
+    store.set_clock_offset(timedelta(hours=4, minutes=5, seconds=2))
+    assert (
+        short.post(f"/tasks/{seeded.waiting}/resume", data={"csrf_token": csrf, "reason": "r"}).status_code
+        == 401
+    )
+    assert store.get_task(seeded.waiting).paused
+
+
+@pytest.mark.parametrize("lifetime", [timedelta(0), timedelta(minutes=-5), 3600, timedelta(days=4000)])
+def test_create_app_refuses_a_session_lifetime_that_is_no_positive_duration(
+    store: WorkflowStore, lifetime: object
+) -> None:
+    from runifold_sync import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="dashboard session_lifetime must be"):
+        create_app(store, token=TOKEN, session_lifetime=lifetime)  # type: ignore[arg-type]
 
 
 def test_the_token_is_never_rendered(client: FlaskClient, seeded: Seeded) -> None:

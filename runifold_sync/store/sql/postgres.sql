@@ -891,3 +891,15 @@ SELECT floor(extract(epoch FROM at - %(since)s::timestamptz) / %(interval)s)::in
 FROM runifold_events
 WHERE kind IN ('completed', 'failed', 'cancelled') AND at >= %(since)s::timestamptz
 GROUP BY 1, 2;
+
+-- name: insert_login
+-- An operator's login (store.start_login), by the digest of its id.
+WITH clock AS (SELECT {now} AS now)
+INSERT INTO runifold_logins (digest, started_at, expires_at)
+SELECT %(digest)s, clock.now, clock.now + make_interval(secs => %(lifetime)s) FROM clock;
+
+-- name: live_login
+SELECT 1 AS live FROM runifold_logins WHERE digest = %(digest)s AND expires_at > {now};
+
+-- name: end_login
+DELETE FROM runifold_logins WHERE digest = %(digest)s;

@@ -666,3 +666,13 @@ SELECT (at - :since) / :interval AS bucket, kind, COUNT(*) AS tasks
 FROM runifold_events
 WHERE kind IN ('completed', 'failed', 'cancelled') AND at >= :since
 GROUP BY bucket, kind;
+
+-- name: insert_login
+-- An operator's login (store.start_login), by the digest of its id.
+INSERT INTO runifold_logins (digest, started_at, expires_at) VALUES (:digest, {now}, {now} + :lifetime);
+
+-- name: live_login
+SELECT 1 AS live FROM runifold_logins WHERE digest = :digest AND expires_at > {now};
+
+-- name: end_login
+DELETE FROM runifold_logins WHERE digest = :digest;
