@@ -70,9 +70,13 @@ def create_app(
 
 def _page_context() -> dict[str, Any]:
     board = dashboard()
+    try:
+        logged_in = security.authenticated(board.token)
+    except StoreUnavailable:  # the page saying so is drawn, without the forms to act
+        logged_in = False
     return {
         "read_only": board.read_only,
-        "logged_in": security.authenticated(board.token),
+        "logged_in": logged_in,
         "actor": flask.session.get(security.ACTOR) or "",
         "csrf_token": security.csrf_token,
         "csrf_field": security.CSRF_FIELD,

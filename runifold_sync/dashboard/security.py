@@ -122,7 +122,7 @@ def end_login() -> None:
 def authenticated(token: str | None) -> bool:
     """Whether this request carries the token (its session logged in with it, or a
     bearer header); never with no token configured."""
-    return token is not None and (session_ok(token) or bearer_ok(token))
+    return token is not None and (bearer_ok(token) or session_ok(token))
 
 
 def refusal(token: str | None) -> tuple[int, str] | None:

@@ -376,3 +376,15 @@ def test_a_task_whose_id_is_no_plain_path_segment_opens_and_is_acted_on_from_its
         assert paused.status_code == 303, (task_id, said(paused))
         assert resolved(page_path, paused.headers["Location"]) == page_path
         assert store.get_task(task_id).paused, task_id
+
+
+def test_a_logged_in_session_gets_the_store_unavailable_page_when_the_store_is_gone(
+    app: flask.Flask, store: WorkflowStore
+) -> None:
+    """The login is checked in the store, which is gone too: the 503 page is still drawn."""
+    client = app.test_client()
+    log_in(client)
+    store.close()
+    response = client.get("/")
+    assert response.status_code == 503
+    assert "is closed" in said(response) and "Log in to act" in said(response)
