@@ -5,12 +5,23 @@ the command runs, so the rest of the CLI works without the ``dashboard`` extra."
 from __future__ import annotations
 
 import ipaddress
+from datetime import timedelta
 from pathlib import Path
 
 import click
 
 from .app import load_registry
-from .cli_common import app_option, checked, database_option, echo_json, json_option, opened_store
+from .cli_common import (
+    app_option,
+    checked,
+    database_option,
+    duration,
+    duration_text,
+    echo_json,
+    json_option,
+    opened_store,
+)
+from .store.checks import DEFAULT_LOGIN_LIFETIME
 
 
 def _token(token_file: Path | None) -> str | None:
@@ -29,6 +40,13 @@ def _token(token_file: Path | None) -> str | None:
             f"{token_file} holds no token (its first line is empty)", param_hint="--token-file"
         )
     return token
+
+
+def _lifetime(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
+    found = duration(ctx, param, value)
+    if found <= timedelta(0):
+        raise click.BadParameter(f"{value!r} must be longer than 0s", ctx, param)
+    return found
 
 
 def _loopback(host: str) -> bool:
@@ -51,11 +69,24 @@ def _loopback(host: str) -> bool:
     default=None,
     help="File whose first line is the token that actions need; without it the dashboard is read-only.",
 )
+@click.option(
+    "--session-lifetime",
+    default=duration_text(DEFAULT_LOGIN_LIFETIME),
+    show_default=True,
+    callback=_lifetime,
+    help="How long a login lasts (30m, 8h, 1d); logging out ends it sooner.",
+)
 @app_option("The workflow registry, so task pages show usage against each definition's budget.")
 @database_option
 @json_option
 def dashboard(
-    host: str, port: int, token_file: Path | None, app_ref: str | None, database: str | None, as_json: bool
+    host: str,
+    port: int,
+    token_file: Path | None,
+    session_lifetime: timedelta,
+    app_ref: str | None,
+    database: str | None,
+    as_json: bool,
 ) -> None:
     """Serve the operator dashboard (needs the 'dashboard' extra) until interrupted.
 
@@ -69,7 +100,8 @@ def dashboard(
         raise click.ClickException(str(exc)) from exc
     with opened_store(database, reads_only=True) as store:
         try:
-            server = make_server(create_app(store, token=token, registry=registry), host, port)
+            app = create_app(store, token=token, registry=registry, session_lifetime=session_lifetime)
+            server = make_server(app, host, port)
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from exc
         url = url_of(server)

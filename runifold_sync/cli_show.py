@@ -16,7 +16,7 @@ from .cli_common import database_option, json_option, opened_store
 from .models import TaskOutcome
 from .store.checks import MAX_LIST_LIMIT
 from .store.records import TaskRecord
-from .task_report import failure_line, journal_line, related, task_report
+from .task_report import failure_line, journal_line, refused_signals_line, related, task_report
 
 
 def record_json(record: TaskRecord) -> dict[str, Any]:
@@ -63,6 +63,7 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
                 record_json(record)
                 | {
                     "ambiguous_effect": record.ambiguous_effect,
+                    "refused_signals": record.refused_signals,
                     "revision": record.revision,
                     "run": run,
                     "journal_entries": entries,
@@ -103,6 +104,9 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
     if failure is not None:
         click.echo(f"failure: {failure_line(failure)}")
     click.echo(f"revision {record.revision}, fencing token {record.fencing_token}, usage {usage}")
+    refused = refused_signals_line(record)
+    if refused is not None:
+        click.echo(refused)
     if record.parent_id is not None and not family:
         click.echo(f"parent: {record.parent_id} (no longer stored: pruned)")
     for relation, task in [("parent", r) for r in family] + [("child", r) for r in children]:

@@ -16,6 +16,7 @@ from .models import TaskOutcome
 from .store.base import WorkflowStore
 from .store.checks import MAX_LIST_LIMIT
 from .store.records import PublishedEvent, TaskEvent, TaskRecord
+from .store.refusals import RECORDED_SIGNAL_REFUSALS
 
 
 @attrs.frozen
@@ -127,3 +128,17 @@ def failure_line(failure: dict[str, Any]) -> str:
     if ambiguous:
         line += f"; ambiguous effect {ambiguous}: settle it with resolve"
     return line
+
+
+def refused_signals_line(record: TaskRecord) -> str | None:
+    """How many signals were refused where they were sent, and how many of them the
+    history shows (the first few; the rest are only counted); None when none was."""
+    count = record.refused_signals
+    if not count:
+        return None
+    if count <= RECORDED_SIGNAL_REFUSALS:
+        return f"{count:,} signals refused when sent, each in the history"
+    return (
+        f"{count:,} signals refused when sent: the history shows the first {RECORDED_SIGNAL_REFUSALS}, "
+        "the rest are counted"
+    )

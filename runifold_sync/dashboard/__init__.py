@@ -5,7 +5,8 @@ why work is stuck and lets an operator act on it.
 it with waitress. Pages are rendered on the server from Jinja templates with every stored
 value escaped; there is no JavaScript and nothing is fetched from outside the app. With
 no token the dashboard is read-only; with one, the actions (cancel, retry, pause,
-resume, resolve, signal) need it and a CSRF token (:mod:`.security`).
+resume, resolve, signal) need it: as a bearer header, or a login session with its CSRF
+token (:mod:`.security`).
 
 Importing ``runifold_sync`` never imports this package, so Flask is needed only here.
 """

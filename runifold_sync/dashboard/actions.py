@@ -1,8 +1,9 @@
 """The dashboard's actions: POST ``/tasks/<task id>/<action>`` for cancel, retry, pause,
 resume, resolve (an ambiguous effect), signal and approval, and the login that lets a
 browser take them. Each is refused first by :func:`.security.refusal` (read-only 403, no
-token 401, no CSRF token 403), then calls one store operation, which records the actor
-and the reason in the task's history, and answers with a redirect to the task's page."""
+token 401, a session's request without its CSRF token 403), then calls one store
+operation, which records the actor and the reason in the task's history, and answers
+with a redirect to the task's page."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Callable
 
 import flask
 
-from ..codec import to_json
+from ..codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
 from ..errors import InvalidArgument
 from ..store.base import WorkflowStore
 from . import security
@@ -33,11 +34,20 @@ def _field(name: str, *, required: bool = True) -> str:
 
 
 def _json_field(name: str, default: str) -> str:
+    """The form field ``name`` (``default`` when empty) as canonical JSON text: strict JSON
+    (no NaN or Infinity) nested at most :data:`~runifold_sync.codec.MAX_NESTING_DEPTH`
+    deep, as the store takes it; anything else is refused naming the field (a 400)."""
     text = flask.request.form.get(name, "").strip() or default
     try:
-        return to_json(json.loads(text))
-    except ValueError as exc:
-        raise InvalidArgument(f"form field {name!r} must be JSON, got {text[:80]!r}: {exc}") from exc
+        return to_json(json.loads(text, parse_constant=_not_json), max_depth=MAX_NESTING_DEPTH)
+    except (RecursionError, NestedTooDeep):  # the decoder recurses once a level
+        raise InvalidArgument(f"form field {name!r} nests deeper than {MAX_NESTING_DEPTH} levels") from None
+    except (ValueError, NotJsonable) as exc:
+        raise InvalidArgument(f"form field {name!r} must be JSON, got {text[:80]!r}: {exc}") from None
+
+
+def _not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not a JSON value")
 
 
 def _cancel(store: WorkflowStore, task_id: str, actor: str, reason: str) -> str:
@@ -103,7 +113,7 @@ ACTIONS: dict[str, Callable[[WorkflowStore, str, str, str], str]] = {
 }
 
 
-@posts.post("/tasks/<path:task_id>/<action>")
+@posts.post("/tasks/<task_id:task_id>/<action>")
 def act(task_id: str, action: str) -> flask.typing.ResponseReturnValue:
     board = dashboard()
     refused = security.refusal(board.token)
@@ -133,10 +143,7 @@ def login() -> flask.typing.ResponseReturnValue:
     given = flask.request.form.get("token", "")
     if not hmac.compare_digest(given.encode(), board.token.encode()):
         return flask.render_template("login.html", failed=True), 401
-    flask.session.clear()  # a new session (and CSRF token) on login: nothing before carries over
-    flask.session[security.AUTH] = security.token_digest(board.token)
-    flask.session[security.ACTOR] = _field("actor", required=False)[:200] or "dashboard"
-    flask.session.permanent = False
+    security.start_login(_field("actor", required=False)[:200] or "dashboard")
     return flask.redirect(flask.url_for("pages.overview"), 303)
 
 
@@ -144,5 +151,5 @@ def login() -> flask.typing.ResponseReturnValue:
 def logout() -> flask.typing.ResponseReturnValue:
     if not security.csrf_ok():
         return _refusal(403, "the form's CSRF token is missing or wrong: reload the page and try again")
-    flask.session.clear()
+    security.end_login()
     return flask.redirect(flask.url_for("pages.overview"), 303)

@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import attrs
 import flask
 
 from ..definition import WorkflowRegistry
 from ..store.base import WorkflowStore
+from ..store.checks import DEFAULT_LOGIN_LIFETIME
 
 EXTENSION = "runifold_dashboard"
 
 
 @attrs.frozen
 class Dashboard:
-    """The store one app shows, its token (None: read-only), and the registry whose
-    definitions' budgets a task's page sets its usage against (None: not shown)."""
+    """The store one app shows, its token (None: read-only), the registry whose
+    definitions' budgets a task's page sets its usage against (None: not shown), and how
+    long a login lasts."""
 
     store: WorkflowStore
     token: str | None
     registry: WorkflowRegistry | None = None
+    session_lifetime: timedelta = DEFAULT_LOGIN_LIFETIME
 
     @property
     def read_only(self) -> bool:

@@ -4,11 +4,14 @@ referenced versions, the tenants and the schedules."""
 
 from __future__ import annotations
 
+import re
 import secrets
 from datetime import timedelta
 from typing import Any
+from urllib.parse import quote
 
 import flask
+from werkzeug.routing import BaseConverter
 
 from ..errors import InvalidArgument, TaskNotFound
 from ..models import TaskOutcome, TaskState
@@ -16,11 +19,35 @@ from ..operations import DEFAULT_LIVE_WITHIN, served_versions, unserved_work
 from ..store.checks import MAX_LIST_LIMIT
 from ..store.records import TaskRecord
 from ..store.sql_reads import MAX_PAGE_SCAN
-from ..task_report import failure_line, journal_line, task_report
+from ..task_report import failure_line, journal_line, refused_signals_line, task_report
 from . import charts
 from .board import dashboard
 
 pages = flask.Blueprint("pages", __name__)
+
+
+class TaskIdConverter(BaseConverter):
+    """A task id in a URL (``<task_id:...>``), as one path segment: ``/`` in it is sent as
+    ``%2F``, so a browser never reads an id such as ``../../workers`` as a way to another
+    page. The server decodes ``%2F`` before routing, so the segment matches whatever the
+    id holds, slashes included. An id of ``.`` or ``..`` alone would still be a dot
+    segment, which a browser resolves away however it is spelt (``%2e`` too): it is sent
+    with a ``~`` appended, and an id of one or two dots and then tildes with one more, so
+    each id has one URL and each URL one id."""
+
+    regex = ".+?"
+    part_isolating = False
+    weight = 200
+
+    def to_python(self, value: str) -> str:
+        return value[:-1] if _DOTS_TILDES.fullmatch(value) and value.endswith("~") else value
+
+    def to_url(self, value: str) -> str:
+        segment = quote(value, safe="!$&'()*+,:;=@")  # werkzeug's path segment, less "/"
+        return segment + "~" if _DOTS_TILDES.fullmatch(value) else segment
+
+
+_DOTS_TILDES = re.compile(r"\.\.?~*")
 
 PAGE_SIZE = 50
 JOURNAL_LIMIT = 200  # the newest entries a task page shows
@@ -140,7 +167,7 @@ def state_text(record: TaskRecord) -> str:
     return record.state.value + (" (paused)" if record.paused else "")
 
 
-@pages.get("/tasks/<path:task_id>")
+@pages.get("/tasks/<task_id:task_id>")
 def task(task_id: str) -> str:
     board = dashboard()
     store = board.store
@@ -163,6 +190,7 @@ def task(task_id: str) -> str:
         timeline=charts.timeline(report.history, store.now(), finished),
         pending_signals=store.pending_signals(task_id),
         signal_events=signals,
+        refused_signals=refused_signals_line(record),
         actions=available_actions(record),
         new_signal_id=f"dashboard-{secrets.token_hex(8)}",
         budget=None if definition is None else definition.budget,

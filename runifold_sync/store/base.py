@@ -9,8 +9,8 @@ Every operation is written once, over a :class:`~runifold_sync.store.dialect.Dia
 (what a database must provide: named queries in transactions, store time, value
 adapters, the fenced transitions and the claim), and documented where it is written:
 
-- producers and operators (enqueue, signals, cancel, requeue, effect resolution):
-  :mod:`.sql_operators`;
+- producers and operators (enqueue, signals, cancel, requeue, effect resolution, the
+  dashboard's logins): :mod:`.sql_operators`;
 - the worker's claim and fenced writes: :mod:`.sql_transitions`;
 - reads, tenant admission, the worker registry, store time and the lifecycle:
   :mod:`.sql_reads`;

@@ -33,6 +33,9 @@ from .records import Routes
 MAX_CLAIM_LIMIT = 1000
 MAX_LIST_LIMIT = 10_000
 MAX_PENDING_SIGNALS = 100  # the default cap; stores take ``max_pending_signals``
+# How long a dashboard login lasts unless told (``create_app(session_lifetime=)``,
+# ``dashboard --session-lifetime``): an operator's working stretch, not a month.
+DEFAULT_LOGIN_LIFETIME = timedelta(hours=4)
 # An event (ctx.set_event) is a progress note or a small answer, read by callers that
 # poll or wait for it: its value is held to this many bytes of JSON.
 MAX_EVENT_BYTES = 64 * 1024
@@ -222,6 +225,14 @@ def check_prune_batch(field: str, value: object) -> int:
 
 def check_pending_cap(cap: object) -> int:
     return check_count("max_pending_signals", cap)
+
+
+def check_login_lifetime(lifetime: object, field: str = "login lifetime") -> timedelta:
+    """How long an operator's login lasts: a timedelta longer than zero, up to the
+    longest duration a store adds to its clock."""
+    if not isinstance(lifetime, timedelta) or lifetime <= timedelta(0):
+        raise InvalidArgument(f"{field} must be a timedelta longer than 0, got {lifetime!r}")
+    return check_duration_bound(field, lifetime)
 
 
 def check_signal(

@@ -250,6 +250,9 @@ class TaskRecord:
     # The step fingerprint its head is written by (set when a claim took it without a
     # head): only a worker with that fingerprint claims it. None before its first claim.
     fingerprint: str | None = None
+    # Signals refused where they were sent (send_signal); the history records the first
+    # ``refusals.RECORDED_SIGNAL_REFUSALS`` of them, and only counts the rest here.
+    refused_signals: int = 0
     status_note: str | None = None
 
     @property

@@ -28,6 +28,12 @@ from .signal_checks import Verdict
 # is pending the store refuses them (query ``pending_cancel`` tells why no row changed).
 REFUSED_WHILE_CANCEL_PENDING = frozenset({"complete", "suspend", "retry", "continue_as_new"})
 
+# The signals refused where they were sent that a task's history records, each with who
+# sent it and why it was refused; past these a refusal is only counted
+# (``TaskRecord.refused_signals``), so a flood of refused signals (the pending cap holds
+# the kept ones) cannot grow the history, and the pages that show it, without bound.
+RECORDED_SIGNAL_REFUSALS = 20
+
 
 def already_enqueued(task: WorkflowTask, stored: Row) -> EnqueueResult:
     """The result of enqueueing ``task`` whose id is taken by the ``stored`` row: the same

@@ -64,6 +64,7 @@ def task_record(row: Row, values: Values) -> TaskRecord:
         paused=row["paused"],
         queue=row["queue"],
         fingerprint=row["fingerprint"],
+        refused_signals=row["refused_signals"],
     )
 
 

@@ -1,6 +1,6 @@
 """The producer and operator operations of the shared SQL store: enqueue, the signal
-names definition versions declare, signals, cancel, requeue and effect resolution, each
-written once over a :class:`Dialect`.
+names definition versions declare, signals, cancel, requeue, effect resolution and the
+operators' logins, each written once over a :class:`Dialect`.
 
 Each runs in one transaction of the dialect: its checks, its row changes, its history
 event and (where idle workers should look again) its NOTIFY commit together. A refusal
@@ -9,7 +9,10 @@ that must stay on record (a refused signal) is raised after the commit.
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from typing import Any
 
 from ..codec import to_json
@@ -100,13 +103,16 @@ class OperatorOperations:
         deeply or is too large raises :class:`InvalidArgument` and nothing is stored.
         A sender of another tenant, checked before the signal id is looked up, gets
         :class:`TaskNotFound` exactly as for a task that does not exist (its refusal is
-        recorded in the task's history for operators). Refused with
-        :class:`SignalRefused` (and recorded) for a finished task or a task at its cap of
-        pending signals, and with :class:`SignalNotAccepted` for a signal its definition
-        would refuse for certain (:mod:`.signal_checks`: a name it does not declare, a
-        sender who is not an approver of the approval it waits for, a payload that is no
-        decision). The delivery says what was checked (``checked``); the rest is checked
-        by the wait that takes it. Wakes the task if it waits for ``name``."""
+        recorded for operators). Refused with :class:`SignalRefused` for a finished task
+        or a task at its cap of pending signals, and with :class:`SignalNotAccepted` for
+        a signal its definition would refuse for certain (:mod:`.signal_checks`: a name
+        it does not declare, a sender who is not an approver of the approval it waits
+        for, a payload that is no decision). Every refusal is counted on the task
+        (``TaskRecord.refused_signals``) and the first
+        :data:`~.refusals.RECORDED_SIGNAL_REFUSALS` are recorded in its history too, each
+        with sender and reason. The delivery says what was checked (``checked``); the
+        rest is checked by the wait that takes it. Wakes the task if it waits for
+        ``name``."""
         checks.check_task_id(task_id)
         payload_text = checks.check_signal(name, signal_id, sender, tenant, reason, payload)
         d = self.dialect
@@ -139,9 +145,12 @@ class OperatorOperations:
                 )
                 if tx.count("wake_for_signal", params | {"now": now}):
                     d.notify(tx)
-            kind = "signal_received" if refusal is None else "signal_refused"
-            d.event(tx, Event(task_id, now, kind, detail))
-        if refusal is not None:  # raised after the commit, so the refusal stays recorded
+                d.event(tx, Event(task_id, now, "signal_received", detail))
+            else:
+                tx.count("count_refused_signal", params)
+                if task["refused_signals"] < refusals.RECORDED_SIGNAL_REFUSALS:
+                    d.event(tx, Event(task_id, now, "signal_refused", detail))
+        if refusal is not None:  # raised after the commit, so the refusal stays counted
             raise refusals.refused_signal(task_id, signal_id, refusal, foreign=foreign, verdict=verdict)
         assert verdict is not None  # judged, since the sender's tenant is the task's
         return SignalDelivery(signal_id, created=True, checked=verdict.checked)
@@ -262,6 +271,39 @@ class OperatorOperations:
             d.event(tx, Event(task_id, changed["at"], kind, event_details.operator(actor, reason)))
             d.notify(tx)
             return changed
+
+    # --- operator logins (the dashboard's sessions) ------------------------------------
+
+    def start_login(self, lifetime: timedelta) -> str:
+        """Start an operator's login, live for ``lifetime`` of store time unless
+        :meth:`end_login` ends it first, and return its id: 256 random bits, known to
+        the caller only (the store keeps a digest of it). Kept here, not only in a
+        browser's cookie, so a logout or an expiry ends it for every process serving the
+        dashboard. Expired logins are deleted here, so their rows stay as few as the
+        logins of one lifetime."""
+        lifetime = checks.check_login_lifetime(lifetime)
+        login_id = secrets.token_urlsafe(32)
+        params = {"digest": _login_digest(login_id), "lifetime": self.dialect.db_duration(lifetime)}
+        with self.dialect.transaction() as tx:
+            tx.count("delete_expired_logins", {})
+            tx.count("insert_login", params)
+        return login_id
+
+    def login_live(self, login_id: str) -> bool:
+        """Whether the login ``login_id`` was started here and has neither ended nor
+        expired."""
+        params = {"digest": _login_digest(checks.check_text("login id", login_id))}
+        return self.dialect.one("live_login", params) is not None
+
+    def end_login(self, login_id: str) -> None:
+        """End a login (an operator logged out); one that is not live is left as it is."""
+        self.dialect.execute("end_login", {"digest": _login_digest(checks.check_text("login id", login_id))})
+
+
+def _login_digest(login_id: str) -> str:
+    """What the store keeps of a login id: its SHA-256, so the rows a database reader
+    sees cannot be replayed as logins."""
+    return hashlib.sha256(login_id.encode()).hexdigest()
 
 
 def insert_tasks(d: Dialect, tx: Transaction, tasks: list[WorkflowTask]) -> list[EnqueueResult]:

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from runifold_sync import TaskOutcome, TaskState, WorkflowTask
 from runifold_sync.cli import main
+from runifold_sync.errors import SignalRefused
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,3 +165,20 @@ def test_show_pages_a_long_journal_to_its_newest_entries(url: str, store: Sqlite
     assert (shown["run"], shown["journal_entries"], shown["journal"]) == (1, 2, ["timer#1 (timer, pending)"])
     code, out = _invoke("show", "s1", "--journal-limit", "0", "--database", url)
     assert code == 2 and "--journal-limit" in out
+
+
+def test_show_counts_the_signals_refused_past_those_its_history_records(
+    url: str, store: SqliteWorkflowStore
+) -> None:
+    store.enqueue(WorkflowTask.new("outcome-flow", 1, "suspend", checkpoint_id="done-1"))
+    store.cancel("done-1", "ops", "not needed")
+    for n in range(25):  # a finished task refuses every signal
+        with pytest.raises(SignalRefused):
+            store.send_signal("done-1", "go", n, signal_id=f"late-{n}", sender="bot")
+    code, out = _invoke("show", "done-1", "--database", url)
+    assert code == 0
+    assert "25 signals refused when sent: the history shows the first 20, the rest are counted" in out
+    history = out.splitlines()[out.splitlines().index("history:") + 1 :]
+    assert [h.split()[1] for h in history].count("signal_refused") == 20
+    code, out = _invoke("show", "done-1", "--database", url, "--json")
+    assert code == 0 and json.loads(out)["refused_signals"] == 25

@@ -30,6 +30,7 @@ from runifold_sync import (
 )
 from runifold_sync.codec import MAX_NESTING_DEPTH
 from runifold_sync.errors import SignalConflict, SignalRefused, TaskNotFound
+from runifold_sync.store.refusals import RECORDED_SIGNAL_REFUSALS
 from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=30))
@@ -171,7 +172,45 @@ def test_a_signal_flood_past_the_cap_is_refused_and_the_task_completes_on_its_si
     store.send_signal(task_id, "shipped", {"ok": True}, signal_id="real", sender="warehouse")
     assert worker.run_once() == Completed(task_id, {"order": "o1", "shipment": {"ok": True}})
     kinds = _kinds(store, task_id)
-    assert (kinds.count("signal_received"), kinds.count("signal_refused")) == (6, 35 + 1 + 5)
+    # 36 refused when sent: the first 20 recorded, all counted; 5 refused by the policy.
+    assert (kinds.count("signal_received"), kinds.count("signal_refused")) == (6, 20 + 5)
+    assert store.get_task(task_id).refused_signals == 35 + 1
+
+
+def test_past_a_bound_refused_signals_are_counted_not_recorded(backend: Backend) -> None:
+    """A flood of refused signals grows the task's count, not its history: every refusal
+    (the cap reached, another tenant's sender, a finished task) is counted, the first
+    RECORDED_SIGNAL_REFUSALS are recorded with sender and reason, and the rest only
+    counted, while the pending cap holds."""
+    store = open_store(backend.url, max_pending_signals=2)
+    backend.opened.append(store)
+    worker = _worker(store)
+    task_id = _waiting_task(store, worker, tenant="acme")
+    for n in range(2):
+        store.send_signal(task_id, "shipped", {"n": n}, signal_id=f"kept-{n}", sender="ops", tenant="acme")
+    for n in range(300):
+        with pytest.raises(SignalRefused):
+            store.send_signal(
+                task_id, "shipped", {"n": n}, signal_id=f"spam-{n}", sender="bot", tenant="acme"
+            )
+    with pytest.raises(TaskNotFound):
+        store.send_signal(task_id, "shipped", 1, signal_id="foreign", sender="mallory", tenant="globex")
+
+    assert store.get_task(task_id).refused_signals == 301
+    assert len(store.pending_signals(task_id)) == 2
+    history = store.history(task_id)
+    refused = [e.detail for e in history if e.kind == "signal_refused"]
+    assert [(d["signal_id"], d["sender"]) for d in refused] == [
+        (f"spam-{n}", "bot") for n in range(RECORDED_SIGNAL_REFUSALS)
+    ]
+    assert refused[0]["refused"] == "the task already has 2 pending signals (limit 2)"
+    assert len(history) == 3 + 2 + RECORDED_SIGNAL_REFUSALS  # enqueued, claimed, suspended; 2 kept
+
+    store.cancel(task_id, "ops", "done")  # a finished task refuses too: counted
+    with pytest.raises(SignalRefused):
+        store.send_signal(task_id, "shipped", 1, signal_id="late", sender="ops", tenant="acme")
+    assert store.get_task(task_id).refused_signals == 302
+    assert [e.kind for e in store.history(task_id)][-1] == "cancelled"
 
 
 def test_a_sender_refused_by_the_policy_is_recorded_and_the_workflow_keeps_waiting(

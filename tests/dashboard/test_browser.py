@@ -23,7 +23,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from runifold_sync import TaskState, WorkflowStore
+from runifold_sync import TaskState, WorkflowStore, WorkflowTask
 from runifold_sync.dashboard import create_app
 from runifold_sync.dashboard.serving import serve_in_background
 
@@ -137,3 +137,34 @@ def test_an_operator_finds_a_task_and_cancels_it_in_the_browser(
         "3-task.png",
         "4-cancelled.png",
     ]
+
+
+@pytest.mark.timeout(120)
+def test_a_task_whose_id_holds_dot_segments_opens_and_is_paused_in_the_browser(
+    browser: webdriver.Chrome, store: WorkflowStore, seeded: Seeded
+) -> None:
+    """Chromium resolves ``..`` in a link (``%2e%2e`` too) before it asks: each id's link
+    and form must still lead to that task."""
+    odd = ["../../workers", "..", "a/../b"]
+    store.enqueue_many(
+        [WorkflowTask.new("orders", 1, n, checkpoint_id=i, tenant="odd") for n, i in enumerate(odd)]
+    )
+    served = serve_in_background(create_app(store, token=TOKEN))
+    try:
+        browser.get(served.url + "login")
+        browser.find_element(By.ID, "actor").send_keys("alice")
+        browser.find_element(By.ID, "token").send_keys(TOKEN)
+        follow(browser, browser.find_element(By.ID, "login-submit"))
+        for task_id in odd:
+            browser.get(served.url + "tasks?tenant=odd")
+            (link,) = [a for a in browser.find_elements(By.CSS_SELECTOR, "a.task-link") if a.text == task_id]
+            follow(browser, link)
+            assert browser.find_element(By.ID, "task-id").text == task_id, browser.current_url
+            pause = browser.find_element(By.ID, "action-pause")
+            pause.find_element(By.NAME, "reason").send_keys("odd id")
+            follow(browser, pause.find_element(By.CSS_SELECTOR, "button.act-pause"))
+            assert "pause: task is" in browser.find_element(By.CLASS_NAME, "flash").text
+            assert browser.find_element(By.ID, "task-id").text == task_id
+            assert store.get_task(task_id).paused == "paused by alice: odd id"
+    finally:
+        served.stop()

@@ -1,13 +1,19 @@
 """``python -m runifold_sync dashboard`` serves the dashboard with waitress: started as
 a process on a free port, it says its URL in one JSON line, answers pages, never prints
-the token, and stops on SIGTERM; a bad token file is a usage error naming the file."""
+the token, ends a login after ``--session-lifetime`` and stops on SIGTERM; a bad token
+file or lifetime is a usage error naming it."""
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
+import re
 import subprocess
 import sys
+import urllib.error
+import urllib.parse
 import urllib.request
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -87,3 +93,63 @@ def test_importing_runifold_sync_does_not_import_flask() -> None:
         ).stdout.strip()
         == "False"
     )
+
+
+def _csrf(opener: urllib.request.OpenerDirector, url: str) -> str:
+    with opener.open(url, timeout=10) as response:
+        found = re.search(r'name="csrf_token" value="([^"]+)"', response.read().decode())
+    assert found is not None, url
+    return found.group(1)
+
+
+def _post(opener: urllib.request.OpenerDirector, url: str, fields: dict[str, str]) -> int:
+    """POST ``fields`` (the redirect after it followed); the final status."""
+    data = urllib.parse.urlencode(fields).encode()
+    try:
+        with opener.open(url, data=data, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.mark.timeout(60)
+def test_session_lifetime_ends_a_login_after_that_much_store_time(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'workflows.db'}"
+    store = open_store(url)
+    store.enqueue(WorkflowTask.new("orders", 1, None, checkpoint_id="cli-task"))
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    command = [sys.executable, "-m", "runifold_sync", "dashboard", "--database", url, "--port", "0"]
+    process = subprocess.Popen(
+        [*command, "--token-file", str(token_file), "--session-lifetime", "10m", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        base = json.loads(process.stdout.readline())["url"]
+        browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        login = {"csrf_token": _csrf(browser, base + "login"), "token": TOKEN, "actor": "alice"}
+        assert _post(browser, base + "login", login) == 200
+        csrf = _csrf(browser, base + "tasks/cli-task")
+        store.set_clock_offset(timedelta(minutes=9, seconds=50))
+        assert _post(browser, base + "tasks/cli-task/pause", {"csrf_token": csrf, "reason": "r"}) == 200
+        assert store.get_task("cli-task").paused == "paused by alice: r"
+        store.set_clock_offset(timedelta(minutes=10, seconds=1))
+        assert _post(browser, base + "tasks/cli-task/resume", {"csrf_token": csrf, "reason": "r"}) == 401
+        assert store.get_task("cli-task").paused
+    finally:
+        process.terminate()
+        process.communicate(timeout=20)
+        store.close()
+
+
+@pytest.mark.parametrize(("given", "said"), [("0s", "must be longer than 0s"), ("soon", "is not a duration")])
+def test_a_session_lifetime_that_is_no_positive_duration_is_a_usage_error(
+    tmp_path: Path, given: str, said: str
+) -> None:
+    result = CliRunner().invoke(
+        main, ["dashboard", "--database", f"sqlite:///{tmp_path / 'x.db'}", "--session-lifetime", given]
+    )
+    assert result.exit_code == 2 and "--session-lifetime" in result.output and said in result.output

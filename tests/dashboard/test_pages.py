@@ -13,6 +13,7 @@ from flask.testing import FlaskClient
 
 from runifold_sync import Schedule, WorkerId, WorkflowStore, WorkflowTask
 from runifold_sync.dashboard import create_app
+from runifold_sync.errors import SignalRefused
 
 from .flows import Seeded, broken_flow, registry
 
@@ -256,3 +257,15 @@ def test_the_schedules_show_their_expression_and_last_and_next_tick(
         cells = re.findall(r"<td>([^<]*)</td>", row.group(1))
         assert cells[0] == "orders v1" and cells[1] == "every 1h" and cells[2] == "UTC", cells
         assert cells[3] == "-" and cells[4].endswith(":00:00 UTC") and cells[5] == "active", cells
+
+
+def test_a_task_page_counts_the_signals_refused_past_those_its_history_shows(
+    client: FlaskClient, store: WorkflowStore, seeded: Seeded
+) -> None:
+    for n in range(300):  # a finished task refuses every signal
+        with pytest.raises(SignalRefused):
+            store.send_signal(seeded.completed, "go", n, signal_id=f"late-{n}", sender="bot", tenant="acme")
+    page = text(client, f"/tasks/{seeded.completed}")
+    assert "300 signals refused when sent: the history shows the first 20, the rest are counted." in page
+    assert page.count('"signal_id": "late-') == 2 * 20  # each recorded one, in signals and history
+    assert "late-20" not in page

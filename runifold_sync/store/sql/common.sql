@@ -16,3 +16,6 @@ FROM runifold_tasks
 WHERE state IN ('queued', 'leased', 'waiting')
 GROUP BY queue, definition_name, definition_version, fingerprint
 ORDER BY queue, definition_name, definition_version, fingerprint;
+
+-- name: delete_expired_logins
+DELETE FROM runifold_logins WHERE expires_at <= {now};

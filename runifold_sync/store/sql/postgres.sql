@@ -30,7 +30,7 @@ task_id, definition_name, definition_version, tenant, input_text AS input, prior
     state, outcome, reason, ambiguous_effect, ready_at, worker_id, fencing_token,
     lease_expires, claims_since_progress, revision, head::text AS head,
     result::text AS result, created_at, updated_at, parent_id, waiting_for_child, paused,
-    queue, fingerprint
+    queue, fingerprint, refused_signals
 
 -- name: select_task
 SELECT {query:task_columns}
@@ -475,6 +475,9 @@ RETURNING sent_at AS at;
 SELECT name, payload_text AS payload FROM runifold_signals
 WHERE task_id = %(task_id)s AND signal_id = %(signal_id)s;
 
+-- name: count_refused_signal
+UPDATE runifold_tasks SET refused_signals = refused_signals + 1 WHERE task_id = %(task_id)s;
+
 -- name: count_pending_signals
 SELECT COUNT(*) AS pending FROM runifold_signals
 WHERE task_id = %(task_id)s AND consumed_at IS NULL;
@@ -553,7 +556,7 @@ RETURNING clock.now AS at, t.reason, t.task_id, t.parent_id, CASE WHEN t.result_
 -- Serializes deliveries and cancels of one task: the pending-signal cap counts exactly,
 -- and a worker's suspend, retry or yield cannot move the row between a cancel's checks.
 SELECT tenant, state, cancel_requested, definition_name, definition_version, fencing_token,
-    waiting_for_signal, waiting_approval::text AS waiting_approval
+    refused_signals, waiting_for_signal, waiting_approval::text AS waiting_approval
 FROM runifold_tasks WHERE task_id = %(task_id)s FOR UPDATE;
 
 -- name: declare_signals
@@ -888,3 +891,15 @@ SELECT floor(extract(epoch FROM at - %(since)s::timestamptz) / %(interval)s)::in
 FROM runifold_events
 WHERE kind IN ('completed', 'failed', 'cancelled') AND at >= %(since)s::timestamptz
 GROUP BY 1, 2;
+
+-- name: insert_login
+-- An operator's login (store.start_login), by the digest of its id.
+WITH clock AS (SELECT {now} AS now)
+INSERT INTO runifold_logins (digest, started_at, expires_at)
+SELECT %(digest)s, clock.now, clock.now + make_interval(secs => %(lifetime)s) FROM clock;
+
+-- name: live_login
+SELECT 1 AS live FROM runifold_logins WHERE digest = %(digest)s AND expires_at > {now};
+
+-- name: end_login
+DELETE FROM runifold_logins WHERE digest = %(digest)s;

@@ -288,6 +288,9 @@ ON CONFLICT (task_id, signal_id) DO NOTHING;
 -- name: select_signal
 SELECT name, payload FROM runifold_signals WHERE task_id = :task_id AND signal_id = :signal_id;
 
+-- name: count_refused_signal
+UPDATE runifold_tasks SET refused_signals = refused_signals + 1 WHERE task_id = :task_id;
+
 -- name: count_pending_signals
 SELECT COUNT(*) AS pending FROM runifold_signals WHERE task_id = :task_id AND consumed_at IS NULL;
 
@@ -351,7 +354,7 @@ RETURNING reason, task_id, parent_id;
 -- name: lock_task
 -- BEGIN IMMEDIATE already serializes writers: a plain read is enough here.
 SELECT tenant, state, cancel_requested, definition_name, definition_version, fencing_token,
-    waiting_for_signal, waiting_approval
+    refused_signals, waiting_for_signal, waiting_approval
 FROM runifold_tasks WHERE task_id = :task_id;
 
 -- name: declare_signals
@@ -663,3 +666,13 @@ SELECT (at - :since) / :interval AS bucket, kind, COUNT(*) AS tasks
 FROM runifold_events
 WHERE kind IN ('completed', 'failed', 'cancelled') AND at >= :since
 GROUP BY bucket, kind;
+
+-- name: insert_login
+-- An operator's login (store.start_login), by the digest of its id.
+INSERT INTO runifold_logins (digest, started_at, expires_at) VALUES (:digest, {now}, {now} + :lifetime);
+
+-- name: live_login
+SELECT 1 AS live FROM runifold_logins WHERE digest = :digest AND expires_at > {now};
+
+-- name: end_login
+DELETE FROM runifold_logins WHERE digest = :digest;
