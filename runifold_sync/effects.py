@@ -73,6 +73,11 @@ class ReadEvidence:
     by: str | None = None
     reason: str | None = None
 
+    @property
+    def ran(self) -> bool:
+        """The result is what the body returned: it ran, at first or again."""
+        return self.how == "ran" or self.applied is False
+
 
 def read_evidence(text: str, resolutions: list[tuple[str, str]] | None = None) -> ReadEvidence:
     """``text`` (a journal entry's evidence) as what it says. ``resolutions``, the
