@@ -89,35 +89,36 @@ def takes_any_json(type_: Any) -> bool:
     structured as one is the value itself (cattrs has no hook for ``object`` and does
     not take such a union apart)."""
     try:
+        return _takes_any_json_cached(type_)
+    except TypeError:  # unhashable (an Annotated's metadata): worked out each time
         return _takes_any_json(type_)
-    except TypeError:  # unhashable metadata of an Annotated: not cached, and not one of these
-        return False
 
 
-@functools.lru_cache(maxsize=1024)
 def _takes_any_json(type_: Any) -> bool:
     if type_ is Any or type_ is object:
         return True
     origin = typing.get_origin(type_)
     if origin is typing.Annotated:
-        return _takes_any_json(typing.get_args(type_)[0])
+        return takes_any_json(typing.get_args(type_)[0])
     if origin is not typing.Union and origin is not types.UnionType:
         return False
     members = typing.get_args(type_)
-    return any(map(_takes_any_json, members)) or {_json_kind(m) for m in members} >= _JSON_KINDS
+    return any(map(takes_any_json, members)) or {_json_kind(m) for m in members} >= _JSON_KINDS
+
+
+_takes_any_json_cached = functools.lru_cache(maxsize=1024)(_takes_any_json)
 
 
 def _json_kind(member: Any) -> Any:
     """The kind of JSON value ``member`` of a union takes whole (``list`` for a list of
     anything, ``dict`` for an object of anything), or None."""
-    if member in _JSON_KINDS:
-        return member
+    kind = next((kind for kind in _JSON_KINDS if member is kind), None)
     origin, args = typing.get_origin(member), typing.get_args(member)
-    if origin is list and _takes_any_json(args[0]):
-        return list
-    if origin is dict and args[0] in (str, Any) and _takes_any_json(args[1]):
-        return dict
-    return None
+    if origin is list and (not args or takes_any_json(args[0])):
+        kind = list
+    if origin is dict and (not args or (args[0] in (str, Any) and takes_any_json(args[1]))):
+        kind = dict
+    return kind
 
 
 def _unstorable_string(raw: Any) -> str | None:

@@ -336,7 +336,7 @@ class OutputMismatch(RunifoldError, TypeError):
 
     kind: str  # "step" or "effect"
     step_id: str
-    came: str  # how the value came: "returned", "was reconciled as applied with", ...
+    came: str  # where the value came from: "returned", "was reconciled as applied with the result"...
     value: str  # bounded, as messages show values
     type_name: str
     problems: tuple[str, ...] = attrs.field(converter=tuple)

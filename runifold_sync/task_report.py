@@ -82,7 +82,7 @@ def journal_lines(report: TaskReport) -> list[str]:
 def journal_json(report: TaskReport) -> list[dict[str, Any]]:
     """The newest journal entries of ``report`` as ``show --json`` gives them: each
     call's id, kind and status, and for an effect its idempotency key and ``evidence``
-    (None until its result is known): ``how`` it became known (``ran``, ``reconciled``,
+    (None while nothing is known of it): ``how`` its result became known (``ran``, ``reconciled``,
     ``resolved``), whether the reconcile or resolution found it ``applied`` (False: it
     was then run again), who resolved it (``by``) and why (``reason``), and the stored
     ``text``. An unreadable entry is given as ``{"unreadable": entry}``."""
