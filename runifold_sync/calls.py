@@ -21,10 +21,12 @@ from .boundary import Boundary
 from .checkpoint import EntryKind, EntryStatus, JournalEntry
 from .codec import MAX_NESTING_DEPTH, NotJsonable, from_json, structure, to_json
 from .commits import Commits
-from .effects import EffectEvidence, EffectStatus
-from .errors import AmbiguousEffect, OutputNotSerializable, gave_up_after
+from .effects import RAN, RECONCILED, RERUN_RECONCILED, EffectEvidence, EffectStatus, came_from, resolved
+from .errors import AmbiguousEffect, OutputMismatch, OutputNotSerializable, gave_up_after
+from .inputs import fit_output, problems, type_name
 from .interrupts import BranchStopped, CancelRequested, FailRequested, RetryRequested
 from .logs import task_fields
+from .models import bounded
 from .replay import Cursor, finished
 from .spans import ClaimSpans
 from .specs import StepSpec
@@ -51,6 +53,20 @@ def structured(spec: StepSpec, raw: Any, text: str | None = None) -> Any:
             error=exc,
             step_id=spec.step_id,
         ) from exc
+
+
+def checked(spec: StepSpec, raw: Any, text: str | None, came: str = "returned") -> Any:
+    """A new output (``raw``, decoded from ``text``) as the step's return type, held to
+    it as strictly as a task's input: a step annotated ``-> str`` that returns 42 fails
+    the task, not retried (the same body returns the same), rather than give the main
+    function ``"42"``. ``came`` says where the value came from. A recorded output is
+    replayed by :func:`structured`, as it always was."""
+    try:
+        return fit_output(raw, spec.output_type, text)
+    except Exception as exc:
+        shown, type_ = bounded(raw), type_name(spec.output_type)
+        error = OutputMismatch(str(spec.kind), spec.step_id, came, shown, type_, problems(exc, "output"))
+        raise FailRequested(str(error), cause="bad_output", error=error, step_id=spec.step_id) from exc
 
 
 def encode_output(spec: StepSpec, call_id: str, value: Any) -> str:
@@ -107,17 +123,18 @@ class Calls:
                 self._timeouts.unmark(call_id)  # refused before its body began
                 raise
         if spec.transactional:
-            output, text = self._transaction(spec, call_id, args, kwargs)
+            value = self._transaction(spec, call_id, args, kwargs)
             self._boundary.check_budget()
-            return structured(spec, output, text)
+            return value
         text = self._execute(spec, call_id, None, args, kwargs)
         output = from_json(text)
+        value = checked(spec, output, text)  # not recorded when it does not fit
         with self._commits.lock:
             self._cursor.record(JournalEntry(call_id, _STEP, _DONE, output), text)
             self._completed(spec, call_id)
             self._commits.defer(call_id)
         self._boundary.check_budget()
-        return structured(spec, output, text)
+        return value
 
     def _effect(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call_id, entry = self._cursor.take(spec.step_id, _EFFECT)
@@ -125,6 +142,7 @@ class Calls:
             return structured(spec, entry.output)
         timed = spec.timeout is not None
         prior = None if entry is None else self._timeouts.unfinished(call_id)
+        ran = RAN  # the evidence if its body runs now
         self._boundary.before_body()
         if entry is None:
             key = self._commits.checkpoint.idempotency_key(self._lease.task_id, call_id)
@@ -136,15 +154,16 @@ class Calls:
             self._continue_after_intent(entry)
         else:
             known = self._known_outcome(spec, entry, args, kwargs, prior)
-            if known is not None:
+            if isinstance(known, tuple):
                 evidence, output = known
                 return self._finish_effect(spec, entry, output, evidence)
+            ran = known
             if prior is not None:
                 self._timeouts.next_attempt(spec, call_id, prior, entry.key)
             if timed:  # running it again: its new deadline is durable first
                 self._commits.commit(self._timeouts.mark(spec, call_id))
         text = self._execute(spec, call_id, entry.key, args, kwargs)
-        return self._finish_effect(spec, entry, from_json(text), "ran", text)
+        return self._finish_effect(spec, entry, from_json(text), ran, text)
 
     def _continue_after_intent(self, entry: JournalEntry) -> None:
         """The intent's commit may have answered with a cancel (or the branch was stopped
@@ -168,24 +187,26 @@ class Calls:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         prior: Unfinished | None,
-    ) -> tuple[str, Any] | None:
+    ) -> tuple[str, Any] | str:
         """For an effect interrupted mid-call (``prior``: by its timeout, or its worker
         stopping, when it has a timeout): (evidence, output) when it is known to have
-        happened, None when it is safe to run again; fails closed when unknown."""
+        happened; when it is safe to run again, the evidence its new run will have (what
+        found it not applied); fails closed when unknown."""
         assert entry.key is not None
         # A resolution answers for the interruption it was made about. Once the effect has
         # been re-run on it, a later interruption needs new evidence, not the same answer.
         used = entry.evidence is not None
         resolution = None if used else self._resolutions.get(entry.key)
         if resolution is not None:
+            decided = resolved(resolution.actor, resolution.reason, applied=resolution.applied)
             if not resolution.applied:
-                entry.evidence = f"re-run as not applied, resolved by {resolution.actor}: {resolution.reason}"
+                entry.evidence = decided
                 self._commits.commit()  # durable before the outside world is touched again
-                return None
+                return decided
             raw = None if resolution.result_json is None else from_json(resolution.result_json)
-            return f"resolved by {resolution.actor}: {resolution.reason}", raw
+            return decided, raw
         if spec.idempotent:
-            return None
+            return RAN
         if spec.reconcile is not None:
             lease = self._lease
             context = StepContext(lease.task_id, entry.call_id, 0, lease.fencing_token, entry.key)
@@ -201,9 +222,9 @@ class Calls:
                 )
                 evidence = EffectEvidence.unknown()
             if evidence.status is EffectStatus.APPLIED:
-                return "reconciled", from_json(encode_output(spec, entry.call_id, evidence.result))
+                return RECONCILED, from_json(encode_output(spec, entry.call_id, evidence.result))
             if evidence.status is EffectStatus.NOT_APPLIED:
-                return None
+                return RERUN_RECONCILED
         entry.evidence = None  # the next resolution of this key answers this interruption
         error = AmbiguousEffect(self._lease.task_id, spec.step_id, entry.key)
         reason = str(error) if prior is None else f"{prior.describe(spec)}; {error}"
@@ -214,12 +235,16 @@ class Calls:
     def _finish_effect(
         self, spec: StepSpec, entry: JournalEntry, output: Any, evidence: str, text: str | None = None
     ) -> Any:
+        """Record the effect's result and how it became known. It happened, so it is
+        recorded even when its result does not fit the return annotation, before that
+        fails the task."""
         with self._commits.lock:
             self._cursor.finish(entry, output, evidence)
             self._completed(spec, entry.call_id)
         self._commits.commit(entry.call_id)
+        value = checked(spec, output, text, came_from(evidence))
         self._boundary.check_budget()
-        return structured(spec, output, text)
+        return value
 
     def _execute(
         self,
@@ -308,15 +333,15 @@ class Calls:
 
     def _transaction(
         self, spec: StepSpec, call_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[Any, str]:
+    ) -> Any:
         """Run a ``@workflow.transaction()`` body on the store's connection and record it,
         committed in that one transaction: a body that raises rolls its writes back and
-        fails as any step's body does. The recorded output and its text."""
+        fails as any step's body does. Its output, for the main function."""
         with self._commits.lock:
             failures = self._commits.checkpoint.step_failures.get(call_id, 0)
         context = StepContext(self._lease.task_id, call_id, failures + 1, self._lease.fencing_token, None)
         started = time.monotonic()
-        outputs: list[tuple[Any, str]] = []
+        outputs: list[Any] = []
 
         def run(connection: Any) -> None:
             context.connection = connection
@@ -336,9 +361,9 @@ class Calls:
             output = from_json(text)
             self._boundary.account(steps=1, cost=context.cost, started=started)
             self._commits.checkpoint.step_failures.pop(call_id, None)
+            outputs.append(checked(spec, output, text))  # one that does not fit rolls it all back
             self._cursor.record(JournalEntry(call_id, _STEP, _DONE, output), text)
             self._completed(spec, call_id)
-            outputs.append((output, text))
 
         try:
             self._commits.commit_transaction(call_id, run)

@@ -16,7 +16,7 @@ from .cli_common import database_option, json_option, opened_store
 from .models import TaskOutcome
 from .store.checks import MAX_LIST_LIMIT
 from .store.records import TaskRecord
-from .task_report import failure_line, journal_line, refused_signals_line, related, task_report
+from .task_report import failure_line, journal_json, journal_lines, refused_signals_line, related, task_report
 
 
 def record_json(record: TaskRecord) -> dict[str, Any]:
@@ -56,7 +56,6 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
     record, events, published, children = report.record, report.history, report.published, report.children
     family = [] if report.parent is None else [report.parent]
     entries, run, usage, failure = report.journal_entries, report.run, report.usage, report.failure
-    journal = [journal_line(entry) for entry in report.journal]
     if as_json:
         click.echo(
             json.dumps(
@@ -67,7 +66,7 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
                     "revision": record.revision,
                     "run": run,
                     "journal_entries": entries,
-                    "journal": journal,
+                    "journal": journal_json(report),
                     "usage": usage,
                     "result": record.result,
                     "failure": failure,
@@ -114,6 +113,7 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
         click.echo(
             f"{relation}: {about['task_id']} {about['definition']} v{about['version']} {about['state']}"
         )
+    journal = journal_lines(report)
     if run is not None:
         paged = (
             f"the newest {len(journal)} shown (--journal-limit)" if len(journal) < entries else "all shown"

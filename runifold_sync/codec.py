@@ -6,7 +6,10 @@ strict JSON (no NaN, no arbitrary objects) is caught at the call that produced i
 
 from __future__ import annotations
 
+import functools
 import json
+import types
+import typing
 from typing import Any, TypeVar
 
 from cattrs.preconf.json import make_converter
@@ -57,16 +60,65 @@ def unstructure(value: Any) -> Any:
 
 
 def structure(raw: Any, type_: Any, text: str | None = None) -> Any:
-    """A value of ``type_`` for user code, rebuilt from the JSON form ``raw`` (for
-    ``Any``, the form itself). A list or object is copied first, read back from its text
-    (``text`` when the caller has it): what user code does to a value it got must not
-    change the journal entry it came from, whose text a later commit writes and a replay
-    gives back."""
-    if isinstance(raw, (dict, list, tuple)):
-        raw = from_json(to_json(raw) if text is None else text)
-    if type_ is Any or type_ is None or type_ is type(None):
+    """A value of ``type_`` for user code, rebuilt from the JSON form ``raw`` (for an
+    annotation that admits every JSON value, the form itself)."""
+    raw = copied(raw, text)
+    if type_ is None or type_ is type(None) or takes_any_json(type_):
         return raw
     return converter.structure(raw, type_)
+
+
+def copied(raw: Any, text: str | None = None) -> Any:
+    """``raw`` for user code: a list or object read back from its text (``text`` when
+    the caller has it), anything else as it is. What user code does to a value it got
+    must not change the journal entry it came from, whose text a later commit writes and
+    a replay gives back."""
+    if isinstance(raw, (dict, list, tuple)):
+        return from_json(to_json(raw) if text is None else text)
+    return raw
+
+
+# What a JSON value can be, as the annotation names each kind.
+_JSON_KINDS = frozenset({str, bool, int, float, type(None), list, dict})
+
+
+def takes_any_json(type_: Any) -> bool:
+    """True when annotation ``type_`` admits every JSON value as it is: ``Any``,
+    ``object``, a union with one of them, or a union with a member for each kind of JSON
+    value (``str | int | float | bool | None | list[Any] | dict[str, Any]``). A value
+    structured as one is the value itself (cattrs has no hook for ``object`` and does
+    not take such a union apart)."""
+    try:
+        return _takes_any_json_cached(type_)
+    except TypeError:  # unhashable (an Annotated's metadata): worked out each time
+        return _takes_any_json(type_)
+
+
+def _takes_any_json(type_: Any) -> bool:
+    if type_ is Any or type_ is object:
+        return True
+    origin = typing.get_origin(type_)
+    if origin is typing.Annotated:
+        return takes_any_json(typing.get_args(type_)[0])
+    if origin is not typing.Union and origin is not types.UnionType:
+        return False
+    members = typing.get_args(type_)
+    return any(map(takes_any_json, members)) or {_json_kind(m) for m in members} >= _JSON_KINDS
+
+
+_takes_any_json_cached = functools.lru_cache(maxsize=1024)(_takes_any_json)
+
+
+def _json_kind(member: Any) -> Any:
+    """The kind of JSON value ``member`` of a union takes whole (``list`` for a list of
+    anything, ``dict`` for an object of anything), or None."""
+    kind = next((kind for kind in _JSON_KINDS if member is kind), None)
+    origin, args = typing.get_origin(member), typing.get_args(member)
+    if origin is list and (not args or takes_any_json(args[0])):
+        kind = list
+    if origin is dict and (not args or (args[0] in (str, Any) and takes_any_json(args[1]))):
+        kind = dict
+    return kind
 
 
 def _unstorable_string(raw: Any) -> str | None:

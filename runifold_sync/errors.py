@@ -342,5 +342,26 @@ class OutputNotSerializable(RunifoldError, TypeError):
         return f"output of {self.call_id!r} cannot be stored as JSON: {self.detail}"
 
 
+@_detailed
+class OutputMismatch(RunifoldError, TypeError):
+    """A step's or effect's new output does not fit its return annotation (the
+    ``error_class`` of the failure; the engine names it, nothing raises it in user
+    code). ``problems`` has one line per wrong field, ``path: reason``. Checked as
+    strictly as a task's input, and never retried: the same body returns the same."""
+
+    kind: str  # "step" or "effect"
+    step_id: str
+    came: str  # where the value came from: "returned", "was reconciled as applied with the result"...
+    value: str  # bounded, as messages show values
+    type_name: str
+    problems: tuple[str, ...] = attrs.field(converter=tuple)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.kind} {self.step_id!r} {self.came} {self.value}, which does not fit its return "
+            f"annotation {self.type_name}: {'; '.join(self.problems)}; not retried: a programming error"
+        )
+
+
 class WorkerIdInUse(InvalidArgument):
     """A worker id a new pool would use is live in another process or on another host."""

@@ -12,9 +12,12 @@ class does not have is an error rather than dropped (a misspelt optional field w
 otherwise silently take its default). A definition that wants cattrs' coercions asks for
 them with ``WorkflowDefinition(coerce_input=True)``.
 
-Only inputs are strict. Step outputs, results and signal payloads are structured by the
-codec's converter as before: they were written by this engine (or a release before it),
-and replaying a stored checkpoint must give the workflow what it gave it the first time.
+A step's or effect's output is held to its return annotation as strictly, once, when the
+body returns it (``fit_output``): a step annotated ``-> str`` that returns 42 is a
+programming error, not a ``"42"``. What a journal recorded, results and signal payloads
+are structured by the codec's converter as before: they were written by this engine (or
+a release before it), and replaying a stored checkpoint must give the workflow what it
+gave it the first time.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from cattrs.preconf.json import make_converter
 from cattrs.v import format_exception
 
 from .codec import converter as lax_converter
+from .codec import copied, takes_any_json
 from .errors import InputMismatch
 from .models import shown
 
@@ -94,6 +98,7 @@ strict.register_structure_hook(
     int, _scalar("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool))
 )
 strict.register_structure_hook(float, _structure_float)
+strict.register_structure_hook(type(None), _scalar("null", lambda v: v is None))
 
 
 def _origin(type_: Any) -> Any:
@@ -229,10 +234,11 @@ def _reason(exc: BaseException, type_: Any) -> str:
     return text if type_ is None else f"{format_exception(exc, type_)} ({text})"
 
 
-def problems(exc: Exception) -> list[str]:
-    """Each wrong field of a failed structuring as ``path: reason``."""
+def problems(exc: Exception, root: str = ROOT) -> list[str]:
+    """Each wrong field of a failed structuring as ``path: reason``, paths starting
+    from ``root``."""
     found = []
-    for line in transform_error(exc, ROOT, _reason):
+    for line in transform_error(exc, root, _reason):
         reason, _, path = line.rpartition(" @ ")
         found.append(f"{path}: {reason}")
     return found
@@ -249,9 +255,20 @@ def type_name(type_: Any) -> str:
 def fit_input(raw: Any, type_: Any, *, coerce: bool, what: str = "input") -> Any:
     """``raw`` (decoded JSON) structured as ``type_``; ``coerce`` allows what cattrs'
     converter allows. Raises :class:`InputMismatch` naming every wrong field."""
-    if type_ is Any or type_ is None or type_ is type(None):
+    if type_ is None or type_ is type(None) or takes_any_json(type_):
         return raw
     try:
         return (lax_converter if coerce else strict).structure(raw, type_)
     except Exception as exc:
         raise InputMismatch(what, type_name(type_), problems(exc)) from exc
+
+
+def fit_output(raw: Any, type_: Any, text: str | None = None) -> Any:
+    """A body's output as it returned it (``raw``, decoded from its canonical ``text``)
+    as its return annotation ``type_``, strictly, for the main function: a copy, so what
+    that does to it leaves the journal entry alone. Raises what the strict converter
+    raises (:func:`problems` names each wrong field)."""
+    raw = copied(raw, text)
+    if takes_any_json(type_):
+        return raw
+    return strict.structure(raw, type_)

@@ -20,6 +20,7 @@ FailureCause = Literal[
     "checkpoint",  # a checkpoint that cannot be read, written or continued (or a result over its size limit)
     "not_serializable",  # an output or result that cannot be stored as JSON
     "bad_input",  # the task's input does not fit the workflow's input type
+    "bad_output",  # a step's or effect's new output does not fit its return annotation
     "crash_loop",  # claimed too often without progress (or a step with a timeout was
     # interrupted on its last allowed attempt): a step keeps killing its worker
     "misuse",  # a workflow API used where it is not allowed

@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 
 from .checkpoint import Checkpoint, newest_entries
+from .effects import ReadEvidence, read_evidence
 from .errors import TaskNotFound
 from .models import TaskOutcome
 from .store.base import WorkflowStore
@@ -71,12 +72,71 @@ def task_report(store: WorkflowStore, task_id: str, journal_limit: int) -> TaskR
     )
 
 
-def journal_line(entry: Any) -> str:
-    """One journal entry in a line; an unreadable one says so, not raises."""
+def journal_lines(report: TaskReport) -> list[str]:
+    """The newest journal entries of ``report``, one line each, saying how an effect's
+    result became known when it was not simply run (reconciled, resolved by an
+    operator); an unreadable entry says so, not raises."""
+    decisions = _decisions(report.history)
+    return [_line(entry, decisions) for entry in report.journal]
+
+
+def journal_json(report: TaskReport) -> list[dict[str, Any]]:
+    """The newest journal entries of ``report`` as ``show --json`` gives them: each
+    call's id, kind and status, and for an effect its idempotency key and ``evidence``
+    (None while nothing is known of it): ``how`` its result became known (``ran``, ``reconciled``,
+    ``resolved``), whether the reconcile or resolution found it ``applied`` (False: it
+    was then run again), who resolved it (``by``) and why (``reason``), and the stored
+    ``text``. An unreadable entry is given as ``{"unreadable": entry}``."""
+    decisions = _decisions(report.history)
+    found = []
+    for entry in report.journal:
+        try:
+            call_id, kind, status = entry["call_id"], entry["kind"], entry["status"]
+        except (TypeError, KeyError):
+            found.append({"unreadable": entry})
+            continue
+        about: dict[str, Any] = {"id": call_id, "kind": kind, "status": status}
+        if kind == "effect":
+            read = _evidence(entry, decisions)
+            about |= {"key": entry.get("key"), "evidence": None if read is None else attrs.asdict(read)}
+        found.append(about)
+    return found
+
+
+# The (actor, reason) of each resolution in a task's history, by effect key.
+_Decisions = dict[str, list[tuple[str, str]]]
+
+
+def _decisions(history: list[TaskEvent]) -> _Decisions:
+    found: _Decisions = {}
+    for event in history:
+        if event.kind == "effect_resolved":
+            detail = event.detail
+            decided = (str(detail.get("actor")), str(detail.get("reason")))
+            found.setdefault(str(detail.get("effect_key")), []).append(decided)
+    return found
+
+
+def _evidence(entry: dict[str, Any], decisions: _Decisions) -> ReadEvidence | None:
+    text = entry.get("evidence")
+    return read_evidence(text, decisions.get(str(entry.get("key")))) if isinstance(text, str) else None
+
+
+def _line(entry: Any, decisions: _Decisions) -> str:
     try:
-        return f"{entry['call_id']} ({entry['kind']}, {entry['status']})"
+        line = f"{entry['call_id']} ({entry['kind']}, {entry['status']})"
     except (TypeError, KeyError):
         return f"(unreadable entry: {json.dumps(entry)[:80]})"
+    evidence = _evidence(entry, decisions)
+    if evidence is None or evidence.how == "ran":
+        return line
+    verdict = "applied" if evidence.applied else "not applied"
+    again = "" if evidence.applied else "; run again"
+    if evidence.how == "reconciled":
+        return f"{line}: reconciled as {verdict}{again}"
+    if evidence.how == "resolved":
+        return f"{line}: resolved as {verdict} by {evidence.by} ({evidence.reason}){again}"
+    return f"{line}: {evidence.text}"
 
 
 def related(record: TaskRecord) -> dict[str, Any]:

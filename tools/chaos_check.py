@@ -22,6 +22,7 @@ from chaos_waiters import Wait, unheard_ends, woken_by_the_end
 
 from runifold_sync import BudgetUsage, TaskEvent, TaskOutcome, TaskRecord, TaskState
 from runifold_sync.codec import from_json
+from runifold_sync.effects import read_evidence
 
 # Events that end the cycle of the token that wrote them.
 CYCLE_ENDS = frozenset({"suspended", "completed", "failed", "released", "retried", "cancelled"})
@@ -256,7 +257,8 @@ def _stale_writes(data: RunData, journals: dict[str, list[dict[str, Any]]]) -> I
         if body in seen:
             continue  # the tail written again, or moved into a row: not a new commit
         seen.add(body)
-        if entry.get("evidence") in (None, "ran") and entry["output"]["token"] != token:
+        evidence = entry.get("evidence")
+        if (evidence is None or read_evidence(evidence).ran) and entry["output"]["token"] != token:
             yield (
                 f"{task_id} {where} committed {entry['call_id']} run under token "
                 f"{entry['output']['token']} while token {token} was granted"

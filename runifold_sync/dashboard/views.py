@@ -19,7 +19,7 @@ from ..operations import DEFAULT_LIVE_WITHIN, served_versions, unserved_work
 from ..store.checks import MAX_LIST_LIMIT
 from ..store.records import TaskRecord
 from ..store.sql_reads import MAX_PAGE_SCAN
-from ..task_report import failure_line, journal_line, refused_signals_line, task_report
+from ..task_report import failure_line, journal_lines, refused_signals_line, task_report
 from . import charts
 from .board import dashboard
 
@@ -185,7 +185,7 @@ def task(task_id: str) -> str:
         report=report,
         record=record,
         state_text=state_text,
-        journal=[(entry, journal_line(entry)) for entry in report.journal],
+        journal=list(zip(report.journal, journal_lines(report), strict=True)),
         failure=None if report.failure is None else failure_line(report.failure),
         timeline=charts.timeline(report.history, store.now(), finished),
         pending_signals=store.pending_signals(task_id),

@@ -35,13 +35,14 @@ class Lease:
 
 @attrs.frozen
 class Committed:
-    """A fenced checkpoint write: the new revision, and the cancel request the task row
-    held when it committed. Every step boundary commits, so a worker learns of a cancel
-    at its next boundary even when no heartbeat has come round yet."""
+    """A fenced checkpoint write: the new revision, and the cancel request and pause the
+    task row held when it committed. Every step boundary commits, so a worker learns of
+    either at its next boundary even when no heartbeat has come round yet. No field has
+    a default: every fenced commit says both (``sql_transitions.fenced_commit``)."""
 
     revision: int
-    cancel_requested: str | None = None
-    paused: str | None = None  # store.pause() reached the task: it parks at this boundary
+    cancel_requested: str | None
+    paused: str | None  # store.pause() reached the task: it parks at this boundary
 
 
 @attrs.frozen

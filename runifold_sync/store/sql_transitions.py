@@ -87,10 +87,7 @@ class WorkerOperations:
         """Store progress that extends ``revision``: the checkpoint's head and the journal
         rows that changed; returns the new revision and any pending cancel request."""
         params = self._progress(lease, revision, checkpoint_json)
-        row = self.dialect.fenced(None, "commit_checkpoint", params, journal)
-        if row is None:
-            raise LeaseLostError(lease.task_id, lease.fencing_token, "checkpoint commit")
-        return Committed(row["revision"], row["cancel_requested"], row["paused"])
+        return fenced_commit(self.dialect, None, lease, params, journal, "checkpoint commit")
 
     def run_transaction_steps_on(self, step_connection: StepConnection) -> None:
         """Run ``@workflow.transaction()`` steps in the application's transaction on its
@@ -183,11 +180,9 @@ class WorkerOperations:
         params = self._progress(lease, revision, checkpoint_json)
         value = d.json_in(f"value of event {key!r}", value_json)
         with d.transaction() as tx:
-            row = d.fenced(tx, "commit_checkpoint", params, journal)
-            if row is None:
-                raise LeaseLostError(lease.task_id, lease.fencing_token, f"event {key!r} commit")
+            committed = fenced_commit(d, tx, lease, params, journal, f"event {key!r} commit")
             tx.count("set_task_event", {"task_id": lease.task_id, "key": key, "value": value})
-            return Committed(row["revision"], row["cancel_requested"])
+            return committed
 
     def pending_signals(self, task_id: str, name: str | None = None) -> list[Signal]:
         """Signals not yet consumed, oldest first: those named ``name``, or all of them
@@ -215,9 +210,7 @@ class WorkerOperations:
         d = self.dialect
         params = self._progress(lease, revision, checkpoint_json)
         with d.transaction() as tx:
-            row = d.fenced(tx, "commit_checkpoint", params, journal)
-            if row is None:
-                raise LeaseLostError(lease.task_id, lease.fencing_token, "signal consumption")
+            committed = fenced_commit(d, tx, lease, params, journal, "signal consumption")
             now = tx.now()
             consumed = tx.one(
                 "consume_signal", {"task_id": lease.task_id, "signal_id": signal_id, "now": now}
@@ -227,7 +220,7 @@ class WorkerOperations:
             kind = "signal_consumed" if accepted else "signal_refused"
             detail = {"signal_id": signal_id, "sender": consumed["sender"], "note": d.free_text(note)}
             d.event(tx, Event(lease.task_id, now, kind, detail, lease.worker_id, lease.fencing_token))
-            return Committed(row["revision"], row["cancel_requested"], row["paused"])
+            return committed
 
     @timed
     def acknowledge_cancel(
@@ -407,7 +400,23 @@ class StepTransaction:
         """The checkpoint commit recording the step, fenced as every commit is, inside the
         step's transaction: refused (LeaseLostError), the whole transaction rolls back."""
         params = self._store._progress(lease, revision, checkpoint_json)
-        row = self._store.dialect.fenced(self._tx, "commit_checkpoint", params, journal)
-        if row is None:
-            raise LeaseLostError(lease.task_id, lease.fencing_token, "transaction step commit")
-        return Committed(row["revision"], row["cancel_requested"], row["paused"])
+        return fenced_commit(self._store.dialect, self._tx, lease, params, journal, "transaction step commit")
+
+
+def fenced_commit(
+    d: Dialect,
+    tx: Transaction | None,
+    lease: Lease,
+    params: dict[str, Any],
+    journal: Sequence[JournalRow],
+    what: str,
+) -> Committed:
+    """The fenced write of a checkpoint that every commit of progress makes (in ``tx``,
+    or in a transaction of its own when None), and what the task row held when it
+    committed: a cancel or a pause that reached it is learnt at this boundary, whatever
+    else the commit carries. :class:`LeaseLostError` naming ``what`` when the fence did
+    not hold."""
+    row = d.fenced(tx, "commit_checkpoint", params, journal)
+    if row is None:
+        raise LeaseLostError(lease.task_id, lease.fencing_token, what)
+    return Committed(row["revision"], row["cancel_requested"], row["paused"])

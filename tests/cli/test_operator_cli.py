@@ -162,7 +162,11 @@ def test_show_pages_a_long_journal_to_its_newest_entries(url: str, store: Sqlite
     ]
     code, out = _invoke("show", "s1", "--journal-limit", "1", "--database", url, "--json")
     shown = json.loads(out)
-    assert (shown["run"], shown["journal_entries"], shown["journal"]) == (1, 2, ["timer#1 (timer, pending)"])
+    assert (shown["run"], shown["journal_entries"], shown["journal"]) == (
+        1,
+        2,
+        [{"id": "timer#1", "kind": "timer", "status": "pending"}],
+    )
     code, out = _invoke("show", "s1", "--journal-limit", "0", "--database", url)
     assert code == 2 and "--journal-limit" in out
 

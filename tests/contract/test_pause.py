@@ -7,7 +7,7 @@ Each cycle runs on a new worker, so nothing comes from an earlier worker's memor
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -23,12 +23,14 @@ from runifold_sync import (
     Suspended,
     TaskNotFound,
     TaskState,
+    WorkerId,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
     WorkflowStore,
     WorkflowTask,
 )
+from runifold_sync.store.records import ClaimedTask, Committed
 from tests.support.clock import Clock
 from tests.support.workers import run_cycle
 
@@ -52,7 +54,7 @@ flow = Workflow("pausable", 1, signals=["go"])
 @flow.step()
 def first(ctx: StepContext, mode: str) -> str:
     RAN.append("first")
-    if mode == "pause-myself":  # an operator's pause landing while the task runs
+    if mode in ("pause-myself", "pause-then-event"):  # an operator's pause landing while it runs
         STORES[0].pause(ctx.task_id, actor="alice", reason="while running")
     return "first"
 
@@ -66,6 +68,8 @@ def second(ctx: StepContext, mode: str) -> str:
 @flow.main
 def main(ctx: WorkflowContext, mode: str) -> Any:
     first(ctx, mode)
+    if mode == "pause-then-event":  # first's result is committed with the event, not before
+        ctx.set_event("stage", "first done")
     got = None
     if mode == "timer":
         ctx.sleep(timedelta(minutes=5))
@@ -142,6 +146,50 @@ def test_a_running_task_parks_at_its_next_step_boundary(store: WorkflowStore) ->
     assert store.resume("t1", actor="alice", reason="go on") is TaskState.WAITING
     assert _cycle(store) == Completed("t1", {"mode": "pause-myself", "signal": None})
     assert RAN == ["first", "second"]  # first was not run again
+
+
+def test_a_pause_that_lands_with_an_event_commit_parks_the_task_at_that_boundary(
+    store: WorkflowStore,
+) -> None:
+    _enqueue(store, "pause-then-event")
+    outcome = _cycle(store)
+    assert isinstance(outcome, Suspended) and outcome.reason == "paused at a step boundary"
+    assert RAN == ["first"]  # second did not start: the event's commit answered with the pause
+    assert store.get_event("t1", "stage") == "first done"
+    store.resume("t1", actor="alice", reason="go on")
+    assert _cycle(store) == Completed("t1", {"mode": "pause-then-event", "signal": None})
+    assert RAN == ["first", "second"]
+
+
+def _commit_plain(store: WorkflowStore, claimed: ClaimedTask) -> Committed:
+    return store.commit_checkpoint(claimed.lease, claimed.revision, "{}")
+
+
+def _commit_event(store: WorkflowStore, claimed: ClaimedTask) -> Committed:
+    return store.commit_event(claimed.lease, claimed.revision, "{}", "stage", '"one"')
+
+
+def _consume_signal(store: WorkflowStore, claimed: ClaimedTask) -> Committed:
+    return store.consume_signal(claimed.lease, claimed.revision, "{}", "s1", accepted=True, note="taken")
+
+
+def _commit_in_step_transaction(store: WorkflowStore, claimed: ClaimedTask) -> Committed:
+    with store.step_transaction() as tx:
+        return tx.commit_checkpoint(claimed.lease, claimed.revision, "{}")
+
+
+@pytest.mark.parametrize(
+    "commit", [_commit_plain, _commit_event, _consume_signal, _commit_in_step_transaction]
+)
+def test_every_fenced_commit_answers_with_a_pause_that_reached_the_task(
+    store: WorkflowStore, commit: Callable[[WorkflowStore, ClaimedTask], Committed]
+) -> None:
+    _enqueue(store, "plain")
+    store.send_signal("t1", "go", {"n": 1}, signal_id="s1", sender="bob")
+    (claimed,) = store.claim(WorkerId.parse("w1"), LEASE)
+    store.pause("t1", actor="alice", reason="hold")
+
+    assert commit(store, claimed) == Committed(claimed.revision + 1, None, "paused by alice: hold")
 
 
 def test_pause_and_resume_refuse_what_they_cannot_do(store: WorkflowStore) -> None:

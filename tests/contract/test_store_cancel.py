@@ -46,11 +46,11 @@ def test_cancel_takes_actor_and_reason_positionally_and_a_commit_answers_with_th
 ) -> None:
     _enqueue(store)
     claimed = _claim(store)
-    assert store.commit_checkpoint(claimed.lease, 0, "{}") == Committed(1, None)
+    assert store.commit_checkpoint(claimed.lease, 0, "{}") == Committed(1, None, None)
 
     assert store.cancel("t1", "ops", "customer left") is TaskState.LEASED
 
-    assert store.commit_checkpoint(claimed.lease, 1, "{}") == Committed(2, NOTE)
+    assert store.commit_checkpoint(claimed.lease, 1, "{}") == Committed(2, NOTE, None)
     event = store.history("t1")[-1]
     assert (event.kind, event.detail) == ("cancel_requested", {"actor": "ops", "reason": "customer left"})
 
@@ -63,7 +63,7 @@ def test_consuming_a_signal_answers_with_a_pending_cancel(store: WorkflowStore) 
 
     committed = store.consume_signal(claimed.lease, 0, "{}", "s1", accepted=True, note="taken")
 
-    assert committed == Committed(1, NOTE)
+    assert committed == Committed(1, NOTE, None)
 
 
 TRANSITIONS: dict[str, Callable[[WorkflowStore, ClaimedTask], Any]] = {

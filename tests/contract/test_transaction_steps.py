@@ -16,6 +16,7 @@ import pytest
 
 from runifold_sync import (
     Completed,
+    Failed,
     LeaseLost,
     Retried,
     StepContext,
@@ -65,6 +66,8 @@ def book(ctx: StepContext, mode: str) -> int:
             ("offset_us", 3_600_000_000) if isinstance(conn, sqlite3.Connection) else ("offset_s", 3600)
         )
         conn.execute(f"UPDATE runifold_clock SET {column} = {column} + {jump}")
+    if mode == "wrong-type":  # annotated int
+        return "100"  # type: ignore[return-value]
     return 100
 
 
@@ -128,3 +131,17 @@ def test_a_commit_refused_for_a_lost_lease_rolls_the_body_back(store: WorkflowSt
     assert app_rows() == []
     assert entries(store, "t1") == []
     assert store.get_task("t1").state is TaskState.LEASED  # its lease runs out; a worker takes it again
+
+
+def test_an_output_that_does_not_fit_the_annotation_fails_the_step_and_rolls_it_back(
+    store: WorkflowStore, app_rows: Any
+) -> None:
+    store.enqueue(WorkflowTask.new("booking", 1, "wrong-type", checkpoint_id="t1"))
+    outcome = _cycle(store)
+    assert isinstance(outcome, Failed) and outcome.cause == "bad_output"
+    assert outcome.reason.startswith(
+        "step 'book' returned '100', which does not fit its return annotation int: "
+        "output: expected an integer, got the string '100'"
+    )
+    assert app_rows() == [] and entries(store, "t1") == []  # the body's writes went with it
+    assert RAN == ["book 1"]

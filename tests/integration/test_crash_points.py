@@ -134,7 +134,9 @@ CASES = {
     "after_effect_no_reconcile": Case(("after_effect:charge#1",), (P, N, C_INTENT), ambiguous=True),
     "before_result_commit_no_reconcile": Case(("before_commit:charge#1",), (P, N, C_INTENT), ambiguous=True),
     "after_result_commit_no_reconcile": Case(("after_commit:charge#1",), (P, N, C)),
-    "before_effect_reconciled": Case(("before_effect:ship#1",), (P, N, C, S_INTENT), evidence="ran"),
+    "before_effect_reconciled": Case(
+        ("before_effect:ship#1",), (P, N, C, S_INTENT), evidence="re-run as not applied, reconciled"
+    ),
     "after_effect_reconciled": Case(("after_effect:ship#1",), (P, N, C, S_INTENT), evidence="reconciled"),
     "before_signal_commit": Case(("before_commit:signal:go#1",), (P, N, C, S)),
     "after_signal_commit": Case(("after_commit:signal:go#1",), (P, N, C, S, G)),

@@ -15,8 +15,13 @@ from runifold_sync import (
     ContinuedAsNew,
     InvalidArgument,
     Retried,
+    StepContext,
     Suspended,
     TaskState,
+    TenantBudget,
+    TenantPolicy,
+    Workflow,
+    WorkflowContext,
     WorkflowStore,
 )
 from runifold_sync.testing import NotIdle, StoreClock, result, run_until_idle, send_signal
@@ -142,6 +147,85 @@ def test_a_paused_task_is_not_skipped_to(store: WorkflowStore) -> None:
     assert run_until_idle(store, registry(workflows.sleeper))[-1] == Completed(task_id, "good morning, ada")
 
 
+def test_tasks_on_every_queue_are_run_unless_queues_narrows_it(store: WorkflowStore) -> None:
+    kit = registry(workflows.sleeper)
+    mail = store.enqueue(kit.task("sleeper", 1, "mail", checkpoint_id="t-mail", queue="mail")).task_id
+    plain = enqueue(store, "sleeper", "plain", "t-plain")
+
+    assert run_until_idle(store, kit, queues=["default"])[-1] == Completed(plain, "good morning, plain")
+    assert store.get_task(mail).state is TaskState.QUEUED  # left alone: not a queue it was given
+    assert run_until_idle(store, kit)[-1] == Completed(mail, "good morning, mail")
+
+
+def test_a_child_enqueued_on_another_queue_during_the_run_is_run_too(store: WorkflowStore) -> None:
+    kit = registry(workflows.sleeper, workflows.mail_parent)
+    task_id = store.enqueue(kit.task("mail-parent", 1, None, checkpoint_id="t-mail-parent")).task_id
+
+    assert run_until_idle(store, kit)[-1] == Completed(task_id, "child said: good morning, mail child")
+
+
+# The sleeper as changed without a new version: a step more, so other step fingerprints.
+changed_sleeper = Workflow("sleeper", 1)
+
+
+@changed_sleeper.step()
+def stretch(ctx: StepContext) -> None:
+    return None
+
+
+@changed_sleeper.step()
+def wake(ctx: StepContext, name: str) -> str:
+    return f"good morning, {name}"
+
+
+@changed_sleeper.main
+def sleep_and_stretch(ctx: WorkflowContext, name: str) -> str:
+    ctx.sleep(timedelta(days=1))
+    stretch(ctx)
+    return wake(ctx, name)
+
+
+def test_a_task_whose_steps_changed_under_the_same_version_stops_it_naming_the_task(
+    store: WorkflowStore,
+) -> None:
+    task_id = enqueue(store, "sleeper", "ada", "t-changed")
+    run_until_idle(store, registry(workflows.sleeper), skip_time=False)  # checkpointed, asleep
+
+    with pytest.raises(NotIdle) as raised:
+        run_until_idle(store, registry(changed_sleeper))
+
+    old, new = workflows.sleeper.fingerprint(), changed_sleeper.fingerprint()
+    assert str(raised.value).startswith(
+        f"task 't-changed' was checkpointed by 'sleeper' version 1 with step fingerprint {old}, "
+        f"but the registry's has fingerprint {new}: its steps changed under the same version"
+    )
+    assert raised.value.unfinished == (task_id,)
+
+
+def test_a_tenant_over_its_budget_is_run_again_once_store_time_frees_its_window(
+    store: WorkflowStore,
+) -> None:
+    store.set_tenant_policy(TenantPolicy("acme", budget=TenantBudget(5, timedelta(hours=1))))
+    kit = registry(workflows.spender)
+    first = store.enqueue(kit.task("spender", 1, 5, checkpoint_id="t-first", tenant="acme")).task_id
+    second = store.enqueue(kit.task("spender", 1, 5, checkpoint_id="t-second", tenant="acme")).task_id
+    before = store.now()
+
+    assert run_until_idle(store, kit) == [Completed(first, 5.0), Completed(second, 5.0)]
+    assert store.now() - before >= timedelta(hours=1)  # skipped, not waited for
+
+
+def test_a_tenant_budget_that_nothing_will_free_stops_it_saying_so(store: WorkflowStore) -> None:
+    store.set_tenant_policy(TenantPolicy("acme", budget=TenantBudget(0, timedelta(hours=1))))
+    kit = registry(workflows.spender)
+    held = store.enqueue(kit.task("spender", 1, 1, checkpoint_id="t-held", tenant="acme")).task_id
+
+    with pytest.raises(NotIdle, match="deferred by budget admission: tenant 'acme'") as raised:
+        run_until_idle(store, kit)
+
+    assert raised.value.unfinished == (held,)
+
+
 @pytest.mark.parametrize(
     ("keywords", "named"),
     [
@@ -149,6 +233,9 @@ def test_a_paused_task_is_not_skipped_to(store: WorkflowStore) -> None:
         ({"max_cycles": 0}, "max_cycles"),
         ({"worker_id": 7}, "7"),
         ({"worker_id": "no spaces"}, "'no spaces'"),
+        ({"queues": "mail"}, "write \\['mail'\\]"),
+        ({"queues": []}, "queues must name at least one queue"),
+        ({"queues": ["bad name\n"]}, "queue"),
     ],
 )
 def test_bad_arguments_are_refused_naming_them(

@@ -1,5 +1,6 @@
 """The workflows the testing kit's tests run: a day's sleep, a signal wait with no
-timeout, a step that fails before it succeeds, a parent and its child, timers for ever.
+timeout, a step that fails before it succeeds, a parent and its child (on the default
+queue or another), timers for ever, a step that charges its tenant's budget.
 ``ATTEMPTS`` counts the flaky step's calls (reset by the tests' fixture)."""
 
 from __future__ import annotations
@@ -66,6 +67,16 @@ def start_and_wait(ctx: WorkflowContext, _: None) -> str:
     return f"child said: {result}"
 
 
+mail_parent = Workflow("mail-parent", 1)
+
+
+@mail_parent.main
+def start_on_mail_and_wait(ctx: WorkflowContext, _: None) -> str:
+    handle = ctx.start_child("sleeper", 1, "mail child", queue="mail")
+    result: str = ctx.wait_child(handle, result_type=str)
+    return f"child said: {result}"
+
+
 forever = Workflow("forever", 1)
 
 
@@ -73,6 +84,20 @@ forever = Workflow("forever", 1)
 def tick_for_ever(ctx: WorkflowContext, ticks: int) -> None:
     ctx.sleep(timedelta(hours=1))
     ctx.continue_as_new(ticks + 1)
+
+
+spender = Workflow("spender", 1)
+
+
+@spender.step()
+def spend(ctx: StepContext, units: float) -> float:
+    ctx.charge(units)
+    return units
+
+
+@spender.main
+def spend_it(ctx: WorkflowContext, units: float) -> float:
+    return spend(ctx, units)
 
 
 def registry(*workflows: Workflow) -> WorkflowRegistry:

@@ -6,7 +6,7 @@ import dataclasses
 import json
 import re
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any
+from typing import Annotated, Any, Dict, List, Union  # noqa: UP035  # the old spellings too
 
 import attrs
 import pytest
@@ -20,6 +20,7 @@ from runifold_sync.codec import (
     _text_nests_within,
     from_json,
     structure,
+    takes_any_json,
     to_json,
 )
 
@@ -235,3 +236,27 @@ def test_a_value_that_contains_itself_is_refused_as_nesting_too_deep() -> None:
         to_json(loop, max_depth=MAX_NESTING_DEPTH)
     with pytest.raises(NotJsonable, match="RecursionError"):  # without a limit: no depth claim
         to_json(loop)
+
+
+@pytest.mark.parametrize(
+    ("annotation", "takes_all"),
+    [
+        (Any, True),
+        (object, True),
+        (object | None, True),
+        (Annotated[object, ["unhashable metadata"]], True),
+        (str | int | float | bool | None | list[Any] | dict[str, Any], True),
+        (Union[str, int, float, bool, None, List, Dict], True),  # noqa: UP006, UP007
+        (str | int | float | None | list[Any] | dict[str, Any], False),  # no bool
+        (str | int | float | bool | None | list[int] | dict[str, Any], False),
+        (str | int | float | bool | None | list[Any] | dict[int, Any], False),
+        (str, False),
+        (dict[str, Any], False),
+        (type(None), False),
+    ],
+    ids=repr,
+)
+def test_which_annotations_take_every_json_value_as_it_is(annotation: Any, takes_all: bool) -> None:
+    assert takes_any_json(annotation) is takes_all
+    if takes_all:
+        assert structure({"k": [1, "a", None]}, annotation) == {"k": [1, "a", None]}

@@ -67,27 +67,34 @@ def test_coercion_when_asked_for_is_cattrs_own() -> None:
     assert fit_input(5, str, coerce=True) == "5"
 
 
-lying = Workflow("lying-step", 1, signals=["go"])
+def _lying(output_type: Any) -> Workflow:
+    """Workflow "lying-step" whose step ``count`` returns "7" and is annotated
+    ``output_type``: the same step graph (fingerprint) whatever the annotation."""
+    flow = Workflow("lying-step", 1, signals=["go"])
 
+    def count(ctx: StepContext, _value: None) -> Any:
+        return "7"
 
-@lying.step()
-def count(ctx: StepContext, _value: None) -> int:
-    return "7"  # type: ignore[return-value]  # recorded as "7" (a release may have done this)
+    count.__annotations__["return"] = output_type
+    step = flow.step(step_id="count")(count)
 
+    @flow.main
+    def lying_main(ctx: WorkflowContext, _value: None) -> int:
+        total = step(ctx, None)
+        ctx.wait_for_signal("go")
+        return int(total + 1)
 
-@lying.main
-def lying_main(ctx: WorkflowContext, _value: None) -> int:
-    total = count(ctx, None)
-    ctx.wait_for_signal("go")
-    return total + 1
+    return flow
 
 
 def test_a_recorded_step_output_replays_through_the_codecs_converter_unchanged(
     sqlite_store: SqliteWorkflowStore, make_worker: WorkerFactory
 ) -> None:
-    worker = make_worker(WorkflowDefinition(lying))
+    recorder, current = _lying(Any), _lying(int)  # the step's annotation was changed since
+    assert recorder.fingerprint() == current.fingerprint()
     sqlite_store.enqueue(WorkflowTask.new("lying-step", 1, None, checkpoint_id="t1"))
-    assert isinstance(worker.run_once(), Suspended)
+    assert isinstance(make_worker(WorkflowDefinition(recorder)).run_once(), Suspended)
     sqlite_store.send_signal("t1", "go", None, signal_id="s1", sender="ops")
 
+    worker = make_worker(WorkflowDefinition(current), worker_id="w2")
     assert worker.run_once() == Completed("t1", 8)  # "7" structured back as the annotated int
