@@ -22,6 +22,7 @@ from .errors import (
     EnqueueConflict,
     EventNotFound,
     FingerprintMismatch,
+    ForkUnsafe,
     InputMismatch,
     InvalidArgument,
     InvalidState,
@@ -56,6 +57,7 @@ from .models import (
     WorkerId,
     WorkflowTask,
 )
+from .observer import CycleObserver
 from .outcomes import (
     Cancelled,
     Completed,
@@ -116,6 +118,7 @@ __all__ = [
     "ClockReading",
     "Completed",
     "ContinuedAsNew",
+    "CycleObserver",
     "DeclaredSignals",
     "DefinitionConflict",
     "DefinitionIdentity",
@@ -128,6 +131,7 @@ __all__ = [
     "Failed",
     "FailureDetail",
     "FingerprintMismatch",
+    "ForkUnsafe",
     "Idle",
     "InputMismatch",
     "InvalidArgument",

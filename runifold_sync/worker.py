@@ -156,6 +156,13 @@ class WorkflowWorker:
         runs the body; it should only pass the value on."""
         self._keeper.report_deadlines(listener)
 
+    def hand_back_at_boundary(self, reason: str) -> None:
+        """Hand the running task back at its next step boundary, released for any worker
+        to continue (not counted as an attempt), instead of running it to its end: for a
+        worker that must stop soon, such as a pool's child whose supervisor is gone.
+        ``reason`` is recorded with the release. Safe to call from a signal handler."""
+        self._keeper.hand_back_at_boundary(reason)
+
     def run(
         self,
         shutdown: CancellationToken,
