@@ -682,7 +682,7 @@ def _child_main(
         if start.check_id:
             check_ids_free(worker.store, [start.worker_id.value], worker.settings.heartbeat_interval)
         for dead in start.dead:
-            _hand_back(worker.store, dead)
+            hand_back_dead_worker(worker.store, dead.worker_id, dead.pid, dead.how)
         orphaned.write(report_fd, _READY)
         ready = True
         if start.watch_stranded:
@@ -714,22 +714,27 @@ def _child_main(
         os.close(report_fd)
 
 
-def _hand_back(store: WorkflowStore, dead: _Dead) -> None:
-    """Hand back what a dead child of this slot held and mark it stopped."""
-    worker_id = WorkerId.parse(dead.worker_id)
-    leases = store.leases_held_by(worker_id)
-    reason = f"worker {dead.worker_id} (pid {dead.pid}) {dead.how}; its supervisor handed its lease back"
+def hand_back_dead_worker(store: WorkflowStore, worker_id: str, pid: int, how: str) -> list[str]:
+    """Hand back what worker ``worker_id``, whose process ``pid`` is known to be gone
+    (``how``: "was killed by SIGKILL"), held, and mark it stopped in the registry: what
+    a pool's child does for its slot's dead predecessors before it claims anything.
+    Returns the ids of the tasks handed back."""
+    dead = WorkerId.parse(worker_id)
+    leases = store.leases_held_by(dead)
+    handed: list[str] = []
     if leases:
+        reason = f"worker {worker_id} (pid {pid}) {how}; its supervisor handed its lease back"
         with crashpoints.transition("hand_back_dead"):
-            handed = store.hand_back_dead_leases(worker_id, leases, reason=reason)
-        if handed:
-            log.warning(
-                "worker %s (pid %d) %s holding %d task(s); handed back, claimable now: %s",
-                dead.worker_id,
-                dead.pid,
-                dead.how,
-                len(handed),
-                ", ".join(handed),
-                extra={"worker_id": dead.worker_id},
-            )
-    store.worker_stopped(worker_id, dead.pid)
+            handed = store.hand_back_dead_leases(dead, leases, reason=reason)
+    if handed:
+        log.warning(
+            "worker %s (pid %d) %s holding %d task(s); handed back, claimable now: %s",
+            worker_id,
+            pid,
+            how,
+            len(handed),
+            ", ".join(handed),
+            extra={"worker_id": worker_id},
+        )
+    store.worker_stopped(dead, pid)
+    return handed
