@@ -43,7 +43,7 @@ def check_ids_free(store: WorkflowStore, worker_ids: Iterable[str], heartbeat: t
     others = [
         w
         for w in store.workers()
-        if _incarnation_of(w.worker_id) in wanted and w.live(window) and not _gone(w)
+        if first_incarnation(w.worker_id) in wanted and w.live(window) and not _gone(w)
     ]
     if others:
         taken = ", ".join(
@@ -57,8 +57,9 @@ def check_ids_free(store: WorkflowStore, worker_ids: Iterable[str], heartbeat: t
         )
 
 
-def _incarnation_of(worker_id: str) -> str:
-    """The id a pool's slot started with: ``pool-0`` for ``pool-0`` and ``pool-0.3``."""
+def first_incarnation(worker_id: str) -> str:
+    """The id a pool's slot started with: ``pool-0`` for ``pool-0`` and for the children
+    started in its place after one died, ``pool-0.1``, ``pool-0.2``..."""
     first, dot, generation = worker_id.rpartition(".")
     return first if dot and generation.isdigit() else worker_id
 
