@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runifold_sync import TaskState, WorkflowTask
-from runifold_sync.operations import unserved_ready
+from runifold_sync.operations import unserved_work
 from tests.support import processes
 from tests.support.backends import Backend
 from tests.support.routing import checkpointed_by_other_steps
@@ -43,7 +43,7 @@ def test_the_pool_warns_once_of_ready_work_no_live_worker_serves_and_once_when_i
             lambda: NEW_VERSION in err.read_text() and OTHER_STEPS in err.read_text(), 60, "the warnings"
         )
         # What it says is what stats shows.
-        stranded = {(w.backlog.version, w.reason) for w in unserved_ready(store)}
+        stranded = {(w.backlog.version, w.reason) for w in unserved_work(store) if w.backlog.ready}
         log = err.read_text()
         for version, reason in stranded:
             assert (NEW_VERSION if version == 2 else OTHER_STEPS) + reason in log
