@@ -284,10 +284,11 @@ class WorkflowSupervisor:
             delay_s = self._respawn_delay_s(slot.failed_starts)
         if code != _EXIT_UNAVAILABLE or not pool.reached_store:
             log.warning(
-                "worker %s (pid %d) %s; %s",
+                "worker %s (pid %d) %s%s; %s",
                 child.worker_id,
                 pid,
                 _describe_exit(code),
+                f" ({child.fatal})" if child.fatal else "",
                 f"starting worker {self._next_id(slot)} in its place"
                 + (", which hands back the tasks it held" if slot.dead else ""),
                 extra={"worker_id": child.worker_id},
