@@ -264,13 +264,15 @@ class WorkflowSupervisor:
             slot.respawn_at = time.monotonic()
             return
         pool.restarts += 1
-        delay_s = 0.0
-        if child.timed_out:  # killed here, having started well: no crash at start
-            pool.timed_out += 1
-        elif code == _EXIT_UNAVAILABLE and pool.reached_store:
+        if code == _EXIT_UNAVAILABLE and pool.reached_store:  # an outage, not a broken start
             slot.unavailable += 1
             delay_s = self._respawn_delay_s(slot.unavailable)
             _log_unavailable(child, slot.unavailable, delay_s)
+            slot.respawn_at = time.monotonic() + delay_s
+            return
+        delay_s = 0.0
+        if child.timed_out:  # killed here, having started well: no crash at start
+            pool.timed_out += 1
         elif not child.ready:
             quick = time.monotonic() - child.started < QUICK_CRASH_S
             slot.failed_starts = slot.failed_starts + 1 if quick else 0
@@ -282,17 +284,16 @@ class WorkflowSupervisor:
                 )
                 return
             delay_s = self._respawn_delay_s(slot.failed_starts)
-        if code != _EXIT_UNAVAILABLE or not pool.reached_store:
-            log.warning(
-                "worker %s (pid %d) %s%s; %s",
-                child.worker_id,
-                pid,
-                _describe_exit(code),
-                f" ({child.fatal})" if child.fatal else "",
-                f"starting worker {self._next_id(slot)} in its place"
-                + (", which hands back the tasks it held" if slot.dead else ""),
-                extra={"worker_id": child.worker_id},
-            )
+        log.warning(
+            "worker %s (pid %d) %s%s; starting worker %s in its place%s",
+            child.worker_id,
+            pid,
+            _describe_exit(code),
+            f" ({child.fatal})" if child.fatal else "",
+            self._next_id(slot),
+            ", which hands back the tasks it held" if slot.dead else "",
+            extra={"worker_id": child.worker_id},
+        )
         slot.respawn_at = time.monotonic() + delay_s
 
     def _next_id(self, slot: _Slot) -> WorkerId:
