@@ -41,6 +41,7 @@ from .outcomes import Idle, LeaseLost, RunOutcome, Yielded
 from .schedule_ticker import ScheduleTicker
 from .spans import CycleTracer
 from .store.base import WorkflowStore
+from .store.checks import check_free_text
 from .store.records import ClaimRequest, Routes
 from .worker_settings import WorkerOptions, WorkerSettings
 
@@ -161,7 +162,7 @@ class WorkflowWorker:
         to continue (not counted as an attempt), instead of running it to its end: for a
         worker that must stop soon, such as a pool's child whose supervisor is gone.
         ``reason`` is recorded with the release. Safe to call from a signal handler."""
-        self._keeper.hand_back_at_boundary(reason)
+        self._keeper.hand_back_at_boundary(check_free_text("reason", reason))
 
     def run(
         self,
