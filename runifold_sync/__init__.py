@@ -23,6 +23,7 @@ from .errors import (
     EnqueueConflict,
     EventNotFound,
     FingerprintMismatch,
+    ForkUnsafe,
     InputMismatch,
     InvalidArgument,
     InvalidState,
@@ -59,6 +60,7 @@ from .models import (
     WorkerId,
     WorkflowTask,
 )
+from .observer import CycleObserver
 from .outcomes import (
     Cancelled,
     Completed,
@@ -120,6 +122,7 @@ __all__ = [
     "ClockReading",
     "Completed",
     "ContinuedAsNew",
+    "CycleObserver",
     "DeclaredSignals",
     "DefinitionConflict",
     "DefinitionIdentity",
@@ -132,6 +135,7 @@ __all__ = [
     "Failed",
     "FailureDetail",
     "FingerprintMismatch",
+    "ForkUnsafe",
     "Idle",
     "InputMismatch",
     "InvalidArgument",

@@ -100,6 +100,8 @@ class Boundary:
         if deadline is None:
             self._commits.commit_unsaved()
         self.check_continue()
+        if self._flags.hand_back is not None:
+            raise YieldRequested(self._flags.hand_back)
         if self._max_steps_per_claim is not None and self.executed >= self._max_steps_per_claim:
             raise YieldRequested()
         self.check_budget(next_steps=1)

@@ -62,8 +62,9 @@ POINTS = {
     "after_heartbeat": "as before_heartbeat; the lease extension returned",
     "before_transition": "complete, suspend, fail, retry, continue (continue_as_new), cancel "
     "(acknowledging a cancel request), yield (step slice used up), unavailable (definition "
-    "not registered here), hand_back (a task claimed ahead given back unstarted) or "
-    "complete_batch (the held completions of a claim batch); the write that ends a claim is "
+    "not registered here), hand_back (a task claimed ahead given back unstarted), "
+    "complete_batch (the held completions of a claim batch) or hand_back_dead (a pool child "
+    "handing back the leases of its slot's dead predecessor); the write that ends a claim is "
     "about to be sent",
     "after_transition": "as before_transition; the write returned",
     "before_tick": "schedule name; the transaction creating a due tick's task (and recording "

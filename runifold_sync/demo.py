@@ -30,6 +30,7 @@ from .checkpoint import read_checkpoint
 from .context import WorkflowContext
 from .definition import WorkflowDefinition, WorkflowRegistry
 from .models import Budget, CapabilitySet, LeaseDuration, TaskState, WorkerId, WorkflowTask
+from .pool_preflight import first_incarnation
 from .step_context import StepContext
 from .store.base import WorkflowStore
 from .store.records import TaskRecord
@@ -284,10 +285,16 @@ def _wait_stopped(pid: int) -> None:
 
 
 def _replacement(store: WorkflowStore, worker_id: str, killed_pid: int) -> int | None:
-    """The pid of the process that registered under ``worker_id`` after ``killed_pid``
-    (the supervisor restarts a slot under the same worker id), or None while there is none."""
+    """The pid of the process that registered in the slot of ``worker_id`` after
+    ``killed_pid`` (the supervisor restarts a slot under a new incarnation of its id,
+    ``<worker id>.1``), or None while there is none."""
+    slot = first_incarnation(worker_id)
     for worker in store.workers():
-        if worker.worker_id == worker_id and worker.pid != killed_pid:
+        if (
+            first_incarnation(worker.worker_id) == slot
+            and worker.pid != killed_pid
+            and worker.stopped_at is None
+        ):
             return worker.pid
     return None
 

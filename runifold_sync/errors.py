@@ -219,6 +219,12 @@ class StoreUsedAcrossFork(RunifoldError, RuntimeError):
     (which workers and the supervisor survive and retry)."""
 
 
+class ForkUnsafe(RunifoldError, RuntimeError):
+    """A pool was asked to fork from a process holding what must not cross a fork: a
+    store still open here (its connections, its pool and listener threads) or a worker's
+    threads. Every child would inherit them; a lock one of them held would hang it."""
+
+
 class SchemaTooNew(RunifoldError):
     """The database was migrated by a newer runifold_sync than this one."""
 

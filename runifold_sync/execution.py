@@ -322,10 +322,10 @@ class ClaimExecutor:
             with crashpoints.transition("continue"):
                 self.store.continue_as_new(lease, ctx.revision, write.head_json, again.input_json, run=run)
             return ContinuedAsNew(lease.task_id, run)
-        except YieldRequested:
+        except YieldRequested as yielded:
             self._keeper.ending()
             with crashpoints.transition("yield"):
-                self.store.release(lease, delay=timedelta(0), reason="step slice used up; requeued")
+                self.store.release(lease, delay=timedelta(0), reason=yielded.reason)
             return Yielded(lease.task_id)
 
     def _compensate(self, claimed: ClaimedTask, ctx: TaskRun, failure: FailRequested | None) -> RunOutcome:

@@ -45,6 +45,8 @@ class LeaseFlags:
     lost: bool = False
     cancel: bool = False  # store.cancel() was called (also set by a checkpoint commit)
     pause: bool = False  # store.pause() was called (also set by a checkpoint commit)
+    # Why the worker hands the task back at its next step boundary (it must stop soon).
+    hand_back: str | None = None
     # Store time minus monotonic time, from the lease's expiry: store time read without a
     # round trip (``store_now``), for the deadlines a claim records.
     store_offset_s: float = 0.0
@@ -103,6 +105,7 @@ class LeaseKeeper:
         self._deadline_listener: DeadlineListener | None = None
         self._overdue_told: str | None = None  # the overdue body already logged
         self._on_beat: Callable[[], None] | None = None  # see each_beat
+        self._hand_back: str | None = None  # see hand_back_at_boundary
 
     def report_deadlines(self, listener: DeadlineListener) -> None:
         """Tell ``listener`` the earliest deadline of the bodies with a timeout running in
@@ -136,10 +139,18 @@ class LeaseKeeper:
             offset = lease.expires_at.timestamp() - expires
             flags = LeaseFlags(expires, store_offset_s=offset, bodies=RunningBodies(self._deadline_listener))
             self._flags = flags
+            flags.hand_back = self._hand_back
             if lease.cancel_requested is not None:  # requested while a previous owner ran
                 flags.cancel = True
             self._start()
         return flags
+
+    def hand_back_at_boundary(self, reason: str) -> None:
+        """Have the running task, and any watched from now on, handed back at its next
+        step boundary for ``reason``. Takes no lock (a signal handler calls it on the
+        thread that may hold one); ``watch`` reads it after making a claim's flags."""
+        self._hand_back = reason
+        self._flags.hand_back = reason
 
     def hold(self, leases: list[Lease], *, hand_back: bool = True) -> None:
         """Keep ``leases`` (claimed ahead, not running yet) alive until taken; with

@@ -98,7 +98,12 @@ class ContinueRequested(Interrupt):
 
 
 class YieldRequested(Interrupt):
-    """The per-claim step slice is used up."""
+    """Hand the task back at this step boundary, unfinished: the per-claim step slice is
+    used up, or the worker must stop soon (its supervisor is gone); ``reason`` says which."""
+
+    def __init__(self, reason: str = "step slice used up; requeued") -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class Unwind(Interrupt):

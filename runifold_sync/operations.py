@@ -54,6 +54,12 @@ def unserved_work(store: WorkflowStore, live_within: timedelta = DEFAULT_LIVE_WI
     return found
 
 
+def unserved_ready(store: WorkflowStore, live_within: timedelta = DEFAULT_LIVE_WITHIN) -> list[UnservedWork]:
+    """The part of :func:`unserved_work` that is ready now (queued, due, not paused): the
+    tasks that would run at once if a worker could claim them."""
+    return [work for work in unserved_work(store, live_within) if work.backlog.ready]
+
+
 @attrs.frozen
 class ReadyRoute:
     """Ready tasks (queued, due, not paused) of one queue and definition version, and how

@@ -1,6 +1,7 @@
 """What ``run`` checks before it forks a pool: that the store answers and its schema is
 this release's (opening it migrates a schema that is behind and refuses a newer one),
-and that no worker elsewhere is live under one of the pool's ids.
+and that no worker elsewhere is live under one of the pool's ids (a pool's first child
+checks its own id again, for a pool started from Python).
 
 A pool whose store is down or misnamed otherwise forked children that died at once,
 over and over; and two pools under one ``--worker-id`` overwrote each other's rows in
@@ -17,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from .errors import WorkerIdInUse
+from .store.base import WorkflowStore
 from .store.records import WorkerRecord
 from .stores import open_store
 
@@ -28,10 +30,21 @@ def check_pool_can_start(url: str, worker_ids: Iterable[str], heartbeat: timedel
     """Raise what stops the pool before any child is forked: the store's own error
     (``StoreUnavailable``, ``SchemaTooNew``...) or :class:`WorkerIdInUse`. The store is
     closed again, its threads and connections with it, before the caller forks."""
+    with open_store(url) as store:
+        check_ids_free(store, worker_ids, heartbeat)
+
+
+def check_ids_free(store: WorkflowStore, worker_ids: Iterable[str], heartbeat: timedelta) -> None:
+    """Raise :class:`WorkerIdInUse` when a worker under one of ``worker_ids`` (or a later
+    incarnation of one, ``<id>.<n>``) is live in another process: seen within three
+    ``heartbeat`` intervals, not stopped, and not a process of this host that is gone."""
     wanted = set(worker_ids)
     window = heartbeat * _LIVE_BEATS
-    with open_store(url) as store:
-        others = [w for w in store.workers() if w.worker_id in wanted and w.live(window) and not _gone(w)]
+    others = [
+        w
+        for w in store.workers()
+        if first_incarnation(w.worker_id) in wanted and w.live(window) and not _gone(w)
+    ]
     if others:
         taken = ", ".join(
             f"{w.worker_id} (host {w.host}, pid {w.pid}, seen {w.silent_s:.0f} s ago)"
@@ -42,6 +55,13 @@ def check_pool_can_start(url: str, worker_ids: Iterable[str], heartbeat: timedel
             "unique per host and process), or stop that pool (its ids free up "
             f"{window.total_seconds():.0f} s after it was last seen)"
         )
+
+
+def first_incarnation(worker_id: str) -> str:
+    """The id a pool's slot started with: ``pool-0`` for ``pool-0`` and for the children
+    started in its place after one died, ``pool-0.1``, ``pool-0.2``..."""
+    first, dot, generation = worker_id.rpartition(".")
+    return first if dot and generation.isdigit() else worker_id
 
 
 def _gone(worker: WorkerRecord) -> bool:

@@ -41,6 +41,7 @@ from .outcomes import Idle, LeaseLost, RunOutcome, Yielded
 from .schedule_ticker import ScheduleTicker
 from .spans import CycleTracer
 from .store.base import WorkflowStore
+from .store.checks import check_free_text
 from .store.records import ClaimRequest, Routes
 from .worker_settings import WorkerOptions, WorkerSettings
 
@@ -155,6 +156,13 @@ class WorkflowWorker:
         pool's child tells its supervisor when to kill it. Called from the thread that
         runs the body; it should only pass the value on."""
         self._keeper.report_deadlines(listener)
+
+    def hand_back_at_boundary(self, reason: str) -> None:
+        """Hand the running task back at its next step boundary, released for any worker
+        to continue (not counted as an attempt), instead of running it to its end: for a
+        worker that must stop soon, such as a pool's child whose supervisor is gone.
+        ``reason`` is recorded with the release. Safe to call from a signal handler."""
+        self._keeper.hand_back_at_boundary(check_free_text("reason", reason))
 
     def run(
         self,

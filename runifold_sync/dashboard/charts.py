@@ -24,6 +24,7 @@ _STARTS = {
     "claimed": "running",
     "suspended": "waiting",
     "released": "queued",
+    "handed_back": "queued",  # the worker died: claimable again at once
     "retried": "queued",
     "requeued": "queued",
     "effect_resolved": "queued",

@@ -25,6 +25,8 @@ The backends (:mod:`.sqlite`, :mod:`.postgres`) are a dialect and a way of openi
 from __future__ import annotations
 
 import abc
+import os
+import weakref
 
 from ..models import WorkflowTask
 from . import checks
@@ -38,6 +40,10 @@ from .sql_retention import RetentionOperations
 from .sql_schedules import ScheduleOperations
 from .sql_transitions import StepConnection, WorkerOperations
 from .timing import OperationTimer
+
+# Every store opened and not yet closed, and the process that opened it: what
+# ``open_here`` reports to a pool about to fork.
+_open: weakref.WeakKeyDictionary[WorkflowStore, int] = weakref.WeakKeyDictionary()
 
 
 class WorkflowStore(
@@ -63,6 +69,7 @@ class WorkflowStore(
         # Where transaction steps run when not in the store's own transaction
         # (:meth:`run_transaction_steps_on`).
         self.step_connection: StepConnection | None = None
+        _open[self] = os.getpid()
 
     @property
     def outage(self) -> OutageLog:
@@ -78,8 +85,19 @@ class WorkflowStore(
         (result,) = self.enqueue_many([task], connection=connection)
         return result
 
+    def close(self) -> None:
+        _open.pop(self, None)
+        super().close()
+
     def __enter__(self) -> WorkflowStore:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def open_here() -> list[WorkflowStore]:
+    """The stores this process opened and has not closed (a forked child's inherited
+    ones are not its own, and it never closes them)."""
+    pid = os.getpid()
+    return [store for store, opened_by in list(_open.items()) if opened_by == pid]

@@ -264,6 +264,66 @@ class WorkerOperations:
         params = {"delay": d.db_duration(checks.check_delay(delay)), "reason": reason}
         d.transition(FencedTransition("release", lease, params, "released", {"reason": reason}, notify=True))
 
+    def leases_held_by(self, worker_id: WorkerId) -> list[Lease]:
+        """The unexpired leases ``worker_id`` holds now: its running task and those it
+        claimed ahead or holds for its batch's commit."""
+        if not isinstance(worker_id, WorkerId):
+            raise InvalidArgument(f"worker_id must be a WorkerId (use WorkerId.parse), got {worker_id!r}")
+        d = self.dialect
+        return [
+            Lease(
+                row["task_id"],
+                row["tenant"],
+                row["worker_id"],
+                row["fencing_token"],
+                d.time(row["lease_expires"]),
+                row["cancel_requested"],
+                row["paused"],
+            )
+            for row in d.all("leases_held_by", {"worker_id": worker_id.value})
+        ]
+
+    @timed
+    def hand_back_dead_leases(
+        self, worker_id: WorkerId, leases: Sequence[Lease], *, reason: str
+    ) -> list[str]:
+        """Expire now the ``leases`` of ``worker_id``, whose process is known to be gone
+        (its supervisor reaped it): each task is claimable at once instead of once its
+        lease runs out. Fenced as every write of a lease holder is: a lease whose token is
+        no longer the task's, or that ``worker_id`` no longer holds, is left as it is.
+        The next claim counts as a claim after an expired lease does (an attempt, the
+        dead worker recorded as its expired owner). Returns the ids of the tasks handed
+        back, each with a ``handed_back`` history event giving ``reason``."""
+        if not isinstance(worker_id, WorkerId):
+            raise InvalidArgument(f"worker_id must be a WorkerId (use WorkerId.parse), got {worker_id!r}")
+        for lease in leases:
+            if not isinstance(lease, Lease) or lease.worker_id != worker_id.value:
+                raise InvalidArgument(f"leases must be Leases held by worker {worker_id}, got {lease!r}")
+        d = self.dialect
+        reason = d.free_text(checks.check_free_text("reason", reason))
+        handed: list[str] = []
+        with d.transaction() as tx:
+            for lease in leases:
+                params = {
+                    "task_id": lease.task_id,
+                    "token": lease.fencing_token,
+                    "worker_id": worker_id.value,
+                }
+                row = tx.one("hand_back_dead_lease", params)
+                if row is None:
+                    continue
+                detail = {"reason": reason}
+                d.event(
+                    tx,
+                    Event(
+                        lease.task_id, row["at"], "handed_back", detail, worker_id.value, lease.fencing_token
+                    ),
+                )
+                handed.append(lease.task_id)
+            if handed:
+                d.notify(tx)
+        return handed
+
     @timed
     def complete(
         self,

@@ -27,10 +27,12 @@ write outside the store says which bodies ran again:
   the heartbeat thread; a crash around a held task's heartbeat leaves it to be claimed
   again once its lease runs out.
 
-The points around a schedule's tick (``before_tick``, ``after_tick``) and those of
+The points around a schedule's tick (``before_tick``, ``after_tick``), those of
 completions held for a claim batch's one commit (``completion_held``, the
-``complete_batch`` transition) have tables of their own, ``test_schedule_crash_points``
-and ``test_held_crash_points``, which the coverage check below counts too.
+``complete_batch`` transition) and those of a pool's hand-back of a dead worker's leases
+(the ``hand_back_dead`` transition) have tables of their own,
+``test_schedule_crash_points``, ``test_held_crash_points`` and ``test_pool_crash_points``,
+which the coverage check below counts too.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from tests.support.journals import entries
 
 from . import crash_app
 from .test_held_crash_points import HELD_CASES
+from .test_pool_crash_points import POOL_CASES
 from .test_schedule_crash_points import SCHEDULE_CASES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -242,6 +245,7 @@ TRANSITION_KINDS = (
     "unavailable",
     "hand_back",
     "complete_batch",
+    "hand_back_dead",
 )
 
 
@@ -276,6 +280,7 @@ def _transition_hooks() -> set[tuple[str, str]]:
 def test_every_crash_point_and_every_transition_kind_before_and_after_is_covered_by_the_matrix() -> None:
     armed = [spec.partition(":") for case in CASES.values() for spec in case.crash]
     armed += [case.crash.partition(":") for case in HELD_CASES.values()]  # their own table
+    armed += [case.crash.partition(":") for case in POOL_CASES.values()]  # a pool's hand-back
     ticks = {case.crash.partition(":")[0] for case in SCHEDULE_CASES.values()}  # theirs too
     assert {point for point, _, _ in armed} | ticks == set(crashpoints.POINTS)
     # A point name alone would pass with one transition kind covered: each kind must be

@@ -281,20 +281,55 @@ def test_children_overrunning_the_shutdown_grace_are_killed_and_their_tasks_comp
         assert len(first_steps) == 2 and first_steps[0] in children and first_steps[1] not in children
 
 
-@pytest.mark.timeout(90)
-def test_child_killed_mid_step_is_replaced_and_its_task_completes_after_lease_expiry(
+# A lease long enough that its expiry cannot explain a takeover within the test's bound.
+KILL_LEASE_S = 30.0
+TAKEOVER_LIMIT_S = 5.0  # the benchmark's p50 is far lower (benchmarks/recovery.py)
+
+
+@pytest.mark.timeout(120)
+def test_child_killed_mid_step_has_its_task_handed_back_at_once_and_a_new_incarnation_in_its_slot(
     backend: Backend, ledger: Path, pool: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The supervisor reaps a SIGKILLed child at once, and the child it forks in the slot
+    hands the dead one's lease back (fenced by its token) before it claims anything: the
+    task is claimed again within seconds, not once its 30 s lease runs out. The new child
+    works under an id of its own (``pool-N.1``), so the registry, the history and ``show``
+    never take the dead worker for a live one."""
     monkeypatch.setenv("POOL_STEP_SECONDS", "0.2")
     store = backend.open()
-    ids = _enqueue(store, 12)
-    proc = _start_pool(pool, backend.url, lease_s=1.5, grace_s=10.0)
+    # One task per child: the task handed back waits behind no queue (the claim takes it
+    # in its ready time's turn, which the hand-back sets to now).
+    ids = _enqueue(store, 4)
+    proc = _start_pool(pool, backend.url, lease_s=KILL_LEASE_S, grace_s=10.0)
     deadline = time.monotonic() + 30
     while not _ledger(ledger) and time.monotonic() < deadline:
         time.sleep(0.02)
-    victim_task, victim_call, victim_pid = _ledger(ledger)[0]
+    victim_task, _victim_call, victim_pid = _ledger(ledger)[0]
+    victim_id = store.get_task(victim_task).worker_id
+    assert victim_id is not None
     os.kill(victim_pid, signal.SIGKILL)
     killed_at = store.now()
+
+    def taken_over() -> bool:
+        return any(e.kind == "claimed" and e.at > killed_at for e in store.history(victim_task))
+
+    processes.wait_until(taken_over, KILL_LEASE_S, "the victim's task claimed again")
+    takeover = next(e for e in store.history(victim_task) if e.kind == "claimed" and e.at > killed_at)
+    took_s = (takeover.at - killed_at).total_seconds()
+    print(f"SIGKILL -> next claim of its task: {took_s:.3f} s (lease {KILL_LEASE_S:.0f} s)")
+    assert took_s < TAKEOVER_LIMIT_S
+    handed = [e for e in store.history(victim_task) if e.kind == "handed_back"]
+    assert [(e.worker_id, e.at <= takeover.at) for e in handed] == [(victim_id, True)]
+    assert f"worker {victim_id} (pid {victim_pid}) was killed by SIGKILL" in handed[0].detail["reason"]
+    assert takeover.detail == {"from_state": "leased", "expired_owner": victim_id}
+    assert takeover.worker_id != victim_id
+
+    # The registry: the dead worker stopped, a new incarnation live in its slot.
+    successor = f"{victim_id}.1"
+    processes.wait_until(lambda: any(w.worker_id == successor for w in store.workers()), 30, "the successor")
+    workers = {w.worker_id: w for w in store.workers()}
+    assert workers[victim_id].stopped_at is not None and workers[victim_id].pid == victim_pid
+    assert workers[successor].live(timedelta(seconds=30)) and workers[successor].pid != victim_pid
 
     deadline = time.monotonic() + 60
     while _states(store, ids)["terminal"] < len(ids) and time.monotonic() < deadline:
@@ -306,27 +341,10 @@ def test_child_killed_mid_step_is_replaced_and_its_task_completes_after_lease_ex
     assert all(store.get_task(t).result == n + pool_app.STEPS for n, t in enumerate(ids))
     report = json.loads(out)
     assert report["restarts"] == 1
-    assert set(report["per_worker"]) == {f"pool-{n}" for n in range(4)}  # slots, not processes
-    takeover = [
-        e for e in store.history(victim_task) if e.kind == "claimed" and e.detail.get("expired_owner")
-    ]
-    assert len(takeover) == 1 and takeover[0].at >= killed_at + timedelta(seconds=1)
-    pids = {pid for _t, _c, pid in _ledger(ledger)}
-    assert victim_pid in pids and len(pids) >= 5  # four children plus the replacement
-    assert store.get_task(victim_task).state is TaskState.TERMINAL
-    # The replacement works under the victim's id: tasks first claimed by that id after
-    # the kill ran all their steps in one new process.
-    victim_id = next(e.worker_id for e in store.history(victim_task) if e.kind == "claimed")
-    fresh = {
-        t
-        for t in ids
-        for e in store.history(t)
-        if t != victim_task and e.kind == "claimed" and e.worker_id == victim_id and e.at > killed_at
-    }
-    assert fresh, f"no task claimed by {victim_id} after the kill"
-    replacement_pids = {pid for t, _c, pid in _ledger(ledger) if t in fresh}
-    assert len(replacement_pids) == 1 and victim_pid not in replacement_pids
-    assert report["per_worker"][victim_id]["completed"] >= len(fresh)
+    assert set(report["per_worker"]) <= {f"pool-{n}" for n in range(4)} | {successor}
+    # Nothing was claimed under the dead worker's id after the kill.
+    claims = [e for t in ids for e in store.history(t) if e.kind == "claimed" and e.at > killed_at]
+    assert claims and all(e.worker_id != victim_id for e in claims)
 
 
 def _wait_terminal(store: WorkflowStore, task_id: str, timeout_s: float = 30.0) -> None:

@@ -802,6 +802,45 @@ def test_step_limit_per_claim_yields_after_each_step_and_still_completes(
     assert worker.run_once() == Idle()
 
 
+def test_a_worker_told_to_hand_back_releases_its_task_at_the_next_boundary_with_the_reason(
+    sqlite_store: SqliteWorkflowStore, make_worker: WorkerFactory
+) -> None:
+    """What a pool's child does when its supervisor is gone: the step running when it is
+    told finishes and is committed, the task is released (not counted as an attempt)
+    before the next step, and any later claim of this worker is handed back the same way."""
+    wf = Workflow("stop-soon", 1)
+
+    @wf.step()
+    def first(ctx: StepContext, value: int) -> int:
+        CALLS.append("first")
+        worker.hand_back_at_boundary("the supervisor is gone")  # as its signal handler would
+        return value + 1
+
+    @wf.step()
+    def second(ctx: StepContext, value: int) -> int:
+        CALLS.append("second")
+        return value * 10
+
+    @wf.main
+    def main(ctx: WorkflowContext, start: int) -> int:
+        return second(ctx, first(ctx, start))
+
+    worker = make_worker(WorkflowDefinition(wf))
+    task_id = enqueue(sqlite_store, wf, 4)
+    assert worker.run_once() == Yielded(task_id)
+    assert CALLS == ["first"]
+    record = sqlite_store.get_task(task_id)
+    assert (record.state, record.claims_since_progress) == (TaskState.QUEUED, 0)
+    assert sqlite_store.history(task_id)[-1].detail == {"reason": "the supervisor is gone"}
+    assert journal_of(sqlite_store, task_id) == [("first#1", "done")]
+    assert worker.run_once() == Yielded(task_id)  # still stopping: nothing new starts
+    assert CALLS == ["first"]
+    assert make_worker(WorkflowDefinition(wf)).run_once() == Completed(task_id, 50)
+    assert CALLS == ["first", "second"]
+    with pytest.raises(InvalidArgument, match="reason must be a string, got 5"):
+        worker.hand_back_at_boundary(5)  # type: ignore[arg-type]
+
+
 # --- leases -------------------------------------------------------------------------------------
 
 

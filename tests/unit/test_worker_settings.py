@@ -114,7 +114,7 @@ def _never_started(worker_id: WorkerId) -> WorkflowWorker:
 
 @pytest.mark.parametrize(
     ("base_id", "concurrency"),
-    [("bad id", 2), ("", 2), ("-pool", 2), ("pool/1", 2), (5, 2), (None, 2), ("a" * 127, 2), ("a" * 126, 11)],
+    [("bad id", 2), ("", 2), ("-pool", 2), ("pool/1", 2), (5, 2), (None, 2), ("a" * 123, 2), ("a" * 122, 11)],
 )
 def test_a_supervisor_base_id_that_makes_bad_worker_ids_is_refused_naming_it(
     base_id: object, concurrency: int
@@ -127,8 +127,9 @@ def test_a_supervisor_base_id_that_makes_bad_worker_ids_is_refused_naming_it(
 
 
 def test_a_supervisor_base_id_as_long_as_its_worker_ids_allow_is_kept() -> None:
-    WorkflowSupervisor(_never_started, WorkflowSupervisorConfig(2), base_id="a" * 126)
-    WorkflowSupervisor(_never_started, WorkflowSupervisorConfig(10), base_id="a" * 126)  # slots 0-9
+    """Room for ``-<slot>.<n>``: a slot's later incarnations are ``<base>-<slot>.1`` to ``.999``."""
+    WorkflowSupervisor(_never_started, WorkflowSupervisorConfig(2), base_id="a" * 122)
+    WorkflowSupervisor(_never_started, WorkflowSupervisorConfig(10), base_id="a" * 122)  # slots 0-9
     WorkflowSupervisor(_never_started, WorkflowSupervisorConfig(10), base_id="pool:eu@host.1_a-b")
 
 

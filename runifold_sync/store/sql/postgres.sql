@@ -235,6 +235,24 @@ WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'lea
     AND t.lease_expires > clock.now
 RETURNING clock.now AS at;
 
+-- name: leases_held_by
+-- The unexpired leases a worker holds (read through the partial index of leased tasks).
+SELECT task_id, tenant, worker_id, fencing_token, lease_expires, cancel_requested, paused
+FROM runifold_tasks
+WHERE state = 'leased' AND worker_id = %(worker_id)s AND lease_expires > {now}
+ORDER BY task_id;
+
+-- name: hand_back_dead_lease
+-- The lease of a worker whose process is gone expires now: claimable at once, as after
+-- its lease ran out (the claim still counts as an attempt, and records the expired owner).
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET lease_expires = clock.now, ready_at = clock.now, updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.worker_id = %(worker_id)s
+    AND t.state = 'leased' AND t.lease_expires > clock.now
+RETURNING clock.now AS at;
+
 -- name: complete
 -- This and the other transitions that end a task (fail, acknowledge_cancel,
 -- cancel_unleased) NOTIFY runifold_results with the task id when a waiter of

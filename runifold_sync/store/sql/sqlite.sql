@@ -163,6 +163,22 @@ WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
     AND lease_expires > :now
 RETURNING task_id;
 
+-- name: leases_held_by
+-- The unexpired leases a worker holds (read through the partial index of leased tasks).
+SELECT task_id, tenant, worker_id, fencing_token, lease_expires, cancel_requested, paused
+FROM runifold_tasks
+WHERE state = 'leased' AND worker_id = :worker_id AND lease_expires > {now}
+ORDER BY task_id;
+
+-- name: hand_back_dead_lease
+-- The lease of a worker whose process is gone expires now: claimable at once, as after
+-- its lease ran out (the claim still counts as an attempt, and records the expired owner).
+UPDATE runifold_tasks
+SET lease_expires = :now, ready_at = :now, updated_at = :now
+WHERE task_id = :task_id AND fencing_token = :token AND worker_id = :worker_id
+    AND state = 'leased' AND lease_expires > :now
+RETURNING :now AS at;
+
 -- name: complete
 UPDATE runifold_tasks
 SET state = 'terminal', outcome = 'completed', head = :head,
