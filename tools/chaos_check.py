@@ -6,6 +6,15 @@ of every write the database accepted to the tasks table (a trigger, see
 ``chaos_audit.py``), the store's history (who wrote what, under which token), the final
 checkpoints (which execution of each step was the committed one) and usage samples
 taken during the run.
+
+Besides the run's own expectations (every task completed with the right result), it
+proves what any history of the store must show, whatever the faults: no fencing token
+with two owners (the history's events under a token name one worker, and the body
+results committed under it were run by one process); every call of a task committed
+with one run only; every non-idempotent effect applied at most once, and each one
+applied recorded by its task or parking it for a reconcile; every task that did not
+complete saying why. Each finding is printed as a count; ``tests/unit/test_chaos_check.py``
+plants each violation in a history and asserts it is counted.
 """
 
 from __future__ import annotations

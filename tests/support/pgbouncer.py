@@ -48,6 +48,7 @@ listen_port = {port}
 unix_socket_dir =
 auth_type = trust
 auth_file = {directory}/users.txt
+admin_users = postgres
 pool_mode = {mode}
 max_client_conn = 200
 default_pool_size = 10
@@ -86,6 +87,11 @@ def started_pgbouncer_url(mode: str, server_url: str) -> str:
         except (PgBouncerError, OSError) as exc:
             pytest.skip(f"no PgBouncer ({mode} pooling) could be started: {exc}")
     return _started[mode].admin_url
+
+
+def started() -> dict[str, StartedPgBouncer]:
+    """The PgBouncers this process has started, by pooling mode."""
+    return dict(_started)
 
 
 def stop_started() -> None:
