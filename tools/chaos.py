@@ -3,7 +3,7 @@
     python tools/chaos.py --store sqlite|postgres [--tasks 300] [--steps 5] [--processes 4]
         [--kills 30] [--stops 6] [--seed N] [--duration-limit 600] [--json PATH]
     python tools/chaos.py --store postgres --scenario harness|failover|NAME[,NAME...]
-        [--baseline-s 5] [--fault-s 5] [--recovery-s 10] [--arrival-rate 20] [--tasks N]
+        [--baseline-s 5] [--fault-s 5] [--recovery-s 10] [--arrival-rate 10] [--tasks N]
 
 M ``chaos-flow`` workflows of K calls (steps, an idempotent effect, a non-idempotent
 effect reconciled from the ledger, from K=4 a child workflow started and waited for, a
@@ -824,6 +824,8 @@ def run(args: argparse.Namespace) -> int:
         db = Database.create(args.store, workdir, args.postgres_url, own_clusters=own)
     except ClusterError as exc:
         print(f"chaos: cannot make the clusters the scenario runs on: {exc}", flush=True)
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
         return 2
     failed = True
     try:
@@ -838,14 +840,14 @@ def run(args: argparse.Namespace) -> int:
         watcher = Watcher(db.url, len(specs))
         producer = Producer(db.url, specs, arrivals)
         waiters = ResultWaiters(db.url, [a.task_id for a in arrivals if a.kind == "enqueue"])
-        if args.faults:
-            chaos.wait_until_ready()
-        watcher.start()
-        producer.start()
-        waiters.start()
-        deadline = started + args.duration_limit
         report: dict[str, Any] = {}
         try:
+            if args.faults:
+                chaos.wait_until_ready()
+            watcher.start()
+            producer.start()
+            waiters.start()
+            deadline = started + args.duration_limit
             windows = _drive(args, db, chaos, watcher, producer, actions, deadline)
             elapsed_s = time.monotonic() - started
         finally:
@@ -853,8 +855,9 @@ def run(args: argparse.Namespace) -> int:
             report = chaos.finish()
             producer.stop.set()
             watcher.stop.set()
-            producer.join(30)
-            watcher.join(30)
+            for thread in (producer, watcher):
+                if thread.ident is not None:  # started
+                    thread.join(30)
 
         reading = time.monotonic()
         tasks, histories, journals = _read_back(store, specs)
