@@ -2,6 +2,8 @@
 
     python tools/chaos.py --store sqlite|postgres [--tasks 300] [--steps 5] [--processes 4]
         [--kills 30] [--stops 6] [--seed N] [--duration-limit 600] [--json PATH]
+    python tools/chaos.py --store postgres --scenario harness|failover|NAME[,NAME...]
+        [--baseline-s 5] [--fault-s 5] [--recovery-s 10] [--arrival-rate 10] [--tasks N]
 
 M ``chaos-flow`` workflows of K calls (steps, an idempotent effect, a non-idempotent
 effect reconciled from the ledger, from K=4 a child workflow started and waited for, a
@@ -28,6 +30,14 @@ callers do (``chaos_waiters.py``). Everything random comes from
 ``random.Random(seed)``: task plans, arrival and signal times, and the chaos schedule
 (which action, after how long, on which child, for how long), so a failing seed replays
 the same schedule. Process timing is the operating system's.
+
+``--scenario`` runs the faults of a job-queue chaos harness instead, one at a time
+against a steady stream of tasks (three calls each, no timer or signal), on PostgreSQL
+clusters the run makes for itself (``chaos_scenarios.py``): ``harness`` names the five
+(``terminate-backends``, ``pool-exhaustion``, ``idle-in-transaction``, ``worker-kills``,
+``pg-restart``), ``failover`` kills the primary of a primary and synchronous standby
+and promotes the standby. Each prints, after the invariants, the tasks it lost and
+completed twice, the time to recover and the throughput against the baseline.
 """
 
 from __future__ import annotations
@@ -46,20 +56,25 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import attrs
 import chaos_audit
+import chaos_scenarios
 from chaos_app import CHILD_TENANT, FLOW, SIGNAL, parse_ledger
 from chaos_check import Kill, Refusal, RunData, Sample, Stop, render, verify
-from chaos_db import Database, PostgresServer, note, retry
+from chaos_db import ClusterError, Database, PostgresServer, note, retry
+from chaos_scenarios import HARNESS, SCENARIOS, Schedule, Window
 from chaos_waiters import ResultWaiters
 
 from runifold_sync import (
     BudgetUsage,
+    TaskEvent,
     TaskNotFound,
+    TaskRecord,
     TaskState,
     WorkflowStore,
     WorkflowTask,
@@ -77,15 +92,28 @@ LIST_LIMIT = 10_000  # the store's most per list: the watcher samples at most th
 # stale-owner case is exercised, not left to the queue's luck), but never longer than this.
 TAKEOVER_WAIT_S = 15.0
 FREEZE_SEARCH_S = 20.0  # how long a stop looks for a child holding a lease
+# A scenario's tasks arrive well below what four workers on two loaded cores complete
+# (about 30 a second), so the baseline is a pool keeping up.
+DEFAULT_SCENARIO_RATE = 10.0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python tools/chaos.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--store", choices=("sqlite", "postgres"), required=True)
-    p.add_argument("--tasks", type=int, default=300, help="workflows to run (M)")
-    p.add_argument("--steps", type=int, default=5, help="calls per workflow (K, at least 3)")
+    p.add_argument(
+        "--scenario",
+        default="mixed",
+        help="mixed (kills, stops and restarts at random, the default), harness, failover, or "
+        f"a comma-separated list of {', '.join(SCENARIOS)}",
+    )
+    p.add_argument(
+        "--tasks", type=int, default=None, help="workflows to run (M; default 300, or a scenario's arrivals)"
+    )
+    p.add_argument("--steps", type=int, default=None, help="calls per workflow (K, at least 3; default 5)")
     p.add_argument("--processes", type=int, default=4, help="worker processes (P)")
-    p.add_argument("--kills", type=int, default=30, help="SIGKILLs of worker children")
+    p.add_argument(
+        "--kills", type=int, default=None, help="SIGKILLs of worker children (default 30; none in a scenario)"
+    )
     p.add_argument("--stops", type=int, default=None, help="SIGSTOPs past the lease (default kills/5)")
     p.add_argument("--db-restarts", type=int, default=None, help="PostgreSQL server restarts (default 1)")
     p.add_argument("--seed", type=int, default=None, help="replay a run (default: random, printed)")
@@ -101,14 +129,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=1,
         help="tasks each worker claims at once (leases kept while waiting)",
     )
-    p.add_argument("--step-ms", type=float, default=40.0, help="time each body takes")
+    p.add_argument(
+        "--step-ms", type=float, default=None, help="time each body takes (default 40, 5 in a scenario)"
+    )
     p.add_argument("--timer-ms", type=int, default=200, help="the workflows' durable timer")
     p.add_argument(
         "--arrival-rate",
         type=float,
-        default=10.0,
-        help="tasks enqueued per second during the run (0: all before it starts)",
+        default=None,
+        help="tasks enqueued per second (0: all at the start; default 10, in a scenario 10 or --tasks "
+        "spread over its schedule)",
     )
+    p.add_argument("--baseline-s", type=float, default=5.0, help="a scenario's time before its first fault")
+    p.add_argument("--fault-s", type=float, default=5.0, help="how long a scenario's fault lasts")
+    p.add_argument("--recovery-s", type=float, default=10.0, help="a scenario's time after each fault")
     p.add_argument(
         "--signal-delay-s", type=float, default=3.0, help="a task's signal is sent up to this long after it"
     )
@@ -125,6 +159,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--keep", action="store_true", help="keep the work directory and database")
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     args = p.parse_args(argv)
+    args.faults = _scenarios(p, args)
+    if args.faults:
+        _scenario_defaults(p, args)
+    args.steps = 5 if args.steps is None else args.steps
+    args.tasks = 300 if args.tasks is None else args.tasks
+    args.kills = 30 if args.kills is None else args.kills
+    args.arrival_rate = 10.0 if args.arrival_rate is None else args.arrival_rate
+    args.step_ms = 40.0 if args.step_ms is None else args.step_ms
     if args.steps < 3:
         p.error("--steps must be at least 3 (a step, an idempotent and a non-idempotent effect)")
     if args.tasks < 1 or args.processes < 1 or args.kills < 0:
@@ -144,6 +186,43 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _scenarios(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The faults ``--scenario`` names, in order; none for the mixed run."""
+    if args.scenario == "mixed":
+        return []
+    names = list(HARNESS) if args.scenario == "harness" else args.scenario.split(",")
+    unknown = [name for name in names if name not in SCENARIOS]
+    if unknown or len(set(names)) != len(names):
+        p.error(
+            f"--scenario must be mixed, harness or distinct names of {', '.join(SCENARIOS)}, "
+            f"got {args.scenario!r}"
+        )
+    if "failover" in names and names[-1] != "failover":
+        p.error("--scenario: failover must come last (the run goes on against the promoted standby)")
+    if args.store != "postgres":
+        p.error("--scenario needs --store postgres (its faults are the server's)")
+    return names
+
+
+def _scenario_defaults(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A scenario's tasks arrive at a steady rate through its whole schedule, three calls
+    each without a timer or signal, and nothing else is done to the pool."""
+    if args.postgres_url is not None:
+        p.error("--postgres-url: a scenario makes the clusters it runs on")
+    if args.kills or args.stops or args.db_restarts:
+        p.error("--kills, --stops and --db-restarts belong to the mixed run; a scenario's faults are its own")
+    args.kills, args.stops, args.db_restarts = 0, 0, 0
+    args.steps = 3 if args.steps is None else args.steps
+    length_s = Schedule(args.baseline_s, args.fault_s, args.recovery_s).length_s(len(args.faults))
+    if args.arrival_rate is None:
+        args.arrival_rate = DEFAULT_SCENARIO_RATE if args.tasks is None else args.tasks / length_s
+    if args.tasks is None:
+        if args.arrival_rate <= 0:
+            p.error("--arrival-rate 0 (every task enqueued at the start) needs --tasks")
+        args.tasks = max(1, round(args.arrival_rate * length_s))
+    args.step_ms = 5.0 if args.step_ms is None else args.step_ms
+
+
 # --- the plan ----------------------------------------------------------------------
 
 
@@ -157,8 +236,9 @@ def plan_tasks(rng: random.Random, args: argparse.Namespace) -> dict[str, dict[s
             "n": n,
             "start": rng.randrange(1000),
             "plan": plan,
-            "timer_after": rng.randrange(args.steps),
-            "signal_after": rng.randrange(args.steps),
+            # A scenario's tasks neither sleep nor wait (-1: after no call).
+            "timer_after": -1 if args.faults else rng.randrange(args.steps),
+            "signal_after": -1 if args.faults else rng.randrange(args.steps),
             "timer_ms": args.timer_ms,
         }
     return specs
@@ -228,7 +308,8 @@ class Chaos:
         self.stop_log: list[Stop] = []
         self.stops = self.stops_skipped = self.restarts = 0
         self.store: WorkflowStore | None = None
-        self.server = PostgresServer(db.admin_url or "") if db.kind == "postgres" else None
+        restarts = db.kind == "postgres" and args.db_restarts > 0
+        self.server = PostgresServer(db.admin_url or "") if restarts else None
         env = dict(os.environ, CHAOS_STEP_MS=str(args.step_ms), PYTHONUNBUFFERED="1")
         self.err = open(workdir / "supervisor.err", "w")  # noqa: SIM115 - closed in finish()
         self.proc = subprocess.Popen(
@@ -236,7 +317,7 @@ class Chaos:
                 sys.executable,
                 str(TOOLS / "chaos_app.py"),
                 "--url",
-                db.url,
+                chaos_scenarios.worker_url(db.url),
                 "--workdir",
                 str(workdir),
                 "--processes",
@@ -254,6 +335,24 @@ class Chaos:
             env=env,
             start_new_session=True,
         )
+
+    def wait_until_ready(self, timeout_s: float = 120.0) -> None:
+        """Return once every child has registered with the store (it is in its loop,
+        ready to claim): a scenario's baseline must not measure the pool's start."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            children = self.children()
+            try:
+                self.store = self.store or open_store(self.db.url)
+                registered = {(w.worker_id, w.pid) for w in self.store.workers() if w.stopped_at is None}
+            except Exception:
+                registered = set()
+            if len(children) == self.args.processes and all(
+                (worker_id, pid) in registered for pid, worker_id in children.items()
+            ):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"the pool's {self.args.processes} workers did not start within {timeout_s:.0f}s")
 
     def busy(self, fallback: frozenset[str]) -> frozenset[str]:
         """Worker ids holding a lease now (``fallback``, the last sample, if the store is away)."""
@@ -541,15 +640,20 @@ class Arrival:
 def plan_arrivals(
     rng: random.Random, args: argparse.Namespace, specs: dict[str, dict[str, Any]]
 ) -> list[Arrival]:
-    """Tasks arrive at ``--arrival-rate`` (exponential gaps); each one's signal follows
-    it within ``--signal-delay-s``, so it finds its wait sometimes before, sometimes after."""
+    """Tasks arrive at ``--arrival-rate`` (exponential gaps; in a scenario evenly, so a
+    second's completions are its throughput); each one's signal follows it within
+    ``--signal-delay-s``, so it finds its wait sometimes before, sometimes after."""
     order = list(specs)
     rng.shuffle(order)
     arrivals, at_s = [], 0.0
     for task_id in order:
-        if args.arrival_rate > 0:
+        if args.arrival_rate > 0 and args.faults:  # evenly: a scenario measures throughput
+            at_s += 1 / args.arrival_rate
+        elif args.arrival_rate > 0:
             at_s += rng.expovariate(args.arrival_rate)
         arrivals.append(Arrival(at_s, "enqueue", task_id))
+        if specs[task_id]["signal_after"] < 0:
+            continue
         delay_s = rng.uniform(0, args.signal_delay_s)
         arrivals.append(Arrival(at_s + delay_s, "signal", task_id, rng.random() < 0.1))
     return sorted(arrivals, key=lambda a: (a.at_s, a.kind))
@@ -592,9 +696,115 @@ class Producer(threading.Thread):
         return store.send_signal(task_id, SIGNAL, payload, signal_id=f"go-{task_id}", sender="chaos")
 
 
+READERS = 4  # threads reading a run back: its tasks one by one, on the store's pool
+
+
+def _read_back(
+    store: WorkflowStore, specs: dict[str, dict[str, Any]]
+) -> tuple[dict[str, TaskRecord], dict[str, list[TaskEvent]], dict[str, list[dict[str, Any]]]]:
+    """Every task of the run (with the children its plan starts), its history and its
+    main journal's entries, read one task at a time (a list stops at LIST_LIMIT tasks)
+    by a few threads."""
+
+    def one(task_id: str) -> list[tuple[TaskRecord, list[TaskEvent], list[dict[str, Any]]]]:
+        try:
+            records = [retry(partial(store.get_task, task_id))]
+        except TaskNotFound:
+            return []  # reported as lost
+        if "child" in specs[task_id]["plan"]:
+            records += retry(partial(store.list_tasks, parent=task_id))
+        return [
+            (
+                record,
+                retry(partial(store.history, record.task_id)),
+                [from_json(to_json(e)) for e in retry(partial(_main_journal, store, record.task_id))],
+            )
+            for record in records
+        ]
+
+    tasks, histories, journals = {}, {}, {}
+    with ThreadPoolExecutor(READERS) as readers:
+        for found in readers.map(one, specs):
+            for record, history, journal in found:
+                tasks[record.task_id] = record
+                histories[record.task_id] = history
+                journals[record.task_id] = journal
+    return tasks, histories, journals
+
+
 def _main_journal(store: WorkflowStore, task_id: str) -> list[JournalEntry]:
     checkpoint = read_checkpoint(store, task_id)
     return [] if checkpoint is None else checkpoint.journal
+
+
+def _drive(
+    args: argparse.Namespace,
+    db: Database,
+    chaos: Chaos,
+    watcher: Watcher,
+    producer: Producer,
+    actions: list[Action],
+    deadline: float,
+) -> list[Window]:
+    """Apply the scenario's faults in turn (``chaos_scenarios.apply_faults``) or the
+    mixed run's actions, then wait until every task has finished (or nothing moved for
+    ``--stall-limit-s``); the scenario's fault windows."""
+
+    def kill_one() -> bool:
+        kills = len(chaos.kills)
+        chaos.perform(Action("kill", 0.0, chaos.rng.random(), 0.0), chaos.busy(watcher.busy))
+        return len(chaos.kills) > kills
+
+    faults = [chaos_scenarios.make_fault(name, db, kill_one) for name in args.faults]
+    schedule = Schedule(args.baseline_s, args.fault_s, args.recovery_s)
+    windows = chaos_scenarios.apply_faults(
+        faults,
+        schedule,
+        chaos.resume_due,
+        lambda: time.monotonic() > deadline or chaos.proc.poll() is not None,
+    )
+    pending = list(actions)
+    next_at = time.monotonic() + (pending[0].gap_s if pending else 0)
+    while time.monotonic() < deadline and chaos.proc.poll() is None:
+        chaos.resume_due()
+        if pending and time.monotonic() >= next_at:
+            chaos.perform(pending.pop(0), chaos.busy(watcher.busy))
+            next_at = time.monotonic() + (pending[0].gap_s if pending else 0)
+        if not pending and not chaos.stopped and watcher.done.is_set():
+            break
+        if not pending and not producer.is_alive():
+            stalled_s = time.monotonic() - watcher.progress_at
+            if stalled_s > args.stall_limit_s:
+                note(f"no task changed for {stalled_s:.0f}s; giving up on the unfinished ones")
+                break
+        time.sleep(0.005)
+    return windows
+
+
+def _scenario_figures(data: RunData, windows: list[Window]) -> dict[str, Any]:
+    """Each fault's figures (``chaos_scenarios.figures``) from the run's histories."""
+    times = chaos_scenarios.task_times(
+        {tid: data.histories[tid] for tid in data.specs if tid in data.histories}
+    )
+    charges: dict[tuple[str, str], int] = {}
+    for line in data.ledger:
+        if line.kind == "charge":
+            charges[(line.task_id, line.call_id)] = charges.get((line.task_id, line.call_id), 0) + 1
+    twice = {task_id for (task_id, _call), count in charges.items() if count > 1}
+    return chaos_scenarios.figures(times, data.specs, windows, twice)
+
+
+def _fault_shortfalls(windows: list[Window], faults: list[str]) -> list[str]:
+    """Faults that were not applied, or did nothing (no backend terminated, no worker
+    killed...): their figures would prove nothing."""
+    shortfalls = [f"fault {name} was never applied" for name in faults[len(windows) :]]
+    for window in windows:
+        did = window.did
+        if not all(
+            did.get(key, 1) for key in ("backends terminated", "connections held", "kills", "restarted")
+        ):
+            shortfalls.append(f"fault {window.name} did nothing: {did}")
+    return shortfalls
 
 
 def run(args: argparse.Namespace) -> int:
@@ -609,7 +819,14 @@ def run(args: argparse.Namespace) -> int:
         f"workdir={workdir}",
         flush=True,
     )
-    db = Database.create(args.store, workdir, args.postgres_url)
+    try:
+        own = chaos_scenarios.clusters_needed(args.faults) if args.faults else 0
+        db = Database.create(args.store, workdir, args.postgres_url, own_clusters=own)
+    except ClusterError as exc:
+        print(f"chaos: cannot make the clusters the scenario runs on: {exc}", flush=True)
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return 2
     failed = True
     try:
         specs = plan_tasks(rng, args)
@@ -623,50 +840,29 @@ def run(args: argparse.Namespace) -> int:
         watcher = Watcher(db.url, len(specs))
         producer = Producer(db.url, specs, arrivals)
         waiters = ResultWaiters(db.url, [a.task_id for a in arrivals if a.kind == "enqueue"])
-        watcher.start()
-        producer.start()
-        waiters.start()
-        deadline = started + args.duration_limit
         report: dict[str, Any] = {}
         try:
-            pending = list(actions)
-            next_at = time.monotonic() + (pending[0].gap_s if pending else 0)
-            while time.monotonic() < deadline and chaos.proc.poll() is None:
-                chaos.resume_due()
-                if pending and time.monotonic() >= next_at:
-                    chaos.perform(pending.pop(0), chaos.busy(watcher.busy))
-                    next_at = time.monotonic() + (pending[0].gap_s if pending else 0)
-                if not pending and not chaos.stopped and watcher.done.is_set():
-                    break
-                if not pending and not producer.is_alive():
-                    stalled_s = time.monotonic() - watcher.progress_at
-                    if stalled_s > args.stall_limit_s:
-                        note(f"no task changed for {stalled_s:.0f}s; giving up on the unfinished ones")
-                        break
-                time.sleep(0.005)
+            if args.faults:
+                chaos.wait_until_ready()
+            watcher.start()
+            producer.start()
+            waiters.start()
+            deadline = started + args.duration_limit
+            windows = _drive(args, db, chaos, watcher, producer, actions, deadline)
             elapsed_s = time.monotonic() - started
         finally:
             waits = waiters.finish()
             report = chaos.finish()
             producer.stop.set()
             watcher.stop.set()
-            producer.join(30)
-            watcher.join(30)
+            for thread in (producer, watcher):
+                if thread.ident is not None:  # started
+                    thread.join(30)
 
-        tasks = {}  # read one by one: a list stops at LIST_LIMIT tasks
-        for task_id in specs:
-            try:
-                tasks[task_id] = retry(partial(store.get_task, task_id))
-            except TaskNotFound:
-                pass  # reported as lost
-        for parent_id in list(tasks):  # the child tasks, checked as every task is
-            for child in retry(partial(store.list_tasks, parent=parent_id)):
-                tasks[child.task_id] = child
-        histories = {t: retry(partial(store.history, t)) for t in tasks}
-        journals = {
-            t: [from_json(to_json(e)) for e in retry(partial(_main_journal, store, t))] for t in tasks
-        }
+        reading = time.monotonic()
+        tasks, histories, journals = _read_back(store, specs)
         store.close()
+        note(f"read {len(tasks)} tasks, their histories and journals in {time.monotonic() - reading:.1f}s")
         data = RunData(
             specs=specs,
             tasks=tasks,
@@ -695,7 +891,10 @@ def run(args: argparse.Namespace) -> int:
         )
         for line in render(verdict):
             print(line, flush=True)
-        shortfalls = []
+        scenarios = _scenario_figures(data, windows) if args.faults else {}
+        for line in chaos_scenarios.render(scenarios):
+            print(line, flush=True)
+        shortfalls = _fault_shortfalls(windows, args.faults)
         if len(chaos.kills) < args.kills:
             shortfalls.append(f"only {len(chaos.kills)} of {args.kills} kills happened before the end")
         if chaos.stops < args.stops:
@@ -722,6 +921,7 @@ def run(args: argparse.Namespace) -> int:
                         "stops": chaos.stops,
                         "db_restarts": chaos.restarts,
                         "supervisor": report,
+                        "scenarios": scenarios,
                         "shortfalls": shortfalls,
                         "violations": verdict.details,
                     },
@@ -735,7 +935,9 @@ def run(args: argparse.Namespace) -> int:
         return code
     finally:
         if failed or args.keep:
-            print(f"chaos: kept {workdir}" + (f" and database {db.dbname}" if db.dbname else ""), flush=True)
+            kept = f" and database {db.dbname}" if db.dbname else ""
+            kept += "".join(f", cluster {cluster.name}" for cluster in db.clusters)
+            print(f"chaos: kept {workdir}{kept}", flush=True)
         else:
             db.drop()
             if args.workdir is None:

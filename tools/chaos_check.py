@@ -6,6 +6,15 @@ of every write the database accepted to the tasks table (a trigger, see
 ``chaos_audit.py``), the store's history (who wrote what, under which token), the final
 checkpoints (which execution of each step was the committed one) and usage samples
 taken during the run.
+
+Besides the run's own expectations (every task completed with the right result), it
+proves what any history of the store must show, whatever the faults: no fencing token
+with two owners (the history's events under a token name one worker, and the body
+results committed under it were run by one process); every call of a task committed
+with one run only; every non-idempotent effect applied at most once, and each one
+applied recorded by its task or parking it for a reconcile; every task that did not
+complete saying why. Each finding is printed as a count; ``tests/unit/test_chaos_check.py``
+plants each violation in a history and asserts it is counted.
 """
 
 from __future__ import annotations
@@ -119,13 +128,19 @@ def verify(data: RunData) -> Verdict:
 
     verdict.count("tasks lost", (f"{tid} is not in the store" for tid in data.specs if tid not in data.tasks))
     verdict.count("tasks not finished", _unfinished(data))
+    verdict.count("tasks unfinished without a reason", _unexplained(data))
     verdict.count("wrong results", _wrong_results(data))
+    verdict.count("fencing tokens two owners committed under", _shared_tokens(data, executions))
+    verdict.count("steps committed more than once", _committed_twice(data, journals))
     reruns: list[str] = []
     verdict.count("completed steps executed again", _executed_again(data, journals, executions, reruns))
     verdict.count("committed outputs missing from the ledger", _missing(journals, executions))
     verdict.count("writes accepted from a stale fencing token", _stale_writes(data, journals))
     verdict.count("claims missing from the write audit", _unaudited_claims(data))
     verdict.count("non-idempotent effects run twice", _charged_twice(executions))
+    verdict.count(
+        "non-idempotent effects applied but neither recorded nor reconciled", _unaccounted(data, journals)
+    )
     verdict.count("usage that decreased", _usage_decreased(data))
     frozen = [(stop.worker_id, stop.at, stop.resumed_at) for stop in data.stops]
     verdict.count("task ends a waiter never heard", unheard_ends(data.waits, data.tasks, frozen))
@@ -170,12 +185,24 @@ def _unfinished(data: RunData) -> Iterable[str]:
             yield f"{tid} is {rec.state.value}/{rec.outcome}: {rec.reason}"
 
 
+def _unexplained(data: RunData) -> Iterable[str]:
+    """Tasks that did not complete and say nothing of why: a task may end failed or stay
+    unfinished (parked on an effect to reconcile, paused, waiting for a child, held back
+    by a limit), but then the store must give a reason."""
+    for tid, rec in sorted(data.tasks.items()):
+        if rec.outcome is TaskOutcome.COMPLETED:
+            continue
+        if not any((rec.reason, rec.ambiguous_effect, rec.waiting_for_child, rec.paused, rec.status_note)):
+            yield f"{tid} is {rec.state.value}/{rec.outcome} and gives no reason"
+
+
 def _wrong_results(data: RunData) -> Iterable[str]:
     for tid, spec in sorted(data.specs.items()):
         rec = data.tasks.get(tid)
         if rec is None or rec.outcome is not TaskOutcome.COMPLETED:
             continue
-        expected = {"value": spec["start"] + len(spec["plan"]), "signal": {"n": spec["n"]}}
+        signal = {"n": spec["n"]} if spec["signal_after"] >= 0 else None  # -1: waits for none
+        expected = {"value": spec["start"] + len(spec["plan"]), "signal": signal}
         if rec.result != expected:
             yield f"{tid} returned {rec.result!r}, expected {expected!r}"
 
@@ -305,6 +332,63 @@ def _unaudited_claims(data: RunData) -> Iterable[str]:
         for event in events:
             if event.kind == "claimed" and (tid, event.fencing_token) not in granted:
                 yield f"{tid} claim of token {event.fencing_token} at {event.at.isoformat()} is not audited"
+
+
+def _shared_tokens(data: RunData, executions: dict[tuple[str, str], list[LedgerLine]]) -> Iterable[str]:
+    """A fencing token is one claim's, so every write under it has one owner: the
+    history's events under a token name one worker, and the body results committed under
+    it (their run ids, looked up in the ledger) were run by one process."""
+    owners: dict[tuple[str, int], set[str]] = defaultdict(set)
+    for tid, events in data.histories.items():
+        for event in events:
+            if event.fencing_token is not None and event.worker_id is not None:
+                owners[(tid, event.fencing_token)].add(f"worker {event.worker_id}")
+    runs = {
+        (line.task_id, line.call_id, line.run_id): line for lines in executions.values() for line in lines
+    }
+    for _at, tid, _grant, _where, entry in _committed_entries(data):
+        line = runs.get((tid, entry["call_id"], entry["output"]["run"]))
+        if line is not None and entry.get("evidence") in (None, "ran"):
+            owners[(tid, line.token)].add(f"pid {line.pid}")
+    for (tid, token), named in sorted(owners.items()):
+        workers = {n for n in named if n.startswith("worker ")}
+        pids = named - workers
+        if len(workers) > 1 or len(pids) > 1:
+            yield f"{tid} token {token} committed by {', '.join(sorted(named))}"
+
+
+def _committed_twice(data: RunData, journals: dict[str, list[dict[str, Any]]]) -> Iterable[str]:
+    """Each call of a task is committed once: every write that carried its result (a
+    head's tail, a journal row, the final journal) carried the same run. A second run
+    committed for one call means a replay did not find the first one's result."""
+    committed: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for _at, tid, _grant, _where, entry in _committed_entries(data):
+        committed[(tid, entry["call_id"])].add(entry["output"]["run"])
+    for tid, journal in journals.items():
+        for entry in _bodies(journal):
+            committed[(tid, entry["call_id"])].add(entry["output"]["run"])
+    for (tid, call_id), runs in sorted(committed.items()):
+        if len(runs) > 1:
+            yield f"{tid} {call_id} committed {len(runs)} runs: {', '.join(sorted(runs))}"
+
+
+def _unaccounted(data: RunData, journals: dict[str, list[dict[str, Any]]]) -> Iterable[str]:
+    """A non-idempotent effect that was applied (its line is in the ledger) must be
+    accounted for by its task: recorded as that run or found by a reconcile (the
+    journal's entry names the run), or the task parked on it as ambiguous, for a human
+    or a reconcile to settle. Otherwise it was applied and forgotten."""
+    for line in data.ledger:
+        if line.kind != "charge":
+            continue
+        recorded = {
+            entry["output"]["run"]
+            for entry in _bodies(journals.get(line.task_id, []))
+            if entry["call_id"] == line.call_id
+        }
+        task = data.tasks.get(line.task_id)
+        parked = task is not None and task.ambiguous_effect is not None
+        if line.run_id not in recorded and not parked:
+            yield f"{line.task_id} {line.call_id} run {line.run_id} (token {line.token}) is in no journal"
 
 
 def _charged_twice(executions: dict[tuple[str, str], list[LedgerLine]]) -> Iterable[str]:

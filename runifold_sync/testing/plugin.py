@@ -7,7 +7,9 @@ It adds two fixtures, named ``runifold_*`` so that they clash with no project's 
 - ``runifold_store``: a fresh store per test, closed after it. A SQLite file in
   ``tmp_path`` by default; when ``RUNIFOLD_TEST_DATABASE_URL`` names a PostgreSQL
   server (``postgresql://user@host:5432/postgres``, a user that may create databases),
-  a new database on it, dropped after the test (its connections terminated).
+  a new database on it, dropped after the test (its connections terminated), named
+  ``runifold_kit_`` and a random suffix, or with the prefix ``RUNIFOLD_TEST_DB_PREFIX``
+  sets (on a server shared with others, the names a project may create there).
 - ``runifold_clock``: that store's :class:`~runifold_sync.testing.StoreClock`.
 
 pytest imports every installed plugin at startup, in every project of the environment,
@@ -18,6 +20,7 @@ driver, only when the variable asks for it) is imported by the fixture that open
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +37,27 @@ if TYPE_CHECKING:
 DATABASE_URL_VARIABLE = "RUNIFOLD_TEST_DATABASE_URL"
 # Databases this plugin creates are named so, so a leftover one is recognisable.
 DATABASE_PREFIX = "runifold_kit_"
+DATABASE_PREFIX_VARIABLE = "RUNIFOLD_TEST_DB_PREFIX"
+# A prefix is a lowercase SQL identifier's start, short enough that the 16 random
+# characters after it (and a word or two a test adds) stay within PostgreSQL's 63.
+_PREFIX = re.compile(r"[a-z_][a-z0-9_]{0,39}")
+
+
+def database_prefix(default: str) -> str:
+    """The prefix of the names of the databases a test run creates: the value of
+    ``RUNIFOLD_TEST_DB_PREFIX`` when it is set, else ``default``. The project's own test
+    suite takes it from here too."""
+    from ..errors import InvalidArgument
+
+    prefix = os.environ.get(DATABASE_PREFIX_VARIABLE)
+    if prefix is None:
+        return default
+    if not _PREFIX.fullmatch(prefix):
+        raise InvalidArgument(
+            f"{DATABASE_PREFIX_VARIABLE} must be 1 to 40 lowercase letters, digits and underscores, "
+            f"not starting with a digit, got {prefix!r}"
+        )
+    return prefix
 
 
 @pytest.fixture
@@ -80,7 +104,7 @@ def _fresh_database(server_url: str) -> Iterator[str]:
         raise InvalidArgument(
             f"{DATABASE_URL_VARIABLE} must be a postgresql:// URL of a server, got {redacted(server_url)!r}"
         )
-    name = f"{DATABASE_PREFIX}{uuid.uuid4().hex[:16]}"
+    name = f"{database_prefix(DATABASE_PREFIX)}{uuid.uuid4().hex[:16]}"
     with psycopg.connect(server_url, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:

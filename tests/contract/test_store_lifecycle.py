@@ -6,6 +6,7 @@ import os
 import sqlite3
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -26,7 +27,7 @@ from runifold_sync.codec import to_json
 from runifold_sync.store.queries import load_migrations
 from runifold_sync.stores import sqlite_path
 from tests.support import spawned
-from tests.support.backends import Backend, with_database
+from tests.support.backends import Backend, suite_database_prefix, with_database
 from tests.support.spawned import open_and_migrate
 
 LEASE = LeaseDuration(timedelta(seconds=30))
@@ -244,7 +245,7 @@ def _fresh_schema(backend: Backend, request: pytest.FixtureRequest) -> list[tupl
         other = Backend("sqlite", url, url)
     else:
         admin = request.getfixturevalue("postgres_admin_url")
-        dbname = f"runifold_test_fresh_{os.getpid()}_{int(time.time() * 1000)}"
+        dbname = f"{suite_database_prefix()}fresh_{uuid.uuid4().hex[:16]}"
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{dbname}"'.encode())
         request.addfinalizer(lambda: _drop(admin, dbname))

@@ -43,12 +43,16 @@ LONG = {"tasks": 300, "steps": 5, "processes": 4, "kills": 30, "stops": 6}
 INVARIANTS = {
     "tasks lost",
     "tasks not finished",
+    "tasks unfinished without a reason",
     "wrong results",
+    "fencing tokens two owners committed under",
+    "steps committed more than once",
     "completed steps executed again",
     "committed outputs missing from the ledger",
     "writes accepted from a stale fencing token",
     "claims missing from the write audit",
     "non-idempotent effects run twice",
+    "non-idempotent effects applied but neither recorded nor reconciled",
     "usage that decreased",
     "task ends a waiter never heard",
 }

@@ -5,13 +5,13 @@ that run once per backend.
 SQLite: a fresh file in ``tmp_path``. PostgreSQL: an empty database per test, on the
 server named by ``RUNIFOLD_TEST_POSTGRES_URL`` (default
 ``postgresql://postgres@127.0.0.1:5432/postgres``), emptied afterwards for the next test
-(``DatabasePool``). PgBouncer
-(``pgbouncer``, the store contract suite's third backend): the same fresh database
-through the transaction-pooling PgBouncer at ``RUNIFOLD_TEST_PGBOUNCER_URL`` (default
-port 6432; ``tools/pgbouncer_up`` starts it, and a session-pooling one on 6433,
-``RUNIFOLD_TEST_PGBOUNCER_SESSION_URL``), LISTENing straight to the server. When a
-server cannot be reached its tests are skipped, except under ``CI``, where they fail: a
-backend test that quietly skips is a hole in CI.
+(``DatabasePool``), named with the prefix ``RUNIFOLD_TEST_DB_PREFIX`` sets (default
+``runifold_test_``). PgBouncer (``pgbouncer``, the store contract suite's third backend):
+the same fresh database through a transaction-pooling PgBouncer, LISTENing straight to
+the server; the test process starts its own (``pgbouncer.py``) unless
+``RUNIFOLD_TEST_PGBOUNCER_URL`` (and ``RUNIFOLD_TEST_PGBOUNCER_SESSION_URL`` for session
+pooling) names one. When a server cannot be reached its tests are skipped, which fails
+them under ``CI`` (``ci.py``): a backend test that quietly skips is a hole in CI.
 """
 
 from __future__ import annotations
@@ -33,16 +33,24 @@ from psycopg import sql
 from runifold_sync import WorkflowStore, open_store
 from runifold_sync.postgres import PostgresWorkflowStore
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.testing.plugin import database_prefix
 
 from .clock import Clock
+from .pgbouncer import started_pgbouncer_url
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-DEFAULT_PGBOUNCER_URLS = {
-    "transaction": "postgresql://postgres@127.0.0.1:6432/postgres",
-    "session": "postgresql://postgres@127.0.0.1:6433/postgres",
+PGBOUNCER_VARIABLES = {
+    "transaction": "RUNIFOLD_TEST_PGBOUNCER_URL",
+    "session": "RUNIFOLD_TEST_PGBOUNCER_SESSION_URL",
 }
 BACKENDS = ["sqlite", "postgres"]
 CONTRACT_BACKENDS = [*BACKENDS, "pgbouncer"]
+
+
+def suite_database_prefix() -> str:
+    """How the databases this suite makes are named: ``RUNIFOLD_TEST_DB_PREFIX``, or
+    ``runifold_test_``."""
+    return database_prefix("runifold_test_")
 
 
 def admin_url() -> str:
@@ -79,14 +87,12 @@ class Backend:
 
 
 def reachable(url: str, what: str, variable: str) -> str:
-    """``url`` once it answered; skips (or fails under CI) when it does not."""
+    """``url`` once it answered; skips when it does not."""
     try:
         psycopg.connect(url, connect_timeout=5).close()
     except psycopg.Error as exc:
-        message = f"{what} at {urlsplit(url).hostname}:{urlsplit(url).port} is unreachable: {exc}"
-        if os.environ.get("CI"):
-            pytest.fail(f"{message} (CI is set, so its tests must run)")
-        pytest.skip(f"{message}; start it or set {variable}")
+        where = f"{urlsplit(url).hostname}:{urlsplit(url).port}"
+        pytest.skip(f"{what} at {where} is unreachable: {exc}; start it or set {variable}")
     return url
 
 
@@ -97,12 +103,13 @@ def postgres_admin_url() -> str:
 
 
 def pgbouncer_admin_url(mode: str) -> str:
-    """The PgBouncer pooling in ``mode`` (transaction or session) once it answered."""
-    variable = (
-        "RUNIFOLD_TEST_PGBOUNCER_URL" if mode == "transaction" else "RUNIFOLD_TEST_PGBOUNCER_SESSION_URL"
-    )
-    url = os.environ.get(variable) or DEFAULT_PGBOUNCER_URLS[mode]
-    return reachable(url, f"PgBouncer ({mode} pooling; tools/pgbouncer_up starts it)", variable)
+    """The PgBouncer pooling in ``mode`` (transaction or session): the one its variable
+    names once it answered, else this process's own, started on first use."""
+    variable = PGBOUNCER_VARIABLES[mode]
+    named = os.environ.get(variable)
+    if named:
+        return reachable(named, f"PgBouncer ({mode} pooling)", variable)
+    return started_pgbouncer_url(mode, admin_url())
 
 
 def through_pgbouncer(direct_url: str, mode: str) -> str:
@@ -261,7 +268,7 @@ class DatabasePool:
             return self.take_pristine()
         if self.free:
             return self.free.pop()
-        dbname = f"runifold_test_{uuid.uuid4().hex[:16]}"
+        dbname = f"{suite_database_prefix()}{uuid.uuid4().hex[:16]}"
         with psycopg.connect(self.admin_url, autocommit=True) as admin:
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
         self.made.append(dbname)

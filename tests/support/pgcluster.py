@@ -11,8 +11,8 @@ test restarts that cluster alone.
 Cluster names start with ``PREFIX`` and carry the creating process's pid: a cluster
 whose process is gone (a run killed before its teardown) is dropped by the next run.
 Where no cluster can be made (no ``pg_createcluster``, or not root or ``postgres``) the
-tests that need one skip, except under ``CI``, where that is a failure: a restart left
-untested is a hole.
+tests that need one skip, which fails them under ``CI`` (``tests/support/ci.py``): a
+restart left untested is a hole.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def _listed() -> list[tuple[str, str, int, bool]]:
     return listed
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -122,11 +122,11 @@ def drop_leftovers() -> None:
         if not name.startswith(PREFIX):
             continue
         pid = name.removeprefix(PREFIX).split("_")[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             _run("pg_dropcluster", "--stop", version, name, timeout=120)
 
 
-def _free_port(taken: set[int]) -> int:
+def free_port(taken: set[int]) -> int:
     """A port nothing listens on and no cluster is configured for."""
     while True:
         with socket.socket() as probe:
@@ -150,7 +150,7 @@ def create_cluster() -> PrivateCluster:
     with open(LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         drop_leftovers()
-        port = _free_port({listed[2] for listed in _listed()})
+        port = free_port({listed[2] for listed in _listed()})
         cluster = PrivateCluster(version, f"{PREFIX}{os.getpid()}_{uuid.uuid4().hex[:8]}", port)
         # A throwaway cluster: initdb need not fsync what no machine crash will test.
         _run("pg_createcluster", version, cluster.name, "-p", str(port), "--", "--no-sync", timeout=300)
@@ -167,7 +167,8 @@ def create_cluster() -> PrivateCluster:
 @pytest.fixture(scope="session")
 def private_postgres_attempt() -> Iterator[ClusterAttempt]:
     """This process's private cluster, made on first use and dropped at the end of the
-    session; under ``CI`` a cluster that cannot be made fails the test."""
+    session; under ``CI`` a cluster that cannot be made fails the test (a test that
+    falls back to the shared server without one would not say so)."""
     try:
         cluster = create_cluster()
     except (ClusterError, OSError, subprocess.TimeoutExpired, psycopg.Error) as exc:
@@ -183,8 +184,8 @@ def private_postgres_attempt() -> Iterator[ClusterAttempt]:
 
 @pytest.fixture(scope="session")
 def private_postgres(private_postgres_attempt: ClusterAttempt) -> PrivateCluster:
-    """A cluster for a test that restarts or stops its server; skips (or fails under
-    ``CI``) when none can be made here."""
+    """A cluster for a test that restarts or stops its server; skips when none can be
+    made here."""
     if private_postgres_attempt.cluster is None:
         pytest.skip(private_postgres_attempt.why_not)
     return private_postgres_attempt.cluster

@@ -170,7 +170,11 @@ def test_a_second_charge_counts_as_a_non_idempotent_effect_run_twice() -> None:
     data = _clean()
     again = _line("charge#1", 2, "r-again", 12, kind="charge")
     verdict = verify(attrs.evolve(data, ledger=[*data.ledger, again]))
-    assert _nonzero(verdict) == {"completed steps executed again": 1, "non-idempotent effects run twice": 1}
+    assert _nonzero(verdict) == {
+        "completed steps executed again": 1,
+        "non-idempotent effects run twice": 1,
+        "non-idempotent effects applied but neither recorded nor reconciled": 1,
+    }
 
 
 def test_an_event_under_an_older_token_after_a_newer_one_is_a_stale_write() -> None:
@@ -201,10 +205,14 @@ def test_a_commit_by_the_old_owner_after_the_new_claim_is_a_stale_write_though_o
         30, "t1", 2, T0 + 3.2, json.dumps(_entry("work#1", "step", 11, token=1, run="r-old"))
     )
     verdict = verify(attrs.evolve(data, journal_writes=[stale, *data.journal_writes]))
-    assert _nonzero(verdict) == {"writes accepted from a stale fencing token": 1}
+    assert _nonzero(verdict) == {
+        "writes accepted from a stale fencing token": 1,
+        "steps committed more than once": 1,
+    }
     assert verdict.details == [
+        "steps committed more than once: t1 work#1 committed 2 runs: r-old, r-work#1",
         "writes accepted from a stale fencing token: t1 journal write 30 committed "
-        "work#1 run under token 1 while token 2 was granted"
+        "work#1 run under token 1 while token 2 was granted",
     ]
 
 
@@ -221,10 +229,11 @@ def test_an_entry_first_committed_in_a_heads_tail_counts_there_and_not_where_it_
         attrs.evolve(data, writes=[*data.writes, stale], journal_writes=[moved, *data.journal_writes])
     )
     assert verdict.details == [
+        "steps committed more than once: t1 work#1 committed 2 runs: r-old, r-work#1",
         "writes accepted from a stale fencing token: t1 write 31 committed work#1 run under token 1 "
-        "while token 2 was granted"
+        "while token 2 was granted",
     ]
-    fresh = _entry("work#1", "step", 11, token=2, run="r-fresh")
+    fresh = _entry("work#1", "step", 11, token=2)  # the committed run, first in a tail
     in_tail = Write(
         33,
         "t1",
@@ -361,3 +370,67 @@ def test_the_lease_losses_workers_log_are_read_back_with_their_operation(tmp_pat
         Refusal("chaos-00012", 1, "checkpoint commit"),
     ]
     assert parse_refusals(tmp_path / "absent.err") == []
+
+
+# The four properties a chaos history must have, each planted broken: the checker must
+# be able to fail on each.
+
+
+def test_two_owners_committing_under_one_token_are_caught_in_the_history_and_the_ledger() -> None:
+    data = _clean()  # chaos-1 holds token 2
+    history = [*data.histories["t1"][:3], _event(5, 3.6, "suspended", "chaos-0", 2), data.histories["t1"][3]]
+    verdict = verify(attrs.evolve(data, histories={"t1": history}))
+    assert _nonzero(verdict) == {"fencing tokens two owners committed under": 1}
+    assert verdict.details == [
+        "fencing tokens two owners committed under: t1 token 2 committed by pid 200, worker chaos-0, "
+        "worker chaos-1"
+    ]
+    # notify#1's committed run came from another process under the same token.
+    ledger = [ln._replace(pid=300) if ln.call_id == "notify#1" else ln for ln in data.ledger]
+    assert _nonzero(verify(attrs.evolve(data, ledger=ledger))) == {
+        "fencing tokens two owners committed under": 1
+    }
+
+
+def test_a_second_run_committed_for_one_step_is_caught() -> None:
+    data = _clean()
+    second = JournalWrite(50, "t1", 2, T0 + 3.45, json.dumps(_entry("work#1", "step", 11, run="r-second")))
+    verdict = verify(attrs.evolve(data, journal_writes=[*data.journal_writes, second]))
+    assert _nonzero(verdict) == {"steps committed more than once": 1}
+    assert verdict.details == [
+        "steps committed more than once: t1 work#1 committed 2 runs: r-second, r-work#1"
+    ]
+
+
+def test_a_charge_applied_and_forgotten_is_caught_unless_the_task_parked_on_it() -> None:
+    """The charge ran (its ledger line) but its result was never committed and the task
+    failed without naming it: applied and forgotten. Parked as ambiguous, it was sent
+    to reconcile, which is allowed."""
+    data = _clean()
+    journal = [entry for entry in _journal(data) if entry["call_id"] != "charge#1"]
+    failed = attrs.evolve(data.tasks["t1"], outcome=TaskOutcome.FAILED, reason="attempts exhausted")
+    verdict = verify(attrs.evolve(data, tasks={"t1": failed}, journals={"t1": journal}, journal_writes=[]))
+    assert _nonzero(verdict) == {
+        "tasks not finished": 1,
+        "non-idempotent effects applied but neither recorded nor reconciled": 1,
+    }
+    parked = attrs.evolve(
+        data.tasks["t1"],
+        state=TaskState.WAITING,
+        outcome=None,
+        ambiguous_effect="charge#1",
+        reason="ambiguous",
+    )
+    verdict = verify(attrs.evolve(data, tasks={"t1": parked}, journals={"t1": journal}, journal_writes=[]))
+    assert _nonzero(verdict) == {"tasks not finished": 1}
+
+
+def test_a_task_left_unfinished_without_a_reason_is_caught() -> None:
+    data = _clean()
+    stuck = attrs.evolve(data.tasks["t1"], state=TaskState.LEASED, outcome=None, reason=None)
+    assert _nonzero(verify(attrs.evolve(data, tasks={"t1": stuck}))) == {
+        "tasks not finished": 1,
+        "tasks unfinished without a reason": 1,
+    }
+    waiting = attrs.evolve(stuck, state=TaskState.WAITING, reason="waiting for signal 'go'")
+    assert _nonzero(verify(attrs.evolve(data, tasks={"t1": waiting}))) == {"tasks not finished": 1}
