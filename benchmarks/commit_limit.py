@@ -27,7 +27,7 @@ from common import (
     retry_on_restart,
 )
 
-from runifold_sync.stores import sqlite_path
+from runifold_sync.store.open import sqlite_path
 
 _UPDATE_SQLITE = "UPDATE bench_commit SET v = v + 1 WHERE id = ?"
 _UPDATE_PG = "UPDATE bench_commit SET v = v + 1 WHERE id = %s"

@@ -43,7 +43,7 @@ from runifold_sync import (
     open_store,
 )
 from runifold_sync.errors import StoreUnavailable
-from runifold_sync.stores import sqlite_path
+from runifold_sync.store.open import sqlite_path
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -23,7 +23,7 @@ from task_cost import Cost, spent_since
 
 from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, open_store
 from runifold_sync.store.dialect import FencedTransition
-from runifold_sync.store.pgstatements import Q, fenced_statement, transition_params
+from runifold_sync.store.postgres.statements import Q, fenced_statement, transition_params
 from runifold_sync.store.records import ClaimedTask, Completion
 
 BATCH = 10

@@ -38,7 +38,7 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
-from runifold_sync.checkpoint import DEFAULT_MAX_ENTRY_BYTES, MAIN, Checkpoint, JournalEntry
+from runifold_sync.model.checkpoint import DEFAULT_MAX_ENTRY_BYTES, MAIN, Checkpoint, JournalEntry
 
 
 def _server_spent(before: float | None) -> float | None:

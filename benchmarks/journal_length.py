@@ -3,7 +3,7 @@ both stores, each with its ratio to K = 5 from the same run, and one workflow of
 steps on SQLite with the worker's peak RSS and what its claim costs to load the journal.
 
 A step's cost must not grow with the steps before it: each commit writes its new journal
-row and the small head (``runifold_sync/checkpoint.py``), never the whole journal again.
+row and the small head (``runifold_sync/model/checkpoint.py``), never the whole journal again.
 Each figure is one worker in one process, a plain loop of ``run_once`` over the
 workflows (a workflow runs in one claim), as a plain script would drive it.
 
@@ -39,7 +39,7 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
-from runifold_sync.checkpoint import read_checkpoint
+from runifold_sync.model.checkpoint import read_checkpoint
 
 LENGTHS = (5, 50, 2_000, 20_000)
 LONG = 100_000

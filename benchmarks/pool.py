@@ -12,8 +12,8 @@ from datetime import timedelta
 from common import registry
 
 from runifold_sync import LeaseDuration, WorkerId, WorkflowWorker, open_store
-from runifold_sync.cancellation import CancellationToken
-from runifold_sync.supervisor import WorkflowSupervisor, WorkflowSupervisorConfig
+from runifold_sync.model.cancellation import CancellationToken
+from runifold_sync.pool.supervisor import WorkflowSupervisor, WorkflowSupervisorConfig
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 HEARTBEAT = timedelta(seconds=10)

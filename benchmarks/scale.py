@@ -32,9 +32,9 @@ from common import (
 )
 
 from runifold_sync import BudgetUsage, LeaseDuration, WorkerId, WorkflowDefinition, WorkflowStore, open_store
-from runifold_sync.checkpoint import Checkpoint
+from runifold_sync.model.checkpoint import Checkpoint
+from runifold_sync.store.open import sqlite_path
 from runifold_sync.store.records import Routes
-from runifold_sync.stores import sqlite_path
 
 ROUNDS = 6
 WAITING = 10_000

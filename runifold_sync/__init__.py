@@ -5,13 +5,8 @@ processes and hosts), so any compatible worker continues a task after a crash, a
 a timer or a human approval.
 """
 
-from .admission import TenantAdmission, TenantBudget, TenantPolicy
-from .cancellation import CancellationToken
-from .checkpoint import JournalEntry
-from .children import ChildHandle, ChildTimedOut
-from .context import WorkflowContext
-from .definition import WorkflowDefinition, WorkflowRegistry
-from .effects import EffectEvidence, EffectStatus
+from .engine.children import ChildHandle, ChildTimedOut
+from .engine.waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut
 from .errors import (
     AmbiguousEffect,
     AppNotLoaded,
@@ -48,20 +43,11 @@ from .errors import (
     WaitTimedOut,
     WorkerIdInUse,
 )
-from .models import (
-    Budget,
-    BudgetUsage,
-    CapabilitySet,
-    DeclaredSignals,
-    DefinitionIdentity,
-    LeaseDuration,
-    TaskOutcome,
-    TaskState,
-    WorkerId,
-    WorkflowTask,
-)
-from .observer import CycleObserver
-from .outcomes import (
+from .model.admission import TenantAdmission, TenantBudget, TenantPolicy
+from .model.cancellation import CancellationToken
+from .model.checkpoint import JournalEntry
+from .model.effects import EffectEvidence, EffectStatus
+from .model.outcomes import (
     Cancelled,
     Completed,
     ContinuedAsNew,
@@ -75,11 +61,24 @@ from .outcomes import (
     Suspended,
     Yielded,
 )
-from .retention import RetentionPolicy, keep_pruning
-from .retry_policy import RetryPolicy
-from .schedules import Schedule, ScheduleTick
-from .step_context import StepContext
+from .model.retry_policy import RetryPolicy
+from .model.schedules import Schedule, ScheduleTick
+from .model.values import (
+    Budget,
+    BudgetUsage,
+    CapabilitySet,
+    DeclaredSignals,
+    DefinitionIdentity,
+    LeaseDuration,
+    TaskOutcome,
+    TaskState,
+    WorkerId,
+    WorkflowTask,
+)
+from .pool.retention import RetentionPolicy, keep_pruning
+from .pool.supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
 from .store.base import WorkflowStore
+from .store.open import open_store
 from .store.records import (
     ClockReading,
     EnqueueResult,
@@ -96,12 +95,13 @@ from .store.records import (
     WorkerRecord,
 )
 from .store.schedule_records import ScheduleEvent, ScheduleRecord, TickAttempt
-from .stores import open_store
-from .supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
-from .waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut
-from .worker import WorkerReport, WorkflowWorker
-from .worker_settings import WorkerSettings
-from .workflow import Workflow
+from .worker.observer import CycleObserver
+from .worker.settings import WorkerSettings
+from .worker.worker import WorkerReport, WorkflowWorker
+from .workflow.context import WorkflowContext
+from .workflow.declaration import Workflow
+from .workflow.registry import WorkflowDefinition, WorkflowRegistry
+from .workflow.step_context import StepContext
 
 __all__ = [
     "AmbiguousEffect",

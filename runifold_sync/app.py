@@ -10,8 +10,8 @@ import sysconfig
 import traceback
 from pathlib import Path
 
-from .definition import WorkflowRegistry
 from .errors import AppNotLoaded, InvalidArgument
+from .workflow.registry import WorkflowRegistry
 
 
 def load_registry(reference: str) -> WorkflowRegistry:

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any, Unpack
 import attrs
 
 from .app import load_registry
-from .cancellation import CancellationToken
-from .definition import WorkflowRegistry
 from .errors import InvalidArgument
-from .idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
-from .models import (
+from .model.cancellation import CancellationToken
+from .model.outcomes import Completed, ContinuedAsNew, Idle, Retried, RunOutcome, Suspended, Yielded
+from .model.redaction import redacted
+from .model.values import (
     LeaseDuration,
     TaskOptions,
     WorkerId,
@@ -27,16 +27,16 @@ from .models import (
     check_name,
     seconds_duration,
 )
-from .observer import CycleObserver
-from .outcomes import Completed, ContinuedAsNew, Idle, Retried, RunOutcome, Suspended, Yielded
-from .pool_preflight import check_pool_can_start
-from .redaction import redacted
+from .ops.tracing_env import exporter_entry_points
+from .pool.preflight import check_pool_can_start
+from .pool.supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
 from .store.base import WorkflowStore
-from .stores import default_url, open_store
-from .supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
-from .tracing_env import exporter_entry_points
-from .worker import WorkflowWorker
-from .worker_settings import MAX_CLAIM_BATCH, WorkerSettings
+from .store.open import default_url, open_store
+from .worker.idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
+from .worker.observer import CycleObserver
+from .worker.settings import MAX_CLAIM_BATCH, WorkerSettings
+from .worker.worker import WorkflowWorker
+from .workflow.registry import WorkflowRegistry
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -240,7 +240,7 @@ class EmbeddedWorker(WorkflowWorker):
 def _tracer_provider() -> TracerProvider:
     """A provider from the ``OTEL_*`` variables, built where the worker runs (never before
     a fork): tracing's import, and OpenTelemetry's, only when tracing is on."""
-    from .tracing import provider_from_env
+    from .ops.tracing import provider_from_env
 
     return provider_from_env()
 

@@ -1,5 +1,5 @@
 """Public import path of the embedded SQLite store."""
 
-from .store.sqlite import SqliteWorkflowStore
+from .store.sqlite.store import SqliteWorkflowStore
 
 __all__ = ["SqliteWorkflowStore"]

@@ -80,10 +80,10 @@ from runifold_sync import (
     WorkflowTask,
     open_store,
 )
-from runifold_sync.checkpoint import JournalEntry, read_checkpoint
-from runifold_sync.codec import from_json, to_json
+from runifold_sync.model.checkpoint import JournalEntry, read_checkpoint
+from runifold_sync.model.codec import from_json, to_json
+from runifold_sync.pool.supervisor import MAX_START_FAILURES, QUICK_CRASH_S
 from runifold_sync.store.records import SignalDelivery
-from runifold_sync.supervisor import MAX_START_FAILURES, QUICK_CRASH_S
 
 TOOLS = Path(__file__).resolve().parent
 SAMPLE_INTERVAL_S = 0.25

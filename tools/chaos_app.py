@@ -49,8 +49,8 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
-from runifold_sync.cancellation import CancellationToken
-from runifold_sync.supervisor import WorkflowSupervisor, WorkflowSupervisorConfig
+from runifold_sync.model.cancellation import CancellationToken
+from runifold_sync.pool.supervisor import WorkflowSupervisor, WorkflowSupervisorConfig
 
 FLOW = "chaos-flow"
 CHILD_FLOW = "chaos-child"

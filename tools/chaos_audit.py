@@ -34,8 +34,8 @@ from typing import Any
 
 import attrs
 
-from runifold_sync.store.pgstatements import NOW as POSTGRES_NOW
-from runifold_sync.store.sqlite_clock import NOW as SQLITE_NOW
+from runifold_sync.store.postgres.statements import NOW as POSTGRES_NOW
+from runifold_sync.store.sqlite.clock import NOW as SQLITE_NOW
 
 _COLUMNS = "write_id, task_id, old_token, token, old_revision, revision, state, at, head"
 _VALUES = (

@@ -30,8 +30,8 @@ from chaos_audit import JournalWrite, Write
 from chaos_waiters import Wait, unheard_ends, woken_by_the_end
 
 from runifold_sync import BudgetUsage, TaskEvent, TaskOutcome, TaskRecord, TaskState
-from runifold_sync.codec import from_json
-from runifold_sync.effects import read_evidence
+from runifold_sync.model.codec import from_json
+from runifold_sync.model.effects import read_evidence
 
 # Events that end the cycle of the token that wrote them.
 CYCLE_ENDS = frozenset({"suspended", "completed", "failed", "released", "retried", "cancelled"})

@@ -12,7 +12,7 @@ import os
 import threading
 
 from ..store.base import WorkflowStore
-from ..stores import open_store
+from ..store.open import open_store
 
 # One lock for every ProcessStore, replaced in a forked child: a thread of the parent may
 # have held it at the moment of the fork, and that thread does not exist in the child.

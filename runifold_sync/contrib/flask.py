@@ -43,7 +43,7 @@ from flask import Flask, current_app, has_app_context
 from flask.cli import AppGroup
 
 from ..errors import RunifoldError
-from ..models import TaskOptions
+from ..model.values import TaskOptions
 from ..runner import (
     RunifoldSettings,
     default_worker_id,

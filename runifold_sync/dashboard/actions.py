@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import flask
 
-from ..codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
 from ..errors import InvalidArgument
+from ..model.codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
 from ..store.base import WorkflowStore
 from . import security
 from .board import dashboard
@@ -35,7 +35,7 @@ def _field(name: str, *, required: bool = True) -> str:
 
 def _json_field(name: str, default: str) -> str:
     """The form field ``name`` (``default`` when empty) as canonical JSON text: strict JSON
-    (no NaN or Infinity) nested at most :data:`~runifold_sync.codec.MAX_NESTING_DEPTH`
+    (no NaN or Infinity) nested at most :data:`~runifold_sync.model.codec.MAX_NESTING_DEPTH`
     deep, as the store takes it; anything else is refused naming the field (a 400)."""
     text = flask.request.form.get(name, "").strip() or default
     try:

@@ -10,11 +10,11 @@ from typing import Any
 
 import flask
 
-from ..definition import WorkflowRegistry
 from ..errors import InvalidArgument, RunifoldError, StoreUnavailable, TaskNotFound
 from ..store import checks
 from ..store.base import WorkflowStore
 from ..store.checks import DEFAULT_LOGIN_LIFETIME
+from ..workflow.registry import WorkflowRegistry
 from . import actions, formatting, security, views
 from .board import EXTENSION, Dashboard, dashboard
 

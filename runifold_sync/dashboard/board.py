@@ -7,9 +7,9 @@ from datetime import timedelta
 import attrs
 import flask
 
-from ..definition import WorkflowRegistry
 from ..store.base import WorkflowStore
 from ..store.checks import DEFAULT_LOGIN_LIFETIME
+from ..workflow.registry import WorkflowRegistry
 
 EXTENSION = "runifold_dashboard"
 

@@ -28,7 +28,7 @@ import abc
 import os
 import weakref
 
-from ..models import WorkflowTask
+from ..model.values import WorkflowTask
 from . import checks
 from .dialect import Dialect
 from .outage import OutageLog

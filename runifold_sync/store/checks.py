@@ -12,10 +12,11 @@ from typing import Any
 
 import attrs
 
-from ..admission import TenantPolicy
-from ..codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, from_json, to_json
 from ..errors import InvalidArgument
-from ..models import (
+from ..model.admission import TenantPolicy
+from ..model.codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, from_json, to_json
+from ..model.moments import check_moment
+from ..model.values import (
     MAX_INPUT_BYTES,
     DeclaredSignals,
     TaskState,
@@ -27,7 +28,6 @@ from ..models import (
     check_name,
     input_text,
 )
-from ..moments import check_moment
 from .records import Routes
 
 MAX_CLAIM_LIMIT = 1000
@@ -176,7 +176,7 @@ def check_wait_timeout(timeout: object) -> float:
 
 def check_timeout(kind: str, timeout: object) -> float:
     """How long a caller blocks (``wait_for_task``, ``get_event``): a timedelta from zero
-    to :data:`~runifold_sync.models.MAX_DURATION`, in seconds."""
+    to :data:`~runifold_sync.model.values.MAX_DURATION`, in seconds."""
     if not isinstance(timeout, timedelta) or timeout < timedelta(0):
         raise InvalidArgument(f"{kind} must be a non-negative timedelta, got {timeout!r}")
     return check_duration_bound(kind, timeout).total_seconds()
@@ -185,7 +185,7 @@ def check_timeout(kind: str, timeout: object) -> float:
 def check_event(key: object, value: Any) -> str:
     """An event's key (a name, as a signal's) and value; returns the value's canonical
     JSON text. Refused, naming the key, where ``get_event`` could not hand it back: not
-    JSON, nested past :data:`~runifold_sync.codec.MAX_NESTING_DEPTH`, or over
+    JSON, nested past :data:`~runifold_sync.model.codec.MAX_NESTING_DEPTH`, or over
     :data:`MAX_EVENT_BYTES` encoded."""
     check_name("event key", key)
     return _json_text(
@@ -251,7 +251,7 @@ def check_signal(
 
 def signal_payload_text(signal_id: str, payload: Any) -> str:
     """Refuse what a waiting task could not decode: values that are not JSON, nesting
-    past :data:`~runifold_sync.codec.MAX_NESTING_DEPTH`, text over :data:`MAX_INPUT_BYTES`."""
+    past :data:`~runifold_sync.model.codec.MAX_NESTING_DEPTH`, text over :data:`MAX_INPUT_BYTES`."""
     return _json_text(
         f"payload of signal {signal_id!r}", payload, MAX_INPUT_BYTES, "store it outside and send its id"
     )

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from ..models import WorkflowTask
-from ..outcomes import FailureDetail
+from ..model.outcomes import FailureDetail
+from ..model.values import WorkflowTask
 
 
 def enqueued(task: WorkflowTask) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import threading
 import time
 
 from ..errors import StoreClosed, StoreNotWritable, StoreUnavailable
-from ..redaction import scrubbed
+from ..model.redaction import scrubbed
 
 log = logging.getLogger("runifold_sync.store")
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import attrs
 
-from ..codec import from_json
 from ..errors import CancelPending, InvalidArgument, LeaseLostError
-from ..models import LeaseDuration, TaskOutcome, TaskState, WorkerId, check_name
+from ..model.codec import from_json
+from ..model.values import LeaseDuration, TaskOutcome, TaskState, WorkerId, check_name
 
 
 @attrs.frozen

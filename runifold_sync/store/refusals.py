@@ -8,7 +8,6 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
-from ..codec import to_json
 from ..errors import (
     CancelPending,
     EnqueueConflict,
@@ -19,7 +18,8 @@ from ..errors import (
     SignalRefused,
     TaskNotFound,
 )
-from ..models import WorkflowTask
+from ..model.codec import to_json
+from ..model.values import WorkflowTask
 from .dialect import Row
 from .records import EnqueueResult, Lease, TaskRecord
 from .signal_checks import Verdict

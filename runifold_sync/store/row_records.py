@@ -12,9 +12,9 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ..admission import TenantAdmission, TenantBudget, TenantPolicy
 from ..errors import TaskNotFound
-from ..models import TaskOutcome, TaskState
+from ..model.admission import TenantAdmission, TenantBudget, TenantPolicy
+from ..model.values import TaskOutcome, TaskState
 from .dialect import Row, Values
 from .records import (
     ClaimedTask,

@@ -10,8 +10,8 @@ from typing import Any
 
 import attrs
 
-from ..codec import from_json
-from ..schedule_times import ScheduleTimes, cron_times, interval_times
+from ..model.codec import from_json
+from ..model.schedule_times import ScheduleTimes, cron_times, interval_times
 from .dialect import Row, Values
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from ..codec import from_json, to_json
+from ..model.codec import from_json, to_json
 from .dialect import Row
 from .records import SignalCheck
 

@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
-from ..codec import to_json
 from ..errors import SignalConflict, StoreUnavailable, TaskNotFound
-from ..models import DeclaredSignals, TaskState, WorkflowTask
-from ..trace_context import current_traceparent
+from ..model.codec import to_json
+from ..model.trace_context import current_traceparent
+from ..model.values import DeclaredSignals, TaskState, WorkflowTask
 from . import checks, event_details, refusals, row_records, signal_checks
 from .dialect import Dialect, Event, Row, Transaction
 from .records import EnqueueResult, SignalDelivery, TaskRecord

@@ -13,9 +13,9 @@ from typing import TypedDict, Unpack
 
 import attrs
 
-from ..admission import TenantAdmission, TenantPolicy, explain
 from ..errors import InvalidArgument
-from ..models import TaskState, WorkerId, check_count, check_int
+from ..model.admission import TenantAdmission, TenantPolicy, explain
+from ..model.values import TaskState, WorkerId, check_count, check_int
 from . import checks, row_records
 from .dialect import Dialect
 from .records import (

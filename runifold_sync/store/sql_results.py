@@ -18,9 +18,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from ..codec import from_json
 from ..errors import EventNotFound, TaskNotFound, WaitTimedOut
-from ..models import TaskState, check_name
+from ..model.codec import from_json
+from ..model.values import TaskState, check_name
 from . import checks, row_records
 from .dialect import Dialect
 from .records import PublishedEvent, TaskRecord

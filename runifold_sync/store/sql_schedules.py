@@ -21,11 +21,11 @@ from typing import Any
 
 import attrs
 
-from ..codec import to_json
 from ..errors import InvalidArgument, ScheduleNotFound
-from ..models import WorkflowTask
-from ..schedule_times import tick_text
-from ..schedules import TASK_PREFIX, Schedule
+from ..model.codec import to_json
+from ..model.schedule_times import tick_text
+from ..model.schedules import TASK_PREFIX, Schedule
+from ..model.values import WorkflowTask
 from . import checks
 from .dialect import Dialect, Transaction
 from .schedule_records import ScheduleEvent, ScheduleRecord, TickAttempt, schedule_event, schedule_record

@@ -21,8 +21,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import InvalidArgument, InvalidState, LeaseLostError
-from ..models import LeaseDuration, WorkerId
-from ..outcomes import FailureDetail
+from ..model.outcomes import FailureDetail
+from ..model.values import LeaseDuration, WorkerId
 from . import checks, event_details, refusals, row_records, signal_checks
 from .dialect import Dialect, Event, FencedTransition, Transaction
 from .records import (

@@ -1,5 +1,5 @@
 """How long a store's operations take, and how long they waited for a connection, for
-whoever watches the store (a worker's :class:`~runifold_sync.observer.CycleObserver`).
+whoever watches the store (a worker's :class:`~runifold_sync.worker.observer.CycleObserver`).
 
 A store operation decorated with :func:`timed` reports its duration to the store's
 ``operation_timer`` when one is set, and costs one attribute read when none is. The

@@ -13,9 +13,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ..checkpoint import JournalEntry, read_checkpoint
 from ..errors import InvalidArgument, InvalidState
-from ..models import TaskOutcome, TaskState
+from ..model.checkpoint import JournalEntry, read_checkpoint
+from ..model.values import TaskOutcome, TaskState
 from ..store.base import WorkflowStore
 from ..store.records import SignalDelivery
 

@@ -32,13 +32,13 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from ..definition import WorkflowRegistry
 from ..errors import InvalidArgument, RunifoldError
-from ..models import LeaseDuration, TaskState, WorkerId, check_count, check_names
-from ..outcomes import DefinitionUnavailable, Idle, RunOutcome
+from ..model.outcomes import DefinitionUnavailable, Idle, RunOutcome
+from ..model.values import LeaseDuration, TaskState, WorkerId, check_count, check_names
 from ..store.base import WorkflowStore
 from ..store.checks import MAX_LIST_LIMIT
-from ..worker import WorkflowWorker
+from ..worker.worker import WorkflowWorker
+from ..workflow.registry import WorkflowRegistry
 
 DEFAULT_MAX_CYCLES = 10_000
 DEFAULT_WORKER_ID = "runifold-testing"

@@ -63,7 +63,7 @@ def database_prefix(default: str) -> str:
 @pytest.fixture
 def runifold_store(tmp_path: Path) -> Iterator[WorkflowStore]:
     """A fresh, migrated store for this test (see the module docstring for which)."""
-    from ..stores import open_store
+    from ..store.open import open_store
 
     server = os.environ.get(DATABASE_URL_VARIABLE)
     if not server:
@@ -97,7 +97,7 @@ def _fresh_database(server_url: str) -> Iterator[str]:
     from psycopg import sql
 
     from ..errors import InvalidArgument
-    from ..redaction import redacted
+    from ..model.redaction import redacted
 
     parts = urlsplit(server_url)
     if parts.scheme not in ("postgresql", "postgres"):

@@ -19,7 +19,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.cli import main
+from runifold_sync.cli.main import main
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.integration import child_app, crash_app
 

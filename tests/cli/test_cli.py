@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from runifold_sync import LeaseDuration, TaskOutcome, WorkerId
-from runifold_sync.cli import main
+from runifold_sync.cli.main import main
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 ROOT = Path(__file__).resolve().parents[2]

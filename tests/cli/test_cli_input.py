@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from runifold_sync.cli import main
-from runifold_sync.models import MAX_INPUT_BYTES
+from runifold_sync.cli.main import main
+from runifold_sync.model.values import MAX_INPUT_BYTES
 from tests.support.processes import ROOT
 
 DEEP = "[" * 10_000 + "]" * 10_000

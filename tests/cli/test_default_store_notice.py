@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from runifold_sync.cli import main
-from runifold_sync.stores import ENV_VAR
+from runifold_sync.cli.main import main
+from runifold_sync.store.open import ENV_VAR
 
 APP = "tests.integration.pool_app:registry"
 NOTICE = "runifold_sync: no --database and no $RUNIFOLD_DATABASE_URL: {doing} the SQLite store {path} "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync.checkpoint import read_checkpoint
+from runifold_sync.model.checkpoint import read_checkpoint
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 KILL_LINE = re.compile(r"SIGKILLed pid (\d+) in (\S+) of (\S+) ")
@@ -128,7 +128,7 @@ def test_demo_json_reports_the_kill_and_every_order(tmp_path: Path) -> None:
 def test_demo_refuses_a_plain_path_and_names_it(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from runifold_sync.cli import main
+    from runifold_sync.cli.main import main
 
     result = CliRunner().invoke(main, ["demo", "--database", str(tmp_path / "demo.db")])
     assert result.exit_code == 1 and f"unsupported store URL '{tmp_path / 'demo.db'}'" in result.output

@@ -11,7 +11,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from runifold_sync.demo import STEPS_PER_ORDER, order_intake
+from runifold_sync.cli.demo import STEPS_PER_ORDER, order_intake
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
@@ -19,8 +19,8 @@ WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
 # The effect's body as a worker runs it, printing the charge id it returns.
 CHARGE = """
 import os, sys
-from runifold_sync.demo import Order, order_intake
-from runifold_sync.step_context import StepContext
+from runifold_sync.cli.demo import Order, order_intake
+from runifold_sync.workflow.step_context import StepContext
 os.environ["RUNIFOLD_DEMO_LEDGER"] = sys.argv[1]
 body = order_intake.steps["charge_card"].fn
 print(body(StepContext("order-1", "charge_card#1", 1, 1, "order-1/charge_card#1"), Order("order-1", 1000)))

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from runifold_sync import TaskOutcome
-from runifold_sync.cli import main
+from runifold_sync.cli.main import main
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 APP = "tests.integration.pool_app:registry"

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from runifold_sync import LeaseDuration, WorkerId, WorkflowTask
-from runifold_sync.cli import main
+from runifold_sync.cli.main import main
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 # Commands that print no data. A group only dispatches to its subcommands (and prints

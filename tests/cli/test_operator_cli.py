@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from runifold_sync import TaskOutcome, TaskState, WorkflowTask
-from runifold_sync.cli import main
+from runifold_sync.cli.main import main
 from runifold_sync.errors import SignalRefused
 from runifold_sync.sqlite import SqliteWorkflowStore
 

@@ -29,7 +29,7 @@ def test_a_build_carries_py_typed_and_every_sql_file(tmp_path: Path) -> None:
 
 def test_the_console_script_runs_the_cli() -> None:
     scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
-    assert scripts.get("runifold") == "runifold_sync.cli:main"
+    assert scripts.get("runifold") == "runifold_sync.cli.main:main"
 
 
 @pytest.mark.timeout(120)

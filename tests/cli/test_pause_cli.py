@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from runifold_sync import TaskState, WorkflowTask
-from runifold_sync.cli import main
+from runifold_sync.cli.main import main
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 

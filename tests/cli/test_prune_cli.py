@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from runifold_sync import LeaseDuration, TaskNotFound, TaskState, WorkerId, WorkflowTask
-from runifold_sync.cli import main
+from runifold_sync.cli.main import main
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.support import processes
 
@@ -87,7 +87,7 @@ def test_prune_counts_with_dry_run_then_deletes_and_says_so(
 def test_a_long_prune_says_how_far_it_has_got_on_stderr(
     store: SqliteWorkflowStore, sqlite_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("runifold_sync.cli_retention._PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr("runifold_sync.cli.retention._PROGRESS_EVERY_S", 0.0)
     for n in range(3):
         _finish(store, f"t{n}")
 

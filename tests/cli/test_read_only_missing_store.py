@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from runifold_sync.cli import main
-from runifold_sync.stores import ENV_VAR
+from runifold_sync.cli.main import main
+from runifold_sync.store.open import ENV_VAR
 
 READERS = {
     "list": ["list"],

@@ -9,7 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
-from runifold_sync.models import TaskOptions
+from runifold_sync.model.values import TaskOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 README = " ".join((ROOT / "README.md").read_text().split())

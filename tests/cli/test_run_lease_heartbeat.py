@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from runifold_sync import RunifoldError, TaskState, WorkflowTask
-from runifold_sync.cli import main
+from runifold_sync.cli.main import main
 from runifold_sync.runner import RunifoldSettings
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.support import processes

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from runifold_sync import LeaseDuration, TaskState, WorkerId, WorkflowStore, WorkflowTask, Yielded, open_store
-from runifold_sync.cli import main
+from runifold_sync.cli.main import main
 from runifold_sync.runner import once_succeeded
 from tests.support.routing import checkpointed_by_other_steps
 

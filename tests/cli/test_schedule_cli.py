@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runifold_sync.cli import main
-from runifold_sync.schedule_ticker import ScheduleTicks
+from runifold_sync.cli.main import main
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.worker.schedule_ticker import ScheduleTicks
 from tests.integration import schedule_app
 from tests.support import processes
 from tests.support.clock import Clock

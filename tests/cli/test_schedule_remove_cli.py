@@ -12,7 +12,7 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
-from runifold_sync.cli import main
+from runifold_sync.cli.main import main
 from tests.support import processes
 from tests.support.backends import Backend
 

@@ -24,7 +24,7 @@ from runifold_sync import (
     WorkflowDefinition,
     WorkflowTask,
 )
-from runifold_sync.cli import main
+from runifold_sync.cli.main import main
 from runifold_sync.dashboard import create_app
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.support.clock import Clock

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from runifold_sync.cli import main
+from runifold_sync.cli.main import main
 
 APP = "tests.cli.outcome_app:registry"
 

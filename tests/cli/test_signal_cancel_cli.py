@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from runifold_sync import LeaseDuration, TaskState, WorkerId, WorkflowTask
-from runifold_sync.cli import main
+from runifold_sync.cli.main import main
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from runifold_sync import LeaseDuration, TaskState, WorkerId, WorkflowStore, WorkflowTask, open_store
-from runifold_sync.cli import main
+from runifold_sync.cli.main import main
 from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=30))

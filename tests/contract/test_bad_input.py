@@ -31,8 +31,8 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.checkpoint import DEFAULT_MAX_ENTRY_BYTES
-from runifold_sync.codec import MAX_NESTING_DEPTH, from_json
+from runifold_sync.model.checkpoint import DEFAULT_MAX_ENTRY_BYTES
+from runifold_sync.model.codec import MAX_NESTING_DEPTH, from_json
 from tests.support.clock import Clock
 from tests.support.journals import entries
 

@@ -17,7 +17,7 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
-from runifold_sync.codec import to_json
+from runifold_sync.model.codec import to_json
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 DEAD = WorkerId.parse("pool-0")

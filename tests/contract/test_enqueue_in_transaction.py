@@ -23,7 +23,7 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
-from runifold_sync.stores import sqlite_path
+from runifold_sync.store.open import sqlite_path
 from tests.support.backends import Backend
 
 

@@ -99,7 +99,7 @@ def test_a_run_started_with_coerced_input_goes_on_with_it_under_a_strict_definit
 
     after = _worker(store, worker_id="new")
     try:
-        with caplog.at_level(logging.WARNING, logger="runifold_sync.worker"):
+        with caplog.at_level(logging.WARNING, logger="runifold_sync.worker.worker"):
             outcome = after.run_once()
     finally:
         after.close()

@@ -27,8 +27,8 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.checkpoint import MAIN, TAIL_ENTRIES, newest_entries, read_checkpoint
-from runifold_sync.codec import from_json
+from runifold_sync.model.checkpoint import MAIN, TAIL_ENTRIES, newest_entries, read_checkpoint
+from runifold_sync.model.codec import from_json
 from runifold_sync.store.records import JournalRow
 from tests.support.backends import Backend
 

@@ -21,9 +21,9 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
-from runifold_sync.cli import main
-from runifold_sync.models import INT64_MAX, INT64_MIN
-from runifold_sync.moments import EARLIEST_MOMENT, LATEST_MOMENT
+from runifold_sync.cli.main import main
+from runifold_sync.model.moments import EARLIEST_MOMENT, LATEST_MOMENT
+from runifold_sync.model.values import INT64_MAX, INT64_MIN
 from runifold_sync.store import checks
 
 TOO_LONG = 10**5000  # past Python's 4,300-digit limit for int -> str

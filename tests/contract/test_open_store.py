@@ -14,8 +14,8 @@ import pytest
 from runifold_sync import InvalidArgument, TaskOutcome, TaskState, WorkflowTask, open_store
 from runifold_sync.postgres import PostgresWorkflowStore
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store.open import ENV_VAR, sqlite_path
 from runifold_sync.store.queries import load_migrations
-from runifold_sync.stores import ENV_VAR, sqlite_path
 from tests.support import processes
 from tests.support.backends import through_pgbouncer
 
@@ -94,7 +94,7 @@ def test_a_refused_url_does_not_echo_its_password() -> None:
 def test_a_postgresql_url_without_the_driver_installed_names_the_extra_but_not_the_password(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setitem(sys.modules, "runifold_sync.store.postgres", None)  # as if psycopg were absent
+    monkeypatch.setitem(sys.modules, "runifold_sync.store.postgres.store", None)  # as if psycopg were absent
     with pytest.raises(InvalidArgument) as info:
         open_store("postgresql://admin:hunter2@db.internal/app")
     assert "runifold_sync[postgres]" in str(info.value)
@@ -182,7 +182,7 @@ def test_a_postgresql_url_without_a_database_or_with_bad_options_is_refused_befo
     """Without a database name libpq would use the user's name, and opening migrates: a
     store in a database nobody named. Options libpq would refuse are the caller's mistake,
     not an outage. Neither reaches the server."""
-    from runifold_sync.store import pgpool
+    from runifold_sync.store.postgres import pool as pgpool
 
     def no_connection(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("connected")

@@ -28,9 +28,9 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
-from runifold_sync.codec import to_json
+from runifold_sync.model.codec import to_json
+from runifold_sync.store.open import sqlite_path
 from runifold_sync.store.records import ClaimedTask, JournalRow
-from runifold_sync.stores import sqlite_path
 from tests.support.backends import Backend
 from tests.support.clock import Clock
 

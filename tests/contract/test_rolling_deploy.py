@@ -30,7 +30,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.cli import main
+from runifold_sync.cli.main import main
 from tests.support.backends import Backend
 from tests.support.clock import Clock
 

@@ -19,10 +19,10 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
-from runifold_sync.codec import to_json
+from runifold_sync.model.codec import to_json
 from runifold_sync.runner import RunifoldSettings
 from runifold_sync.store.records import ClaimRequest, Routes
-from runifold_sync.worker_settings import WorkerSettings
+from runifold_sync.worker.settings import WorkerSettings
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 W1 = WorkerId.parse("worker-1")

@@ -20,7 +20,7 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowWorker,
 )
-from runifold_sync.schedule_ticker import ScheduleTicks
+from runifold_sync.worker.schedule_ticker import ScheduleTicks
 from tests.support.backends import Backend
 from tests.support.clock import Clock
 from tests.support.schedules import report_registry

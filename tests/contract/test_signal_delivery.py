@@ -28,8 +28,8 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
-from runifold_sync.codec import MAX_NESTING_DEPTH
 from runifold_sync.errors import SignalConflict, SignalRefused, TaskNotFound
+from runifold_sync.model.codec import MAX_NESTING_DEPTH
 from runifold_sync.store.refusals import RECORDED_SIGNAL_REFUSALS
 from tests.support.backends import Backend
 

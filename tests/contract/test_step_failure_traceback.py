@@ -26,7 +26,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.tracebacks import MAX_TRACEBACK_BYTES
+from runifold_sync.model.tracebacks import MAX_TRACEBACK_BYTES
 from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=30))

@@ -20,7 +20,7 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
-from runifold_sync.codec import to_json
+from runifold_sync.model.codec import to_json
 from runifold_sync.store.records import ClaimedTask, ClaimRequest, Committed
 
 LEASE = LeaseDuration(timedelta(seconds=30))

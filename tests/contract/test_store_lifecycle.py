@@ -23,9 +23,9 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
-from runifold_sync.codec import to_json
+from runifold_sync.model.codec import to_json
+from runifold_sync.store.open import sqlite_path
 from runifold_sync.store.queries import load_migrations
-from runifold_sync.stores import sqlite_path
 from tests.support import spawned
 from tests.support.backends import Backend, suite_database_prefix, with_database
 from tests.support.spawned import open_and_migrate

@@ -18,8 +18,8 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
-from runifold_sync.codec import to_json
 from runifold_sync.errors import SignalConflict, SignalRefused
+from runifold_sync.model.codec import to_json
 from runifold_sync.store.checks import MAX_PENDING_SIGNALS
 from runifold_sync.store.records import ClaimedTask
 

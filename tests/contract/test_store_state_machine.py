@@ -50,8 +50,8 @@ from runifold_sync import (
     WorkflowTask,
     open_store,
 )
-from runifold_sync.codec import to_json
 from runifold_sync.errors import RunifoldError, SignalConflict
+from runifold_sync.model.codec import to_json
 from runifold_sync.store.records import Lease
 
 LEASE_S = 30

@@ -10,7 +10,7 @@ from datetime import timedelta
 from prometheus_client import CollectorRegistry
 
 from runifold_sync import WorkerId, WorkflowStore, WorkflowTask
-from runifold_sync.metrics import StoreCollector
+from runifold_sync.ops.metrics import StoreCollector
 
 GAUGE = "runifold_unserved_ready_tasks"
 

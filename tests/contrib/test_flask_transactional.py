@@ -14,7 +14,7 @@ from flask import Flask, jsonify, request
 
 from runifold_sync import TaskNotFound, TaskState, WorkflowStore
 from runifold_sync.contrib.flask import Runifold
-from runifold_sync.stores import sqlite_path
+from runifold_sync.store.open import sqlite_path
 from tests.support.backends import Backend
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync.stores import ENV_VAR
+from runifold_sync.store.open import ENV_VAR
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from runifold_sync import WorkflowTask, open_store
-from runifold_sync.cli import main
+from runifold_sync.cli.main import main
 
 TOKEN = "cli-token-31b9"
 
@@ -86,7 +86,7 @@ def test_a_port_in_use_is_an_error_naming_it(tmp_path: Path) -> None:
 
 
 def test_importing_runifold_sync_does_not_import_flask() -> None:
-    code = "import sys, runifold_sync, runifold_sync.cli; print('flask' in sys.modules)"
+    code = "import sys, runifold_sync, runifold_sync.cli.main; print('flask' in sys.modules)"
     assert (
         subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from runifold_sync import open_store
-from runifold_sync.supervisor import hand_back_dead_worker
+from runifold_sync.pool.supervisor import hand_back_dead_worker
 
 
 def main() -> None:

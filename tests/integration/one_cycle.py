@@ -7,7 +7,7 @@ import json
 from datetime import timedelta
 
 from runifold_sync import LeaseDuration, WorkerId, WorkflowRegistry, WorkflowWorker, open_store
-from runifold_sync.codec import unstructure
+from runifold_sync.model.codec import unstructure
 
 
 def run_one_cycle(

@@ -37,7 +37,7 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
-from runifold_sync.logs import JsonFormatter
+from runifold_sync.engine.logs import JsonFormatter
 from tests.support import ledger
 
 LEASE = LeaseDuration(timedelta(seconds=1))

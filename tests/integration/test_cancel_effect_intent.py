@@ -27,8 +27,8 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.checkpoint import read_checkpoint
-from runifold_sync.codec import from_json
+from runifold_sync.model.checkpoint import read_checkpoint
+from runifold_sync.model.codec import from_json
 from runifold_sync.store.records import Committed, JournalRow, Lease
 from tests.support.backends import Backend
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from runifold_sync.checkpoint import TAIL_ENTRIES
+from runifold_sync.model.checkpoint import TAIL_ENTRIES
 from tests.support.pgcluster import ClusterAttempt
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from runifold_sync.store.pgurl import parse_target
+from runifold_sync.store.postgres.url import parse_target
 from tests.integration.test_chaos import INVARIANTS, SEED
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -48,16 +48,9 @@ from pathlib import Path
 import attrs
 import pytest
 
-from runifold_sync import (
-    TaskOutcome,
-    TaskState,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
-    WorkflowWorker,
-    crashpoints,
-)
+from runifold_sync import TaskOutcome, TaskState, WorkerId, WorkflowStore, WorkflowTask, WorkflowWorker
 from runifold_sync.errors import InvalidArgument
+from runifold_sync.model import crashpoints
 from tests.support import processes
 from tests.support.backends import Backend
 from tests.support.journals import entries
@@ -256,7 +249,7 @@ def _transition_hooks() -> set[tuple[str, str]]:
     "<kind>")`` call is the one point it names. Only the helper's own two calls, in
     ``crashpoints.py``, pass the kind on from a variable."""
     hooks = set()
-    helper = ROOT / "runifold_sync" / "crashpoints.py"
+    helper = ROOT / "runifold_sync" / "model" / "crashpoints.py"
     for path in (ROOT / "runifold_sync").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if not isinstance(node, ast.Call):

@@ -30,8 +30,8 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.observer import CycleObserver
 from runifold_sync.store.records import ClaimedTask
+from runifold_sync.worker.observer import CycleObserver
 from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=5))

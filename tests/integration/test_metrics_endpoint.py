@@ -22,8 +22,13 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 from runifold_sync import TaskState, WorkflowStore, WorkflowTask, open_store
-from runifold_sync.cli import main
-from runifold_sync.metrics_endpoint import MULTIPROC_ENV, MetricsEndpoint, MetricsUnavailable, serving_metrics
+from runifold_sync.cli.main import main
+from runifold_sync.ops.metrics_endpoint import (
+    MULTIPROC_ENV,
+    MetricsEndpoint,
+    MetricsUnavailable,
+    serving_metrics,
+)
 from tests.support import processes
 
 APP = "tests.integration.pool_app:registry"

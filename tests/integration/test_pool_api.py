@@ -120,7 +120,7 @@ def test_a_pool_started_from_python_under_a_live_pools_base_id_is_refused(
 def test_cycle_observer_is_exported_and_the_readme_snippet_counts_completions_as_they_happen(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from runifold_sync.observer import CycleObserver
+    from runifold_sync.worker.observer import CycleObserver
 
     assert runifold_sync.CycleObserver is CycleObserver and "CycleObserver" in runifold_sync.__all__
     monkeypatch.setenv("POOL_LEDGER", str(tmp_path / "ledger.txt"))

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from runifold_sync import TaskState, WorkerId, WorkflowTask, open_store
-from runifold_sync.cancellation import CancellationToken
-from runifold_sync.supervisor import MAX_START_FAILURES, WorkflowSupervisor, WorkflowSupervisorConfig
-from runifold_sync.worker import WorkflowWorker
+from runifold_sync.model.cancellation import CancellationToken
+from runifold_sync.pool.supervisor import MAX_START_FAILURES, WorkflowSupervisor, WorkflowSupervisorConfig
+from runifold_sync.worker.worker import WorkflowWorker
 from tests.support import processes
 
 APP = "tests.integration.pool_app:registry"

@@ -32,10 +32,10 @@ from runifold_sync import (
     WorkerId,
     WorkflowStore,
     WorkflowTask,
-    crashpoints,
 )
-from runifold_sync.codec import from_json
-from runifold_sync.stores import sqlite_path
+from runifold_sync.model import crashpoints
+from runifold_sync.model.codec import from_json
+from runifold_sync.store.open import sqlite_path
 from tests.integration import drill_app
 from tests.support import ledger, processes
 from tests.support.backends import Backend

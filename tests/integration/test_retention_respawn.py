@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync import TaskNotFound, TaskState, WorkflowStore, WorkflowTask, sidecar
+from runifold_sync import TaskNotFound, TaskState, WorkflowStore, WorkflowTask
+from runifold_sync.pool import sidecar
 from tests.support import processes
 from tests.support.backends import Backend
 
@@ -37,7 +38,7 @@ def _parent(pid: int) -> int:
 
 def _runs_retention(pid: int) -> bool:
     try:
-        return b"runifold_sync.retention_process" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"runifold_sync.pool.retention_process" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except FileNotFoundError:
         return False
 

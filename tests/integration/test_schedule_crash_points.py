@@ -22,7 +22,7 @@ import attrs
 import pytest
 
 from runifold_sync import TaskOutcome, TaskState, WorkerId, WorkflowWorker
-from runifold_sync.schedule_ticker import ScheduleTicks
+from runifold_sync.worker.schedule_ticker import ScheduleTicks
 from tests.support import ledger, processes
 from tests.support.backends import Backend
 from tests.support.clock import Clock

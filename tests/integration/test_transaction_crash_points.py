@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from runifold_sync import TaskOutcome, WorkerId, WorkflowTask, WorkflowWorker
-from runifold_sync.stores import sqlite_path
+from runifold_sync.store.open import sqlite_path
 from tests.support import ledger, processes
 from tests.support.backends import Backend
 from tests.support.journals import entries

@@ -31,8 +31,8 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
-from runifold_sync.cancellation import CancellationToken
-from runifold_sync.supervisor import WorkflowSupervisor, WorkflowSupervisorConfig
+from runifold_sync.model.cancellation import CancellationToken
+from runifold_sync.pool.supervisor import WorkflowSupervisor, WorkflowSupervisorConfig
 
 STEPS = 3
 flow = Workflow("traced-pool", 1)

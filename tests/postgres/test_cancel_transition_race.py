@@ -21,7 +21,7 @@ import pytest
 
 from runifold_sync import LeaseDuration, TaskState, WorkerId, WorkflowTask
 from runifold_sync.store.base import WorkflowStore
-from runifold_sync.store.pgstatements import Q
+from runifold_sync.store.postgres.statements import Q
 from tests.support.backends import wait_until_blocked_on_a_lock
 
 NOTE = "cancelled by ops: customer left"

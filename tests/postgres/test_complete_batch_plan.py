@@ -15,7 +15,7 @@ from psycopg import sql
 from runifold_sync import LeaseDuration, WorkerId, WorkflowTask
 from runifold_sync.postgres import PostgresWorkflowStore
 from runifold_sync.store.dialect import FencedTransition
-from runifold_sync.store.pgstatements import Q, batch_params
+from runifold_sync.store.postgres.statements import Q, batch_params
 from tests.support.pgplans import numbered, plan_nodes
 
 LEASED = 3000

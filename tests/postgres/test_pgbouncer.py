@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from runifold_sync import TaskState, WorkflowStore, WorkflowTask, open_store
-from runifold_sync.store.pgurl import POLL_INTERVAL_S
+from runifold_sync.store.postgres.url import POLL_INTERVAL_S
 from tests.support.backends import through_pgbouncer
 
 ENQUEUE_AFTER_S = 0.4

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from runifold_sync.postgres import PostgresWorkflowStore
-from runifold_sync.store.pgstatements import Q
+from runifold_sync.store.postgres.statements import Q
 
 PAGE: dict[str, Any] = {"state": None, "tenant": None, "definition": None, "parent": None, "queue": None}
 

@@ -20,9 +20,9 @@ from runifold_sync import (
     WorkerId,
     WorkflowTask,
 )
-from runifold_sync.codec import to_json
+from runifold_sync.model.codec import to_json
 from runifold_sync.postgres import PostgresWorkflowStore
-from runifold_sync.store.pgstatements import Q, claim_statement, route_params
+from runifold_sync.store.postgres.statements import Q, claim_statement, route_params
 from runifold_sync.store.records import Routes
 from tests.support.pgplans import numbered, plan_nodes
 

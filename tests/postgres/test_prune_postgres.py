@@ -20,8 +20,8 @@ import pytest
 
 from runifold_sync import TaskNotFound, TaskState, WorkflowTask
 from runifold_sync.postgres import PostgresWorkflowStore
-from runifold_sync.store.pgstatements import Q
-from runifold_sync.store.postgres import PostgresTransaction
+from runifold_sync.store.postgres.statements import Q
+from runifold_sync.store.postgres.store import PostgresTransaction
 from tests.integration.pool_app import read_ledger
 from tests.support import processes
 

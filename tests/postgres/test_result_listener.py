@@ -29,7 +29,7 @@ from runifold_sync import (
     open_store,
 )
 from runifold_sync.postgres import PostgresWorkflowStore
-from runifold_sync.store.pglisten import ResultListener
+from runifold_sync.store.postgres.listen import ResultListener
 from tests.support.backends import through_pgbouncer, wait_until_blocked_on_a_lock
 
 LEASE = LeaseDuration(timedelta(seconds=30))

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-import runifold_sync.store.postgres as pg_store
+import runifold_sync.store.postgres.store as pg_store
 from runifold_sync import LeaseDuration, TaskState, WorkerId, WorkflowTask, open_store
 from runifold_sync.store.base import WorkflowStore
 from runifold_sync.store.dialect import Event

@@ -15,8 +15,8 @@ import pytest
 
 from runifold_sync import WorkflowTask
 from runifold_sync.sqlite import SqliteWorkflowStore
-from runifold_sync.store.sqlite_clock import HOST_CLOCK
-from runifold_sync.store.sqlite_connection import in_us
+from runifold_sync.store.sqlite.clock import HOST_CLOCK
+from runifold_sync.store.sqlite.connection import in_us
 
 
 def test_the_boot_clock_reads_as_proc_uptime_does() -> None:
@@ -69,7 +69,7 @@ def test_another_process_reads_the_same_boot_clock_within_a_millisecond() -> Non
         [
             sys.executable,
             "-c",
-            "from runifold_sync.store.sqlite_clock import HOST_CLOCK; print(HOST_CLOCK.uptime_us())",
+            "from runifold_sync.store.sqlite.clock import HOST_CLOCK; print(HOST_CLOCK.uptime_us())",
         ],
         capture_output=True,
         text=True,

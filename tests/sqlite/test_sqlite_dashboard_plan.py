@@ -8,7 +8,7 @@ import pytest
 
 from runifold_sync import WorkflowTask
 from runifold_sync.sqlite import SqliteWorkflowStore
-from runifold_sync.store.sqlite import _Q
+from runifold_sync.store.sqlite.store import _Q
 
 PAGE = {"state": None, "tenant": None, "definition": None, "parent": None, "queue": None}
 

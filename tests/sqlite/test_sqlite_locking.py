@@ -16,7 +16,7 @@ import pytest
 
 from runifold_sync import StoreUnavailable, WorkflowTask
 from runifold_sync.sqlite import SqliteWorkflowStore
-from runifold_sync.store.sqlite_clock import HOST_CLOCK
+from runifold_sync.store.sqlite.clock import HOST_CLOCK
 
 
 @contextmanager

@@ -9,7 +9,7 @@ from datetime import timedelta
 from runifold_sync import LeaseDuration, WorkerId, WorkflowTask
 from runifold_sync.sqlite import SqliteWorkflowStore
 from runifold_sync.store.records import Routes
-from runifold_sync.store.sqlite import _Q, _routes_json
+from runifold_sync.store.sqlite.store import _Q, _routes_json
 
 ROUTES = Routes.serving(["default"], [("orders", 1, "fp-a"), ("refunds", 2, "fp-r")])
 

@@ -17,7 +17,7 @@ import pytest
 
 from runifold_sync import WorkflowTask
 from runifold_sync.sqlite import SqliteWorkflowStore
-from runifold_sync.worker import NOT_WRITABLE_ATTEMPTS
+from runifold_sync.worker.worker import NOT_WRITABLE_ATTEMPTS
 from tests.support.processes import ROOT
 
 APP = "tests.integration.pool_app:registry"

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
-from runifold_sync.checkpoint import Checkpoint
-from runifold_sync.models import DefinitionIdentity
+from runifold_sync.model.checkpoint import Checkpoint
+from runifold_sync.model.values import DefinitionIdentity
 
 
 def leave_checkpoint_without_fingerprint(store: WorkflowStore, fingerprint: str) -> str:

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from runifold_sync import LeaseDuration, LeaseLostError, WorkerId, open_store
-from runifold_sync.codec import to_json
+from runifold_sync.model.codec import to_json
 
 
 def context() -> multiprocessing.context.BaseContext:
@@ -22,7 +22,7 @@ def context() -> multiprocessing.context.BaseContext:
     no connection, pool or thread, as a spawned one would (the server holds none), without
     spending half a second of CPU on the interpreter's start and the imports."""
     forkserver = multiprocessing.get_context("forkserver")
-    forkserver.set_forkserver_preload(["tests.support.spawned", "runifold_sync.store.postgres"])
+    forkserver.set_forkserver_preload(["tests.support.spawned", "runifold_sync.store.postgres.store"])
     return forkserver
 
 

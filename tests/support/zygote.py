@@ -38,7 +38,7 @@ import time
 
 import attrs
 
-PRELOAD = ("runifold_sync", "runifold_sync.cli", "runifold_sync.store.postgres", "psycopg_pool")
+PRELOAD = ("runifold_sync", "runifold_sync.cli.main", "runifold_sync.store.postgres.store", "psycopg_pool")
 MAX_REQUEST = 1 << 20
 MAX_FDS = 16
 SAFE_FD_FLOOR = 256  # received descriptors are moved above the targets before dup2
@@ -139,7 +139,7 @@ def become(request: Request) -> None:
     os.environ.clear()
     os.environ.update(request.env)
     time.tzset()
-    from runifold_sync import crashpoints
+    from runifold_sync.model import crashpoints
 
     crashpoints.read_environment()
     sys.path[0] = request.cwd

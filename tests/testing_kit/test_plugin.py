@@ -28,8 +28,8 @@ def test_the_plugin_is_the_runifold_pytest11_entry_point() -> None:
 def test_importing_the_plugin_opens_no_store_and_loads_no_driver() -> None:
     code = (
         "import sys, runifold_sync.testing.plugin; "
-        "print(sorted(m for m in sys.modules if m.startswith(('psycopg', 'runifold_sync.store.sqlite', "
-        "'runifold_sync.store.postgres', 'sqlite3'))))"
+        "print(sorted(m for m in sys.modules if m.startswith(('psycopg', 'runifold_sync.store.sqlite.store', "
+        "'runifold_sync.store.postgres.store', 'sqlite3'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -27,7 +27,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.checkpoint import Checkpoint, read_checkpoint
+from runifold_sync.model.checkpoint import Checkpoint, read_checkpoint
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 

@@ -34,7 +34,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.checkpoint import Checkpoint, read_checkpoint
+from runifold_sync.model.checkpoint import Checkpoint, read_checkpoint
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 THREAD_TIMEOUT_S = 10.0

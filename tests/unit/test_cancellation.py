@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from runifold_sync.cancellation import WAKE_SLICE_S, CancellationToken
+from runifold_sync.model.cancellation import WAKE_SLICE_S, CancellationToken
 
 # A SIGALRM every 300 us, each handler cancelling the token, while the main thread does
 # nothing but wait on it: every handler interrupts a wait somewhere inside. A token whose
@@ -15,7 +15,7 @@ from runifold_sync.cancellation import WAKE_SLICE_S, CancellationToken
 # on the lock of the thread it interrupted).
 _HANDLER_INSIDE_WAIT = """
 import signal, time
-from runifold_sync.cancellation import WAKE_SLICE_S, CancellationToken
+from runifold_sync.model.cancellation import WAKE_SLICE_S, CancellationToken
 token = CancellationToken()
 signal.signal(signal.SIGALRM, lambda _s, _f: token.cancel())
 signal.setitimer(signal.ITIMER_REAL, 0.0003, 0.0003)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from runifold_sync import BudgetUsage, CheckpointError, CheckpointTooLarge, DefinitionIdentity, RunifoldError
-from runifold_sync.checkpoint import (
+from runifold_sync.model.checkpoint import (
     DEFAULT_MAX_ENTRY_BYTES,
     FORMAT_VERSION,
     MAIN,
@@ -18,7 +18,7 @@ from runifold_sync.checkpoint import (
     CheckpointWrite,
     JournalEntry,
 )
-from runifold_sync.codec import to_json
+from runifold_sync.model.codec import to_json
 from runifold_sync.store.records import JournalRow
 
 IDENTITY = DefinitionIdentity("order-intake", 3, "0123456789abcdef")

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from runifold_sync.codec import (
+from runifold_sync.model.codec import (
     MAX_NESTING_DEPTH,
     NestedTooDeep,
     NotJsonable,

@@ -25,7 +25,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.checkpoint import Checkpoint
+from runifold_sync.model.checkpoint import Checkpoint
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 ONCE = RetryPolicy(max_attempts=1)

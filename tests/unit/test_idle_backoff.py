@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from datetime import timedelta
 
-from runifold_sync.idle_backoff import IdleBackoff
+from runifold_sync.worker.idle_backoff import IdleBackoff
 
 MIN_S, MAX_S = 0.025, 5.0
 

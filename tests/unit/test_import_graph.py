@@ -88,9 +88,13 @@ def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
 
 def test_the_graph_sees_type_checking_and_function_level_imports() -> None:
     graph = import_graph()
-    assert "runifold_sync.crashpoints" in graph["runifold_sync.commits"]  # from . import crashpoints
-    assert "runifold_sync.store.base" in graph["runifold_sync.commits"]  # from .store.base import ...
-    assert "runifold_sync.workflow" in graph["runifold_sync.compensation"]  # under TYPE_CHECKING
+    assert (
+        "runifold_sync.model.crashpoints" in graph["runifold_sync.engine.commits"]
+    )  # from . import crashpoints
+    assert "runifold_sync.store.base" in graph["runifold_sync.engine.commits"]  # from .store.base import ...
+    assert (
+        "runifold_sync.workflow.declaration" in graph["runifold_sync.engine.compensation"]
+    )  # under TYPE_CHECKING
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
 
 

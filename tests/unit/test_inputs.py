@@ -1,4 +1,4 @@
-"""The strict structuring of workflow inputs (``runifold_sync.inputs``) and what it leaves
+"""The strict structuring of workflow inputs (``runifold_sync.model.inputs``) and what it leaves
 alone: step outputs recorded in checkpoints replay through the codec's converter as they
 always did, coercions included."""
 
@@ -19,7 +19,7 @@ from runifold_sync import (
     WorkflowDefinition,
     WorkflowTask,
 )
-from runifold_sync.inputs import fit_input
+from runifold_sync.model.inputs import fit_input
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.support.workers import WorkerFactory
 

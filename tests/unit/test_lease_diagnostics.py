@@ -25,9 +25,9 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.heartbeat import LeaseKeeper
-from runifold_sync.metrics import PrometheusObserver
+from runifold_sync.ops.metrics import PrometheusObserver
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.worker.heartbeat import LeaseKeeper
 from tests.support import processes
 
 W1 = WorkerId.parse("w1")

@@ -30,9 +30,9 @@ from runifold_sync import (
     WorkflowRegistry,
     WorkflowWorker,
 )
-from runifold_sync.checkpoint import Checkpoint, EntryKind, EntryStatus, read_checkpoint
+from runifold_sync.model.checkpoint import Checkpoint, EntryKind, EntryStatus, read_checkpoint
 from runifold_sync.store.queries import load_migrations
-from runifold_sync.store.sqlite_schema import migration_statements
+from runifold_sync.store.sqlite.schema import migration_statements
 from tests.support.backends import Backend
 
 LEGACY_TEXT = (

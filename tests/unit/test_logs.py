@@ -25,7 +25,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.logs import FIELDS, JsonFormatter, TextFormatter
+from runifold_sync.engine.logs import FIELDS, JsonFormatter, TextFormatter
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.support.routing import checkpointed_by_other_steps
 
@@ -33,7 +33,7 @@ LEASE = LeaseDuration(timedelta(seconds=30))
 
 
 def _record(message: str, exc_info: bool = False, **extra: object) -> logging.LogRecord:
-    record = logging.LogRecord("runifold_sync.worker", logging.WARNING, __file__, 1, message, (), None)
+    record = logging.LogRecord("runifold_sync.worker.worker", logging.WARNING, __file__, 1, message, (), None)
     if exc_info:
         try:
             raise RuntimeError("boom")
@@ -48,7 +48,8 @@ def test_the_text_formatter_appends_the_task_fields_before_any_traceback() -> No
     text = TextFormatter().format(_record("lease lost", exc_info=True, **fields))
     first, *rest = text.splitlines()
     expected = (
-        f"WARNING runifold_sync.worker [{os.getpid()}] lease lost task_id=t1 worker_id=host-0 fencing_token=3"
+        f"WARNING runifold_sync.worker.worker [{os.getpid()}] lease lost"
+        " task_id=t1 worker_id=host-0 fencing_token=3"
     )
     assert first.endswith(expected)
     assert rest[0].startswith("Traceback") and "RuntimeError: boom" in text
@@ -115,7 +116,11 @@ def test_every_record_the_worker_writes_about_a_task_carries_its_fields(
     # A lost lease is reported once, not at every heartbeat until the cycle ends.
     assert [r.getMessage() for r in about_tasks].count("lease lost") == 1
     loggers = {r.name for r in about_tasks}
-    assert loggers == {"runifold_sync.context", "runifold_sync.worker", "runifold_sync.heartbeat"}
+    assert loggers == {
+        "runifold_sync.workflow.context",
+        "runifold_sync.worker.worker",
+        "runifold_sync.worker.heartbeat",
+    }
     for record in about_tasks:
         assert all(hasattr(record, name) for name in FIELDS), record.getMessage()
     assert {r.task_id for r in about_tasks} == {"c1", "o1", "u1"}  # type: ignore[attr-defined]

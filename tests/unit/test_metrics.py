@@ -33,9 +33,9 @@ from runifold_sync import (
     WorkflowWorker,
 )
 from runifold_sync.errors import StoreUnavailable
-from runifold_sync.metrics import MAX_DEFINITION_LABELS, OTHER, PrometheusObserver, StoreCollector
-from runifold_sync.observer import CycleObserver
+from runifold_sync.ops.metrics import MAX_DEFINITION_LABELS, OTHER, PrometheusObserver, StoreCollector
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.worker.observer import CycleObserver
 from tests.support.routing import checkpointed_by_other_steps
 
 LEASE = LeaseDuration(timedelta(seconds=30))

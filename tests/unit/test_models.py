@@ -23,7 +23,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.models import MAX_INPUT_BYTES
+from runifold_sync.model.values import MAX_INPUT_BYTES
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 

@@ -73,7 +73,7 @@ def test_report_keeps_tracebacks_for_bugs_and_gives_refused_writes_one_line(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="runifold_sync")
     outage = OutageLog(WHERE)
-    logger = logging.getLogger("runifold_sync.worker")
+    logger = logging.getLogger("runifold_sync.worker.worker")
     outage.report(logger, "cycle failed", StoreNotWritable("read-only server"), {"worker_id": "w1"})
     outage.report(logger, "cycle failed", StoreClosed("closed"), {"worker_id": "w1"})
     try:
@@ -81,7 +81,7 @@ def test_report_keeps_tracebacks_for_bugs_and_gives_refused_writes_one_line(
     except KeyError as exc:
         outage.report(logger, "cycle failed", exc, {"worker_id": "w1"})
     outage.report(logger, "cycle failed", StoreUnavailable("refused"), {"worker_id": "w1"})
-    worker = [r for r in caplog.records if r.name == "runifold_sync.worker"]
+    worker = [r for r in caplog.records if r.name == "runifold_sync.worker.worker"]
     assert [(r.levelno, r.getMessage(), r.exc_info is not None) for r in worker] == [
         (logging.WARNING, "cycle failed: read-only server", False),
         (logging.WARNING, "cycle failed: closed", False),

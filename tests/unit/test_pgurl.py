@@ -7,7 +7,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from runifold_sync import InvalidArgument
-from runifold_sync.store.pgurl import parse_target
+from runifold_sync.store.postgres.url import parse_target
 
 
 def test_a_plain_url_or_conninfo_goes_to_libpq_unchanged() -> None:

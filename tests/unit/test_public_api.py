@@ -16,7 +16,7 @@ def test_supervisor_names_are_importable_from_the_package_root() -> None:
         WorkflowSupervisorConfig,
     )
 
-    supervisor = runifold_sync.supervisor
+    supervisor = runifold_sync.pool.supervisor
     assert (CancellationToken, SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig) == (
         supervisor.CancellationToken,
         supervisor.SupervisorReport,

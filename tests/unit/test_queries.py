@@ -129,8 +129,8 @@ def test_both_dialects_have_the_same_migration_versions() -> None:
 
 
 def test_each_dialects_prune_queries_are_its_own_named_queries_the_task_rows_last() -> None:
-    from runifold_sync.store.postgres import PostgresDialect
-    from runifold_sync.store.sqlite import SqliteDialect
+    from runifold_sync.store.postgres.store import PostgresDialect
+    from runifold_sync.store.sqlite.store import SqliteDialect
 
     for dialect, queries in (
         ("sqlite", SqliteDialect.prune_queries),

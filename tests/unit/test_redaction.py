@@ -9,11 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from runifold_sync import InvalidArgument, WorkerId, WorkflowRegistry, WorkflowWorker, open_store
-from runifold_sync.cli import main
-from runifold_sync.redaction import redacted, scrubbed
+from runifold_sync.cli.main import main
+from runifold_sync.model.redaction import redacted, scrubbed
 from runifold_sync.runner import RunifoldSettings
 from runifold_sync.sqlite import SqliteWorkflowStore
-from runifold_sync.store.pgpool import describe
+from runifold_sync.store.postgres.pool import describe
 
 
 @pytest.mark.parametrize(

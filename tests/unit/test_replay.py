@@ -1,4 +1,4 @@
-"""The replay rule (``runifold_sync/replay.py``) and the engine that commits by it.
+"""The replay rule (``runifold_sync/engine/replay.py``) and the engine that commits by it.
 
 A recorded call returns its output without running; the first new call runs and is
 recorded at the cursor, then committed; a journal that records another call at a
@@ -27,14 +27,21 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
-from runifold_sync.checkpoint import MAIN, Checkpoint, EntryKind, EntryStatus, JournalEntry, read_checkpoint
-from runifold_sync.engine import TaskRun
+from runifold_sync.engine.interrupts import FailRequested
+from runifold_sync.engine.replay import Cursor, finished
+from runifold_sync.engine.task_run import TaskRun
 from runifold_sync.errors import CheckpointError
-from runifold_sync.heartbeat import LeaseFlags
-from runifold_sync.interrupts import FailRequested
-from runifold_sync.models import DefinitionIdentity
-from runifold_sync.replay import Cursor, finished
+from runifold_sync.model.checkpoint import (
+    MAIN,
+    Checkpoint,
+    EntryKind,
+    EntryStatus,
+    JournalEntry,
+    read_checkpoint,
+)
+from runifold_sync.model.values import DefinitionIdentity
 from runifold_sync.store.records import JournalRow
+from runifold_sync.worker.heartbeat import LeaseFlags
 
 IDENTITY = DefinitionIdentity("replayed", 1, "f" * 16)
 

@@ -19,8 +19,8 @@ from runifold_sync import (
     WorkflowTask,
     keep_pruning,
 )
-from runifold_sync.cli_common import duration_text
-from runifold_sync.retention import paced
+from runifold_sync.cli.common import duration_text
+from runifold_sync.pool.retention import paced
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 

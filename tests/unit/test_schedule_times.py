@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runifold_sync import Schedule
-from runifold_sync.schedule_times import ScheduleTimes, format_seconds, tick_text
+from runifold_sync.model.schedule_times import ScheduleTimes, format_seconds, tick_text
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NIGHTLY = Schedule("nightly", "report", 1, cron="30 2 * * *", timezone="Europe/Berlin").times

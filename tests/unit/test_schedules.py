@@ -20,8 +20,8 @@ from runifold_sync import (
     WorkflowDefinition,
     WorkflowRegistry,
 )
-from runifold_sync.codec import MAX_NESTING_DEPTH, from_json, to_json
-from runifold_sync.models import MAX_INPUT_BYTES
+from runifold_sync.model.codec import MAX_NESTING_DEPTH, from_json, to_json
+from runifold_sync.model.values import MAX_INPUT_BYTES
 
 report = Workflow("report", 1)
 

@@ -39,7 +39,7 @@ from runifold_sync import (
     WorkflowRegistry,
     WorkflowTask,
 )
-from runifold_sync.checkpoint import Checkpoint, read_checkpoint
+from runifold_sync.model.checkpoint import Checkpoint, read_checkpoint
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.support.clock import Clock
 from tests.support.workers import WorkerFactory

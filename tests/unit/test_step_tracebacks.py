@@ -20,9 +20,9 @@ from runifold_sync import (
     WorkflowDefinition,
     WorkflowTask,
 )
-from runifold_sync.logs import FIELDS
+from runifold_sync.engine.logs import FIELDS
+from runifold_sync.model.tracebacks import MAX_PIECE_BYTES, MAX_TRACEBACK_BYTES, kept_traceback
 from runifold_sync.sqlite import SqliteWorkflowStore
-from runifold_sync.tracebacks import MAX_PIECE_BYTES, MAX_TRACEBACK_BYTES, kept_traceback
 from tests.support.clock import Clock
 from tests.support.workers import WorkerFactory
 
@@ -149,7 +149,7 @@ def test_every_failed_attempt_logs_its_traceback_at_warning_with_the_task_fields
     outcome = worker.run_once()
     assert isinstance(outcome, Failed)
 
-    attempts = [r for r in caplog.records if r.name == "runifold_sync.context"]
+    attempts = [r for r in caplog.records if r.name == "runifold_sync.workflow.context"]
     assert [r.levelno for r in attempts] == [logging.WARNING, logging.WARNING]
     assert [r.getMessage() for r in attempts] == [
         "step 'reserve' raised ValueError: invalid literal for int() with base 10: 'x' (attempt 1 of 2)",

@@ -27,9 +27,9 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.ops.tracing import provider_from_env
+from runifold_sync.ops.tracing_env import exporter_entry_points, exporter_names
 from runifold_sync.sqlite import SqliteWorkflowStore
-from runifold_sync.tracing import provider_from_env
-from runifold_sync.tracing_env import exporter_entry_points, exporter_names
 
 # A workflow run to its end in a fresh interpreter, reporting what it imported.
 _RUN = """

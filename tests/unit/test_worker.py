@@ -43,7 +43,7 @@ from runifold_sync import (
     WorkflowWorker,
     Yielded,
 )
-from runifold_sync.checkpoint import Checkpoint, read_checkpoint
+from runifold_sync.model.checkpoint import Checkpoint, read_checkpoint
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.support.clock import Clock
 from tests.support.routing import checkpointed_by_other_steps

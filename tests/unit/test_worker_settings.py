@@ -19,12 +19,12 @@ from runifold_sync import (
     WorkflowSupervisor,
     WorkflowSupervisorConfig,
     WorkflowWorker,
-    crashpoints,
 )
-from runifold_sync.checkpoint import DEFAULT_MAX_ENTRY_BYTES
-from runifold_sync.models import check_int
+from runifold_sync.model import crashpoints
+from runifold_sync.model.checkpoint import DEFAULT_MAX_ENTRY_BYTES
+from runifold_sync.model.values import check_int
 from runifold_sync.sqlite import SqliteWorkflowStore
-from runifold_sync.worker_settings import WorkerOptions
+from runifold_sync.worker.settings import WorkerOptions
 
 LEASE = LeaseDuration(timedelta(seconds=10))
 

@@ -35,7 +35,7 @@ from typing import Any, Unpack
 from django.conf import settings  # type: ignore[import-untyped]
 from django.db import transaction  # type: ignore[import-untyped]
 
-from ...models import TaskOptions
+from ...model.values import TaskOptions
 from ...runner import SETTING_NAMES, RunifoldSettings, StoreHook
 from ...store.base import WorkflowStore
 from .._embedding import ProcessStore

@@ -12,7 +12,7 @@ from django.db import close_old_connections, connections  # type: ignore[import-
 
 from runifold_sync.contrib.django import runifold_settings, store_preparation
 from runifold_sync.errors import RunifoldError
-from runifold_sync.models import check_count
+from runifold_sync.model.values import check_count
 from runifold_sync.runner import (
     default_worker_id,
     describe_report,

@@ -1,0 +1,1 @@
+"""``python -m runifold_sync``: a thin click layer over the library."""

@@ -1,0 +1,396 @@
+"""The commands that run workflows: ``run`` (a supervised pool, or one cycle for cron)
+and ``demo`` (a pool recovering from a worker killed mid-step)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import ExitStack
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import click
+from click.core import ParameterSource
+
+from ..engine.logs import LogFormat, configure_logging
+from ..errors import InvalidArgument, RunifoldError
+from ..model.outcomes import RunOutcome
+from ..model.redaction import redacted
+from ..ops.metrics_endpoint import MetricsEndpoint, serving_metrics
+from ..ops.tracing_env import exporter_entry_points
+from ..pool.retention import RetentionPolicy
+from ..pool.retention_process import pruning_beside
+from ..pool.supervisor import check_base_id
+from ..runner import (
+    MIN_HEARTBEAT_S,
+    MIN_LEASE_S,
+    RunifoldSettings,
+    default_worker_id,
+    describe_report,
+    once_succeeded,
+    parse_queues,
+    run_one_cycle,
+    run_pool,
+)
+from ..worker.idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
+from ..worker.settings import MAX_CLAIM_BATCH
+from .common import (
+    app_option,
+    checked,
+    cli_error,
+    database_option,
+    echo_json,
+    json_option,
+    no_json_error,
+    optional_duration,
+    store_url,
+)
+
+if TYPE_CHECKING:
+    from .demo import DemoRow
+
+DEMO_URL = "sqlite:///runifold-demo.db"
+QUEUES_VARIABLE = "RUNIFOLD_QUEUES"
+
+
+def _queue_names(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """``--queue`` as given, else ``$RUNIFOLD_QUEUES`` split at its commas by the parser
+    the Flask and Django settings use (click would split it at whitespace), so one value
+    means the same queues to every entry point. A bad name is a usage error naming the
+    variable and its value, not a pool whose workers fail on start. A comma in a name given
+    as ``--queue`` is refused too: it would name one queue there and two in the variable."""
+    if ctx.get_parameter_source(param.name or "") is not ParameterSource.ENVIRONMENT:
+        for name in value:
+            if "," in name:
+                raise click.BadParameter(
+                    f"{name!r}: one queue name each, repeated for more (--queue gpu --queue default)",
+                    ctx,
+                    param,
+                )
+        return value
+    raw = param.resolve_envvar_value(ctx)
+    try:
+        return parse_queues(raw)
+    except InvalidArgument as exc:
+        raise click.BadParameter(f"{raw!r}: {exc}", ctx, param) from exc
+
+
+@click.command()
+@app_option("The application's WorkflowRegistry.", required=True)
+@database_option
+@click.option(
+    "--concurrency", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes."
+)
+@click.option(
+    "--worker-id",
+    default=default_worker_id,
+    help="Stable base id; pool workers are <base>-<slot>.  [default: host name]",
+)
+@click.option(
+    "--lease",
+    "lease_s",
+    type=click.FloatRange(min=MIN_LEASE_S),
+    default=30.0,
+    show_default=True,
+    help="Lease seconds.",
+)
+@click.option(
+    "--heartbeat",
+    "heartbeat_s",
+    type=click.FloatRange(min=MIN_HEARTBEAT_S),
+    default=None,
+    help="Heartbeat interval seconds (at most half the lease).  [default: a third of the lease]",
+)
+@click.option(
+    "--claim-batch",
+    type=click.IntRange(1, MAX_CLAIM_BATCH),
+    default=1,
+    show_default=True,
+    envvar="RUNIFOLD_CLAIM_BATCH",
+    show_envvar=True,
+    help="Tasks each worker claims at once and runs in turn (their leases kept alive; "
+    "handed back if the task before them runs over half a lease). More saves claims on "
+    "short tasks; 1 keeps claims fairest across tenants. The option wins over the variable.",
+)
+@click.option(
+    "--recycle-after",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="TASKS",
+    help="Replace each pool worker with a fresh process in its slot after it has run this "
+    "many tasks (bounds slow leaks in application code). Default: never.",
+)
+@click.option(
+    "--shutdown-grace",
+    "shutdown_grace_s",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="After SIGTERM or SIGINT, how long each worker may take to finish its cycle before it is "
+    "killed (a step stuck in a body cannot be interrupted); its task is claimed again once its "
+    "lease runs out.",
+)
+@click.option(
+    "--max-backoff",
+    "max_backoff_s",
+    type=click.FloatRange(min=DEFAULT_MIN_BACKOFF.total_seconds()),
+    default=DEFAULT_MAX_BACKOFF.total_seconds(),
+    show_default=True,
+    metavar="SECONDS",
+    help="The longest an idle worker waits before it looks for work again (PostgreSQL wakes "
+    "it at once on new work), and how long it waits after a cycle failed on the store.",
+)
+@click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    metavar="NAME",
+    envvar=QUEUES_VARIABLE,
+    show_envvar=True,
+    callback=_queue_names,
+    help="A named queue the workers claim from (repeatable; default: default). Without it, "
+    f'${QUEUES_VARIABLE} names them, comma-separated ("gpu,default").',
+)
+@click.option("--once", is_flag=True, help="Claim and run one task, then exit (cron mode).")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    metavar="PORT",
+    help="Serve the pool's Prometheus metrics at http://HOST:PORT/metrics from an exporter "
+    "process of its own (not with --once).",
+)
+@click.option(
+    "--metrics-host", default="127.0.0.1", show_default=True, help="Address the metrics endpoint listens on."
+)
+@click.option(
+    "--retention",
+    default=None,
+    metavar="DURATION",
+    callback=optional_duration,
+    help="Prune finished tasks last changed longer ago than this (30d, 12h, 90m, 45s) while "
+    "the pool runs, from a process of its own at a low rate (not with --once), started again "
+    "(after 1 s, doubling to 60 s) if it dies. Default: keep every task.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="info",
+    show_default=True,
+    help="Least severe log level written to stderr.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Log lines with task_id, worker_id and fencing_token fields: text, or one JSON object per line.",
+)
+@click.option(
+    "--tracing",
+    is_flag=True,
+    envvar="RUNIFOLD_TRACING",
+    show_envvar=True,
+    help="Trace cycles, steps, effects and waits with OpenTelemetry (the otel extra): each worker "
+    "process builds its own provider after the fork from the standard OTEL_* variables "
+    "(OTEL_TRACES_EXPORTER: default otlp, OTLP over HTTP from the extra, to "
+    "http://localhost:4318 unless OTEL_EXPORTER_OTLP_ENDPOINT says otherwise; over gRPC with "
+    "OTEL_EXPORTER_OTLP_PROTOCOL=grpc and opentelemetry-exporter-otlp-proto-grpc installed; "
+    "console; none; OTEL_SERVICE_NAME). An exporter not installed is refused before any "
+    "worker starts.",
+)
+@json_option
+def run(
+    app_ref: str,
+    database: str | None,
+    concurrency: int,
+    worker_id: str,
+    lease_s: float,
+    heartbeat_s: float | None,
+    claim_batch: int,
+    recycle_after: int | None,
+    shutdown_grace_s: float,
+    max_backoff_s: float,
+    queues: tuple[str, ...],
+    once: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+    retention: timedelta | None,
+    log_level: str,
+    log_format: LogFormat,
+    tracing: bool,
+    as_json: bool,
+) -> None:
+    """Run workers: a supervised pool of processes, or with --once a single cycle whose
+    exit status is 0 for idle, completed, suspended, retried or yielded (a per-claim step
+    limit reached: progress committed and the task requeued) and 1 for failed, lease
+    lost, definition unavailable or cancelled. A pool exits 1 when its store refuses
+    writes (permissions, a read-only database) five times in a row, naming why."""
+    if once and metrics_port is not None:
+        raise click.UsageError(
+            "--metrics-port serves a running pool's metrics and cannot be used with --once"
+        )
+    if once and retention is not None:
+        raise click.UsageError("--retention prunes beside a running pool and cannot be used with --once")
+    configure_logging(log_level, log_format)
+    settings = checked(
+        RunifoldSettings.from_mapping,
+        {
+            "RUNIFOLD_DATABASE_URL": store_url(database),
+            "RUNIFOLD_APP": app_ref,
+            "RUNIFOLD_CONCURRENCY": concurrency,
+            "RUNIFOLD_LEASE_SECONDS": lease_s,
+            "RUNIFOLD_HEARTBEAT_SECONDS": heartbeat_s,
+            "RUNIFOLD_CLAIM_BATCH": claim_batch,
+            "RUNIFOLD_RECYCLE_AFTER": recycle_after,
+            "RUNIFOLD_SHUTDOWN_GRACE_SECONDS": shutdown_grace_s,
+            "RUNIFOLD_MAX_BACKOFF_SECONDS": max_backoff_s,
+            "RUNIFOLD_TRACING": tracing,
+            "RUNIFOLD_QUEUES": list(queues) or None,
+        },
+    )
+    if settings.tracing:
+        _check_tracing()
+    if not once:  # the pool's workers are <worker id>-<slot>: checked as the option given
+        try:
+            check_base_id(worker_id, concurrency, field="--worker-id")
+        except InvalidArgument as exc:
+            raise click.UsageError(str(exc)) from exc
+    if once:
+        outcome = checked(run_one_cycle, settings, worker_id)
+        _print_outcome(outcome, as_json)
+        sys.exit(0 if once_succeeded(outcome) else 1)
+    try:
+        with ExitStack() as beside:
+            observer = None
+            if metrics_port is not None:
+                endpoint = MetricsEndpoint(metrics_host, metrics_port)
+                observer = beside.enter_context(
+                    serving_metrics(
+                        endpoint, settings.database_url, log_level=log_level, log_format=log_format
+                    )
+                )
+            tend = None
+            if retention is not None:
+                policy = RetentionPolicy(retention)
+                pruner = beside.enter_context(
+                    pruning_beside(settings.database_url, policy, log_level=log_level, log_format=log_format)
+                )
+                tend = pruner.tend  # restarts it when it dies
+            report = run_pool(settings, concurrency, worker_id, observer=observer, tend=tend)
+    except RunifoldError as exc:
+        raise cli_error(exc) from exc
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "outcomes": report.outcomes,
+                    "per_worker": report.per_worker,
+                    "restarts": report.restarts,
+                    "recycled": report.recycled,
+                    "stopped_by": report.stopped_by,
+                    "timed_out": report.timed_out,
+                }
+            )
+        )
+    else:
+        click.echo(describe_report(report))
+    if report.stopped_by is not None:
+        no_json_error(click.get_current_context())  # the report above says stopped_by
+        raise click.ClickException(f"the pool stopped: {report.stopped_by}")
+
+
+def _check_tracing() -> None:
+    """Refuse tracing that no worker could set up (an exporter no installed package
+    provides, no SDK) before a worker is forked or the --once cycle claims: otherwise
+    every pool child died on start, was restarted five times and the pool exited 1 after
+    pages of tracebacks. Only looks the exporters up (``tracing_env``): nothing is built
+    here that would cross the fork."""
+    try:
+        exporter_entry_points()
+    except InvalidArgument as exc:
+        raise click.UsageError(f"--tracing: {exc}") from exc
+
+
+def _print_outcome(outcome: RunOutcome, as_json: bool) -> None:
+    if as_json:
+        from ..model.codec import unstructure
+
+        click.echo(json.dumps({"outcome": outcome.kind, **unstructure(outcome)}, default=str))
+    else:
+        click.echo(repr(outcome))
+
+
+@click.command()
+@click.option(
+    "--database",
+    metavar="URL",
+    default=DEMO_URL,
+    show_default=True,
+    help="Store URL the demo runs on. A SQLite file is replaced if it exists; on another "
+    "store the demo's tasks get ids of their own for this run.",
+)
+@click.option("--orders", type=click.IntRange(1, 20), default=4, show_default=True, help="Tasks to enqueue.")
+@click.option(
+    "--concurrency", type=click.IntRange(1, 8), default=2, show_default=True, help="Worker processes."
+)
+@json_option
+def demo(database: str, orders: int, concurrency: int, as_json: bool) -> None:
+    """Run order-intake workflows on a pool of worker processes, SIGKILL one worker
+    mid-step and watch the pool finish every task without repeating completed steps.
+    Exits 1 unless every order completed."""
+    from .demo import STEPS_PER_ORDER, run_demo
+
+    last: list[Any] = []
+
+    def report(phase: str, rows: list[DemoRow]) -> None:
+        snapshot = [phase, [(r.state, r.steps_done) for r in rows]]
+        if as_json or snapshot == last:
+            return
+        last[:] = snapshot
+        progress = "  ".join(f"{r.task_id}:{r.state}[{r.steps_done}/{STEPS_PER_ORDER}]" for r in rows)
+        click.echo(f"{phase:<48} {progress}")
+
+    if not as_json:
+        click.echo(f"demo store: {redacted(database)}")
+    result = checked(run_demo, database, orders, concurrency, report)
+    rows = result.rows
+    completed = sum(r.state == "completed" for r in rows)
+    repeated = sum(r.step_runs - r.steps_done for r in rows)
+    if as_json:
+        echo_json(
+            {
+                "database": redacted(database),
+                "killed": result.killed,
+                "orders": [attrs.asdict(r) for r in rows],
+                "completed": completed,
+                "step_bodies_repeated": repeated,
+            }
+        )
+    else:
+        _print_demo_table(rows)
+        click.echo(
+            f"\n{completed}/{len(rows)} completed. "
+            f"Step bodies started again after the kill: {repeated} (only the step in flight "
+            "may run again; completed steps are replayed from the checkpoint)."
+        )
+    if completed != len(rows):
+        sys.exit(1)
+
+
+def _print_demo_table(rows: list[DemoRow]) -> None:
+    click.echo("")
+    width = max(10, *(len(r.task_id) for r in rows))
+    header = (
+        f"{'task':<{width}} {'state':<10} {'steps done':>10} {'bodies started':>15} "
+        f"{'fencing token':>14}  last worker"
+    )
+    click.echo(header)
+    click.echo("-" * len(header))
+    for r in rows:
+        click.echo(
+            f"{r.task_id:<{width}} {r.state:<10} {r.steps_done:>10} {r.step_runs:>15} "
+            f"{r.fencing_token:>14}  {r.last_worker}"
+        )

@@ -1,0 +1,1 @@
+"""The replay of one claim: what ``ctx`` stands in front of while a task runs."""

@@ -1,0 +1,202 @@
+"""Checkpoint commits: the one write path of a claim's progress.
+
+Each commit encodes what changed in the checkpoint (the head, and the journal entries
+new or moved on since the last commit, each refused over its size limit), and writes it
+through the store fenced by the lease and checked against the revision it extends. A refused
+write means the lease is gone; the write also answers whether a cancel is pending, so a
+task stops at its next step boundary without waiting for a heartbeat.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from ..errors import CheckpointError, LeaseLostError, StoreUnavailable
+from ..model import crashpoints
+from ..model.checkpoint import Checkpoint, CheckpointWrite
+from ..store.base import WorkflowStore
+from ..store.records import Committed, Lease, Signal
+from ..worker.heartbeat import LeaseFlags
+from .interrupts import FailRequested, Unwind
+
+
+@attrs.define
+class Progress:
+    """The checkpoint and its revision, shared by the main function and its parallel
+    branches; the lock serializes their commits into one revision sequence."""
+
+    checkpoint: Checkpoint
+    revision: int
+    lock: threading.RLock = attrs.Factory(threading.RLock)
+    # A step whose result is in the checkpoint but not yet committed: it is committed
+    # before the next body runs, or with the cycle's transition (complete, suspend...),
+    # which saves the last step of a run its own round trip.
+    unsaved: str | None = None
+    # Run time (Budget.max_duration) is wall time while claimed: each tick adds the time
+    # since the previous one (or since the claim) to the checkpoint's usage.
+    ticked_at: float = attrs.Factory(time.monotonic)
+
+    def tick(self, *, steps: int = 0, cost: float = 0.0) -> None:
+        """Add the wall time since the last tick, and ``steps`` and ``cost`` if given,
+        to usage in one update (caller holds the lock)."""
+        now = time.monotonic()
+        elapsed_s = now - self.ticked_at
+        self.checkpoint.usage = self.checkpoint.usage.add(steps=steps, cost=cost, elapsed_s=elapsed_s)
+        self.ticked_at = now
+
+
+class Commits:
+    """The fenced writes of one claim's checkpoint, shared by its main function and its
+    parallel branches: their commits form one revision sequence under ``lock``."""
+
+    def __init__(
+        self,
+        *,
+        progress: Progress,
+        store: WorkflowStore,
+        lease: Lease,
+        flags: LeaseFlags,
+        max_entry_bytes: int,
+    ) -> None:
+        self.progress = progress
+        self._store = store
+        self._lease = lease
+        self._flags = flags  # learns of a cancel from a commit's answer
+        self._max_entry_bytes = max_entry_bytes
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return self.progress.checkpoint
+
+    @property
+    def revision(self) -> int:
+        return self.progress.revision
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self.progress.lock
+
+    def encode(self) -> CheckpointWrite:
+        """What changed in the checkpoint since the store last took it, its run time
+        brought up to now."""
+        with self.lock:
+            self.progress.tick()
+            return self.checkpoint.write(self._lease.task_id, self._max_entry_bytes)
+
+    def encode_next_run(self) -> tuple[int, CheckpointWrite]:
+        """The number and head of the run a ``continue_as_new`` starts (its journal is
+        empty), the run time of this one brought up to now."""
+        with self.lock:
+            self.progress.tick()
+            following = self.checkpoint.next_run()
+            return following.run, following.write(self._lease.task_id, self._max_entry_bytes)
+
+    def commit(self, subject: str = "") -> None:
+        """Commit the checkpoint; ``subject`` (the call id it records) names the commit
+        for crash points."""
+        self._write(
+            lambda write: self._store.commit_checkpoint(
+                self._lease, self.revision, write.head_json, journal=write.journal
+            ),
+            subject,
+        )
+
+    def commit_event(self, key: str, value_json: str) -> None:
+        """Publish event ``key`` in a commit of the checkpoint as it stands (a result held
+        back included), named ``event:<key>`` for crash points. A store that does not
+        answer ends the cycle through user code (``Unwind``): swallowed by an ``except``
+        in the main function, the event would be lost, since replay skips a call that
+        later entries of the journal were recorded after."""
+        try:
+            self._write(
+                lambda write: self._store.commit_event(
+                    self._lease, self.revision, write.head_json, key, value_json, journal=write.journal
+                ),
+                f"event:{key}",
+            )
+        except StoreUnavailable as exc:
+            raise Unwind(exc) from exc
+
+    def consume_signal(self, signal: Signal, subject: str, *, accepted: bool, note: str) -> None:
+        """Commit the checkpoint in the write that takes ``signal`` out of the pending
+        ones (accepted by the wait ``subject``, or refused with ``note``)."""
+        self._write(
+            lambda write: self._store.consume_signal(
+                self._lease,
+                self.revision,
+                write.head_json,
+                signal.signal_id,
+                accepted=accepted,
+                note=note,
+                journal=write.journal,
+            ),
+            subject,
+        )
+
+    def defer(self, subject: str) -> None:
+        """Hold back the commit of a result just recorded (caller holds the lock): it is
+        made before the next body runs (``commit_unsaved``) or with the cycle's
+        transition, which saves the last step of a run its own round trip."""
+        self.progress.unsaved = subject
+
+    def commit_unsaved(self) -> None:
+        """Commit a result still held back, so nothing that ran is only in memory when the
+        outside world is touched again. Checked under the lock: two branches reaching a
+        boundary at once must not both commit it."""
+        with self.lock:
+            unsaved = self.progress.unsaved
+            if unsaved is not None:
+                self.commit(unsaved)
+
+    def commit_transaction(self, subject: str, run: Callable[[Any], None]) -> None:
+        """A ``@workflow.transaction()`` step: ``run(connection)`` (its body, recording
+        its entry) and the fenced commit of what changed, in one store transaction, so
+        the body's writes are durable exactly when its completion is."""
+        with self.lock:
+            with self._store.step_transaction() as tx:
+                run(tx.connection)
+                write = self._encoded()
+                if crashpoints.ARMED:
+                    crashpoints.reached("before_commit", subject)
+                try:
+                    committed = tx.commit_checkpoint(
+                        self._lease, self.revision, write.head_json, journal=write.journal
+                    )
+                except LeaseLostError as exc:
+                    raise Unwind(exc) from exc
+            self._stored(write, committed, subject)
+
+    def _encoded(self) -> CheckpointWrite:
+        try:
+            return self.encode()
+        except CheckpointError as exc:
+            raise FailRequested(str(exc), cause="checkpoint", error=exc) from exc
+
+    def _write(self, store: Callable[[CheckpointWrite], Committed], subject: str) -> None:
+        """Encode what changed and make one fenced write of it; keeps the new revision."""
+        with self.lock:
+            write = self._encoded()
+            if crashpoints.ARMED:
+                crashpoints.reached("before_commit", subject)
+            try:
+                committed = store(write)
+            except LeaseLostError as exc:
+                raise Unwind(exc) from exc
+            self._stored(write, committed, subject)
+
+    def _stored(self, write: CheckpointWrite, committed: Committed, subject: str) -> None:
+        """The checkpoint as the store now has it (caller holds the lock)."""
+        self.checkpoint.stored(write)
+        self.progress.revision = committed.revision
+        if committed.cancel_requested is not None:
+            self._flags.cancel = True
+        if committed.paused is not None:
+            self._flags.pause = True
+        self.progress.unsaved = None
+        if crashpoints.ARMED:
+            crashpoints.reached("after_commit", subject)

@@ -1,0 +1,84 @@
+"""Undoing completed steps after a task failed or was cancelled.
+
+Completed calls that declare a compensation are listed in the checkpoint in completion
+order (``Checkpoint.undo``, across the main function and its branches); they are undone
+newest first, with a commit after each, so a crash in the middle resumes where it
+stopped and never undoes a step twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from ..model.checkpoint import JournalEntry
+from ..store.records import Lease
+from ..workflow.step_context import StepContext
+from .boundary import Boundary
+from .calls import structured
+from .commits import Commits
+from .interrupts import FailRequested
+
+if TYPE_CHECKING:
+    from ..workflow.declaration import Workflow
+
+
+class Compensation:
+    """The undo of one claim's task, run from its main journal."""
+
+    def __init__(self, *, commits: Commits, boundary: Boundary, workflow: Workflow, lease: Lease) -> None:
+        self._commits = commits
+        self._boundary = boundary
+        self._workflow = workflow
+        self._lease = lease
+
+    def needed(self) -> bool:
+        """True when a completed step has a declared compensation not yet run."""
+        return any(True for _ in self._to_compensate())
+
+    def run(self, cause: str, reason: str) -> None:
+        """Undo completed steps newest first, committing after each. A compensation that
+        raises fails the task as it is."""
+        checkpoint = self._commits.checkpoint
+        with self._commits.lock:
+            starting = checkpoint.compensating_for is None
+            if starting:
+                checkpoint.compensating_for = cause
+                checkpoint.compensation_reason = reason
+        if starting:  # resuming commits only after an undo: a crashing one must not count as progress
+            self._commits.commit()
+        task_id, fence = self._lease.task_id, self._lease.fencing_token
+        for entry, step_id in list(self._to_compensate()):
+            self._boundary.check_lease()
+            spec = self._workflow.steps[step_id]
+            call_id = f"compensate:{entry.call_id}"
+            context = StepContext(task_id, call_id, 1, fence, checkpoint.idempotency_key(task_id, call_id))
+            started = time.monotonic()
+            try:
+                self._workflow.compensations[step_id](context, structured(spec, entry.output))
+            except Exception as exc:
+                with self._commits.lock:  # what it spent before raising was spent
+                    self._boundary.account(steps=0, cost=context.cost, started=started)
+                raise FailRequested(
+                    f"{reason}; compensation of {entry.call_id} raised {type(exc).__name__}: {exc}",
+                    cause="compensation_error",
+                    error=exc,
+                    step_id=step_id,
+                ) from exc
+            with self._commits.lock:
+                self._boundary.account(steps=0, cost=context.cost, started=started)
+                checkpoint.compensated.append(entry.call_id)
+            self._commits.commit()
+
+    def _to_compensate(self) -> Iterator[tuple[JournalEntry, str]]:
+        """Completed calls still to undo with their step ids, newest completion first."""
+        checkpoint = self._commits.checkpoint
+        if len(checkpoint.undo) == len(checkpoint.compensated):
+            return
+        entries = {entry.call_id: entry for entry in checkpoint.journal}
+        for journal in checkpoint.branch_journals.values():
+            entries.update((entry.call_id, entry) for entry in journal)
+        for call_id in reversed(checkpoint.undo):
+            if call_id not in checkpoint.compensated:
+                yield entries[call_id], call_id.rsplit("/", 1)[-1].split("#")[0]

@@ -1,0 +1,1 @@
+"""What operators read and watch: read models of the store, metrics, tracing."""

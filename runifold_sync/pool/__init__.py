@@ -1,0 +1,1 @@
+"""A supervised pool of worker processes, and the processes started beside it."""

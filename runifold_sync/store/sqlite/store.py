@@ -1,0 +1,497 @@
+"""SQLite store: the embedded default for one machine.
+
+Each thread gets its own connection (the heartbeat thread never shares the step thread's
+connection), each connection remembers the pid that opened it, and every multi-statement
+write starts with ``BEGIN IMMEDIATE`` so two processes can never both read a task as
+claimable; store time (the host's boot clock from an anchor in the database, see
+``sqlite_clock``) is read once per write transaction. WAL with ``synchronous=FULL``
+keeps a commit durable across power loss, which the ambiguous-effect promise relies on.
+Waiting for the database lock is done by the connection (``sqlite_connection``), in
+short random pauses up to the busy timeout, so processes sharing a file share the work.
+
+Only what differs from PostgreSQL is here: connections, store time, the claim, waiting
+for work and watching a task (SQLite has no notifications: it polls its change counter)
+and migrations. The operations are the
+:class:`~runifold_sync.store.base.WorkflowStore`'s, written once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from ...errors import CancelPending, InvalidArgument, LeaseLostError, StoreClosed, StoreUsedAcrossFork
+from .. import checks, event_details, refusals, row_records
+from ..base import WorkflowStore
+from ..checks import storable_text
+from ..dialect import ENDING_TRANSITIONS, Dialect, Event, FencedTransition, Params, Row, Transaction
+from ..outage import OutageLog
+from ..queries import load_queries
+from ..records import BatchCompleted, ClaimedTask, ClaimRequest, JournalRow, Routes
+from ..timing import PoolWaits
+from ..watch import CounterWatch
+from . import clock as sqlite_clock
+from . import joined as sqlite_joined
+from . import schema as sqlite_schema
+from .connection import (
+    MICROSECOND,
+    SqliteConnection,
+    create_private,
+    in_us,
+    store_error,
+    time_at,
+)
+
+_Q = load_queries("sqlite", sqlite_clock.NOW)
+_SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
+# SQLite has no notifications: wait_for_work polls PRAGMA data_version (a read of shared
+# memory that changes when another connection commits) at this interval, and asks for
+# due work again only when it changed or a known due time passed; a watch of one task
+# (wait_for_task, get_event) reads the task again only when it changed.
+_WAIT_POLL_S = 0.005
+
+
+def _write_journal(conn: sqlite3.Connection, task_id: str, journal: Sequence[JournalRow]) -> None:
+    """Write (or delete, where ``entry_json`` is None) journal rows inside the caller's
+    transaction."""
+    places = [
+        {"task_id": task_id, "journal": r.journal, "position": r.position, "entry": r.entry_json}
+        for r in journal
+    ]
+    written = [place for place in places if place["entry"] is not None]
+    if written:
+        conn.executemany(_Q["write_journal_entry"], written)
+    for place in places:
+        if place["entry"] is None:
+            conn.execute(_Q["drop_journal_entry"], place)
+
+
+def _routes_json(routes: Routes) -> str:
+    """``routes`` as the JSON array of [queue, name, version, fingerprint] the routed
+    statements read with ``json_each``."""
+    return json.dumps([[r.queue, r.name, r.version, r.fingerprint] for r in routes.routes])
+
+
+class SqliteTransaction:
+    """A ``BEGIN IMMEDIATE`` transaction at store time ``at``, which every query in it
+    receives as ``:now``."""
+
+    __slots__ = ("at", "raw")
+
+    def __init__(self, raw: sqlite3.Connection, at: int) -> None:
+        self.raw = raw
+        self.at = at
+
+    def one(self, name: str, params: Mapping[str, Any]) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = self.raw.execute(_Q[name], {"now": self.at, **params}).fetchone()
+        return row
+
+    def all(self, name: str, params: Mapping[str, Any]) -> list[sqlite3.Row]:
+        return self.raw.execute(_Q[name], {"now": self.at, **params}).fetchall()
+
+    def count(self, name: str, params: Mapping[str, Any]) -> int:
+        return self.raw.execute(_Q[name], {"now": self.at, **params}).rowcount
+
+    def now(self) -> int:
+        return self.at
+
+    def connection(self) -> sqlite3.Connection:
+        return self.raw
+
+
+class JoinedTransaction(SqliteTransaction):
+    """The application's own transaction (``enqueue(..., connection=)``): rows by column
+    name whatever ``row_factory`` it set, and never committed here."""
+
+    __slots__ = ()
+
+    def _run(self, name: str, params: Mapping[str, Any]) -> sqlite3.Cursor:
+        cursor = self.raw.cursor()
+        cursor.row_factory = sqlite3.Row
+        return cursor.execute(_Q[name], {"now": self.at, **params})
+
+    def one(self, name: str, params: Mapping[str, Any]) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = self._run(name, params).fetchone()
+        return row
+
+    def all(self, name: str, params: Mapping[str, Any]) -> list[sqlite3.Row]:
+        return self._run(name, params).fetchall()
+
+    def count(self, name: str, params: Mapping[str, Any]) -> int:
+        return self._run(name, params).rowcount
+
+
+class SqliteDialect(Dialect):
+    """Thread-local connections to one file, bound to the process that opened them."""
+
+    prune_queries = (
+        "prune_events",
+        "prune_journal",
+        "prune_signals",
+        "prune_resolutions",
+        "prune_task_events",
+        "prune_tasks",
+    )
+
+    def __init__(self, path: str, synchronous: str, busy_timeout_s: float) -> None:
+        self.path = path
+        self.outage = OutageLog(f"SQLite database {path!r}")
+        self._synchronous = synchronous
+        self._busy_timeout_s = busy_timeout_s
+        self._local = threading.local()
+        self.connections: list[SqliteConnection] = []  # every one opened, one per thread
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._closed = False
+
+    # --- connections and statements ------------------------------------------------
+
+    def _conn(self) -> SqliteConnection:
+        if self._closed:
+            raise StoreClosed(f"store {self.path!r} is closed")
+        conn: SqliteConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._pid != os.getpid():  # a new thread of a forked child
+                raise StoreUsedAcrossFork(
+                    f"store {self.path!r} was opened in process {self._pid} and cannot be "
+                    f"used in forked process {os.getpid()}; open a new store after fork"
+                )
+            try:
+                conn = SqliteConnection(self.path, self._synchronous, self._busy_timeout_s)
+            except sqlite3.Error as exc:
+                raise store_error(f"cannot open SQLite database {self.path!r}", self.path, exc) from exc
+            self._local.conn = conn
+            with self._lock:
+                self.connections.append(conn)
+        conn.check_pid()
+        return conn
+
+    @contextmanager
+    def _immediate(self, what: str) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction, committed when the block succeeds."""
+        locking = self._conn()
+        try:
+            locking.execute("BEGIN IMMEDIATE")
+            conn = locking.raw
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise store_error(f"{what} {self.path!r} failed", self.path, exc) from exc
+        except OverflowError as exc:  # a value SQLite cannot hold: the caller's, not an outage
+            raise InvalidArgument(f"{what} {self.path!r} refused a value: {exc}") from exc
+
+    @contextmanager
+    def transaction(self) -> Iterator[SqliteTransaction]:
+        with self._immediate("SQLite write to") as conn:
+            yield SqliteTransaction(conn, conn.execute(_Q["now"]).fetchone()[0])
+
+    @contextmanager
+    def joined(self, connection: object) -> Iterator[SqliteTransaction]:
+        raw = sqlite_joined.checked(self.path, connection)
+        try:
+            yield JoinedTransaction(raw, raw.execute(_Q["now"]).fetchone()[0])
+        except sqlite3.Error as exc:
+            raise store_error(
+                f"SQLite write on the caller's connection to {self.path!r}", self.path, exc
+            ) from exc
+
+    def all(self, name: str, params: Mapping[str, Any]) -> list[sqlite3.Row]:
+        """One statement in autocommit mode: its own atomic transaction. Every row is
+        fetched, which ends the statement (and its write lock) at once."""
+        conn = self._conn()
+        try:
+            return conn.execute(_Q[name], params).fetchall()
+        except sqlite3.Error as exc:
+            raise store_error(f"SQLite query {name} on {self.path!r} failed", self.path, exc) from exc
+        except OverflowError as exc:  # a value SQLite cannot hold: the caller's, not an outage
+            raise InvalidArgument(f"SQLite query {name} on {self.path!r} refused a value: {exc}") from exc
+
+    def one(self, name: str, params: Mapping[str, Any]) -> sqlite3.Row | None:
+        found = self.all(name, params)
+        return found[0] if found else None
+
+    def execute(self, name: str, params: Mapping[str, Any]) -> None:
+        self.all(name, params)
+
+    def event(self, tx: Transaction, event: Event) -> None:
+        tx.count(
+            "insert_event",
+            {
+                "task_id": event.task_id,
+                "now": event.at,
+                "kind": event.kind,
+                "worker_id": event.worker_id,
+                "token": event.token,
+                "detail": json.dumps(event.detail, sort_keys=True),
+            },
+        )
+
+    def notify(self, tx: Transaction) -> None:
+        """Idle workers poll (see ``wait_for_work``): nothing to send."""
+
+    # --- values ----------------------------------------------------------------------
+
+    def time(self, value: Any) -> datetime:
+        return time_at(value)
+
+    def db_time(self, value: datetime) -> int:
+        return in_us(value)
+
+    def duration(self, value: Any) -> timedelta:
+        return MICROSECOND * int(value)
+
+    def db_duration(self, value: timedelta) -> int:
+        return in_us(value)
+
+    def json_in(self, kind: str, text: str | None) -> str | None:
+        return text
+
+    def json_out(self, text: str | None) -> str | None:
+        return text
+
+    def free_text(self, text: str) -> str:
+        return storable_text(text)
+
+    def detail(self, value: Any) -> dict[str, Any]:
+        detail: dict[str, Any] = json.loads(value)
+        return detail
+
+    def db_ids(self, ids: Sequence[str]) -> str:
+        return json.dumps(list(ids))
+
+    # --- transitions and the claim ----------------------------------------------------
+
+    def fenced(
+        self, tx: Transaction | None, name: str, params: Params, journal: Sequence[JournalRow]
+    ) -> Row | None:
+        if tx is not None:
+            assert isinstance(tx, SqliteTransaction)
+            row: Row | None = tx.one(name, params)
+            if row is not None:
+                _write_journal(tx.raw, params["task_id"], journal)
+            return row
+        if not journal:  # one statement: autocommit is its own transaction
+            return self.one(name, params)
+        # A step's commit: the fenced UPDATE and its rows, and no store-time read of its own.
+        with self._immediate("SQLite checkpoint commit to") as conn:
+            row = conn.execute(_Q[name], params).fetchone()
+            if row is not None:
+                _write_journal(conn, params["task_id"], journal)
+            return row
+
+    def transition(self, change: FencedTransition) -> Row:
+        with self.transaction() as tx:
+            return self._transition_in(tx, change)
+
+    def complete_all(
+        self, completions: Sequence[FencedTransition], request: ClaimRequest | None
+    ) -> BatchCompleted:
+        refused: dict[str, CancelPending | LeaseLostError] = {}
+        with self.transaction() as tx:
+            for completion in completions:
+                try:
+                    self._transition_in(tx, completion)
+                except (CancelPending, LeaseLostError) as refusal:  # it wrote nothing
+                    refused[completion.lease.task_id] = refusal
+            if request is None or len(refused) == len(completions):
+                return BatchCompleted(refused, [])
+            return BatchCompleted(refused, self._claim_in(tx, request))
+
+    def _transition_in(self, tx: SqliteTransaction, change: FencedTransition) -> Row:
+        """A fenced UPDATE, its journal rows and its history event, inside ``tx``."""
+        lease = change.lease
+        params = change.params | {"task_id": lease.task_id, "token": lease.fencing_token}
+        row = self.fenced(tx, change.name, params, change.journal)
+        if row is None:
+            refusals.refuse_transition(tx.one, change.name, lease, change.event, params)
+        if change.name in ENDING_TRANSITIONS and row["parent_id"] is not None:
+            tx.one("wake_parent", {"task_id": lease.task_id, "parent_id": row["parent_id"], "now": tx.at})
+        event = Event(lease.task_id, tx.at, change.event, change.detail, lease.worker_id, lease.fencing_token)
+        self.event(tx, event)
+        return row
+
+    def claim(self, request: ClaimRequest) -> list[ClaimedTask]:
+        with self.transaction() as tx:
+            return self._claim_in(tx, request)
+
+    def _claim_in(self, tx: SqliteTransaction, request: ClaimRequest) -> list[ClaimedTask]:
+        """The claim, inside ``tx`` (a bad limit rolls it back): candidates in claim
+        order, then each one leased and its history event written."""
+        limit = checks.check_claim_limit(request.limit)
+        conn, now = tx.raw, tx.at
+        worker_id = request.worker_id.value
+        claimed = []
+        if request.routes is None:
+            candidates = conn.execute(_Q["claimable_tasks"], {"now": now, "limit": limit}).fetchall()
+        else:
+            params = {"now": now, "limit": limit, "routes": _routes_json(request.routes)}
+            candidates = conn.execute(_Q["claimable_routed_tasks"], params).fetchall()
+        for tenant in sorted({c["tenant"] for c in candidates}):
+            conn.execute(_Q["mark_tenant_served"], {"tenant": tenant, "now": now})
+        lease_us = in_us(request.lease.value)
+        for candidate in candidates:
+            row = conn.execute(
+                _Q["lease_task"],
+                {
+                    "task_id": candidate["task_id"],
+                    "worker_id": worker_id,
+                    "now": now,
+                    "lease": lease_us,
+                    "fingerprint": candidate["route_fingerprint"],
+                },
+            ).fetchone()
+            detail = event_details.claimed(candidate["state"], candidate["worker_id"])
+            self.event(tx, Event(row["task_id"], now, "claimed", detail, worker_id, row["fencing_token"]))
+            resolutions = {}
+            if row["resolved"]:  # rare: only tasks an operator resolved have any
+                found = conn.execute(_Q["resolutions_for_task"], {"task_id": row["task_id"]})
+                resolutions = row_records.effect_resolutions(found, self)
+            timing = {
+                "due_at": candidate["ready_at"],
+                "at": now,
+                "from_state": candidate["state"],
+                "previous_updated_at": candidate["updated_at"],
+                "previous_signal": candidate["waiting_for_signal"],
+            }
+            claimed.append(row_records.claimed_task(dict(row) | timing, worker_id, self, resolutions))
+        return claimed
+
+    def signal_pending_after_suspend(self, tx: Transaction, task_id: str, name: str, at: Any) -> bool:
+        """Never: ``BEGIN IMMEDIATE`` serializes the suspend with every delivery, so the
+        suspend's own statement saw each one that committed before it."""
+        return False
+
+    # --- waiting, migrations, closing ---------------------------------------------------
+
+    def wait_for_work(self, timeout_s: float, routes: Routes | None = None) -> bool:
+        """Poll until a task ``routes`` can claim (None: any task) is due; see
+        ``_WAIT_POLL_S``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            version = self._data_version()
+            if routes is None:
+                row = self.one("seconds_until_due", {})
+            else:
+                row = self.one("seconds_until_routed_due", {"routes": _routes_json(routes)})
+            due_in_s = None if row is None else row["due_in_s"]
+            if due_in_s is not None and due_in_s <= 0:
+                return True
+            due_by = None if due_in_s is None else time.monotonic() + due_in_s
+            while True:
+                remaining_s = deadline - time.monotonic()
+                if remaining_s <= 0:
+                    return False
+                time.sleep(min(remaining_s, _WAIT_POLL_S))
+                if (due_by is not None and time.monotonic() >= due_by) or self._data_version() != version:
+                    break
+
+    @contextmanager
+    def watch(self, task_id: str) -> Iterator[CounterWatch]:
+        """Woken by ``PRAGMA data_version`` (see ``_WAIT_POLL_S``), read on this thread's
+        connection, whose commits are the only ones it does not count: the thread is
+        blocked waiting, so it makes none."""
+        yield CounterWatch(self._data_version, _WAIT_POLL_S)
+
+    def pool_waits(self) -> PoolWaits:
+        """The waits for the database lock of every connection of this store, each
+        connection's count started again (its own thread may add one as it is taken)."""
+        with self._lock:
+            conns = list(self.connections)
+        total = PoolWaits()
+        for conn in conns:
+            taken, conn.waits = conn.waits, PoolWaits()
+            total.requests += taken.requests
+            total.waited += taken.waited
+            total.wait_s += taken.wait_s
+        return total
+
+    def _data_version(self) -> int:
+        """Changes whenever another connection commits to the database."""
+        try:
+            version: int = self._conn().execute("PRAGMA data_version").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise store_error(f"SQLite data_version on {self.path!r} failed", self.path, exc) from exc
+        return version
+
+    def migrate(self) -> int:
+        """Bring the file to this release's schema (``sqlite_schema``): only read when it
+        is there already, so opening a store takes no write lock then."""
+        latest = sqlite_schema.current_version(self._conn().raw, self.path)
+        if latest is not None:
+            return latest
+        with self._immediate("migrating") as conn:
+            return sqlite_schema.migrate_in(conn, self.path)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conns, self.connections = self.connections, []
+        for conn in conns:
+            if conn.pid == os.getpid():
+                conn.raw.close()
+
+
+class SqliteWorkflowStore(WorkflowStore):
+    """The store on a SQLite file; open it with :meth:`open`."""
+
+    dialect: SqliteDialect
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        synchronous: str,
+        busy_timeout: timedelta,
+        max_pending_signals: int = checks.MAX_PENDING_SIGNALS,
+    ) -> None:
+        self.path = path
+        dialect = SqliteDialect(path, synchronous, busy_timeout.total_seconds())
+        super().__init__(dialect, max_pending_signals=max_pending_signals)
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        busy_timeout: timedelta = timedelta(seconds=30),
+        max_pending_signals: int = checks.MAX_PENDING_SIGNALS,
+    ) -> SqliteWorkflowStore:
+        """Open (creating if needed) and migrate the database at ``path``.
+        ``max_pending_signals`` caps the signals a task keeps unconsumed; more are refused."""
+        text = os.fspath(path)
+        if not text:
+            raise InvalidArgument("SQLite path must not be empty")
+        if synchronous.upper() not in _SYNCHRONOUS:
+            raise InvalidArgument(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
+        if not isinstance(busy_timeout, timedelta) or busy_timeout < timedelta(0):
+            raise InvalidArgument(f"busy_timeout must be a non-negative timedelta, got {busy_timeout!r}")
+        if text == ":memory:":
+            # Each thread's own connection (a heartbeat's) would get its own empty database.
+            raise InvalidArgument(
+                "SQLite path ':memory:' is refused: the store needs a file, since every worker "
+                "thread and process opens its own connection to it; in tests use a temporary file"
+            )
+        if not Path(text).parent.exists():
+            raise InvalidArgument(f"directory of SQLite path {text!r} does not exist")
+        create_private(text)
+        store = cls(
+            text,
+            synchronous=synchronous.upper(),
+            busy_timeout=busy_timeout,
+            max_pending_signals=max_pending_signals,
+        )
+        store.migrate()
+        return store

@@ -1,0 +1,389 @@
+"""Keeps the current lease alive from a background thread.
+
+Step bodies block the worker thread (a model call, a slow query), so lease extension runs
+beside them in a named daemon thread with its own store connection. When the lease cannot
+be extended the thread sets the lease's ``lost`` flag, and when the store reports a cancel
+request it sets ``cancel``; the workflow context checks both at every step boundary. (The
+boundary's own checkpoint commit also reports a cancel, so a task of short steps does not
+wait for a heartbeat to learn of one.)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+import attrs
+
+from ..engine.deadlines import DeadlineListener, RunningBodies, describe_timeout
+from ..engine.logs import task_fields
+from ..errors import LeaseLostError, StoreClosed
+from ..model import crashpoints
+from ..model.values import LeaseDuration, WorkerId
+from ..store.base import WorkflowStore
+from ..store.records import Lease
+from .observer import CycleObserver
+
+log = logging.getLogger("runifold_sync.worker.heartbeat")
+
+
+@attrs.define
+class LeaseFlags:
+    """What the heartbeat thread tells the step thread about the lease it watches.
+
+    Plain attributes, not ``threading.Event``: only the heartbeat thread sets them and
+    the step thread reads them at its boundaries, and nobody waits on them; a new pair of
+    events (each with its own condition and lock) for every task was a measurable share
+    of a one-step task's CPU."""
+
+    # Monotonic time by which the lease surely expired unless a heartbeat extended it.
+    deadline: float
+    lost: bool = False
+    cancel: bool = False  # store.cancel() was called (also set by a checkpoint commit)
+    pause: bool = False  # store.pause() was called (also set by a checkpoint commit)
+    # Why the worker hands the task back at its next step boundary (it must stop soon).
+    hand_back: str | None = None
+    # Store time minus monotonic time, from the lease's expiry: store time read without a
+    # round trip (``store_now``), for the deadlines a claim records.
+    store_offset_s: float = 0.0
+    bodies: RunningBodies = attrs.Factory(RunningBodies)  # those with a timeout, running now
+
+    def expired(self) -> bool:
+        """Lost, or past the deadline: a resumed (SIGCONT) or starved process must not
+        start a body before its heartbeat thread has even run again."""
+        return self.lost or time.monotonic() >= self.deadline
+
+    def store_now(self) -> float:
+        """Store time now, in epoch seconds, as the lease's expiry tells it (off by at most
+        the latency of the write that set it)."""
+        return time.monotonic() + self.store_offset_s
+
+
+class LeaseKeeper:
+    """The heartbeat thread of one worker. With an ``observer`` it also reports each
+    beat's timing, its own wake-up drift and the store's pool waits (see ``observer``)."""
+
+    def __init__(
+        self,
+        store: WorkflowStore,
+        duration: LeaseDuration,
+        interval_s: float,
+        name: str,
+        observer: CycleObserver | None = None,
+    ) -> None:
+        self._store = store
+        self._observer = observer
+        self._duration = duration
+        self._interval_s = interval_s
+        self._name = name
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = False
+        self._lease: Lease | None = None
+        # The running task's (task id, fencing token) once its claim-ending write began:
+        # a heartbeat refused after that found the task ended by this worker, not lost.
+        self._ending: tuple[str, int] | None = None
+        self._flags = LeaseFlags(0.0)
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self._worker_id: WorkerId | None = None  # refreshed in the worker registry when set
+        # Leases of tasks claimed ahead in a batch, kept alive until their turn, with the
+        # monotonic time each was last extended from; a lease that could not be extended
+        # is dropped, so ``take`` reports it lost.
+        self._held: dict[str, tuple[Lease, float]] = {}
+        # Held tasks given back to the queue because the running one took long (see
+        # _hand_back_held), until the worker comes to them.
+        self._handed_back: set[str] = set()
+        # Held leases never handed back: tasks whose completion waits for their batch's
+        # commit (held_completions.py).
+        self._completion_held: set[str] = set()
+        self._watched_at = 0.0  # monotonic time the running task's watch began
+        self._deadline_listener: DeadlineListener | None = None
+        self._overdue_told: str | None = None  # the overdue body already logged
+        self._on_beat: Callable[[], None] | None = None  # see each_beat
+        self._hand_back: str | None = None  # see hand_back_at_boundary
+
+    def report_deadlines(self, listener: DeadlineListener) -> None:
+        """Tell ``listener`` the earliest deadline of the bodies with a timeout running in
+        the tasks watched from now on (see :class:`~runifold_sync.engine.deadlines.RunningBodies`)."""
+        with self._lock:
+            self._deadline_listener = listener
+
+    def announce(self, worker_id: WorkerId) -> None:
+        """Keep ``worker_id``'s ``last_seen`` fresh in the store's worker registry, idle or not."""
+        with self._lock:
+            self._worker_id = worker_id
+            self._start()
+
+    def _start(self) -> None:
+        """Start the thread in this process, once (caller holds the lock)."""
+        if self._pid != os.getpid():
+            raise RuntimeError("a LeaseKeeper cannot be used across fork; build the worker after fork")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+            self._thread.start()
+
+    def watch(self, lease: Lease, extended_at: float | None = None) -> LeaseFlags:
+        """Start extending ``lease``, last extended (or claimed) at monotonic time
+        ``extended_at`` (default now); returns the flags the heartbeat thread sets."""
+        start = time.monotonic() if extended_at is None else extended_at
+        with self._lock:
+            self._lease = lease
+            self._ending = None
+            self._watched_at = time.monotonic()
+            expires = start + self._duration.seconds
+            offset = lease.expires_at.timestamp() - expires
+            flags = LeaseFlags(expires, store_offset_s=offset, bodies=RunningBodies(self._deadline_listener))
+            self._flags = flags
+            flags.hand_back = self._hand_back
+            if lease.cancel_requested is not None:  # requested while a previous owner ran
+                flags.cancel = True
+            self._start()
+        return flags
+
+    def hand_back_at_boundary(self, reason: str) -> None:
+        """Have the running task, and any watched from now on, handed back at its next
+        step boundary for ``reason``. Takes no lock (a signal handler calls it on the
+        thread that may hold one); ``watch`` reads it after making a claim's flags."""
+        self._hand_back = reason
+        self._flags.hand_back = reason
+
+    def hold(self, leases: list[Lease], *, hand_back: bool = True) -> None:
+        """Keep ``leases`` (claimed ahead, not running yet) alive until taken; with
+        ``hand_back`` False (tasks that ran, their completion held) never give them back."""
+        now = time.monotonic()
+        with self._lock:
+            for lease in leases:
+                self._held[lease.task_id] = (lease, now)
+                if not hand_back:
+                    self._completion_held.add(lease.task_id)
+            self._start()
+
+    def take(self, task_id: str) -> tuple[Lease, float] | None:
+        """The latest form of a held lease (extended, cancel request noted) and the
+        monotonic time it was extended from, no longer kept here; None when it was lost
+        while waiting or handed back (see :meth:`was_handed_back`)."""
+        with self._lock:
+            self._completion_held.discard(task_id)
+            return self._held.pop(task_id, None)
+
+    def was_handed_back(self, task_id: str) -> bool:
+        """Whether a held task went back to the queue unstarted (asked once per task)."""
+        with self._lock:
+            if task_id in self._handed_back:
+                self._handed_back.remove(task_id)
+                return True
+            return False
+
+    def ending(self) -> None:
+        """The running task's claim-ending write (complete, suspend, fail...) is about to
+        be sent: a heartbeat refused from now on is no lease lost worth a warning (the
+        write's own answer says whether the lease held)."""
+        with self._lock:
+            lease = self._lease
+            self._ending = None if lease is None else (lease.task_id, lease.fencing_token)
+
+    def unwatch(self) -> None:
+        with self._lock:
+            self._lease = None
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        with self._lock:
+            self._stop = True
+            self._lease = None
+            thread, self._thread = self._thread, None
+        self._wake.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+
+    def _extend_held(self) -> bool:
+        """Extend every held lease; False when the store was closed under the keeper."""
+        with self._lock:
+            held = [lease for lease, _extended in self._held.values()]
+        for lease in held:
+            started = time.monotonic()
+            if crashpoints.ARMED:
+                crashpoints.reached("before_heartbeat", lease.task_id)
+            try:
+                renewed: Lease | None = self._store.heartbeat(lease, self._duration)
+                if crashpoints.ARMED:
+                    crashpoints.reached("after_heartbeat", lease.task_id)
+            except LeaseLostError:
+                renewed = None
+                log.warning(
+                    "lease of a held task (claimed ahead, or its completion held) lost",
+                    extra=task_fields(lease),
+                )
+            except StoreClosed:
+                return False
+            except Exception as exc:  # an unreachable store: try again at the next beat
+                self._store.outage.report(
+                    log, "heartbeat of a task claimed ahead failed", exc, task_fields(lease)
+                )
+                continue
+            with self._lock:
+                current = self._held.get(lease.task_id)
+                if current is not None and current[0] is lease:
+                    if renewed is None:
+                        del self._held[lease.task_id]
+                        self._completion_held.discard(lease.task_id)
+                    else:
+                        self._held[lease.task_id] = (renewed, started)
+        return True
+
+    def _loop(self) -> None:
+        while True:
+            asked_at = time.monotonic()
+            stopped = self._wake.wait(self._interval_s)
+            if self._observer is not None and not stopped:
+                self._report_waits(time.monotonic() - asked_at - self._interval_s)
+            with self._lock:
+                if self._stop:
+                    return
+                lease, flags, worker_id = self._lease, self._flags, self._worker_id
+            if worker_id is not None:
+                try:
+                    self._store.worker_seen(worker_id, self._pid)
+                except StoreClosed:
+                    return  # closed under a worker nobody closed: nothing left to keep
+                except Exception as exc:
+                    self._store.outage.report(
+                        log, "worker registry update failed", exc, {"worker_id": str(worker_id)}
+                    )
+            # The running task's lease first: leases claimed ahead must not delay it.
+            if lease is not None and not self._extend_current(lease, flags):
+                return
+            if not self._hand_back_held() or not self._extend_held():
+                return
+            if not self._beat_hook():
+                return
+
+    def each_beat(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` on the heartbeat thread after each beat (the worker's held
+        completions commit those overdue while a body runs, ``held_completions.py``)."""
+        with self._lock:
+            self._on_beat = hook
+
+    def _beat_hook(self) -> bool:
+        """Run the ``each_beat`` hook; False when the store was closed under the keeper."""
+        hook = self._on_beat
+        if hook is None:
+            return True
+        try:
+            hook()
+        except StoreClosed:
+            return False
+        except Exception:  # a bug there must not stop the heartbeat
+            log.exception("the heartbeat's hook failed")
+        return True
+
+    def _report_waits(self, drift_s: float) -> None:
+        """The thread woke ``drift_s`` after it asked to (a frozen or starved process),
+        and the store's pool waits since the last beat."""
+        assert self._observer is not None
+        self._observer.runtime_stall(max(drift_s, 0.0))
+        waits = self._store.pool_waits()
+        self._observer.pool_wait(waits.requests, waits.waited, waits.wait_s)
+
+    def _beat_landed(self, flags: LeaseFlags, started: float) -> None:
+        """Report a beat sent at ``started`` that just got its answer: how late it was
+        against the beat due an interval after the last extension, and the lease left."""
+        if self._observer is not None:
+            due = flags.deadline - self._duration.seconds + self._interval_s
+            self._observer.heartbeat(max(started - due, 0.0), max(flags.deadline - time.monotonic(), 0.0))
+
+    def _hand_back_held(self) -> bool:
+        """Give held tasks back to the queue, unstarted, once the running task has kept
+        the worker for half a lease: other workers may be idle while they wait behind it.
+        False when the store was closed under the keeper."""
+        with self._lock:
+            running_s = time.monotonic() - self._watched_at
+            held = [
+                lease
+                for lease, _extended in self._held.values()
+                if lease.task_id not in self._completion_held
+            ]
+            if self._lease is None or not held or running_s < self._duration.seconds / 2:
+                return True
+            for lease in held:
+                del self._held[lease.task_id]
+            self._handed_back.update(lease.task_id for lease in held)
+        reason = f"handed back unstarted: the task before it ran for {running_s:.0f} s"
+        for lease in held:
+            try:
+                with crashpoints.transition("hand_back"):
+                    self._store.release(lease, delay=timedelta(0), reason=reason)
+            except StoreClosed:
+                return False
+            except Exception as exc:  # lost already, or an unreachable store: its lease runs out
+                self._store.outage.report(
+                    log, "could not hand back a task claimed ahead", exc, task_fields(lease)
+                )
+        return True
+
+    def _extend_current(self, lease: Lease, flags: LeaseFlags) -> bool:
+        """Extend the running task's lease, unless a body is past its timeout; False when
+        the store was closed under the keeper."""
+        if self._past_timeout(lease, flags):
+            return True
+        started = time.monotonic()
+        if crashpoints.ARMED:
+            crashpoints.reached("before_heartbeat", lease.task_id)
+        try:
+            renewed = self._store.heartbeat(lease, self._duration)
+            if crashpoints.ARMED:
+                crashpoints.reached("after_heartbeat", lease.task_id)
+        except LeaseLostError:
+            self._beat_landed(flags, started)
+            flags.lost = True
+            with self._lock:
+                current = self._lease is lease
+                ended = self._ending == (lease.task_id, lease.fencing_token)
+                if current:  # lost for good: stop beating for it (and logging it)
+                    self._lease = None
+            if current and not ended:  # otherwise the cycle ended the lease itself
+                log.warning("lease lost", extra=task_fields(lease))
+            return True
+        except StoreClosed:
+            flags.lost = True  # nothing can extend it now
+            return False
+        except Exception as exc:
+            self._store.outage.report(log, "heartbeat failed", exc, task_fields(lease))
+            if flags.expired():
+                flags.lost = True
+            return True
+        self._beat_landed(flags, started)
+        if renewed.cancel_requested is not None:
+            flags.cancel = True
+        if renewed.paused is not None:
+            flags.pause = True
+        with self._lock:
+            if self._lease is lease:
+                self._lease = renewed
+                flags.deadline = started + self._duration.seconds
+        return True
+
+    def _past_timeout(self, lease: Lease, flags: LeaseFlags) -> bool:
+        """True while a body of the running task is past its timeout: its lease is then
+        left to run out (said once per body), since the task must not stay with a body
+        that cannot be interrupted. Extensions resume if the body ends while the lease
+        still holds (an effect's late result is worth keeping)."""
+        overdue = flags.bodies.overdue()
+        if overdue is None:
+            return False
+        call_id, timeout_s = overdue
+        told = f"{lease.task_id}/{lease.fencing_token}/{call_id}"
+        if self._overdue_told != told:
+            self._overdue_told = told
+            log.warning(
+                "%s is past its timeout of %s: its lease is no longer extended, so another "
+                "worker takes the task over once it runs out",
+                call_id,
+                describe_timeout(timeout_s),
+                extra=task_fields(lease),
+            )
+        return True
