@@ -3,98 +3,26 @@
 Progress is checkpointed in a store (SQLite on one machine, PostgreSQL for many
 processes and hosts), so any compatible worker continues a task after a crash, a deploy,
 a timer or a human approval.
+
+The front door is :class:`App` (its :class:`Settings`, the :class:`TaskHandle` a start
+returns); beside it the authoring names and the explicit API beneath it. The stores'
+records are in :mod:`runifold_sync.store`, what a worker's cycle ends with in
+:mod:`runifold_sync.outcomes`, the errors in :mod:`runifold_sync.errors`.
 """
 
+from .app import App, TaskHandle
 from .engine.children import ChildHandle, ChildTimedOut
 from .engine.waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut
-from .errors import (
-    AmbiguousEffect,
-    AppNotLoaded,
-    CancelPending,
-    CheckpointError,
-    CheckpointTooLarge,
-    ChildFailed,
-    DefinitionConflict,
-    EnqueueConflict,
-    EventNotFound,
-    FingerprintMismatch,
-    ForkUnsafe,
-    InputMismatch,
-    InvalidArgument,
-    InvalidState,
-    LeaseLostError,
-    NonDeterminism,
-    OutputMismatch,
-    OutputNotSerializable,
-    RunifoldError,
-    ScheduleNotFound,
-    SchemaTooNew,
-    SignalConflict,
-    SignalNotAccepted,
-    SignalRefused,
-    StepTimedOut,
-    StoreClosed,
-    StoreMisconfigured,
-    StoreNotWritable,
-    StoreUnavailable,
-    StoreUsedAcrossFork,
-    TaskNotFound,
-    UnknownDefinition,
-    WaitTimedOut,
-    WorkerIdInUse,
-)
-from .model.admission import TenantAdmission, TenantBudget, TenantPolicy
 from .model.cancellation import CancellationToken
-from .model.checkpoint import JournalEntry
 from .model.effects import EffectEvidence, EffectStatus
-from .model.outcomes import (
-    Cancelled,
-    Completed,
-    ContinuedAsNew,
-    DefinitionUnavailable,
-    Failed,
-    FailureDetail,
-    Idle,
-    LeaseLost,
-    Retried,
-    RunOutcome,
-    Suspended,
-    Yielded,
-)
 from .model.retry_policy import RetryPolicy
 from .model.schedules import Schedule, ScheduleTick
-from .model.values import (
-    Budget,
-    BudgetUsage,
-    CapabilitySet,
-    DeclaredSignals,
-    DefinitionIdentity,
-    LeaseDuration,
-    TaskOutcome,
-    TaskState,
-    WorkerId,
-    WorkflowTask,
-)
+from .model.values import Budget, BudgetUsage, CapabilitySet, LeaseDuration, WorkerId, WorkflowTask
 from .pool.retention import RetentionPolicy, keep_pruning
-from .pool.supervisor import SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
+from .pool.supervisor import PoolSettings, SupervisorReport, WorkflowSupervisor, WorkflowSupervisorConfig
+from .settings import Settings
 from .store.base import WorkflowStore
 from .store.open import open_store
-from .store.records import (
-    ClockReading,
-    EnqueueResult,
-    Lease,
-    PublishedEvent,
-    QueueStats,
-    Signal,
-    SignalCheck,
-    SignalDelivery,
-    TaskEvent,
-    TaskPage,
-    TaskRecord,
-    VersionReference,
-    WorkerRecord,
-)
-from .store.schedule_records import ScheduleEvent, ScheduleRecord, TickAttempt
 from .worker.observer import CycleObserver
 from .worker.settings import WorkerSettings
 from .worker.worker import WorkerReport, WorkflowWorker
@@ -103,108 +31,48 @@ from .workflow.declaration import Workflow
 from .workflow.registry import WorkflowDefinition, WorkflowRegistry
 from .workflow.step_context import StepContext
 
+__version__ = "0.1.0"
+
 __all__ = [
-    "AmbiguousEffect",
-    "ApprovalDecision",
-    "AppNotLoaded",
-    "ApprovalTimedOut",
-    "Budget",
-    "BudgetUsage",
-    "CancelPending",
-    "CancellationToken",
-    "Cancelled",
-    "CapabilitySet",
-    "CheckpointError",
-    "CheckpointTooLarge",
-    "ChildFailed",
-    "ChildHandle",
-    "ChildTimedOut",
-    "ClockReading",
-    "Completed",
-    "ContinuedAsNew",
-    "CycleObserver",
-    "DeclaredSignals",
-    "DefinitionConflict",
-    "DefinitionIdentity",
-    "DefinitionUnavailable",
-    "EffectEvidence",
-    "EffectStatus",
-    "EnqueueConflict",
-    "EnqueueResult",
-    "EventNotFound",
-    "Failed",
-    "FailureDetail",
-    "FingerprintMismatch",
-    "ForkUnsafe",
-    "Idle",
-    "InputMismatch",
-    "InvalidArgument",
-    "InvalidState",
-    "JournalEntry",
-    "Lease",
-    "LeaseDuration",
-    "LeaseLost",
-    "LeaseLostError",
-    "NonDeterminism",
-    "OutputMismatch",
-    "OutputNotSerializable",
-    "PublishedEvent",
-    "QueueStats",
-    "RetentionPolicy",
-    "Retried",
-    "RetryPolicy",
-    "RunOutcome",
-    "RunifoldError",
-    "Schedule",
-    "ScheduleEvent",
-    "ScheduleNotFound",
-    "ScheduleRecord",
-    "ScheduleTick",
-    "SchemaTooNew",
-    "Signal",
-    "SignalCheck",
-    "SignalConflict",
-    "SignalDelivery",
-    "SignalNotAccepted",
-    "SignalRefused",
-    "SignalTimedOut",
-    "StepContext",
-    "StepTimedOut",
-    "StoreClosed",
-    "StoreMisconfigured",
-    "StoreNotWritable",
-    "StoreUnavailable",
-    "StoreUsedAcrossFork",
-    "SupervisorReport",
-    "Suspended",
-    "TaskEvent",
-    "TaskNotFound",
-    "TaskOutcome",
-    "TaskPage",
-    "TaskRecord",
-    "TaskState",
-    "TenantAdmission",
-    "TenantBudget",
-    "TenantPolicy",
-    "TickAttempt",
-    "UnknownDefinition",
-    "VersionReference",
-    "WaitTimedOut",
-    "WorkerId",
-    "WorkerIdInUse",
-    "WorkerRecord",
-    "WorkerReport",
+    # the front door
+    "App",
+    "Settings",
+    "TaskHandle",
     "WorkerSettings",
+    "PoolSettings",
+    # declaring workflows
     "Workflow",
     "WorkflowContext",
+    "StepContext",
+    "RetryPolicy",
+    "EffectEvidence",
+    "EffectStatus",
+    "BudgetUsage",
+    "Schedule",
+    "ScheduleTick",
+    "ChildHandle",
+    "ChildTimedOut",
+    "ApprovalDecision",
+    "ApprovalTimedOut",
+    "SignalTimedOut",
+    # the explicit API beneath the App
     "WorkflowDefinition",
     "WorkflowRegistry",
-    "WorkflowStore",
-    "WorkflowSupervisor",
-    "WorkflowSupervisorConfig",
     "WorkflowTask",
     "WorkflowWorker",
-    "Yielded",
+    "WorkerReport",
+    "WorkflowSupervisor",
+    "WorkflowSupervisorConfig",
+    "SupervisorReport",
+    "CancellationToken",
+    "Budget",
+    "CapabilitySet",
+    "LeaseDuration",
+    "WorkerId",
+    "CycleObserver",
+    "RetentionPolicy",
     "keep_pruning",
+    # the stores
     "open_store",
+    "WorkflowStore",
 ]

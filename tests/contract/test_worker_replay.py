@@ -15,14 +15,8 @@ from typing import Any
 import pytest
 
 from runifold_sync import (
-    Completed,
-    Failed,
-    FailureDetail,
-    Idle,
     LeaseDuration,
     StepContext,
-    Suspended,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -33,6 +27,8 @@ from runifold_sync import (
     WorkflowWorker,
 )
 from runifold_sync.model.checkpoint import read_checkpoint
+from runifold_sync.outcomes import Completed, Failed, FailureDetail, Idle, Suspended
+from runifold_sync.store import TaskState
 from tests.support.clock import Clock
 from tests.support.journals import entries
 

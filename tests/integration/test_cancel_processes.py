@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from runifold_sync import TaskState, WorkflowStore, WorkflowTask
+from runifold_sync import WorkflowStore, WorkflowTask
 from runifold_sync.model.checkpoint import read_checkpoint
+from runifold_sync.store import TaskState
 from tests.integration.cancel_app import STEPS
 from tests.support import processes
 from tests.support.backends import Backend

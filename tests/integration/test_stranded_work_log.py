@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync import TaskState, WorkflowTask
+from runifold_sync import WorkflowTask
 from runifold_sync.ops.operations import unserved_work
+from runifold_sync.store import TaskState
 from tests.support import processes
 from tests.support.backends import Backend
 from tests.support.routing import checkpointed_by_other_steps

@@ -20,18 +20,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from runifold_sync import (
-    InvalidArgument,
-    LeaseDuration,
-    TaskState,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
-    WorkflowWorker,
-    open_store,
-)
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask, WorkflowWorker, open_store
+from runifold_sync.errors import InvalidArgument
 from runifold_sync.model.cancellation import CancellationToken
 from runifold_sync.pool.supervisor import WorkflowSupervisor, WorkflowSupervisorConfig
+from runifold_sync.store import TaskState
 from tests.support import processes
 from tests.support.backends import Backend
 

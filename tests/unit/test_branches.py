@@ -14,8 +14,6 @@ import pytest
 
 from runifold_sync import (
     Budget,
-    Completed,
-    Failed,
     LeaseDuration,
     StepContext,
     WorkerId,
@@ -28,6 +26,7 @@ from runifold_sync import (
     WorkflowWorker,
 )
 from runifold_sync.model.checkpoint import Checkpoint, read_checkpoint
+from runifold_sync.outcomes import Completed, Failed
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from runifold_sync import BudgetUsage, CheckpointError, CheckpointTooLarge, DefinitionIdentity, RunifoldError
+from runifold_sync import BudgetUsage
+from runifold_sync.errors import CheckpointError, CheckpointTooLarge, RunifoldError
 from runifold_sync.model.checkpoint import (
     DEFAULT_MAX_ENTRY_BYTES,
     FORMAT_VERSION,
@@ -19,6 +20,7 @@ from runifold_sync.model.checkpoint import (
     JournalEntry,
 )
 from runifold_sync.model.codec import to_json
+from runifold_sync.store import DefinitionIdentity
 from runifold_sync.store.records import JournalRow
 
 IDENTITY = DefinitionIdentity("order-intake", 3, "0123456789abcdef")
