@@ -72,14 +72,18 @@ TracerFactory = Callable[[], CycleTracer]
 
 _OK_ONCE = (Idle, Completed, Suspended, Retried, Yielded, ContinuedAsNew)
 
-# One lock for opening every App's store, replaced in a forked child: a thread of the
-# parent may have held it at the moment of the fork, and that thread is not in the child.
+# The locks of every App, for opening its store and for registering what it declared,
+# replaced in a forked child: a thread of the parent may have held one at the moment of
+# the fork, and that thread is not in the child. Registering may import the application
+# (``settings.app``), whose import may use an App: that lock is reentrant.
 _open_lock = threading.Lock()
+_registry_lock = threading.RLock()
 
 
 def _new_lock_after_fork() -> None:
-    global _open_lock
+    global _open_lock, _registry_lock
     _open_lock = threading.Lock()
+    _registry_lock = threading.RLock()
 
 
 os.register_at_fork(after_in_child=_new_lock_after_fork)
@@ -90,25 +94,33 @@ class App:
 
     ``App()`` uses ``$RUNIFOLD_DATABASE_URL``, else the local SQLite file
     ``runifold-workflows.db``; ``App("postgresql://...")`` names the store;
-    ``App(settings)`` takes a whole :class:`Settings`; keyword arguments override single
-    settings by their field names (``App(url, concurrency=4, claim_batch=8)``, see
-    :meth:`Settings.replace`). Bad settings are :class:`InvalidArgument` here.
+    ``App(settings)`` takes a whole :class:`~runifold_sync.Settings`; keyword arguments
+    override single settings by their field names (``App(url, concurrency=4,
+    claim_batch=8)``, see :meth:`Settings.replace`). Bad settings are
+    :class:`~runifold_sync.errors.InvalidArgument` here, naming the setting and the value.
 
     The registry is ``registry`` when given; else the one ``settings.app`` names (a
-    ``module:attribute`` reference, imported when first needed); else a new, empty one.
-    :meth:`workflow` declares workflows into it.
+    ``module:attribute`` reference to an App or a registry, imported when first needed);
+    else a new, empty one. :meth:`workflow` declares workflows into it.
 
     The store is opened when first used, once per process: a process forked after it
     was opened (a web server's workers) opens its own, and never uses or closes its
-    parent's. It is shared by the process's threads. :meth:`close` closes it (the App
-    works on afterwards, opening it again when needed); ``with App(...) as app:`` closes
-    it at the end of the block.
+    parent's. The process's threads share it. :meth:`close` closes it (the App works on
+    afterwards, opening it again when needed); ``with App(...) as app:`` closes it at the
+    end of the block.
 
-    ``tracer`` is a function building a tracer (``runifold_sync.ops.tracing_env.tracer_from_env``,
-    or ``lambda: Tracing(provider)``), called in each process that runs a worker, after
-    any fork. ``cycle`` and ``prepare`` are for framework integrations: each worker cycle
-    runs inside ``cycle()`` (Flask's app context), and each store this App opens is
-    handed to ``prepare`` first (Django's transaction steps)."""
+    ``tracer`` is a function returning a tracer
+    (:class:`~runifold_sync.engine.spans.CycleTracer`: ``runifold_sync.ops.tracing_env.tracer_from_env``
+    builds one from the ``OTEL_*`` variables, ``lambda: Tracing(provider)`` over a
+    provider of your own); it is called in each process that runs a worker, after any
+    fork, so nothing of the tracer crosses one. ``cycle`` and ``prepare`` are for
+    framework integrations: each worker cycle runs inside ``cycle()`` (Flask's app
+    context), and each store this App opens is handed to ``prepare`` first (Django's
+    transaction steps).
+
+    Attributes:
+        settings: the :class:`~runifold_sync.Settings` this App runs with.
+        tracer: the tracer factory given, or None."""
 
     def __init__(
         self,
@@ -136,9 +148,9 @@ class App:
             if hook is not None and not callable(hook):
                 raise InvalidArgument(f"{name} must be a function or None, got {hook!r}")
         self.settings: Settings = settings.replace(**overrides)
+        self.tracer: TracerFactory | None = tracer
         self._registry = registry
         self._declared: list[tuple[Workflow, dict[str, Any]]] = []  # registered when next needed
-        self.tracer = tracer
         self._cycle = cycle
         self._prepare = prepare
         # (pid, store) in one attribute, so a reader never sees a store with another's pid.
@@ -153,17 +165,21 @@ class App:
     def registry(self) -> WorkflowRegistry:
         """The definitions this App's workers run, the workflows declared with
         :meth:`workflow` registered in it (each needs its ``@main`` by then)."""
-        if self._registry is None:
-            reference = self.settings.app
-            if isinstance(reference, WorkflowRegistry):
-                self._registry = reference
-            else:
-                self._registry = WorkflowRegistry() if reference is None else load_registry(reference)
-        while self._declared:
-            workflow, options = self._declared[0]
-            self._registry.register(WorkflowDefinition(workflow, **options))
-            del self._declared[0]
-        return self._registry
+        registry = self._registry
+        if registry is not None and not self._declared:
+            return registry
+        with _registry_lock:
+            if self._registry is None:
+                reference = self.settings.app
+                if isinstance(reference, WorkflowRegistry):
+                    self._registry = reference
+                else:
+                    self._registry = WorkflowRegistry() if reference is None else load_registry(reference)
+            while self._declared:
+                workflow, options = self._declared[0]
+                self._registry.register(WorkflowDefinition(workflow, **options))
+                del self._declared[0]
+            return self._registry
 
     @property
     def store(self) -> WorkflowStore:
@@ -226,7 +242,7 @@ class App:
         steps may be declared after this call; a name and version declared twice is
         :class:`InvalidArgument`."""
         workflow = Workflow(name, version, signals=signals)
-        taken = {(w.name, w.version) for w, _ in self._declared}
+        taken = {(w.name, w.version) for w, _ in list(self._declared)}
         if self._registry is not None:
             taken |= {(d.identity.name, d.identity.version) for d in self._registry}
         if (workflow.name, workflow.version) in taken:
@@ -406,21 +422,13 @@ class App:
         return supervisor.run(shutdown or CancellationToken(), tend=tend)
 
 
+@attrs.frozen
 class TaskHandle:
-    """One task of an :class:`App`: its id, and what can be asked of it or done to it."""
+    """One task of an :class:`App` (``app.start``, ``app.handle``): its ``task_id``, and
+    what can be asked of the task or done to it. Equal handles name one task of one App."""
 
-    def __init__(self, app: App, task_id: str) -> None:
-        self.app = app
-        self.task_id = task_id
-
-    def __repr__(self) -> str:
-        return f"TaskHandle({self.task_id!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, TaskHandle) and (other.app, other.task_id) == (self.app, self.task_id)
-
-    def __hash__(self) -> int:
-        return hash(self.task_id)
+    app: App = attrs.field(repr=False)
+    task_id: str
 
     def status(self) -> TaskRecord:
         """The task as the store has it now (``.state``, ``.outcome``, ``.reason``,
