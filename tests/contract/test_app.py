@@ -271,3 +271,19 @@ def test_a_forked_child_opens_its_own_store_and_leaves_the_parents_alone(app: Ap
     assert os.waitstatus_to_exitcode(status) == 0
     assert app.store is parents
     assert parents.get_task("from-child").state is TaskState.QUEUED
+
+
+def test_a_start_in_the_applications_own_transaction_exists_only_if_it_commits(
+    app: App, backend: Backend
+) -> None:
+    from tests.contract.test_enqueue_in_transaction import app_connection
+
+    app.store  # noqa: B018 - migrated before the application's connection writes
+    with app_connection(backend) as conn:
+        rolled_back = app.start("order", {"order_id": "o1", "quantity": 1}, task_id="o1", connection=conn)
+        conn.rollback()
+        committed = app.start("order", {"order_id": "o2", "quantity": 1}, task_id="o2", connection=conn)
+        conn.commit()
+    with pytest.raises(TaskNotFound):
+        rolled_back.status()
+    assert committed.status().state is TaskState.QUEUED
