@@ -57,7 +57,9 @@ from .outcomes import (
 )
 from .spans import NO_SPANS, ClaimSpans, CycleTracer
 from .store.base import WorkflowStore
+from .store.outage import is_outage
 from .store.records import ClaimedTask, Completion
+from .store.retries import retrying_until
 from .tracebacks import kept_traceback
 from .worker_settings import WorkerSettings
 
@@ -128,17 +130,28 @@ class ClaimExecutor:
         checkpoint.usage = checkpoint.usage.add(claims=1)
         flags = self._keeper.watch(lease, extended_at)
         try:
-            ctx = TaskRun(
-                claimed=claimed,
-                definition=definition,
-                checkpoint=checkpoint,
-                store=self.store,
-                flags=flags,
-                max_steps_per_claim=self._max_steps_per_claim,
-                max_entry_bytes=self._max_entry_bytes,
-                spans=spans,
-            )
-            return self._execute(claimed, definition, ctx)
+            # The cycle's store calls end with the lease, and are tried again until then.
+            with retrying_until(lambda: flags.deadline):
+                ctx = TaskRun(
+                    claimed=claimed,
+                    definition=definition,
+                    checkpoint=checkpoint,
+                    store=self.store,
+                    flags=flags,
+                    max_steps_per_claim=self._max_steps_per_claim,
+                    max_entry_bytes=self._max_entry_bytes,
+                    spans=spans,
+                )
+                try:
+                    return self._execute(claimed, definition, ctx)
+                except StoreUnavailable as exc:
+                    if not flags.expired() or not is_outage(exc):
+                        raise
+                    # The store did not answer before the lease ran out: the task is
+                    # another worker's to take now, as if the write had been refused.
+                    return self._lease_lost(
+                        claimed, LeaseLostError(lease.task_id, lease.fencing_token, str(exc))
+                    )
         finally:
             self._keeper.unwatch()
 
@@ -410,6 +423,7 @@ class ClaimExecutor:
 
     def _lease_lost(self, claimed: ClaimedTask, error: LeaseLostError) -> RunOutcome:
         log.warning("%s", error, extra=task_fields(claimed.lease))
+        self._keeper.forgive_if_cut_off(claimed.lease, claimed.revision)
         return LeaseLost(error.task_id, error.fencing_token, error.operation)
 
 

@@ -37,7 +37,7 @@ from . import checks, pg_joined, refusals
 from .base import WorkflowStore
 from .dialect import Dialect, Event, FencedTransition, Params, Row, Transaction
 from .pglisten import ResultListener
-from .pgpool import Connection, ProcessPool, describe
+from .pgpool import Connection, ProcessPool, describe, with_network_params
 from .pgstatements import (
     Q,
     batch_params,
@@ -283,7 +283,7 @@ class PostgresDialect(Dialect):
             return self.listener.wait(lambda: self._due_in(routes), timeout_s)
         if self.pooled:
             return wait_until_due(lambda: self._due_in(routes), poll, timeout_s)
-        with self.pool.connection() as conn:
+        with self.pool.connection(longer_by_s=timeout_s) as conn:
             conn.execute(Q["listen_work"])  # before looking, so no notification is missed
             try:
                 return wait_until_due(lambda: _due_in(conn, routes), lambda s: notified(conn, s), timeout_s)
@@ -305,6 +305,9 @@ class PostgresDialect(Dialect):
 
     def pool_waits(self) -> PoolWaits:
         return self.pool.pool_waits()
+
+    def bound_by_lease(self, lease_s: float) -> None:
+        self.pool.bound_by_lease(lease_s)
 
     def _due_in(self, routes: Routes | None) -> float | None:
         with self.pool.connection() as conn:
@@ -357,10 +360,11 @@ class PostgresWorkflowStore(WorkflowStore):
     ) -> None:
         listener = results = None
         if target is not None and target.listen_conninfo is not None:
-            listener = DirectListener(target.listen_conninfo, _CHANNEL, describe(target.listen_conninfo))
+            direct = with_network_params(target.listen_conninfo)
+            listener = DirectListener(direct, _CHANNEL, describe(target.listen_conninfo))
         if target is not None and not target.polls:
             listen_at = target.listen_conninfo or target.conninfo
-            results = ResultListener(listen_at, describe(listen_at))
+            results = ResultListener(with_network_params(listen_at), describe(listen_at))
         dialect = PostgresDialect(
             pool, pooled=target is not None and target.pgbouncer, listener=listener, results=results
         )

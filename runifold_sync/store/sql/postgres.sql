@@ -171,6 +171,29 @@ candidates AS MATERIALIZED (
 ),
 {query:claim_lease_chosen};
 
+-- name: write_applied
+-- A fenced write whose answer was lost with its connection, refused when sent again:
+-- the row as that write left it, if it did apply (its token, the revision after it; only
+-- the lease holder writes under its token, one write at a time).
+SELECT revision, state, cancel_requested, paused, ready_at FROM runifold_tasks
+WHERE task_id = %(task_id)s AND fencing_token = %(token)s AND revision = %(revision)s;
+
+-- name: forgive_lost_claim
+-- A claim whose worker lived through losing its lease (cut off from the store) no longer
+-- counts toward a crash loop: taken back from claims_since_progress while no progress was
+-- committed since it was made (the revision it saw) nor the lease ended by its holder (a
+-- release took its own claim back already), and once only (its lease_lost event, which a
+-- statement after lock_task sees whoever wrote it).
+UPDATE runifold_tasks AS t SET claims_since_progress = t.claims_since_progress - 1
+WHERE t.task_id = %(task_id)s AND t.revision = %(revision)s
+    AND (t.fencing_token > %(token)s OR (t.fencing_token = %(token)s AND t.state = 'leased'))
+    AND t.claims_since_progress > 0 AND t.state IN ('queued', 'waiting', 'leased')
+    AND NOT EXISTS (
+        SELECT 1 FROM runifold_events e
+        WHERE e.task_id = t.task_id AND e.kind = 'lease_lost' AND e.fencing_token = %(token)s
+    )
+RETURNING t.task_id;
+
 -- name: resolutions_for_task
 SELECT effect_key, applied, result::text AS result, actor, reason
 FROM runifold_effect_resolutions WHERE task_id = %(task_id)s;

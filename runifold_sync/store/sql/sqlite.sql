@@ -112,6 +112,27 @@ RETURNING task_id, tenant, definition_name, definition_version, input, revision,
     head, fencing_token, lease_expires, claims_since_progress, cancel_requested, trace_context,
     EXISTS (SELECT 1 FROM runifold_effect_resolutions r WHERE r.task_id = :task_id) AS resolved;
 
+-- name: write_applied
+-- A fenced write refused when sent again after an attempt that failed: the row as that
+-- attempt left it, if it did apply (its token, the revision after it).
+SELECT revision, state, cancel_requested, paused, ready_at FROM runifold_tasks
+WHERE task_id = :task_id AND fencing_token = :token AND revision = :revision;
+
+-- name: forgive_lost_claim
+-- A claim whose worker lived through losing its lease (cut off from the store) no longer
+-- counts toward a crash loop: taken back while no progress was committed since it was
+-- made (the revision it saw) nor the lease ended by its holder (a release took its own
+-- claim back already), and once only (its lease_lost event).
+UPDATE runifold_tasks SET claims_since_progress = claims_since_progress - 1
+WHERE task_id = :task_id AND revision = :revision
+    AND (fencing_token > :token OR (fencing_token = :token AND state = 'leased'))
+    AND claims_since_progress > 0 AND state IN ('queued', 'waiting', 'leased')
+    AND NOT EXISTS (
+        SELECT 1 FROM runifold_events e
+        WHERE e.task_id = :task_id AND e.kind = 'lease_lost' AND e.fencing_token = :token
+    )
+RETURNING task_id;
+
 -- name: resolutions_for_task
 SELECT effect_key, applied, result, actor, reason
 FROM runifold_effect_resolutions WHERE task_id = :task_id;
