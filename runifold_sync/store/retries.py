@@ -35,6 +35,10 @@ log = logging.getLogger("runifold_sync.store")
 
 T = TypeVar("T")
 
+# A call made once its patience has run out still gets one attempt this long (unless
+# the patience names a shorter one): the store's answer to a fenced write (refused, most
+# often) is worth more than the local clock's guess, and the fence makes it harmless.
+LATE_ATTEMPT_S = 1.0
 # After the second failed attempt in a row, a pause before the next, growing to at most
 # _PAUSE_MAX_S: a refused connection fails at once, and the pool's reconnection needs a
 # moment. The first retry is immediate (a connection the server dropped).
@@ -79,7 +83,11 @@ def attempt_deadline(bound_s: float | None) -> float | None:
     if patience is None:
         return deadline
     end = patience.until()
-    if patience.attempt_s is not None:
+    if end <= now:
+        end = now + (
+            LATE_ATTEMPT_S if patience.attempt_s is None else min(patience.attempt_s, LATE_ATTEMPT_S)
+        )
+    elif patience.attempt_s is not None:
         end = min(end, now + patience.attempt_s)
     return end if deadline is None else min(deadline, end)
 

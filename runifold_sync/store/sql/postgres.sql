@@ -63,16 +63,21 @@ tenants AS MATERIALIZED (
 )
 
 -- name: claim_lease_chosen
--- Part of claim_tasks and claim_routed_tasks: from the candidates, the turns, the tenants
--- marked served, the leases (a routed claim gives a task without a head its route's
--- fingerprint; a task checkpointed under a route-less claim gets its head's) and their
--- history events.
+-- Part of claim_tasks and claim_routed_tasks: from the candidates (expired leases and
+-- ready tasks), the turns, the tenants marked served, the leases (a routed claim gives a
+-- task without a head its route's fingerprint; a task checkpointed under a route-less
+-- claim gets its head's) and their history events. An expired lease goes before new
+-- work of the same priority: its worker vanished, and it has waited a lease already.
+candidates AS (SELECT * FROM expired UNION ALL SELECT * FROM ready),
 chosen AS MATERIALIZED (
     SELECT * FROM (
-        SELECT *, ROW_NUMBER() OVER (PARTITION BY tenant ORDER BY priority DESC, ready_at) AS turn
+        SELECT *, ROW_NUMBER() OVER (
+            PARTITION BY tenant ORDER BY priority DESC, state = 'leased' DESC, ready_at
+        ) AS turn
         FROM candidates
     ) ranked
-    ORDER BY turn, served_at NULLS FIRST, priority DESC, ready_at
+    WHERE turn <= room
+    ORDER BY turn, served_at NULLS FIRST, priority DESC, state = 'leased' DESC, ready_at
     LIMIT %(limit)s
 ),
 served AS (
@@ -123,12 +128,24 @@ SELECT * FROM leased
 -- tasks within a tenant.
 WITH clock AS MATERIALIZED (SELECT {now} AS now),
 {query:claim_admitted_tenants},
-candidates AS MATERIALIZED (
-    SELECT c.*, p.served_at FROM tenants p CROSS JOIN LATERAL (
+expired AS MATERIALIZED (
+    SELECT c.*, p.served_at, p.room FROM tenants p CROSS JOIN LATERAL (
         SELECT t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at,
             t.waiting_for_signal, NULL::text AS route_fingerprint
         FROM runifold_tasks t
-        WHERE t.tenant = p.tenant AND t.state IN ('queued', 'waiting', 'leased')
+        WHERE t.tenant = p.tenant AND t.state = 'leased' AND t.lease_expires <= (SELECT now FROM clock)
+            AND t.paused IS NULL
+        ORDER BY t.priority DESC, t.lease_expires
+        LIMIT GREATEST(p.room, 0)
+        FOR UPDATE SKIP LOCKED
+    ) c
+),
+ready AS MATERIALIZED (
+    SELECT c.*, p.served_at, p.room FROM tenants p CROSS JOIN LATERAL (
+        SELECT t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at,
+            t.waiting_for_signal, NULL::text AS route_fingerprint
+        FROM runifold_tasks t
+        WHERE t.tenant = p.tenant AND t.state IN ('queued', 'waiting')
             AND t.ready_at IS NOT NULL AND t.ready_at <= (SELECT now FROM clock) AND t.paused IS NULL
         ORDER BY t.priority DESC, t.ready_at
         LIMIT GREATEST(p.room, 0)
@@ -140,8 +157,8 @@ candidates AS MATERIALIZED (
 -- name: claim_routed_tasks
 -- claim_tasks for a worker's routes (Routes: every (queue, name, version, fingerprint)
 -- it serves, as four arrays): each admitted tenant's first ready tasks of each route,
--- read from runifold_tasks_routed in claim order and locked as they are read, then that
--- tenant's best of them. A task with a head is taken only by the fingerprint it was
+-- read from runifold_tasks_routed in claim order and locked as they are read, and its
+-- expired leases of each route, then that tenant's best of them. A task with a head is taken only by the fingerprint it was
 -- claimed with (a task checkpointed under a route-less claim: any, and this claim records
 -- its head's); a task claimed without a head takes the route's fingerprint, the one its
 -- first checkpoint is written by.
@@ -151,14 +168,34 @@ routes AS MATERIALIZED (
     SELECT * FROM unnest(%(route_queues)s::text[], %(route_names)s::text[],
         %(route_versions)s::int[], %(route_fingerprints)s::text[]) AS r (queue, name, version, fingerprint)
 ),
-candidates AS MATERIALIZED (
-    SELECT c.*, p.served_at FROM tenants p CROSS JOIN LATERAL (
+-- Expired leases of the routes, read from the partial index of leased tasks (the few whose
+-- worker vanished, not the route's backlog).
+expired AS MATERIALIZED (
+    SELECT c.*, p.served_at, p.room FROM tenants p CROSS JOIN LATERAL (
+        SELECT x.* FROM routes r CROSS JOIN LATERAL (
+            SELECT t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at,
+                t.waiting_for_signal, r.fingerprint AS route_fingerprint
+            FROM runifold_tasks t
+            WHERE t.tenant = p.tenant AND t.state = 'leased' AND t.lease_expires <= (SELECT now FROM clock)
+                AND t.queue = r.queue AND t.definition_name = r.name AND t.definition_version = r.version
+                AND t.paused IS NULL
+                AND (t.head IS NULL OR t.fingerprint IS NULL OR t.fingerprint = r.fingerprint)
+            ORDER BY t.priority DESC, t.lease_expires
+            LIMIT GREATEST(p.room, 0)
+            FOR UPDATE SKIP LOCKED
+        ) x
+        ORDER BY x.priority DESC, x.ready_at
+        LIMIT GREATEST(p.room, 0)
+    ) c
+),
+ready AS MATERIALIZED (
+    SELECT c.*, p.served_at, p.room FROM tenants p CROSS JOIN LATERAL (
         SELECT x.* FROM routes r CROSS JOIN LATERAL (
             SELECT t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at,
                 t.waiting_for_signal, r.fingerprint AS route_fingerprint
             FROM runifold_tasks t
             WHERE t.tenant = p.tenant AND t.queue = r.queue AND t.definition_name = r.name
-                AND t.definition_version = r.version AND t.state IN ('queued', 'waiting', 'leased')
+                AND t.definition_version = r.version AND t.state IN ('queued', 'waiting')
                 AND t.ready_at IS NOT NULL AND t.ready_at <= (SELECT now FROM clock) AND t.paused IS NULL
                 AND (t.head IS NULL OR t.fingerprint IS NULL OR t.fingerprint = r.fingerprint)
             ORDER BY t.priority DESC, t.ready_at
