@@ -26,7 +26,6 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from contextvars import ContextVar
 from datetime import timedelta
 from typing import Any, Self, TypeVar
 
@@ -69,9 +68,6 @@ DEFAULT_LEASE_S = 30.0
 _MIN_CALL_BOUND_S = 1.0
 # psycopg's interval for checking Ctrl-C while it waits (psycopg.connection._WAIT_INTERVAL).
 _WAIT_INTERVAL_S = 0.1
-# The deadline of the checkout under way in this thread: the check of an idle connection
-# (``_check_if_idle``) runs inside psycopg_pool's getconn, before the caller has it.
-_CHECKOUT_DEADLINE: ContextVar[float | None] = ContextVar("runifold_checkout_deadline", default=None)
 
 
 def network_params(conninfo: str, lease_s: float) -> dict[str, int]:
@@ -161,31 +157,29 @@ class PooledConnection(psycopg.Connection[DictRow]):
         return self._kept_cursor
 
 
-def _check_if_idle(conn: PooledConnection) -> None:
-    if time.monotonic() - conn.returned_at > _CHECK_AFTER_IDLE_S:
-        conn.deadline = _CHECKOUT_DEADLINE.get()
-        try:
-            ConnectionPool.check_connection(conn)
-        finally:
-            conn.deadline = None
-
-
-def _dropped(conn: PooledConnection) -> bool:
-    """Whether the server dropped ``conn`` while it sat in the pool, which closes it. A
-    terminated backend says so and closes the socket, so an idle connection with bytes
-    waiting (one poll of the socket) is checked with a round trip; the rare one holding a
-    notice or notification passes the check. Nothing has been sent on it yet, so the
-    caller takes another connection without any doubt about its statement."""
+def _unusable(conn: PooledConnection) -> bool:
+    """Whether a connection just taken from the pool cannot serve (it is then closed, and
+    the pool replaces it). Nothing has been sent on it yet, so the caller takes another
+    without any doubt about its statement. A terminated backend says so and closes the
+    socket, so an idle connection with bytes waiting (one poll of the socket) is checked
+    with a round trip, as is one idle for over ``_CHECK_AFTER_IDLE_S`` (a restarted
+    server, a broken network); the rare one holding a notice or notification passes.
+    The check is made here rather than by psycopg_pool, which sleeps a second, then two,
+    four... after each failed check in a row: with backends killed every few hundred
+    milliseconds a caller waited out its whole timeout."""
     try:
-        poller = select.poll()
-        poller.register(conn.pgconn.socket, select.POLLIN)
-        if not poller.poll(0):
-            return False
-        ConnectionPool.check_connection(conn)
+        if time.monotonic() - conn.returned_at > _CHECK_AFTER_IDLE_S or _has_input(conn):
+            ConnectionPool.check_connection(conn)
     except (OSError, psycopg.Error):
         conn.close()
         return True
     return False
+
+
+def _has_input(conn: PooledConnection) -> bool:
+    poller = select.poll()
+    poller.register(conn.pgconn.socket, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class _Pool(ConnectionPool[PooledConnection]):
@@ -290,7 +284,6 @@ class ProcessPool:
                 min_size=min_size,
                 max_size=max_size,
                 timeout=pool_timeout.total_seconds(),
-                check=_check_if_idle,
                 configure=None if pgbouncer else _configure,
                 name=_POOL_NAME,
                 open=True,
@@ -343,14 +336,16 @@ class ProcessPool:
             )
         bound_s = None if self._call_bound_s is None else self._call_bound_s + longer_by_s
         deadline = retries.attempt_deadline(bound_s)
-        checkout = _CHECKOUT_DEADLINE.set(deadline)
+        lent: PooledConnection | None = None  # the connection of the failure, if there was one
         try:
             for _ in range(self._pool.max_size + 1):
                 left_s = None if deadline is None else deadline - time.monotonic()
                 timeout_s = None if left_s is None else max(min(left_s, self._pool.timeout), 0.0)
+                lent = None
                 with self._pool.connection(timeout=timeout_s) as conn:
+                    lent = conn
                     conn.deadline = deadline
-                    if _dropped(conn):
+                    if _unusable(conn):
                         continue  # the pool discards it and opens another
                     try:
                         yield conn
@@ -367,9 +362,10 @@ class ProcessPool:
             # value, not an outage, so it is not retried as one.
             raise InvalidArgument(f"{self.where} refused a value: {type(exc).__name__}: {exc}") from exc
         except psycopg.Error as exc:
-            raise StoreUnavailable(f"{self.where}: {type(exc).__name__}: {exc}") from exc
-        finally:
-            _CHECKOUT_DEADLINE.reset(checkout)
+            message = f"{self.where}: {type(exc).__name__}: {exc}"
+            if lent is not None and lent.closed and not isinstance(exc, CallTimedOut):
+                raise retries.ConnectionDropped(message) from exc
+            raise StoreUnavailable(message) from exc
 
     def execute(self, query: str, params: Mapping[str, Any]) -> None:
         """One statement without a result, in its own transaction (autocommit)."""

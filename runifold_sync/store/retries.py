@@ -13,8 +13,10 @@ for its thread, until when its calls may go on (:func:`retrying_until`):
   whose answer was lost is checked against the row, since that attempt may have applied
   (the ``applied`` argument). Reads and lease extensions are safe as they are.
 
-Outside such a block (producers, operators, a worker between tasks) nothing is retried
-here; a worker's loop retries its failed cycle itself.
+Outside such a block (producers, operators, a worker between tasks) those operations
+are sent again once, at once, when the server dropped the connection under them
+(:class:`ConnectionDropped`: a terminated backend); a worker's loop retries its failed
+cycle itself.
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ LATE_ATTEMPT_S = 1.0
 # moment. The first retry is immediate (a connection the server dropped).
 _PAUSE_S = 0.05
 _PAUSE_MAX_S = 0.5
+
+
+class ConnectionDropped(StoreUnavailable):
+    """The server closed the connection while a call used it (a terminated backend): the
+    store itself may well answer on a fresh one."""
 
 
 @attrs.frozen
@@ -94,7 +101,8 @@ def attempt_deadline(bound_s: float | None) -> float | None:
 
 def retried(attempt: Callable[[], T], applied: Callable[[], T | None] | None = None) -> T:
     """``attempt()``, tried again while it fails for an outage and the thread's patience
-    leaves time (not at all outside :func:`retrying_until`). When an attempt after a
+    leaves time (outside :func:`retrying_until`, once after a :class:`ConnectionDropped`
+    only). When an attempt after a
     failed one is refused with :class:`LeaseLostError`, ``applied()`` says whether the
     failed attempt had applied the write after all (its answer lost with its
     connection): its answer then, or None when it had not."""
@@ -110,8 +118,13 @@ def retried(attempt: Callable[[], T], applied: Callable[[], T | None] | None = N
             raise
         except StoreUnavailable as exc:
             patience = _PATIENCE.get()
-            if patience is None or not is_outage(exc):
+            if not is_outage(exc):
                 raise
+            if patience is None:
+                if failures or not isinstance(exc, ConnectionDropped):
+                    raise
+                failures += 1
+                continue
             left_s = patience.until() - time.monotonic()
             if left_s <= 0:
                 raise
