@@ -202,6 +202,12 @@ class LeaseKeeper:
             lease = self._lease
             self._ending = None if lease is None else (lease.task_id, lease.fencing_token)
 
+    def known_task_ids(self) -> set[str]:
+        """The tasks whose leases this keeper extends: the running one and those held."""
+        with self._lock:
+            running = set() if self._lease is None else {self._lease.task_id}
+            return running | set(self._held)
+
     @property
     def cut_off(self) -> bool:
         """The thread's last store call failed for an outage (and the thread still runs):

@@ -30,11 +30,12 @@ from .cancellation import CancellationToken
 from .claim_ahead import ClaimedAhead
 from .deadlines import DeadlineListener
 from .definition import WorkflowRegistry
-from .errors import InvalidArgument, StoreNotWritable, StoreUnavailable
+from .errors import InvalidArgument, LeaseLostError, StoreNotWritable, StoreUnavailable
 from .execution import ClaimExecutor
 from .heartbeat import LeaseKeeper
 from .held_completions import Held, HeldCompletions
 from .idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF, IdleBackoff, IdleWait
+from .logs import task_fields
 from .models import LeaseDuration, WorkerId, check_count
 from .observer import CycleObserver
 from .outcomes import Idle, LeaseLost, RunOutcome, Yielded
@@ -54,6 +55,7 @@ NOT_WRITABLE_ATTEMPTS = 5
 CLOCK_SKEW_WARNING_S = 5.0
 # How often a cut-off worker looks whether its heartbeat thread reaches the store again.
 _CUT_OFF_POLL_S = 0.1
+_LOST_ANSWER = "handed back unstarted: the answer to its claim was lost with the connection"
 
 
 @attrs.frozen
@@ -221,6 +223,7 @@ class WorkflowWorker:
                 if self._keeper.cut_off:
                     self._wait_while_cut_off(shutdown)
                     continue
+                self._hand_back_unknown_leases()
                 # Claim the next task with this one's completion unless the loop ends after
                 # this cycle or stops: the worker checks the token again just before the
                 # completion, so a stop during the cycle makes no new claim. The last
@@ -259,6 +262,31 @@ class WorkflowWorker:
         message = f"worker {self.worker_id}: {what}; backing off"
         self.store.outage.report(log, message, exc, {"worker_id": self.worker_id.value})
         shutdown.wait(delay.total_seconds())
+
+    def _hand_back_unknown_leases(self) -> None:
+        """After a claim that failed once it may have committed (its answer lost with its
+        connection, ``store.claims_in_doubt``), hand back the leases this worker holds
+        but does not know of, so their tasks run now rather than once those leases run
+        out. Between cycles every lease this worker knows of is its heartbeat's; when
+        the store does not answer, this is tried again before the next cycle."""
+        if self.worker_id.value not in self.store.claims_in_doubt:
+            return
+        try:
+            known = self._keeper.known_task_ids()
+            for lease in self.store.leases_of(self.worker_id):
+                if lease.task_id in known:
+                    continue
+                try:
+                    with crashpoints.transition("hand_back"):
+                        self.store.release(lease, delay=timedelta(0), reason=_LOST_ANSWER)
+                except LeaseLostError:
+                    continue  # expired meanwhile: another worker's to take
+                log.info("handed back a task whose claim's answer was lost", extra=task_fields(lease))
+        except StoreUnavailable as exc:
+            message = f"worker {self.worker_id}: could not hand back the tasks of a lost claim's answer"
+            self.store.outage.report(log, message, exc, {"worker_id": self.worker_id.value})
+            return
+        self.store.claims_in_doubt.discard(self.worker_id.value)
 
     def _wait_while_cut_off(self, shutdown: CancellationToken) -> None:
         """Claim nothing until the heartbeat thread reaches the store again (or the loop

@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..errors import InvalidArgument, InvalidState, LeaseLostError
+from ..errors import InvalidArgument, InvalidState, LeaseLostError, StoreUnavailable
 from ..models import LeaseDuration, WorkerId
 from ..outcomes import FailureDetail
 from . import checks, event_details, refusals, row_records, signal_checks
@@ -55,6 +55,28 @@ class WorkerOperations:
     dialect: Dialect
     operation_timer: OperationTimer | None
     step_connection: StepConnection | None
+    # Workers (their ids) a claim of which failed after it may have committed: each hands
+    # back the leases it does not know of (``leases_of``) before it claims again.
+    claims_in_doubt: set[str]
+
+    def leases_of(self, worker_id: WorkerId) -> list[Lease]:
+        """The unexpired leases ``worker_id`` holds. A claim whose answer was lost (its
+        connection dropped after the commit) leased tasks its worker does not know of:
+        the worker hands back those it does not hold (see :attr:`claims_in_doubt`)."""
+        d = self.dialect
+        rows = retried(lambda: d.all("leases_of_worker", {"worker_id": worker_id.value}))
+        return [
+            Lease(
+                row["task_id"],
+                row["tenant"],
+                worker_id.value,
+                row["fencing_token"],
+                d.time(row["lease_expires"]),
+                row["cancel_requested"],
+                row["paused"],
+            )
+            for row in rows
+        ]
 
     def bound_calls(self, lease: LeaseDuration) -> None:
         """A worker holding leases of ``lease`` uses this store: no store call may keep it
@@ -72,7 +94,21 @@ class WorkerOperations:
         expired lease), raising each one's fencing token and claim count. With ``routes``
         (a worker's queues and definitions) only tasks it can run are taken; None takes
         any task."""
-        return self.dialect.claim(ClaimRequest(worker_id, lease, limit, checks.check_routes(routes)))
+        request = ClaimRequest(worker_id, lease, limit, checks.check_routes(routes))
+        with self._claiming(request):
+            return self.dialect.claim(request)
+
+    @contextmanager
+    def _claiming(self, request: ClaimRequest | None) -> Iterator[None]:
+        """A call that claims with ``request``: when it fails for an outage, its answer
+        may have been lost after the claim committed, so the worker is put in
+        :attr:`claims_in_doubt`."""
+        try:
+            yield
+        except StoreUnavailable:
+            if request is not None:
+                self.claims_in_doubt.add(request.worker_id.value)
+            raise
 
     @timed
     def heartbeat(self, lease: Lease, duration: LeaseDuration) -> Lease:
@@ -368,10 +404,11 @@ class WorkerOperations:
 
         def complete() -> list[ClaimedTask]:
             # Sent again, without the claim: what an attempt whose answer was lost
-            # leased is not known, and claiming anew would lease more.
+            # leased is not known (see claims_in_doubt), and claiming anew would lease more.
             nonlocal claim
             request, claim = claim, None
-            done = self.dialect.complete_all([completion], request)
+            with self._claiming(request):
+                done = self.dialect.complete_all([completion], request)
             if done.refused:
                 raise done.refused[lease.task_id]
             return done.claimed
@@ -395,7 +432,8 @@ class WorkerOperations:
             if task_id in seen:
                 raise InvalidArgument(f"complete_batch got task {task_id!r} twice; a task completes once")
             seen.add(task_id)
-        return self.dialect.complete_all([self._completion(c) for c in completions], then_claim)
+        with self._claiming(then_claim):
+            return self.dialect.complete_all([self._completion(c) for c in completions], then_claim)
 
     def _completion(self, completion: Completion) -> FencedTransition:
         d = self.dialect

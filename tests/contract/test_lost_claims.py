@@ -67,3 +67,18 @@ def test_progress_committed_since_the_claim_or_a_lease_its_holder_ended_is_not_t
     assert store.forgive_lost_claim(second.lease, second.revision) is False
     assert _count(store, "t2") == 0
     assert not [e for e in store.history("t2") if e.kind == "lease_lost"]
+
+
+def test_leases_of_a_worker_are_its_unexpired_leases(store: WorkflowStore, clock: Clock) -> None:
+    """What a worker whose claim's answer was lost reads to find the leases it does not
+    know of."""
+    store.enqueue_many([WorkflowTask.new("orders", 1, None, checkpoint_id=t) for t in ("t1", "t2", "t3")])
+    mine = store.claim(CUT_OFF, SHORT, limit=2)
+    store.claim(RESCUER, SHORT, limit=1)
+    held = store.leases_of(CUT_OFF)
+    assert sorted((lease.task_id, lease.fencing_token) for lease in held) == sorted(
+        (c.lease.task_id, c.lease.fencing_token) for c in mine
+    )
+    assert all(lease.worker_id == "cut-off" and lease.tenant == "default" for lease in held)
+    clock.advance(SHORT.value * 2)
+    assert store.leases_of(CUT_OFF) == []

@@ -650,6 +650,12 @@ ON CONFLICT (worker_id) DO UPDATE SET
 -- name: worker_seen
 UPDATE runifold_workers SET last_seen = {now} WHERE worker_id = %(worker_id)s AND pid = %(pid)s;
 
+-- name: leases_of_worker
+-- The unexpired leases one worker holds: a claim whose answer was lost with its
+-- connection leaves some it does not know of (few rows: the leased tasks).
+SELECT task_id, tenant, fencing_token, lease_expires, cancel_requested, paused FROM runifold_tasks
+WHERE state = 'leased' AND worker_id = %(worker_id)s AND lease_expires > {now};
+
 -- name: worker_stopped
 WITH clock AS (SELECT {now} AS now)
 UPDATE runifold_workers AS w SET stopped_at = clock.now, last_seen = clock.now FROM clock

@@ -432,6 +432,12 @@ ON CONFLICT (worker_id) DO UPDATE SET
 -- name: worker_seen
 UPDATE runifold_workers SET last_seen = {now} WHERE worker_id = :worker_id AND pid = :pid;
 
+-- name: leases_of_worker
+-- The unexpired leases one worker holds: a claim whose answer was lost with its
+-- connection leaves some it does not know of (few rows: the leased tasks).
+SELECT task_id, tenant, fencing_token, lease_expires, cancel_requested, paused FROM runifold_tasks
+WHERE state = 'leased' AND worker_id = :worker_id AND lease_expires > {now};
+
 -- name: worker_stopped
 UPDATE runifold_workers SET stopped_at = {now}, last_seen = {now}
 WHERE worker_id = :worker_id AND pid = :pid;
