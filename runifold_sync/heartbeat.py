@@ -124,10 +124,13 @@ class LeaseKeeper:
         self._cut_off = False  # the thread's last store call failed for an outage
         self._failed_at = float("-inf")  # monotonic time of that failure
         self._watched: tuple[str, int] | None = None  # (task, token) of the last watched lease
+        self._watched_revision = 0  # the revision its claim saw
         # Held leases lost, with the monotonic time each was last extended from.
         self._lost_held: dict[str, float] = {}
-        # Claims lost while cut off, to tell the store once it answers: (lease, revision).
+        # Claims lost while cut off, to tell the store once it answers: (lease, revision),
+        # and the (task, token) of every one queued, so each is told once.
         self._forgiven: list[tuple[Lease, int]] = []
+        self._forgiven_claims: set[tuple[str, int]] = set()
 
     def report_deadlines(self, listener: DeadlineListener) -> None:
         """Tell ``listener`` the earliest deadline of the bodies with a timeout running in
@@ -149,13 +152,15 @@ class LeaseKeeper:
             self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
             self._thread.start()
 
-    def watch(self, lease: Lease, extended_at: float | None = None) -> LeaseFlags:
-        """Start extending ``lease``, last extended (or claimed) at monotonic time
-        ``extended_at`` (default now); returns the flags the heartbeat thread sets."""
+    def watch(self, lease: Lease, extended_at: float | None = None, revision: int = 0) -> LeaseFlags:
+        """Start extending ``lease`` (of a claim that saw ``revision``), last extended (or
+        claimed) at monotonic time ``extended_at`` (default now); returns the flags the
+        heartbeat thread sets."""
         start = time.monotonic() if extended_at is None else extended_at
         with self._lock:
             self._lease = lease
             self._watched = (lease.task_id, lease.fencing_token)
+            self._watched_revision = revision
             self._ending = None
             self._watched_at = time.monotonic()
             expires = start + self._duration.seconds
@@ -215,6 +220,10 @@ class LeaseKeeper:
         thread = self._thread
         return self._cut_off and thread is not None and thread.is_alive()
 
+    def cut_off_within(self, seconds: float) -> bool:
+        """Whether the thread's store calls failed for an outage in the last ``seconds``."""
+        return time.monotonic() - self._failed_at < seconds
+
     def forgive_if_cut_off(self, lease: Lease, revision: int) -> None:
         """``lease`` (of a claim that saw ``revision``) was found lost: when the thread
         could not reach the store since the lease was last extended, the worker lived
@@ -226,7 +235,14 @@ class LeaseKeeper:
             if extended is None and self._watched == (lease.task_id, lease.fencing_token):
                 extended = self._flags.deadline - self._duration.seconds
             if extended is not None and self._failed_at >= extended:
-                self._forgiven.append((lease, revision))
+                self._forgive(lease, revision)
+
+    def _forgive(self, lease: Lease, revision: int) -> None:
+        """Queue the report of a claim lost while cut off, once (caller holds the lock)."""
+        claim = (lease.task_id, lease.fencing_token)
+        if claim not in self._forgiven_claims:
+            self._forgiven_claims.add(claim)
+            self._forgiven.append((lease, revision))
 
     def unwatch(self) -> None:
         with self._lock:
@@ -290,6 +306,10 @@ class LeaseKeeper:
                 if self._stop:
                     return
                 lease, flags, worker_id = self._lease, self._flags, self._worker_id
+            # Claims lost while cut off first: a worker that takes one of their tasks over
+            # once the network heals may be counting them as crashes meanwhile.
+            if not self._send_forgiven():
+                return
             if worker_id is not None:
                 try:
                     with retrying_until(time.monotonic() + self._attempt_s):
@@ -304,7 +324,7 @@ class LeaseKeeper:
                 return
             if not self._hand_back_held() or not self._extend_held():
                 return
-            if not self._beat_hook() or not self._send_forgiven():
+            if not self._beat_hook():
                 return
 
     def _answered(self) -> None:
@@ -434,6 +454,8 @@ class LeaseKeeper:
                 ended = self._ending == (lease.task_id, lease.fencing_token)
                 if current:  # lost for good: stop beating for it (and logging it)
                     self._lease = None
+                if current and not ended and self._failed_at >= flags.deadline - self._duration.seconds:
+                    self._forgive(lease, self._watched_revision)  # ran out while cut off
             if current and not ended:  # otherwise the cycle ended the lease itself
                 log.warning("lease lost", extra=task_fields(lease))
             return True
@@ -444,6 +466,9 @@ class LeaseKeeper:
             self._failed(exc, "heartbeat failed", task_fields(lease))
             if flags.expired():
                 flags.lost = True
+                if is_outage(exc):
+                    with self._lock:
+                        self._forgive(lease, self._watched_revision)  # ran out while cut off
             return True
         self._beat_landed(flags, started)
         if renewed.cancel_requested is not None:
