@@ -185,6 +185,15 @@ def listen_on_namespace(cluster: PrivateCluster, ns: Namespace) -> str:
     return f"postgresql://postgres@{ns.host_ip}:{cluster.port}/postgres"
 
 
+def stop_listening(cluster: PrivateCluster) -> None:
+    """Undo :func:`listen_on_namespace`: the cluster listens on 127.0.0.1 alone again."""
+    (Path(f"/etc/postgresql/{cluster.version}/{cluster.name}") / "conf.d" / "runifold_netns.conf").unlink(
+        missing_ok=True
+    )
+    cluster.ctl("restart")
+    cluster.wait_until_reachable()
+
+
 @attrs.frozen
 class NamespaceAttempt:
     """A namespace, or why there is none."""
