@@ -3,11 +3,11 @@ the database by a real network, not by a stub.
 
 :func:`create` makes a namespace joined to the host by a veth pair on a private /30
 (``10.231.N.0/30``: the host end ``.1``, the namespace's ``.2``); a process runs inside it
-with ``ip netns exec`` (:meth:`Namespace.command`). :meth:`Namespace.cut` sets the host
-end of the pair down: from then on every packet between the namespace and the host is
-dropped, in flight or new (TCP retransmits and connection attempts time out, as across
-a broken network), until :meth:`Namespace.restore`. :meth:`Namespace.drop_replies`
-drops only what the host sends into the namespace (a netem qdisc on the host end): a
+with ``ip netns exec`` (:meth:`Namespace.command`). :meth:`Namespace.cut` lets no
+packet between the namespace and the host through, silently, until
+:meth:`Namespace.restore` (TCP retransmits and connection attempts wait, as across a
+failing network); :meth:`Namespace.set_down` sets the link down instead;
+:meth:`Namespace.drop_replies` stops only what the host sends into the namespace: a
 request still reaches the server and is applied, its answer is lost.
 
 A PostgreSQL server the namespace reaches must listen on :attr:`Namespace.host_ip`: the
@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,10 +53,10 @@ def _ip(*args: str, check: bool = True) -> str:
     return done.stdout
 
 
-def _tc(*args: str, check: bool = True) -> None:
-    done = subprocess.run(["tc", *args], capture_output=True, text=True, timeout=30)
+def _run(*argv: str, check: bool = True) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     if check and done.returncode != 0:
-        raise NetnsError(f"tc {' '.join(args)} exited {done.returncode}: {done.stderr.strip()}")
+        raise NetnsError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
 
 
 @attrs.frozen
@@ -86,12 +87,26 @@ class Namespace:
         return ["ip", "netns", "exec", self.name, *argv]
 
     def cut(self) -> None:
-        """Drop every packet between the namespace and the host from now on."""
+        """Let no packet between the namespace and the host through from now on, in either
+        direction, silently: each end of the pair holds what leaves it (a token bucket of
+        one byte a second; :meth:`restore` drops what it holds). TCP takes a held packet
+        for sent, so a statement in flight waits for an answer while its retransmissions
+        back off, and a connection attempt for its SYN's, as across a network that fails.
+        (A queue that refused them instead would tell the sender at once, and TCP retries
+        a local drop within milliseconds; a link set down is kinder still.)"""
+        self._hold_leaving(inside=False)
+        self._hold_leaving(inside=True)
+
+    def set_down(self) -> None:
+        """Set the host end of the pair down: packets between the namespace and the host
+        are dropped, and the host no longer routes to the namespace."""
         _ip("link", "set", self.host_if, "down")
 
     def restore(self) -> None:
-        """Undo :meth:`cut` and :meth:`drop_replies`: the link carries packets again."""
-        _tc("qdisc", "del", "dev", self.host_if, "root", check=False)
+        """Undo :meth:`cut`, :meth:`set_down` and :meth:`drop_replies`: the link carries
+        packets again."""
+        _run("tc", "qdisc", "del", "dev", self.host_if, "root", check=False)
+        _run(*self.command("tc", "qdisc", "del", "dev", self.inner_if, "root"), check=False)
         _ip("link", "set", self.host_if, "up")
         deadline = time.monotonic() + 10
         while "state UP" not in _ip("link", "show", self.host_if):
@@ -100,10 +115,24 @@ class Namespace:
             time.sleep(0.05)
 
     def drop_replies(self) -> None:
-        """Drop what the host sends into the namespace, and only that: a statement sent
+        """Hold what the host sends into the namespace, and only that: a statement sent
         from inside still reaches the server (its retransmissions too), its answer never
         comes back."""
-        _tc("qdisc", "replace", "dev", self.host_if, "root", "netem", "loss", "100%")
+        self._hold_leaving(inside=False)
+
+    def _hold_leaving(self, *, inside: bool) -> None:
+        """Hold every packet leaving one end of the pair, the host's (into the namespace)
+        or the namespace's (to the host): an HTB class of 8 bit/s with a one-byte burst
+        takes all traffic, and a packet needs over a minute of its tokens. The bucket
+        starts with tokens enough for one packet: a datagram to the discard port spends
+        them at once."""
+        device, peer = (self.inner_if, self.host_ip) if inside else (self.host_if, self.inner_ip)
+        tc = ("ip", "netns", "exec", self.name, "tc") if inside else ("tc",)
+        _run(*tc, "qdisc", "replace", "dev", device, "root", "handle", "1:", "htb", "default", "1")
+        rate = ("rate", "8bit", "ceil", "8bit", "burst", "1", "cburst", "1")
+        _run(*tc, "class", "replace", "dev", device, "parent", "1:", "classid", "1:1", "htb", *rate)
+        send = f"import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('{peer}', 9))"
+        _run(*(self.command(sys.executable, "-c", send) if inside else (sys.executable, "-c", send)))
 
     def delete(self) -> None:
         """Remove the pair (with its host end) and the namespace; idempotent."""
