@@ -2,8 +2,8 @@
 makes (``tests/support/netns.py``), cut off from the database by setting its link down,
 then joined again.
 
-- A partition shorter than a lease (4 s against 8 s leases, heartbeats every 2 s: a cut
-  of 5-6 s used to lose both leases of a pool of 2): no lease is lost, no task is taken
+- A partition shorter than a lease (4 s against 8 s leases, heartbeats every 2 s, cut
+  just before a beat, while steps outlast the cut): no lease is lost, no task is taken
   over, every step body runs once.
 - A partition several leases long (15 s against 4 s leases), with tasks allowed a single
   claim without progress: the leases in flight are lost, and each worker reports its
@@ -273,3 +273,35 @@ def test_a_worker_cut_off_in_a_non_idempotent_effect_leaves_it_to_be_reconciled(
     runs = Counter(call for task, call in _ledger(path) if task == "c1")
     assert runs == {"prepare#1": 1, "charge#1": 1, "finish#1": 1}, runs  # the effect ran once in all
     assert [e.kind for e in store.history("c1")].count("completed") == 1
+
+
+@pytest.mark.timeout(240)
+def test_an_effect_result_whose_answer_is_lost_is_found_applied_and_not_run_again(
+    ns: Namespace, postgres_url: str, tmp_path: Path
+) -> None:
+    """The commit recording a non-idempotent effect's result reaches the server and is
+    applied, but its answer never comes back: the worker gives the attempt up and sends
+    the commit again on a fresh connection, the fence refuses that one (the revision has
+    moved on), and the row shows the first attempt applied under this lease. So the
+    worker carries on with its task: no lease lost, no body run again, nothing to
+    reconcile."""
+    store = open_store(postgres_url)
+    store.enqueue(WorkflowTask.new("partition-charge", 1, "order-2", checkpoint_id="c2"))
+    path, gate, stderr = tmp_path / "ledger.txt", tmp_path / "gate", tmp_path / "pool.err"
+    env = dict(os.environ, PARTITION_LEDGER=str(path), PARTITION_GATE=str(gate))
+    command = ns.command(*_app([sys.executable], _inside(postgres_url, ns)))
+    # Each attempt may take half a lease (6 s): answers stay away for 7 s, within the lease.
+    with _pool(command, env, stderr, lease_s=12.0, heartbeat_s=3.0, concurrency=1) as proc:
+        _wait(lambda: ("c2", "charge#1") in _ledger(path), "the effect never started", proc, stderr)
+        ns.drop_replies()
+        gate.touch()
+        time.sleep(7.0)
+        ns.restore()
+        _wait(lambda: store.get_task("c2").state is TaskState.TERMINAL, "the task never ended", proc, stderr)
+        report = _stop(proc, stderr)
+    record = store.get_task("c2")
+    assert (record.outcome, record.result) == (TaskOutcome.COMPLETED, "charged c2/charge#1"), record.reason
+    assert Counter(call for _, call in _ledger(path)) == {"prepare#1": 1, "charge#1": 1, "finish#1": 1}
+    history = store.history("c2")
+    assert [e.kind for e in history].count("claimed") == 1, [e.kind for e in history]
+    assert report["restarts"] == 0, report
