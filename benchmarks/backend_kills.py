@@ -124,30 +124,25 @@ def _figures(
     return figures
 
 
-def main() -> None:
-    parser = arg_parser(__doc__)
-    parser.add_argument("--quick", action="store_true", help="10 s phases")
-    parser.add_argument("--rate", type=float, default=50.0, help="tasks enqueued per second")
-    parser.add_argument("--every", type=float, default=2.0, help="seconds between kills")
-    parser.add_argument("--phase-s", type=float, default=None, help="seconds each phase lasts")
-    args = parser.parse_args()
-    phase_s = args.phase_s or (10.0 if args.quick else 30.0)
+def run(quick: bool, rate: float = 50.0, every: float = 2.0, phase_s: float | None = None) -> list[Row]:
+    """The three phases' figures as rows, ratios to the baseline phase."""
+    phase_s = phase_s or (10.0 if quick else 30.0)
     phases = ["baseline", "kills", "recovery"]
     with fresh_postgres() as url:
         open_store(url).close()  # migrated before the pool starts
         kills = 0
         with running_pool(_with_application_name(url, POOL_APP), PROCESSES):
             time.sleep(2.0)  # every worker up and idle
-            producer = Producer(url, args.rate)
+            producer = Producer(url, rate)
             producer.start()
             try:
                 for phase in phases:
-                    progress(f"{phase}: {phase_s:.0f} s at {args.rate:.0f} tasks/s")
+                    progress(f"backend kills: {phase}, {phase_s:.0f} s at {rate:.0f} tasks/s")
                     producer.phase = phase
                     ends = time.monotonic() + phase_s
                     while time.monotonic() < ends:
                         if phase == "kills":
-                            time.sleep(min(args.every, max(ends - time.monotonic(), 0.0)))
+                            time.sleep(min(every, max(ends - time.monotonic(), 0.0)))
                             kills += _kill_pool_backends(url)
                         else:
                             time.sleep(0.1)
@@ -168,31 +163,44 @@ def main() -> None:
     base_rate, base_p50, base_p99, _ = figures["baseline"]
     rows = []
     for phase in phases:
-        rate, p50, p99, failed = figures[phase]
+        completed_s, p50, p99, failed = figures[phase]
         measured = phase != "baseline"
+        label = f"backend kills every {every:g} s, {phase}"
+        killed = f" ({kills} connections killed)" if phase == "kills" else ""
         rows.append(
             Row(
-                f"{phase}: completions/s" + (f" ({kills} connections killed)" if phase == "kills" else ""),
-                f"{rate:.1f}",
-                f"{rate / base_rate:.2f}x",
+                f"{label}: completions/s{killed}",
+                f"{completed_s:.1f}",
+                f"{completed_s / base_rate:.2f}x",
                 ">= 0.9x" if measured else "",
-                rate / base_rate >= 0.9 if measured else None,
+                completed_s / base_rate >= 0.9 if measured else None,
             )
         )
-        rows.append(Row(f"{phase}: pickup p50", f"{p50:.1f} ms", f"{p50 / base_p50:.2f}x"))
+        rows.append(Row(f"{label}: pickup p50", f"{p50:.1f} ms", f"{p50 / base_p50:.2f}x"))
         rows.append(
             Row(
-                f"{phase}: pickup p99",
+                f"{label}: pickup p99",
                 f"{p99:.1f} ms",
                 f"{p99 / base_p99:.2f}x",
                 "< 1000 ms" if measured else "",
                 p99 < 1000 if measured else None,
             )
         )
-        rows.append(Row(f"{phase}: tasks not completed within 45 s", str(failed), "", "0", failed == 0))
+        rows.append(Row(f"{label}: tasks not completed within 45 s", str(failed), "", "0", failed == 0))
+    return rows
+
+
+def main() -> None:
+    parser = arg_parser(__doc__)
+    parser.add_argument("--quick", action="store_true", help="10 s phases")
+    parser.add_argument("--rate", type=float, default=50.0, help="tasks enqueued per second")
+    parser.add_argument("--every", type=float, default=2.0, help="seconds between kills")
+    parser.add_argument("--phase-s", type=float, default=None, help="seconds each phase lasts")
+    args = parser.parse_args()
+    rows = run(args.quick, args.rate, args.every, args.phase_s)
     print_table(
-        f"pg_terminate_backend of a pool of {PROCESSES}'s connections every {args.every:g} s, "
-        f"{args.rate:g} tasks/s (ratios: the baseline phase of the same run)",
+        f"pg_terminate_backend of a pool of {PROCESSES}'s connections, {args.rate:g} tasks/s "
+        "(ratios: the baseline phase of the same run)",
         rows,
     )
 
