@@ -1,9 +1,8 @@
 """Every benchmark in one run and one table: commit limit, workflow throughput, peers,
 idle pickup latency, result latency, server connections killed under a pool, claims at
-scale, memory, CPU per step, a one-step
-task's cost by layer, workflow length, retention and the dashboard's pages, with each
-ratio taken against a baseline measured in this same run and each target of the
-performance issue marked met or NOT MET.
+scale, memory, CPU per step, a one-step task's cost by layer, workflow length, retention
+and the dashboard's pages, with each ratio taken against a baseline measured in this
+same run and each target of the performance issue marked met or NOT MET.
 
 ``python benchmarks/run_all.py --quick`` (small N, a few minutes) or without ``--quick``
 for the full sizes (N=500 workflows, 2,000 one-step tasks, 200 latency samples).
