@@ -49,10 +49,10 @@ RV = TypeVar("RV")
 Connection = psycopg.Connection[DictRow]
 
 # A connection idle longer than this is checked (one empty query) before it is handed out:
-# a server restart breaks idle connections, and checking them replaces them instead of
-# failing the caller. One used more recently skips the round trip, which otherwise came
-# with every statement; if the server restarted in between, that statement fails with
-# StoreUnavailable (ending the cycle, not the task) and the broken connection is dropped.
+# a server restart or a broken network leaves idle connections dead, and checking them
+# replaces them instead of failing the caller. One used more recently skips the round
+# trip, which otherwise came with every statement, unless the server has sent it
+# something since (a terminated backend's goodbye: see _unusable).
 _CHECK_AFTER_IDLE_S = 1.0
 _POOL_NAME = "runifold"
 # How psycopg_pool logs each failed reconnection (psycopg_pool/pool.py, _add_connection).
@@ -142,7 +142,7 @@ class PooledConnection(psycopg.Connection[DictRow]):
             if timeout is None or left_s < timeout:
                 try:
                     return super().wait(gen, interval, left_s)
-                except psycopg.errors._WaitTimeout:
+                except psycopg.errors._WaitTimeout:  # what psycopg's own timed waits catch
                     self.pgconn.finish()
                     raise CallTimedOut("no answer in time; the connection was closed") from None
         return super().wait(gen, interval, timeout)
