@@ -149,13 +149,11 @@ class ClaimExecutor:
                 try:
                     return self._execute(claimed, definition, ctx)
                 except StoreUnavailable as exc:
-                    if not flags.expired() or not is_outage(exc):
-                        raise
-                    # The store did not answer before the lease ran out: the task is
-                    # another worker's to take now, as if the write had been refused.
-                    return self._lease_lost(
-                        claimed, LeaseLostError(lease.task_id, lease.fencing_token, str(exc))
-                    )
+                    # The store did not answer before the lease ran out: the cycle fails
+                    # (an outage, as the worker's loop says), its lease lost while cut off.
+                    if flags.expired() and is_outage(exc):
+                        self._keeper.forgive_if_cut_off(lease, claimed.revision)
+                    raise
         finally:
             self._keeper.unwatch()
 

@@ -128,7 +128,7 @@ class LeaseKeeper:
         # Held leases lost, with the monotonic time each was last extended from.
         self._lost_held: dict[str, float] = {}
         # Claims lost while cut off, to tell the store once it answers: (lease, revision),
-        # and the (task, token) of every one queued, so each is told once.
+        # and the (task, token) of each one queued until told, so each is queued once.
         self._forgiven: list[tuple[Lease, int]] = []
         self._forgiven_claims: set[tuple[str, int]] = set()
 
@@ -358,6 +358,8 @@ class LeaseKeeper:
                         self._forgiven[:0] = forgiven[at:]
                     return True
                 continue
+            with self._lock:  # told: a late second report of it is refused by the store
+                self._forgiven_claims.discard((lease.task_id, lease.fencing_token))
             if taken_back:
                 log.info(
                     "lease lost while cut off from the store: not counted as a crash",
