@@ -120,6 +120,10 @@ claimed_events AS (
 )
 SELECT * FROM leased
 
+-- name: claim_candidate
+-- Part of the claims' candidates: what a claim reads of a task it may lease.
+t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at, t.waiting_for_signal
+
 -- name: claim_tasks
 -- One statement: admit tenants (room under their lease limit, charges under their
 -- budget), lock each admitted tenant's first ready tasks (skipping rows another claimer
@@ -130,8 +134,7 @@ WITH clock AS MATERIALIZED (SELECT {now} AS now),
 {query:claim_admitted_tenants},
 expired AS MATERIALIZED (
     SELECT c.*, p.served_at, p.room FROM tenants p CROSS JOIN LATERAL (
-        SELECT t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at,
-            t.waiting_for_signal, NULL::text AS route_fingerprint
+        SELECT {query:claim_candidate}, NULL::text AS route_fingerprint
         FROM runifold_tasks t
         WHERE t.tenant = p.tenant AND t.state = 'leased' AND t.lease_expires <= (SELECT now FROM clock)
             AND t.paused IS NULL
@@ -142,8 +145,7 @@ expired AS MATERIALIZED (
 ),
 ready AS MATERIALIZED (
     SELECT c.*, p.served_at, p.room FROM tenants p CROSS JOIN LATERAL (
-        SELECT t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at,
-            t.waiting_for_signal, NULL::text AS route_fingerprint
+        SELECT {query:claim_candidate}, NULL::text AS route_fingerprint
         FROM runifold_tasks t
         WHERE t.tenant = p.tenant AND t.state IN ('queued', 'waiting')
             AND t.ready_at IS NOT NULL AND t.ready_at <= (SELECT now FROM clock) AND t.paused IS NULL
@@ -173,8 +175,7 @@ routes AS MATERIALIZED (
 expired AS MATERIALIZED (
     SELECT c.*, p.served_at, p.room FROM tenants p CROSS JOIN LATERAL (
         SELECT x.* FROM routes r CROSS JOIN LATERAL (
-            SELECT t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at,
-                t.waiting_for_signal, r.fingerprint AS route_fingerprint
+            SELECT {query:claim_candidate}, r.fingerprint AS route_fingerprint
             FROM runifold_tasks t
             WHERE t.tenant = p.tenant AND t.state = 'leased' AND t.lease_expires <= (SELECT now FROM clock)
                 AND t.queue = r.queue AND t.definition_name = r.name AND t.definition_version = r.version
@@ -191,8 +192,7 @@ expired AS MATERIALIZED (
 ready AS MATERIALIZED (
     SELECT c.*, p.served_at, p.room FROM tenants p CROSS JOIN LATERAL (
         SELECT x.* FROM routes r CROSS JOIN LATERAL (
-            SELECT t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at,
-                t.waiting_for_signal, r.fingerprint AS route_fingerprint
+            SELECT {query:claim_candidate}, r.fingerprint AS route_fingerprint
             FROM runifold_tasks t
             WHERE t.tenant = p.tenant AND t.queue = r.queue AND t.definition_name = r.name
                 AND t.definition_version = r.version AND t.state IN ('queued', 'waiting')
