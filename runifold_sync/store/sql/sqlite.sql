@@ -35,7 +35,7 @@ tenants AS (
     ) < p.budget_cost END
 )
 
--- name: claimable_candidate
+-- name: claim_candidate
 -- Part of the claims' candidates: what a claim reads of a task it may lease (t) and of
 -- its tenant's admission (p).
 t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.updated_at, t.waiting_for_signal, t.priority,
@@ -65,7 +65,7 @@ LIMIT :limit
 -- makes it exact.
 WITH {query:claimable_admitted_tenants},
 pool AS (
-    SELECT {query:claimable_candidate}, NULL AS route_fingerprint
+    SELECT {query:claim_candidate}, NULL AS route_fingerprint
     FROM tenants p JOIN runifold_tasks t ON t.task_id IN (
         SELECT x.task_id FROM runifold_tasks x
         WHERE x.tenant = p.tenant AND x.state IN ('queued', 'waiting', 'leased') AND x.state <> 'leased'
@@ -75,7 +75,7 @@ pool AS (
     )
     WHERE p.room > 0
     UNION ALL
-    SELECT {query:claimable_candidate}, NULL AS route_fingerprint
+    SELECT {query:claim_candidate}, NULL AS route_fingerprint
     FROM tenants p JOIN runifold_tasks t ON t.task_id IN (
         SELECT x.task_id FROM runifold_tasks x INDEXED BY runifold_tasks_leased
         WHERE x.tenant = p.tenant AND x.state = 'leased' AND x.lease_expires <= :now
@@ -102,7 +102,7 @@ routes AS MATERIALIZED (
     FROM json_each(:routes)
 ),
 pool AS (
-    SELECT {query:claimable_candidate}, r.fingerprint AS route_fingerprint
+    SELECT {query:claim_candidate}, r.fingerprint AS route_fingerprint
     FROM tenants p CROSS JOIN routes r JOIN runifold_tasks t ON t.task_id IN (
         SELECT x.task_id FROM runifold_tasks x INDEXED BY runifold_tasks_routed
         WHERE x.tenant = p.tenant AND x.queue = r.queue AND x.definition_name = r.name
@@ -116,7 +116,7 @@ pool AS (
     )
     WHERE p.room > 0
     UNION ALL
-    SELECT {query:claimable_candidate}, r.fingerprint AS route_fingerprint
+    SELECT {query:claim_candidate}, r.fingerprint AS route_fingerprint
     FROM tenants p CROSS JOIN routes r JOIN runifold_tasks t ON t.task_id IN (
         SELECT x.task_id FROM runifold_tasks x INDEXED BY runifold_tasks_leased
         WHERE x.tenant = p.tenant AND x.state = 'leased' AND x.lease_expires <= :now
