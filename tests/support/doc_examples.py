@@ -298,16 +298,14 @@ def run_page(path: Path, directory: Path) -> PageResult:
 
 
 def _close_left_open(namespace: dict[str, Any]) -> None:
-    """Stores and workers a page's code left open are closed, so that no connection or
-    thread outlives its page in this test process."""
-    from runifold_sync import WorkflowStore, WorkflowWorker
+    """Stores a page's code left open are closed, so that no connection or thread
+    outlives its page in this test process (a page closes its workers itself)."""
+    from runifold_sync import WorkflowStore
 
-    values = list(namespace.values())
-    for kind in (WorkflowWorker, WorkflowStore):  # a worker's last write needs its store
-        for value in values:
-            if isinstance(value, kind):
-                with suppress(Exception):
-                    value.close()
+    for value in list(namespace.values()):
+        if isinstance(value, WorkflowStore):
+            with suppress(Exception):
+                value.close()
 
 
 # -- pytest ---------------------------------------------------------------------------
