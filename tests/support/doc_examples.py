@@ -7,7 +7,9 @@ page builds on its earlier blocks). Each page runs in a fresh directory of its o
 
 - A ``python`` block runs in the page's namespace, in that directory. One whose first
   line is ``# path/to/file.py`` is a file the page shows: it is written there (and
-  compiled), and a later command runs it. A block of ``>>>`` lines is a doctest.
+  compiled), and a later command runs it; ``# path/to/file.py, at its end`` adds to a
+  file made earlier (a settings module a command generated). A block of ``>>>`` lines is
+  a doctest.
 - A ``console`` block is commands (``$ ``; a line ending in ``\\`` continues) each followed
   by what it prints (``...`` matches anything; whitespace runs compare equal). The page's
   commands run in one bash process, so ``cd``, ``export`` and background jobs carry over
@@ -51,7 +53,7 @@ from sybil.evaluators.doctest import DocTestEvaluator
 from sybil.parsers.myst import CodeBlockParser, SkipParser
 
 ROOT = Path(__file__).resolve().parents[2]
-FILE_HEADER = re.compile(r"# (?P<path>[\w./-]+\.\w+)\n")
+FILE_HEADER = re.compile(r"# (?P<path>[\w./-]+\.\w+)(?P<append>, at its end)?\n")
 FENCE = re.compile(r"^(?P<indent>[ \t]*(?:[-*+]|\d+[.)])?[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^\n`]*)$", re.M)
 RUNNABLE = ("python", "console")
 COMMAND_TIMEOUT_S = 300.0
@@ -148,7 +150,11 @@ class Page:
         compile(body, f"{example.path}:{example.line}", "exec", dont_inherit=True)
         target = self.directory / header["path"]
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(body)
+        if header["append"]:
+            with target.open("a") as file:
+                file.write("\n" + body)
+        else:
+            target.write_text(body)
 
     def run_console(self, example: Example) -> None:
         __tracebackhide__ = True
