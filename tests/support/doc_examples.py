@@ -5,7 +5,8 @@ says how each kind of block runs and collects one item per page, so that a page'
 run in order in one process (pytest-xdist spreads single tests over its workers, and a
 page builds on its earlier blocks). Each page runs in a fresh directory of its own:
 
-- A ``python`` block runs in the page's namespace, in that directory. One whose first
+- A ``python`` block runs in the page's namespace, in that directory (on ``sys.path``,
+  as for a script run there). One whose first
   line is ``# path/to/file.py`` is a file the page shows: it is written there (and
   compiled), and a later command runs it; ``# path/to/file.py, at its end`` adds to a
   file made earlier (a settings module a command generated). A block of ``>>>`` lines is
@@ -280,6 +281,8 @@ def run_page(path: Path, directory: Path) -> PageResult:
     result = PageResult()
     before = Path.cwd()
     os.chdir(directory)
+    sys.path.insert(0, str(directory))  # as `python` run in that directory finds its modules
+    modules = set(sys.modules)
     try:
         for example in document:
             if example.region.evaluator is skip.skipper:
@@ -298,6 +301,10 @@ def run_page(path: Path, directory: Path) -> PageResult:
                 result.ran += 1
     finally:
         os.chdir(before)
+        sys.path.remove(str(directory))
+        for name in set(sys.modules) - modules:  # the page's own modules, not another page's
+            if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(directory)):
+                del sys.modules[name]
         page.close()
         _close_left_open(document.namespace)
     return result
