@@ -45,3 +45,16 @@ nitpicky = True
 html_theme = "furo"
 html_title = "runifold_sync"
 html_static_path: list[str] = []
+
+
+def _errors_on_their_own_page(app, what, name, obj, skip, options):  # type: ignore[no-untyped-def]
+    """The root module re-exports the errors; they are documented once, with
+    ``runifold_sync.errors`` on the errors page, where references to them resolve."""
+    documenting = app.env.temp_data.get("autodoc:module")
+    if documenting != "runifold_sync.errors" and isinstance(obj, type) and issubclass(obj, BaseException):
+        return True
+    return None
+
+
+def setup(app):  # type: ignore[no-untyped-def]
+    app.connect("autodoc-skip-member", _errors_on_their_own_page)
