@@ -60,7 +60,6 @@ html_title = "runifold_sync"
 html_static_path: list[str] = []
 
 
-
 def _public_or_internal(app, env, node, contnode):  # type: ignore[no-untyped-def]
     """Objects are documented where the public imports them (``runifold_sync.WorkerId``),
     while signatures and docstrings name them where they are defined

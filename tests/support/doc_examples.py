@@ -47,15 +47,16 @@ from unittest import SkipTest
 
 import pytest
 from sybil import Document, Example, Region
-from sybil.evaluators.python import PythonEvaluator
-from sybil.evaluators.skip import Skipper
-from sybil.parsers.abstract.doctest import DocTestStringParser
 from sybil.evaluators.doctest import DocTestEvaluator
+from sybil.evaluators.python import PythonEvaluator
+from sybil.parsers.abstract.doctest import DocTestStringParser
 from sybil.parsers.myst import CodeBlockParser, SkipParser
 
 ROOT = Path(__file__).resolve().parents[2]
 FILE_HEADER = re.compile(r"# (?P<path>[\w./-]+\.\w+)(?P<append>, at its end)?\n")
-FENCE = re.compile(r"^(?P<indent>[ \t]*(?:[-*+]|\d+[.)])?[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^\n`]*)$", re.M)
+FENCE = re.compile(
+    r"^(?P<indent>[ \t]*(?:[-*+]|\d+[.)])?[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^\n`]*)$", re.M
+)
 RUNNABLE = ("python", "console")
 COMMAND_TIMEOUT_S = 300.0
 CHECKER = doctest.OutputChecker()
@@ -272,9 +273,7 @@ def run_page(path: Path, directory: Path) -> PageResult:
     __tracebackhide__ = True
     page = Page(path, directory)
     skip = SkipParser()
-    document = Document.parse(
-        str(path), PythonParser(page), ConsoleParser(page), OtherLanguageParser(), skip
-    )
+    document = Document.parse(str(path), PythonParser(page), ConsoleParser(page), OtherLanguageParser(), skip)
     missing = unaccounted_fences(document)
     assert not missing, f"{path}: fenced blocks with no language at lines {missing}"
     document.namespace["__name__"] = "__docs__"
@@ -283,6 +282,7 @@ def run_page(path: Path, directory: Path) -> PageResult:
     os.chdir(directory)
     sys.path.insert(0, str(directory))  # as `python` run in that directory finds its modules
     modules = set(sys.modules)
+    environment = dict(os.environ)
     try:
         for example in document:
             if example.region.evaluator is skip.skipper:
@@ -301,6 +301,8 @@ def run_page(path: Path, directory: Path) -> PageResult:
                 result.ran += 1
     finally:
         os.chdir(before)
+        os.environ.clear()
+        os.environ.update(environment)
         sys.path.remove(str(directory))
         for name in set(sys.modules) - modules:  # the page's own modules, not another page's
             if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(directory)):
