@@ -39,7 +39,7 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
-from runifold_sync.model.checkpoint import read_checkpoint
+from runifold_sync.store.checkpoints import read_checkpoint
 
 LENGTHS = (5, 50, 2_000, 20_000)
 LONG = 100_000

@@ -5,8 +5,6 @@ processes and hosts), so any compatible worker continues a task after a crash, a
 a timer or a human approval.
 """
 
-from .engine.children import ChildHandle, ChildTimedOut
-from .engine.waits import ApprovalDecision, ApprovalTimedOut, SignalTimedOut
 from .errors import (
     AmbiguousEffect,
     AppNotLoaded,
@@ -102,6 +100,7 @@ from .workflow.context import WorkflowContext
 from .workflow.declaration import Workflow
 from .workflow.registry import WorkflowDefinition, WorkflowRegistry
 from .workflow.step_context import StepContext
+from .workflow.waiting import ApprovalDecision, ApprovalTimedOut, ChildHandle, ChildTimedOut, SignalTimedOut
 
 __all__ = [
     "AmbiguousEffect",

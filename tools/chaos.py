@@ -80,9 +80,10 @@ from runifold_sync import (
     WorkflowTask,
     open_store,
 )
-from runifold_sync.model.checkpoint import JournalEntry, read_checkpoint
+from runifold_sync.model.checkpoint import JournalEntry
 from runifold_sync.model.codec import from_json, to_json
 from runifold_sync.pool.supervisor import MAX_START_FAILURES, QUICK_CRASH_S
+from runifold_sync.store.checkpoints import read_checkpoint
 from runifold_sync.store.records import SignalDelivery
 
 TOOLS = Path(__file__).resolve().parent

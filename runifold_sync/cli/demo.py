@@ -26,11 +26,11 @@ from pathlib import Path
 import attrs
 
 from ..model.cancellation import CancellationToken
-from ..model.checkpoint import read_checkpoint
 from ..model.values import Budget, CapabilitySet, LeaseDuration, TaskState, WorkerId, WorkflowTask
 from ..pool.preflight import first_incarnation
 from ..pool.supervisor import WorkflowSupervisor, WorkflowSupervisorConfig
 from ..store.base import WorkflowStore
+from ..store.checkpoints import read_checkpoint
 from ..store.open import open_store, sqlite_path
 from ..store.records import TaskRecord
 from ..worker.worker import WorkflowWorker

@@ -11,8 +11,8 @@ import click
 
 from ..model.admission import TenantAdmission, TenantBudget, TenantPolicy
 from ..model.values import seconds_duration
-from ..ops.operations import served_versions, unserved_work
 from ..store.records import VersionReference
+from ..store.serving import served_versions, unserved_work
 from ..workflow.registry import WorkflowRegistry
 from .common import app_option, checked, database_option, echo_json, json_option, opened_store
 

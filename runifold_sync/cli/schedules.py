@@ -14,10 +14,10 @@ import attrs
 import click
 
 from ..model.schedule_times import tick_text
-from ..ops.operations import live_workers, no_live_worker_declares
 from ..store.base import WorkflowStore
 from ..store.records import WorkerRecord
 from ..store.schedule_records import ScheduleEvent, ScheduleRecord
+from ..store.serving import live_workers, no_live_worker_declares
 from .common import database_option, echo_json, json_option, opened_store, operator_action
 
 

@@ -15,10 +15,10 @@ from werkzeug.routing import BaseConverter
 
 from ..errors import InvalidArgument, TaskNotFound
 from ..model.values import TaskOutcome, TaskState
-from ..ops.operations import DEFAULT_LIVE_WITHIN, served_versions, unserved_work
 from ..ops.task_report import failure_line, journal_lines, refused_signals_line, task_report
 from ..store.checks import MAX_LIST_LIMIT
 from ..store.records import TaskRecord
+from ..store.serving import DEFAULT_LIVE_WITHIN, served_versions, unserved_work
 from ..store.sql_reads import MAX_PAGE_SCAN
 from . import charts
 from .board import dashboard

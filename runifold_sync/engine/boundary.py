@@ -18,7 +18,7 @@ import attrs
 
 from ..errors import InvalidArgument, LeaseLostError
 from ..model.values import Budget, BudgetUsage
-from ..worker.heartbeat import LeaseFlags
+from .claim import LeaseFlags
 from .commits import Commits
 from .interrupts import BranchStopped, CancelRequested, FailRequested, PauseRequested, Unwind, YieldRequested
 

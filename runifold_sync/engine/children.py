@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any, TypedDict
+from typing import Any
 
 import attrs
 
@@ -34,38 +34,14 @@ from ..model.codec import structure
 from ..model.values import TaskOutcome, TaskState, WorkflowTask, check_name
 from ..store.base import WorkflowStore
 from ..store.records import TaskRecord
+from ..workflow.waiting import ChildHandle, ChildTimedOut, check_wait_timeout
 from .boundary import Boundary
 from .interrupts import FailRequested, SuspendRequested
 from .replay import Cursor, finished
 from .spans import ClaimSpans
-from .waits import OpenWait, check_wait_timeout, open_wait
+from .waits import OpenWait, open_wait
 
 _MAX_DERIVED_ID = 200  # check_name's bound on a checkpoint id
-
-
-class ChildStart(TypedDict, total=False):
-    """``start_child``'s options, which ``run_child`` passes on."""
-
-    checkpoint_id: str | None
-    tenant: str | None
-    queue: str
-
-
-@attrs.frozen
-class ChildHandle:
-    """A child task started by ``ctx.start_child``: pass it to ``ctx.wait_child``."""
-
-    task_id: str
-    name: str
-    version: int
-
-
-@attrs.frozen
-class ChildTimedOut:
-    """``ctx.wait_child`` (or ``wait_children``) returns this instead of results when its
-    timeout passed; ``task_ids`` are the children that had not ended. They keep running."""
-
-    task_ids: tuple[str, ...]
 
 
 class Children:

@@ -21,7 +21,7 @@ from ..model import crashpoints
 from ..model.checkpoint import Checkpoint, CheckpointWrite
 from ..store.base import WorkflowStore
 from ..store.records import Committed, Lease, Signal
-from ..worker.heartbeat import LeaseFlags
+from .claim import LeaseFlags
 from .interrupts import FailRequested, Unwind
 
 

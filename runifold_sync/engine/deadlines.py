@@ -15,21 +15,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
-
-from ..model.values import check_positive_timedelta
 
 # Hears the earliest monotonic deadline of the bodies running now (None when none is),
 # each time it changes: how a pool's child tells its supervisor when to kill it.
 DeadlineListener = Callable[[float | None], None]
-
-
-def check_timeout(value: object) -> timedelta | None:
-    """A step's or effect's ``timeout``: None (no timeout) or a positive ``timedelta``
-    no longer than a store keeps; anything else is ``InvalidArgument`` naming it."""
-    if value is None:
-        return None
-    return check_positive_timedelta("timeout", value)
 
 
 def describe_timeout(seconds: float) -> str:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from ..errors import InvalidArgument
@@ -21,13 +22,15 @@ from ..model.values import Budget
 from ..store import checks
 from ..store.base import WorkflowStore
 from ..store.records import ClaimedTask, Lease
-from ..worker.heartbeat import LeaseFlags
 from ..workflow.context import Branches, WorkflowContext
 from ..workflow.registry import WorkflowDefinition
+from ..workflow.specs import StepSpec
+from ..workflow.waiting import ApprovalDecision, ApprovalTimedOut, ChildHandle, ChildTimedOut
 from .boundary import Boundary, BranchScope
 from .branches import Parent, run_parallel, run_race
 from .calls import Calls
 from .children import Children
+from .claim import LeaseFlags
 from .commits import Commits, Progress
 from .compensation import Compensation
 from .interrupts import ContinueRequested
@@ -182,7 +185,36 @@ class TaskRun:
             commits=self.commits, boundary=self.boundary, workflow=self._definition.workflow, lease=self.lease
         )
 
-    # --- branches, for ctx (the rest of the context.Engine port: calls, waits) --------
+    # --- the Runtime port ctx calls through -----------------------------------------
+
+    def call(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return self.calls.call(spec, args, kwargs)
+
+    def timer(self, deadline: Callable[[datetime], datetime]) -> None:
+        self.waits.timer(deadline)
+
+    def wait_for_signal(self, name: str, timeout: timedelta | None, payload_type: Any) -> Any:
+        return self.waits.wait_for_signal(name, timeout, payload_type)
+
+    def request_approval(
+        self,
+        name: str,
+        approvers: Iterable[str],
+        timeout: timedelta | None,
+        escalate_to: Iterable[str],
+        escalation_timeout: timedelta | None,
+    ) -> ApprovalDecision | ApprovalTimedOut:
+        return self.waits.request_approval(name, approvers, timeout, escalate_to, escalation_timeout)
+
+    def start_child(
+        self, name: str, version: int, input: Any, checkpoint_id: str | None, tenant: str | None, queue: str
+    ) -> ChildHandle:
+        return self.children.start(name, version, input, checkpoint_id, tenant, queue)
+
+    def wait_children(
+        self, handles: Sequence[ChildHandle], timeout: timedelta | None, result_type: Any
+    ) -> list[Any] | ChildTimedOut:
+        return self.children.wait(handles, timeout, result_type)
 
     def parallel(
         self, branches: Branches, reserve: Mapping[str, Budget] | None, max_threads: int

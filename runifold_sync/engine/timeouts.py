@@ -34,10 +34,10 @@ import attrs
 from ..errors import StepTimedOut, gave_up_after
 from ..model.checkpoint import CallDeadline
 from ..store.records import Lease
-from ..worker.heartbeat import LeaseFlags
 from ..workflow.specs import StepSpec
 from ..workflow.step_context import StepContext
 from .boundary import Boundary
+from .claim import LeaseFlags
 from .commits import Commits
 from .deadlines import describe_timeout
 from .interrupts import FailRequested, RetryRequested

@@ -17,41 +17,16 @@ import attrs
 from ..errors import InvalidArgument
 from ..model.checkpoint import EntryKind, EntryStatus, JournalEntry
 from ..model.codec import from_json, structure
-from ..model.values import check_duration_bound, check_names
+from ..model.values import check_names
 from ..store.base import WorkflowStore
 from ..store.records import Signal
 from ..store.signal_checks import approval_payload_problem
+from ..workflow.waiting import ApprovalDecision, ApprovalTimedOut, SignalTimedOut, check_wait_timeout
 from .boundary import Boundary
 from .commits import Commits
 from .interrupts import FailRequested, SuspendRequested
 from .replay import Cursor, finished
 from .spans import ClaimSpans
-
-
-@attrs.frozen
-class SignalTimedOut:
-    """``ctx.wait_for_signal`` returns this instead of a payload when its timeout passed."""
-
-    name: str
-
-
-@attrs.frozen
-class ApprovalDecision:
-    """Who decided an approval, what, and why; ``approved`` False is a rejection."""
-
-    name: str
-    approver: str
-    approved: bool
-    reason: str | None
-    escalated: bool = False
-
-
-@attrs.frozen
-class ApprovalTimedOut:
-    """Nobody entitled decided in time (after escalation, if there was one)."""
-
-    name: str
-    escalated: bool
 
 
 @attrs.frozen
@@ -88,16 +63,6 @@ def open_wait(
         cursor.begin(entry)
     due_at = None if entry.due is None else datetime.fromtimestamp(entry.due, UTC)
     return OpenWait(call_id, entry, now, due_at)
-
-
-def check_wait_timeout(what: str, timeout: object) -> timedelta | None:
-    """A wait's timeout: None, or a positive timedelta no longer than ``ctx.sleep`` takes
-    (the deadline is store now plus it; ``timedelta.max`` overflowed a datetime)."""
-    if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
-        raise InvalidArgument(f"{what} timeout must be a positive timedelta or None, got {timeout!r}")
-    if timeout is None:
-        return None
-    return check_duration_bound(f"{what} timeout", timeout)
 
 
 Stage = tuple[frozenset[str], timedelta | None, bool]  # approvers, timeout, escalated

@@ -20,20 +20,29 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import cattrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
 from ..errors import CheckpointError, CheckpointTooLarge
-from ..store.records import JournalRow
 from .codec import CANONICAL_ENCODER as _CANONICAL
 from .codec import converter, from_json, to_json
 from .values import BudgetUsage, DefinitionIdentity
 
-if TYPE_CHECKING:
-    from ..store.base import WorkflowStore
+
+@attrs.frozen
+class JournalRow:
+    """One stored journal entry: position ``position`` of journal ``journal`` (``""`` for
+    the main function's, else the parallel branch's key). A checkpoint write carries only
+    the rows that changed; ``entry_json`` None deletes the row (an unfinished entry taken
+    back out)."""
+
+    journal: str
+    position: int
+    entry_json: str | None
+
 
 # Version 2: the journals live in their own rows, the head holds the rest. Version 1 kept
 # everything in one text; migration 0007 converts those in place.
@@ -358,35 +367,6 @@ def entry_json(entry: JournalEntry, output_json: str | None = None) -> str:
     # quote is escaped, so the key's own '"output":null' is the only one there is.
     fields["output"] = None
     return to_json(fields).replace('"output":null', f'"output":{output_json}', 1)
-
-
-def read_checkpoint(store: WorkflowStore, task_id: str) -> Checkpoint | None:
-    """The stored checkpoint of ``task_id`` as a claim loads it, None before its first
-    commit: for tools and tests that look inside a task. The head and the journal are two
-    reads, so a task being written meanwhile may show a journal one commit ahead."""
-    record = store.get_task(task_id)
-    if record.checkpoint_json is None:
-        return None
-    return Checkpoint.decode(task_id, record.checkpoint_json, store.read_journal(task_id))
-
-
-def newest_entries(store: WorkflowStore, task_id: str, head_json: str, limit: int) -> tuple[int, list[Any]]:
-    """How many entries the main journal of ``task_id`` (whose stored head is
-    ``head_json``) holds, and its newest ``limit`` as stored (JSON values, oldest first):
-    the head's tail, and only as many rows as it lacks."""
-    try:
-        tail = from_json(head_json).get("journal_tail", {}).get(MAIN)
-        if tail is None:
-            count, rows = store.journal_tail(task_id, limit)
-            return count, [from_json(row.entry_json or "null") for row in rows]
-        start, entries = int(tail["start"]), list(tail["entries"])
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise CheckpointError(f"checkpoint of task {task_id!r} is corrupt: {exc}") from exc
-    shown = entries[-limit:]
-    older = limit - len(shown)
-    if older > 0 and start > 0:
-        shown = [from_json(row.entry_json or "null") for row in store.journal_tail(task_id, older)[1]] + shown
-    return start + len(entries), shown
 
 
 def _structured_entries(texts: list[str]) -> list[JournalEntry]:

@@ -264,3 +264,10 @@ def to_jsonable(value: Any) -> Any:
 
 def from_json(text: str) -> Any:
     return json.loads(text)
+
+
+def storable_text(text: str) -> str:
+    """Free text (a reason built from an exception's message) that every store can hold:
+    a lone surrogate, which Python strings allow and UTF-8 cannot encode, is written as
+    its escape (``\\ud800``) instead of failing the write that records the failure."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

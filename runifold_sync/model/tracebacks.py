@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import traceback
 
-from ..store.checks import storable_text
+from .codec import storable_text
 
 MAX_TRACEBACK_BYTES = 4096
 MAX_PIECE_BYTES = 1024

@@ -22,8 +22,8 @@ from prometheus_client.registry import Collector
 from ..model.outcomes import DefinitionUnavailable, Failed, LeaseLost, Retried, RunOutcome
 from ..store.base import WorkflowStore
 from ..store.records import ClaimedTask
+from ..store.serving import ReadyRoute, ready_routes, served_versions
 from ..worker.observer import CycleObserver
-from .operations import ReadyRoute, ready_routes, served_versions
 
 log = logging.getLogger("runifold_sync.ops.metrics")
 

@@ -11,10 +11,11 @@ from typing import Any
 import attrs
 
 from ..errors import TaskNotFound
-from ..model.checkpoint import Checkpoint, newest_entries
+from ..model.checkpoint import Checkpoint
 from ..model.effects import ReadEvidence, read_evidence
 from ..model.values import TaskOutcome
 from ..store.base import WorkflowStore
+from ..store.checkpoints import newest_entries
 from ..store.checks import MAX_LIST_LIMIT
 from ..store.records import PublishedEvent, TaskEvent, TaskRecord
 from ..store.refusals import RECORDED_SIGNAL_REFUSALS

@@ -15,8 +15,8 @@ import logging
 import threading
 from datetime import timedelta
 
-from ..ops.operations import DEFAULT_LIVE_WITHIN, unserved_ready
 from ..store.base import WorkflowStore
+from ..store.serving import DEFAULT_LIVE_WITHIN, unserved_ready
 
 log = logging.getLogger("runifold_sync.stranded")
 

@@ -320,10 +320,3 @@ def check_policy(policy: object) -> TenantPolicy:
     if not isinstance(policy, TenantPolicy):
         raise InvalidArgument(f"policy must be a TenantPolicy, got {policy!r}")
     return policy
-
-
-def storable_text(text: str) -> str:
-    """Free text (a reason built from an exception's message) that every store can hold:
-    a lone surrogate, which Python strings allow and UTF-8 cannot encode, is written as
-    its escape (``\\ud800``) instead of failing the write that records the failure."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -28,8 +28,9 @@ from typing import Any, Protocol
 
 import attrs
 
+from ..model.checkpoint import JournalRow
 from .outage import OutageLog
-from .records import BatchCompleted, ClaimedTask, ClaimRequest, JournalRow, Lease, Routes
+from .records import BatchCompleted, ClaimedTask, ClaimRequest, Lease, Routes
 from .timing import PoolWaits
 from .watch import Watch
 

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from ..errors import CancelPending, InvalidArgument, LeaseLostError
+from ..model.checkpoint import JournalRow
 from ..model.codec import from_json
 from ..model.values import LeaseDuration, TaskOutcome, TaskState, WorkerId, check_name
 
@@ -43,18 +44,6 @@ class Committed:
     revision: int
     cancel_requested: str | None
     paused: str | None  # store.pause() reached the task: it parks at this boundary
-
-
-@attrs.frozen
-class JournalRow:
-    """One stored journal entry: position ``position`` of journal ``journal`` (``""`` for
-    the main function's, else the parallel branch's key). A checkpoint write carries only
-    the rows that changed; ``entry_json`` None deletes the row (an unfinished entry taken
-    back out)."""
-
-    journal: str
-    position: int
-    entry_json: str | None
 
 
 @attrs.frozen

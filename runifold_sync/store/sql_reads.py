@@ -15,13 +15,13 @@ import attrs
 
 from ..errors import InvalidArgument
 from ..model.admission import TenantAdmission, TenantPolicy, explain
+from ..model.checkpoint import JournalRow
 from ..model.values import TaskState, WorkerId, check_count, check_int
 from . import checks, row_records
 from .dialect import Dialect
 from .records import (
     ClockReading,
     FinishedInterval,
-    JournalRow,
     QueueStats,
     RoutedBacklog,
     TaskEvent,

@@ -21,21 +21,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import InvalidArgument, InvalidState, LeaseLostError
+from ..model.checkpoint import JournalRow
 from ..model.outcomes import FailureDetail
 from ..model.values import LeaseDuration, WorkerId
 from . import checks, event_details, refusals, row_records, signal_checks
 from .dialect import Dialect, Event, FencedTransition, Transaction
-from .records import (
-    BatchCompleted,
-    ClaimedTask,
-    ClaimRequest,
-    Committed,
-    Completion,
-    JournalRow,
-    Lease,
-    Routes,
-    Signal,
-)
+from .records import BatchCompleted, ClaimedTask, ClaimRequest, Committed, Completion, Lease, Routes, Signal
 from .timing import OperationTimer, timed
 
 # Opens the application's transaction for a transaction step and gives its driver

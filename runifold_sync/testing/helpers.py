@@ -14,9 +14,10 @@ import uuid
 from typing import Any
 
 from ..errors import InvalidArgument, InvalidState
-from ..model.checkpoint import JournalEntry, read_checkpoint
+from ..model.checkpoint import JournalEntry
 from ..model.values import TaskOutcome, TaskState
 from ..store.base import WorkflowStore
+from ..store.checkpoints import read_checkpoint
 from ..store.records import SignalDelivery
 
 

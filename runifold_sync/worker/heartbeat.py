@@ -17,8 +17,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 
-import attrs
-
+from ..engine.claim import LeaseFlags
 from ..engine.deadlines import DeadlineListener, RunningBodies, describe_timeout
 from ..engine.logs import task_fields
 from ..errors import LeaseLostError, StoreClosed
@@ -29,38 +28,6 @@ from ..store.records import Lease
 from .observer import CycleObserver
 
 log = logging.getLogger("runifold_sync.worker.heartbeat")
-
-
-@attrs.define
-class LeaseFlags:
-    """What the heartbeat thread tells the step thread about the lease it watches.
-
-    Plain attributes, not ``threading.Event``: only the heartbeat thread sets them and
-    the step thread reads them at its boundaries, and nobody waits on them; a new pair of
-    events (each with its own condition and lock) for every task was a measurable share
-    of a one-step task's CPU."""
-
-    # Monotonic time by which the lease surely expired unless a heartbeat extended it.
-    deadline: float
-    lost: bool = False
-    cancel: bool = False  # store.cancel() was called (also set by a checkpoint commit)
-    pause: bool = False  # store.pause() was called (also set by a checkpoint commit)
-    # Why the worker hands the task back at its next step boundary (it must stop soon).
-    hand_back: str | None = None
-    # Store time minus monotonic time, from the lease's expiry: store time read without a
-    # round trip (``store_now``), for the deadlines a claim records.
-    store_offset_s: float = 0.0
-    bodies: RunningBodies = attrs.Factory(RunningBodies)  # those with a timeout, running now
-
-    def expired(self) -> bool:
-        """Lost, or past the deadline: a resumed (SIGCONT) or starved process must not
-        start a body before its heartbeat thread has even run again."""
-        return self.lost or time.monotonic() >= self.deadline
-
-    def store_now(self) -> float:
-        """Store time now, in epoch seconds, as the lease's expiry tells it (off by at most
-        the latency of the write that set it)."""
-        return time.monotonic() + self.store_offset_s
 
 
 class LeaseKeeper:

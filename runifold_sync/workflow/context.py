@@ -6,10 +6,9 @@ the events it publishes);
 everything else in the main function must be deterministic, since the function runs
 from the top on every claim and replays what its journal recorded (``replay.py``).
 
-The object is a facade over the replay engine of one claim (``engine.TaskRun``), which
-the worker drives. It reaches the engine through the small ``Engine`` port declared
-here, so that authoring code (``workflow.py``) can name ``WorkflowContext`` without
-importing the engine, and the engine can import this module.
+The object is a facade over the replay engine of one claim, which the worker drives. It
+reaches the engine through the ``Runtime`` port declared here, a protocol of methods the
+engine implements, so that authoring code never imports the engine.
 """
 
 from __future__ import annotations
@@ -18,38 +17,60 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, Unpack
 
-from ..engine.children import ChildHandle, ChildStart, ChildTimedOut
-from ..engine.waits import ApprovalDecision, ApprovalTimedOut, check_wait_timeout
 from ..errors import InvalidArgument
 from ..model.moments import check_moment
 from ..model.values import Budget, check_duration_bound
+from .waiting import (
+    ApprovalDecision,
+    ApprovalTimedOut,
+    ChildHandle,
+    ChildStart,
+    ChildTimedOut,
+    check_wait_timeout,
+)
 
 if TYPE_CHECKING:
-    from ..engine.calls import Calls
-    from ..engine.children import Children
-    from ..engine.waits import Waits
-    from ..store.records import Lease
     from .specs import StepSpec
 
 Branches = Mapping[str, Callable[["WorkflowContext"], Any]]
 
 
-class Engine(Protocol):
-    """What ``WorkflowContext`` needs of the replay engine behind it: the task's identity,
-    the steps and waits of its journal, and branches (which make ctx objects of their own,
-    hence a port rather than an import)."""
+class Runtime(Protocol):
+    """The port ``ctx`` calls through: everything durable a workflow can ask of the
+    engine that runs it. The engine (``engine/task_run.py``) implements it; authoring code
+    names only this, so it never imports the engine."""
 
     @property
-    def lease(self) -> Lease: ...
+    def task_id(self) -> str: ...
 
     @property
-    def calls(self) -> Calls: ...
+    def tenant(self) -> str: ...
 
     @property
-    def waits(self) -> Waits: ...
+    def fence(self) -> int: ...
 
-    @property
-    def children(self) -> Children: ...
+    def call(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+
+    def timer(self, deadline: Callable[[datetime], datetime]) -> None: ...
+
+    def wait_for_signal(self, name: str, timeout: timedelta | None, payload_type: Any) -> Any: ...
+
+    def request_approval(
+        self,
+        name: str,
+        approvers: Iterable[str],
+        timeout: timedelta | None,
+        escalate_to: Iterable[str],
+        escalation_timeout: timedelta | None,
+    ) -> ApprovalDecision | ApprovalTimedOut: ...
+
+    def start_child(
+        self, name: str, version: int, input: Any, checkpoint_id: str | None, tenant: str | None, queue: str
+    ) -> ChildHandle: ...
+
+    def wait_children(
+        self, handles: Sequence[ChildHandle], timeout: timedelta | None, result_type: Any
+    ) -> list[Any] | ChildTimedOut: ...
 
     def parallel(
         self, branches: Branches, reserve: Mapping[str, Budget] | None, max_threads: int
@@ -67,7 +88,7 @@ class WorkflowContext:
 
     __slots__ = ("_engine",)
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Runtime) -> None:
         self._engine = engine
 
     def __repr__(self) -> str:
@@ -75,16 +96,16 @@ class WorkflowContext:
 
     @property
     def task_id(self) -> str:
-        return self._engine.lease.task_id
+        return self._engine.task_id
 
     @property
     def tenant(self) -> str:
-        return self._engine.lease.tenant
+        return self._engine.tenant
 
     @property
     def fence(self) -> int:
         """The lease's fencing token: make the application's own writes conditional on it."""
-        return self._engine.lease.fencing_token
+        return self._engine.fence
 
     # --- timers ------------------------------------------------------------------
 
@@ -93,14 +114,14 @@ class WorkflowContext:
         if not isinstance(duration, timedelta) or duration < timedelta(0):
             raise InvalidArgument(f"sleep duration must be a non-negative timedelta, got {duration!r}")
         check_duration_bound("sleep duration", duration)
-        self._engine.waits.timer(lambda now: now + duration)
+        self._engine.timer(lambda now: now + duration)
 
     def sleep_until(self, deadline: datetime) -> None:
         """Wait durably until ``deadline`` in store time."""
         if not isinstance(deadline, datetime) or deadline.tzinfo is None:
             raise InvalidArgument(f"sleep_until needs a timezone-aware datetime, got {deadline!r}")
         check_moment("sleep_until deadline", deadline)  # an offset, and a moment a store can hold
-        self._engine.waits.timer(lambda _now: deadline)
+        self._engine.timer(lambda _now: deadline)
 
     # --- signals and approvals -------------------------------------------------------
 
@@ -108,7 +129,7 @@ class WorkflowContext:
         """Wait durably for a signal named ``name`` (declared on the workflow). Returns its
         payload, structured as ``payload_type``, or :class:`SignalTimedOut`. A signal sent
         before the wait is kept for it; the definition's sender policy may refuse one."""
-        return self._engine.waits.wait_for_signal(name, timeout, payload_type)
+        return self._engine.wait_for_signal(name, timeout, payload_type)
 
     def request_approval(
         self,
@@ -122,7 +143,7 @@ class WorkflowContext:
         """Wait for a person in ``approvers`` to send signal ``name`` with payload
         ``{"approved": bool, "reason": ...}``. Decisions from anyone else are refused and
         kept in the history. On timeout, ``escalate_to`` (if any) is asked next."""
-        return self._engine.waits.request_approval(name, approvers, timeout, escalate_to, escalation_timeout)
+        return self._engine.request_approval(name, approvers, timeout, escalate_to, escalation_timeout)
 
     # --- child workflows ------------------------------------------------------------
 
@@ -141,7 +162,7 @@ class WorkflowContext:
         task's id and the call's. It runs on its own (its own budget and retries; this
         task's tenant unless ``tenant``; on the named ``queue``, ``default`` unless given,
         whatever this task's queue) until waited for with :meth:`wait_child`."""
-        return self._engine.children.start(name, version, input, checkpoint_id, tenant, queue)
+        return self._engine.start_child(name, version, input, checkpoint_id, tenant, queue)
 
     def wait_child(
         self, handle: ChildHandle, *, timeout: timedelta | None = None, result_type: Any = Any
@@ -149,7 +170,7 @@ class WorkflowContext:
         """Wait durably (the worker is freed) until the child ends, and return its
         result structured as ``result_type``; :class:`ChildFailed` when it failed or
         was cancelled; :class:`ChildTimedOut` when ``timeout`` passed first."""
-        waited = self._engine.children.wait([handle], timeout, result_type)
+        waited = self._engine.wait_children([handle], timeout, result_type)
         return waited if isinstance(waited, ChildTimedOut) else waited[0]
 
     def wait_children(
@@ -157,7 +178,7 @@ class WorkflowContext:
     ) -> list[Any] | ChildTimedOut:
         """Wait for all of ``handles``; their results in the same order, or
         :class:`ChildFailed` for the first (in that order) that did not complete."""
-        return self._engine.children.wait(list(handles), timeout, result_type)
+        return self._engine.wait_children(list(handles), timeout, result_type)
 
     def run_child(
         self,
@@ -237,4 +258,4 @@ def call_step(ctx: WorkflowContext, spec: StepSpec, args: tuple[Any, ...], kwarg
             f"{spec.kind} {spec.step_id!r} must be called from a workflow main function with "
             f"its ctx as first argument, got {ctx!r}"
         )
-    return ctx._engine.calls.call(spec, args, kwargs)
+    return ctx._engine.call(spec, args, kwargs)

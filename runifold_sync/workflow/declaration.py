@@ -13,11 +13,10 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from ..engine.deadlines import check_timeout
 from ..errors import InvalidArgument
 from ..model.checkpoint import EntryKind
 from ..model.retry_policy import RetryPolicy
-from ..model.values import bounded, check_name, check_names, check_version
+from ..model.values import bounded, check_name, check_names, check_positive_timedelta, check_version
 from .context import WorkflowContext, call_step
 from .specs import StepSpec, input_type
 from .step_context import StepContext
@@ -164,7 +163,7 @@ class Workflow:
             raise InvalidArgument(f"use @workflow.{kind}() with parentheses")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidArgument(f"retry must be a RetryPolicy, got {retry!r}")
-        checked_timeout = check_timeout(timeout)
+        checked_timeout = _check_timeout(timeout)
         caps = check_names("capabilities", "capability", capabilities)
         if step_id is not None:  # refused at the call that named it, not at decoration
             _check_step_id(kind, step_id)
@@ -213,3 +212,11 @@ def _check_step_id(kind: EntryKind, step_id: str) -> str:
     if "#" in sid or "/" in sid:
         raise InvalidArgument(f"{kind} id may not contain '#' or '/', got {sid!r}")
     return sid
+
+
+def _check_timeout(value: object) -> timedelta | None:
+    """A step's or effect's ``timeout``: None (no timeout) or a positive ``timedelta``
+    no longer than a store keeps; anything else is ``InvalidArgument`` naming it."""
+    if value is None:
+        return None
+    return check_positive_timedelta("timeout", value)

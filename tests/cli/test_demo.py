@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync.model.checkpoint import read_checkpoint
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store.checkpoints import read_checkpoint
 
 KILL_LINE = re.compile(r"SIGKILLed pid (\d+) in (\S+) of (\S+) ")
 RESTART_LINE = re.compile(r"slot restarted as pid (\d+); recovering ")

@@ -20,8 +20,9 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
+from runifold_sync.model.checkpoint import JournalRow
 from runifold_sync.model.codec import to_json
-from runifold_sync.store.records import ClaimedTask, ClaimRequest, Completion, JournalRow
+from runifold_sync.store.records import ClaimedTask, ClaimRequest, Completion
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 W1 = WorkerId.parse("worker-1")

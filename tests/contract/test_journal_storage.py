@@ -27,9 +27,9 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.model.checkpoint import MAIN, TAIL_ENTRIES, newest_entries, read_checkpoint
+from runifold_sync.model.checkpoint import MAIN, TAIL_ENTRIES, JournalRow
 from runifold_sync.model.codec import from_json
-from runifold_sync.store.records import JournalRow
+from runifold_sync.store.checkpoints import newest_entries, read_checkpoint
 from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=30))

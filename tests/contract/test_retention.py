@@ -28,9 +28,10 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
+from runifold_sync.model.checkpoint import JournalRow
 from runifold_sync.model.codec import to_json
 from runifold_sync.store.open import sqlite_path
-from runifold_sync.store.records import ClaimedTask, JournalRow
+from runifold_sync.store.records import ClaimedTask
 from tests.support.backends import Backend
 from tests.support.clock import Clock
 

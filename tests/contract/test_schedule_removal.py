@@ -18,8 +18,8 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
-from runifold_sync.ops.operations import live_workers, no_live_worker_declares
 from runifold_sync.store.schedule_records import TickAttempt
+from runifold_sync.store.serving import live_workers, no_live_worker_declares
 from runifold_sync.worker.schedule_ticker import ScheduleTicks
 from tests.support.clock import Clock
 from tests.support.schedules import report_registry

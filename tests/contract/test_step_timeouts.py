@@ -41,7 +41,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.model.checkpoint import read_checkpoint
+from runifold_sync.store.checkpoints import read_checkpoint
 from tests.support.backends import Backend
 from tests.support.clock import Clock
 

@@ -32,7 +32,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.model.checkpoint import read_checkpoint
+from runifold_sync.store.checkpoints import read_checkpoint
 from tests.support.clock import Clock
 from tests.support.journals import entries
 

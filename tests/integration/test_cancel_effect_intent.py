@@ -27,9 +27,10 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.model.checkpoint import read_checkpoint
+from runifold_sync.model.checkpoint import JournalRow
 from runifold_sync.model.codec import from_json
-from runifold_sync.store.records import Committed, JournalRow, Lease
+from runifold_sync.store.checkpoints import read_checkpoint
+from runifold_sync.store.records import Committed, Lease
 from tests.support.backends import Backend
 
 pytestmark = pytest.mark.timeout(120)

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from runifold_sync import TaskState, WorkflowStore, WorkflowTask
-from runifold_sync.model.checkpoint import read_checkpoint
+from runifold_sync.store.checkpoints import read_checkpoint
 from tests.integration.cancel_app import STEPS
 from tests.support import processes
 from tests.support.backends import Backend

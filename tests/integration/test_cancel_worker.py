@@ -34,7 +34,8 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.model.checkpoint import Checkpoint, read_checkpoint
+from runifold_sync.model.checkpoint import Checkpoint
+from runifold_sync.store.checkpoints import read_checkpoint
 from tests.support.backends import Backend
 
 pytestmark = pytest.mark.timeout(120)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runifold_sync import TaskState, WorkflowTask
-from runifold_sync.ops.operations import unserved_work
+from runifold_sync.store.serving import unserved_work
 from tests.support import processes
 from tests.support.backends import Backend
 from tests.support.routing import checkpointed_by_other_steps

@@ -27,7 +27,7 @@ import attrs
 import pytest
 
 from runifold_sync import TaskOutcome, TaskState, WorkerId, WorkflowStore, WorkflowTask, WorkflowWorker
-from runifold_sync.model.checkpoint import read_checkpoint
+from runifold_sync.store.checkpoints import read_checkpoint
 from tests.support import ledger, processes
 from tests.support.backends import Backend
 from tests.support.journals import entries

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from runifold_sync import WorkflowStore
-from runifold_sync.model.checkpoint import MAIN, read_checkpoint
+from runifold_sync.model.checkpoint import MAIN
 from runifold_sync.model.codec import from_json, to_json
+from runifold_sync.store.checkpoints import read_checkpoint
 
 
 def entries(store: WorkflowStore, task_id: str, journal: str = MAIN) -> list[dict[str, Any]]:

@@ -27,7 +27,8 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.model.checkpoint import Checkpoint, read_checkpoint
+from runifold_sync.model.checkpoint import Checkpoint
+from runifold_sync.store.checkpoints import read_checkpoint
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 

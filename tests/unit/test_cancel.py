@@ -34,8 +34,9 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.model.checkpoint import Checkpoint, read_checkpoint
+from runifold_sync.model.checkpoint import Checkpoint
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store.checkpoints import read_checkpoint
 
 THREAD_TIMEOUT_S = 10.0
 CALLS: list[str] = []

@@ -17,9 +17,9 @@ from runifold_sync.model.checkpoint import (
     Checkpoint,
     CheckpointWrite,
     JournalEntry,
+    JournalRow,
 )
 from runifold_sync.model.codec import to_json
-from runifold_sync.store.records import JournalRow
 
 IDENTITY = DefinitionIdentity("order-intake", 3, "0123456789abcdef")
 LIMIT = DEFAULT_MAX_ENTRY_BYTES

@@ -30,7 +30,8 @@ from runifold_sync import (
     WorkflowRegistry,
     WorkflowWorker,
 )
-from runifold_sync.model.checkpoint import Checkpoint, EntryKind, EntryStatus, read_checkpoint
+from runifold_sync.model.checkpoint import Checkpoint, EntryKind, EntryStatus
+from runifold_sync.store.checkpoints import read_checkpoint
 from runifold_sync.store.queries import load_migrations
 from runifold_sync.store.sqlite.schema import migration_statements
 from tests.support.backends import Backend

@@ -27,21 +27,14 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
+from runifold_sync.engine.claim import LeaseFlags
 from runifold_sync.engine.interrupts import FailRequested
 from runifold_sync.engine.replay import Cursor, finished
 from runifold_sync.engine.task_run import TaskRun
 from runifold_sync.errors import CheckpointError
-from runifold_sync.model.checkpoint import (
-    MAIN,
-    Checkpoint,
-    EntryKind,
-    EntryStatus,
-    JournalEntry,
-    read_checkpoint,
-)
+from runifold_sync.model.checkpoint import MAIN, Checkpoint, EntryKind, EntryStatus, JournalEntry, JournalRow
 from runifold_sync.model.values import DefinitionIdentity
-from runifold_sync.store.records import JournalRow
-from runifold_sync.worker.heartbeat import LeaseFlags
+from runifold_sync.store.checkpoints import read_checkpoint
 
 IDENTITY = DefinitionIdentity("replayed", 1, "f" * 16)
 

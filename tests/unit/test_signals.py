@@ -39,8 +39,9 @@ from runifold_sync import (
     WorkflowRegistry,
     WorkflowTask,
 )
-from runifold_sync.model.checkpoint import Checkpoint, read_checkpoint
+from runifold_sync.model.checkpoint import Checkpoint
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store.checkpoints import read_checkpoint
 from tests.support.clock import Clock
 from tests.support.workers import WorkerFactory
 

@@ -43,8 +43,9 @@ from runifold_sync import (
     WorkflowWorker,
     Yielded,
 )
-from runifold_sync.model.checkpoint import Checkpoint, read_checkpoint
+from runifold_sync.model.checkpoint import Checkpoint
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store.checkpoints import read_checkpoint
 from tests.support.clock import Clock
 from tests.support.routing import checkpointed_by_other_steps
 from tests.support.workers import WorkerFactory

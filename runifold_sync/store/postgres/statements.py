@@ -17,12 +17,12 @@ from typing import Any
 from psycopg.rows import DictRow
 
 from ...errors import InvalidArgument
-from ...model.codec import from_json, to_json
+from ...model.checkpoint import JournalRow
+from ...model.codec import from_json, storable_text, to_json
 from .. import checks, row_records
-from ..checks import storable_text
 from ..dialect import ENDING_TRANSITIONS, Event, FencedTransition, Values
 from ..queries import load_queries
-from ..records import ClaimedTask, ClaimRequest, JournalRow, Routes
+from ..records import ClaimedTask, ClaimRequest, Routes
 from .pool import Connection
 
 NOW = "(clock_timestamp() + make_interval(secs => (SELECT offset_s FROM runifold_clock WHERE id = 1)))"

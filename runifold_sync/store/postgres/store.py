@@ -33,11 +33,12 @@ import psycopg
 from psycopg.rows import DictRow
 
 from ...errors import CancelPending, InvalidArgument, LeaseLostError, StoreUnavailable
+from ...model.checkpoint import JournalRow
 from .. import checks, refusals
 from ..base import WorkflowStore
 from ..dialect import Dialect, Event, FencedTransition, Params, Row, Transaction
 from ..queries import pending_migrations
-from ..records import BatchCompleted, ClaimedTask, ClaimRequest, JournalRow, Routes
+from ..records import BatchCompleted, ClaimedTask, ClaimRequest, Routes
 from ..timing import PoolWaits
 from ..watch import PollWatch, Watch
 from . import joined as pg_joined

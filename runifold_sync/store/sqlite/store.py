@@ -29,13 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import CancelPending, InvalidArgument, LeaseLostError, StoreClosed, StoreUsedAcrossFork
+from ...model.checkpoint import JournalRow
+from ...model.codec import storable_text
 from .. import checks, event_details, refusals, row_records
 from ..base import WorkflowStore
-from ..checks import storable_text
 from ..dialect import ENDING_TRANSITIONS, Dialect, Event, FencedTransition, Params, Row, Transaction
 from ..outage import OutageLog
 from ..queries import load_queries
-from ..records import BatchCompleted, ClaimedTask, ClaimRequest, JournalRow, Routes
+from ..records import BatchCompleted, ClaimedTask, ClaimRequest, Routes
 from ..timing import PoolWaits
 from ..watch import CounterWatch
 from . import clock as sqlite_clock

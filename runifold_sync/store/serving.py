@@ -11,9 +11,9 @@ from datetime import timedelta
 
 import attrs
 
-from ..store.base import WorkflowStore
-from ..store.records import RoutedBacklog, VersionReference, WorkerRecord, unserved_reason
-from ..store.schedule_records import ScheduleRecord
+from .base import WorkflowStore
+from .records import RoutedBacklog, VersionReference, WorkerRecord, unserved_reason
+from .schedule_records import ScheduleRecord
 
 DEFAULT_LIVE_WITHIN = timedelta(seconds=60)
 
