@@ -238,7 +238,8 @@ class OtherLanguageParser(CodeBlockParser):
     def __call__(self, document: Document) -> Iterable[Region]:
         for region in self.lexers(document):
             language = region.lexemes["arguments"]
-            if language not in RUNNABLE and not region.lexemes.get("directive"):
+            directive = language.startswith("{")  # a MyST directive (```{toctree}), not code
+            if language not in RUNNABLE and not directive and not region.lexemes.get("directive"):
                 region.parsed = region.lexemes["source"]
                 region.evaluator = Page.cannot_run
                 yield region
