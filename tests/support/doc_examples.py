@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import suppress
@@ -296,6 +297,11 @@ def run_page(path: Path, directory: Path) -> PageResult:
             except SkipTest as skipped:
                 result.skipped.append((example.line, str(skipped)))
                 continue
+            except AssertionError:
+                raise
+            except Exception as error:  # what the example raised, from its own frames on
+                where = f"{path}, line {example.line}"
+                raise AssertionError(f"{where}: the example raised\n{_shown(error)}") from None
             if example.region.lexemes.get("directive"):
                 result.setup += 1
             else:
@@ -311,6 +317,16 @@ def run_page(path: Path, directory: Path) -> PageResult:
         page.close()
         _close_left_open(document.namespace)
     return result
+
+
+def _shown(error: BaseException) -> str:
+    """``error``'s traceback without the frames of the machinery that ran the example."""
+    machinery = ("/sybil/", "/_pytest/", "/pluggy/", __file__)
+    shown = traceback.TracebackException.from_exception(error)
+    shown.stack = traceback.StackSummary.from_list(
+        [frame for frame in shown.stack if not any(part in frame.filename for part in machinery)]
+    )
+    return "".join(shown.format())
 
 
 def _close_left_open(namespace: dict[str, Any]) -> None:
