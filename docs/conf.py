@@ -73,7 +73,7 @@ def _public_or_internal(app, env, node, contnode):  # type: ignore[no-untyped-de
     kind = node["reftype"]
     py = env.get_domain("py")
     short = target.rsplit(".", 1)[-1]
-    candidates = [f"runifold_sync.{short}"]
+    candidates = [f"runifold_sync.{short}", f"runifold_sync.errors.{short}"]
     if node.get("py:class"):
         candidates.insert(0, f"runifold_sync.{node['py:class'].rsplit('.', 1)[-1]}.{target}")
     if "." in target and not target.startswith("runifold_sync."):
@@ -103,5 +103,17 @@ def _exists_in_package(target: str) -> bool:
     return False
 
 
+def _errors_on_their_own_page(app, what, name, obj, skip, options):  # type: ignore[no-untyped-def]
+    """The errors are documented once, on the errors page (``runifold_sync.errors``), not
+    again where the package root re-exports them."""
+    documenting = app.env.temp_data.get("autodoc:module")
+    # type(obj), not isinstance: a lazy proxy (Django's settings) answers isinstance by
+    # loading what it stands for.
+    if documenting == "runifold_sync" and issubclass(type(obj), type) and issubclass(obj, BaseException):
+        return True
+    return None
+
+
 def setup(app):  # type: ignore[no-untyped-def]
     app.connect("missing-reference", _public_or_internal)
+    app.connect("autodoc-skip-member", _errors_on_their_own_page)
