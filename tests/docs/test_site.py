@@ -157,8 +157,9 @@ def test_the_index_tutorial_and_reference_render_with_navigation_and_code(
 
 def test_the_search_page_finds_a_term(browser: webdriver.Chrome, url: str) -> None:
     browser.get(f"{url}/search.html?q=fencing")
-    WebDriverWait(browser, 30).until(
-        lambda b: b.find_elements(By.CSS_SELECTOR, "#search-results ul.search li a")
+    # Results are added one by one; the summary says when the search has finished.
+    WebDriverWait(browser, 60).until(
+        lambda b: "found" in " ".join(p.text for p in b.find_elements(By.CSS_SELECTOR, "#search-results p"))
     )
     found = [a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "#search-results li a")]
     assert any(href and href.endswith("explanation/durability.html") for href in found), found
