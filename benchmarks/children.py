@@ -18,7 +18,6 @@ from common import Row, arg_parser, fresh_store, print_table, progress, retry_on
 from runifold_sync import (
     LeaseDuration,
     StepContext,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -29,6 +28,7 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
+from runifold_sync.store import TaskState
 
 FAN_OUT = 10
 LABELS = {"sqlite": "SQLite FULL", "postgres": "PostgreSQL"}

@@ -32,8 +32,6 @@ import psycopg
 
 from runifold_sync import (
     StepContext,
-    TaskOutcome,
-    TaskState,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
@@ -43,6 +41,7 @@ from runifold_sync import (
     open_store,
 )
 from runifold_sync.errors import StoreUnavailable
+from runifold_sync.store import TaskOutcome, TaskState
 from runifold_sync.store.open import sqlite_path
 
 P = ParamSpec("P")

@@ -28,17 +28,10 @@ from common import (
     server_cpu_s,
 )
 
-from runifold_sync import (
-    Completed,
-    DefinitionIdentity,
-    LeaseDuration,
-    TaskState,
-    WorkerId,
-    WorkflowDefinition,
-    WorkflowWorker,
-    open_store,
-)
+from runifold_sync import LeaseDuration, WorkerId, WorkflowDefinition, WorkflowWorker, open_store
 from runifold_sync.model.checkpoint import DEFAULT_MAX_ENTRY_BYTES, MAIN, Checkpoint, JournalEntry
+from runifold_sync.outcomes import Completed
+from runifold_sync.store import DefinitionIdentity, TaskState
 
 
 def _server_spent(before: float | None) -> float | None:

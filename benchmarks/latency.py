@@ -26,7 +26,8 @@ from common import (
     running_pool,
 )
 
-from runifold_sync import TaskState, WorkflowStore, WorkflowTask, open_store
+from runifold_sync import WorkflowStore, WorkflowTask, open_store
+from runifold_sync.store import TaskState
 
 
 def _step_started_at(store: WorkflowStore, task_id: str, timeout_s: float = 30.0) -> float:

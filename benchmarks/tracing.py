@@ -18,7 +18,9 @@ from common import Row, arg_parser, enqueue_workflows, fresh_store, print_table,
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from runifold_sync import Completed, LeaseDuration, WorkerId, WorkflowWorker, open_store
+from runifold_sync import LeaseDuration, WorkerId, WorkflowWorker, open_store
+from runifold_sync.ops.tracing import Tracing
+from runifold_sync.outcomes import Completed
 
 STEPS = 5
 
@@ -48,7 +50,7 @@ def measure(workflows: int, traced: bool) -> tuple[float, float, int]:
             WorkerId.parse("trace-0"),
             lease,
             timedelta(seconds=10),
-            tracer_provider=provider,
+            tracer=None if provider is None else Tracing(provider),
         )
         try:
             enqueue_workflows(store, workflows, STEPS, delay=None)

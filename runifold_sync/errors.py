@@ -222,7 +222,12 @@ class StoreUsedAcrossFork(RunifoldError, RuntimeError):
 class ForkUnsafe(RunifoldError, RuntimeError):
     """A pool was asked to fork from a process holding what must not cross a fork: a
     store still open here (its connections, its pool and listener threads) or a worker's
-    threads. Every child would inherit them; a lock one of them held would hang it."""
+    threads. Every child would inherit them; a lock one of them held would hang it. Also
+    a worker built in one process and used in a process forked from it."""
+
+
+class MetricsUnavailable(RunifoldError):
+    """The metrics endpoint could not be set up."""
 
 
 class SchemaTooNew(RunifoldError):
@@ -293,6 +298,19 @@ class ChildFailed(RunifoldError):
 
     def __str__(self) -> str:
         return f"child task {self.child_id!r} {self.outcome}: {self.reason or 'no reason recorded'}"
+
+
+@_detailed
+class TaskFailed(RunifoldError):
+    """A task whose result was asked for (``TaskHandle.result``) failed or was cancelled:
+    ``outcome`` is ``failed`` or ``cancelled``, ``reason`` what the store recorded."""
+
+    task_id: str
+    outcome: str
+    reason: str | None
+
+    def __str__(self) -> str:
+        return f"task {self.task_id!r} {self.outcome}: {self.reason or 'no reason recorded'}"
 
 
 def gave_up_after(attempts: int) -> str:

@@ -70,19 +70,12 @@ from chaos_db import ClusterError, Database, PostgresServer, note, retry
 from chaos_scenarios import HARNESS, SCENARIOS, Schedule, Window
 from chaos_waiters import ResultWaiters
 
-from runifold_sync import (
-    BudgetUsage,
-    TaskEvent,
-    TaskNotFound,
-    TaskRecord,
-    TaskState,
-    WorkflowStore,
-    WorkflowTask,
-    open_store,
-)
+from runifold_sync import BudgetUsage, WorkflowStore, WorkflowTask, open_store
+from runifold_sync.errors import TaskNotFound
 from runifold_sync.model.checkpoint import JournalEntry
 from runifold_sync.model.codec import from_json, to_json
 from runifold_sync.pool.supervisor import MAX_START_FAILURES, QUICK_CRASH_S
+from runifold_sync.store import TaskEvent, TaskRecord, TaskState
 from runifold_sync.store.checkpoints import read_checkpoint
 from runifold_sync.store.records import SignalDelivery
 

@@ -29,9 +29,10 @@ from chaos_app import LedgerLine
 from chaos_audit import JournalWrite, Write
 from chaos_waiters import Wait, unheard_ends, woken_by_the_end
 
-from runifold_sync import BudgetUsage, TaskEvent, TaskOutcome, TaskRecord, TaskState
+from runifold_sync import BudgetUsage
 from runifold_sync.model.codec import from_json
 from runifold_sync.model.effects import read_evidence
+from runifold_sync.store import TaskEvent, TaskOutcome, TaskRecord, TaskState
 
 # Events that end the cycle of the token that wrote them.
 CYCLE_ENDS = frozenset({"suspended", "completed", "failed", "released", "retried", "cancelled"})

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from runifold_sync import StoreUnavailable
+from runifold_sync.errors import StoreUnavailable
 
 T = TypeVar("T")
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"

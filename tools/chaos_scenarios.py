@@ -39,7 +39,7 @@ import attrs
 from chaos_check import percentile
 from chaos_db import Database, PostgresServer, note
 
-from runifold_sync import TaskEvent
+from runifold_sync.store import TaskEvent
 
 HARNESS = ("terminate-backends", "pool-exhaustion", "idle-in-transaction", "worker-kills", "pg-restart")
 SCENARIOS = (*HARNESS, "failover")

@@ -21,7 +21,9 @@ from datetime import timedelta
 import attrs
 from chaos_db import note
 
-from runifold_sync import StoreUnavailable, TaskNotFound, TaskRecord, WaitTimedOut, open_store
+from runifold_sync import open_store
+from runifold_sync.errors import StoreUnavailable, TaskNotFound, WaitTimedOut
+from runifold_sync.store import TaskRecord
 from runifold_sync.store.sql_results import FINISHED  # what wait_for_task returns for
 
 WAITING_THREADS = 6

@@ -13,7 +13,8 @@ from datetime import timedelta
 
 from expense import registry
 
-from runifold_sync import Completed, Suspended, WorkflowStore
+from runifold_sync import WorkflowStore
+from runifold_sync.outcomes import Completed, Suspended
 from runifold_sync.testing import StoreClock, approve, journal, result, run_until_idle, send_signal
 
 

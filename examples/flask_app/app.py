@@ -15,8 +15,8 @@ from typing import Any
 from flask import Flask, abort, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from runifold_sync import TaskNotFound
 from runifold_sync.contrib.flask import Runifold
+from runifold_sync.errors import TaskNotFound
 
 runifold = Runifold()
 

@@ -11,28 +11,18 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import click
-from click.core import ParameterSource
 
+from ..app import App, load_app, once_succeeded
 from ..engine.logs import LogFormat, configure_logging
 from ..errors import InvalidArgument, RunifoldError
 from ..model.outcomes import RunOutcome
 from ..model.redaction import redacted
 from ..ops.metrics_endpoint import MetricsEndpoint, serving_metrics
-from ..ops.tracing_env import exporter_entry_points
+from ..ops.tracing_env import env_tracer
 from ..pool.retention import RetentionPolicy
 from ..pool.retention_process import pruning_beside
 from ..pool.supervisor import check_base_id
-from ..runner import (
-    MIN_HEARTBEAT_S,
-    MIN_LEASE_S,
-    RunifoldSettings,
-    default_worker_id,
-    describe_report,
-    once_succeeded,
-    parse_queues,
-    run_one_cycle,
-    run_pool,
-)
+from ..settings import Settings
 from ..worker.idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
 from ..worker.settings import MAX_CLAIM_BATCH
 from .common import (
@@ -51,67 +41,63 @@ if TYPE_CHECKING:
     from .demo import DemoRow
 
 DEMO_URL = "sqlite:///runifold-demo.db"
-QUEUES_VARIABLE = "RUNIFOLD_QUEUES"
+MIN_LEASE_S = 0.1  # the shortest lease and heartbeat an operator may ask for
+MIN_HEARTBEAT_S = 0.05
 
 
-def _queue_names(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
-    """``--queue`` as given, else ``$RUNIFOLD_QUEUES`` split at its commas by the parser
-    the Flask and Django settings use (click would split it at whitespace), so one value
-    means the same queues to every entry point. A bad name is a usage error naming the
-    variable and its value, not a pool whose workers fail on start. A comma in a name given
-    as ``--queue`` is refused too: it would name one queue there and two in the variable."""
-    if ctx.get_parameter_source(param.name or "") is not ParameterSource.ENVIRONMENT:
-        for name in value:
-            if "," in name:
-                raise click.BadParameter(
-                    f"{name!r}: one queue name each, repeated for more (--queue gpu --queue default)",
-                    ctx,
-                    param,
-                )
-        return value
-    raw = param.resolve_envvar_value(ctx)
-    try:
-        return parse_queues(raw)
-    except InvalidArgument as exc:
-        raise click.BadParameter(f"{raw!r}: {exc}", ctx, param) from exc
+def _one_queue_each(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """A comma in a name given as ``--queue`` is refused: it would name one queue there
+    and two in ``$RUNIFOLD_QUEUES``."""
+    for name in value:
+        if "," in name:
+            raise click.BadParameter(
+                f"{name!r}: one queue name each, repeated for more (--queue gpu --queue default)",
+                ctx,
+                param,
+            )
+    return value
+
+
+def _var(key: str) -> str:
+    return f"  [env var: {key}]"
 
 
 @click.command()
-@app_option("The application's WorkflowRegistry.", required=True)
+@app_option("The application's App or WorkflowRegistry.", required=True)
 @database_option
 @click.option(
-    "--concurrency", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes."
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes.  [default: 1]" + _var("RUNIFOLD_CONCURRENCY"),
 )
 @click.option(
     "--worker-id",
-    default=default_worker_id,
+    default=None,
     help="Stable base id; pool workers are <base>-<slot>.  [default: host name]",
 )
 @click.option(
     "--lease",
     "lease_s",
     type=click.FloatRange(min=MIN_LEASE_S),
-    default=30.0,
-    show_default=True,
-    help="Lease seconds.",
+    default=None,
+    help="Lease seconds.  [default: 30]" + _var("RUNIFOLD_LEASE_SECONDS"),
 )
 @click.option(
     "--heartbeat",
     "heartbeat_s",
     type=click.FloatRange(min=MIN_HEARTBEAT_S),
     default=None,
-    help="Heartbeat interval seconds (at most half the lease).  [default: a third of the lease]",
+    help="Heartbeat interval seconds (at most half the lease).  [default: a third of the lease]"
+    + _var("RUNIFOLD_HEARTBEAT_SECONDS"),
 )
 @click.option(
     "--claim-batch",
     type=click.IntRange(1, MAX_CLAIM_BATCH),
-    default=1,
-    show_default=True,
-    envvar="RUNIFOLD_CLAIM_BATCH",
-    show_envvar=True,
+    default=None,
     help="Tasks each worker claims at once and runs in turn (their leases kept alive; "
     "handed back if the task before them runs over half a lease). More saves claims on "
-    "short tasks; 1 keeps claims fairest across tenants. The option wins over the variable.",
+    "short tasks; 1 keeps claims fairest across tenants.  [default: 1]" + _var("RUNIFOLD_CLAIM_BATCH"),
 )
 @click.option(
     "--recycle-after",
@@ -119,39 +105,36 @@ def _queue_names(ctx: click.Context, param: click.Parameter, value: tuple[str, .
     default=None,
     metavar="TASKS",
     help="Replace each pool worker with a fresh process in its slot after it has run this "
-    "many tasks (bounds slow leaks in application code). Default: never.",
+    "many tasks (bounds slow leaks in application code). Default: never." + _var("RUNIFOLD_RECYCLE_AFTER"),
 )
 @click.option(
     "--shutdown-grace",
     "shutdown_grace_s",
     type=click.FloatRange(min=0.1),
-    default=60.0,
-    show_default=True,
+    default=None,
     metavar="SECONDS",
     help="After SIGTERM or SIGINT, how long each worker may take to finish its cycle before it is "
     "killed (a step stuck in a body cannot be interrupted); its task is claimed again once its "
-    "lease runs out.",
+    "lease runs out.  [default: 60]" + _var("RUNIFOLD_SHUTDOWN_GRACE_SECONDS"),
 )
 @click.option(
     "--max-backoff",
     "max_backoff_s",
     type=click.FloatRange(min=DEFAULT_MIN_BACKOFF.total_seconds()),
-    default=DEFAULT_MAX_BACKOFF.total_seconds(),
-    show_default=True,
+    default=None,
     metavar="SECONDS",
     help="The longest an idle worker waits before it looks for work again (PostgreSQL wakes "
-    "it at once on new work), and how long it waits after a cycle failed on the store.",
+    "it at once on new work), and how long it waits after a cycle failed on the store.  "
+    f"[default: {DEFAULT_MAX_BACKOFF.total_seconds():g}]" + _var("RUNIFOLD_MAX_BACKOFF_SECONDS"),
 )
 @click.option(
     "--queue",
     "queues",
     multiple=True,
     metavar="NAME",
-    envvar=QUEUES_VARIABLE,
-    show_envvar=True,
-    callback=_queue_names,
+    callback=_one_queue_each,
     help="A named queue the workers claim from (repeatable; default: default). Without it, "
-    f'${QUEUES_VARIABLE} names them, comma-separated ("gpu,default").',
+    'RUNIFOLD_QUEUES names them, comma-separated ("gpu,default").' + _var("RUNIFOLD_QUEUES"),
 )
 @click.option("--once", is_flag=True, help="Claim and run one task, then exit (cron mode).")
 @click.option(
@@ -191,28 +174,27 @@ def _queue_names(ctx: click.Context, param: click.Parameter, value: tuple[str, .
 @click.option(
     "--tracing",
     is_flag=True,
-    envvar="RUNIFOLD_TRACING",
-    show_envvar=True,
+    default=None,
     help="Trace cycles, steps, effects and waits with OpenTelemetry (the otel extra): each worker "
     "process builds its own provider after the fork from the standard OTEL_* variables "
     "(OTEL_TRACES_EXPORTER: default otlp, OTLP over HTTP from the extra, to "
     "http://localhost:4318 unless OTEL_EXPORTER_OTLP_ENDPOINT says otherwise; over gRPC with "
     "OTEL_EXPORTER_OTLP_PROTOCOL=grpc and opentelemetry-exporter-otlp-proto-grpc installed; "
     "console; none; OTEL_SERVICE_NAME). An exporter not installed is refused before any "
-    "worker starts.",
+    "worker starts." + _var("RUNIFOLD_TRACING"),
 )
 @json_option
 def run(
     app_ref: str,
     database: str | None,
-    concurrency: int,
-    worker_id: str,
-    lease_s: float,
+    concurrency: int | None,
+    worker_id: str | None,
+    lease_s: float | None,
     heartbeat_s: float | None,
-    claim_batch: int,
+    claim_batch: int | None,
     recycle_after: int | None,
-    shutdown_grace_s: float,
-    max_backoff_s: float,
+    shutdown_grace_s: float | None,
+    max_backoff_s: float | None,
     queues: tuple[str, ...],
     once: bool,
     metrics_port: int | None,
@@ -220,14 +202,18 @@ def run(
     retention: timedelta | None,
     log_level: str,
     log_format: LogFormat,
-    tracing: bool,
+    tracing: bool | None,
     as_json: bool,
 ) -> None:
     """Run workers: a supervised pool of processes, or with --once a single cycle whose
     exit status is 0 for idle, completed, suspended, retried or yielded (a per-claim step
     limit reached: progress committed and the task requeued) and 1 for failed, lease
     lost, definition unavailable or cancelled. A pool exits 1 when its store refuses
-    writes (permissions, a read-only database) five times in a row, naming why."""
+    writes (permissions, a read-only database) five times in a row, naming why.
+
+    The settings are the App's (when --app names one), then every RUNIFOLD_* variable
+    set (RUNIFOLD_DATABASE_URL, RUNIFOLD_CONCURRENCY, RUNIFOLD_LEASE_SECONDS, ...), then
+    the options given."""
     if once and metrics_port is not None:
         raise click.UsageError(
             "--metrics-port serves a running pool's metrics and cannot be used with --once"
@@ -235,11 +221,18 @@ def run(
     if once and retention is not None:
         raise click.UsageError("--retention prunes beside a running pool and cannot be used with --once")
     configure_logging(log_level, log_format)
+    target = checked(load_app, app_ref)
+    base = target.settings if isinstance(target, App) else Settings()
+    try:
+        from_env = Settings.from_env(base=base)
+    except InvalidArgument as exc:
+        raise click.UsageError(str(exc)) from exc
+    if database is None and not isinstance(target, App):
+        database = store_url(None)  # the default store said on stderr when no variable names one
     settings = checked(
-        RunifoldSettings.from_mapping,
+        Settings.from_mapping,
         {
-            "RUNIFOLD_DATABASE_URL": store_url(database),
-            "RUNIFOLD_APP": app_ref,
+            "RUNIFOLD_DATABASE_URL": database,
             "RUNIFOLD_CONCURRENCY": concurrency,
             "RUNIFOLD_LEASE_SECONDS": lease_s,
             "RUNIFOLD_HEARTBEAT_SECONDS": heartbeat_s,
@@ -250,18 +243,28 @@ def run(
             "RUNIFOLD_TRACING": tracing,
             "RUNIFOLD_QUEUES": list(queues) or None,
         },
+        base=from_env,
     )
+    tracer = target.tracer if isinstance(target, App) else None
     if settings.tracing:
-        _check_tracing()
-    if not once:  # the pool's workers are <worker id>-<slot>: checked as the option given
-        try:
-            check_base_id(worker_id, concurrency, field="--worker-id")
+        try:  # refused before a worker is forked or the --once cycle claims
+            tracer = env_tracer()
         except InvalidArgument as exc:
-            raise click.UsageError(str(exc)) from exc
+            raise click.UsageError(f"--tracing: {exc}") from exc
+    registry = target.registry if isinstance(target, App) else target
+    app = App(settings, registry=registry, tracer=tracer)
     if once:
-        outcome = checked(run_one_cycle, settings, worker_id)
+        try:
+            outcome = checked(app.run_once, worker_id=worker_id)
+        finally:
+            app.close()
         _print_outcome(outcome, as_json)
         sys.exit(0 if once_succeeded(outcome) else 1)
+    if worker_id is not None:  # the pool's workers are <worker id>-<slot>: checked as the option given
+        try:
+            check_base_id(worker_id, settings.pool.concurrency, field="--worker-id")
+        except InvalidArgument as exc:
+            raise click.UsageError(str(exc)) from exc
     try:
         with ExitStack() as beside:
             observer = None
@@ -279,7 +282,7 @@ def run(
                     pruning_beside(settings.database_url, policy, log_level=log_level, log_format=log_format)
                 )
                 tend = pruner.tend  # restarts it when it dies
-            report = run_pool(settings, concurrency, worker_id, observer=observer, tend=tend)
+            report = app.run_pool(worker_id=worker_id, observer=observer, tend=tend)
     except RunifoldError as exc:
         raise cli_error(exc) from exc
     if as_json:
@@ -296,22 +299,10 @@ def run(
             )
         )
     else:
-        click.echo(describe_report(report))
+        click.echo(report.summary())
     if report.stopped_by is not None:
         no_json_error(click.get_current_context())  # the report above says stopped_by
         raise click.ClickException(f"the pool stopped: {report.stopped_by}")
-
-
-def _check_tracing() -> None:
-    """Refuse tracing that no worker could set up (an exporter no installed package
-    provides, no SDK) before a worker is forked or the --once cycle claims: otherwise
-    every pool child died on start, was restarted five times and the pool exited 1 after
-    pages of tracebacks. Only looks the exporters up (``tracing_env``): nothing is built
-    here that would cross the fork."""
-    try:
-        exporter_entry_points()
-    except InvalidArgument as exc:
-        raise click.UsageError(f"--tracing: {exc}") from exc
 
 
 def _print_outcome(outcome: RunOutcome, as_json: bool) -> None:

@@ -15,15 +15,12 @@
     def create_order():
         task_id = runifold.enqueue("order-intake", 1, request.get_json())
 
-Settings, read from ``app.config`` when ``init_app`` runs:
-
-- ``RUNIFOLD_DATABASE_URL``: the store URL; default ``$RUNIFOLD_DATABASE_URL``, else a
-  local SQLite file.
-- ``RUNIFOLD_APP``: ``module:attribute`` of the ``WorkflowRegistry`` (or the registry
-  itself); needed only by processes that run workers.
-- ``RUNIFOLD_CONCURRENCY`` (1), ``RUNIFOLD_LEASE_SECONDS`` (30),
-  ``RUNIFOLD_HEARTBEAT_SECONDS`` (a third of the lease; at most half), ``RUNIFOLD_CLAIM_BATCH`` (1),
-  ``RUNIFOLD_RECYCLE_AFTER`` (tasks after which a pool worker is replaced; default never).
+Settings are read from ``app.config`` when ``init_app`` runs (``RUNIFOLD_*`` keys,
+:class:`runifold_sync.Settings`): ``RUNIFOLD_DATABASE_URL`` (default
+``$RUNIFOLD_DATABASE_URL``, else a local SQLite file), ``RUNIFOLD_APP``
+(``module:attribute`` of the ``App`` or ``WorkflowRegistry`` whose workflows run, or the
+registry itself; needed where workers run, and to check enqueues), ``RUNIFOLD_CONCURRENCY``,
+``RUNIFOLD_LEASE_SECONDS``, ``RUNIFOLD_CLAIM_BATCH``, ``RUNIFOLD_TRACING`` and the rest.
 
 The store is opened on first use in each process and closed when the process exits, not
 after each request. A process forked after the store was opened (gunicorn ``--preload``)
@@ -37,33 +34,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Unpack
 
-import attrs
 import click
 from flask import Flask, current_app, has_app_context
 from flask.cli import AppGroup
 
+from ..app import App, once_succeeded
 from ..errors import RunifoldError
-from ..model.values import TaskOptions
-from ..runner import (
-    RunifoldSettings,
-    default_worker_id,
-    describe_report,
-    once_succeeded,
-    run_one_cycle,
-    run_pool,
-)
+from ..model.values import TaskOptions, WorkflowTask
+from ..ops.tracing_env import env_tracer
+from ..settings import Settings
 from ..store.base import WorkflowStore
-from ._embedding import ProcessStore
 
 __all__ = ["Runifold", "runifold_cli"]
 
 _EXTENSION = "runifold"
-
-
-@attrs.define
-class _AppState:
-    settings: RunifoldSettings
-    stores: ProcessStore
 
 
 class Runifold:
@@ -77,12 +61,12 @@ class Runifold:
     def init_app(self, app: Flask) -> None:
         """Check the ``RUNIFOLD_*`` settings (``InvalidArgument`` if one is wrong), and add
         the ``runifold`` command group to ``app.cli``."""
-        state = _AppState(RunifoldSettings.from_mapping(app.config), ProcessStore())
+        state = App(Settings.from_mapping(app.config))
         app.extensions[_EXTENSION] = state
         app.cli.add_command(runifold_cli)
-        atexit.register(state.stores.close)  # closes only a store this process opened
+        atexit.register(state.close)  # closes only a store this process opened
 
-    def _state(self) -> _AppState:
+    def _state(self) -> App:
         if has_app_context():
             app: Flask = current_app._get_current_object()  # type: ignore[attr-defined]
         elif self._app is not None:
@@ -94,14 +78,13 @@ class Runifold:
         return _state_of(app)
 
     @property
-    def settings(self) -> RunifoldSettings:
+    def settings(self) -> Settings:
         return self._state().settings
 
     @property
     def store(self) -> WorkflowStore:
         """This process's store for the current app, opened on first use."""
-        state = self._state()
-        return state.stores.get(state.settings.database_url)
+        return self._state().store
 
     def enqueue(
         self,
@@ -120,21 +103,25 @@ class Runifold:
         own psycopg 3 or sqlite3 connection to the store's database, or SQLAlchemy's
         ``connection.connection.driver_connection``) it is written in that connection's
         open transaction: it exists only if the request's transaction commits."""
-        task = self.settings.task(name, version, input, **options)
-        return self.store.enqueue(task, connection=connection).task_id
+        state = self._state()
+        if state.settings.app is None:
+            task = WorkflowTask.new(name, version, input, **options)
+        else:
+            task = state.registry.task(name, version, input, **options)
+        return state.store.enqueue(task, connection=connection).task_id
 
     def close(self) -> None:
         """Close the current app's store in this process (it reopens on next use); the
         extension does this itself when the process exits."""
-        self._state().stores.close()
+        self._state().close()
 
 
-def _state_of(app: Flask) -> _AppState:
+def _state_of(app: Flask) -> App:
     try:
         state = app.extensions[_EXTENSION]
     except KeyError:
         raise RuntimeError(f"Runifold.init_app was not called for {app!r}") from None
-    assert isinstance(state, _AppState)
+    assert isinstance(state, App)
     return state
 
 
@@ -150,11 +137,11 @@ runifold_cli = AppGroup("runifold", help="Run runifold workflow workers for this
 )
 @click.option(
     "--worker-id",
-    default=default_worker_id,
+    default=None,
     help="Stable base id; pool workers are <base>-<slot>.  [default: host name]",
 )
 @click.option("--once", is_flag=True, help="Claim and run one task in this process, then exit (cron mode).")
-def run_command(concurrency: int | None, worker_id: str, once: bool) -> None:
+def run_command(concurrency: int | None, worker_id: str | None, once: bool) -> None:
     """Run workers: a supervised pool of forked processes until SIGINT or SIGTERM, or
     with --once a single cycle whose exit status is 0 for idle, completed, suspended,
     retried or yielded (progress committed and the task requeued) and 1 for failed,
@@ -162,20 +149,19 @@ def run_command(concurrency: int | None, worker_id: str, once: bool) -> None:
     RUNIFOLD_DATABASE_URL and RUNIFOLD_APP in the app's config."""
     app: Flask = current_app._get_current_object()  # type: ignore[attr-defined]
     settings = _state_of(app).settings
-
-    @contextmanager
-    def cycle() -> Iterator[None]:
-        with app.app_context():
-            yield
-
+    with _click_errors():
+        runner = App(settings, tracer=env_tracer() if settings.tracing else None, cycle=app.app_context)
+        if once:
+            try:
+                outcome = runner.run_once(worker_id=worker_id)
+            finally:
+                runner.close()
+        else:
+            report = runner.run_pool(concurrency, worker_id=worker_id)
     if once:
-        with _click_errors():
-            outcome = run_one_cycle(settings, worker_id, cycle)
         click.echo(repr(outcome))
         click.get_current_context().exit(0 if once_succeeded(outcome) else 1)
-    with _click_errors():
-        report = run_pool(settings, concurrency or settings.concurrency, worker_id, cycle)
-    click.echo(describe_report(report))
+    click.echo(report.summary())
 
 
 @contextmanager

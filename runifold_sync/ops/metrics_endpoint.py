@@ -22,7 +22,7 @@ from contextlib import contextmanager
 import attrs
 
 from ..engine.logs import LogFormat
-from ..errors import RunifoldError
+from ..errors import MetricsUnavailable
 from ..pool import sidecar
 from ..store.open import ENV_VAR
 from ..worker.observer import CycleObserver
@@ -32,10 +32,6 @@ log = logging.getLogger("runifold_sync.ops.metrics_endpoint")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 READY = "listening"  # the exporter's one line on stdout once its port is bound
 _READY_TIMEOUT_S = 30.0
-
-
-class MetricsUnavailable(RunifoldError):
-    """The metrics endpoint could not be set up."""
 
 
 @attrs.frozen

@@ -1,8 +1,9 @@
 """OpenTelemetry tracing of workers: a span per cycle, and per step, effect and wait.
 
 Importing this module imports OpenTelemetry (the ``otel`` extra); nothing else in the
-package does, unless a worker is given a tracer provider (``WorkflowWorker(...,
-tracer_provider=...)``), which builds a :class:`Tracing` over it.
+package does. A worker is handed a tracer, ``WorkflowWorker(..., tracer=Tracing(provider))``
+(or an ``App`` a function building one, ``App(..., tracer=tracing_env.tracer_from_env)``):
+the worker knows only the small protocol of ``engine/spans.py``.
 
 Each claim is one ``runifold.cycle`` span (kind CONSUMER), a child of the span that was
 current where the task was enqueued (its stored ``traceparent``, ``trace_context.py``), so
@@ -17,8 +18,8 @@ is recorded on its span (``record_exception``, status ERROR), and a failed task'
 cycle.
 
 In a forked pool nothing of OpenTelemetry may cross the fork: build the provider in the
-worker factory, which runs in each child after the fork (:func:`provider_from_env` builds
-one from the standard ``OTEL_*`` variables; ``runifold run --tracing`` does that). A
+worker factory, which runs in each child after the fork (``tracing_env.tracer_from_env``
+builds one from the standard ``OTEL_*`` variables; ``runifold run --tracing`` does that). A
 worker's ``close`` flushes its provider, so a child stopped gracefully loses no span (it
 exits with ``os._exit``, which skips ``atexit``); a SIGKILLed child loses what it had not
 exported.
@@ -40,7 +41,6 @@ from ..model.outcomes import Failed, LeaseLost, RunOutcome, Suspended
 from ..store.records import ClaimedTask
 from ..workflow.specs import StepSpec
 from ..workflow.step_context import StepContext
-from .tracing_env import exporter_entry_points
 
 SCOPE = "runifold_sync"
 _W3C = TraceContextTextMapPropagator()  # the stored form, whatever the app's propagator is
@@ -48,17 +48,17 @@ Attributes = Mapping[str, str | int]
 
 
 class Tracing:
-    """Traces the cycles of worker ``worker_id`` with ``tracer_provider`` (pass
-    ``opentelemetry.trace.get_tracer_provider()`` for the global one)."""
+    """Traces a worker's cycles with ``tracer_provider`` (pass
+    ``opentelemetry.trace.get_tracer_provider()`` for the global one): the
+    :class:`~runifold_sync.engine.spans.CycleTracer` a ``WorkflowWorker`` is handed."""
 
-    def __init__(self, tracer_provider: TracerProvider, worker_id: str) -> None:
+    def __init__(self, tracer_provider: TracerProvider) -> None:
         if not isinstance(tracer_provider, TracerProvider):  # else an AttributeError, later
             raise InvalidArgument(
-                f"tracer_provider must be an OpenTelemetry TracerProvider or None, got {tracer_provider!r}"
+                f"tracer_provider must be an OpenTelemetry TracerProvider, got {tracer_provider!r}"
             )
         self._provider = tracer_provider
         self._tracer = tracer_provider.get_tracer(SCOPE)
-        self._worker_id = worker_id
 
     def cycle(self, claimed: ClaimedTask, run: Callable[[ClaimSpans], RunOutcome]) -> RunOutcome:
         """Run one claim inside its ``runifold.cycle`` span, parented to the span current
@@ -75,7 +75,7 @@ class Tracing:
         parent = None if stored is None else _W3C.extract({"traceparent": stored})
         attributes = {
             **task,
-            "runifold.worker_id": self._worker_id,
+            "runifold.worker_id": lease.worker_id,
             "runifold.from_state": claimed.from_state,
             "runifold.claims_since_progress": claimed.claims_since_progress,
         }
@@ -200,24 +200,3 @@ def _cycle_ended(span: Span, outcome: RunOutcome) -> None:
     elif isinstance(outcome, LeaseLost):
         span.set_status(Status(StatusCode.ERROR, f"lease lost at {outcome.operation}"))
     span.end()
-
-
-def provider_from_env() -> TracerProvider:
-    """An SDK tracer provider set up from the standard variables, for a pool child to
-    build after the fork: the resource from ``OTEL_SERVICE_NAME`` and
-    ``OTEL_RESOURCE_ATTRIBUTES``, the sampler from ``OTEL_TRACES_SAMPLER``, and one batch
-    processor (``OTEL_BSP_*``) per exporter named in ``OTEL_TRACES_EXPORTER`` (comma
-    separated; default ``otlp``: OTLP over HTTP (the ``otel`` extra's), or over gRPC with
-    ``OTEL_EXPORTER_OTLP_PROTOCOL=grpc``, reading ``OTEL_EXPORTER_OTLP_*``;
-    ``console`` comes with the SDK; ``none`` exports nothing).
-    An exporter no installed package provides is :class:`InvalidArgument`
-    (``tracing_env``, which ``run`` also checks before it forks)."""
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    exporters = exporter_entry_points()  # checked before anything is built
-    provider = SdkTracerProvider(resource=Resource.create())
-    for exporter in exporters:
-        provider.add_span_processor(BatchSpanProcessor(exporter.load()()))
-    return provider

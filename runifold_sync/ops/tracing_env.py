@@ -1,23 +1,30 @@
-"""Which span exporters the ``OTEL_*`` variables name, and whether they are installed.
+"""Tracing from the ``OTEL_*`` variables: which span exporters they name, whether those
+are installed, and the tracer built from them.
 
-Each traced worker reads this as it builds its tracer provider after the fork
-(``tracing.provider_from_env``), and ``run --tracing`` reads it in the parent before any
-worker is forked (or the ``--once`` cycle starts): a missing exporter package used to be
-found by every child on start, which died, was restarted five times and took the pool
-down after a hundred lines of tracebacks; now it is one error before anything runs.
+``run --tracing`` and the framework integrations check the exporters in the parent
+before any worker is forked (or the ``--once`` cycle starts), :func:`env_tracer`, so a
+missing exporter package is one error before anything runs rather than every child
+dying on start; each worker process then builds its own tracer after the fork
+(:func:`tracer_from_env`).
 
-Nothing here imports OpenTelemetry or creates an exporter, a thread or a connection: the
-exporters are looked up as entry points, not loaded, so what the parent checks leaves
-nothing behind to cross the fork.
+Importing this module imports nothing of OpenTelemetry, and the check creates no
+exporter, thread or connection: the exporters are looked up as entry points, not loaded,
+so what the parent checks leaves nothing behind to cross the fork.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 from importlib.util import find_spec
+from typing import TYPE_CHECKING
 
+from ..engine.spans import CycleTracer
 from ..errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 EXPORTER_VARIABLE = "OTEL_TRACES_EXPORTER"
 _GROUP = "opentelemetry_traces_exporter"
@@ -81,3 +88,39 @@ def exporter_entry_points() -> list[EntryPoint]:
             )
         found.append(next(iter(matches)))
     return found
+
+
+def env_tracer() -> Callable[[], CycleTracer]:
+    """What ``tracing`` on means to the CLI and the framework integrations: the
+    exporters are checked now (:func:`exporter_entry_points`, before any fork), and
+    :func:`tracer_from_env` is returned, for each worker process to call after its fork
+    (``App(..., tracer=...)``)."""
+    exporter_entry_points()
+    return tracer_from_env
+
+
+def tracer_from_env() -> CycleTracer:
+    """A ``tracing.Tracing`` over :func:`provider_from_env`."""
+    from .tracing import Tracing
+
+    return Tracing(provider_from_env())
+
+
+def provider_from_env() -> TracerProvider:
+    """An SDK tracer provider set up from the standard variables, for a pool child to
+    build after the fork: the resource from ``OTEL_SERVICE_NAME`` and
+    ``OTEL_RESOURCE_ATTRIBUTES``, the sampler from ``OTEL_TRACES_SAMPLER``, and one batch
+    processor (``OTEL_BSP_*``) per exporter named in ``OTEL_TRACES_EXPORTER`` (comma
+    separated; default ``otlp``: OTLP over HTTP (the ``otel`` extra's), or over gRPC with
+    ``OTEL_EXPORTER_OTLP_PROTOCOL=grpc``, reading ``OTEL_EXPORTER_OTLP_*``;
+    ``console`` comes with the SDK; ``none`` exports nothing).
+    An exporter no installed package provides is :class:`InvalidArgument`."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    exporters = exporter_entry_points()  # checked before anything is built
+    provider = SdkTracerProvider(resource=Resource.create())
+    for exporter in exporters:
+        provider.add_span_processor(BatchSpanProcessor(exporter.load()()))
+    return provider

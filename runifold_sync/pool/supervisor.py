@@ -63,9 +63,10 @@ import attrs
 from ..errors import ForkUnsafe, InvalidArgument, StoreNotWritable, StoreUnavailable, WorkerIdInUse
 from ..model import crashpoints
 from ..model.cancellation import CancellationToken
-from ..model.values import WorkerId, check_count, check_positive_timedelta
+from ..model.values import WorkerId
 from ..store.base import WorkflowStore, open_here
-from ..worker.idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF, check_backoff_bounds
+from ..worker.idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
+from ..worker.settings import checked, duration, integer, seconds
 from ..worker.worker import WorkflowWorker
 from .preflight import check_ids_free
 from .stranded_work import StrandedWork
@@ -93,44 +94,49 @@ MAX_START_FAILURES = 5
 MAX_GENERATION = 999
 
 
-def _check_concurrency(_inst: object, _attr: object, value: int) -> None:
-    check_count("concurrency", value)
-
-
-def _check_backoff(inst: WorkflowSupervisorConfig, _attr: object, _value: timedelta) -> None:
-    check_backoff_bounds(inst.min_backoff, inst.max_backoff)
-
-
-def _check_grace(_inst: object, _attr: object, value: timedelta) -> None:
-    check_positive_timedelta("shutdown grace", value)
-
-
-def _check_recycling(_inst: object, _attr: object, value: int | None) -> None:
-    if value is not None:
-        check_count("recycle_after_tasks", value)
+_positive = duration(timedelta(0), above=True)
 
 
 @attrs.frozen
-class WorkflowSupervisorConfig:
-    """``concurrency`` is the number of worker processes. It bounds claim-and-execute
-    cycles on this host only; it is no substitute for tenant admission or pool limits."""
+class PoolSettings:
+    """How a pool runs its workers, each setting checked where it is made
+    (:class:`InvalidArgument` naming it and the value).
 
-    concurrency: int = attrs.field(validator=_check_concurrency)
-    min_backoff: timedelta = attrs.field(default=DEFAULT_MIN_BACKOFF)
-    max_backoff: timedelta = attrs.field(default=DEFAULT_MAX_BACKOFF, validator=_check_backoff)
-    shutdown_grace: timedelta = attrs.field(default=timedelta(seconds=60), validator=_check_grace)
-    recycle_after_tasks: int | None = attrs.field(default=None, validator=_check_recycling)
+    ``concurrency`` is the number of worker processes: it bounds claim-and-execute cycles
+    on this host only, and is no substitute for tenant admission or pool limits. Idle
+    children wait for work between ``min_backoff`` and ``max_backoff`` (see
+    ``WorkflowWorker.run``), and a cycle that failed on the store waits ``max_backoff``.
+    After a stop, a child may finish its cycle for ``shutdown_grace`` before it is killed.
+    With ``recycle_after_tasks`` each child is replaced by a fresh process after running
+    that many tasks. ``WorkflowSupervisorConfig`` is another name for this class, and its
+    ``with_*`` methods build a changed copy: ``WorkflowSupervisorConfig(8).with_backoff(...)``."""
 
-    def with_backoff(self, minimum: timedelta, maximum: timedelta) -> WorkflowSupervisorConfig:
+    concurrency: int = checked(integer(1), 1)
+    min_backoff: timedelta = checked(_positive, DEFAULT_MIN_BACKOFF)
+    max_backoff: timedelta = checked(_positive, DEFAULT_MAX_BACKOFF)
+    shutdown_grace: timedelta = checked(_positive, timedelta(seconds=60))
+    recycle_after_tasks: int | None = checked(integer(1, optional=True), None)
+
+    def __attrs_post_init__(self) -> None:
+        if self.min_backoff > self.max_backoff:
+            raise InvalidArgument(
+                f"min_backoff {seconds(self.min_backoff)} is above max_backoff {seconds(self.max_backoff)}"
+            )
+
+    def with_backoff(self, minimum: timedelta, maximum: timedelta) -> PoolSettings:
         """Idle children wait between ``minimum`` and ``maximum`` (see ``WorkflowWorker.run``)."""
         return attrs.evolve(self, min_backoff=minimum, max_backoff=maximum)
 
-    def with_shutdown_grace(self, grace: timedelta) -> WorkflowSupervisorConfig:
+    def with_shutdown_grace(self, grace: timedelta) -> PoolSettings:
         return attrs.evolve(self, shutdown_grace=grace)
 
-    def with_recycling(self, tasks: int) -> WorkflowSupervisorConfig:
+    def with_recycling(self, tasks: int) -> PoolSettings:
         """Replace each child with a fresh process after it has run ``tasks`` tasks."""
         return attrs.evolve(self, recycle_after_tasks=tasks)
+
+
+# The seed's name for the pool's settings, built as ``WorkflowSupervisorConfig(8)``.
+WorkflowSupervisorConfig = PoolSettings
 
 
 @attrs.frozen
@@ -146,6 +152,13 @@ class SupervisorReport:
     recycled: int
     stopped_by: str | None = None  # why the pool stopped on its own (a store refusing writes)
     timed_out: int = 0  # of the restarts, children killed for running a body past its timeout
+
+    def summary(self) -> str:
+        """One line for a person: what the commands that run a pool print as it stops."""
+        text = f"stopped. outcomes: {self.outcomes}; restarts: {self.restarts}; recycled: {self.recycled}"
+        if self.timed_out:
+            text += f" ({self.timed_out} of the restarts killed past a step's timeout)"
+        return text
 
 
 _WORKER_ID_MAX = 128  # characters (WorkerId.parse)
@@ -182,14 +195,14 @@ class WorkflowSupervisor:
     def __init__(
         self,
         worker_factory: Callable[[WorkerId], WorkflowWorker],
-        config: WorkflowSupervisorConfig,
+        config: PoolSettings,
         *,
         base_id: str = "worker",
     ) -> None:
         if not callable(worker_factory):
             raise InvalidArgument(f"worker_factory must be callable, got {worker_factory!r}")
-        if not isinstance(config, WorkflowSupervisorConfig):
-            raise InvalidArgument(f"config must be a WorkflowSupervisorConfig, got {config!r}")
+        if not isinstance(config, PoolSettings):
+            raise InvalidArgument(f"config must be a PoolSettings (WorkflowSupervisorConfig), got {config!r}")
         self._factory = worker_factory
         self._config = config
         self._base_id = check_base_id(base_id, config.concurrency)
@@ -653,7 +666,7 @@ class _Orphaned:
 def _child_main(
     factory: Callable[[WorkerId], WorkflowWorker],
     start: _Start,
-    config: WorkflowSupervisorConfig,
+    config: PoolSettings,
     report_fd: int,
     signal_mask: set[int | signal.Signals],
 ) -> int:

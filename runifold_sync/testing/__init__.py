@@ -8,9 +8,9 @@ registered as the ``pytest11`` entry point ``runifold``) adds the ``runifold_sto
 fixture, a fresh store per test, and ``runifold_clock``, its :class:`StoreClock`.
 """
 
+from ..worker.until_idle import NotIdle, run_until_idle, unfinished
 from .clock import StoreClock
 from .helpers import approve, journal, result, send_signal
-from .idle import NotIdle, run_until_idle, unfinished
 
 __all__ = [
     "NotIdle",

@@ -20,7 +20,7 @@ from datetime import timedelta
 from ..engine.claim import LeaseFlags
 from ..engine.deadlines import DeadlineListener, RunningBodies, describe_timeout
 from ..engine.logs import task_fields
-from ..errors import LeaseLostError, StoreClosed
+from ..errors import ForkUnsafe, LeaseLostError, StoreClosed
 from ..model import crashpoints
 from ..model.values import LeaseDuration, WorkerId
 from ..store.base import WorkflowStore
@@ -89,7 +89,10 @@ class LeaseKeeper:
     def _start(self) -> None:
         """Start the thread in this process, once (caller holds the lock)."""
         if self._pid != os.getpid():
-            raise RuntimeError("a LeaseKeeper cannot be used across fork; build the worker after fork")
+            raise ForkUnsafe(
+                "a worker cannot be used in a process forked from the one that built it; "
+                "build the worker after the fork (a pool's worker factory runs in each child)"
+            )
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
             self._thread.start()

@@ -2,15 +2,18 @@
 
 Every setting has its default and its check here, on the field, so a worker built with
 keywords, with a settings object, or from an application's ``RUNIFOLD_*`` settings is
-refused the same way: :class:`InvalidArgument` naming the field and the value, at the
-call that received it rather than later inside a worker.
+refused the same way: :class:`InvalidArgument` naming the setting and the value, at the
+call that received it rather than later inside a worker. Each field's check is a
+function of a name and a value, kept in the field's metadata (``check``) so that a
+reader of ``RUNIFOLD_*`` settings names the setting as it was given
+(``runifold_sync.settings``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypedDict
+from typing import Any
 
 import attrs
 
@@ -21,50 +24,70 @@ from ..model.values import LeaseDuration, check_int, check_name
 MAX_CLAIM_BATCH = 100
 MIN_ENTRY_BYTES = 1024
 
-_Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
+Check = Callable[[str, Any], object]
 
 
-def _integer(minimum: int, maximum: int | None = None, *, optional: bool = False) -> _Validator:
-    def check(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value is not None or not optional:
-            check_int(attribute.name, value, minimum=minimum, maximum=maximum)
+def checked(check: Check, default: Any, **kwargs: Any) -> Any:
+    """An attrs field whose validator is ``check(field name, value)``, kept in its metadata."""
+
+    def validate(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        check(attribute.name, value)
+
+    return attrs.field(default=default, validator=validate, metadata={"check": check}, **kwargs)
+
+
+def integer(minimum: int, maximum: int | None = None, *, optional: bool = False) -> Check:
+    def check(name: str, value: object) -> object:
+        if value is None and optional:
+            return value
+        return check_int(name, value, minimum=minimum, maximum=maximum)
 
     return check
 
 
-def _check_lease(_inst: Any, _attr: Any, value: object) -> None:
+def seconds(value: timedelta) -> str:
+    return f"{value.total_seconds():g} s"
+
+
+def duration(minimum: timedelta, *, above: bool = False) -> Check:
+    """A timedelta of at least ``minimum`` (``above``: greater than it)."""
+
+    def check(name: str, value: object) -> object:
+        if not isinstance(value, timedelta):
+            raise InvalidArgument(f"{name} must be a datetime.timedelta, got {value!r}")
+        if not (value > minimum if above else value >= minimum):
+            bound = f"above {seconds(minimum)}" if above else f"of at least {seconds(minimum)}"
+            raise InvalidArgument(f"{name} must be a duration {bound}, got {seconds(value)}")
+        return value
+
+    return check
+
+
+def _check_lease(name: str, value: object) -> object:
     if not isinstance(value, LeaseDuration):
-        raise InvalidArgument(f"lease_duration must be a LeaseDuration, got {value!r}")
+        raise InvalidArgument(f"{name} must be a LeaseDuration, got {value!r}")
+    return value  # positive, as every LeaseDuration is
 
 
-def _check_heartbeat(inst: WorkerSettings, _attr: Any, value: object) -> None:
-    """A heartbeat clearly shorter than the lease: one missed beat must not lose it."""
-    if not isinstance(value, timedelta) or value <= timedelta(0):
-        raise InvalidArgument(f"heartbeat interval must be a positive timedelta, got {value!r}")
-    lease = inst.lease_duration.value
-    if value * 2 > lease:
-        raise InvalidArgument(
-            f"heartbeat interval {value} must be at most half the lease duration {lease}, "
-            "so one missed beat does not lose the lease"
-        )
-
-
-def _check_queues(_inst: Any, _attr: Any, value: object) -> None:
+def _check_queues(name: str, value: object) -> object:
     if isinstance(value, str) or not isinstance(value, tuple):
-        raise InvalidArgument(f"queues must be a tuple of queue names, got {value!r}")
+        raise InvalidArgument(f"{name} must be a tuple of queue names, got {value!r}")
     if not value:
-        raise InvalidArgument("queues must name at least one queue")
+        raise InvalidArgument(f"{name} must name at least one queue")
     for queue in value:
         check_name("queue", queue)
+    return value
 
 
 def _queue_tuple(value: object) -> object:
     return tuple(value) if isinstance(value, list) else value
 
 
-def _check_unavailable_delay(_inst: Any, _attr: Any, value: object) -> None:
-    if not isinstance(value, timedelta) or value < timedelta(0):
-        raise InvalidArgument(f"unavailable_delay must be a non-negative timedelta, got {value!r}")
+def default_heartbeat(lease: object) -> timedelta:
+    """A third of the lease, so a lease given alone is never refused for its heartbeat."""
+    if not isinstance(lease, LeaseDuration):
+        return timedelta(seconds=10)  # the lease is refused by its own check
+    return lease.value / 3
 
 
 @attrs.frozen
@@ -72,36 +95,46 @@ class WorkerSettings:
     """What a :class:`~runifold_sync.WorkflowWorker` is configured with.
 
     ``lease_duration`` is how long a claim holds a task without a heartbeat, which comes
-    every ``heartbeat_interval`` (at most half the lease). ``claim_batch`` tasks are
-    claimed at once and run in turn, their leases kept alive meanwhile. A claim runs at
-    most ``max_steps_per_claim`` steps (None: no limit) before the task is requeued.
-    ``max_entry_bytes`` bounds each journal entry, the checkpoint head and the result. A task whose definition
-    version this worker lacks is requeued after ``unavailable_delay`` (a safety net:
-    claims take only what the worker serves). ``queues`` are the named queues it claims
-    from."""
+    every ``heartbeat_interval`` (at most half the lease; default a third of it).
+    ``claim_batch`` tasks are claimed at once and run in turn, their leases kept alive
+    meanwhile. A claim runs at most ``max_steps_per_claim`` steps (None: no limit) before
+    the task is requeued.
+    ``max_entry_bytes`` bounds each journal entry, the checkpoint head and the result. A
+    task whose definition version this worker lacks is requeued after
+    ``unavailable_delay`` (a safety net: claims take only what the worker serves).
+    ``queues`` are the named queues it claims from."""
 
-    lease_duration: LeaseDuration = attrs.field(
-        default=LeaseDuration(timedelta(seconds=30)), validator=_check_lease
+    lease_duration: LeaseDuration = checked(_check_lease, LeaseDuration(timedelta(seconds=30)))
+    heartbeat_interval: timedelta = checked(
+        duration(timedelta(0), above=True),
+        attrs.Factory(lambda s: default_heartbeat(s.lease_duration), takes_self=True),
     )
-    heartbeat_interval: timedelta = attrs.field(default=timedelta(seconds=10), validator=_check_heartbeat)
-    claim_batch: int = attrs.field(default=1, validator=_integer(1, MAX_CLAIM_BATCH))
-    max_steps_per_claim: int | None = attrs.field(default=None, validator=_integer(1, optional=True))
-    max_entry_bytes: int = attrs.field(default=DEFAULT_MAX_ENTRY_BYTES, validator=_integer(MIN_ENTRY_BYTES))
-    unavailable_delay: timedelta = attrs.field(
-        default=timedelta(seconds=5), validator=_check_unavailable_delay
-    )
-    queues: tuple[str, ...] = attrs.field(
-        default=("default",),
-        converter=_queue_tuple,
-        validator=_check_queues,
-    )
+    claim_batch: int = checked(integer(1, MAX_CLAIM_BATCH), 1)
+    max_steps_per_claim: int | None = checked(integer(1, optional=True), None)
+    max_entry_bytes: int = checked(integer(MIN_ENTRY_BYTES), DEFAULT_MAX_ENTRY_BYTES)
+    unavailable_delay: timedelta = checked(duration(timedelta(0)), timedelta(seconds=5))
+    queues: tuple[str, ...] = checked(_check_queues, ("default",), converter=_queue_tuple)
 
+    def __attrs_post_init__(self) -> None:
+        """A heartbeat clearly shorter than the lease: one missed beat must not lose it."""
+        lease = self.lease_duration.value
+        if self.heartbeat_interval * 2 > lease:
+            raise InvalidArgument(
+                f"heartbeat_interval {seconds(self.heartbeat_interval)} must be at most half the "
+                f"lease_duration {seconds(lease)}, so one missed beat does not lose the lease"
+            )
 
-class WorkerOptions(TypedDict, total=False):
-    """The settings a :class:`~runifold_sync.WorkflowWorker` also takes as keywords."""
-
-    max_steps_per_claim: int | None
-    max_entry_bytes: int
-    unavailable_delay: timedelta
-    claim_batch: int
-    queues: tuple[str, ...]
+    def replace(self, **changes: Any) -> WorkerSettings:
+        """A copy with ``changes`` (field names; :class:`InvalidArgument` for another
+        name). A heartbeat left at its default, a third of the lease, follows a lease
+        changed without one."""
+        unknown = sorted(set(changes) - set(attrs.fields_dict(WorkerSettings)))
+        if unknown:
+            raise InvalidArgument(
+                f"{', '.join(unknown)}: not a worker setting; the worker settings are "
+                f"{', '.join(attrs.fields_dict(WorkerSettings))}"
+            )
+        defaulted = self.heartbeat_interval == default_heartbeat(self.lease_duration)
+        if "lease_duration" in changes and "heartbeat_interval" not in changes and defaulted:
+            changes["heartbeat_interval"] = default_heartbeat(changes["lease_duration"])
+        return attrs.evolve(self, **changes)

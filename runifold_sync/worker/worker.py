@@ -8,7 +8,7 @@ processes that each build a worker and call ``run``.
 
 Where the rest lives: executing one claimed task and its store transitions in
 ``execution.py``, tasks claimed before their turn in ``claim_ahead.py``, the idle wait in
-``idle_backoff.py``, the settings and their checks in ``worker_settings.py``, the thread
+``idle_backoff.py``, the settings and their checks in ``settings.py``, the thread
 that creates schedules' ticks while ``run`` runs in ``schedule_ticker.py``.
 """
 
@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import Any
 
 import attrs
 
@@ -43,10 +43,7 @@ from .held_completions import Held, HeldCompletions
 from .idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF, IdleBackoff, IdleWait
 from .observer import CycleObserver
 from .schedule_ticker import ScheduleTicker
-from .settings import WorkerOptions, WorkerSettings
-
-if TYPE_CHECKING:
-    from opentelemetry.trace import TracerProvider
+from .settings import WorkerSettings
 
 log = logging.getLogger("runifold_sync.worker.worker")
 # Cycles in a row the store may refuse as not writable before the loop gives up.
@@ -69,10 +66,12 @@ class WorkerReport:
 class WorkflowWorker:
     """Claims tasks from ``store`` and runs the definitions in ``registry`` as
     ``worker_id``. Configure it with ``settings`` (a :class:`WorkerSettings`) or with
-    the same settings as arguments: ``lease_duration``, ``heartbeat_interval`` and the
-    keywords of :class:`WorkerOptions`; those given override ``settings``. With an
-    OpenTelemetry ``tracer_provider`` each cycle, body and wait is a span
-    (:mod:`runifold_sync.ops.tracing`), flushed by :meth:`close`."""
+    its fields as arguments (``lease_duration``, ``heartbeat_interval``, then keywords
+    such as ``claim_batch=4``); those given override ``settings``. With a ``tracer``
+    (a :class:`~runifold_sync.engine.spans.CycleTracer`, such as
+    ``runifold_sync.ops.tracing.Tracing`` over an OpenTelemetry provider) each cycle,
+    body and wait is a span, flushed by :meth:`close`. Build the tracer in the process
+    that runs the worker: a pool's worker factory runs after the fork."""
 
     def __init__(
         self,
@@ -84,8 +83,8 @@ class WorkflowWorker:
         *,
         settings: WorkerSettings | None = None,
         observer: CycleObserver | None = None,
-        tracer_provider: TracerProvider | None = None,
-        **options: Unpack[WorkerOptions],
+        tracer: CycleTracer | None = None,
+        **options: Any,
     ) -> None:
         if not isinstance(store, WorkflowStore):
             raise InvalidArgument(
@@ -98,6 +97,10 @@ class WorkflowWorker:
             raise InvalidArgument(f"worker_id must be a WorkerId (use WorkerId.parse), got {worker_id!r}")
         if observer is not None and not isinstance(observer, CycleObserver):
             raise InvalidArgument(f"observer must be a CycleObserver or None, got {observer!r}")
+        if tracer is not None and not (callable(getattr(tracer, "cycle", None)) and hasattr(tracer, "close")):
+            raise InvalidArgument(
+                f"tracer must be a CycleTracer (with cycle and close) or None, got {tracer!r}"
+            )
         self.settings = _settings(settings, lease_duration, heartbeat_interval, dict(options))
         self.store = store
         self.registry = registry
@@ -116,7 +119,7 @@ class WorkflowWorker:
         self._routes_at = -1
         self._request = self._claim_request()
         self._ahead = ClaimedAhead(store, self._keeper, self._claim_request)
-        self._tracer = None if tracer_provider is None else _tracing(tracer_provider, worker_id)
+        self._tracer = tracer
         self._held = HeldCompletions(store, self._keeper, self._ahead)
         # Only run() holds completions for a claim batch's one commit, and only with a
         # batch to share it and no tracer (held_completions.py).
@@ -375,14 +378,6 @@ class WorkflowWorker:
             self._tracer.close()
 
 
-def _tracing(provider: TracerProvider, worker_id: WorkerId) -> CycleTracer:
-    """The OpenTelemetry tracer of a worker given a provider. Imported here, when asked
-    for, so that a worker without one (and the package) never imports OpenTelemetry."""
-    from ..ops.tracing import Tracing
-
-    return Tracing(provider, worker_id.value)
-
-
 def _warn_of_clock_skew(store: WorkflowStore) -> None:
     """Store time rules leases and timers, so a host clock far from it is no fault of the
     worker; but it is what an operator reading this host's logs and clocks must know."""
@@ -423,10 +418,10 @@ def _settings(
 ) -> WorkerSettings:
     """``settings`` (or the defaults) with the settings given as arguments put in."""
     if settings is not None and not isinstance(settings, WorkerSettings):
-        # The type alone: a RunifoldSettings (an easy mix-up) holds the store URL, password and all.
+        # The type alone: a Settings (an easy mix-up) holds the store URL, password and all.
         raise InvalidArgument(f"settings must be a WorkerSettings or None, got a {type(settings).__name__}")
     if lease_duration is not None:
         options["lease_duration"] = lease_duration
     if heartbeat_interval is not None:
         options["heartbeat_interval"] = heartbeat_interval
-    return WorkerSettings(**options) if settings is None else attrs.evolve(settings, **options)
+    return (settings or WorkerSettings()).replace(**options)

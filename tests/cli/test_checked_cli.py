@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from runifold_sync import LeaseDuration, Suspended, WorkerId, WorkflowWorker
+from runifold_sync import LeaseDuration, WorkerId, WorkflowWorker
 from runifold_sync.cli.main import main
+from runifold_sync.outcomes import Suspended
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.cli.checked_app import registry
 

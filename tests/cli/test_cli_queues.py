@@ -147,7 +147,7 @@ def test_run_refuses_a_bad_RUNIFOLD_CLAIM_BATCH_as_a_usage_error_naming_it(url: 
 
 def test_run_help_names_the_variables() -> None:
     out = " ".join(CliRunner().invoke(main, ["run", "--help"]).output.split())
-    assert "[env var: RUNIFOLD_QUEUES]" in out and "[env var: RUNIFOLD_CLAIM_BATCH;" in out
+    assert "[env var: RUNIFOLD_QUEUES]" in out and "[env var: RUNIFOLD_CLAIM_BATCH]" in out
 
 
 def test_run_refuses_a_queue_option_holding_a_comma(url: str) -> None:

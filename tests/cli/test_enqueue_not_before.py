@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from runifold_sync import TaskOutcome
 from runifold_sync.cli.main import main
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskOutcome
 
 APP = "tests.integration.pool_app:registry"
 

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runifold_sync import TaskOutcome, TaskState, WorkflowTask
+from runifold_sync import WorkflowTask
 from runifold_sync.cli.main import main
 from runifold_sync.errors import SignalRefused
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskOutcome, TaskState
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.cli.outcome_app:registry"

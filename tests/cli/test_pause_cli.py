@@ -8,9 +8,10 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from runifold_sync import TaskState, WorkflowTask
+from runifold_sync import WorkflowTask
 from runifold_sync.cli.main import main
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskState
 
 
 def _invoke(*args: str) -> tuple[int, str]:

@@ -16,9 +16,11 @@ import attrs
 import pytest
 from click.testing import CliRunner, Result
 
-from runifold_sync import LeaseDuration, TaskNotFound, TaskState, WorkerId, WorkflowTask
+from runifold_sync import LeaseDuration, WorkerId, WorkflowTask
 from runifold_sync.cli.main import main
+from runifold_sync.errors import TaskNotFound
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskState
 from tests.support import processes
 
 APP = "tests.integration.pool_app:registry"

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runifold_sync import RunifoldError, TaskState, WorkflowTask
+from runifold_sync import Settings, WorkflowTask
 from runifold_sync.cli.main import main
-from runifold_sync.runner import RunifoldSettings
+from runifold_sync.errors import RunifoldError
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskState
 from tests.support import processes
 
 APP = "tests.integration.pool_app:registry"
@@ -41,10 +42,12 @@ def test_a_lease_given_alone_runs_with_a_heartbeat_of_a_third_of_it(
 
 
 def test_the_settings_derive_the_heartbeat_from_the_lease_when_it_is_not_given() -> None:
-    assert RunifoldSettings.from_mapping({"RUNIFOLD_LEASE_SECONDS": 2}).heartbeat == timedelta(seconds=2 / 3)
-    assert RunifoldSettings.from_mapping({}).heartbeat == timedelta(seconds=10)  # 30 s lease
-    # the shortest lease: half of it, the shortest heartbeat, rather than a third below it
-    assert RunifoldSettings.from_mapping({"RUNIFOLD_LEASE_SECONDS": 0.1}).heartbeat == timedelta(seconds=0.05)
+    def heartbeat(values: dict[str, float]) -> timedelta:
+        return Settings.from_mapping(values).worker.heartbeat_interval
+
+    assert heartbeat({"RUNIFOLD_LEASE_SECONDS": 2}) == timedelta(seconds=2 / 3)
+    assert heartbeat({}) == timedelta(seconds=10)  # 30 s lease
+    assert heartbeat({"RUNIFOLD_LEASE_SECONDS": 0.1}) == timedelta(seconds=0.1 / 3)
 
 
 def test_an_explicit_heartbeat_that_contradicts_the_lease_is_still_refused(sqlite_path: Path) -> None:
@@ -53,9 +56,9 @@ def test_an_explicit_heartbeat_that_contradicts_the_lease_is_still_refused(sqlit
         main, ["run", "--app", APP, "--database", url, "--lease", "2", "--heartbeat", "1.5"]
     )
     assert result.exit_code == 1
-    assert "must be at most half the lease duration" in result.output
+    assert "must be at most half the lease_duration" in result.output
     with pytest.raises(RunifoldError, match="at most half the lease"):
-        RunifoldSettings.from_mapping({"RUNIFOLD_LEASE_SECONDS": 2, "RUNIFOLD_HEARTBEAT_SECONDS": 1.5})
+        Settings.from_mapping({"RUNIFOLD_LEASE_SECONDS": 2, "RUNIFOLD_HEARTBEAT_SECONDS": 1.5})
 
 
 def test_run_help_says_the_heartbeats_default() -> None:

@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runifold_sync import LeaseDuration, TaskState, WorkerId, WorkflowStore, WorkflowTask, Yielded, open_store
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask, open_store
+from runifold_sync.app import once_succeeded
 from runifold_sync.cli.main import main
-from runifold_sync.runner import once_succeeded
+from runifold_sync.outcomes import Yielded
+from runifold_sync.store import TaskState
 from tests.support.routing import checkpointed_by_other_steps
 
 APP = "tests.cli.outcome_app:registry"

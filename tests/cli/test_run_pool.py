@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runifold_sync import RunifoldError, TaskState, WorkflowTask
+from runifold_sync import Settings, WorkflowTask
 from runifold_sync.cli.main import main
-from runifold_sync.runner import RunifoldSettings
+from runifold_sync.errors import RunifoldError
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskState
 from tests.support import processes
 
 APP = "tests.integration.pool_app:registry"
@@ -56,15 +57,15 @@ def test_run_recycles_workers_after_three_tasks_in_their_slots_and_finishes_ever
 
 def test_recycle_after_setting_must_be_a_positive_integer() -> None:
     with pytest.raises(RunifoldError, match="RUNIFOLD_RECYCLE_AFTER must be an integer >= 1, got 0"):
-        RunifoldSettings.from_mapping({"RUNIFOLD_RECYCLE_AFTER": 0})
-    assert RunifoldSettings.from_mapping({"RUNIFOLD_RECYCLE_AFTER": 3}).recycle_after == 3
+        Settings.from_mapping({"RUNIFOLD_RECYCLE_AFTER": 0})
+    assert Settings.from_mapping({"RUNIFOLD_RECYCLE_AFTER": 3}).pool.recycle_after_tasks == 3
 
 
 def test_max_backoff_setting_is_checked_and_reaches_the_pools_workers() -> None:
-    with pytest.raises(RunifoldError, match="RUNIFOLD_MAX_BACKOFF_SECONDS .*0.001"):
-        RunifoldSettings.from_mapping({"RUNIFOLD_MAX_BACKOFF_SECONDS": 0.001})
-    assert RunifoldSettings.from_mapping({}).max_backoff == timedelta(seconds=5)
-    assert RunifoldSettings.from_mapping({"RUNIFOLD_MAX_BACKOFF_SECONDS": 0.5}).max_backoff == timedelta(
+    with pytest.raises(RunifoldError, match="max_backoff 0.001 s .*RUNIFOLD_MAX_BACKOFF_SECONDS=0.001"):
+        Settings.from_mapping({"RUNIFOLD_MAX_BACKOFF_SECONDS": 0.001})
+    assert Settings.from_mapping({}).pool.max_backoff == timedelta(seconds=5)
+    assert Settings.from_mapping({"RUNIFOLD_MAX_BACKOFF_SECONDS": 0.5}).pool.max_backoff == timedelta(
         seconds=0.5
     )
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync import RunifoldError, TaskState, WorkflowTask
-from runifold_sync.runner import RunifoldSettings
+from runifold_sync import Settings, WorkflowTask
+from runifold_sync.errors import RunifoldError
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskState
 from tests.support import processes
 
 APP = "tests.integration.pool_app:registry"
@@ -57,8 +58,8 @@ def test_run_tracing_exports_each_childs_cycles_and_steps_through_the_otel_varia
 
 def test_tracing_setting_must_be_a_boolean() -> None:
     with pytest.raises(RunifoldError, match="RUNIFOLD_TRACING must be True or False, got 'yes'"):
-        RunifoldSettings.from_mapping({"RUNIFOLD_TRACING": "yes"})
-    assert RunifoldSettings.from_mapping({"RUNIFOLD_TRACING": True}).tracing is True
+        Settings.from_mapping({"RUNIFOLD_TRACING": "yes"})
+    assert Settings.from_mapping({"RUNIFOLD_TRACING": True}).tracing is True
 
 
 @pytest.mark.parametrize("once", [False, True], ids=["pool", "once"])

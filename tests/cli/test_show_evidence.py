@@ -15,9 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from runifold_sync import (
-    Completed,
     EffectEvidence,
-    Failed,
     StepContext,
     Workflow,
     WorkflowContext,
@@ -26,6 +24,7 @@ from runifold_sync import (
 )
 from runifold_sync.cli.main import main
 from runifold_sync.dashboard import create_app
+from runifold_sync.outcomes import Completed, Failed
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.support.clock import Clock
 from tests.support.workers import WorkerFactory

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runifold_sync import LeaseDuration, TaskState, WorkerId, WorkflowTask
+from runifold_sync import LeaseDuration, WorkerId, WorkflowTask
 from runifold_sync.cli.main import main
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskState
 
 
 @pytest.fixture

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from runifold_sync import SignalConflict, WorkflowTask
+from runifold_sync import WorkflowTask
 from runifold_sync.cli.main import derived_signal_id, main
+from runifold_sync.errors import SignalConflict
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 OS_USER = pwd.getpwuid(os.geteuid()).pw_name

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from runifold_sync import LeaseDuration, TaskState, WorkerId, WorkflowStore, WorkflowTask, open_store
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask, open_store
 from runifold_sync.cli.main import main
+from runifold_sync.store import TaskState
 from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=30))

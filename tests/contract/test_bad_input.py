@@ -12,16 +12,8 @@ import pytest
 
 from runifold_sync import (
     Budget,
-    Completed,
-    Failed,
-    FailureDetail,
-    Idle,
-    InvalidArgument,
     LeaseDuration,
-    RunOutcome,
     StepContext,
-    TaskOutcome,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -31,8 +23,11 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.errors import InvalidArgument
 from runifold_sync.model.checkpoint import DEFAULT_MAX_ENTRY_BYTES
 from runifold_sync.model.codec import MAX_NESTING_DEPTH, from_json
+from runifold_sync.outcomes import Completed, Failed, FailureDetail, Idle, RunOutcome
+from runifold_sync.store import TaskOutcome, TaskState
 from tests.support.clock import Clock
 from tests.support.journals import entries
 

@@ -12,17 +12,15 @@ from typing import Any
 import pytest
 
 from runifold_sync import (
-    Failed,
-    Idle,
     StepContext,
-    TaskOutcome,
-    TaskState,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
     WorkflowStore,
     WorkflowTask,
 )
+from runifold_sync.outcomes import Failed, Idle
+from runifold_sync.store import TaskOutcome, TaskState
 from tests.support.workers import run_cycle
 
 RUNS: list[str] = []

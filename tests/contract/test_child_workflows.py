@@ -16,16 +16,9 @@ import attrs
 import pytest
 
 from runifold_sync import (
-    ChildFailed,
     ChildTimedOut,
-    Completed,
-    Failed,
-    InvalidArgument,
     LeaseDuration,
     StepContext,
-    Suspended,
-    TaskOutcome,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -35,6 +28,9 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.errors import ChildFailed, InvalidArgument
+from runifold_sync.outcomes import Completed, Failed, Suspended
+from runifold_sync.store import TaskOutcome, TaskState
 from runifold_sync.store.records import ClaimedTask
 from tests.support.clock import Clock
 from tests.support.workers import run_cycle

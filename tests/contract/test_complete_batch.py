@@ -9,19 +9,11 @@ from datetime import timedelta
 import attrs
 import pytest
 
-from runifold_sync import (
-    CancelPending,
-    InvalidArgument,
-    LeaseDuration,
-    LeaseLostError,
-    TaskOutcome,
-    TaskState,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
-)
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync.errors import CancelPending, InvalidArgument, LeaseLostError
 from runifold_sync.model.checkpoint import JournalRow
 from runifold_sync.model.codec import to_json
+from runifold_sync.store import TaskOutcome, TaskState
 from runifold_sync.store.records import ClaimedTask, ClaimRequest, Completion
 
 LEASE = LeaseDuration(timedelta(seconds=30))

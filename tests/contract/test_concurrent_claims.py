@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from runifold_sync import TaskOutcome, TaskState, WorkflowStore, WorkflowTask, open_store
+from runifold_sync import WorkflowStore, WorkflowTask, open_store
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskOutcome, TaskState
 from tests.support import spawned
 from tests.support.backends import Backend
 from tests.support.spawned import claimer

@@ -9,14 +9,8 @@ from datetime import timedelta
 
 import pytest
 
-from runifold_sync import (
-    InvalidArgument,
-    LeaseDuration,
-    LeaseLostError,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
-)
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync.errors import InvalidArgument, LeaseLostError
 from runifold_sync.model.codec import to_json
 
 LEASE = LeaseDuration(timedelta(seconds=30))

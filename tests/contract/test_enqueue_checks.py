@@ -13,7 +13,8 @@ from typing import Any
 import attrs
 import pytest
 
-from runifold_sync import InvalidArgument, WorkflowStore, WorkflowTask
+from runifold_sync import WorkflowStore, WorkflowTask
+from runifold_sync.errors import InvalidArgument
 
 GOOD = WorkflowTask.new("orders", 1, {"n": 1}, checkpoint_id="good")
 

@@ -15,14 +15,9 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
-from runifold_sync import (
-    EnqueueConflict,
-    InvalidArgument,
-    TaskNotFound,
-    TaskState,
-    WorkflowStore,
-    WorkflowTask,
-)
+from runifold_sync import WorkflowStore, WorkflowTask
+from runifold_sync.errors import EnqueueConflict, InvalidArgument, TaskNotFound
+from runifold_sync.store import TaskState
 from runifold_sync.store.open import sqlite_path
 from tests.support.backends import Backend
 

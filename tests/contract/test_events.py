@@ -22,16 +22,8 @@ from typing import Any
 import pytest
 
 from runifold_sync import (
-    Completed,
-    EventNotFound,
-    Failed,
-    InvalidArgument,
     LeaseDuration,
-    RunifoldError,
     StepContext,
-    Suspended,
-    TaskNotFound,
-    WaitTimedOut,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -41,6 +33,8 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.errors import EventNotFound, InvalidArgument, RunifoldError, TaskNotFound, WaitTimedOut
+from runifold_sync.outcomes import Completed, Failed, Suspended
 from runifold_sync.store.checks import MAX_EVENT_BYTES
 from tests.support.backends import Backend
 from tests.support.clock import Clock

@@ -12,11 +12,8 @@ import attrs
 import pytest
 
 from runifold_sync import (
-    Completed,
-    Failed,
     LeaseDuration,
     StepContext,
-    Suspended,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -26,6 +23,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.outcomes import Completed, Failed, Suspended
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 

@@ -10,14 +10,8 @@ from typing import Any
 import pytest
 
 from runifold_sync import (
-    CancelPending,
-    Completed,
-    ContinuedAsNew,
-    Failed,
     LeaseDuration,
-    LeaseLostError,
     StepContext,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -27,8 +21,11 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.errors import CancelPending, LeaseLostError
 from runifold_sync.model.checkpoint import MAIN, TAIL_ENTRIES, JournalRow
 from runifold_sync.model.codec import from_json
+from runifold_sync.outcomes import Completed, ContinuedAsNew, Failed
+from runifold_sync.store import TaskState
 from runifold_sync.store.checkpoints import newest_entries, read_checkpoint
 from tests.support.backends import Backend
 

@@ -9,7 +9,8 @@ from datetime import timedelta
 
 import pytest
 
-from runifold_sync import InvalidArgument, WorkflowStore
+from runifold_sync import WorkflowStore
+from runifold_sync.errors import InvalidArgument
 from tests.support.backends import Backend
 
 

@@ -12,19 +12,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from runifold_sync import (
-    InvalidArgument,
-    LeaseDuration,
-    TenantBudget,
-    TenantPolicy,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
-)
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
 from runifold_sync.cli.main import main
+from runifold_sync.errors import InvalidArgument
 from runifold_sync.model.moments import EARLIEST_MOMENT, LATEST_MOMENT
 from runifold_sync.model.values import INT64_MAX, INT64_MIN
-from runifold_sync.store import checks
+from runifold_sync.store import TenantBudget, TenantPolicy, checks
 
 TOO_LONG = 10**5000  # past Python's 4,300-digit limit for int -> str
 APP = "tests.integration.pool_app:registry"

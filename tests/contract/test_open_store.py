@@ -11,9 +11,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from runifold_sync import InvalidArgument, TaskOutcome, TaskState, WorkflowTask, open_store
+from runifold_sync import WorkflowTask, open_store
+from runifold_sync.errors import InvalidArgument
 from runifold_sync.postgres import PostgresWorkflowStore
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskOutcome, TaskState
 from runifold_sync.store.open import ENV_VAR, sqlite_path
 from runifold_sync.store.queries import load_migrations
 from tests.support import processes

@@ -14,15 +14,8 @@ from typing import Any
 import pytest
 
 from runifold_sync import (
-    Completed,
-    Idle,
-    InvalidArgument,
-    InvalidState,
     LeaseDuration,
     StepContext,
-    Suspended,
-    TaskNotFound,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -30,6 +23,9 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
+from runifold_sync.errors import InvalidArgument, InvalidState, TaskNotFound
+from runifold_sync.outcomes import Completed, Idle, Suspended
+from runifold_sync.store import TaskState
 from runifold_sync.store.records import ClaimedTask, Committed
 from tests.support.clock import Clock
 from tests.support.workers import run_cycle

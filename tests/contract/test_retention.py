@@ -19,17 +19,11 @@ import attrs
 import psycopg
 import pytest
 
-from runifold_sync import (
-    InvalidArgument,
-    LeaseDuration,
-    TaskNotFound,
-    TaskState,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
-)
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync.errors import InvalidArgument, TaskNotFound
 from runifold_sync.model.checkpoint import JournalRow
 from runifold_sync.model.codec import to_json
+from runifold_sync.store import TaskState
 from runifold_sync.store.open import sqlite_path
 from runifold_sync.store.records import ClaimedTask
 from tests.support.backends import Backend

@@ -15,12 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from runifold_sync import (
-    Completed,
-    Idle,
     LeaseDuration,
     StepContext,
-    Suspended,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -31,6 +27,8 @@ from runifold_sync import (
     WorkflowWorker,
 )
 from runifold_sync.cli.main import main
+from runifold_sync.outcomes import Completed, Idle, Suspended
+from runifold_sync.store import TaskState
 from tests.support.backends import Backend
 from tests.support.clock import Clock
 

@@ -10,17 +10,10 @@ from typing import Any
 
 import pytest
 
-from runifold_sync import (
-    EnqueueConflict,
-    InvalidArgument,
-    LeaseDuration,
-    TenantPolicy,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
-)
+from runifold_sync import LeaseDuration, Settings, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync.errors import EnqueueConflict, InvalidArgument
 from runifold_sync.model.codec import to_json
-from runifold_sync.runner import RunifoldSettings
+from runifold_sync.store import TenantPolicy
 from runifold_sync.store.records import ClaimRequest, Routes
 from runifold_sync.worker.settings import WorkerSettings
 
@@ -146,8 +139,8 @@ def test_routes_and_queue_names_are_checked() -> None:
         with pytest.raises(InvalidArgument, match="queue"):
             WorkerSettings(queues=bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="RUNIFOLD_QUEUES"):
-        RunifoldSettings.from_mapping({"RUNIFOLD_QUEUES": "gpu, "})
-    assert RunifoldSettings.from_mapping({"RUNIFOLD_QUEUES": "gpu,default"}).worker_settings().queues == (
+        Settings.from_mapping({"RUNIFOLD_QUEUES": "gpu, "})
+    assert Settings.from_mapping({"RUNIFOLD_QUEUES": "gpu,default"}).worker.queues == (
         "gpu",
         "default",
     )

@@ -12,7 +12,6 @@ from runifold_sync import (
     CancellationToken,
     LeaseDuration,
     StepContext,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -21,6 +20,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.store import TaskState
 from tests.support.backends import Backend
 
 render = Workflow("render", 1)

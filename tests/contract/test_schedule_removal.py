@@ -9,15 +9,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from runifold_sync import (
-    InvalidArgument,
-    Schedule,
-    ScheduleNotFound,
-    TaskState,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
-)
+from runifold_sync import Schedule, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync.errors import InvalidArgument, ScheduleNotFound
+from runifold_sync.store import TaskState
 from runifold_sync.store.schedule_records import TickAttempt
 from runifold_sync.store.serving import live_workers, no_live_worker_declares
 from runifold_sync.worker.schedule_ticker import ScheduleTicks

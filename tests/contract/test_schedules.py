@@ -9,17 +9,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from runifold_sync import (
-    InvalidArgument,
-    LeaseDuration,
-    Schedule,
-    ScheduleNotFound,
-    TaskState,
-    WorkerId,
-    WorkflowRegistry,
-    WorkflowStore,
-    WorkflowWorker,
-)
+from runifold_sync import LeaseDuration, Schedule, WorkerId, WorkflowRegistry, WorkflowStore, WorkflowWorker
+from runifold_sync.errors import InvalidArgument, ScheduleNotFound
+from runifold_sync.store import TaskState
 from runifold_sync.worker.schedule_ticker import ScheduleTicks
 from tests.support.backends import Backend
 from tests.support.clock import Clock

@@ -17,12 +17,7 @@ import pytest
 
 from runifold_sync import (
     ApprovalDecision,
-    Completed,
     LeaseDuration,
-    SignalCheck,
-    SignalNotAccepted,
-    SignalRefused,
-    Suspended,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -33,6 +28,9 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
+from runifold_sync.errors import SignalNotAccepted, SignalRefused
+from runifold_sync.outcomes import Completed, Suspended
+from runifold_sync.store import SignalCheck
 from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=30))

@@ -12,12 +12,7 @@ from typing import Any
 import pytest
 
 from runifold_sync import (
-    Completed,
-    Idle,
-    InvalidArgument,
     LeaseDuration,
-    Suspended,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -28,8 +23,10 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
-from runifold_sync.errors import SignalConflict, SignalRefused, TaskNotFound
+from runifold_sync.errors import InvalidArgument, SignalConflict, SignalRefused, TaskNotFound
 from runifold_sync.model.codec import MAX_NESTING_DEPTH
+from runifold_sync.outcomes import Completed, Idle, Suspended
+from runifold_sync.store import TaskState
 from runifold_sync.store.refusals import RECORDED_SIGNAL_REFUSALS
 from tests.support.backends import Backend
 

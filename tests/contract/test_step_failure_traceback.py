@@ -11,12 +11,9 @@ from typing import Any
 import pytest
 
 from runifold_sync import (
-    Failed,
-    FailureDetail,
     LeaseDuration,
     RetryPolicy,
     StepContext,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -27,6 +24,8 @@ from runifold_sync import (
     WorkflowWorker,
 )
 from runifold_sync.model.tracebacks import MAX_TRACEBACK_BYTES
+from runifold_sync.outcomes import Failed, FailureDetail
+from runifold_sync.store import TaskState
 from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=30))

@@ -22,16 +22,9 @@ import pytest
 
 from runifold_sync import (
     Budget,
-    Completed,
-    Failed,
     LeaseDuration,
-    LeaseLost,
-    Retried,
     RetryPolicy,
-    RunOutcome,
     StepContext,
-    TaskOutcome,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -41,6 +34,8 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.outcomes import Completed, Failed, LeaseLost, Retried, RunOutcome
+from runifold_sync.store import TaskOutcome, TaskState
 from runifold_sync.store.checkpoints import read_checkpoint
 from tests.support.backends import Backend
 from tests.support.clock import Clock

@@ -11,16 +11,10 @@ from typing import Any
 
 import pytest
 
-from runifold_sync import (
-    CancelPending,
-    LeaseDuration,
-    LeaseLostError,
-    TaskState,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
-)
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync.errors import CancelPending, LeaseLostError
 from runifold_sync.model.codec import to_json
+from runifold_sync.store import TaskState
 from runifold_sync.store.records import ClaimedTask, ClaimRequest, Committed
 
 LEASE = LeaseDuration(timedelta(seconds=30))

@@ -13,20 +13,10 @@ from typing import Any
 
 import pytest
 
-from runifold_sync import (
-    EnqueueConflict,
-    InvalidArgument,
-    InvalidState,
-    LeaseDuration,
-    LeaseLostError,
-    TaskNotFound,
-    TaskOutcome,
-    TaskState,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
-)
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync.errors import EnqueueConflict, InvalidArgument, InvalidState, LeaseLostError, TaskNotFound
 from runifold_sync.model.codec import to_json
+from runifold_sync.store import TaskOutcome, TaskState
 from runifold_sync.store.records import ClaimedTask, ClaimRequest, EffectResolution, Lease
 from tests.support.backends import Backend
 

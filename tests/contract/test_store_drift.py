@@ -18,13 +18,8 @@ from typing import Any
 
 import pytest
 
-from runifold_sync import (
-    InvalidArgument,
-    LeaseDuration,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
-)
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync.errors import InvalidArgument
 from runifold_sync.store.records import Lease
 
 LEASE = LeaseDuration(timedelta(seconds=30))

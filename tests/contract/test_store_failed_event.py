@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from runifold_sync import FailureDetail, LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync.outcomes import FailureDetail
 from runifold_sync.store.records import ClaimedTask
 
 LEASE = LeaseDuration(timedelta(seconds=30))

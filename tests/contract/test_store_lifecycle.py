@@ -14,15 +14,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from runifold_sync import (
-    InvalidArgument,
-    LeaseDuration,
-    StoreUnavailable,
-    StoreUsedAcrossFork,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
-)
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync.errors import InvalidArgument, StoreUnavailable, StoreUsedAcrossFork
 from runifold_sync.model.codec import to_json
 from runifold_sync.store.open import sqlite_path
 from runifold_sync.store.queries import load_migrations
@@ -114,7 +107,7 @@ def test_processes_started_at_once_on_a_fresh_database_migrate_it_exactly_once(b
 
 
 def test_a_database_migrated_by_a_newer_version_is_refused(backend: Backend) -> None:
-    from runifold_sync import SchemaTooNew
+    from runifold_sync.errors import SchemaTooNew
 
     store = backend.open()
     if backend.kind == "sqlite":

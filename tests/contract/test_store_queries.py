@@ -7,17 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from runifold_sync import (
-    InvalidArgument,
-    InvalidState,
-    LeaseDuration,
-    TaskNotFound,
-    TaskOutcome,
-    TaskState,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
-)
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync.errors import InvalidArgument, InvalidState, TaskNotFound
+from runifold_sync.store import TaskOutcome, TaskState
 from runifold_sync.store.records import VersionReference
 
 LEASE = LeaseDuration(timedelta(seconds=30))

@@ -7,19 +7,17 @@ from typing import Any
 
 import pytest
 
-from runifold_sync import (
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync.errors import (
     InvalidArgument,
     InvalidState,
-    LeaseDuration,
     LeaseLostError,
+    SignalConflict,
+    SignalRefused,
     TaskNotFound,
-    TaskState,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
 )
-from runifold_sync.errors import SignalConflict, SignalRefused
 from runifold_sync.model.codec import to_json
+from runifold_sync.store import TaskState
 from runifold_sync.store.checks import MAX_PENDING_SIGNALS
 from runifold_sync.store.records import ClaimedTask
 

@@ -37,21 +37,17 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from runifold_sync import (
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask, open_store
+from runifold_sync.errors import (
     CancelPending,
     InvalidState,
-    LeaseDuration,
     LeaseLostError,
+    RunifoldError,
+    SignalConflict,
     SignalRefused,
-    TaskOutcome,
-    TaskState,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
-    open_store,
 )
-from runifold_sync.errors import RunifoldError, SignalConflict
 from runifold_sync.model.codec import to_json
+from runifold_sync.store import TaskOutcome, TaskState
 from runifold_sync.store.records import Lease
 
 LEASE_S = 30

@@ -8,7 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from runifold_sync import InvalidArgument, LeaseDuration, TaskState, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync.errors import InvalidArgument
+from runifold_sync.store import TaskState
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 

@@ -9,18 +9,10 @@ from typing import Any
 
 import pytest
 
-from runifold_sync import (
-    EnqueueConflict,
-    InvalidArgument,
-    LeaseDuration,
-    TaskState,
-    TenantBudget,
-    TenantPolicy,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
-)
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync.errors import EnqueueConflict, InvalidArgument
 from runifold_sync.model.codec import to_json
+from runifold_sync.store import TaskState, TenantBudget, TenantPolicy
 from runifold_sync.store.records import ClaimRequest
 from tests.support.backends import Backend
 

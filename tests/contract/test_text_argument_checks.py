@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from runifold_sync import InvalidArgument, WorkflowStore, WorkflowTask
+from runifold_sync import WorkflowStore, WorkflowTask
+from runifold_sync.errors import InvalidArgument
 
 FILTERS = ["tenant", "definition", "parent", "queue"]
 

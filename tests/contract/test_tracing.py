@@ -20,14 +20,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from runifold_sync import (
-    Completed,
-    Failed,
     LeaseDuration,
-    Retried,
     RetryPolicy,
-    RunOutcome,
     StepContext,
-    Suspended,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -37,6 +32,8 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.ops.tracing import Tracing
+from runifold_sync.outcomes import Completed, Failed, Retried, RunOutcome, Suspended
 from tests.support.backends import Backend
 
 flow = Workflow("traced-order", 1, signals=["go"])
@@ -110,7 +107,7 @@ def _cycle(store: WorkflowStore, provider: TracerProvider) -> RunOutcome:
         registry.register(WorkflowDefinition(workflow))
     lease = LeaseDuration(timedelta(seconds=30))
     worker = WorkflowWorker(
-        store, registry, WorkerId.parse("tracer"), lease, timedelta(seconds=5), tracer_provider=provider
+        store, registry, WorkerId.parse("tracer"), lease, timedelta(seconds=5), tracer=Tracing(provider)
     )
     try:
         return worker.run_once()

@@ -15,19 +15,15 @@ import psycopg
 import pytest
 
 from runifold_sync import (
-    Completed,
-    Failed,
-    LeaseLost,
-    Retried,
     StepContext,
-    Suspended,
-    TaskState,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
     WorkflowStore,
     WorkflowTask,
 )
+from runifold_sync.outcomes import Completed, Failed, LeaseLost, Retried, Suspended
+from runifold_sync.store import TaskState
 from runifold_sync.store.open import sqlite_path
 from tests.support.backends import Backend
 from tests.support.clock import Clock

@@ -15,16 +15,14 @@ import pytest
 
 from runifold_sync import (
     ChildHandle,
-    Failed,
-    Idle,
-    Suspended,
-    TaskState,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
     WorkflowStore,
     WorkflowTask,
 )
+from runifold_sync.outcomes import Failed, Idle, Suspended
+from runifold_sync.store import TaskState
 from tests.support.workers import run_cycle
 
 TEN_YEARS = timedelta(days=3650)

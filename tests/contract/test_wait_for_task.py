@@ -20,20 +20,15 @@ from typing import Any
 import attrs
 import pytest
 
-from runifold_sync import (
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync.errors import (
     InvalidArgument,
-    LeaseDuration,
     RunifoldError,
     StoreUsedAcrossFork,
     TaskNotFound,
-    TaskOutcome,
-    TaskRecord,
-    TaskState,
     WaitTimedOut,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
 )
+from runifold_sync.store import TaskOutcome, TaskRecord, TaskState
 from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=30))

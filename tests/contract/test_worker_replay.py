@@ -15,14 +15,8 @@ from typing import Any
 import pytest
 
 from runifold_sync import (
-    Completed,
-    Failed,
-    FailureDetail,
-    Idle,
     LeaseDuration,
     StepContext,
-    Suspended,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -32,6 +26,8 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.outcomes import Completed, Failed, FailureDetail, Idle, Suspended
+from runifold_sync.store import TaskState
 from runifold_sync.store.checkpoints import read_checkpoint
 from tests.support.clock import Clock
 from tests.support.journals import entries

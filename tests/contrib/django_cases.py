@@ -31,16 +31,7 @@ from django.db import transaction  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
 from shop.models import Order  # noqa: E402
 
-from runifold_sync import (  # noqa: E402
-    InputMismatch,
-    InvalidArgument,
-    StoreUsedAcrossFork,
-    TaskNotFound,
-    TaskOutcome,
-    TaskState,
-    WorkflowStore,
-    WorkflowTask,
-)
+from runifold_sync import WorkflowStore, WorkflowTask  # noqa: E402
 from runifold_sync.contrib.django import (  # noqa: E402
     close_store,
     enqueue,
@@ -48,7 +39,9 @@ from runifold_sync.contrib.django import (  # noqa: E402
     get_store,
     runifold_settings,
 )
+from runifold_sync.errors import InputMismatch, InvalidArgument, StoreUsedAcrossFork, TaskNotFound  # noqa: E402
 from runifold_sync.sqlite import SqliteWorkflowStore  # noqa: E402
+from runifold_sync.store import TaskOutcome, TaskState  # noqa: E402
 from tests.support import processes  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "django_project"

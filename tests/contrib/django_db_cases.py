@@ -23,10 +23,7 @@ from django.test import Client, override_settings  # noqa: E402
 from shop.models import Order  # noqa: E402
 
 from runifold_sync import (  # noqa: E402
-    InvalidArgument,
     StepContext,
-    TaskNotFound,
-    TaskState,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
@@ -37,6 +34,8 @@ from runifold_sync import (  # noqa: E402
 )
 from runifold_sync.contrib.django import close_store, get_store  # noqa: E402
 from runifold_sync.contrib.django.database import store_url  # noqa: E402
+from runifold_sync.errors import InvalidArgument, TaskNotFound  # noqa: E402
+from runifold_sync.store import TaskState  # noqa: E402
 from runifold_sync.testing import run_until_idle  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)

@@ -18,16 +18,11 @@ from types import ModuleType
 import pytest
 from flask import Flask
 
-from runifold_sync import (
-    InputMismatch,
-    InvalidArgument,
-    StoreUsedAcrossFork,
-    TaskOutcome,
-    TaskState,
-    UnknownDefinition,
-    WorkflowStore,
-)
+from runifold_sync import WorkflowStore
+from runifold_sync.errors import InputMismatch, InvalidArgument, StoreUsedAcrossFork, UnknownDefinition
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskOutcome, TaskState
+from runifold_sync.store.base import open_here
 from tests.support import processes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,17 +101,17 @@ def test_run_without_runifold_app_is_a_usage_error(example: ModuleType, db: Path
     result = app.test_cli_runner().invoke(args=["runifold", "run", "--once"])
 
     assert result.exit_code == 1
-    assert "RUNIFOLD_APP is not set" in result.output
+    assert "has no workflows to run" in result.output and "RUNIFOLD_APP" in result.output
 
 
 def test_store_is_opened_once_per_process_and_outlives_requests(example: ModuleType, app: Flask) -> None:
     client = app.test_client()
     with app.app_context():
-        assert app.extensions["runifold"].stores.pid is None  # nothing opened before first use
+        assert open_here() == []  # nothing opened before first use
     client.post("/orders", json={"order_id": "o1", "sku": "tea"})
     with app.app_context():
         first = example.runifold.store
-        assert app.extensions["runifold"].stores.pid == os.getpid()
+        assert open_here() == [first]
     client.post("/orders", json={"order_id": "o2", "sku": "tea"})
     assert client.get("/orders/o1").get_json()["state"] == "queued"
     with app.app_context():
@@ -154,7 +149,7 @@ def test_forked_child_opens_its_own_store_and_leaves_the_parents_alone(
         assert f"opened in process {parent_pid}" in child["refused"]
         # The parent's store is still the same open store and sees the child's task.
         assert runifold.store is parent_store
-        assert app.extensions["runifold"].stores.pid == parent_pid
+        assert open_here() == [parent_store]
         assert parent_store.get_task(child["task_id"]).state is TaskState.QUEUED
 
 
@@ -169,7 +164,7 @@ def _child_report(example: ModuleType, app: Flask, parent_store: WorkflowStore) 
     report = {
         "new_store": child_store is not parent_store,
         "cached": runifold.store is child_store,
-        "opened_by": app.extensions["runifold"].stores.pid,
+        "opened_by": os.getpid() if open_here() == [child_store] else None,
         "pid": os.getpid(),
         "refused": refused,
         "task_id": runifold.enqueue("order-intake", 1, {"order_id": "c", "sku": "s", "quantity": 1}),

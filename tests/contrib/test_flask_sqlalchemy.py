@@ -14,8 +14,10 @@ import sqlalchemy
 from flask import Flask, jsonify, request
 from sqlalchemy.orm import Session
 
-from runifold_sync import TaskNotFound, TaskState, WorkflowStore
+from runifold_sync import WorkflowStore
 from runifold_sync.contrib.flask import Runifold
+from runifold_sync.errors import TaskNotFound
+from runifold_sync.store import TaskState
 from runifold_sync.store.open import sqlite_path
 from tests.support.backends import Backend
 

@@ -14,7 +14,6 @@ from runifold_sync import (
     LeaseDuration,
     RetryPolicy,
     StepContext,
-    TenantPolicy,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -23,6 +22,7 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
+from runifold_sync.store import TenantPolicy
 from runifold_sync.testing import run_until_idle
 
 # What the escaping tests store in every field a page shows.

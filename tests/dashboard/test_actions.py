@@ -15,8 +15,9 @@ import flask
 import pytest
 from flask.testing import FlaskClient
 
-from runifold_sync import TaskState, WorkflowStore, WorkflowTask
+from runifold_sync import WorkflowStore, WorkflowTask
 from runifold_sync.dashboard import create_app
+from runifold_sync.store import TaskState
 
 from .conftest import TOKEN, csrf_of, log_in
 from .flows import Seeded
@@ -248,7 +249,7 @@ def test_a_login_ends_after_the_session_lifetime_of_store_time(
 def test_create_app_refuses_a_session_lifetime_that_is_no_positive_duration(
     store: WorkflowStore, lifetime: object
 ) -> None:
-    from runifold_sync import InvalidArgument
+    from runifold_sync.errors import InvalidArgument
 
     with pytest.raises(InvalidArgument, match="dashboard session_lifetime must be"):
         create_app(store, token=TOKEN, session_lifetime=lifetime)  # type: ignore[arg-type]
@@ -285,7 +286,7 @@ def test_a_read_only_dashboard_refuses_every_post_and_says_so(
 
 
 def test_create_app_refuses_a_bad_token_without_repeating_it(store: WorkflowStore) -> None:
-    from runifold_sync import InvalidArgument
+    from runifold_sync.errors import InvalidArgument
 
     with pytest.raises(InvalidArgument, match="dashboard token must be a non-empty string") as raised:
         create_app(store, token="   ")

@@ -23,9 +23,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from runifold_sync import TaskState, WorkflowStore, WorkflowTask
+from runifold_sync import WorkflowStore, WorkflowTask
 from runifold_sync.dashboard import create_app
 from runifold_sync.dashboard.serving import serve_in_background
+from runifold_sync.store import TaskState
 
 from .conftest import TOKEN
 from .flows import Seeded, registry

@@ -11,8 +11,9 @@ from urllib.parse import quote, urlencode
 from flask.testing import FlaskClient
 from markupsafe import escape
 
-from runifold_sync import Schedule, TenantPolicy, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync import Schedule, WorkerId, WorkflowStore, WorkflowTask
 from runifold_sync.dashboard import create_app
+from runifold_sync.store import TenantPolicy
 from runifold_sync.testing import run_until_idle
 
 from .flows import XSS, broken_flow, orders_flow, registry

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync import TaskState, WorkflowTask, open_store
+from runifold_sync import WorkflowTask, open_store
+from runifold_sync.store import TaskState
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "mount-token-5e2a"

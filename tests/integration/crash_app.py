@@ -39,7 +39,6 @@ from runifold_sync import (
     EffectEvidence,
     LeaseDuration,
     StepContext,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -48,6 +47,7 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
+from runifold_sync.store import TaskState
 from tests.support import ledger
 from tests.support.routing import leave_checkpoint_without_fingerprint
 

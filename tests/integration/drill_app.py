@@ -33,7 +33,6 @@ from runifold_sync import (
     Budget,
     CapabilitySet,
     LeaseDuration,
-    RunOutcome,
     StepContext,
     WorkerId,
     Workflow,
@@ -43,6 +42,7 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
+from runifold_sync.outcomes import RunOutcome
 from tests.support import ledger
 
 MAX_RUNS = 20

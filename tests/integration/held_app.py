@@ -21,9 +21,7 @@ from datetime import timedelta
 
 from runifold_sync import (
     CancellationToken,
-    RunOutcome,
     StepContext,
-    TaskState,
     WorkerId,
     WorkerSettings,
     Workflow,
@@ -33,6 +31,8 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
+from runifold_sync.outcomes import RunOutcome
+from runifold_sync.store import TaskState
 from tests.support import ledger
 
 from .crash_app import HEARTBEAT, LEASE, LEDGER_ENV

@@ -25,9 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from runifold_sync import (
-    Completed,
     LeaseDuration,
-    LeaseLost,
     StepContext,
     WorkerId,
     Workflow,
@@ -38,6 +36,7 @@ from runifold_sync import (
     open_store,
 )
 from runifold_sync.engine.logs import JsonFormatter
+from runifold_sync.outcomes import Completed, LeaseLost
 from tests.support import ledger
 
 LEASE = LeaseDuration(timedelta(seconds=1))

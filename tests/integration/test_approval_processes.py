@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from runifold_sync import TaskOutcome, TaskState, WorkflowStore, WorkflowTask, open_store
+from runifold_sync import WorkflowStore, WorkflowTask, open_store
+from runifold_sync.store import TaskOutcome, TaskState
 from tests.support import processes
 
 PROCESS_TIMEOUT_S = 30.0

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync import TaskState, WorkflowTask
+from runifold_sync import WorkflowTask
+from runifold_sync.store import TaskState
 from tests.support import ledger as ledger_file
 from tests.support import processes
 from tests.support.backends import Backend

@@ -15,10 +15,8 @@ from datetime import timedelta
 import pytest
 
 from runifold_sync import (
-    Cancelled,
     LeaseDuration,
     StepContext,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -29,6 +27,8 @@ from runifold_sync import (
 )
 from runifold_sync.model.checkpoint import JournalRow
 from runifold_sync.model.codec import from_json
+from runifold_sync.outcomes import Cancelled
+from runifold_sync.store import TaskState
 from runifold_sync.store.checkpoints import read_checkpoint
 from runifold_sync.store.records import Committed, Lease
 from tests.support.backends import Backend

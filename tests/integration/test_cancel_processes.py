@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from runifold_sync import TaskState, WorkflowStore, WorkflowTask
+from runifold_sync import WorkflowStore, WorkflowTask
+from runifold_sync.store import TaskState
 from runifold_sync.store.checkpoints import read_checkpoint
 from tests.integration.cancel_app import STEPS
 from tests.support import processes

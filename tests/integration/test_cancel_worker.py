@@ -17,14 +17,9 @@ from typing import Any
 import pytest
 
 from runifold_sync import (
-    Cancelled,
-    Idle,
     LeaseDuration,
-    Retried,
     RetryPolicy,
     StepContext,
-    Suspended,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -35,6 +30,8 @@ from runifold_sync import (
     WorkflowWorker,
 )
 from runifold_sync.model.checkpoint import Checkpoint
+from runifold_sync.outcomes import Cancelled, Idle, Retried, Suspended
+from runifold_sync.store import TaskState
 from runifold_sync.store.checkpoints import read_checkpoint
 from tests.support.backends import Backend
 

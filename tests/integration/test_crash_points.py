@@ -48,9 +48,10 @@ from pathlib import Path
 import attrs
 import pytest
 
-from runifold_sync import TaskOutcome, TaskState, WorkerId, WorkflowStore, WorkflowTask, WorkflowWorker
+from runifold_sync import WorkerId, WorkflowStore, WorkflowTask, WorkflowWorker
 from runifold_sync.errors import InvalidArgument
 from runifold_sync.model import crashpoints
+from runifold_sync.store import TaskOutcome, TaskState
 from tests.support import processes
 from tests.support.backends import Backend
 from tests.support.journals import entries

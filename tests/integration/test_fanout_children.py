@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync import TaskOutcome, TaskState, WorkflowTask
+from runifold_sync import WorkflowTask
+from runifold_sync.store import TaskOutcome, TaskState
 from tests.support import ledger, processes
 from tests.support.backends import Backend
 

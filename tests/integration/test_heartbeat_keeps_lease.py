@@ -11,7 +11,6 @@ from datetime import timedelta
 import pytest
 
 from runifold_sync import (
-    Completed,
     LeaseDuration,
     StepContext,
     WorkerId,
@@ -22,6 +21,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.outcomes import Completed
 from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=1))

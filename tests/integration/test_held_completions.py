@@ -16,9 +16,7 @@ import pytest
 from runifold_sync import (
     CancellationToken,
     LeaseDuration,
-    RunOutcome,
     StepContext,
-    TaskState,
     WorkerId,
     WorkerReport,
     WorkerSettings,
@@ -30,6 +28,8 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.outcomes import RunOutcome
+from runifold_sync.store import TaskState
 from runifold_sync.store.records import ClaimedTask
 from runifold_sync.worker.observer import CycleObserver
 from tests.support.backends import Backend

@@ -22,7 +22,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from runifold_sync import TaskOutcome, TaskState, WorkerId, WorkflowTask, WorkflowWorker
+from runifold_sync import WorkerId, WorkflowTask, WorkflowWorker
+from runifold_sync.store import TaskOutcome, TaskState
 from tests.support import ledger, processes
 from tests.support.backends import Backend
 

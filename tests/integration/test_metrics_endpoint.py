@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from runifold_sync import TaskState, WorkflowStore, WorkflowTask, open_store
+from runifold_sync import WorkflowStore, WorkflowTask, open_store
 from runifold_sync.cli.main import main
 from runifold_sync.ops.metrics_endpoint import (
     MULTIPROC_ENV,
@@ -29,6 +29,7 @@ from runifold_sync.ops.metrics_endpoint import (
     MetricsUnavailable,
     serving_metrics,
 )
+from runifold_sync.store import TaskState
 from tests.support import processes
 
 APP = "tests.integration.pool_app:registry"

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync import TaskState, WorkflowStore, WorkflowTask
+from runifold_sync import WorkflowStore, WorkflowTask
+from runifold_sync.store import TaskState
 from tests.support import processes
 from tests.support.backends import Backend
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync import TaskOutcome, TaskState, WorkflowStore, WorkflowTask
+from runifold_sync import WorkflowStore, WorkflowTask
+from runifold_sync.store import TaskOutcome, TaskState
 from tests.support import processes
 from tests.support.backends import Backend
 

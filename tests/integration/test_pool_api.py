@@ -18,16 +18,15 @@ import runifold_sync
 from runifold_sync import (
     CancellationToken,
     LeaseDuration,
-    RunifoldError,
-    TaskState,
     WorkerId,
-    WorkerIdInUse,
     WorkflowSupervisor,
     WorkflowSupervisorConfig,
     WorkflowTask,
     WorkflowWorker,
     open_store,
 )
+from runifold_sync.errors import RunifoldError, WorkerIdInUse
+from runifold_sync.store import TaskState
 from tests.support import processes
 
 from . import pool_app
@@ -56,7 +55,7 @@ def _run_briefly(supervisor: WorkflowSupervisor, seconds: float = 1.0) -> runifo
 def test_run_refuses_to_fork_beside_an_open_store_and_a_running_worker_naming_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runifold_sync import ForkUnsafe
+    from runifold_sync.errors import ForkUnsafe
 
     monkeypatch.setenv("POOL_LEDGER", str(tmp_path / "ledger.txt"))
     url = f"sqlite:///{tmp_path / 'workflows.db'}"

@@ -26,7 +26,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from runifold_sync import LeaseDuration, TaskOutcome, TaskState, WorkerId, WorkflowTask, WorkflowWorker
+from runifold_sync import LeaseDuration, WorkerId, WorkflowTask, WorkflowWorker
+from runifold_sync.store import TaskOutcome, TaskState
 from tests.support import processes
 from tests.support.backends import Backend
 

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync import TaskState, WorkerId, WorkflowTask, open_store
+from runifold_sync import WorkerId, WorkflowTask, open_store
 from runifold_sync.model.cancellation import CancellationToken
 from runifold_sync.pool.supervisor import MAX_START_FAILURES, WorkflowSupervisor, WorkflowSupervisorConfig
+from runifold_sync.store import TaskState
 from runifold_sync.worker.worker import WorkflowWorker
 from tests.support import processes
 

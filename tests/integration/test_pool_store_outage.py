@@ -26,7 +26,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from runifold_sync import StoreUnavailable, TaskState, WorkflowStore, WorkflowTask, open_store
+from runifold_sync import WorkflowStore, WorkflowTask, open_store
+from runifold_sync.errors import StoreUnavailable
+from runifold_sync.store import TaskState
 from tests.support import processes
 from tests.support.pgcluster import PrivateCluster
 

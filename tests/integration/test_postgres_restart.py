@@ -32,7 +32,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from runifold_sync import StoreUnavailable, TaskOutcome, TaskState, WorkflowStore, WorkflowTask, open_store
+from runifold_sync import WorkflowStore, WorkflowTask, open_store
+from runifold_sync.errors import StoreUnavailable
+from runifold_sync.store import TaskOutcome, TaskState
 from tests.support import processes
 from tests.support.journals import entries
 from tests.support.pgcluster import PrivateCluster

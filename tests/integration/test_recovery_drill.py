@@ -24,17 +24,10 @@ from typing import Any
 import attrs
 import pytest
 
-from runifold_sync import (
-    BudgetUsage,
-    LeaseDuration,
-    TaskOutcome,
-    TaskState,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
-)
+from runifold_sync import BudgetUsage, LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
 from runifold_sync.model import crashpoints
 from runifold_sync.model.codec import from_json
+from runifold_sync.store import TaskOutcome, TaskState
 from runifold_sync.store.open import sqlite_path
 from tests.integration import drill_app
 from tests.support import ledger, processes

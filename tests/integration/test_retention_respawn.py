@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync import TaskNotFound, TaskState, WorkflowStore, WorkflowTask
+from runifold_sync import WorkflowStore, WorkflowTask
+from runifold_sync.errors import TaskNotFound
 from runifold_sync.pool import sidecar
+from runifold_sync.store import TaskState
 from tests.support import processes
 from tests.support.backends import Backend
 

@@ -21,7 +21,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from runifold_sync import TaskOutcome, TaskState, WorkerId, WorkflowWorker
+from runifold_sync import WorkerId, WorkflowWorker
+from runifold_sync.store import TaskOutcome, TaskState
 from runifold_sync.worker.schedule_ticker import ScheduleTicks
 from tests.support import ledger, processes
 from tests.support.backends import Backend

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync import TaskOutcome, TaskState
+from runifold_sync.store import TaskOutcome, TaskState
 from tests.support import ledger, processes
 from tests.support.backends import Backend
 

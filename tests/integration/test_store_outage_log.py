@@ -30,8 +30,6 @@ import pytest
 from runifold_sync import (
     CancellationToken,
     LeaseDuration,
-    StoreUnavailable,
-    TaskOutcome,
     WorkerId,
     WorkerReport,
     WorkflowStore,
@@ -39,7 +37,9 @@ from runifold_sync import (
     WorkflowWorker,
     open_store,
 )
+from runifold_sync.errors import StoreUnavailable
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskOutcome
 from tests.support import processes
 from tests.support.pgcluster import PrivateCluster
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync import TaskState, WorkflowTask
+from runifold_sync import WorkflowTask
+from runifold_sync.store import TaskState
 from runifold_sync.store.serving import unserved_work
 from tests.support import processes
 from tests.support.backends import Backend

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync import TaskState, TenantPolicy, WorkflowStore, WorkflowTask
+from runifold_sync import WorkflowStore, WorkflowTask
+from runifold_sync.store import TaskState, TenantPolicy
 from tests.support import processes
 from tests.support.backends import Backend
 

@@ -26,7 +26,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from runifold_sync import TaskOutcome, TaskState, WorkerId, WorkflowStore, WorkflowTask, WorkflowWorker
+from runifold_sync import WorkerId, WorkflowStore, WorkflowTask, WorkflowWorker
+from runifold_sync.store import TaskOutcome, TaskState
 from runifold_sync.store.checkpoints import read_checkpoint
 from tests.support import ledger, processes
 from tests.support.backends import Backend

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from runifold_sync import TaskState, WorkflowTask
+from runifold_sync import WorkflowTask
+from runifold_sync.store import TaskState
 from tests.support import processes
 from tests.support.backends import Backend
 

@@ -16,7 +16,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from runifold_sync import TaskOutcome, WorkerId, WorkflowTask, WorkflowWorker
+from runifold_sync import WorkerId, WorkflowTask, WorkflowWorker
+from runifold_sync.store import TaskOutcome
 from runifold_sync.store.open import sqlite_path
 from tests.support import ledger, processes
 from tests.support.backends import Backend

@@ -16,9 +16,7 @@ from datetime import timedelta
 import pytest
 
 from runifold_sync import (
-    Completed,
     LeaseDuration,
-    Suspended,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -29,6 +27,7 @@ from runifold_sync import (
     open_store,
 )
 from runifold_sync.errors import SignalRefused
+from runifold_sync.outcomes import Completed, Suspended
 from tests.support.backends import Backend
 
 pytestmark = pytest.mark.timeout(120)

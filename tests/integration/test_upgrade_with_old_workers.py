@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync import TaskOutcome, TaskState, WorkerId, WorkflowWorker
+from runifold_sync import WorkerId, WorkflowWorker
+from runifold_sync.store import TaskOutcome, TaskState
 from tests.support import processes
 from tests.support.backends import Backend
 from tests.support.journals import entries

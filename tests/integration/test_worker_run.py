@@ -15,12 +15,8 @@ import pytest
 
 from runifold_sync import (
     CancellationToken,
-    InvalidArgument,
     LeaseDuration,
-    RunOutcome,
     StepContext,
-    StoreUnavailable,
-    TaskState,
     WorkerId,
     WorkerReport,
     WorkerSettings,
@@ -32,6 +28,9 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.errors import InvalidArgument, StoreUnavailable
+from runifold_sync.outcomes import RunOutcome
+from runifold_sync.store import TaskState
 from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=5))

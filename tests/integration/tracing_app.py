@@ -32,6 +32,7 @@ from runifold_sync import (
     open_store,
 )
 from runifold_sync.model.cancellation import CancellationToken
+from runifold_sync.ops.tracing import Tracing
 from runifold_sync.pool.supervisor import WorkflowSupervisor, WorkflowSupervisorConfig
 
 STEPS = 3
@@ -87,7 +88,7 @@ def main() -> None:
         exporter = FileExporter(args.spans / f"{os.getpid()}.jsonl")
         provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=600_000))
         return WorkflowWorker(
-            open_store(args.url), registry, worker_id, lease, lease.value / 4, tracer_provider=provider
+            open_store(args.url), registry, worker_id, lease, lease.value / 4, tracer=Tracing(provider)
         )
 
     config = WorkflowSupervisorConfig(args.concurrency).with_backoff(

@@ -19,7 +19,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from runifold_sync import LeaseDuration, TaskState, WorkerId, WorkflowTask
+from runifold_sync import LeaseDuration, WorkerId, WorkflowTask
+from runifold_sync.store import TaskState
 from runifold_sync.store.base import WorkflowStore
 from runifold_sync.store.postgres.statements import Q
 from tests.support.backends import wait_until_blocked_on_a_lock

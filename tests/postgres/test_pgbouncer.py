@@ -14,7 +14,8 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from runifold_sync import TaskState, WorkflowStore, WorkflowTask, open_store
+from runifold_sync import WorkflowStore, WorkflowTask, open_store
+from runifold_sync.store import TaskState
 from runifold_sync.store.postgres.url import POLL_INTERVAL_S
 from tests.support.backends import through_pgbouncer
 

@@ -12,7 +12,8 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from runifold_sync import StoreMisconfigured, StoreNotWritable, open_store
+from runifold_sync import open_store
+from runifold_sync.errors import StoreMisconfigured, StoreNotWritable
 from runifold_sync.postgres import PostgresWorkflowStore
 from tests.support.backends import pgbouncer_admin_url
 

@@ -12,14 +12,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from runifold_sync import (
-    InvalidArgument,
-    LeaseDuration,
-    StoreNotWritable,
-    StoreUnavailable,
-    WorkerId,
-    WorkflowTask,
-)
+from runifold_sync import LeaseDuration, WorkerId, WorkflowTask
+from runifold_sync.errors import InvalidArgument, StoreNotWritable, StoreUnavailable
 from runifold_sync.model.codec import to_json
 from runifold_sync.postgres import PostgresWorkflowStore
 from runifold_sync.store.postgres.statements import Q, claim_statement, route_params

@@ -18,8 +18,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from runifold_sync import TaskNotFound, TaskState, WorkflowTask
+from runifold_sync import WorkflowTask
+from runifold_sync.errors import TaskNotFound
 from runifold_sync.postgres import PostgresWorkflowStore
+from runifold_sync.store import TaskState
 from runifold_sync.store.postgres.statements import Q
 from runifold_sync.store.postgres.store import PostgresTransaction
 from tests.integration.pool_app import read_ledger

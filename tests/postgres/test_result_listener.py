@@ -18,17 +18,10 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from runifold_sync import (
-    LeaseDuration,
-    StoreUsedAcrossFork,
-    TaskOutcome,
-    WaitTimedOut,
-    WorkerId,
-    WorkflowStore,
-    WorkflowTask,
-    open_store,
-)
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask, open_store
+from runifold_sync.errors import StoreUsedAcrossFork, WaitTimedOut
 from runifold_sync.postgres import PostgresWorkflowStore
+from runifold_sync.store import TaskOutcome
 from runifold_sync.store.postgres.listen import ResultListener
 from tests.support.backends import through_pgbouncer, wait_until_blocked_on_a_lock
 

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 import runifold_sync.store.postgres.store as pg_store
-from runifold_sync import LeaseDuration, TaskState, WorkerId, WorkflowTask, open_store
+from runifold_sync import LeaseDuration, WorkerId, WorkflowTask, open_store
+from runifold_sync.store import TaskState
 from runifold_sync.store.base import WorkflowStore
 from runifold_sync.store.dialect import Event
 from tests.support.backends import wait_until_blocked_on_a_lock

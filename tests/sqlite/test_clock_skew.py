@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync import TaskState, WorkflowStore, WorkflowTask, open_store
+from runifold_sync import WorkflowStore, WorkflowTask, open_store
+from runifold_sync.store import TaskState
 from tests.integration import pool_app
 from tests.support import processes
 

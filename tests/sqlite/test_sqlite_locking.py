@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync import StoreUnavailable, WorkflowTask
+from runifold_sync import WorkflowTask
+from runifold_sync.errors import StoreUnavailable
 from runifold_sync.sqlite import SqliteWorkflowStore
 from runifold_sync.store.sqlite.clock import HOST_CLOCK
 

@@ -12,7 +12,8 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from runifold_sync import LeaseDuration, LeaseLostError, WorkerId, open_store
+from runifold_sync import LeaseDuration, WorkerId, open_store
+from runifold_sync.errors import LeaseLostError
 from runifold_sync.model.codec import to_json
 
 

@@ -11,13 +11,13 @@ import pytest
 
 from runifold_sync import (
     LeaseDuration,
-    RunOutcome,
     WorkerId,
     WorkflowDefinition,
     WorkflowRegistry,
     WorkflowStore,
     WorkflowWorker,
 )
+from runifold_sync.outcomes import RunOutcome
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 WorkerFactory = Callable[..., WorkflowWorker]

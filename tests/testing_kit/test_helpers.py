@@ -8,8 +8,10 @@ from datetime import timedelta
 
 import pytest
 
-from runifold_sync import InvalidArgument, InvalidState, SignalNotAccepted, TaskState, WorkflowStore
+from runifold_sync import WorkflowStore
+from runifold_sync.errors import InvalidArgument, InvalidState, SignalNotAccepted
 from runifold_sync.model.checkpoint import EntryKind, EntryStatus
+from runifold_sync.store import TaskState
 from runifold_sync.testing import StoreClock, approve, journal, result, run_until_idle, send_signal
 
 from . import workflows

@@ -10,20 +10,10 @@ from datetime import timedelta
 
 import pytest
 
-from runifold_sync import (
-    Completed,
-    ContinuedAsNew,
-    InvalidArgument,
-    Retried,
-    StepContext,
-    Suspended,
-    TaskState,
-    TenantBudget,
-    TenantPolicy,
-    Workflow,
-    WorkflowContext,
-    WorkflowStore,
-)
+from runifold_sync import StepContext, Workflow, WorkflowContext, WorkflowStore
+from runifold_sync.errors import InvalidArgument
+from runifold_sync.outcomes import Completed, ContinuedAsNew, Retried, Suspended
+from runifold_sync.store import TaskState, TenantBudget, TenantPolicy
 from runifold_sync.testing import NotIdle, StoreClock, result, run_until_idle, send_signal
 
 from . import workflows

@@ -14,8 +14,6 @@ import pytest
 
 from runifold_sync import (
     Budget,
-    Completed,
-    Failed,
     LeaseDuration,
     StepContext,
     WorkerId,
@@ -28,6 +26,7 @@ from runifold_sync import (
     WorkflowWorker,
 )
 from runifold_sync.model.checkpoint import Checkpoint
+from runifold_sync.outcomes import Completed, Failed
 from runifold_sync.store.checkpoints import read_checkpoint
 
 LEASE = LeaseDuration(timedelta(seconds=30))

@@ -17,15 +17,8 @@ from typing import Any
 import pytest
 
 from runifold_sync import (
-    Cancelled,
-    Completed,
-    Idle,
-    Lease,
     LeaseDuration,
-    SignalRefused,
     StepContext,
-    Suspended,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -34,8 +27,11 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.errors import SignalRefused
 from runifold_sync.model.checkpoint import Checkpoint
+from runifold_sync.outcomes import Cancelled, Completed, Idle, Suspended
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import Lease, TaskState
 from runifold_sync.store.checkpoints import read_checkpoint
 
 THREAD_TIMEOUT_S = 10.0

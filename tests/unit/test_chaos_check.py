@@ -12,8 +12,9 @@ from typing import Any
 import attrs
 import pytest
 
-from runifold_sync import BudgetUsage, TaskEvent, TaskOutcome, TaskRecord, TaskState
+from runifold_sync import BudgetUsage
 from runifold_sync.errors import LeaseLostError
+from runifold_sync.store import TaskEvent, TaskOutcome, TaskRecord, TaskState
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 

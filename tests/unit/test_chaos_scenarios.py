@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runifold_sync import TaskEvent
+from runifold_sync.store import TaskEvent
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 

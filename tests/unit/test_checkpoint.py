@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from runifold_sync import BudgetUsage, CheckpointError, CheckpointTooLarge, DefinitionIdentity, RunifoldError
+from runifold_sync import BudgetUsage
+from runifold_sync.errors import CheckpointError, CheckpointTooLarge, RunifoldError
 from runifold_sync.model.checkpoint import (
     DEFAULT_MAX_ENTRY_BYTES,
     FORMAT_VERSION,
@@ -20,6 +21,7 @@ from runifold_sync.model.checkpoint import (
     JournalRow,
 )
 from runifold_sync.model.codec import to_json
+from runifold_sync.store import DefinitionIdentity
 
 IDENTITY = DefinitionIdentity("order-intake", 3, "0123456789abcdef")
 LIMIT = DEFAULT_MAX_ENTRY_BYTES

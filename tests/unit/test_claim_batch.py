@@ -12,13 +12,8 @@ from datetime import timedelta
 import pytest
 
 from runifold_sync import (
-    Completed,
-    Idle,
-    InvalidArgument,
     LeaseDuration,
-    LeaseLost,
     StepContext,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -27,7 +22,10 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.errors import InvalidArgument
+from runifold_sync.outcomes import Completed, Idle, LeaseLost
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskState
 
 LEASE = LeaseDuration(timedelta(seconds=1))
 flow = Workflow("batched", 1)

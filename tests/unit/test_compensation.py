@@ -10,13 +10,9 @@ import pytest
 
 from runifold_sync import (
     Budget,
-    Cancelled,
-    Failed,
-    InvalidArgument,
     LeaseDuration,
     RetryPolicy,
     StepContext,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -25,8 +21,11 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.errors import InvalidArgument
 from runifold_sync.model.checkpoint import Checkpoint
+from runifold_sync.outcomes import Cancelled, Failed
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskState
 
 ONCE = RetryPolicy(max_attempts=1)
 

@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from runifold_sync import CapabilitySet, InvalidArgument, WorkerId, Workflow, WorkflowTask
+from runifold_sync import CapabilitySet, WorkerId, Workflow, WorkflowTask
+from runifold_sync.errors import InvalidArgument
 
 
 def _step_with_empty_id() -> None:

@@ -10,12 +10,9 @@ import pytest
 
 from runifold_sync import (
     EffectEvidence,
-    Failed,
     LeaseDuration,
     RetryPolicy,
     StepContext,
-    StoreUnavailable,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -24,7 +21,10 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.errors import StoreUnavailable
+from runifold_sync.outcomes import Failed
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskState
 from runifold_sync.store.records import Committed, Lease
 
 LEASE = LeaseDuration(timedelta(seconds=30))

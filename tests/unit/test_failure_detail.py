@@ -11,22 +11,17 @@ from typing import Any
 import pytest
 
 from runifold_sync import (
-    AmbiguousEffect,
-    Failed,
-    FailureDetail,
     LeaseDuration,
-    LeaseLost,
-    NonDeterminism,
     RetryPolicy,
-    RunOutcome,
     StepContext,
-    Suspended,
     WorkerId,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
     WorkflowTask,
 )
+from runifold_sync.errors import AmbiguousEffect, NonDeterminism
+from runifold_sync.outcomes import Failed, FailureDetail, LeaseLost, RunOutcome, Suspended
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.support.clock import Clock
 from tests.support.workers import WorkerFactory

@@ -15,9 +15,7 @@ from typing import Any
 import pytest
 
 from runifold_sync import (
-    Completed,
     LeaseDuration,
-    LeaseLostError,
     StepContext,
     WorkerId,
     Workflow,
@@ -27,6 +25,8 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.errors import LeaseLostError
+from runifold_sync.outcomes import Completed
 from runifold_sync.sqlite import SqliteWorkflowStore
 from runifold_sync.store.records import Lease
 

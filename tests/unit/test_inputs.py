@@ -9,17 +9,10 @@ from typing import Any
 
 import pytest
 
-from runifold_sync import (
-    Completed,
-    InputMismatch,
-    StepContext,
-    Suspended,
-    Workflow,
-    WorkflowContext,
-    WorkflowDefinition,
-    WorkflowTask,
-)
+from runifold_sync import StepContext, Workflow, WorkflowContext, WorkflowDefinition, WorkflowTask
+from runifold_sync.errors import InputMismatch
 from runifold_sync.model.inputs import fit_input
+from runifold_sync.outcomes import Completed, Suspended
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.support.workers import WorkerFactory
 

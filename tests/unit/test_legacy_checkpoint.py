@@ -19,10 +19,8 @@ import psycopg
 import pytest
 
 from runifold_sync import (
-    CheckpointError,
     LeaseDuration,
     StepContext,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -30,7 +28,9 @@ from runifold_sync import (
     WorkflowRegistry,
     WorkflowWorker,
 )
+from runifold_sync.errors import CheckpointError
 from runifold_sync.model.checkpoint import Checkpoint, EntryKind, EntryStatus
+from runifold_sync.store import TaskState
 from runifold_sync.store.checkpoints import read_checkpoint
 from runifold_sync.store.queries import load_migrations
 from runifold_sync.store.sqlite.schema import migration_statements

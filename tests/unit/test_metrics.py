@@ -12,18 +12,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from runifold_sync import (
-    Completed,
-    DefinitionUnavailable,
-    Failed,
-    InvalidArgument,
     LeaseDuration,
-    LeaseLost,
-    Retried,
     RetryPolicy,
     StepContext,
-    Suspended,
-    TenantBudget,
-    TenantPolicy,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -32,9 +23,11 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.errors import StoreUnavailable
+from runifold_sync.errors import InvalidArgument, StoreUnavailable
 from runifold_sync.ops.metrics import MAX_DEFINITION_LABELS, OTHER, PrometheusObserver, StoreCollector
+from runifold_sync.outcomes import Completed, DefinitionUnavailable, Failed, LeaseLost, Retried, Suspended
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TenantBudget, TenantPolicy
 from runifold_sync.worker.observer import CycleObserver
 from tests.support.routing import checkpointed_by_other_steps
 

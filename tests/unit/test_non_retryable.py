@@ -12,17 +12,15 @@ from typing import Any
 import pytest
 
 from runifold_sync import (
-    Failed,
-    InvalidArgument,
-    Retried,
     RetryPolicy,
-    RunOutcome,
     StepContext,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
     WorkflowTask,
 )
+from runifold_sync.errors import InvalidArgument
+from runifold_sync.outcomes import Failed, Retried, RunOutcome
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.support.workers import WorkerFactory
 

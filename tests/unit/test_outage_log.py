@@ -8,8 +8,7 @@ import logging
 
 import pytest
 
-from runifold_sync import StoreNotWritable, StoreUnavailable
-from runifold_sync.errors import StoreClosed
+from runifold_sync.errors import StoreClosed, StoreNotWritable, StoreUnavailable
 from runifold_sync.store.outage import OutageLog, is_outage
 
 WHERE = "PostgreSQL database app at db:5432"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from runifold_sync import InvalidArgument
+from runifold_sync.errors import InvalidArgument
 from runifold_sync.store.postgres.url import parse_target
 
 

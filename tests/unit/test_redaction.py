@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runifold_sync import InvalidArgument, WorkerId, WorkflowRegistry, WorkflowWorker, open_store
+from runifold_sync import Settings, WorkerId, WorkflowRegistry, WorkflowWorker, open_store
 from runifold_sync.cli.main import main
+from runifold_sync.errors import InvalidArgument
 from runifold_sync.model.redaction import redacted, scrubbed
-from runifold_sync.runner import RunifoldSettings
 from runifold_sync.sqlite import SqliteWorkflowStore
 from runifold_sync.store.postgres.pool import describe
 
@@ -107,14 +107,14 @@ def test_no_command_prints_a_password_urllib_would_misread(url: str) -> None:
 
 def test_settings_and_argument_errors_show_no_store_url_password(tmp_path: Path) -> None:
     url = "postgresql://app:SECRETPW@db/jobs"
-    settings = RunifoldSettings.from_mapping({"RUNIFOLD_DATABASE_URL": url})
+    settings = Settings.from_mapping({"RUNIFOLD_DATABASE_URL": url})
     assert "SECRETPW" not in repr(settings) and "postgresql://app:***@db/jobs" in repr(settings)
     with pytest.raises(InvalidArgument) as refused:
         WorkflowWorker(url, WorkflowRegistry(), WorkerId.parse("w1"))  # type: ignore[arg-type]
     assert "SECRETPW" not in str(refused.value) and "open_store(url)" in str(refused.value)
     with pytest.raises(InvalidArgument) as mixed_up, SqliteWorkflowStore.open(tmp_path / "w.db") as store:
         WorkflowWorker(store, WorkflowRegistry(), WorkerId.parse("w1"), settings=settings)  # type: ignore[arg-type]
-    assert "SECRETPW" not in str(mixed_up.value) and "RunifoldSettings" in str(mixed_up.value)
+    assert "SECRETPW" not in str(mixed_up.value) and "got a Settings" in str(mixed_up.value)
     with pytest.raises(InvalidArgument) as sqlite_url:
         open_store("sqlite://app:SECRETPW@host/x.db")
     assert "SECRETPW" not in str(sqlite_url.value)

@@ -16,7 +16,6 @@ import pytest
 from runifold_sync import (
     CancellationToken,
     LeaseDuration,
-    RunOutcome,
     StepContext,
     WorkerId,
     Workflow,
@@ -27,6 +26,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.outcomes import RunOutcome
 
 flow = Workflow("acyclic", 1)
 

@@ -14,16 +14,8 @@ from typing import Any
 import attrs
 import pytest
 
-from runifold_sync import (
-    InputMismatch,
-    InvalidArgument,
-    UnknownDefinition,
-    Workflow,
-    WorkflowContext,
-    WorkflowDefinition,
-    WorkflowRegistry,
-    WorkflowTask,
-)
+from runifold_sync import Workflow, WorkflowContext, WorkflowDefinition, WorkflowRegistry, WorkflowTask
+from runifold_sync.errors import InputMismatch, InvalidArgument, UnknownDefinition
 
 
 @attrs.frozen

@@ -12,7 +12,6 @@ import pytest
 
 from runifold_sync import (
     CancellationToken,
-    InvalidArgument,
     LeaseDuration,
     RetentionPolicy,
     WorkerId,
@@ -20,6 +19,7 @@ from runifold_sync import (
     keep_pruning,
 )
 from runifold_sync.cli.common import duration_text
+from runifold_sync.errors import InvalidArgument
 from runifold_sync.pool.retention import paced
 from runifold_sync.sqlite import SqliteWorkflowStore
 

@@ -10,16 +10,14 @@ import attrs
 import pytest
 
 from runifold_sync import (
-    InputMismatch,
-    InvalidArgument,
     Schedule,
     ScheduleTick,
-    UnknownDefinition,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
     WorkflowRegistry,
 )
+from runifold_sync.errors import InputMismatch, InvalidArgument, UnknownDefinition
 from runifold_sync.model.codec import MAX_NESTING_DEPTH, from_json, to_json
 from runifold_sync.model.values import MAX_INPUT_BYTES
 

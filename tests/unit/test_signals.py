@@ -20,27 +20,20 @@ from runifold_sync import (
     ApprovalTimedOut,
     Budget,
     BudgetUsage,
-    Completed,
-    DefinitionConflict,
-    Failed,
-    Idle,
-    Retried,
     RetryPolicy,
-    SignalCheck,
-    SignalNotAccepted,
     SignalTimedOut,
     StepContext,
-    Suspended,
-    TaskOutcome,
-    TaskState,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
     WorkflowRegistry,
     WorkflowTask,
 )
+from runifold_sync.errors import DefinitionConflict, SignalNotAccepted
 from runifold_sync.model.checkpoint import Checkpoint
+from runifold_sync.outcomes import Completed, Failed, Idle, Retried, Suspended
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import SignalCheck, TaskOutcome, TaskState
 from runifold_sync.store.checkpoints import read_checkpoint
 from tests.support.clock import Clock
 from tests.support.workers import WorkerFactory

@@ -14,18 +14,17 @@ import attrs
 import pytest
 
 from runifold_sync import (
-    Completed,
     EffectEvidence,
-    Failed,
     RetryPolicy,
     StepContext,
-    TaskOutcome,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
     WorkflowTask,
 )
+from runifold_sync.outcomes import Completed, Failed
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskOutcome
 from tests.support.clock import Clock
 from tests.support.journals import entries
 from tests.support.workers import WorkerFactory

@@ -7,8 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from runifold_sync import InvalidArgument, StepContext, Workflow, WorkflowContext
+from runifold_sync import StepContext, Workflow, WorkflowContext
 from runifold_sync.engine.deadlines import RunningBodies, describe_timeout
+from runifold_sync.errors import InvalidArgument
 
 
 def _flow(step_timeout: timedelta | None, effect_timeout: timedelta | None) -> Workflow:

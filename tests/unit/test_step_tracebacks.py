@@ -11,8 +11,6 @@ from datetime import timedelta
 import pytest
 
 from runifold_sync import (
-    Failed,
-    FailureDetail,
     RetryPolicy,
     StepContext,
     Workflow,
@@ -22,6 +20,7 @@ from runifold_sync import (
 )
 from runifold_sync.engine.logs import FIELDS
 from runifold_sync.model.tracebacks import MAX_PIECE_BYTES, MAX_TRACEBACK_BYTES, kept_traceback
+from runifold_sync.outcomes import Failed, FailureDetail
 from runifold_sync.sqlite import SqliteWorkflowStore
 from tests.support.clock import Clock
 from tests.support.workers import WorkerFactory

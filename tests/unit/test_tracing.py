@@ -15,8 +15,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from runifold_sync import (
-    Completed,
-    InvalidArgument,
     LeaseDuration,
     StepContext,
     WorkerId,
@@ -27,8 +25,10 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.ops.tracing import provider_from_env
-from runifold_sync.ops.tracing_env import exporter_entry_points, exporter_names
+from runifold_sync.errors import InvalidArgument
+from runifold_sync.ops.tracing import Tracing
+from runifold_sync.ops.tracing_env import exporter_entry_points, exporter_names, provider_from_env
+from runifold_sync.outcomes import Completed
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 # A workflow run to its end in a fresh interpreter, reporting what it imported.
@@ -111,7 +111,7 @@ def test_the_steps_of_parallel_branches_are_spans_of_their_cycle(sqlite_store: S
     registry.register(WorkflowDefinition(fan))
     sqlite_store.enqueue(WorkflowTask.new("traced-fan", 1, None, checkpoint_id="fan"))
     lease = LeaseDuration(timedelta(seconds=30))
-    worker = WorkflowWorker(sqlite_store, registry, WorkerId.parse("w"), lease, tracer_provider=provider)
+    worker = WorkflowWorker(sqlite_store, registry, WorkerId.parse("w"), lease, tracer=Tracing(provider))
     try:
         assert worker.run_once() == Completed("fan", {"a": "a", "b": "b", "c": "c"})
     finally:

@@ -14,26 +14,11 @@ import attrs
 import pytest
 
 from runifold_sync import (
-    AmbiguousEffect,
     Budget,
-    Completed,
-    DefinitionUnavailable,
     EffectEvidence,
-    EnqueueConflict,
-    Failed,
-    Idle,
-    InvalidArgument,
-    InvalidState,
     LeaseDuration,
-    LeaseLost,
-    LeaseLostError,
-    NonDeterminism,
-    Retried,
     RetryPolicy,
     StepContext,
-    Suspended,
-    TaskOutcome,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -41,10 +26,28 @@ from runifold_sync import (
     WorkflowRegistry,
     WorkflowTask,
     WorkflowWorker,
-    Yielded,
+)
+from runifold_sync.errors import (
+    AmbiguousEffect,
+    EnqueueConflict,
+    InvalidArgument,
+    InvalidState,
+    LeaseLostError,
+    NonDeterminism,
 )
 from runifold_sync.model.checkpoint import Checkpoint
+from runifold_sync.outcomes import (
+    Completed,
+    DefinitionUnavailable,
+    Failed,
+    Idle,
+    LeaseLost,
+    Retried,
+    Suspended,
+    Yielded,
+)
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskOutcome, TaskState
 from runifold_sync.store.checkpoints import read_checkpoint
 from tests.support.clock import Clock
 from tests.support.routing import checkpointed_by_other_steps

@@ -1,5 +1,5 @@
 """A worker's arguments are checked where they are given, with an InvalidArgument
-naming them, before any task is claimed. Before, ``tracer_provider=5`` raised a bare
+naming them, before any task is claimed. Before, ``tracer=5`` would raise a bare
 AttributeError, ``on_outcome=5`` a TypeError after the first task had run, and
 ``run_once(stopping=5)`` or ``claim_next="yes"`` were accepted and the completion then
 raised AttributeError, leaving the task leased."""
@@ -14,9 +14,7 @@ import pytest
 
 from runifold_sync import (
     CancellationToken,
-    InvalidArgument,
     LeaseDuration,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -25,7 +23,9 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.errors import InvalidArgument
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskState
 
 quick = Workflow("quick", 1)
 
@@ -42,12 +42,21 @@ def _worker(store: SqliteWorkflowStore, **options: Any) -> WorkflowWorker:
     return WorkflowWorker(store, registry, WorkerId.parse("w1"), lease, timedelta(seconds=10), **options)
 
 
-def test_a_tracer_provider_that_is_not_one_is_refused_naming_it(sqlite_store: SqliteWorkflowStore) -> None:
-    pytest.importorskip("opentelemetry")
+def test_a_tracer_that_is_not_one_is_refused_naming_it(sqlite_store: SqliteWorkflowStore) -> None:
     with pytest.raises(
-        InvalidArgument, match="^tracer_provider must be an OpenTelemetry TracerProvider or None, got 5$"
+        InvalidArgument, match="^tracer must be a CycleTracer \\(with cycle and close\\) or None, got 5$"
     ):
-        _worker(sqlite_store, tracer_provider=5)
+        _worker(sqlite_store, tracer=5)
+
+
+def test_a_tracer_provider_that_is_not_one_is_refused_naming_it() -> None:
+    pytest.importorskip("opentelemetry")
+    from runifold_sync.ops.tracing import Tracing
+
+    with pytest.raises(
+        InvalidArgument, match="^tracer_provider must be an OpenTelemetry TracerProvider, got 5$"
+    ):
+        Tracing(5)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

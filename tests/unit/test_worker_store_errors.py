@@ -15,11 +15,8 @@ from typing import Any
 import pytest
 
 from runifold_sync import (
-    Completed,
     LeaseDuration,
     StepContext,
-    StoreUnavailable,
-    TaskState,
     WorkerId,
     Workflow,
     WorkflowContext,
@@ -28,7 +25,10 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.errors import StoreUnavailable
+from runifold_sync.outcomes import Completed
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskState
 from runifold_sync.store.records import Committed, Lease
 
 LEASE = LeaseDuration(timedelta(seconds=10))

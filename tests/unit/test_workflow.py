@@ -10,8 +10,6 @@ import pytest
 from runifold_sync import (
     Budget,
     CapabilitySet,
-    DefinitionConflict,
-    InvalidArgument,
     RetryPolicy,
     StepContext,
     Workflow,
@@ -19,6 +17,7 @@ from runifold_sync import (
     WorkflowDefinition,
     WorkflowRegistry,
 )
+from runifold_sync.errors import DefinitionConflict, InvalidArgument
 
 
 def build(

@@ -12,8 +12,8 @@ from pathlib import Path
 from django.core.management import call_command
 from django.test import TransactionTestCase, override_settings
 
-from runifold_sync import TaskOutcome, TaskState
 from runifold_sync.contrib.django import close_store, get_store
+from runifold_sync.store import TaskOutcome, TaskState
 
 from .models import Order
 

@@ -14,14 +14,14 @@
     # workers
     python manage.py runworkflows --concurrency 4      # or --once from cron
 
-Settings: ``RUNIFOLD_DATABASE_URL`` (default ``$RUNIFOLD_DATABASE_URL``, else a local
-SQLite file), ``RUNIFOLD_APP`` (``module:attribute`` of the ``WorkflowRegistry``, needed
-only where workers run), ``RUNIFOLD_CONCURRENCY`` (1), ``RUNIFOLD_LEASE_SECONDS`` (30),
-``RUNIFOLD_HEARTBEAT_SECONDS`` (a third of the lease; at most half), ``RUNIFOLD_CLAIM_BATCH`` (1),
-``RUNIFOLD_RECYCLE_AFTER`` (tasks after which a pool worker is replaced; default never).
-``RUNIFOLD_DATABASE`` (a Django database alias) puts the store in that database instead
-of ``RUNIFOLD_DATABASE_URL``'s, and enqueues then write in Django's transaction
-(:mod:`.database`).
+Settings are the ``RUNIFOLD_*`` names of ``django.conf.settings``
+(:class:`runifold_sync.Settings`): ``RUNIFOLD_DATABASE_URL`` (default
+``$RUNIFOLD_DATABASE_URL``, else a local SQLite file), ``RUNIFOLD_APP``
+(``module:attribute`` of the ``App`` or ``WorkflowRegistry``, needed where workers run),
+``RUNIFOLD_CONCURRENCY``, ``RUNIFOLD_LEASE_SECONDS``, ``RUNIFOLD_CLAIM_BATCH``,
+``RUNIFOLD_TRACING`` and the rest. ``RUNIFOLD_DATABASE`` (a Django database alias) puts
+the store in that database instead of ``RUNIFOLD_DATABASE_URL``'s, and enqueues then
+write in Django's transaction (:mod:`.database`).
 
 The store is opened on first use in each process (a process forked afterwards opens its
 own) and closed when the process exits.
@@ -35,18 +35,18 @@ from typing import Any, Unpack
 from django.conf import settings  # type: ignore[import-untyped]
 from django.db import transaction  # type: ignore[import-untyped]
 
-from ...model.values import TaskOptions
-from ...runner import SETTING_NAMES, RunifoldSettings, StoreHook
+from ...app import App, StoreHook
+from ...model.values import TaskOptions, WorkflowTask
+from ...settings import SETTING_NAMES, Settings
 from ...store.base import WorkflowStore
-from .._embedding import ProcessStore
 from . import database
 
 __all__ = ["close_store", "enqueue", "enqueue_on_commit", "get_store", "runifold_settings"]
 
-_stores = ProcessStore()
+_current: App | None = None  # this process's App, made again when the settings change
 
 
-def runifold_settings() -> RunifoldSettings:
+def runifold_settings() -> Settings:
     """The ``RUNIFOLD_*`` settings, read from ``django.conf.settings`` on each call (so
     ``override_settings`` works), checked; ``InvalidArgument`` if one is wrong. With
     ``RUNIFOLD_DATABASE`` the store URL is that Django database's."""
@@ -54,7 +54,18 @@ def runifold_settings() -> RunifoldSettings:
     alias = database.store_alias()
     if alias is not None:
         values["RUNIFOLD_DATABASE_URL"] = database.store_url(alias)
-    return RunifoldSettings.from_mapping(values)
+    return Settings.from_mapping(values)
+
+
+def _app() -> App:
+    """The App of the current settings, its store opened on first use."""
+    global _current
+    current = runifold_settings()
+    if _current is None or _current.settings != current:
+        if _current is not None:
+            _current.close()  # the settings changed (a test overriding them); only ours is closed
+        _current = App(current, prepare=store_preparation())
+    return _current
 
 
 def get_store() -> WorkflowStore:
@@ -62,23 +73,28 @@ def get_store() -> WorkflowStore:
     ``RUNIFOLD_DATABASE_URL`` changes). In Django's database (``RUNIFOLD_DATABASE``),
     its transaction steps run on Django's connection (``run_until_idle(get_store(), ...)``
     in a test case sees, and writes in, the test's transaction)."""
-    store = _stores.get(runifold_settings().database_url)
-    alias = database.store_alias()
-    if alias is not None and store.step_connection is None:
-        database.transaction_steps_on_django(store, alias)
-    return store
+    return _app().store
 
 
 def store_preparation() -> StoreHook | None:
-    """What a worker's own store needs under these settings: with the store in Django's
-    database, transaction steps on Django's connection (``runworkflows``)."""
+    """What a store needs under these settings: with the store in Django's database,
+    transaction steps on Django's connection."""
     alias = database.store_alias()
     return None if alias is None else partial(database.transaction_steps_on_django, alias=alias)
 
 
 def close_store() -> None:
     """Close this process's store if it opened one (done at process exit)."""
-    _stores.close()
+    if _current is not None:
+        _current.close()
+
+
+def _task(name: str, version: int, input: Any, options: TaskOptions) -> WorkflowTask:
+    """The task, checked by the registry ``RUNIFOLD_APP`` names when it names one."""
+    app = _app()
+    if app.settings.app is None:
+        return WorkflowTask.new(name, version, input, **options)
+    return app.registry.task(name, version, input, **options)
 
 
 def enqueue(name: str, version: int, input: Any, **options: Unpack[TaskOptions]) -> str:
@@ -86,7 +102,7 @@ def enqueue(name: str, version: int, input: Any, **options: Unpack[TaskOptions])
     Django's database) it is written on Django's connection in the current transaction
     (``atomic()``, a savepoint inside one): it exists only if that commits. Otherwise at
     once, in the store's own database, whatever Django transaction is open."""
-    task = runifold_settings().task(name, version, input, **options)
+    task = _task(name, version, input, options)
     alias = database.store_alias()
     if alias is None:
         return get_store().enqueue(task).task_id
@@ -110,6 +126,6 @@ def enqueue_on_commit(
     """
     if database.store_alias() == (using or "default"):
         return enqueue(name, version, input, **options)
-    task = runifold_settings().task(name, version, input, **options)
+    task = _task(name, version, input, options)
     transaction.on_commit(lambda: get_store().enqueue(task), using=using)
     return task.task_id

@@ -10,16 +10,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError  # type: ignore[import-untyped]
 from django.db import close_old_connections, connections  # type: ignore[import-untyped]
 
+from runifold_sync.app import App, once_succeeded
 from runifold_sync.contrib.django import runifold_settings, store_preparation
 from runifold_sync.errors import RunifoldError
 from runifold_sync.model.values import check_count
-from runifold_sync.runner import (
-    default_worker_id,
-    describe_report,
-    once_succeeded,
-    run_one_cycle,
-    run_pool,
-)
+from runifold_sync.ops.tracing_env import env_tracer
 
 
 @contextmanager
@@ -60,15 +55,20 @@ class Command(BaseCommand):  # type: ignore[misc]
 
     def handle(self, *args: Any, **options: Any) -> None:
         concurrency: int | None = options["concurrency"]
-        worker_id: str = options["worker_id"] or default_worker_id()
+        worker_id: str | None = options["worker_id"]
         try:
             if concurrency is not None:
                 check_count("--concurrency", concurrency)
             settings = runifold_settings()
+            tracer = env_tracer() if settings.tracing else None
             if options["once"]:
                 # In this process, inside whatever transaction the caller holds (a test's):
                 # Django's connections are left alone.
-                outcome = run_one_cycle(settings, worker_id, prepare=store_preparation())
+                app = App(settings, tracer=tracer, prepare=store_preparation())
+                try:
+                    outcome = app.run_once(worker_id=worker_id)
+                finally:
+                    app.close()
                 self.stdout.write(repr(outcome))
                 if not once_succeeded(outcome):
                     raise CommandError(f"worker cycle ended with {outcome.kind}", returncode=1)
@@ -76,13 +76,8 @@ class Command(BaseCommand):  # type: ignore[misc]
             # Children must not share the parent's database sockets: close them before the
             # fork; each child opens its own on first use.
             connections.close_all()
-            report = run_pool(
-                settings,
-                concurrency or settings.concurrency,
-                worker_id,
-                _fresh_connections,
-                prepare=store_preparation(),
-            )
+            app = App(settings, tracer=tracer, cycle=_fresh_connections, prepare=store_preparation())
+            report = app.run_pool(concurrency, worker_id=worker_id)
         except RunifoldError as exc:
             raise CommandError(str(exc)) from exc
-        self.stdout.write(describe_report(report))
+        self.stdout.write(report.summary())

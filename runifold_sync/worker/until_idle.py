@@ -1,5 +1,7 @@
-"""``run_until_idle``: run a store's tasks in the test's own process until none is left to
-claim, skipping store time to each timer instead of waiting for it.
+"""``run_until_idle``: run a store's tasks in this process until none is left to claim,
+and, with ``skip_time``, skip store time to each timer instead of waiting for it. The
+testing kit (``runifold_sync.testing``, time skipped by default) and ``App.run_until_idle``
+(not by default) share it.
 
 A test of a workflow wants its end, not a worker pool: one ``WorkflowWorker`` calls
 ``run_once`` in a loop, so a step's exception, a print or a breakpoint happens in the
