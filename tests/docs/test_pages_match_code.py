@@ -11,7 +11,7 @@ from pathlib import Path
 
 from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
 from runifold_sync.model.values import TaskOptions
-from runifold_sync.runner import SETTING_NAMES
+from runifold_sync.settings import SETTING_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

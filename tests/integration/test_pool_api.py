@@ -31,7 +31,6 @@ from tests.support import processes
 
 from . import pool_app
 
-README = processes.ROOT / "README.md"
 LEASE = LeaseDuration(timedelta(seconds=5))
 
 
