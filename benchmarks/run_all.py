@@ -1,8 +1,8 @@
 """Every benchmark in one run and one table: commit limit, workflow throughput, peers,
-idle pickup latency, result latency, claims at scale, memory, CPU per step, a one-step
-task's cost by layer, workflow length, retention and the dashboard's pages, with each
-ratio taken against a baseline measured in this same run and each target of the
-performance issue marked met or NOT MET.
+idle pickup latency, result latency, server connections killed under a pool, claims at
+scale, memory, CPU per step, a one-step task's cost by layer, workflow length, retention
+and the dashboard's pages, with each ratio taken against a baseline measured in this
+same run and each target of the performance issue marked met or NOT MET.
 
 ``python benchmarks/run_all.py --quick`` (small N, a few minutes) or without ``--quick``
 for the full sizes (N=500 workflows, 2,000 one-step tasks, 200 latency samples).
@@ -16,6 +16,7 @@ import platform
 import time
 from collections.abc import Callable
 
+import backend_kills
 import children
 import commit_limit
 import cpu_per_step
@@ -33,10 +34,10 @@ import throughput
 import wait_latency
 from common import PG_ADMIN_URL, Row, admin_connection, arg_parser, not_measured, print_table, progress
 
-# 1 throughput, 4 peers, 3 latency, 2 result latency, 4 scale, 1 stale-statistics,
-# 2 memory, 1 CPU per step, 5 workflow-length, 2 retention and 14 dashboard rows carry
-# a target.
-EXPECTED_TARGETS = 39
+# 1 throughput, 4 peers, 3 latency, 2 result latency, 7 backend-kill, 4 scale, 1
+# stale-statistics, 2 memory, 1 CPU per step, 5 workflow-length, 2 retention and 14
+# dashboard rows carry a target.
+EXPECTED_TARGETS = 46
 
 
 def _environment() -> str:
@@ -80,6 +81,7 @@ def main() -> None:
     section("peers (ratio: runifold_sync / peer)", lambda: peers.run(args.quick))
     section("idle pickup latency", lambda: latency.run(args.quick))
     section("result latency (completion to wait_for_task)", lambda: wait_latency.run(args.quick))
+    section("server connections killed under a pool (PostgreSQL)", lambda: backend_kills.run(args.quick))
     section("child workflows", lambda: children.run(args.quick))
     section("claim throughput at scale", lambda: scale.run(args.quick))
     section("claims on statistics older than the backlog", lambda: stale_statistics.run(args.quick))

@@ -1,8 +1,8 @@
 """Registers the shared fixtures (``tests/support``) for every test directory: the
 backends (``sqlite_store``, ``pg``, ``backend``, ``store``, ``postgres_url``...), the
 store clock, the worker factory, the private PostgreSQL cluster of the tests that
-restart a server, the PgBouncers the run starts, and the rule that under ``CI`` a skip
-is a failure."""
+restart a server, the PgBouncers the run starts, the network namespaces of the partition
+tests, and the rule that under ``CI`` a skip is a failure."""
 
 from __future__ import annotations
 
@@ -13,4 +13,5 @@ pytest_plugins = [
     "tests.support.pgbouncer",
     "tests.support.backends",
     "tests.support.workers",
+    "tests.support.netns",
 ]

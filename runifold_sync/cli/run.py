@@ -17,6 +17,7 @@ from ..engine.logs import LogFormat, configure_logging
 from ..errors import InvalidArgument, RunifoldError
 from ..model.outcomes import RunOutcome
 from ..model.redaction import redacted
+from ..model.values import seconds_duration
 from ..ops.metrics_endpoint import MetricsEndpoint, serving_metrics
 from ..ops.tracing_env import env_tracer
 from ..pool.retention import RetentionPolicy
@@ -79,14 +80,14 @@ def _var(key: str) -> str:
 @click.option(
     "--lease",
     "lease_s",
-    type=click.FloatRange(min=MIN_LEASE_S),
+    type=float,
     default=None,
     help="Lease seconds.  [default: 30]" + _var("RUNIFOLD_LEASE_SECONDS"),
 )
 @click.option(
     "--heartbeat",
     "heartbeat_s",
-    type=click.FloatRange(min=MIN_HEARTBEAT_S),
+    type=float,
     default=None,
     help="Heartbeat interval seconds (at most half the lease).  [default: a third of the lease]"
     + _var("RUNIFOLD_HEARTBEAT_SECONDS"),
@@ -221,6 +222,12 @@ def run(
     if once and retention is not None:
         raise click.UsageError("--retention prunes beside a running pool and cannot be used with --once")
     configure_logging(log_level, log_format)
+    for option, seconds, minimum_s in (
+        ("--lease", lease_s, MIN_LEASE_S),
+        ("--heartbeat", heartbeat_s, MIN_HEARTBEAT_S),
+    ):
+        if seconds is not None:  # named as given, before the settings name their variable
+            checked(seconds_duration, option, seconds, minimum_s=minimum_s)
     target = checked(load_app, app_ref)
     base = target.settings if isinstance(target, App) else Settings()
     try:

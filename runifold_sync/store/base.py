@@ -69,6 +69,7 @@ class WorkflowStore(
         # Where transaction steps run when not in the store's own transaction
         # (:meth:`run_transaction_steps_on`).
         self.step_connection: StepConnection | None = None
+        self.claims_in_doubt: set[str] = set()
         _open[self] = os.getpid()
 
     @property

@@ -205,6 +205,10 @@ class Dialect(Values, abc.ABC):
         """A subscription to changes of task ``task_id`` (its end, its events), made
         before the caller first reads the task (see ``watch``)."""
 
+    def bound_by_lease(self, lease_s: float) -> None:
+        """A worker holding leases of ``lease_s`` uses this store (``bound_calls``);
+        nothing to do where no call can block on a network."""
+
     @abc.abstractmethod
     def pool_waits(self) -> PoolWaits:
         """The requests for a connection (or the database lock) since the last call and

@@ -22,6 +22,7 @@ from ..model.values import DeclaredSignals, TaskState, WorkflowTask
 from . import checks, event_details, refusals, row_records, signal_checks
 from .dialect import Dialect, Event, Row, Transaction
 from .records import EnqueueResult, SignalDelivery, TaskRecord
+from .retries import retried
 
 
 class OperatorOperations:
@@ -42,8 +43,12 @@ class OperatorOperations:
         if connection is not None:
             with self.dialect.joined(connection) as tx:
                 return insert_tasks(self.dialect, tx, tasks)
-        with self.dialect.transaction() as tx:
-            return insert_tasks(self.dialect, tx, tasks)
+
+        def insert() -> list[EnqueueResult]:  # an id enqueues once: safe to send again
+            with self.dialect.transaction() as tx:
+                return insert_tasks(self.dialect, tx, tasks)
+
+        return retried(insert)
 
     def declare_signals(self, declarations: Iterable[DeclaredSignals]) -> None:
         """Record the signal names each definition version declares (a worker does at

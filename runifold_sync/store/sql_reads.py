@@ -31,6 +31,7 @@ from .records import (
     WorkerRecord,
     unserved_reason,
 )
+from .retries import retried
 from .timing import PoolWaits, timed
 
 # A worker last seen this long ago no longer counts as serving its queues (as the CLI's
@@ -122,14 +123,16 @@ class ReadOperations:
     # --- reads -----------------------------------------------------------------------
 
     def get_task(self, task_id: str) -> TaskRecord:
-        row = self.dialect.one("select_task", {"task_id": checks.check_task_id(task_id)})
+        params = {"task_id": checks.check_task_id(task_id)}
+        row = retried(lambda: self.dialect.one("select_task", params))
         return self.explain_reasons([row_records.found_task(self.dialect, row, task_id)])[0]
 
     def read_journal(self, task_id: str) -> list[JournalRow]:
         """Every stored journal entry of ``task_id``, by journal (the main function's,
         keyed ``""``, first) and position: what a claim loads to replay. Empty for an
         unknown task or one that has recorded nothing."""
-        found = self.dialect.all("journal_rows", {"task_id": checks.check_task_id(task_id)})
+        params = {"task_id": checks.check_task_id(task_id)}
+        found = retried(lambda: self.dialect.all("journal_rows", params))
         return [JournalRow(row["journal"], row["position"], row["entry"]) for row in found]
 
     def journal_tail(self, task_id: str, limit: int) -> tuple[int, list[JournalRow]]:
@@ -324,7 +327,7 @@ class ReadOperations:
 
     def now(self) -> datetime:
         """Store time, the only clock that decides expiry, timers and backoff."""
-        row = self.dialect.one("now", {})
+        row = retried(lambda: self.dialect.one("now", {}))
         assert row is not None
         return self.dialect.time(row["now"])
 

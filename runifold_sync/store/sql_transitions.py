@@ -11,6 +11,11 @@ Hot paths stay one round trip: a heartbeat is a single autocommit statement, and
 checkpoint commit or a transition with its history event is whatever the dialect makes
 fastest (one statement with CTEs on PostgreSQL; the statements under ``BEGIN IMMEDIATE``
 on SQLite).
+
+Within a lease holder's patience (``retries.retrying_until``) each fenced write is sent
+again when the store did not answer; a write that extends revision R and is refused on
+a later attempt is checked for the row at R + 1 under its token (``write_applied``): the
+earlier attempt applied it and only its answer was lost.
 """
 
 from __future__ import annotations
@@ -20,13 +25,14 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..errors import InvalidArgument, InvalidState, LeaseLostError
+from ..errors import InvalidArgument, InvalidState, LeaseLostError, StoreUnavailable
 from ..model.checkpoint import JournalRow
 from ..model.outcomes import FailureDetail
 from ..model.values import LeaseDuration, WorkerId
 from . import checks, event_details, refusals, row_records, signal_checks
-from .dialect import Dialect, Event, FencedTransition, Transaction
+from .dialect import Dialect, Event, FencedTransition, Row, Transaction
 from .records import BatchCompleted, ClaimedTask, ClaimRequest, Committed, Completion, Lease, Routes, Signal
+from .retries import retried
 from .timing import OperationTimer, timed
 
 # Opens the application's transaction for a transaction step and gives its driver
@@ -40,6 +46,36 @@ class WorkerOperations:
     dialect: Dialect
     operation_timer: OperationTimer | None
     step_connection: StepConnection | None
+    # Workers (their ids) a claim of which failed after it may have committed: each hands
+    # back the leases it does not know of (``leases_of``) before it claims again.
+    claims_in_doubt: set[str]
+
+    def leases_of(self, worker_id: WorkerId) -> list[Lease]:
+        """The unexpired leases ``worker_id`` holds. A claim whose answer was lost (its
+        connection dropped after the commit) leased tasks its worker does not know of:
+        the worker hands back those it does not hold (see :attr:`claims_in_doubt`)."""
+        d = self.dialect
+        rows = retried(lambda: d.all("leases_of_worker", {"worker_id": worker_id.value}))
+        return [
+            Lease(
+                row["task_id"],
+                row["tenant"],
+                worker_id.value,
+                row["fencing_token"],
+                d.time(row["lease_expires"]),
+                row["cancel_requested"],
+                row["paused"],
+            )
+            for row in rows
+        ]
+
+    def bound_calls(self, lease: LeaseDuration) -> None:
+        """A worker holding leases of ``lease`` uses this store: no store call may keep it
+        past a lease's end. On PostgreSQL the network timeouts are derived from it and
+        each statement must answer within half of it (``pgpool``); the shortest lease of
+        the workers sharing the store counts. SQLite, on the worker's own disk, has
+        nothing to bound."""
+        self.dialect.bound_by_lease(lease.seconds)
 
     @timed
     def claim(
@@ -49,18 +85,39 @@ class WorkerOperations:
         expired lease), raising each one's fencing token and claim count. With ``routes``
         (a worker's queues and definitions) only tasks it can run are taken; None takes
         any task."""
-        return self.dialect.claim(ClaimRequest(worker_id, lease, limit, checks.check_routes(routes)))
+        request = ClaimRequest(worker_id, lease, limit, checks.check_routes(routes))
+        with self._claiming(request):
+            return self.dialect.claim(request)
+
+    @contextmanager
+    def _claiming(self, request: ClaimRequest | None) -> Iterator[None]:
+        """A call that claims with ``request``: when it fails for an outage, its answer
+        may have been lost after the claim committed, so the worker is put in
+        :attr:`claims_in_doubt`."""
+        try:
+            yield
+        except StoreUnavailable:
+            if request is not None:
+                self.claims_in_doubt.add(request.worker_id.value)
+            raise
 
     @timed
     def heartbeat(self, lease: Lease, duration: LeaseDuration) -> Lease:
         """Extend a held lease from store now; raises LeaseLostError if it is not held."""
         d = self.dialect
-        row = d.one(
-            "heartbeat",
-            {"task_id": lease.task_id, "token": lease.fencing_token, "lease": d.db_duration(duration.value)},
-        )
-        if row is None:
-            raise LeaseLostError(lease.task_id, lease.fencing_token, "heartbeat")
+        params = {
+            "task_id": lease.task_id,
+            "token": lease.fencing_token,
+            "lease": d.db_duration(duration.value),
+        }
+
+        def extend() -> Row:  # extending twice is harmless: sent again as it is
+            row = d.one("heartbeat", params)
+            if row is None:
+                raise LeaseLostError(lease.task_id, lease.fencing_token, "heartbeat")
+            return row
+
+        row = retried(extend)
         return Lease(
             lease.task_id,
             lease.tenant,
@@ -78,7 +135,39 @@ class WorkerOperations:
         """Store progress that extends ``revision``: the checkpoint's head and the journal
         rows that changed; returns the new revision and any pending cancel request."""
         params = self._progress(lease, revision, checkpoint_json)
-        return fenced_commit(self.dialect, None, lease, params, journal, "checkpoint commit")
+        return retried(
+            lambda: fenced_commit(self.dialect, None, lease, params, journal, "checkpoint commit"),
+            lambda: self._committed(lease, revision),
+        )
+
+    def _applied(self, lease: Lease, revision: int, *, leased: bool) -> Row | None:
+        """The row of ``lease``'s task if a write of its holder left it at ``revision``,
+        still leased or not (``leased``): that write applied, though its answer was lost
+        (see ``retries.retried``); None otherwise."""
+        params = {"task_id": lease.task_id, "token": lease.fencing_token, "revision": revision}
+        row = self.dialect.one("write_applied", params)
+        if row is None or (row["state"] == "leased") != leased:
+            return None
+        return row
+
+    def _ended(self, lease: Lease, revision: int) -> bool | None:
+        """True if a write ending the lease (its task no longer leased) extended
+        ``revision``; None otherwise."""
+        return None if self._applied(lease, revision + 1, leased=False) is None else True
+
+    def _transition(self, change: FencedTransition) -> Row:
+        """``change`` made (retried as ``retries.retried`` says): a write that ends the
+        lease and extends the revision it names."""
+        revision = change.params["revision"]
+        return retried(
+            lambda: self.dialect.transition(change),
+            lambda: self._applied(change.lease, revision + 1, leased=False),
+        )
+
+    def _committed(self, lease: Lease, revision: int) -> Committed | None:
+        """What a checkpoint commit extending ``revision`` returned, if it applied."""
+        row = self._applied(lease, revision + 1, leased=True)
+        return None if row is None else committed(row)
 
     def run_transaction_steps_on(self, step_connection: StepConnection) -> None:
         """Run ``@workflow.transaction()`` steps in the application's transaction on its
@@ -134,22 +223,28 @@ class WorkerOperations:
             ),
             "child": child,
         }
-        with d.transaction() as tx:
-            row = d.fenced(tx, "suspend", params, journal)
-            if row is None:
-                refusals.refuse_transition(tx.one, "suspend", lease, "suspended", params)
-            detail = {"reason": reason}
-            d.event(
-                tx, Event(lease.task_id, row["at"], "suspended", detail, lease.worker_id, lease.fencing_token)
-            )
-            woken = signal is not None and d.signal_pending_after_suspend(
-                tx, lease.task_id, signal, row["at"]
-            )
-            if child is not None:  # ended before the suspend, or while it waited for the row
-                ended = {"task_id": lease.task_id, "child": child, "now": row["at"]}
-                woken = bool(tx.count("wake_if_child_finished", ended)) or woken
-            if wake_at is not None or woken:  # idle workers recompute the earliest due time
-                d.notify(tx)
+
+        def suspend() -> bool:
+            with d.transaction() as tx:
+                row = d.fenced(tx, "suspend", params, journal)
+                if row is None:
+                    refusals.refuse_transition(tx.one, "suspend", lease, "suspended", params)
+                detail = {"reason": reason}
+                event = Event(
+                    lease.task_id, row["at"], "suspended", detail, lease.worker_id, lease.fencing_token
+                )
+                d.event(tx, event)
+                woken = signal is not None and d.signal_pending_after_suspend(
+                    tx, lease.task_id, signal, row["at"]
+                )
+                if child is not None:  # ended before the suspend, or while it waited for the row
+                    ended = {"task_id": lease.task_id, "child": child, "now": row["at"]}
+                    woken = bool(tx.count("wake_if_child_finished", ended)) or woken
+                if wake_at is not None or woken:  # idle workers recompute the earliest due time
+                    d.notify(tx)
+            return True
+
+        retried(suspend, lambda: self._ended(lease, revision))
 
     @timed
     def commit_event(
@@ -170,17 +265,22 @@ class WorkerOperations:
         d = self.dialect
         params = self._progress(lease, revision, checkpoint_json)
         value = d.json_in(f"value of event {key!r}", value_json)
-        with d.transaction() as tx:
-            committed = fenced_commit(d, tx, lease, params, journal, f"event {key!r} commit")
-            tx.count("set_task_event", {"task_id": lease.task_id, "key": key, "value": value})
-            return committed
+
+        def commit() -> Committed:
+            with d.transaction() as tx:
+                committed = fenced_commit(d, tx, lease, params, journal, f"event {key!r} commit")
+                tx.count("set_task_event", {"task_id": lease.task_id, "key": key, "value": value})
+                return committed
+
+        return retried(commit, lambda: self._committed(lease, revision))
 
     def pending_signals(self, task_id: str, name: str | None = None) -> list[Signal]:
         """Signals not yet consumed, oldest first: those named ``name``, or all of them
         when ``name`` is None (a wait reads them all, to refuse the names its definition
         does not declare)."""
         query = "all_pending_signals" if name is None else "pending_signals"
-        found = self.dialect.all(query, {"task_id": checks.check_task_id(task_id), "name": name})
+        params = {"task_id": checks.check_task_id(task_id), "name": name}
+        found = retried(lambda: self.dialect.all(query, params))
         return [row_records.signal(row, self.dialect) for row in found]
 
     @timed
@@ -200,18 +300,22 @@ class WorkerOperations:
         :meth:`commit_checkpoint` returns."""
         d = self.dialect
         params = self._progress(lease, revision, checkpoint_json)
-        with d.transaction() as tx:
-            committed = fenced_commit(d, tx, lease, params, journal, "signal consumption")
-            now = tx.now()
-            consumed = tx.one(
-                "consume_signal", {"task_id": lease.task_id, "signal_id": signal_id, "now": now}
-            )
-            if consumed is None:
-                raise InvalidState(f"signal {signal_id!r} of task {lease.task_id!r} is not pending")
-            kind = "signal_consumed" if accepted else "signal_refused"
-            detail = {"signal_id": signal_id, "sender": consumed["sender"], "note": d.free_text(note)}
-            d.event(tx, Event(lease.task_id, now, kind, detail, lease.worker_id, lease.fencing_token))
-            return committed
+
+        def consume() -> Committed:
+            with d.transaction() as tx:
+                committed = fenced_commit(d, tx, lease, params, journal, "signal consumption")
+                now = tx.now()
+                consumed = tx.one(
+                    "consume_signal", {"task_id": lease.task_id, "signal_id": signal_id, "now": now}
+                )
+                if consumed is None:
+                    raise InvalidState(f"signal {signal_id!r} of task {lease.task_id!r} is not pending")
+                kind = "signal_consumed" if accepted else "signal_refused"
+                detail = {"signal_id": signal_id, "sender": consumed["sender"], "note": d.free_text(note)}
+                d.event(tx, Event(lease.task_id, now, kind, detail, lease.worker_id, lease.fencing_token))
+                return committed
+
+        return retried(consume, lambda: self._committed(lease, revision))
 
     @timed
     def acknowledge_cancel(
@@ -219,8 +323,7 @@ class WorkerOperations:
     ) -> None:
         """The worker stopped at a step boundary after a cancel request: end as cancelled."""
         params = {"revision": revision, "head": self.dialect.json_in("checkpoint", checkpoint_json)}
-        change = FencedTransition("acknowledge_cancel", lease, params, "cancelled", journal=journal)
-        self.dialect.transition(change)
+        self._transition(FencedTransition("acknowledge_cancel", lease, params, "cancelled", journal=journal))
 
     @timed
     def retry(
@@ -244,7 +347,7 @@ class WorkerOperations:
             "reason": reason,
         }
         detail = event_details.retried(reason, delay)
-        row = d.transition(FencedTransition("retry", lease, params, "retried", detail, True, journal))
+        row = self._transition(FencedTransition("retry", lease, params, "retried", detail, True, journal))
         return d.time(row["ready_at"])
 
     @timed
@@ -253,7 +356,10 @@ class WorkerOperations:
         d = self.dialect
         reason = d.free_text(checks.check_free_text("reason", reason))
         params = {"delay": d.db_duration(checks.check_delay(delay)), "reason": reason}
-        d.transition(FencedTransition("release", lease, params, "released", {"reason": reason}, notify=True))
+        change = FencedTransition("release", lease, params, "released", {"reason": reason}, notify=True)
+        # No revision to check a lost answer against: a release that applied and is
+        # refused when sent again reports the lease lost, which leaves the task queued.
+        retried(lambda: d.transition(change))
 
     def leases_held_by(self, worker_id: WorkerId) -> list[Lease]:
         """The unexpired leases ``worker_id`` holds now: its running task and those it
@@ -335,12 +441,22 @@ class WorkerOperations:
             Completion(lease, revision, checkpoint_json, result_json, tuple(journal))
         )
         if then_claim is None:
-            self.dialect.transition(completion)
+            self._transition(completion)
             return []
-        done = self.dialect.complete_all([completion], then_claim)
-        if done.refused:
-            raise done.refused[lease.task_id]
-        return done.claimed
+        claim: ClaimRequest | None = then_claim
+
+        def complete() -> list[ClaimedTask]:
+            # Sent again, without the claim: what an attempt whose answer was lost
+            # leased is not known (see claims_in_doubt), and claiming anew would lease more.
+            nonlocal claim
+            request, claim = claim, None
+            with self._claiming(request):
+                done = self.dialect.complete_all([completion], request)
+            if done.refused:
+                raise done.refused[lease.task_id]
+            return done.claimed
+
+        return retried(complete, lambda: [] if self._ended(lease, revision) else None)
 
     @timed
     def complete_batch(
@@ -359,7 +475,8 @@ class WorkerOperations:
             if task_id in seen:
                 raise InvalidArgument(f"complete_batch got task {task_id!r} twice; a task completes once")
             seen.add(task_id)
-        return self.dialect.complete_all([self._completion(c) for c in completions], then_claim)
+        with self._claiming(then_claim):
+            return self.dialect.complete_all([self._completion(c) for c in completions], then_claim)
 
     def _completion(self, completion: Completion) -> FencedTransition:
         d = self.dialect
@@ -394,7 +511,7 @@ class WorkerOperations:
             "ambiguous_effect": ambiguous_effect,
         }
         detail = event_details.failed(reason, ambiguous_effect, error)
-        d.transition(FencedTransition("fail", lease, params, "failed", detail, journal=journal))
+        self._transition(FencedTransition("fail", lease, params, "failed", detail, journal=journal))
 
     @timed
     def continue_as_new(
@@ -406,16 +523,49 @@ class WorkerOperations:
         requested."""
         d = self.dialect
         params = self._progress(lease, revision, checkpoint_json) | {"input": d.json_in("input", input_json)}
-        with d.transaction() as tx:
-            row = tx.one("continue_as_new", params)
-            if row is None:
-                refusals.refuse_transition(tx.one, "continue_as_new", lease, "continued", params)
-            tx.count("clear_journal", {"task_id": lease.task_id})
-            event = Event(
-                lease.task_id, row["at"], "continued", {"run": run}, lease.worker_id, lease.fencing_token
-            )
-            d.event(tx, event)
-            d.notify(tx)
+
+        def renew() -> bool:
+            with d.transaction() as tx:
+                row = tx.one("continue_as_new", params)
+                if row is None:
+                    refusals.refuse_transition(tx.one, "continue_as_new", lease, "continued", params)
+                tx.count("clear_journal", {"task_id": lease.task_id})
+                event = Event(
+                    lease.task_id, row["at"], "continued", {"run": run}, lease.worker_id, lease.fencing_token
+                )
+                d.event(tx, event)
+                d.notify(tx)
+            return True
+
+        retried(renew, lambda: self._ended(lease, revision))
+
+    @timed
+    def forgive_lost_claim(self, lease: Lease, revision: int) -> bool:
+        """The worker that held ``lease`` lived through losing it, cut off from the store
+        (it did not crash): its claim no longer counts toward the crash-loop rule
+        (``claims_since_progress`` against ``Budget.max_attempts``), unless progress was
+        committed since (``revision`` is the one the claim saw) or the holder ended the
+        lease itself. Recorded as a ``lease_lost`` event; a claim is taken back once, so
+        sending this again is harmless. True when this call took it back."""
+        d = self.dialect
+        params = {"task_id": lease.task_id, "token": lease.fencing_token, "revision": revision}
+
+        def forgive() -> bool:
+            with d.transaction() as tx:
+                if tx.one("lock_task", {"task_id": lease.task_id}) is None:
+                    return False  # pruned since
+                if tx.one("forgive_lost_claim", params) is None:
+                    return False
+                detail = {"reason": "its worker was cut off from the store; not counted as a crash"}
+                d.event(
+                    tx,
+                    Event(
+                        lease.task_id, tx.now(), "lease_lost", detail, lease.worker_id, lease.fencing_token
+                    ),
+                )
+                return True
+
+        return retried(forgive)
 
     def _progress(self, lease: Lease, revision: int, checkpoint_json: str) -> dict[str, Any]:
         """The parameters every fenced write of progress has: who writes, the revision it
@@ -470,4 +620,10 @@ def fenced_commit(
     row = d.fenced(tx, "commit_checkpoint", params, journal)
     if row is None:
         raise LeaseLostError(lease.task_id, lease.fencing_token, what)
+    return committed(row)
+
+
+def committed(row: Row) -> Committed:
+    """What a task row held after a commit of progress: its revision, and whether a cancel
+    or a pause has reached it."""
     return Committed(row["revision"], row["cancel_requested"], row["paused"])

@@ -61,6 +61,7 @@ class ClaimedAhead:
                 lease, extended_at = held
                 return attrs.evolve(task, lease=lease), extended_at
             if not self._keeper.was_handed_back(task.lease.task_id):
+                self._keeper.forgive_if_cut_off(task.lease, task.revision)
                 return LeaseLost(task.lease.task_id, task.lease.fencing_token)
         return None
 
@@ -68,9 +69,10 @@ class ClaimedAhead:
         """The claim a completion makes in its own transaction, saving a commit per task:
         only for a loop that runs the next task at once (``claim_next``), when no task is
         held already, and never once the loop's stop token is cancelled (a SIGTERM during
-        the cycle), since a stopping worker takes no new work."""
+        the cycle), since a stopping worker takes no new work, nor while the heartbeat
+        thread cannot reach the store (a task claimed then could not be kept)."""
         stopping = self.stopping is not None and self.stopping.cancelled
-        if self.claim_next and not self._tasks and not stopping:
+        if self.claim_next and not self._tasks and not stopping and not self._keeper.cut_off:
             return self._request()
         return None
 

@@ -9,6 +9,7 @@ raise. Each transition is bracketed by its crash points (``crashpoints.transitio
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -54,7 +55,9 @@ from ..model.outcomes import (
 from ..model.tracebacks import kept_traceback
 from ..model.values import WorkerId
 from ..store.base import WorkflowStore
+from ..store.outage import is_outage
 from ..store.records import ClaimedTask, Completion
+from ..store.retries import retrying_until
 from ..workflow.registry import WorkflowDefinition, WorkflowRegistry
 from .claim_ahead import ClaimedAhead
 from .heartbeat import LeaseKeeper
@@ -65,6 +68,8 @@ log = logging.getLogger("runifold_sync.worker.worker")
 
 # What running a claim ends with: an outcome, or its completion held for the batch.
 Cycle = RunOutcome | Held
+# How often a claim over the crash-loop limit looks again for lost claims being reported.
+_REPORT_POLL_S = 0.2
 
 
 class ClaimExecutor:
@@ -87,6 +92,7 @@ class ClaimExecutor:
         self._max_steps_per_claim = settings.max_steps_per_claim
         self._max_entry_bytes = settings.max_entry_bytes
         self._unavailable_delay = settings.unavailable_delay
+        self._lease_s = settings.lease_duration.seconds
         self._keeper = keeper
         self._ahead = ahead  # holds what a completion claims for the next cycle
         self._held = held  # completions waiting for their batch's commit
@@ -126,19 +132,28 @@ class ClaimExecutor:
             checkpoint.deadlines.clear()
         checkpoint.phase = "running"
         checkpoint.usage = checkpoint.usage.add(claims=1)
-        flags = self._keeper.watch(lease, extended_at)
+        flags = self._keeper.watch(lease, extended_at, claimed.revision)
         try:
-            ctx = TaskRun(
-                claimed=claimed,
-                definition=definition,
-                checkpoint=checkpoint,
-                store=self.store,
-                flags=flags,
-                max_steps_per_claim=self._max_steps_per_claim,
-                max_entry_bytes=self._max_entry_bytes,
-                spans=spans,
-            )
-            return self._execute(claimed, definition, ctx)
+            # The cycle's store calls end with the lease, and are tried again until then.
+            with retrying_until(lambda: flags.deadline):
+                ctx = TaskRun(
+                    claimed=claimed,
+                    definition=definition,
+                    checkpoint=checkpoint,
+                    store=self.store,
+                    flags=flags,
+                    max_steps_per_claim=self._max_steps_per_claim,
+                    max_entry_bytes=self._max_entry_bytes,
+                    spans=spans,
+                )
+                try:
+                    return self._execute(claimed, definition, ctx)
+                except StoreUnavailable as exc:
+                    # The store did not answer before the lease ran out: the cycle fails
+                    # (an outage, as the worker's loop says), its lease lost while cut off.
+                    if flags.expired() and is_outage(exc):
+                        self._keeper.forgive_if_cut_off(lease, claimed.revision)
+                    raise
         finally:
             self._keeper.unwatch()
 
@@ -194,7 +209,9 @@ class ClaimExecutor:
     def _run(self, claimed: ClaimedTask, definition: WorkflowDefinition, ctx: TaskRun) -> Cycle:
         """Finish an undo a crash interrupted, run the main function, or undo a task
         cancelled before this claim."""
-        if claimed.claims_since_progress > definition.budget.max_attempts:
+        if claimed.claims_since_progress > definition.budget.max_attempts and not self._lost_claims_reported(
+            claimed, definition.budget.max_attempts
+        ):
             raise FailRequested(
                 f"claimed {claimed.claims_since_progress} times without progress, over "
                 f"max_attempts={definition.budget.max_attempts}: a step keeps crashing its worker",
@@ -212,6 +229,28 @@ class ClaimExecutor:
         # Cancelled before this claim (while queued, waiting, or under a worker that
         # died): no step of the main function runs again, only the compensations.
         return self._compensate(claimed, ctx, None)
+
+    def _lost_claims_reported(self, claimed: ClaimedTask, max_attempts: int) -> bool:
+        """Whether, for a task taken over from an expired lease with too many claims
+        without progress by a worker that was itself cut off from the store within the
+        last lease, the workers that lost those claims while alive report them within a
+        lease (``store.forgive_lost_claim``), bringing the count back within
+        ``max_attempts``. A pool cut off from the store takes its tasks over as the
+        network heals, at the moment the worker that lost each lease reports it: the
+        verdict waits for that report rather than racing it. (A worker that was not cut
+        off decides at once, as before.)"""
+        if claimed.from_state != "leased" or not self._keeper.cut_off_within(self._lease_s):
+            return False
+        deadline = time.monotonic() + self._lease_s
+        while time.monotonic() < deadline:
+            time.sleep(_REPORT_POLL_S)
+            if self.store.get_task(claimed.lease.task_id).claims_since_progress <= max_attempts:
+                log.info(
+                    "claims lost by a living worker were reported: not a crash loop",
+                    extra=task_fields(claimed.lease),
+                )
+                return True
+        return False
 
     def _fail_after_undo(self, claimed: ClaimedTask, ctx: TaskRun, failure: FailRequested) -> RunOutcome:
         """Undo completed steps once if the failure calls for it, then end the task failed;
@@ -410,6 +449,7 @@ class ClaimExecutor:
 
     def _lease_lost(self, claimed: ClaimedTask, error: LeaseLostError) -> RunOutcome:
         log.warning("%s", error, extra=task_fields(claimed.lease))
+        self._keeper.forgive_if_cut_off(claimed.lease, claimed.revision)
         return LeaseLost(error.task_id, error.fencing_token, error.operation)
 
 

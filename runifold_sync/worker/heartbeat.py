@@ -6,6 +6,14 @@ be extended the thread sets the lease's ``lost`` flag, and when the store report
 request it sets ``cancel``; the workflow context checks both at every step boundary. (The
 boundary's own checkpoint commit also reports a cancel, so a task of short steps does not
 wait for a heartbeat to learn of one.)
+
+A beat the store does not answer is tried again at once, each attempt bounded, until the
+lease's end (``retries.retrying_until``): a dropped connection or a short network cut
+costs a reconnection, not the lease. While the thread's calls fail the worker is cut
+off: it claims nothing (:attr:`LeaseKeeper.cut_off`), the thread tries every
+``CUT_OFF_RETRY_S`` until the store answers, and a lease lost meanwhile is reported to
+the store as lost by a living worker (``forgive_lost_claim``), so it does not count as a
+step crashing its worker.
 """
 
 from __future__ import annotations
@@ -24,10 +32,18 @@ from ..errors import ForkUnsafe, LeaseLostError, StoreClosed
 from ..model import crashpoints
 from ..model.values import LeaseDuration, WorkerId
 from ..store.base import WorkflowStore
+from ..store.outage import is_outage
 from ..store.records import Lease
+from ..store.retries import retrying_until
 from .observer import CycleObserver
 
 log = logging.getLogger("runifold_sync.worker.heartbeat")
+
+# How often a cut-off heartbeat thread tries the store again (at most its interval).
+CUT_OFF_RETRY_S = 0.5
+# No attempt of a beat is cut off sooner than this (half the interval otherwise): on a
+# loaded host a healthy answer can take a few hundred milliseconds.
+MIN_ATTEMPT_S = 1.0
 
 
 class LeaseKeeper:
@@ -73,6 +89,18 @@ class LeaseKeeper:
         self._overdue_told: str | None = None  # the overdue body already logged
         self._on_beat: Callable[[], None] | None = None  # see each_beat
         self._hand_back: str | None = None  # see hand_back_at_boundary
+        # Each attempt of a beat gets at most this long (and never past the lease's end).
+        self._attempt_s = max(interval_s / 2, MIN_ATTEMPT_S)
+        self._cut_off = False  # the thread's last store call failed for an outage
+        self._failed_at = float("-inf")  # monotonic time of that failure
+        self._watched: tuple[str, int] | None = None  # (task, token) of the last watched lease
+        self._watched_revision = 0  # the revision its claim saw
+        # Held leases lost, with the monotonic time each was last extended from.
+        self._lost_held: dict[str, float] = {}
+        # Claims lost while cut off, to tell the store once it answers: (lease, revision),
+        # and the (task, token) of each one queued until told, so each is queued once.
+        self._forgiven: list[tuple[Lease, int]] = []
+        self._forgiven_claims: set[tuple[str, int]] = set()
 
     def report_deadlines(self, listener: DeadlineListener) -> None:
         """Tell ``listener`` the earliest deadline of the bodies with a timeout running in
@@ -97,12 +125,15 @@ class LeaseKeeper:
             self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
             self._thread.start()
 
-    def watch(self, lease: Lease, extended_at: float | None = None) -> LeaseFlags:
-        """Start extending ``lease``, last extended (or claimed) at monotonic time
-        ``extended_at`` (default now); returns the flags the heartbeat thread sets."""
+    def watch(self, lease: Lease, extended_at: float | None = None, revision: int = 0) -> LeaseFlags:
+        """Start extending ``lease`` (of a claim that saw ``revision``), last extended (or
+        claimed) at monotonic time ``extended_at`` (default now); returns the flags the
+        heartbeat thread sets."""
         start = time.monotonic() if extended_at is None else extended_at
         with self._lock:
             self._lease = lease
+            self._watched = (lease.task_id, lease.fencing_token)
+            self._watched_revision = revision
             self._ending = None
             self._watched_at = time.monotonic()
             expires = start + self._duration.seconds
@@ -157,6 +188,43 @@ class LeaseKeeper:
             lease = self._lease
             self._ending = None if lease is None else (lease.task_id, lease.fencing_token)
 
+    def known_task_ids(self) -> set[str]:
+        """The tasks whose leases this keeper extends: the running one and those held."""
+        with self._lock:
+            running = set() if self._lease is None else {self._lease.task_id}
+            return running | set(self._held)
+
+    @property
+    def cut_off(self) -> bool:
+        """The thread's last store call failed for an outage (and the thread still runs):
+        a worker takes no new work until it answers again."""
+        thread = self._thread
+        return self._cut_off and thread is not None and thread.is_alive()
+
+    def cut_off_within(self, seconds: float) -> bool:
+        """Whether the thread's store calls failed for an outage in the last ``seconds``."""
+        return time.monotonic() - self._failed_at < seconds
+
+    def forgive_if_cut_off(self, lease: Lease, revision: int) -> None:
+        """``lease`` (of a claim that saw ``revision``) was found lost: when the thread
+        could not reach the store since the lease was last extended, the worker lived
+        through the loss, cut off, and the store is told (once it answers) so that the
+        claim does not count as a crash. A lease that simply ran out (a process frozen
+        or starved) counts as before."""
+        with self._lock:
+            extended = self._lost_held.pop(lease.task_id, None)
+            if extended is None and self._watched == (lease.task_id, lease.fencing_token):
+                extended = self._flags.deadline - self._duration.seconds
+            if extended is not None and self._failed_at >= extended:
+                self._forgive(lease, revision)
+
+    def _forgive(self, lease: Lease, revision: int) -> None:
+        """Queue the report of a claim lost while cut off, once (caller holds the lock)."""
+        claim = (lease.task_id, lease.fencing_token)
+        if claim not in self._forgiven_claims:
+            self._forgiven_claims.add(claim)
+            self._forgiven.append((lease, revision))
+
     def unwatch(self) -> None:
         with self._lock:
             self._lease = None
@@ -173,16 +241,20 @@ class LeaseKeeper:
     def _extend_held(self) -> bool:
         """Extend every held lease; False when the store was closed under the keeper."""
         with self._lock:
-            held = [lease for lease, _extended in self._held.values()]
-        for lease in held:
+            held = list(self._held.values())
+        for lease, extended in held:
             started = time.monotonic()
             if crashpoints.ARMED:
                 crashpoints.reached("before_heartbeat", lease.task_id)
+            end = extended + self._duration.seconds
             try:
-                renewed: Lease | None = self._store.heartbeat(lease, self._duration)
+                with retrying_until(end, self._attempt_s):
+                    renewed: Lease | None = self._store.heartbeat(lease, self._duration)
+                self._answered()
                 if crashpoints.ARMED:
                     crashpoints.reached("after_heartbeat", lease.task_id)
             except LeaseLostError:
+                self._answered()
                 renewed = None
                 log.warning(
                     "lease of a held task (claimed ahead, or its completion held) lost",
@@ -191,9 +263,7 @@ class LeaseKeeper:
             except StoreClosed:
                 return False
             except Exception as exc:  # an unreachable store: try again at the next beat
-                self._store.outage.report(
-                    log, "heartbeat of a task claimed ahead failed", exc, task_fields(lease)
-                )
+                self._failed(exc, "heartbeat of a task claimed ahead failed", task_fields(lease))
                 continue
             with self._lock:
                 current = self._held.get(lease.task_id)
@@ -201,6 +271,7 @@ class LeaseKeeper:
                     if renewed is None:
                         del self._held[lease.task_id]
                         self._completion_held.discard(lease.task_id)
+                        self._lost_held[lease.task_id] = current[1]
                     else:
                         self._held[lease.task_id] = (renewed, started)
         return True
@@ -208,22 +279,27 @@ class LeaseKeeper:
     def _loop(self) -> None:
         while True:
             asked_at = time.monotonic()
-            stopped = self._wake.wait(self._interval_s)
+            wait_s = min(self._interval_s, CUT_OFF_RETRY_S) if self._cut_off else self._interval_s
+            stopped = self._wake.wait(wait_s)
             if self._observer is not None and not stopped:
-                self._report_waits(time.monotonic() - asked_at - self._interval_s)
+                self._report_waits(time.monotonic() - asked_at - wait_s)
             with self._lock:
                 if self._stop:
                     return
                 lease, flags, worker_id = self._lease, self._flags, self._worker_id
+            # Claims lost while cut off first: a worker that takes one of their tasks over
+            # once the network heals may be counting them as crashes meanwhile.
+            if not self._send_forgiven():
+                return
             if worker_id is not None:
                 try:
-                    self._store.worker_seen(worker_id, self._pid)
+                    with retrying_until(time.monotonic() + self._attempt_s):
+                        self._store.worker_seen(worker_id, self._pid)
+                    self._answered()
                 except StoreClosed:
                     return  # closed under a worker nobody closed: nothing left to keep
                 except Exception as exc:
-                    self._store.outage.report(
-                        log, "worker registry update failed", exc, {"worker_id": str(worker_id)}
-                    )
+                    self._failed(exc, "worker registry update failed", {"worker_id": str(worker_id)})
             # The running task's lease first: leases claimed ahead must not delay it.
             if lease is not None and not self._extend_current(lease, flags):
                 return
@@ -231,6 +307,46 @@ class LeaseKeeper:
                 return
             if not self._beat_hook():
                 return
+
+    def _answered(self) -> None:
+        self._cut_off = False
+
+    def _failed(self, exc: Exception, message: str, extra: dict[str, object]) -> None:
+        """A store call of the thread failed: an outage cuts the worker off (see
+        :attr:`cut_off`); said once per outage by the store's outage log."""
+        if is_outage(exc):
+            self._failed_at = time.monotonic()
+            self._cut_off = True
+        self._store.outage.report(log, message, exc, extra)
+
+    def _send_forgiven(self) -> bool:
+        """Tell the store of the claims lost while cut off (:meth:`forgive_if_cut_off`);
+        those it cannot take now wait for the next beat. False when the store was closed
+        under the keeper."""
+        with self._lock:
+            forgiven, self._forgiven = self._forgiven, []
+        for at, (lease, revision) in enumerate(forgiven):
+            try:
+                with retrying_until(time.monotonic() + self._attempt_s):
+                    taken_back = self._store.forgive_lost_claim(lease, revision)
+                self._answered()
+            except StoreClosed:
+                return False
+            except Exception as exc:
+                self._failed(exc, "could not report a lease lost while cut off", task_fields(lease))
+                if is_outage(exc):
+                    with self._lock:
+                        self._forgiven[:0] = forgiven[at:]
+                    return True
+                continue
+            with self._lock:  # told: a late second report of it is refused by the store
+                self._forgiven_claims.discard((lease.task_id, lease.fencing_token))
+            if taken_back:
+                log.info(
+                    "lease lost while cut off from the store: not counted as a crash",
+                    extra=task_fields(lease),
+                )
+        return True
 
     def each_beat(self, hook: Callable[[], None]) -> None:
         """Call ``hook`` on the heartbeat thread after each beat (the worker's held
@@ -285,14 +401,15 @@ class LeaseKeeper:
         reason = f"handed back unstarted: the task before it ran for {running_s:.0f} s"
         for lease in held:
             try:
-                with crashpoints.transition("hand_back"):
+                with (
+                    retrying_until(time.monotonic() + self._attempt_s),
+                    crashpoints.transition("hand_back"),
+                ):
                     self._store.release(lease, delay=timedelta(0), reason=reason)
             except StoreClosed:
                 return False
             except Exception as exc:  # lost already, or an unreachable store: its lease runs out
-                self._store.outage.report(
-                    log, "could not hand back a task claimed ahead", exc, task_fields(lease)
-                )
+                self._failed(exc, "could not hand back a task claimed ahead", task_fields(lease))
         return True
 
     def _extend_current(self, lease: Lease, flags: LeaseFlags) -> bool:
@@ -304,10 +421,15 @@ class LeaseKeeper:
         if crashpoints.ARMED:
             crashpoints.reached("before_heartbeat", lease.task_id)
         try:
-            renewed = self._store.heartbeat(lease, self._duration)
+            # Tried again at once while the lease lasts, each attempt bounded: the lease
+            # must not run out while one attempt waits on a dead connection.
+            with retrying_until(lambda: flags.deadline, self._attempt_s):
+                renewed = self._store.heartbeat(lease, self._duration)
+            self._answered()
             if crashpoints.ARMED:
                 crashpoints.reached("after_heartbeat", lease.task_id)
         except LeaseLostError:
+            self._answered()
             self._beat_landed(flags, started)
             flags.lost = True
             with self._lock:
@@ -315,6 +437,8 @@ class LeaseKeeper:
                 ended = self._ending == (lease.task_id, lease.fencing_token)
                 if current:  # lost for good: stop beating for it (and logging it)
                     self._lease = None
+                if current and not ended and self._failed_at >= flags.deadline - self._duration.seconds:
+                    self._forgive(lease, self._watched_revision)  # ran out while cut off
             if current and not ended:  # otherwise the cycle ended the lease itself
                 log.warning("lease lost", extra=task_fields(lease))
             return True
@@ -322,9 +446,12 @@ class LeaseKeeper:
             flags.lost = True  # nothing can extend it now
             return False
         except Exception as exc:
-            self._store.outage.report(log, "heartbeat failed", exc, task_fields(lease))
+            self._failed(exc, "heartbeat failed", task_fields(lease))
             if flags.expired():
                 flags.lost = True
+                if is_outage(exc):
+                    with self._lock:
+                        self._forgive(lease, self._watched_revision)  # ran out while cut off
             return True
         self._beat_landed(flags, started)
         if renewed.cancel_requested is not None:

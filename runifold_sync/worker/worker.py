@@ -26,8 +26,9 @@ from typing import Any
 import attrs
 
 from ..engine.deadlines import DeadlineListener
+from ..engine.logs import task_fields
 from ..engine.spans import CycleTracer
-from ..errors import InvalidArgument, StoreNotWritable, StoreUnavailable
+from ..errors import InvalidArgument, LeaseLostError, StoreNotWritable, StoreUnavailable
 from ..model import crashpoints
 from ..model.cancellation import CancellationToken
 from ..model.outcomes import Idle, LeaseLost, RunOutcome, Yielded
@@ -50,6 +51,9 @@ log = logging.getLogger("runifold_sync.worker.worker")
 NOT_WRITABLE_ATTEMPTS = 5
 # A host clock this far from store time is logged when a worker starts.
 CLOCK_SKEW_WARNING_S = 5.0
+# How often a cut-off worker looks whether its heartbeat thread reaches the store again.
+_CUT_OFF_POLL_S = 0.1
+_LOST_ANSWER = "handed back unstarted: the answer to its claim was lost with the connection"
 
 
 @attrs.frozen
@@ -108,6 +112,7 @@ class WorkflowWorker:
         self._observer = observer
         if observer is not None:
             store.operation_timer = observer.store_operation
+        store.bound_calls(self.settings.lease_duration)
         self._registered = False
         self._keeper = LeaseKeeper(
             store,
@@ -184,10 +189,14 @@ class WorkflowWorker:
         waits for work between ``min_backoff`` and ``max_backoff`` (see
         :class:`~runifold_sync.worker.idle_backoff.IdleWait`), noticing a cancel within half a
         second. A cycle or wait that fails (an unreachable store: a database restart) ends
-        that cycle, not the loop: it is logged and retried after ``max_backoff``, the store
-        reconnects, and a task the cycle held is claimed again once its lease expires. A
-        store that refuses writes (:class:`StoreNotWritable`: permissions, a read-only
-        database) ``NOT_WRITABLE_ATTEMPTS`` times in a row ends the loop with that error.
+        that cycle, not the loop: it is logged and retried, at once the first time (a
+        connection the server dropped is replaced), then after a pause doubling from
+        ``min_backoff`` to ``max_backoff``; the store reconnects, and a task the cycle held
+        is claimed again once its lease expires. While the heartbeat thread cannot reach
+        the store the loop claims nothing (a task it claimed could not be kept) and waits
+        until it can. A store that refuses writes (:class:`StoreNotWritable`: permissions,
+        a read-only database) ``NOT_WRITABLE_ATTEMPTS`` times in a row ends the loop with
+        that error.
         ``on_outcome`` hears each cycle's outcome as it ends (pool children report them to
         their supervisor). While it runs, a thread creates the due ticks of the registry's
         schedules (:mod:`~runifold_sync.worker.schedule_ticker`); :meth:`run_once` creates none.
@@ -219,8 +228,13 @@ class WorkflowWorker:
                     on_outcome(outcome)
             return sum(not isinstance(outcome, Idle | Yielded) for outcome in ended)
 
+        failures = _Failures(min_backoff, max_backoff)
         try:
             while not shutdown.cancelled and (max_tasks is None or tasks < max_tasks):
+                if self._keeper.cut_off:
+                    self._wait_while_cut_off(shutdown)
+                    continue
+                self._hand_back_unknown_leases()
                 # Claim the next task with this one's completion unless the loop ends after
                 # this cycle or stops: the worker checks the token again just before the
                 # completion, so a stop during the cycle makes no new claim. The last
@@ -230,9 +244,10 @@ class WorkflowWorker:
                     ended = self._cycle(claim_next=not last, stopping=shutdown, hold=self._holds and not last)
                 except Exception as exc:
                     refused.count(exc)
-                    self._back_off("cycle failed", exc, shutdown, max_backoff)
+                    self._back_off("cycle failed", exc, shutdown, failures.next_delay())
                     continue
                 refused.reset()
+                failures.reset()
                 self.store.outage.answered()
                 tasks += report(ended)
                 if ended and isinstance(ended[-1], Idle):
@@ -240,7 +255,7 @@ class WorkflowWorker:
                         idle.wait(shutdown)
                     except Exception as exc:
                         refused.count(exc)
-                        self._back_off("waiting for work failed", exc, shutdown, max_backoff)
+                        self._back_off("waiting for work failed", exc, shutdown, failures.next_delay())
                     continue
                 idle.worked()
         finally:
@@ -258,6 +273,42 @@ class WorkflowWorker:
         message = f"worker {self.worker_id}: {what}; backing off"
         self.store.outage.report(log, message, exc, {"worker_id": self.worker_id.value})
         shutdown.wait(delay.total_seconds())
+
+    def _hand_back_unknown_leases(self) -> None:
+        """After a claim that failed once it may have committed (its answer lost with its
+        connection, ``store.claims_in_doubt``), hand back the leases this worker holds
+        but does not know of, so their tasks run now rather than once those leases run
+        out. Between cycles every lease this worker knows of is its heartbeat's; when
+        the store does not answer, this is tried again before the next cycle."""
+        if self.worker_id.value not in self.store.claims_in_doubt:
+            return
+        try:
+            known = self._keeper.known_task_ids()
+            for lease in self.store.leases_of(self.worker_id):
+                if lease.task_id in known:
+                    continue
+                try:
+                    with crashpoints.transition("hand_back"):
+                        self.store.release(lease, delay=timedelta(0), reason=_LOST_ANSWER)
+                except LeaseLostError:
+                    continue  # expired meanwhile: another worker's to take
+                log.info("handed back a task whose claim's answer was lost", extra=task_fields(lease))
+        except StoreUnavailable as exc:
+            message = f"worker {self.worker_id}: could not hand back the tasks of a lost claim's answer"
+            self.store.outage.report(log, message, exc, {"worker_id": self.worker_id.value})
+            return
+        self.store.claims_in_doubt.discard(self.worker_id.value)
+
+    def _wait_while_cut_off(self, shutdown: CancellationToken) -> None:
+        """Claim nothing until the heartbeat thread reaches the store again (or the loop
+        stops): a task claimed now would lose its lease while its beats fail."""
+        log.info(
+            "worker %s: its heartbeat cannot reach the store; claiming nothing until it does",
+            self.worker_id,
+            extra={"worker_id": self.worker_id.value},
+        )
+        while self._keeper.cut_off and not shutdown.cancelled:
+            shutdown.wait(_CUT_OFF_POLL_S)
 
     def run_once(self, *, claim_next: bool = False, stopping: CancellationToken | None = None) -> RunOutcome:
         """Claim one ready task and run it until it completes, waits, fails or yields.
@@ -316,6 +367,7 @@ class WorkflowWorker:
         else:
             if crashpoints.ARMED:
                 crashpoints.reached("before_claim", str(self.worker_id))
+            extended_at = time.monotonic()  # the lease runs from the claim, not from its answer
             claimed = self.store.claim(
                 self.worker_id, self.lease_duration, limit=self.settings.claim_batch, routes=self.routes
             )
@@ -388,6 +440,26 @@ def _warn_of_clock_skew(store: WorkflowStore) -> None:
             "(runifold_clock_skew_seconds)",
             skew_s,
         )
+
+
+class _Failures:
+    """Failed cycles and waits in a row, and the pause before the next attempt: none
+    after the first (the store reconnects at once, and a dropped connection is no
+    outage), then doubling from ``min_backoff`` up to ``max_backoff``."""
+
+    def __init__(self, min_backoff: timedelta, max_backoff: timedelta) -> None:
+        self._min = min_backoff
+        self._max = max_backoff
+        self._in_a_row = 0
+
+    def next_delay(self) -> timedelta:
+        self._in_a_row += 1
+        if self._in_a_row == 1:
+            return timedelta(0)
+        return min(self._min * (1 << min(self._in_a_row - 2, 30)), self._max)
+
+    def reset(self) -> None:
+        self._in_a_row = 0
 
 
 class _RefusedWrites:

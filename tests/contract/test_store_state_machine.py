@@ -291,16 +291,25 @@ class StoreMachine(RuleBasedStateMachine):
     def _claim(self, worker: WorkerId, limit: int) -> None:
         ready = self._claimable()
         if len(ready) > limit:
-            # The first ``limit`` ready tasks by priority, then by when they became ready
-            # (store time, which the model keeps only in whole seconds, so it is read).
-            order = sorted((-self.tasks[t].priority, self.store.get_task(t).ready_at, t) for t in ready)
+            # The first ``limit`` ready tasks by priority, an expired lease before new work,
+            # then by when they became ready (store time, which the model keeps only in
+            # whole seconds, so it is read).
+            order = sorted(
+                (
+                    -self.tasks[t].priority,
+                    self.tasks[t].state is not TaskState.LEASED,
+                    self.store.get_task(t).ready_at,
+                    t,
+                )
+                for t in ready
+            )
         claimed = self.store.claim(worker, LEASE, limit=limit)
         assert len(claimed) == min(limit, len(ready)), (ready, claimed)
         assert {c.lease.task_id for c in claimed} <= ready
         if len(ready) > limit:  # only a tie in ready time at the cut may go either way
-            last = order[limit - 1][:2]
-            must = {t for p, at, t in order if (p, at) < last}
-            may = {t for p, at, t in order if (p, at) == last}
+            last = order[limit - 1][:3]
+            must = {t for *key, t in order if tuple(key) < last}
+            may = {t for *key, t in order if tuple(key) == last}
             assert must <= {c.lease.task_id for c in claimed} <= must | may, (order, claimed)
         for one in claimed:
             lease = one.lease

@@ -237,3 +237,29 @@ def test_max_tasks_must_be_a_positive_integer(sqlite_store: WorkflowStore, bad: 
             worker.run(CancellationToken(), max_tasks=bad)
     finally:
         worker.close()
+
+
+def test_a_worker_hands_back_what_a_claim_whose_answer_it_lost_had_leased(backend: Backend) -> None:
+    """A claim whose connection dropped after it committed leased a task its worker never
+    heard of. The store marks the worker's claims in doubt when a claim fails for an
+    outage; before it claims again the worker hands back the leases it holds but does
+    not know of, so the task runs at once rather than once its lease (5 s) runs out."""
+    store = backend.open()
+    store.enqueue(WorkflowTask.new("run-loop", 1, 1, checkpoint_id="lost"))
+    store.claim(WorkerId.parse("looper"), LEASE)  # the claim whose answer never came back
+    store.claims_in_doubt.add("looper")  # as a claim that failed for an outage leaves it
+    began = time.monotonic()
+    report = _run(store, max_tasks=1)
+    assert time.monotonic() - began < LEASE.seconds, "the task waited for its lost lease to run out"
+    assert report.outcomes == {"completed": 1}
+    history = store.history("lost")
+    assert [(e.kind, e.worker_id) for e in history] == [
+        ("enqueued", None),
+        ("claimed", "looper"),
+        ("released", "looper"),
+        ("claimed", "looper"),
+        ("completed", "looper"),
+    ]
+    assert history[2].detail["reason"].endswith("the answer to its claim was lost with the connection")
+    assert store.get_task("lost").claims_since_progress == 0
+    assert store.claims_in_doubt == set()

@@ -225,6 +225,9 @@ def test_the_claim_as_production_runs_it_reads_only_its_routes_past_finished_and
         admin.execute("ANALYZE runifold_tasks")
     for n in range(5):
         pg.enqueue(task(f"live-{n}"))
+    # One of them leased by a worker that vanished: its lease has run out.
+    [vanished] = pg.claim(W1, LeaseDuration(timedelta(milliseconds=1)), routes=ROUTES)
+    time.sleep(0.01)
     nodes = _claim_as_production_runs_it(pg, 3, ROUTES)
     scans = {
         (n["Node Type"], n.get("Index Name"))
@@ -232,22 +235,32 @@ def test_the_claim_as_production_runs_it_reads_only_its_routes_past_finished_and
         if n.get("Relation Name") == "runifold_tasks" and n["Node Type"].endswith("Scan")
     }
     # Candidates from each route's slice of the partial index, locked as they are read;
-    # the lease written by primary key; a tenant's lease count (for a lease limit) from
-    # its partial index. Never a scan of the backlog the worker does not serve.
+    # expired leases from the partial index of leased tasks; the lease written by primary
+    # key; a tenant's lease count (for a lease limit) from that partial index too. Never
+    # a scan of the backlog the worker does not serve.
     assert scans == {
         ("Index Scan", "runifold_tasks_routed"),
         ("Index Scan", "runifold_tasks_pkey"),
+        ("Index Scan", "runifold_tasks_leased"),
         ("Index Only Scan", "runifold_tasks_leased"),
     }
     routed = [n for n in nodes if n.get("Index Name") == "runifold_tasks_routed"]
     assert all(n["Actual Rows"] <= 3 for n in routed)
+    # The expired leases are read by their expiry alone, never the leased backlog.
+    expired = [
+        n for n in nodes if n.get("Index Name") == "runifold_tasks_leased" and n["Node Type"] == "Index Scan"
+    ]
+    assert expired and all("lease_expires <=" in n["Index Cond"] and n["Actual Rows"] <= 1 for n in expired)
     [lock] = [
         n
         for n in nodes
         if n["Node Type"] == "LockRows" and n["Plans"][0].get("Index Name") == "runifold_tasks_routed"
     ]
-    assert all(n["Actual Rows"] <= 3 for n in nodes if n["Node Type"] == "Sort")
-    assert len(pg.claim(W1, LEASE, limit=10, routes=ROUTES)) == 5
+    # Sorted: at most the limit's worth of expired leases and of ready tasks.
+    sorts = [n["Actual Rows"] for n in nodes if n["Node Type"] == "Sort"]
+    assert all(rows <= 2 * 3 for rows in sorts), sorts
+    claimed = pg.claim(W1, LEASE, limit=10, routes=ROUTES)
+    assert [c.lease.task_id for c in claimed][:1] == [vanished.lease.task_id] and len(claimed) == 5
     assert len(pg.claim(W1, LEASE, limit=10, routes=ROUTES)) == 0
 
     # The idle wait's earliest due time: one row per route from the due index.
@@ -311,17 +324,21 @@ def test_store_connections_run_without_jit(pg: PostgresWorkflowStore) -> None:
     assert settings == [{"jit": "off"}, {"jit": "off"}]
 
 
-def test_a_connection_broken_while_idle_is_replaced_and_one_broken_in_use_fails_once(
+def test_a_connection_the_server_dropped_while_idle_is_replaced_at_checkout_and_one_dropped_in_use_fails_once(
     postgres_url: str,
 ) -> None:
-    """Checking a connection costs a round trip, so only one idle for over a second is
-    checked at checkout; one used just before has no check, and its failure is reported
-    as StoreUnavailable, the broken connection dropped."""
+    """A terminated backend says so and closes its socket: the pool finds that at
+    checkout, with one poll of the socket for a connection used a moment ago (one idle
+    for over a second is checked with a round trip), and hands out a fresh connection
+    before anything is sent, so the caller never sees the kill. A connection dropped
+    while its statement runs fails that call once (outside a lease holder's patience
+    nothing is sent again) and is dropped."""
     store = PostgresWorkflowStore.connect(postgres_url, min_size=1, max_size=1)
     try:
         store.enqueue(task("t1"))
 
-        def kill_backends() -> None:
+        def kill_backends(after_s: float = 0.0) -> None:
+            time.sleep(after_s)
             with psycopg.connect(postgres_url, autocommit=True) as admin:
                 admin.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -331,9 +348,16 @@ def test_a_connection_broken_while_idle_is_replaced_and_one_broken_in_use_fails_
         kill_backends()
         time.sleep(1.2)  # idle past the check threshold: checked and replaced at checkout
         assert store.get_task("t1").task_id == "t1"
-        kill_backends()  # used a moment ago: handed out unchecked
-        with pytest.raises(StoreUnavailable):
-            store.get_task("t1")
+        kill_backends()  # used a moment ago: its socket says it was dropped
+        time.sleep(0.1)  # the server's goodbye reaches the socket
+        assert store.get_task("t1").task_id == "t1"
+        killer = threading.Thread(target=kill_backends, args=(0.5,))
+        killer.start()
+        try:
+            with pytest.raises(StoreUnavailable, match="AdminShutdown|terminating connection"):
+                store.dialect.pool.fetch_one("SELECT pg_sleep(5)", {})
+        finally:
+            killer.join()
         assert store.get_task("t1").task_id == "t1"  # the broken connection was dropped
     finally:
         store.close()

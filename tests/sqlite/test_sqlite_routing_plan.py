@@ -1,6 +1,6 @@
 """The SQLite routed claim and idle wait read only the index slices of the worker's
-routes: no scan of runifold_tasks, no sort of a route's backlog (EXPLAIN QUERY PLAN),
-over a backlog the worker does not serve."""
+routes (and the expired leases, by expiry): no scan of runifold_tasks, no sort of a
+route's backlog (EXPLAIN QUERY PLAN), over a backlog the worker does not serve."""
 
 from __future__ import annotations
 
@@ -36,8 +36,13 @@ def test_the_routed_claim_and_wait_search_their_route_indexes_only(sqlite_store:
     ), claim
     assert not any(line in ("SCAN x", "SCAN t") for line in claim), claim
     # The one sort inside the route's subquery would be of its whole backlog: none.
-    subquery = claim[claim.index(next(line for line in claim if line.startswith("CORRELATED LIST"))) + 1]
+    lists = [n for n, line in enumerate(claim) if line.startswith("CORRELATED LIST")]
+    assert len(lists) == 2, claim
+    subquery = claim[lists[0] + 1]
     assert subquery.startswith("SEARCH x USING INDEX runifold_tasks_routed"), claim
+    # The expired leases of each route (taken first within a priority) are read by their
+    # expiry from the partial index of leased tasks, never from the route's backlog.
+    assert claim[lists[1] + 1] == "SEARCH x USING INDEX runifold_tasks_leased (tenant=? AND lease_expires<?)"
     wait = plan(sqlite_store, "seconds_until_routed_due", {"routes": routes})
     assert any("SEARCH t USING INDEX runifold_tasks_routed_due" in line for line in wait), wait
     assert not [line for line in wait if line.startswith("SCAN") and "clock" not in line], wait

@@ -5,6 +5,15 @@ process that opened it, and the one place where driver errors become
 A pool never crosses a fork: its worker threads do not exist in a child and its sockets
 are shared with the parent. Any use from another pid is refused with a message that says
 what to do, and ``close()`` in a child leaves the parent's connections alone.
+
+A network that drops packets must not hold a caller for minutes (the kernel retransmits
+an unanswered statement for about fifteen). So every connection carries libpq's network
+timeouts (``connect_timeout``, TCP keepalives, ``tcp_user_timeout``), derived from the
+lease of the workers using the store (:func:`network_params`) unless the URL sets them,
+and once a worker has said its lease (:meth:`ProcessPool.bound_by_lease`), each
+statement must answer within half a lease (and the caller's patience, ``retries``): one
+that does not closes its connection and fails. A connection the server dropped while it
+sat in the pool is found at checkout, before anything is sent on it.
 """
 
 from __future__ import annotations
@@ -12,18 +21,21 @@ from __future__ import annotations
 import logging
 import math
 import os
+import select
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import psycopg
 import psycopg.errors
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.abc import PQGen
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
+from psycopg_pool.pool import AddConnection, MaintenanceTask
 
 from ...errors import (
     InvalidArgument,
@@ -35,20 +47,68 @@ from ...errors import (
 )
 from ...model.redaction import redacted, scrubbed
 from ...model.values import check_int
+from .. import retries
 from ..outage import OutageLog
 from ..timing import PoolWaits
+
+RV = TypeVar("RV")
 
 Connection = psycopg.Connection[DictRow]
 
 # A connection idle longer than this is checked (one empty query) before it is handed out:
-# a server restart breaks idle connections, and checking them replaces them instead of
-# failing the caller. One used more recently skips the round trip, which otherwise came
-# with every statement; if the server restarted in between, that statement fails with
-# StoreUnavailable (ending the cycle, not the task) and the broken connection is dropped.
+# a server restart or a broken network leaves idle connections dead, and checking them
+# replaces them instead of failing the caller. One used more recently skips the round
+# trip, which otherwise came with every statement, unless the server has sent it
+# something since (a terminated backend's goodbye: see _unusable).
 _CHECK_AFTER_IDLE_S = 1.0
 _POOL_NAME = "runifold"
 # How psycopg_pool logs each failed reconnection (psycopg_pool/pool.py, _add_connection).
 _RECONNECT_FAILED = "error connecting in %r: %s"
+# The longest pause between two reconnection attempts. psycopg_pool doubles it from 1 s
+# up to its reconnect timeout: after a two-minute outage the next attempt came up to a
+# minute after the server was back, and every caller waited for it.
+_RECONNECT_PAUSE_MAX_S = 0.5
+# The lease the network timeouts are derived from until a worker says its own.
+DEFAULT_LEASE_S = 30.0
+# No statement is cut off sooner than this, whatever the lease: on a loaded host a
+# healthy answer can take a few hundred milliseconds.
+_MIN_CALL_BOUND_S = 1.0
+# psycopg's interval for checking Ctrl-C while it waits (psycopg.connection._WAIT_INTERVAL).
+_WAIT_INTERVAL_S = 0.1
+
+
+def network_params(conninfo: str, lease_s: float) -> dict[str, int]:
+    """libpq's network timeouts for workers whose leases last ``lease_s``, those the
+    URL or conninfo does not set itself (the user's values win). A dead peer is noticed
+    well within a lease: a connection attempt gives up after a quarter of it (libpq's
+    minimum is 2 s), an idle connection is probed after a quarter and dropped after three
+    unanswered probes, and data unacknowledged for half a lease drops the connection."""
+    given = conninfo_to_dict(conninfo)
+    derived = {
+        "connect_timeout": min(max(2, math.ceil(lease_s / 4)), 10),
+        "keepalives": 1,
+        "keepalives_idle": min(max(1, int(lease_s / 4)), 30),
+        "keepalives_interval": min(max(1, int(lease_s / 8)), 10),
+        "keepalives_count": 3,
+        "tcp_user_timeout": min(max(1000, int(lease_s * 500)), 60_000),
+    }
+    return {key: value for key, value in derived.items() if key not in given}
+
+
+def with_network_params(conninfo: str, lease_s: float = DEFAULT_LEASE_S) -> str:
+    """``conninfo`` with :func:`network_params` added (for the store's own connections
+    outside the pool: the LISTEN connections)."""
+    return make_conninfo(conninfo, **network_params(conninfo, lease_s))
+
+
+def call_bound_s(lease_s: float) -> float:
+    """How long one statement of a worker with leases of ``lease_s`` may take: half the
+    lease, leaving the other half to try again on a fresh connection."""
+    return max(lease_s / 2, _MIN_CALL_BOUND_S)
+
+
+class CallTimedOut(psycopg.OperationalError):
+    """A statement got no answer by its deadline; its connection was closed."""
 
 
 # A statement prepared on one server connection, run on another (or prepared twice): what
@@ -72,6 +132,9 @@ class PooledConnection(psycopg.Connection[DictRow]):
 
     returned_at: float = float("-inf")
     _kept_cursor: psycopg.Cursor[DictRow] | None = None
+    # Monotonic time by which the statement under way must have its answer, while the
+    # connection is lent out (ProcessPool.connection); None: no bound.
+    deadline: float | None = None
 
     @classmethod
     def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
@@ -90,6 +153,22 @@ class PooledConnection(psycopg.Connection[DictRow]):
             outage.answered()
         return conn
 
+    def wait(self, gen: PQGen[RV], interval: float = _WAIT_INTERVAL_S, timeout: float | None = None) -> RV:
+        """psycopg's wait for the server, ended at :attr:`deadline`: the connection is then
+        in the middle of a statement, so it is closed (the pool replaces it) and the
+        statement fails with :class:`CallTimedOut`. A caller's shorter ``timeout`` (a wait
+        for notifications) is its own and ends as psycopg ends it."""
+        deadline = self.deadline
+        if deadline is not None:
+            left_s = max(deadline - time.monotonic(), 0.0)
+            if timeout is None or left_s < timeout:
+                try:
+                    return super().wait(gen, interval, left_s)
+                except psycopg.errors._WaitTimeout:  # what psycopg's own timed waits catch
+                    self.pgconn.finish()
+                    raise CallTimedOut("no answer in time; the connection was closed") from None
+        return super().wait(gen, interval, timeout)
+
     def kept_cursor(self) -> psycopg.Cursor[DictRow]:
         """A cursor reused by every single-statement call on this connection. A new
         cursor per statement was about a quarter of psycopg's client CPU for it (11 of
@@ -100,9 +179,39 @@ class PooledConnection(psycopg.Connection[DictRow]):
         return self._kept_cursor
 
 
-def _check_if_idle(conn: PooledConnection) -> None:
-    if time.monotonic() - conn.returned_at > _CHECK_AFTER_IDLE_S:
-        ConnectionPool.check_connection(conn)
+def _unusable(conn: PooledConnection) -> bool:
+    """Whether a connection just taken from the pool cannot serve (it is then closed, and
+    the pool replaces it). Nothing has been sent on it yet, so the caller takes another
+    without any doubt about its statement. A terminated backend says so and closes the
+    socket, so an idle connection with bytes waiting (one poll of the socket) is checked
+    with a round trip, as is one idle for over ``_CHECK_AFTER_IDLE_S`` (a restarted
+    server, a broken network); the rare one holding a notice or notification passes.
+    The check is made here rather than by psycopg_pool, which sleeps a second, then two,
+    four... after each failed check in a row: with backends killed every few hundred
+    milliseconds a caller waited out its whole timeout."""
+    try:
+        if time.monotonic() - conn.returned_at > _CHECK_AFTER_IDLE_S or _has_input(conn):
+            ConnectionPool.check_connection(conn)
+    except (OSError, psycopg.Error):
+        conn.close()
+        return True
+    return False
+
+
+def _has_input(conn: PooledConnection) -> bool:
+    poller = select.poll()
+    poller.register(conn.pgconn.socket, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+class _Pool(ConnectionPool[PooledConnection]):
+    """psycopg_pool's pool with the pause between reconnection attempts kept short (see
+    ``_RECONNECT_PAUSE_MAX_S``): each attempt is itself bounded by ``connect_timeout``."""
+
+    def schedule_task(self, task: MaintenanceTask, delay: float) -> None:
+        if isinstance(task, AddConnection):
+            delay = min(delay, _RECONNECT_PAUSE_MAX_S)
+        super().schedule_task(task, delay)
 
 
 def describe(url: str) -> str:
@@ -149,13 +258,18 @@ def _configure(conn: Connection) -> None:
 class ProcessPool:
     """Autocommit, dict-row connections for one process."""
 
-    def __init__(self, pool: ConnectionPool[PooledConnection], where: str, outage: OutageLog) -> None:
+    def __init__(
+        self, pool: ConnectionPool[PooledConnection], where: str, outage: OutageLog, url: str = ""
+    ) -> None:
         self.where = where
         self.outage = outage
         self._pool = pool
+        self._url = url
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._closed = False
+        self._lease_s = DEFAULT_LEASE_S  # what the connections' network timeouts come from
+        self._call_bound_s: float | None = None  # set by the first worker's lease
 
     @classmethod
     def open(
@@ -183,22 +297,22 @@ class ProcessPool:
         # the reason (refused, no such database, authentication) behind a timeout.
         try:
             psycopg.connect(url, connect_timeout=max(2, math.ceil(connect_timeout.total_seconds()))).close()
-            pool = ConnectionPool(
+            pool = _Pool(
                 url,
                 connection_class=PooledConnection,
                 kwargs={"autocommit": True, "row_factory": dict_row, "outage": outage}
+                | network_params(url, DEFAULT_LEASE_S)
                 | ({"prepare_threshold": None} if pgbouncer else {}),
                 min_size=min_size,
                 max_size=max_size,
                 timeout=pool_timeout.total_seconds(),
-                check=_check_if_idle,
                 configure=None if pgbouncer else _configure,
                 name=_POOL_NAME,
                 open=True,
             )
         except psycopg.Error as exc:
             raise StoreUnavailable(f"cannot connect to {where}: {scrubbed(str(exc), url)}") from exc
-        opened = cls(pool, where, outage)
+        opened = cls(pool, where, outage, url)
         if min_size:
             try:
                 pool.wait(timeout=connect_timeout.total_seconds())
@@ -209,11 +323,31 @@ class ProcessPool:
                 ) from exc
         return opened
 
+    def bound_by_lease(self, lease_s: float) -> None:
+        """A worker holding leases of ``lease_s`` uses this pool: from now on each
+        statement must answer within :func:`call_bound_s`, and when the lease is shorter
+        than the one the network timeouts were derived from, new connections replace the
+        pool's with timeouts derived from it. The shortest lease of the workers sharing
+        the store counts."""
+        with self._lock:
+            bound_s = call_bound_s(lease_s)
+            if self._call_bound_s is None or bound_s < self._call_bound_s:
+                self._call_bound_s = bound_s
+            if lease_s >= self._lease_s:
+                return
+            self._lease_s = lease_s
+            kwargs = self._pool.kwargs
+            assert isinstance(kwargs, dict)  # ProcessPool.open gives a dict
+            kwargs.update(network_params(self._url, lease_s))
+        self._pool.drain()
+
     @contextmanager
-    def connection(self) -> Iterator[PooledConnection]:
-        """A pooled connection in autocommit mode. Driver errors raised while it is held
-        become :class:`StoreUnavailable`, except a value the database refuses (SQLSTATE
-        class 22), which is :class:`InvalidArgument`; the store's own errors pass through."""
+    def connection(self, *, longer_by_s: float = 0.0) -> Iterator[PooledConnection]:
+        """A pooled connection in autocommit mode, its statements bounded as the module
+        says (and ``longer_by_s`` more: a wait for notifications). Driver errors raised
+        while it is held become :class:`StoreUnavailable`, except a value the database
+        refuses (SQLSTATE class 22), which is :class:`InvalidArgument`; the store's own
+        errors pass through."""
         if self._closed:
             raise StoreClosed(f"store on {self.where} is closed")
         if self._pid != os.getpid():
@@ -222,12 +356,26 @@ class ProcessPool:
                 f"in forked process {os.getpid()}: a connection pool never crosses a fork; "
                 "open a new store in the child after it starts"
             )
+        bound_s = None if self._call_bound_s is None else self._call_bound_s + longer_by_s
+        deadline = retries.attempt_deadline(bound_s)
+        lent: PooledConnection | None = None  # the connection of the failure, if there was one
         try:
-            with self._pool.connection() as conn:
-                try:
-                    yield conn
-                finally:
-                    conn.returned_at = time.monotonic()
+            for _ in range(self._pool.max_size + 1):
+                left_s = None if deadline is None else deadline - time.monotonic()
+                timeout_s = None if left_s is None else max(min(left_s, self._pool.timeout), 0.0)
+                lent = None
+                with self._pool.connection(timeout=timeout_s) as conn:
+                    lent = conn
+                    conn.deadline = deadline
+                    if _unusable(conn):
+                        continue  # the pool discards it and opens another
+                    try:
+                        yield conn
+                    finally:
+                        conn.deadline = None
+                        conn.returned_at = time.monotonic()
+                    return
+            raise StoreUnavailable(f"{self.where}: every connection of the pool was dropped by the server")
         except (psycopg.errors.InvalidSqlStatementName, psycopg.errors.DuplicatePreparedStatement) as exc:
             raise StoreMisconfigured(_PREPARED_ELSEWHERE.format(where=self.where, error=_named(exc))) from exc
         except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction) as exc:
@@ -238,7 +386,10 @@ class ProcessPool:
             # value, not an outage, so it is not retried as one.
             raise InvalidArgument(f"{self.where} refused a value: {type(exc).__name__}: {exc}") from exc
         except psycopg.Error as exc:
-            raise StoreUnavailable(f"{self.where}: {type(exc).__name__}: {exc}") from exc
+            message = f"{self.where}: {type(exc).__name__}: {exc}"
+            if lent is not None and lent.closed and not isinstance(exc, CallTimedOut):
+                raise retries.ConnectionDropped(message) from exc
+            raise StoreUnavailable(message) from exc
 
     def execute(self, query: str, params: Mapping[str, Any]) -> None:
         """One statement without a result, in its own transaction (autocommit)."""
@@ -277,7 +428,7 @@ class ProcessPool:
                     yield conn
                     conn.execute("COMMIT")
             except BaseException:
-                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     conn.rollback()
                 raise
 

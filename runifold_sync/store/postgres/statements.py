@@ -148,9 +148,18 @@ def route_params(routes: Routes) -> dict[str, list[Any]]:
 
 def _claim_order(row: DictRow) -> tuple[Any, ...]:
     """The claim statement's ORDER BY (turn, least recently served tenant first, then
-    priority and due time), which its UPDATE ... RETURNING does not keep."""
+    priority, an expired lease first, and due time), which its UPDATE ... RETURNING does
+    not keep."""
     served = row["served_at"]
-    return (row["turn"], served is not None, served or row["at"], -row["priority"], row["due_at"])
+    expired = row["from_state"] == "leased"
+    return (
+        row["turn"],
+        served is not None,
+        served or row["at"],
+        -row["priority"],
+        not expired,
+        row["due_at"],
+    )
 
 
 def claim_in(conn: Connection, request: ClaimRequest, values: Values) -> list[ClaimedTask]:

@@ -43,7 +43,7 @@ from ..timing import PoolWaits
 from ..watch import PollWatch, Watch
 from . import joined as pg_joined
 from .listen import ResultListener
-from .pool import Connection, ProcessPool, describe
+from .pool import Connection, ProcessPool, describe, with_network_params
 from .statements import (
     Q,
     batch_params,
@@ -285,7 +285,7 @@ class PostgresDialect(Dialect):
             return self.listener.wait(lambda: self._due_in(routes), timeout_s)
         if self.pooled:
             return wait_until_due(lambda: self._due_in(routes), poll, timeout_s)
-        with self.pool.connection() as conn:
+        with self.pool.connection(longer_by_s=timeout_s) as conn:
             conn.execute(Q["listen_work"])  # before looking, so no notification is missed
             try:
                 return wait_until_due(lambda: _due_in(conn, routes), lambda s: notified(conn, s), timeout_s)
@@ -307,6 +307,9 @@ class PostgresDialect(Dialect):
 
     def pool_waits(self) -> PoolWaits:
         return self.pool.pool_waits()
+
+    def bound_by_lease(self, lease_s: float) -> None:
+        self.pool.bound_by_lease(lease_s)
 
     def _due_in(self, routes: Routes | None) -> float | None:
         with self.pool.connection() as conn:
@@ -359,10 +362,11 @@ class PostgresWorkflowStore(WorkflowStore):
     ) -> None:
         listener = results = None
         if target is not None and target.listen_conninfo is not None:
-            listener = DirectListener(target.listen_conninfo, _CHANNEL, describe(target.listen_conninfo))
+            direct = with_network_params(target.listen_conninfo)
+            listener = DirectListener(direct, _CHANNEL, describe(target.listen_conninfo))
         if target is not None and not target.polls:
             listen_at = target.listen_conninfo or target.conninfo
-            results = ResultListener(listen_at, describe(listen_at))
+            results = ResultListener(with_network_params(listen_at), describe(listen_at))
         dialect = PostgresDialect(
             pool, pooled=target is not None and target.pgbouncer, listener=listener, results=results
         )

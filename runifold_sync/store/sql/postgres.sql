@@ -63,16 +63,21 @@ tenants AS MATERIALIZED (
 )
 
 -- name: claim_lease_chosen
--- Part of claim_tasks and claim_routed_tasks: from the candidates, the turns, the tenants
--- marked served, the leases (a routed claim gives a task without a head its route's
--- fingerprint; a task checkpointed under a route-less claim gets its head's) and their
--- history events.
+-- Part of claim_tasks and claim_routed_tasks: from the candidates (expired leases and
+-- ready tasks), the turns, the tenants marked served, the leases (a routed claim gives a
+-- task without a head its route's fingerprint; a task checkpointed under a route-less
+-- claim gets its head's) and their history events. An expired lease goes before new
+-- work of the same priority: its worker vanished, and it has waited a lease already.
+candidates AS (SELECT * FROM expired UNION ALL SELECT * FROM ready),
 chosen AS MATERIALIZED (
     SELECT * FROM (
-        SELECT *, ROW_NUMBER() OVER (PARTITION BY tenant ORDER BY priority DESC, ready_at) AS turn
+        SELECT *, ROW_NUMBER() OVER (
+            PARTITION BY tenant ORDER BY priority DESC, state = 'leased' DESC, ready_at
+        ) AS turn
         FROM candidates
     ) ranked
-    ORDER BY turn, served_at NULLS FIRST, priority DESC, ready_at
+    WHERE turn <= room
+    ORDER BY turn, served_at NULLS FIRST, priority DESC, state = 'leased' DESC, ready_at
     LIMIT %(limit)s
 ),
 served AS (
@@ -115,6 +120,10 @@ claimed_events AS (
 )
 SELECT * FROM leased
 
+-- name: claim_candidate
+-- Part of the claims' candidates: what a claim reads of a task it may lease.
+t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at, t.waiting_for_signal
+
 -- name: claim_tasks
 -- One statement: admit tenants (room under their lease limit, charges under their
 -- budget), lock each admitted tenant's first ready tasks (skipping rows another claimer
@@ -123,12 +132,22 @@ SELECT * FROM leased
 -- tasks within a tenant.
 WITH clock AS MATERIALIZED (SELECT {now} AS now),
 {query:claim_admitted_tenants},
-candidates AS MATERIALIZED (
-    SELECT c.*, p.served_at FROM tenants p CROSS JOIN LATERAL (
-        SELECT t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at,
-            t.waiting_for_signal, NULL::text AS route_fingerprint
+expired AS MATERIALIZED (
+    SELECT c.*, p.served_at, p.room FROM tenants p CROSS JOIN LATERAL (
+        SELECT {query:claim_candidate}, NULL::text AS route_fingerprint
         FROM runifold_tasks t
-        WHERE t.tenant = p.tenant AND t.state IN ('queued', 'waiting', 'leased')
+        WHERE t.tenant = p.tenant AND t.state = 'leased' AND t.lease_expires <= (SELECT now FROM clock)
+            AND t.paused IS NULL
+        ORDER BY t.priority DESC, t.lease_expires
+        LIMIT GREATEST(p.room, 0)
+        FOR UPDATE SKIP LOCKED
+    ) c
+),
+ready AS MATERIALIZED (
+    SELECT c.*, p.served_at, p.room FROM tenants p CROSS JOIN LATERAL (
+        SELECT {query:claim_candidate}, NULL::text AS route_fingerprint
+        FROM runifold_tasks t
+        WHERE t.tenant = p.tenant AND t.state IN ('queued', 'waiting')
             AND t.ready_at IS NOT NULL AND t.ready_at <= (SELECT now FROM clock) AND t.paused IS NULL
         ORDER BY t.priority DESC, t.ready_at
         LIMIT GREATEST(p.room, 0)
@@ -140,8 +159,8 @@ candidates AS MATERIALIZED (
 -- name: claim_routed_tasks
 -- claim_tasks for a worker's routes (Routes: every (queue, name, version, fingerprint)
 -- it serves, as four arrays): each admitted tenant's first ready tasks of each route,
--- read from runifold_tasks_routed in claim order and locked as they are read, then that
--- tenant's best of them. A task with a head is taken only by the fingerprint it was
+-- read from runifold_tasks_routed in claim order and locked as they are read, and its
+-- expired leases of each route, then that tenant's best of them. A task with a head is taken only by the fingerprint it was
 -- claimed with (a task checkpointed under a route-less claim: any, and this claim records
 -- its head's); a task claimed without a head takes the route's fingerprint, the one its
 -- first checkpoint is written by.
@@ -151,14 +170,32 @@ routes AS MATERIALIZED (
     SELECT * FROM unnest(%(route_queues)s::text[], %(route_names)s::text[],
         %(route_versions)s::int[], %(route_fingerprints)s::text[]) AS r (queue, name, version, fingerprint)
 ),
-candidates AS MATERIALIZED (
-    SELECT c.*, p.served_at FROM tenants p CROSS JOIN LATERAL (
+-- Expired leases of the routes, read from the partial index of leased tasks (the few whose
+-- worker vanished, not the route's backlog).
+expired AS MATERIALIZED (
+    SELECT c.*, p.served_at, p.room FROM tenants p CROSS JOIN LATERAL (
         SELECT x.* FROM routes r CROSS JOIN LATERAL (
-            SELECT t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at,
-                t.waiting_for_signal, r.fingerprint AS route_fingerprint
+            SELECT {query:claim_candidate}, r.fingerprint AS route_fingerprint
+            FROM runifold_tasks t
+            WHERE t.tenant = p.tenant AND t.state = 'leased' AND t.lease_expires <= (SELECT now FROM clock)
+                AND t.queue = r.queue AND t.definition_name = r.name AND t.definition_version = r.version
+                AND t.paused IS NULL
+                AND (t.head IS NULL OR t.fingerprint IS NULL OR t.fingerprint = r.fingerprint)
+            ORDER BY t.priority DESC, t.lease_expires
+            LIMIT GREATEST(p.room, 0)
+            FOR UPDATE SKIP LOCKED
+        ) x
+        ORDER BY x.priority DESC, x.ready_at
+        LIMIT GREATEST(p.room, 0)
+    ) c
+),
+ready AS MATERIALIZED (
+    SELECT c.*, p.served_at, p.room FROM tenants p CROSS JOIN LATERAL (
+        SELECT x.* FROM routes r CROSS JOIN LATERAL (
+            SELECT {query:claim_candidate}, r.fingerprint AS route_fingerprint
             FROM runifold_tasks t
             WHERE t.tenant = p.tenant AND t.queue = r.queue AND t.definition_name = r.name
-                AND t.definition_version = r.version AND t.state IN ('queued', 'waiting', 'leased')
+                AND t.definition_version = r.version AND t.state IN ('queued', 'waiting')
                 AND t.ready_at IS NOT NULL AND t.ready_at <= (SELECT now FROM clock) AND t.paused IS NULL
                 AND (t.head IS NULL OR t.fingerprint IS NULL OR t.fingerprint = r.fingerprint)
             ORDER BY t.priority DESC, t.ready_at
@@ -170,6 +207,29 @@ candidates AS MATERIALIZED (
     ) c
 ),
 {query:claim_lease_chosen};
+
+-- name: write_applied
+-- A fenced write whose answer was lost with its connection, refused when sent again:
+-- the row as that write left it, if it did apply (its token, the revision after it; only
+-- the lease holder writes under its token, one write at a time).
+SELECT revision, state, cancel_requested, paused, ready_at FROM runifold_tasks
+WHERE task_id = %(task_id)s AND fencing_token = %(token)s AND revision = %(revision)s;
+
+-- name: forgive_lost_claim
+-- A claim whose worker lived through losing its lease (cut off from the store) no longer
+-- counts toward a crash loop: taken back from claims_since_progress while no progress was
+-- committed since it was made (the revision it saw) nor the lease ended by its holder (a
+-- release took its own claim back already), and once only (its lease_lost event, which a
+-- statement after lock_task sees whoever wrote it).
+UPDATE runifold_tasks AS t SET claims_since_progress = t.claims_since_progress - 1
+WHERE t.task_id = %(task_id)s AND t.revision = %(revision)s
+    AND (t.fencing_token > %(token)s OR (t.fencing_token = %(token)s AND t.state = 'leased'))
+    AND t.claims_since_progress > 0 AND t.state IN ('queued', 'waiting', 'leased')
+    AND NOT EXISTS (
+        SELECT 1 FROM runifold_events e
+        WHERE e.task_id = t.task_id AND e.kind = 'lease_lost' AND e.fencing_token = %(token)s
+    )
+RETURNING t.task_id;
 
 -- name: resolutions_for_task
 SELECT effect_key, applied, result::text AS result, actor, reason
@@ -610,6 +670,12 @@ ON CONFLICT (worker_id) DO UPDATE SET
 
 -- name: worker_seen
 UPDATE runifold_workers SET last_seen = {now} WHERE worker_id = %(worker_id)s AND pid = %(pid)s;
+
+-- name: leases_of_worker
+-- The unexpired leases one worker holds: a claim whose answer was lost with its
+-- connection leaves some it does not know of (few rows: the leased tasks).
+SELECT task_id, tenant, fencing_token, lease_expires, cancel_requested, paused FROM runifold_tasks
+WHERE state = 'leased' AND worker_id = %(worker_id)s AND lease_expires > {now};
 
 -- name: worker_stopped
 WITH clock AS (SELECT {now} AS now)

@@ -35,61 +35,99 @@ tenants AS (
     ) < p.budget_cost END
 )
 
+-- name: claimable_candidate
+-- Part of the claims' candidates: what a claim reads of a task it may lease (t) and of
+-- its tenant's admission (p).
+t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.updated_at, t.waiting_for_signal, t.priority,
+    p.served_at, p.room
+
 -- name: claimable_in_turns
--- Part of claimable_tasks and claimable_routed_tasks: the candidates in claim order.
+-- Part of claimable_tasks and claimable_routed_tasks: the candidates (each admitted
+-- tenant's expired leases and first ready tasks, as "pool"), ranked within their tenant,
+-- in claim order. An expired lease goes before new work of the same priority: its worker
+-- vanished, and it has waited a lease already.
+candidates AS (
+    SELECT *, ROW_NUMBER() OVER (
+        PARTITION BY tenant ORDER BY priority DESC, state = 'leased' DESC, ready_at
+    ) AS turn
+    FROM pool
+)
 SELECT task_id, tenant, state, worker_id, ready_at, updated_at, waiting_for_signal, route_fingerprint
 FROM candidates WHERE turn <= room
-ORDER BY turn, served_at IS NOT NULL, served_at, priority DESC, ready_at
+ORDER BY turn, served_at IS NOT NULL, served_at, priority DESC, state = 'leased' DESC, ready_at
 LIMIT :limit
 
 -- name: claimable_tasks
 -- Admit tenants (room under their lease limit, charges under their budget), take each
--- admitted tenant's first ready tasks, and order them in turns: every tenant's first task
--- before any tenant's second, the least recently served tenant first within a turn.
--- Priority orders tasks within a tenant. The caller's BEGIN IMMEDIATE makes it exact.
+-- admitted tenant's expired leases and first ready tasks, and order them in turns: every
+-- tenant's first task before any tenant's second, the least recently served tenant first
+-- within a turn. Priority orders tasks within a tenant. The caller's BEGIN IMMEDIATE
+-- makes it exact.
 WITH {query:claimable_admitted_tenants},
-candidates AS (
-    SELECT t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.updated_at,
-        t.waiting_for_signal, t.priority, p.served_at, p.room, NULL AS route_fingerprint,
-        ROW_NUMBER() OVER (PARTITION BY t.tenant ORDER BY t.priority DESC, t.ready_at) AS turn
+pool AS (
+    SELECT {query:claimable_candidate}, NULL AS route_fingerprint
     FROM tenants p JOIN runifold_tasks t ON t.task_id IN (
         SELECT x.task_id FROM runifold_tasks x
-        WHERE x.tenant = p.tenant AND x.state IN ('queued', 'waiting', 'leased')
+        WHERE x.tenant = p.tenant AND x.state IN ('queued', 'waiting', 'leased') AND x.state <> 'leased'
             AND x.ready_at IS NOT NULL AND x.ready_at <= :now AND x.paused IS NULL
         ORDER BY x.priority DESC, x.ready_at
         LIMIT :limit
     )
     WHERE p.room > 0
-)
+    UNION ALL
+    SELECT {query:claimable_candidate}, NULL AS route_fingerprint
+    FROM tenants p JOIN runifold_tasks t ON t.task_id IN (
+        SELECT x.task_id FROM runifold_tasks x INDEXED BY runifold_tasks_leased
+        WHERE x.tenant = p.tenant AND x.state = 'leased' AND x.lease_expires <= :now
+            AND x.paused IS NULL
+        ORDER BY x.priority DESC, x.lease_expires
+        LIMIT :limit
+    )
+    WHERE p.room > 0
+),
 {query:claimable_in_turns};
 
 -- name: claimable_routed_tasks
 -- claimable_tasks for a worker's routes (:routes, a JSON array of [queue, name, version,
 -- fingerprint]): each admitted tenant's first ready tasks of each route, read from
--- runifold_tasks_routed in claim order, then that tenant's best of them. A task with a
--- head is taken only by the fingerprint it was claimed with (or, claimed by a route-less
--- claim, by any); lease_task gives a task without a head the route's fingerprint.
+-- runifold_tasks_routed in claim order, and its expired leases of each route, read from
+-- runifold_tasks_leased (the few whose worker vanished), then that tenant's best of them.
+-- A task with a head is taken only by the fingerprint it was claimed with (or, claimed by
+-- a route-less claim, by any); lease_task gives a task without a head the route's
+-- fingerprint.
 WITH {query:claimable_admitted_tenants},
 routes AS MATERIALIZED (
     SELECT json_extract(value, '$[0]') AS queue, json_extract(value, '$[1]') AS name,
         json_extract(value, '$[2]') AS version, json_extract(value, '$[3]') AS fingerprint
     FROM json_each(:routes)
 ),
-candidates AS (
-    SELECT t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.updated_at,
-        t.waiting_for_signal, t.priority, p.served_at, p.room, r.fingerprint AS route_fingerprint,
-        ROW_NUMBER() OVER (PARTITION BY t.tenant ORDER BY t.priority DESC, t.ready_at) AS turn
+pool AS (
+    SELECT {query:claimable_candidate}, r.fingerprint AS route_fingerprint
     FROM tenants p CROSS JOIN routes r JOIN runifold_tasks t ON t.task_id IN (
         SELECT x.task_id FROM runifold_tasks x INDEXED BY runifold_tasks_routed
         WHERE x.tenant = p.tenant AND x.queue = r.queue AND x.definition_name = r.name
-            AND x.definition_version = r.version AND x.state IN ('queued', 'waiting', 'leased')
+            AND x.definition_version = r.version
+            -- As the index's predicate says it (SQLite matches its terms as written).
+            AND x.state IN ('queued', 'waiting', 'leased') AND x.state <> 'leased'
             AND x.ready_at IS NOT NULL AND x.ready_at <= :now AND x.paused IS NULL
             AND (x.head IS NULL OR x.fingerprint IS NULL OR x.fingerprint = r.fingerprint)
         ORDER BY x.priority DESC, x.ready_at
         LIMIT :limit
     )
     WHERE p.room > 0
-)
+    UNION ALL
+    SELECT {query:claimable_candidate}, r.fingerprint AS route_fingerprint
+    FROM tenants p CROSS JOIN routes r JOIN runifold_tasks t ON t.task_id IN (
+        SELECT x.task_id FROM runifold_tasks x INDEXED BY runifold_tasks_leased
+        WHERE x.tenant = p.tenant AND x.state = 'leased' AND x.lease_expires <= :now
+            AND x.queue = r.queue AND x.definition_name = r.name AND x.definition_version = r.version
+            AND x.paused IS NULL
+            AND (x.head IS NULL OR x.fingerprint IS NULL OR x.fingerprint = r.fingerprint)
+        ORDER BY x.priority DESC, x.lease_expires
+        LIMIT :limit
+    )
+    WHERE p.room > 0
+),
 {query:claimable_in_turns};
 
 -- name: mark_tenant_served
@@ -111,6 +149,27 @@ WHERE task_id = :task_id
 RETURNING task_id, tenant, definition_name, definition_version, input, revision,
     head, fencing_token, lease_expires, claims_since_progress, cancel_requested, trace_context,
     EXISTS (SELECT 1 FROM runifold_effect_resolutions r WHERE r.task_id = :task_id) AS resolved;
+
+-- name: write_applied
+-- A fenced write refused when sent again after an attempt that failed: the row as that
+-- attempt left it, if it did apply (its token, the revision after it).
+SELECT revision, state, cancel_requested, paused, ready_at FROM runifold_tasks
+WHERE task_id = :task_id AND fencing_token = :token AND revision = :revision;
+
+-- name: forgive_lost_claim
+-- A claim whose worker lived through losing its lease (cut off from the store) no longer
+-- counts toward a crash loop: taken back while no progress was committed since it was
+-- made (the revision it saw) nor the lease ended by its holder (a release took its own
+-- claim back already), and once only (its lease_lost event).
+UPDATE runifold_tasks SET claims_since_progress = claims_since_progress - 1
+WHERE task_id = :task_id AND revision = :revision
+    AND (fencing_token > :token OR (fencing_token = :token AND state = 'leased'))
+    AND claims_since_progress > 0 AND state IN ('queued', 'waiting', 'leased')
+    AND NOT EXISTS (
+        SELECT 1 FROM runifold_events e
+        WHERE e.task_id = :task_id AND e.kind = 'lease_lost' AND e.fencing_token = :token
+    )
+RETURNING task_id;
 
 -- name: resolutions_for_task
 SELECT effect_key, applied, result, actor, reason
@@ -393,6 +452,12 @@ ON CONFLICT (worker_id) DO UPDATE SET
 
 -- name: worker_seen
 UPDATE runifold_workers SET last_seen = {now} WHERE worker_id = :worker_id AND pid = :pid;
+
+-- name: leases_of_worker
+-- The unexpired leases one worker holds: a claim whose answer was lost with its
+-- connection leaves some it does not know of (few rows: the leased tasks).
+SELECT task_id, tenant, fencing_token, lease_expires, cancel_requested, paused FROM runifold_tasks
+WHERE state = 'leased' AND worker_id = :worker_id AND lease_expires > {now};
 
 -- name: worker_stopped
 UPDATE runifold_workers SET stopped_at = {now}, last_seen = {now}
