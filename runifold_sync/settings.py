@@ -70,25 +70,25 @@ class Settings:
     :class:`PoolSettings`, and whether workers trace with OpenTelemetry (``tracing``;
     the CLI and the framework integrations build the tracer).
 
-    ===================================  ===============================  ==============
-    key (mapping, environment)           field                            default
-    ===================================  ===============================  ==============
-    ``RUNIFOLD_DATABASE_URL``            ``database_url``                 see above
-    ``RUNIFOLD_APP``                     ``app``                          None
-    ``RUNIFOLD_TRACING``                 ``tracing``                      False
-    ``RUNIFOLD_LEASE_SECONDS``           ``worker.lease_duration``        30 s
-    ``RUNIFOLD_HEARTBEAT_SECONDS``       ``worker.heartbeat_interval``    a third of the lease
-    ``RUNIFOLD_CLAIM_BATCH``             ``worker.claim_batch``           1
-    ``RUNIFOLD_MAX_STEPS_PER_CLAIM``     ``worker.max_steps_per_claim``   None (no limit)
-    ``RUNIFOLD_MAX_ENTRY_BYTES``         ``worker.max_entry_bytes``       1 MiB
-    ``RUNIFOLD_UNAVAILABLE_DELAY_SECONDS`` ``worker.unavailable_delay``   5 s
-    ``RUNIFOLD_QUEUES``                  ``worker.queues``                ``default``
-    ``RUNIFOLD_CONCURRENCY``             ``pool.concurrency``             1
-    ``RUNIFOLD_MIN_BACKOFF_SECONDS``     ``pool.min_backoff``             0.025 s
-    ``RUNIFOLD_MAX_BACKOFF_SECONDS``     ``pool.max_backoff``             5 s
-    ``RUNIFOLD_SHUTDOWN_GRACE_SECONDS``  ``pool.shutdown_grace``          60 s
-    ``RUNIFOLD_RECYCLE_AFTER``           ``pool.recycle_after_tasks``     None (never)
-    ===================================  ===============================  ==============
+    ========================================  ===============================  ======================
+    key (mapping, environment)                field                            default
+    ========================================  ===============================  ======================
+    ``RUNIFOLD_DATABASE_URL``                 ``database_url``                 see above
+    ``RUNIFOLD_APP``                          ``app``                          None
+    ``RUNIFOLD_TRACING``                      ``tracing``                      False
+    ``RUNIFOLD_LEASE_SECONDS``                ``worker.lease_duration``        30 s
+    ``RUNIFOLD_HEARTBEAT_SECONDS``            ``worker.heartbeat_interval``    a third of the lease
+    ``RUNIFOLD_CLAIM_BATCH``                  ``worker.claim_batch``           1
+    ``RUNIFOLD_MAX_STEPS_PER_CLAIM``          ``worker.max_steps_per_claim``   None (no limit)
+    ``RUNIFOLD_MAX_ENTRY_BYTES``              ``worker.max_entry_bytes``       1 MiB
+    ``RUNIFOLD_UNAVAILABLE_DELAY_SECONDS``    ``worker.unavailable_delay``     5 s
+    ``RUNIFOLD_QUEUES``                       ``worker.queues``                ``default``
+    ``RUNIFOLD_CONCURRENCY``                  ``pool.concurrency``             1
+    ``RUNIFOLD_MIN_BACKOFF_SECONDS``          ``pool.min_backoff``             0.025 s
+    ``RUNIFOLD_MAX_BACKOFF_SECONDS``          ``pool.max_backoff``             5 s
+    ``RUNIFOLD_SHUTDOWN_GRACE_SECONDS``       ``pool.shutdown_grace``          60 s
+    ``RUNIFOLD_RECYCLE_AFTER``                ``pool.recycle_after_tasks``     None (never)
+    ========================================  ===============================  ======================
 
     Durations are seconds in a mapping or the environment (a number there, its text
     here), timedeltas as fields; ``RUNIFOLD_QUEUES`` is a list of names or one string of

@@ -1,4 +1,4 @@
-"""The expense workflow of the README's "Waits, signals and approvals": a claim waits up
+"""The expense workflow of docs/howto/waits-signals-approvals.md: a claim waits up
 to 7 days for its receipt, then up to 2 days for alice or bob to approve it, escalated to
 carol for 1 more day; approved, it is paid. ``test_expense.py`` runs it to each end with
 the testing kit, every wait included, in well under a second."""

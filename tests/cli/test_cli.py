@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -152,42 +149,6 @@ def test_migrate_reports_the_schema_version(url: str) -> None:
 def test_unknown_store_url_scheme_is_refused(tmp_path: Path) -> None:
     code, out = _invoke("migrate", "--database", "mysql://localhost/x")
     assert code == 1 and "unsupported store URL 'mysql://localhost/x'" in out
-
-
-def _readme_cron_command(url: str) -> str:
-    """The README's crontab line without its schedule, pointed at this test's store, app
-    and interpreter: each substitution must find its text, so README and test agree."""
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("```cron\n") + len("```cron\n")
-    (line,) = readme[start : readme.index("```", start)].strip().splitlines()
-    fields = line.split(None, 5)
-    assert fields[:5] == ["*"] * 5
-    command = fields[5]
-    for old, new in [
-        ("cd /srv/app ", f"cd {shlex.quote(str(ROOT))} "),
-        ("sqlite:////srv/app/workflows.db", shlex.quote(url)),
-        (".venv/bin/python", shlex.quote(sys.executable)),
-        ("myapp.workflows:registry", APP),
-    ]:
-        assert command.count(old) == 1, f"README cron line no longer has {old!r}: {line}"
-        command = command.replace(old, new)
-    return command
-
-
-@pytest.mark.timeout(60)
-def test_readme_cron_line_completes_a_task_then_finds_nothing_both_with_status_0(
-    sqlite_path: Path, url: str, ledger: Path
-) -> None:
-    _invoke("enqueue", "pool-flow", "1", "--input", "1", "--checkpoint-id", "cron-1", "--database", url)
-    command = _readme_cron_command(url)
-    runs = [
-        subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30) for _ in range(2)
-    ]
-    assert [r.returncode for r in runs] == [0, 0], [r.stderr for r in runs]
-    assert runs[0].stdout.startswith("Completed(task_id='cron-1', result=6)")
-    assert runs[1].stdout.strip() == "Idle()"
-    with SqliteWorkflowStore.open(sqlite_path) as store:
-        assert store.get_task("cron-1").result == 6
 
 
 def test_list_filters_by_state_and_prints_json(url: str) -> None:

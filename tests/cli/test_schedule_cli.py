@@ -4,12 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
-import re
-import shlex
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -21,7 +15,6 @@ from runifold_sync.cli.main import main
 from runifold_sync.sqlite import SqliteWorkflowStore
 from runifold_sync.worker.schedule_ticker import ScheduleTicks
 from tests.integration import schedule_app
-from tests.support import processes
 from tests.support.clock import Clock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,50 +146,3 @@ def test_every_schedule_command_has_help() -> None:
         result = CliRunner().invoke(main, [*args, "--help"])
         assert result.exit_code == 0 and "Usage:" in result.output
     assert "Pause schedule NAME" in CliRunner().invoke(main, ["schedule", "pause", "--help"]).output
-
-
-@pytest.mark.timeout(120)
-def test_the_readme_schedules_section_runs_as_written(tmp_path: Path) -> None:
-    """The section's app file, with the probe every second instead of every five minutes,
-    and its ``run`` and ``schedules`` commands, in a directory of their own."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("\n## Schedules\n") : readme.index("\n## A worker pool in Python\n")]
-    block = re.search(r"```python\n# (\S+)\n(.*?)```", section, re.S)
-    assert block is not None
-    app = tmp_path / block.group(1)
-    app.parent.mkdir(parents=True)
-    assert block.group(2).count("every=timedelta(minutes=5)") == 1
-    app.write_text(block.group(2).replace("every=timedelta(minutes=5)", "every=timedelta(seconds=1)"))
-    commands = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert commands is not None
-    run, listing, pause, resume = [shlex.split(line) for line in commands.group(1).splitlines()]
-    url = f"sqlite:///{tmp_path / 'workflows.db'}"
-    env = os.environ | {"RUNIFOLD_DATABASE_URL": url}
-    pool = subprocess.Popen([sys.executable, *run[1:]], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL)
-    try:
-        store = SqliteWorkflowStore.open(tmp_path / "workflows.db")
-        processes.wait_until(
-            lambda: any(
-                t.result is not None for t in store.list_tasks() if t.task_id.startswith("schedule:probe:")
-            ),
-            60,
-            "a probe tick to complete",
-        )
-        store.close()
-    finally:
-        pool.send_signal(signal.SIGTERM)
-        assert pool.wait(timeout=30) == 0
-    shown = subprocess.run(
-        [sys.executable, *listing[1:], "--json"], cwd=tmp_path, env=env, capture_output=True, text=True
-    )
-    listed = {s["name"]: s for s in json.loads(shown.stdout)}
-    assert (
-        listed["nightly"]["expression"] == "cron 30 2 * * *"
-        and listed["nightly"]["timezone"] == "Europe/Berlin"
-    )
-    assert listed["probe"]["last_tick"] is not None
-    for command in (pause, resume):
-        done = subprocess.run(
-            [sys.executable, *command[1:]], cwd=tmp_path, env=env, capture_output=True, text=True
-        )
-        assert done.returncode == 0, done.stderr

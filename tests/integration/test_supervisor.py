@@ -3,13 +3,11 @@ SIGTERM, a child killed mid-step being replaced, and idle children waiting for w
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import signal
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -452,62 +450,3 @@ def test_a_slot_whose_worker_dies_at_start_is_respawned_with_growing_delay() -> 
     stop.join()
     # Delays 0, 0.1, 0.2, 0.4, 0.8 s...: about five restarts in 2.5 s, not hundreds.
     assert 3 <= report.restarts <= 8
-
-
-def _readme_block(heading: str, language: str) -> str:
-    """The first ``language`` fenced block after ``heading`` in README.md."""
-    text = (processes.ROOT / "README.md").read_text()
-    after = text[text.index(heading) :]
-    start = after.index(f"```{language}\n") + len(f"```{language}\n")
-    return after[start : after.index("```", start)]
-
-
-@pytest.mark.timeout(90)
-def test_readme_supervisor_snippet_runs_a_pool_and_reports_per_worker(
-    sqlite_path: Path, ledger: Path, tmp_path: Path
-) -> None:
-    url = f"sqlite:///{sqlite_path}"
-    snippet = _readme_block("## A worker pool in Python", "python")
-    assert snippet.count('"sqlite:///workflows.db"') == 1
-    assert snippet.count("from myapp.workflows import registry\n") == 1
-    script = tmp_path / "readme_pool.py"
-    script.write_text(
-        snippet.replace('"sqlite:///workflows.db"', repr(url)).replace(
-            "from myapp.workflows import registry\n",
-            "from tests.integration import pool_app\nregistry = pool_app.registry()\n",
-        )
-    )
-    store = open_store(url)
-    ids = _enqueue(store, 10)
-    proc = subprocess.Popen(
-        [sys.executable, str(script)],
-        cwd=processes.ROOT,
-        env=os.environ | {"PYTHONPATH": str(processes.ROOT)},
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while _states(store, ids)["terminal"] < len(ids) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
-    finally:
-        processes.kill(proc)
-    assert proc.returncode == 0
-    assert _states(store, ids) == {"terminal": 10}
-    store.close()
-    outcomes, per_worker, restarts, recycled = (ast.literal_eval(part) for part in _split_report(out))
-    assert outcomes["completed"] == 10
-    assert set(per_worker) == {f"orders-{n}" for n in range(8)}
-    assert sum(w.get("completed", 0) for w in per_worker.values()) == 10
-    assert (restarts, recycled) == (0, 0)
-
-
-def _split_report(line: str) -> list[str]:
-    """``print(outcomes, per_worker, restarts, recycled)``: two dicts and two integers."""
-    first_end = line.index("} {") + 1
-    rest = line[first_end + 1 :].strip()
-    per_worker, restarts, recycled = rest.rsplit(" ", 2)
-    return [line[:first_end], per_worker, restarts, recycled]

@@ -1,4 +1,4 @@
-"""The README's Flask test with the testing kit, on the example app
+"""The Flask app tested with the testing kit, as docs/howto/flask.md shows, on the example app
 (``examples/flask_app``): an order posted through the test client, run to its end by
 ``run_until_idle`` on the extension's own store."""
 

@@ -1,5 +1,5 @@
 """The pytest plugin: declared as the ``runifold`` entry point, cheap to import, its
-fixtures here in this suite (where it is loaded too), and the README's example test run
+fixtures here in this suite (where it is loaded too), and the example test (docs/howto/testing.md) run
 by pytest as a user's project would, on SQLite and on PostgreSQL, leaving no database."""
 
 from __future__ import annotations

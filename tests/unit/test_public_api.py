@@ -92,7 +92,7 @@ def _named_classes(annotation: object) -> set[type]:
     return found
 
 
-# What an application or an operator's script calls on a store (the README's methods),
+# What an application or an operator's script calls on a store (the documented methods),
 # as against the worker's own (claim, commit_checkpoint, ...), whose records stay internal.
 APPLICATION_METHODS = (
     "enqueue",
