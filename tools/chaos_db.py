@@ -282,12 +282,15 @@ def _free_port(taken: set[int]) -> int:
             return port
 
 
-def _clusters_listed() -> list[tuple[str, str, int]]:
-    """(version, name, port) of every cluster ``pg_lsclusters`` knows."""
-    return [
-        (fields[0], fields[1], int(fields[2]))
-        for fields in (line.split() for line in _run("pg_lsclusters", "--no-header").splitlines())
-    ]
+def _clusters_listed() -> list[tuple[str, str, int | None]]:
+    """(version, name, port) of every cluster ``pg_lsclusters`` knows. The port is None
+    for a cluster whose configuration names none yet, as another process's cluster does
+    while ``pg_createcluster`` is writing it (listed as ``<unknown>``)."""
+    listed: list[tuple[str, str, int | None]] = []
+    for line in _run("pg_lsclusters", "--no-header").splitlines():
+        version, name, port = line.split()[:3]
+        listed.append((version, name, int(port) if port.isdigit() else None))
+    return listed
 
 
 def _drop_leftovers() -> None:
@@ -305,7 +308,7 @@ def _new_cluster(role: str, settings: str) -> Cluster:
     with open(CLUSTER_LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         _drop_leftovers()
-        port = _free_port({listed[2] for listed in _clusters_listed()})
+        port = _free_port({listed[2] for listed in _clusters_listed() if listed[2] is not None})
         name = f"{CLUSTER_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:6]}_{role}"
         cluster = Cluster(versions[-1], name, port)
         _run("pg_createcluster", cluster.version, name, "-p", str(port), "--", "--no-sync", timeout_s=300)
