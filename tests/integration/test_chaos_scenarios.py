@@ -30,6 +30,10 @@ import pytest
 from runifold_sync.store.postgres.url import parse_target
 from tests.integration.test_chaos import INVARIANTS, SEED
 
+# Pools of worker processes under faults for tens of seconds each: outside the default
+# run, inside the run of every test (`pytest -m 'slow or not slow'`, as .ci/run runs it).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 CHAOS = ROOT / "tools" / "chaos.py"
 HARNESS = ["terminate-backends", "pool-exhaustion", "idle-in-transaction", "worker-kills", "pg-restart"]

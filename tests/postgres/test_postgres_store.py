@@ -276,6 +276,7 @@ def test_the_claim_as_production_runs_it_reads_only_its_routes_past_finished_and
     assert pg.wait_for_work(timedelta(0)) is True
 
 
+@pytest.mark.slow  # enqueues 15,000 tasks
 def test_the_claim_reads_its_routes_in_claim_order_on_statistics_taken_before_a_bulk_enqueue(
     pg: PostgresWorkflowStore, postgres_url: str
 ) -> None:
