@@ -16,6 +16,7 @@ the call the new code makes instead (or that it returns before reaching it).
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any, cast
 
 import attrs
 
@@ -76,8 +77,14 @@ class _DryRun(TaskRun):
     cursor_type = _DryCursor
 
 
+class _NoStore:
+    """What a dry replay has for a store: any use is a bug of the dry cursor, loudly."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"a dry replay must not use the store, but asked for store.{name}")
+
+
 def dry_replay(
-    store: WorkflowStore,
     definition: WorkflowDefinition,
     task_id: str,
     input_json: str,
@@ -85,8 +92,8 @@ def dry_replay(
 ) -> Divergence | None:
     """Replay ``checkpoint`` (task ``task_id``'s, started with ``input_json``) against
     ``definition``'s main function without running anything; the first divergence, or
-    None when the code can continue the run. ``store`` is never written (only a call
-    that would run reads it, and the replay stops before one)."""
+    None when the code can continue the run. No store is needed: only a call that would
+    run uses one, and the replay stops before it."""
     checkpoint = attrs.evolve(checkpoint, definition=definition.identity)
     lease = Lease(task_id, "dry-replay", "dry-replay", 0, _EPOCH)
     claimed = ClaimedTask(
@@ -106,7 +113,7 @@ def dry_replay(
         claimed=claimed,
         definition=definition,
         checkpoint=checkpoint,
-        store=store,
+        store=cast(WorkflowStore, _NoStore()),
         flags=LeaseFlags(deadline=float("inf")),
         max_steps_per_claim=None,
         max_entry_bytes=1 << 30,

@@ -175,4 +175,4 @@ def replay_task(
         return Divergence(0, "an unreadable checkpoint", "-", str(exc))
     if checkpoint is None:
         return None  # not started: any code starts it
-    return dry_replay(store, definition, record.task_id, record.input_json, checkpoint)
+    return dry_replay(definition, record.task_id, record.input_json, checkpoint)

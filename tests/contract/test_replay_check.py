@@ -9,6 +9,7 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -26,7 +27,9 @@ from runifold_sync import (
     WorkflowWorker,
 )
 from runifold_sync.cli.main import main
+from runifold_sync.errors import InvalidArgument, NonDeterminism, UnknownDefinition
 from runifold_sync.outcomes import Suspended
+from runifold_sync.testing import replay
 from tests.support.backends import Backend
 
 RAN: Counter[str] = Counter()
@@ -172,3 +175,37 @@ def test_a_run_that_recorded_a_patch_is_listed_with_it_and_diverges_from_code_wi
 def test_replay_needs_an_app(backend: Backend) -> None:
     done = CliRunner().invoke(main, ["versions", "--replay", "--database", backend.url])
     assert done.exit_code == 2 and "--replay needs --app" in done.output
+
+
+def test_an_exported_run_replays_in_a_test_against_new_code(
+    backend: Backend, store: WorkflowStore, tmp_path: Path
+) -> None:
+    in_flight(store, "none", ["x1"])
+    done = CliRunner().invoke(main, ["show", "x1", "--export", "--database", backend.url])
+    assert done.exit_code == 0, done.output
+    exported = json.loads(done.output)
+    assert (exported["task_id"], exported["definition"], exported["version"], exported["input"]) == (
+        "x1",
+        "order",
+        1,
+        7,
+    )
+    assert [e["kind"] for e in exported["history"]][:2] == ["enqueued", "claimed"]
+    path = tmp_path / "run.json"
+    path.write_text(done.output)
+    RAN.clear()
+    replay(exported, patched_app)  # the patched change continues it
+    replay(path, registry_of("none"))
+    replay(str(path), patched_app)
+    assert not RAN
+    with pytest.raises(NonDeterminism) as caught:
+        replay(done.output, reordered_app)
+    assert (caught.value.position, caught.value.recorded, caught.value.requested) == (
+        0,
+        "step reserve#1",
+        "bill#1",
+    )
+    with pytest.raises(UnknownDefinition):
+        replay(exported, WorkflowRegistry())
+    with pytest.raises(InvalidArgument, match="format"):
+        replay({"format": "other"}, patched_app)
