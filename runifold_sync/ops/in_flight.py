@@ -15,7 +15,7 @@ import attrs
 
 from ..engine.dry_replay import Divergence, dry_replay
 from ..engine.replay import patch_call_id
-from ..errors import CheckpointError
+from ..errors import CheckpointError, InvalidArgument
 from ..model.checkpoint import Checkpoint, EntryKind
 from ..model.values import TaskState as _State
 from ..store.base import WorkflowStore
@@ -176,3 +176,56 @@ def replay_task(
     if checkpoint is None:
         return None  # not started: any code starts it
     return dry_replay(definition, record.task_id, record.input_json, checkpoint)
+
+
+@attrs.frozen
+class UpgradeReport:
+    """What ``upgrade`` did: the runs moved to the new version, and those left on the old
+    one with why (they diverge from the new code, or were running or changed meanwhile)."""
+
+    moved: tuple[str, ...]
+    kept: tuple[tuple[str, str], ...]
+
+
+def upgrade(
+    store: WorkflowStore,
+    registry: WorkflowRegistry,
+    name: str,
+    from_version: int,
+    to_version: int,
+    *,
+    actor: str,
+    reason: str,
+    dry_run: bool = False,
+) -> UpgradeReport:
+    """Move each unfinished task of ``name`` at ``from_version`` whose journal replays
+    cleanly against ``to_version`` (``dry_replay``) onto it, one task per transaction,
+    only if it did not change since it was replayed; leave and list the others. Both
+    versions must be registered in ``registry``."""
+    target = registry.get(name, to_version)
+    if registry.get(name, from_version) is None or target is None:
+        missing = from_version if target is not None else to_version
+        registry.task(name, missing, None)  # raises UnknownDefinition naming what is registered
+        raise AssertionError("unreachable")
+    if to_version <= from_version:
+        raise InvalidArgument(f"upgrade --to {to_version} must be newer than --from {from_version}")
+    moved: list[str] = []
+    kept: list[tuple[str, str]] = []
+    for record in list(in_flight(store, name, from_version, recoverable=False)):
+        if record.state is _State.LEASED:
+            kept.append((record.task_id, "running now: upgrade again once it waits or is queued"))
+            continue
+        divergence = replay_task(store, target, record)
+        if divergence is not None:
+            kept.append((record.task_id, f"diverges at call {divergence.position}: {divergence.reason}"))
+            continue
+        if dry_run:
+            moved.append(record.task_id)
+            continue
+        if store.upgrade_task(
+            record.task_id, target.identity, revision=record.revision, actor=actor, reason=reason
+        ):
+            moved.append(record.task_id)
+        else:
+            kept.append((record.task_id, "changed while it was being checked: upgrade again"))
+    return UpgradeReport(tuple(moved), tuple(kept))

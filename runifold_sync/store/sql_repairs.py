@@ -25,6 +25,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import attrs
+
 from ..errors import InvalidArgument, InvalidState, TaskNotFound
 from ..model import crashpoints
 from ..model.checkpoint import (
@@ -35,6 +37,7 @@ from ..model.checkpoint import (
     JournalEntry,
     JournalRow,
 )
+from ..model.codec import from_json, to_json
 from ..model.values import DefinitionIdentity, TaskState, WorkflowTask, check_int, check_name
 from . import checks, event_details, row_records
 from .dialect import Dialect, Event, Transaction
@@ -108,7 +111,7 @@ class RepairOperations:
                         f"a fork runs the same or a newer version: task {task_id!r} is version "
                         f"{record.definition_version}, not {identity.version}"
                     )
-                forked = _forked_checkpoint(task_id, original, from_step, identity)
+                forked = forked_checkpoint(task_id, original, from_step, identity)
                 fork_id = new_id or f"{task_id}.fork-{uuid.uuid4().hex[:12]}"
                 task = WorkflowTask.new(
                     identity.name,
@@ -180,6 +183,58 @@ class RepairOperations:
             _operator_point("within_operator", "resume_cancelled")
         _operator_point("after_operator", "resume_cancelled")
         return TaskState.QUEUED
+
+    # --- moving a task to a newer version ----------------------------------------------
+
+    def upgrade_task(
+        self, task_id: str, definition: DefinitionIdentity, *, revision: int, actor: str, reason: str
+    ) -> bool:
+        """Move queued or waiting task ``task_id`` onto ``definition`` (a newer version of
+        its workflow, a registry's ``WorkflowDefinition.identity``), if it is still at
+        ``revision`` (when the caller replayed its journal against that version: the
+        ``upgrade`` command). False, changing nothing, when it moved on, is leased, or
+        is of another version meanwhile; the caller lists it as not moved."""
+        checks.check_operator(actor, reason)
+        checks.check_task_id(task_id)
+        if not isinstance(definition, DefinitionIdentity):
+            raise InvalidArgument(f"upgrade definition must be a DefinitionIdentity, got {definition!r}")
+        check_int("revision", revision, minimum=0)
+        d = self.dialect
+        with d.transaction() as tx:
+            record = row_records.found_task(d, tx.one("select_task", {"task_id": task_id}), task_id)
+            if record.definition_name != definition.name:
+                raise InvalidArgument(
+                    f"task {task_id!r} is of {record.definition_name!r}, not {definition.name!r}"
+                )
+            if record.definition_version >= definition.version:
+                raise InvalidArgument(
+                    f"task {task_id!r} is version {record.definition_version}: an upgrade moves it to "
+                    f"a newer one, not {definition.version}"
+                )
+            head = None
+            if record.checkpoint_json is not None:
+                raw = from_json(record.checkpoint_json)
+                raw["definition"] = attrs.asdict(definition)
+                head = d.json_in("checkpoint", to_json(raw))
+            params = {
+                "task_id": task_id,
+                "version": definition.version,
+                "from_version": record.definition_version,
+                "head": head,
+                "fingerprint": definition.fingerprint if head is not None else record.fingerprint,
+                "revision": revision,
+            }
+            moved = tx.one("upgrade_task", params)
+            if moved is None:
+                return False
+            detail = {"from_version": record.definition_version, "to_version": definition.version}
+            d.event(
+                tx, Event(task_id, moved["at"], "upgraded", detail | event_details.operator(actor, reason))
+            )
+            d.notify(tx)
+            _operator_point("within_operator", "upgrade")
+        _operator_point("after_operator", "upgrade")
+        return True
 
     # --- retry and cancel by filter -----------------------------------------------------
 
@@ -314,7 +369,7 @@ def _filter_params(d: Dialect, selector: TaskSelector) -> dict[str, Any]:
     }
 
 
-def _forked_checkpoint(
+def forked_checkpoint(
     task_id: str, original: Checkpoint, from_step: str, identity: DefinitionIdentity
 ) -> Checkpoint:
     """The checkpoint of a fork: the original's main journal before call ``from_step``

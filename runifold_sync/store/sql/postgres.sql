@@ -1030,3 +1030,15 @@ LIMIT %(limit)s;
 
 -- name: count_matching
 SELECT COUNT(*) AS tasks FROM runifold_tasks WHERE {query:match_filters};
+
+-- name: upgrade_task
+-- Move an unleased task to another version of its workflow: the head's definition and
+-- the fingerprint are the new version's; only if nothing changed it since it was read.
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET definition_version = %(version)s, head = %(head)s::text::jsonb, fingerprint = %(fingerprint)s,
+    updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.revision = %(revision)s AND t.definition_version = %(from_version)s
+    AND t.state IN ('queued', 'waiting')
+RETURNING clock.now AS at;

@@ -796,3 +796,12 @@ LIMIT :limit;
 
 -- name: count_matching
 SELECT COUNT(*) AS tasks FROM runifold_tasks WHERE {query:match_filters};
+
+-- name: upgrade_task
+-- Move an unleased task to another version of its workflow: the head's definition and
+-- the fingerprint are the new version's; only if nothing changed it since it was read.
+UPDATE runifold_tasks
+SET definition_version = :version, head = :head, fingerprint = :fingerprint, updated_at = :now
+WHERE task_id = :task_id AND revision = :revision AND definition_version = :from_version
+    AND state IN ('queued', 'waiting')
+RETURNING :now AS at;
