@@ -90,6 +90,8 @@ def show(task_id: str, journal_limit: int, export: bool, database: str | None, a
                     "result": record.result,
                     "failure": failure,
                     "parent_task": related(family[0]) if family else None,
+                    "forked_from": next((e.detail["task"] for e in events if e.kind == "forked_from"), None),
+                    "forks": [e.detail["task"] for e in events if e.kind == "forked"],
                     "children": [related(r) for r in children],
                     "events": [
                         {"key": p.key, "value": p.value, "set_at": p.set_at.isoformat()} for p in published
@@ -132,6 +134,10 @@ def show(task_id: str, journal_limit: int, export: bool, database: str | None, a
         click.echo(
             f"{relation}: {about['task_id']} {about['definition']} v{about['version']} {about['state']}"
         )
+    for e in events:  # a fork and its original name each other
+        if e.kind in ("forked", "forked_from"):
+            relation = "fork" if e.kind == "forked" else "forked from"
+            click.echo(f"{relation}: {e.detail['task']} at {e.detail['from_step']}")
     journal = journal_lines(report)
     if run is not None:
         paged = (

@@ -137,6 +137,13 @@ def test_a_fork_from_step_3_replays_the_calls_before_it_and_runs_the_rest(
     assert [e.detail["task"] for e in store.history("orig") if e.kind == "forked"] == ["f1"]
     shown = json.loads(CliRunner().invoke(main, ["show", "orig", "--json", "--database", backend.url]).output)
     assert any(h["kind"] == "forked" and h["detail"]["task"] == "f1" for h in shown["history"])
+    assert shown["forks"] == ["f1"] and shown["forked_from"] is None
+    forked_shown = json.loads(
+        CliRunner().invoke(main, ["show", "f1", "--json", "--database", backend.url]).output
+    )
+    assert forked_shown["forked_from"] == "orig"
+    text = CliRunner().invoke(main, ["show", "f1", "--database", backend.url]).output
+    assert "forked from: orig at s3" in text
 
 
 def test_a_fork_takes_a_new_input_and_names_an_unknown_step(backend: Backend, store: WorkflowStore) -> None:
