@@ -56,6 +56,8 @@ def trip(version: int) -> Workflow:
 
     @flow.main
     def run(ctx: WorkflowContext, n: int) -> str:
+        if version == 3:  # pays first: no journal of an earlier version replays under it
+            pay(ctx, n)
         n = book(ctx, n)
         if version == 2 and n >= 100:
             n = check(ctx, n)
@@ -69,6 +71,9 @@ registry = WorkflowRegistry()
 registry.register(WorkflowDefinition(trip(1)))
 registry.register(WorkflowDefinition(trip(2)))
 registry.register(WorkflowDefinition(test_repairs.five))
+with_v3 = WorkflowRegistry()
+with_v3.register(WorkflowDefinition(trip(1)))
+with_v3.register(WorkflowDefinition(trip(3)))
 v1_only = WorkflowRegistry()
 v1_only.register(WorkflowDefinition(trip(1)))
 
@@ -223,3 +228,30 @@ def test_upgrade_moves_the_runs_that_replay_cleanly_and_lists_the_others(
     ]
     code, out = cli(backend, "versions", "--json")
     assert code == 0 and json.loads(out)["referenced"] == []  # v1 can now be dropped
+
+
+def test_fork_onto_a_newer_version_is_replayed_first(backend: Backend, store: WorkflowStore) -> None:
+    store.enqueue_many([WorkflowTask.new("trip", 1, n, checkpoint_id=f"v1-{n}") for n in (7, 170)])
+    old = worker(store, v1_only)
+    for _ in range(2):
+        assert isinstance(old.run_once(), Suspended)
+    old.close()
+    args = ("--from-step", "signal:go", "--app", f"{APP}:registry", "--to-version", "2", *AUDIT)
+    code, out = cli(backend, "fork", "v1-7", "--task-id", "v2-7", *args)
+    assert code == 0, out
+    record = store.get_task("v2-7")
+    assert (record.definition_version, record.fingerprint) == (2, trip(2).fingerprint())
+    code, out = cli(backend, "fork", "v1-170", "--task-id", "v2-170", *args)
+    assert code == 0, out  # v2 replays book, then checks the large trip anew
+    v3 = ("--from-step", "signal:go", "--app", f"{APP}:with_v3", "--to-version", "3", *AUDIT)
+    code, out = cli(backend, "fork", "v1-170", "--task-id", "v3-170", *v3)
+    assert code == 1 and "would not continue the fork" in out and "pay#1" in out, out
+    assert "v3-170" not in [t.task_id for t in store.list_tasks(definition="trip")]
+    new = worker(store)
+    assert isinstance(new.run_once(), Suspended)  # v2-7 replays book, waits for go
+    assert isinstance(new.run_once(), Suspended)  # v2-170 replays book, checks, waits
+    store.send_signal("v2-7", "go", None, signal_id="go-v2-7", sender="ops")
+    assert new.run_once() == Completed("v2-7", "paid 7 under v2")
+    new.close()
+    code, out = cli(backend, "fork", "v1-7", "--to-version", "2", "--from-step", "book", *AUDIT)
+    assert code == 2 and "--to-version needs --app" in out
