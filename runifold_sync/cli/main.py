@@ -16,7 +16,7 @@ import pwd
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import attrs
 import click
@@ -41,6 +41,7 @@ from .common import (
 )
 from .dashboard import dashboard
 from .fleet import migrate, stats, tenant, versions, workers
+from .repairs import filter_options, fork, redrive, upgrade
 from .retention import prune
 from .run import demo, run
 from .schedules import schedule, schedules
@@ -328,10 +329,31 @@ def _delivered(check: SignalCheck | None, name: str) -> str:
 
 
 @main.command()
-@operator_action("task_id", "cancels it")
-def cancel(task_id: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
+@click.argument("task_ids", nargs=-1)
+@filter_options
+@audit_options("cancels it")
+@database_option
+@json_option
+def cancel(
+    task_ids: tuple[str, ...],
+    actor: str,
+    reason: str,
+    dry_run: bool,
+    batch: int,
+    database: str | None,
+    as_json: bool,
+    **filters: Any,
+) -> None:
     """Cancel a task: at once if queued or waiting, at its next step boundary if running.
-    Completed external writes are not undone, except by the workflow's compensations."""
+    Completed external writes are not undone, except by the workflow's compensations.
+    With filter options instead of TASK_IDS: every unfinished task they match, a batch
+    per transaction (--dry-run first: the count and the first ids)."""
+    if any(v is not None for v in filters.values()):
+        redrive("cancel", task_ids, filters, actor, reason, dry_run, batch, database, as_json)
+        return
+    if len(task_ids) != 1:
+        raise click.UsageError("cancel takes one TASK_ID, or filter options (--definition, --state...)")
+    [task_id] = task_ids
     with opened_store(database) as store:
         state = store.cancel(task_id, actor, reason)
     if as_json:
@@ -362,9 +384,14 @@ def pause(task_id: str, actor: str, reason: str, database: str | None, as_json: 
 @main.command()
 @operator_action("task_id", "resumes it")
 def resume(task_id: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
-    """Resume a paused task: due at once, or (if it had not parked yet) running on."""
+    """Resume a paused task: due at once, or (if it had not parked yet) running on. A
+    cancelled task is queued again from its checkpoint, unless its cancellation ran
+    compensations."""
     with opened_store(database) as store:
-        state = store.resume(task_id, actor=actor, reason=reason)
+        if store.get_task(task_id).state is TaskState.CANCELLED:
+            state = store.resume_cancelled(task_id, actor=actor, reason=reason)
+        else:
+            state = store.resume(task_id, actor=actor, reason=reason)
     if as_json:
         echo_json({"task_id": task_id, "state": state.value, "paused": False})
     else:
@@ -372,9 +399,31 @@ def resume(task_id: str, actor: str, reason: str, database: str | None, as_json:
 
 
 @main.command()
-@operator_action("task_id", "requeues it")
-def retry(task_id: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
-    """Requeue a failed task; its completed steps are kept and not run again."""
+@click.argument("task_ids", nargs=-1)
+@filter_options
+@audit_options("requeues it")
+@database_option
+@json_option
+def retry(
+    task_ids: tuple[str, ...],
+    actor: str,
+    reason: str,
+    dry_run: bool,
+    batch: int,
+    database: str | None,
+    as_json: bool,
+    **filters: Any,
+) -> None:
+    """Requeue a failed task; its completed steps are kept and not run again. With
+    filter options instead of TASK_IDS: every failed task they match (redrive a batch
+    after a fix), a batch per transaction, each audited (--dry-run first: the count and
+    the first ids)."""
+    if any(v is not None for v in filters.values()):
+        redrive("retry", task_ids, filters, actor, reason, dry_run, batch, database, as_json)
+        return
+    if len(task_ids) != 1:
+        raise click.UsageError("retry takes one TASK_ID, or filter options (--definition, --outcome...)")
+    [task_id] = task_ids
     with opened_store(database) as store:
         store.requeue(task_id, actor=actor, reason=reason)
         state = store.get_task(task_id).state
@@ -432,5 +481,7 @@ for _command in (
     schedule,
     prune,
     dashboard,
+    fork,
+    upgrade,
 ):
     main.add_command(_command)

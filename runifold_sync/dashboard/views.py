@@ -205,6 +205,10 @@ def available_actions(record: TaskRecord) -> list[str]:
         found += ["cancel", "resume" if record.paused else "pause", "signal", "approval"]
     if record.outcome is TaskOutcome.FAILED:
         found.append("resolve" if record.ambiguous_effect else "retry")
+    if record.state is TaskState.CANCELLED:
+        found.append("resume")
+    if record.checkpoint_json is not None:
+        found.append("fork")
     return found
 
 

@@ -29,6 +29,7 @@ from .interrupts import (
     FailRequested,
     Interrupt,
     RetryRequested,
+    UnknownPatch,
     Unwind,
     YieldRequested,
 )
@@ -57,6 +58,7 @@ class Parent:
 # of two unwinding store errors, a lost lease: see ``_Runner.worst``).
 _SEVERITY: tuple[type[Interrupt], ...] = (
     Unwind,
+    UnknownPatch,
     FailRequested,
     CancelRequested,
     RetryRequested,

@@ -90,6 +90,26 @@ class FailRequested(Interrupt):
         return self.error.key if isinstance(self.error, AmbiguousEffect) else None
 
 
+class UnknownPatch(Interrupt):
+    """Replay met the marker ``marker`` of a patch at ``position`` where this code makes
+    call ``call_id``: the run took a patched path that this worker's code does not have
+    (an older deploy still serving). The worker hands the task back for one that has it
+    instead of failing it as non-deterministic."""
+
+    def __init__(self, marker: str, position: int, call_id: str) -> None:
+        super().__init__(marker, position, call_id)
+        self.marker = marker
+        self.position = position
+        self.call_id = call_id
+
+    @property
+    def reason(self) -> str:
+        return (
+            f"the run recorded {self.marker!r} at position {self.position}, where this code calls "
+            f"{self.call_id!r}: it needs a worker whose code has that patch"
+        )
+
+
 class ContinueRequested(Interrupt):
     """``ctx.continue_as_new``: end this run and queue the task afresh with this input."""
 

@@ -43,6 +43,10 @@ from .waits import Waits
 class TaskRun:
     """One claim's run of a task's main function (or of one of its parallel branches)."""
 
+    # How its journals are walked: a dry replay (``dry_replay.py``) swaps in a cursor that
+    # stops where a call would run for real.
+    cursor_type: type[Cursor] = Cursor
+
     def __init__(
         self,
         *,
@@ -68,7 +72,7 @@ class TaskRun:
             flags=flags,
             max_entry_bytes=max_entry_bytes,
         )
-        self._open(Cursor(checkpoint, self.commits.lock, self.task_id), None)
+        self._open(self.cursor_type(checkpoint, self.commits.lock, self.task_id), None)
 
     def _open(self, cursor: Cursor, branch: BranchScope | None) -> None:
         """Set up the parts of this run that belong to one journal."""
@@ -120,7 +124,7 @@ class TaskRun:
         journal and call ids scoped by ``key``; ``held`` are the reservations of all
         branches."""
         child = copy.copy(self)  # shares the claim's parts; _open replaces the journal's
-        cursor = Cursor(self.checkpoint, self.commits.lock, self.task_id, key)
+        cursor = self.cursor_type(self.checkpoint, self.commits.lock, self.task_id, key)
         child._open(cursor, BranchScope(key, reserve, stop, held))
         return child
 
@@ -239,6 +243,14 @@ class TaskRun:
         if self.cursor.replaying:
             return
         self.commits.commit_event(key, value_json)
+
+    def patched(self, change_id: str) -> bool:
+        """The marker is committed with the next commit: a crash before it loses the
+        marker and the path taken after it together, so the replay decides again."""
+        return self.cursor.patch(change_id)
+
+    def deprecate_patch(self, change_id: str) -> None:
+        self.cursor.patch(change_id, record=False)
 
     def continue_as_new(self, input: Any) -> NoReturn:
         """Check ``input`` against the workflow's input type here, at the call, then end

@@ -79,6 +79,7 @@ class EntryKind(enum.StrEnum):
     RACE = "race"
     CHILD = "child"  # ctx.start_child: the child task's id
     CHILDREN = "children"  # ctx.wait_child and ctx.wait_children: how the children ended
+    PATCH = "patch"  # ctx.patched: the marker of a run that took a patch's new path
 
 
 class EntryStatus(enum.StrEnum):

@@ -70,6 +70,10 @@ POINTS = {
     "before_tick": "schedule name; the transaction creating a due tick's task (and recording "
     "the tick) is about to be sent, from the worker's schedule thread",
     "after_tick": "as before_tick; the transaction returned",
+    "within_operator": "fork, resume_cancelled, retry_batch or cancel_batch (a batch of retry or "
+    "cancel by filter) or upgrade (one task moved to a newer version); an operator's repair "
+    "has made its changes in its transaction, which has not committed",
+    "after_operator": "as within_operator; the transaction committed",
 }
 
 

@@ -17,7 +17,8 @@ adapters, the fenced transitions and the claim), and documented where it is writ
 - waiting for a task to finish and reading the events it publishes:
   :mod:`.sql_results`;
 - schedules (declaring them, a tick's task, pause, resume and removal): :mod:`.sql_schedules`;
-- retention, deleting old finished tasks: :mod:`.sql_retention`.
+- retention, deleting old finished tasks: :mod:`.sql_retention`;
+- repairs (fork, resuming a cancelled task, retry and cancel by filter): :mod:`.sql_repairs`.
 
 The backends (:mod:`.sqlite`, :mod:`.postgres`) are a dialect and a way of opening it.
 """
@@ -35,6 +36,7 @@ from .outage import OutageLog
 from .records import EnqueueResult
 from .sql_operators import OperatorOperations
 from .sql_reads import ReadOperations
+from .sql_repairs import RepairOperations
 from .sql_results import ResultOperations
 from .sql_retention import RetentionOperations
 from .sql_schedules import ScheduleOperations
@@ -53,6 +55,7 @@ class WorkflowStore(
     ResultOperations,
     ScheduleOperations,
     RetentionOperations,
+    RepairOperations,
     abc.ABC,
 ):
     """Semantic operations of the control plane on ``dialect``. Thread-safe: the

@@ -21,6 +21,7 @@ from ..engine.interrupts import (
     FailRequested,
     RetryRequested,
     SuspendRequested,
+    UnknownPatch,
     YieldRequested,
     unwound,
 )
@@ -366,6 +367,13 @@ class ClaimExecutor:
             with crashpoints.transition("yield"):
                 self.store.release(lease, delay=timedelta(0), reason=yielded.reason)
             return Yielded(lease.task_id)
+        except UnknownPatch as unknown:  # an older deploy met a newer one's path: not a failure
+            self._keeper.ending()
+            return self._hand_back(
+                claimed,
+                f"definition unavailable: {claimed.definition_name!r} version "
+                f"{claimed.definition_version} on worker {self.worker_id}: {unknown.reason}",
+            )
 
     def _compensate(self, claimed: ClaimedTask, ctx: TaskRun, failure: FailRequested | None) -> RunOutcome:
         """Undo completed steps (if any have compensations), then end the task cancelled

@@ -82,6 +82,24 @@ class Runtime(Protocol):
 
     def set_event(self, key: str, value: Any) -> None: ...
 
+    def patched(self, change_id: str) -> bool: ...
+
+    def deprecate_patch(self, change_id: str) -> None: ...
+
+
+def check_change_id(value: object) -> str:
+    """A patch's change id names a journal marker, as a step id names an entry: a plain
+    name without ``#`` or ``/``."""
+    if not isinstance(value, str):
+        raise InvalidArgument(f"patch change id must be a string, got {value!r}")
+    if not value or value != value.strip() or len(value) > 200 or not value.isprintable():
+        raise InvalidArgument(
+            f"patch change id must be 1-200 printable characters without surrounding spaces, got {value!r}"
+        )
+    if "#" in value or "/" in value:
+        raise InvalidArgument(f"patch change id may not contain '#' or '/', got {value!r}")
+    return value
+
 
 class WorkflowContext:
     """``ctx`` in a workflow's main function (and in each of its parallel branches)."""
@@ -237,6 +255,27 @@ class WorkflowContext:
         publishes nothing, and the next claim's replay reaches the call and publishes it.
         Costs one fenced write (none when replayed)."""
         self._engine.set_event(key, value)
+
+    # --- changing running code -------------------------------------------------------
+
+    def patched(self, change_id: str) -> bool:
+        """Whether this run takes the new path of the change ``change_id``: ``if
+        ctx.patched("x"): new path, else: old path``. A run that reaches this call for
+        the first time records a marker in its journal and gets True; a run whose journal
+        already goes on past this point without the marker (it began under the old code)
+        gets False and keeps its old path; a replay answers what was recorded, and later
+        calls with the same id in this run answer as the first. Steps called only on the
+        new path are declared with ``patch="x"`` so the definition's fingerprint stays
+        and the running tasks are not stranded. A worker still on the old code that meets
+        the marker hands the task back for one that has the patch."""
+        return self._engine.patched(check_change_id(change_id))
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """Once no run without the marker of ``change_id`` is left (``versions`` lists
+        them), replace ``if ctx.patched(x): new else: old`` by ``ctx.deprecate_patch(x)``
+        then the new path: runs that recorded the marker pass it, new runs record none.
+        When no run that recorded it is left either, the call can go."""
+        self._engine.deprecate_patch(check_change_id(change_id))
 
     # --- runs ------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from ..errors import InvalidArgument
 from ..model.checkpoint import EntryKind
 from ..model.retry_policy import RetryPolicy
 from ..model.values import bounded, check_name, check_names, check_positive_timedelta, check_version
-from .context import WorkflowContext, call_step
+from .context import WorkflowContext, call_step, check_change_id
 from .specs import StepSpec, input_type
 from .step_context import StepContext
 
@@ -52,11 +52,14 @@ class Workflow:
         retry: RetryPolicy | None = None,
         capabilities: Iterable[str] = (),
         timeout: timedelta | None = None,
+        patch: str | None = None,
     ) -> Callable[[Callable[Concatenate[StepContext, P], R]], Callable[Concatenate[WorkflowContext, P], R]]:
         """Declare a deterministic step; its output is checkpointed and replayed.
         ``timeout`` bounds each attempt of its body: one that runs longer loses its task
-        and counts as a failed attempt of ``retry`` (see ``timeouts.py``)."""
-        return self._declare(EntryKind.STEP, step_id, retry, capabilities, True, None, timeout)
+        and counts as a failed attempt of ``retry`` (see ``timeouts.py``). ``patch``: the
+        step is called only on the new path of ``ctx.patched(patch)``, so adding it is a
+        compatible change (it is left out of the fingerprint)."""
+        return self._declare(EntryKind.STEP, step_id, retry, capabilities, True, None, timeout, patch=patch)
 
     def effect(
         self,
@@ -67,16 +70,20 @@ class Workflow:
         retry: RetryPolicy | None = None,
         capabilities: Iterable[str] = (),
         timeout: timedelta | None = None,
+        patch: str | None = None,
     ) -> Callable[[Callable[Concatenate[StepContext, P], R]], Callable[Concatenate[WorkflowContext, P], R]]:
-        """Declare an external write. ``idempotent`` must be stated: it decides whether an
-        interrupted call may run again or must be reconciled. An attempt that overruns
+        """Declare an external write (``patch`` as for :meth:`step`). ``idempotent`` must
+        be stated: it decides whether an interrupted call may run again or must be
+        reconciled. An attempt that overruns
         ``timeout`` is an interrupted call too: reconciled, run again only when that is
         safe, else failed closed as ambiguous."""
         if not isinstance(idempotent, bool):
             raise InvalidArgument(f"idempotent must be True or False, got {idempotent!r}")
         if reconcile is not None and not callable(reconcile):
             raise InvalidArgument(f"reconcile must be callable, got {reconcile!r}")
-        return self._declare(EntryKind.EFFECT, effect_id, retry, capabilities, idempotent, reconcile, timeout)
+        return self._declare(
+            EntryKind.EFFECT, effect_id, retry, capabilities, idempotent, reconcile, timeout, patch=patch
+        )
 
     def transaction(
         self,
@@ -133,19 +140,34 @@ class Workflow:
 
     def fingerprint(self) -> str:
         """Hash of the declared step graph; changes whenever a checkpoint of this
-        version could be misread. Cached: the worker asks at every claim."""
+        version could be misread. Cached: the worker asks at every claim.
+
+        Steps and effects declared with ``patch=`` (and their compensations) are left
+        out: they are called only on a patch's new path, which a run enters by recording
+        the patch's marker, so no checkpoint of the code before the patch can hold them,
+        and a worker on that older code that meets the marker hands the task back
+        (``replay.py``) rather than misread it. So a change guarded by a patch keeps the
+        fingerprint, and the tasks in flight go on under the new code."""
         if self._fingerprint is not None:
             return self._fingerprint
+        unpatched = [s for s in self.steps.values() if s.patch is None]
         schema = {
             "name": self.name,
             "version": self.version,
-            "steps": sorted((s.schema() for s in self.steps.values()), key=lambda s: s["id"]),
+            "steps": sorted((s.schema() for s in unpatched), key=lambda s: s["id"]),
             "signals": sorted(self.signals),
-            "compensations": sorted(self.compensations),
+            "compensations": sorted(
+                sid for sid in self.compensations if sid not in self.steps or self.steps[sid].patch is None
+            ),
         }
         digest = hashlib.sha256(json.dumps(schema, sort_keys=True).encode())
         self._fingerprint = digest.hexdigest()[:16]
         return self._fingerprint
+
+    @property
+    def patches(self) -> frozenset[str]:
+        """The change ids its steps and effects are declared under (``patch=``)."""
+        return frozenset(s.patch for s in self.steps.values() if s.patch is not None)
 
     def _declare(
         self,
@@ -158,6 +180,7 @@ class Workflow:
         timeout: timedelta | None,
         *,
         transactional: bool = False,
+        patch: str | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         if callable(step_id):
             raise InvalidArgument(f"use @workflow.{kind}() with parentheses")
@@ -165,6 +188,8 @@ class Workflow:
             raise InvalidArgument(f"retry must be a RetryPolicy, got {retry!r}")
         checked_timeout = _check_timeout(timeout)
         caps = check_names("capabilities", "capability", capabilities)
+        if patch is not None:
+            check_change_id(patch)
         if step_id is not None:  # refused at the call that named it, not at decoration
             _check_step_id(kind, step_id)
 
@@ -183,6 +208,7 @@ class Workflow:
                 reconcile,
                 checked_timeout,
                 transactional,
+                patch,
             )
             self.steps[sid] = spec
             self._fingerprint = None

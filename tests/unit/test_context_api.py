@@ -41,6 +41,8 @@ AUTHORING_API = {
     "wait_child",
     "wait_children",
     "run_child",
+    "patched",  # whether this run takes a change's new path, recorded as a marker
+    "deprecate_patch",
 }
 
 

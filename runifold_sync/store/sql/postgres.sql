@@ -987,3 +987,58 @@ SELECT 1 AS live FROM runifold_logins WHERE digest = %(digest)s AND expires_at >
 
 -- name: end_login
 DELETE FROM runifold_logins WHERE digest = %(digest)s;
+
+-- Repairs (sql_repairs.py): fork, resuming a cancelled task, retry and cancel by filter.
+
+-- name: fork_head
+-- The forked task's checkpoint: the original's journal up to the fork point, and the
+-- fingerprint it was written by, so only a worker with those steps claims it.
+UPDATE runifold_tasks SET head = %(head)s::text::jsonb, fingerprint = %(fingerprint)s
+WHERE task_id = %(task_id)s AND head IS NULL;
+
+-- name: fork_journal_entry
+INSERT INTO runifold_journal (task_id, journal, position, entry)
+VALUES (%(task_id)s, %(journal)s, %(position)s, %(entry)s);
+
+-- name: resume_cancelled
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET state = 'queued', outcome = NULL, reason = NULL, cancel_requested = NULL, claims_since_progress = 0,
+    paused = NULL, ready_at = clock.now, updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.state = 'cancelled'
+RETURNING clock.now AS at;
+
+-- name: match_filters
+-- The filters of retry and cancel by filter (TaskSelector); each NULL matches any task.
+(%(definition)s::text IS NULL OR definition_name = %(definition)s::text)
+    AND (%(version)s::int IS NULL OR definition_version = %(version)s::int)
+    AND (%(state)s::text IS NULL OR state = %(state)s::text)
+    AND (%(outcome)s::text IS NULL OR outcome = %(outcome)s::text)
+    AND (%(reason_text)s::text IS NULL OR strpos(reason, %(reason_text)s::text) > 0)
+    AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+    AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    AND (%(since)s::timestamptz IS NULL OR updated_at >= %(since)s::timestamptz)
+    AND (%(until)s::timestamptz IS NULL OR updated_at < %(until)s::timestamptz)
+
+-- name: select_matching
+SELECT task_id, created_at FROM runifold_tasks
+WHERE {query:match_filters}
+    AND (%(after_at)s::timestamptz IS NULL OR (created_at, task_id) > (%(after_at)s::timestamptz, %(after_id)s::text))
+ORDER BY created_at, task_id
+LIMIT %(limit)s;
+
+-- name: count_matching
+SELECT COUNT(*) AS tasks FROM runifold_tasks WHERE {query:match_filters};
+
+-- name: upgrade_task
+-- Move an unleased task to another version of its workflow: the head's definition and
+-- the fingerprint are the new version's; only if nothing changed it since it was read.
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET definition_version = %(version)s, head = %(head)s::text::jsonb, fingerprint = %(fingerprint)s,
+    updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.revision = %(revision)s AND t.definition_version = %(from_version)s
+    AND t.state IN ('queued', 'waiting')
+RETURNING clock.now AS at;

@@ -757,3 +757,51 @@ SELECT 1 AS live FROM runifold_logins WHERE digest = :digest AND expires_at > {n
 
 -- name: end_login
 DELETE FROM runifold_logins WHERE digest = :digest;
+
+-- Repairs (sql_repairs.py): fork, resuming a cancelled task, retry and cancel by filter.
+
+-- name: fork_head
+-- The forked task's checkpoint: the original's journal up to the fork point, and the
+-- fingerprint it was written by, so only a worker with those steps claims it.
+UPDATE runifold_tasks SET head = :head, fingerprint = :fingerprint WHERE task_id = :task_id AND head IS NULL;
+
+-- name: fork_journal_entry
+INSERT INTO runifold_journal (task_id, journal, position, entry) VALUES (:task_id, :journal, :position, :entry);
+
+-- name: resume_cancelled
+UPDATE runifold_tasks
+SET state = 'queued', outcome = NULL, reason = NULL, cancel_requested = NULL, claims_since_progress = 0,
+    paused = NULL, ready_at = :now, updated_at = :now
+WHERE task_id = :task_id AND state = 'cancelled'
+RETURNING :now AS at;
+
+-- name: match_filters
+-- The filters of retry and cancel by filter (TaskSelector); each NULL matches any task.
+(:definition IS NULL OR definition_name = :definition)
+    AND (:version IS NULL OR definition_version = :version)
+    AND (:state IS NULL OR state = :state)
+    AND (:outcome IS NULL OR outcome = :outcome)
+    AND (:reason_text IS NULL OR instr(reason, :reason_text) > 0)
+    AND (:tenant IS NULL OR tenant = :tenant)
+    AND (:queue IS NULL OR queue = :queue)
+    AND (:since IS NULL OR updated_at >= :since)
+    AND (:until IS NULL OR updated_at < :until)
+
+-- name: select_matching
+SELECT task_id, created_at FROM runifold_tasks
+WHERE {query:match_filters}
+    AND (:after_at IS NULL OR created_at > :after_at OR (created_at = :after_at AND task_id > :after_id))
+ORDER BY created_at, task_id
+LIMIT :limit;
+
+-- name: count_matching
+SELECT COUNT(*) AS tasks FROM runifold_tasks WHERE {query:match_filters};
+
+-- name: upgrade_task
+-- Move an unleased task to another version of its workflow: the head's definition and
+-- the fingerprint are the new version's; only if nothing changed it since it was read.
+UPDATE runifold_tasks
+SET definition_version = :version, head = :head, fingerprint = :fingerprint, updated_at = :now
+WHERE task_id = :task_id AND revision = :revision AND definition_version = :from_version
+    AND state IN ('queued', 'waiting')
+RETURNING :now AS at;

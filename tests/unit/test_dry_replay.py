@@ -1,0 +1,100 @@
+"""The dry replay of ``versions --replay`` and ``testing.replay`` over every kind of
+recorded call (steps, an effect, a timer, parallel branches with a patch inside one, a
+child and its wait, a published event): the same code continues the run and runs no
+body; a change in the main function's calls is found, naming the call, and one inside
+a finished parallel call is not a divergence (a claim does not run its branches again)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+
+from runifold_sync import StepContext, Workflow, WorkflowContext, WorkflowDefinition, WorkflowRegistry
+from runifold_sync.errors import NonDeterminism
+from runifold_sync.ops.run_export import export_run
+from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store import TaskState
+from runifold_sync.testing import replay, run_until_idle, send_signal
+
+RAN: Counter[str] = Counter()
+
+
+def flow(variant: str) -> Workflow:
+    wf = Workflow("every-call", 1, signals=["go"])
+
+    @wf.step()
+    def a(ctx: StepContext, n: int) -> int:
+        RAN["a"] += 1
+        return n + 1
+
+    @wf.effect(idempotent=True)
+    def charge(ctx: StepContext, n: int) -> int:
+        RAN["charge"] += 1
+        return n * 2
+
+    @wf.step(patch="left-extra")
+    def extra(ctx: StepContext, n: int) -> int:
+        RAN["extra"] += 1
+        return n
+
+    @wf.main
+    def run(ctx: WorkflowContext, n: int) -> int:
+        n = a(ctx, n)
+        ctx.set_event("stage", "started")
+        ctx.sleep(timedelta(minutes=5))
+
+        def left(c: WorkflowContext) -> int:
+            value = charge(c, n)
+            if c.patched("left-extra"):
+                value = extra(c, value)
+            return value
+
+        def right(c: WorkflowContext) -> int:
+            return a(c, n) if variant != "branch-changed" else charge(c, n)
+
+        both = ctx.parallel({"left": left, "right": right})
+        child = ctx.start_child("every-call-child", 1, both["left"])
+        got = ctx.wait_child(child)
+        if variant == "main-changed":
+            a(ctx, 0)
+        ctx.wait_for_signal("go")
+        return int(got) + both["right"]
+
+    return wf
+
+
+child_flow = Workflow("every-call-child", 1)
+
+
+@child_flow.main
+def child_main(ctx: WorkflowContext, n: int) -> int:
+    return n + 100
+
+
+def registry_of(variant: str) -> WorkflowRegistry:
+    registry = WorkflowRegistry()
+    registry.register(WorkflowDefinition(flow(variant)))
+    registry.register(WorkflowDefinition(child_flow))
+    return registry
+
+
+def test_the_same_code_replays_every_kind_of_call_and_runs_nothing(sqlite_store: SqliteWorkflowStore) -> None:
+    registry = registry_of("same")
+    sqlite_store.enqueue(registry.task("every-call", 1, 1, checkpoint_id="all"))
+    run_until_idle(sqlite_store, registry)
+    assert sqlite_store.get_task("all").state is TaskState.WAITING  # for "go", every call before it done
+    exported = export_run(sqlite_store, "all")
+    RAN.clear()
+    replay(exported, registry)
+    assert not RAN
+    # A finished parallel call returns its recorded results without running its
+    # branches, in a claim as in the dry replay: a change inside them diverges nothing.
+    replay(exported, registry_of("branch-changed"))
+    with pytest.raises(NonDeterminism) as caught:
+        replay(exported, registry_of("main-changed"))
+    assert caught.value.requested == "a#2"
+    send_signal(sqlite_store, "all", "go", None)
+    run_until_idle(sqlite_store, registry)
+    assert sqlite_store.get_task("all").result == 2 * 2 + 100 + 3
