@@ -95,6 +95,9 @@ FREEZE_SEARCH_S = 20.0  # how long a stop looks for a child holding a lease
 # A scenario's tasks arrive well below what four workers on two loaded cores complete
 # (about 30 a second), so the baseline is a pool keeping up.
 DEFAULT_SCENARIO_RATE = 10.0
+# A streamed scenario plans arrivals for this many times its schedule, and this much more.
+STREAM_SLACK = 2.0
+STREAM_SLACK_S = 60.0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -160,6 +163,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     args = p.parse_args(argv)
     args.faults = _scenarios(p, args)
+    args.stream = False
     # A partition's short cut is half a lease; against a 2 s lease that is within TCP's
     # own retransmission and the store's least connect timeout (2 s), which a lease must
     # outlast, so a partition's lease is the runbook's smallest sensible one.
@@ -227,10 +231,15 @@ def _scenario_defaults(p: argparse.ArgumentParser, args: argparse.Namespace) -> 
     )
     if args.arrival_rate is None:
         args.arrival_rate = DEFAULT_SCENARIO_RATE if args.tasks is None else args.tasks / length_s
+    # Without --tasks, tasks arrive until the schedule's last recovery is over, however
+    # long its faults took (a loaded machine stretches them: a restart, the connections a
+    # fault opens); planned for STREAM_SLACK times the schedule, the ones not yet due
+    # then are never enqueued. A fixed count ran out before the last fault under load.
+    args.stream = args.tasks is None
     if args.tasks is None:
         if args.arrival_rate <= 0:
             p.error("--arrival-rate 0 (every task enqueued at the start) needs --tasks")
-        args.tasks = max(1, round(args.arrival_rate * length_s))
+        args.tasks = max(1, round(args.arrival_rate * (STREAM_SLACK * length_s + STREAM_SLACK_S)))
     args.step_ms = 5.0 if args.step_ms is None else args.step_ms
 
 
@@ -701,6 +710,7 @@ class Producer(threading.Thread):
         self.specs = specs
         self.arrivals = arrivals
         self.sent = self.duplicates = 0
+        self.enqueued: list[str] = []  # in order, once the store took each
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -715,6 +725,7 @@ class Producer(threading.Thread):
                         FLOW, 1, self.specs[arrival.task_id], checkpoint_id=arrival.task_id
                     )
                     retry(partial(store.enqueue, task))
+                    self.enqueued.append(arrival.task_id)
                     continue
                 for _ in range(2 if arrival.duplicate else 1):
                     delivery = retry(partial(self._signal, store, arrival.task_id))
@@ -801,6 +812,11 @@ def _drive(
         chaos.resume_due,
         lambda: time.monotonic() > deadline or chaos.proc.poll() is not None,
     )
+    if args.stream:  # the schedule is over: no more arrivals, and the run waits for what came
+        producer.stop.set()
+        producer.join()
+        watcher.total = len(producer.enqueued)
+        note(f"the schedule ended; {len(producer.enqueued)} tasks arrived during it")
     pending = list(actions)
     next_at = time.monotonic() + (pending[0].gap_s if pending else 0)
     while time.monotonic() < deadline and chaos.proc.poll() is None:
@@ -911,6 +927,8 @@ def run(args: argparse.Namespace) -> int:
                 if thread.ident is not None:  # started
                     thread.join(30)
 
+        if args.stream:  # only the tasks that arrived before the schedule ended
+            specs = {task_id: specs[task_id] for task_id in producer.enqueued}
         reading = time.monotonic()
         tasks, histories, journals = _read_back(store, specs)
         store.close()
