@@ -15,6 +15,8 @@ the call the new code makes instead (or that it returns before reaching it).
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -22,10 +24,13 @@ import attrs
 
 from ..errors import NonDeterminism
 from ..model.checkpoint import Checkpoint, EntryKind, EntryStatus, JournalEntry
-from ..model.codec import from_json
+from ..model.codec import from_json, structure
+from ..model.values import Budget
 from ..store.base import WorkflowStore
 from ..store.records import ClaimedTask, Lease
+from ..workflow.context import Branches
 from ..workflow.registry import WorkflowDefinition
+from ..workflow.specs import return_type
 from .claim import LeaseFlags
 from .interrupts import ContinueRequested, FailRequested, Interrupt, UnknownPatch
 from .replay import Cursor
@@ -67,6 +72,15 @@ class _DryCursor(Cursor):
             raise ReachedEnd()
         return call_id, entry
 
+    def take_unfinished(self, name: str, kind: EntryKind) -> tuple[str, JournalEntry]:
+        """As :meth:`take`, but an unfinished entry is handed back rather than stopped at
+        (a parallel call some of whose branches are still to finish)."""
+        if self.position >= len(self.journal):
+            raise ReachedEnd()
+        call_id, entry = super().take(name, kind)
+        assert entry is not None
+        return call_id, entry
+
     def patch(self, change_id: str, *, record: bool = True) -> bool:
         if record and change_id not in self._patches and self.position >= len(self.journal):
             raise ReachedEnd()  # a run reaching the call now: the new path, for real
@@ -75,6 +89,29 @@ class _DryCursor(Cursor):
 
 class _DryRun(TaskRun):
     cursor_type = _DryCursor
+
+    def parallel(
+        self, branches: Branches, reserve: Mapping[str, Budget] | None, max_threads: int
+    ) -> dict[str, Any]:
+        """A finished parallel call answers its recorded results, as in a claim. One
+        still running (a branch's step to be retried) has each unfinished branch's
+        journal replayed, in turn on this thread, then stops: a change inside a branch
+        that has recorded calls is found too."""
+        cursor = self.cursor
+        assert isinstance(cursor, _DryCursor)
+        call_id, entry = cursor.take_unfinished(EntryKind.PARALLEL.value, EntryKind.PARALLEL)
+        if entry.status == EntryStatus.DONE:
+            return {key: structure(entry.output[key], return_type(fn)) for key, fn in branches.items()}
+        finished = entry.output or {}
+        for key, fn in branches.items():
+            if key in finished:
+                continue
+            branch = self.branch(f"{call_id}/{key}", None, threading.Event(), {})
+            try:
+                fn(branch.context)
+            except ReachedEnd:
+                continue
+        raise ReachedEnd()
 
 
 class _NoStore:
@@ -143,9 +180,11 @@ def dry_replay(
     except FailRequested as failure:
         error = failure.error
         if isinstance(error, NonDeterminism):
-            recorded = journal[error.position] if error.position < len(journal) else None
+            key = error.recorded.rpartition("/")[0]  # a parallel branch's call: its journal
+            where = checkpoint.branch_journals.get(key, []) if key else journal
+            recorded = where[error.position] if error.position < len(where) else None
             shown = error.recorded if recorded is None else f"{recorded.kind} {recorded.call_id}"
-            return Divergence(error.position, shown, error.requested, str(error))
+            return Divergence(error.position, shown, error.requested, str(error), key)
         return Divergence(
             run.cursor.position,
             _at(journal, run.cursor.position),

@@ -13,6 +13,7 @@ import pytest
 
 from runifold_sync import StepContext, Workflow, WorkflowContext, WorkflowDefinition, WorkflowRegistry
 from runifold_sync.errors import NonDeterminism
+from runifold_sync.model.retry_policy import RetryPolicy
 from runifold_sync.ops.run_export import export_run
 from runifold_sync.sqlite import SqliteWorkflowStore
 from runifold_sync.store import TaskState
@@ -98,3 +99,48 @@ def test_the_same_code_replays_every_kind_of_call_and_runs_nothing(sqlite_store:
     send_signal(sqlite_store, "all", "go", None)
     run_until_idle(sqlite_store, registry)
     assert sqlite_store.get_task("all").result == 2 * 2 + 100 + 3
+
+
+def test_a_parallel_call_still_running_has_its_branch_journals_checked(
+    sqlite_store: SqliteWorkflowStore,
+) -> None:
+    def racing(variant: str) -> WorkflowRegistry:
+        wf = Workflow("fan", 1)
+
+        @wf.step()
+        def first(ctx: StepContext, n: int) -> int:
+            RAN["first"] += 1
+            return n
+
+        @wf.step(retry=RetryPolicy(max_attempts=3, initial_backoff=timedelta(hours=1)))
+        def flaky(ctx: StepContext, n: int) -> int:
+            RAN["flaky"] += 1
+            if RAN["flaky"] == 1:
+                raise RuntimeError("first attempt fails")
+            return n
+
+        @wf.main
+        def run(ctx: WorkflowContext, n: int) -> dict[str, int]:
+            def left(c: WorkflowContext) -> int:
+                return flaky(c, first(c, n)) if variant == "same" else flaky(c, n)
+
+            return ctx.parallel({"left": left})
+
+        registry = WorkflowRegistry()
+        registry.register(WorkflowDefinition(wf))
+        return registry
+
+    same = racing("same")
+    sqlite_store.enqueue(same.task("fan", 1, 3, checkpoint_id="fan1"))
+    run_until_idle(sqlite_store, same, skip_time=False)  # first done, flaky to be retried in an hour
+    assert sqlite_store.get_task("fan1").state is TaskState.QUEUED
+    exported = export_run(sqlite_store, "fan1")
+    RAN.clear()
+    replay(exported, same)
+    assert not RAN
+    with pytest.raises(NonDeterminism) as caught:
+        replay(exported, racing("changed"))
+    assert (caught.value.recorded, caught.value.requested) == (
+        "step parallel#1/left/first#1",
+        "parallel#1/left/flaky#1",
+    )
