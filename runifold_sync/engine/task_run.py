@@ -240,6 +240,14 @@ class TaskRun:
             return
         self.commits.commit_event(key, value_json)
 
+    def now(self) -> datetime:
+        return self.waits.now()
+
+    def wait_for_signals(
+        self, names: tuple[str, ...], timeout: timedelta | None, until: datetime | None, payload_type: Any
+    ) -> Any:
+        return self.waits.wait_for_signals(names, timeout, until, payload_type)
+
     def continue_as_new(self, input: Any) -> NoReturn:
         """Check ``input`` against the workflow's input type here, at the call, then end
         the run (the worker makes the transition)."""

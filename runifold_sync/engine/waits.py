@@ -21,7 +21,13 @@ from ..model.values import check_names
 from ..store.base import WorkflowStore
 from ..store.records import Signal
 from ..store.signal_checks import approval_payload_problem
-from ..workflow.waiting import ApprovalDecision, ApprovalTimedOut, SignalTimedOut, check_wait_timeout
+from ..workflow.waiting import (
+    ApprovalDecision,
+    ApprovalTimedOut,
+    SignalReceived,
+    SignalTimedOut,
+    check_wait_timeout,
+)
 from .boundary import Boundary
 from .commits import Commits
 from .interrupts import FailRequested, SuspendRequested
@@ -47,10 +53,11 @@ def open_wait(
     name: str,
     kind: EntryKind,
     timeout: timedelta | None,
+    until: datetime | None = None,
 ) -> dict[str, Any] | OpenWait:
     """The recorded output of a finished wait, or the wait open: its pending entry begun
-    (when new) with the deadline ``timeout`` sets from store now, which later claims
-    keep."""
+    (when new) with the deadline ``timeout`` sets from store now (or the moment
+    ``until``), which later claims keep."""
     call_id, entry = cursor.take(name, kind)
     if entry is not None and finished(entry):
         output: dict[str, Any] = entry.output
@@ -59,6 +66,8 @@ def open_wait(
     now = store.now()
     if entry is None:
         due = None if timeout is None else (now + timeout).timestamp()
+        if until is not None:
+            due = until.timestamp()
         entry = JournalEntry(call_id, kind, EntryStatus.PENDING, due=due)
         cursor.begin(entry)
     due_at = None if entry.due is None else datetime.fromtimestamp(entry.due, UTC)
@@ -165,10 +174,39 @@ class Waits:
                 return f"payload does not fit {payload_type!r}: {type(exc).__name__}: {exc}"
             return self._policy_refusal(signal, payload)
 
-        output = self._await_signal(name, timeout, refusal)
+        output = self._await_signal((name,), timeout, refusal)
         if output.get("timed_out"):
             return SignalTimedOut(name)
         return structure(output["payload"], payload_type)
+
+    def wait_for_signals(
+        self, names: tuple[str, ...], timeout: timedelta | None, until: datetime | None, payload_type: Any
+    ) -> SignalReceived | SignalTimedOut:
+        """The first of ``names`` to arrive (its payload structured as ``payload_type``),
+        or ``SignalTimedOut`` at ``timeout`` from the wait's start or at ``until``."""
+
+        def refusal(signal: Signal, payload: Any) -> str | None:
+            try:
+                structure(payload, payload_type)
+            except Exception as exc:
+                return f"payload does not fit {payload_type!r}: {type(exc).__name__}: {exc}"
+            return self._policy_refusal(signal, payload)
+
+        output = self._await_signal(names, timeout, refusal, until=until)
+        label = "|".join(names)
+        if output.get("timed_out"):
+            return SignalTimedOut(label)
+        return SignalReceived(output.get("name", names[0]), structure(output["payload"], payload_type))
+
+    def now(self) -> datetime:
+        """Store time, read once and recorded (``EntryKind.NOW``); replayed after that."""
+        call_id, entry = self._cursor.take("now", EntryKind.NOW)
+        if entry is not None:
+            return datetime.fromisoformat(entry.output)
+        self._boundary.check_lease()
+        now = self._store.now().astimezone(UTC)
+        self._cursor.record(JournalEntry(call_id, EntryKind.NOW, EntryStatus.DONE, now.isoformat()))
+        return now
 
     def request_approval(
         self,
@@ -187,7 +225,7 @@ class Waits:
                     return f"{signal.sender!r} is not an approver of {name!r}"
                 return approval_payload_problem(payload) or self._policy_refusal(signal, payload)
 
-            output = self._await_signal(name, stage_timeout, refusal, approvers=allowed)
+            output = self._await_signal((name,), stage_timeout, refusal, approvers=allowed)
             if not output.get("timed_out"):
                 payload = output["payload"]
                 return ApprovalDecision(
@@ -212,20 +250,24 @@ class Waits:
 
     def _await_signal(
         self,
-        name: str,
+        names: tuple[str, ...],
         timeout: timedelta | None,
         refusal: Refusal,
         approvers: frozenset[str] | None = None,
+        until: datetime | None = None,
     ) -> dict[str, Any]:
-        """The journal output of a signal wait: the accepted signal, or a timeout.
-        ``approvers``: the wait is an approval, and the suspend tells the store who may
-        decide it, so that anyone else's decision is refused where it is sent."""
+        """The journal output of a signal wait for the first of ``names``: the accepted
+        signal (with its name when there are several), or a timeout. ``approvers``: the
+        wait is an approval, and the suspend tells the store who may decide it, so that
+        anyone else's decision is refused where it is sent."""
+        name = "|".join(names)  # the wait's label: its call id and what its reason shows
         self._no_wait_in_branch(f"signal {name!r}")
-        if name not in self._signals:
-            raise FailRequested(f"signal {name!r} is not declared by {self._workflow}", cause="misuse")
+        for one in names:
+            if one not in self._signals:
+                raise FailRequested(f"signal {one!r} is not declared by {self._workflow}", cause="misuse")
         check_wait_timeout("signal", timeout)
         wait = open_wait(
-            self._cursor, self._boundary, self._store, f"signal:{name}", EntryKind.SIGNAL, timeout
+            self._cursor, self._boundary, self._store, f"signal:{name}", EntryKind.SIGNAL, timeout, until
         )
         if not isinstance(wait, OpenWait):
             return wait
@@ -239,12 +281,14 @@ class Waits:
                     note = f"signal {signal.name!r} is not declared by {self._workflow}"
                     self._commits.consume_signal(signal, call_id, accepted=False, note=note)
                     continue
-                if signal.name != name:
+                if signal.name not in names:
                     continue
                 payload = from_json(signal.payload_json)
                 refused = refusal(signal, payload)
                 if refused is None:
                     accepted = {"signal_id": signal.signal_id, "sender": signal.sender, "payload": payload}
+                    if len(names) > 1:
+                        accepted["name"] = signal.name
                     self._cursor.finish(entry, accepted)
                 note = refused or f"accepted by {call_id}"
                 self._commits.consume_signal(signal, call_id, accepted=refused is None, note=note)
@@ -255,9 +299,13 @@ class Waits:
                 self._cursor.finish(entry, {"timed_out": True})
                 span.ended("timed_out")
                 return dict(entry.output)
-            until = "" if due_at is None else f" until {due_at.isoformat()}"
+            deadline = "" if due_at is None else f" until {due_at.isoformat()}"
             raise SuspendRequested(
-                due_at, f"waiting for signal {name!r}{until}", signal=name, approvers=approvers
+                due_at,
+                f"waiting for signal {name!r}{deadline}",
+                # The store wakes the task for any of the names (one a line: a name is printable).
+                signal="\n".join(names),
+                approvers=approvers,
             )
 
     def _no_wait_in_branch(self, what: str) -> None:

@@ -79,6 +79,7 @@ class EntryKind(enum.StrEnum):
     RACE = "race"
     CHILD = "child"  # ctx.start_child: the child task's id
     CHILDREN = "children"  # ctx.wait_child and ctx.wait_children: how the children ended
+    NOW = "now"  # ctx.now: the store time recorded at that point of the run
 
 
 class EntryStatus(enum.StrEnum):

@@ -26,7 +26,10 @@ from .waiting import (
     ChildHandle,
     ChildStart,
     ChildTimedOut,
+    SignalReceived,
+    check_signal_names,
     check_wait_timeout,
+    check_wait_until,
 )
 
 if TYPE_CHECKING:
@@ -82,6 +85,12 @@ class Runtime(Protocol):
 
     def set_event(self, key: str, value: Any) -> None: ...
 
+    def now(self) -> datetime: ...
+
+    def wait_for_signals(
+        self, names: tuple[str, ...], timeout: timedelta | None, until: datetime | None, payload_type: Any
+    ) -> Any: ...
+
 
 class WorkflowContext:
     """``ctx`` in a workflow's main function (and in each of its parallel branches)."""
@@ -125,11 +134,30 @@ class WorkflowContext:
 
     # --- signals and approvals -------------------------------------------------------
 
-    def wait_for_signal(self, name: str, *, timeout: timedelta | None = None, payload_type: Any = Any) -> Any:
+    def wait_for_signal(
+        self,
+        name: str | Sequence[str],
+        *,
+        timeout: timedelta | None = None,
+        until: datetime | None = None,
+        payload_type: Any = Any,
+    ) -> Any:
         """Wait durably for a signal named ``name`` (declared on the workflow). Returns its
         payload, structured as ``payload_type``, or :class:`SignalTimedOut`. A signal sent
-        before the wait is kept for it; the definition's sender policy may refuse one."""
-        return self._engine.wait_for_signal(name, timeout, payload_type)
+        before the wait is kept for it; the definition's sender policy may refuse one.
+
+        ``name`` may be a list of names: the first of them to arrive ends the wait, which
+        then returns a :class:`SignalReceived` (its name and payload); the others stay
+        pending for a later wait. The deadline is ``timeout`` from the wait's start or
+        the moment ``until`` (store time), not both."""
+        names = check_signal_names(name)
+        deadline = check_wait_until("signal wait", timeout, until)
+        if isinstance(name, str) and deadline is None:
+            return self._engine.wait_for_signal(name, timeout, payload_type)
+        received = self._engine.wait_for_signals(names, timeout, deadline, payload_type)
+        if isinstance(name, str) and isinstance(received, SignalReceived):
+            return received.payload
+        return received
 
     def request_approval(
         self,
@@ -237,6 +265,17 @@ class WorkflowContext:
         publishes nothing, and the next claim's replay reaches the call and publishes it.
         Costs one fenced write (none when replayed)."""
         self._engine.set_event(key, value)
+
+    # --- time ------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """Store time (UTC) as recorded for this point of the run: the first run reads the
+        store's clock and records it in the journal; every replay returns the recorded
+        value, so code that branches on the time takes the same branch again. No write of
+        its own: the record is committed with the next commit (a step's, an effect's
+        intent, an event, a wait); a crash before that loses it together with whatever
+        used it, and the replay reads the clock afresh."""
+        return self._engine.now()
 
     # --- runs ------------------------------------------------------------------------
 

@@ -4,12 +4,13 @@ API, not the engine, so that user code and tests can name them without the engin
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import TypedDict
+from datetime import datetime, timedelta
+from typing import Any, TypedDict
 
 import attrs
 
 from ..errors import InvalidArgument
+from ..model.moments import check_moment
 from ..model.values import check_duration_bound
 
 
@@ -18,6 +19,15 @@ class SignalTimedOut:
     """``ctx.wait_for_signal`` returns this instead of a payload when its timeout passed."""
 
     name: str
+
+
+@attrs.frozen
+class SignalReceived:
+    """What ``ctx.wait_for_signal`` returns when it waited for several names: which one
+    came first (``name``) and its payload."""
+
+    name: str
+    payload: Any
 
 
 @attrs.frozen
@@ -72,3 +82,28 @@ def check_wait_timeout(what: str, timeout: object) -> timedelta | None:
     if timeout is None:
         return None
     return check_duration_bound(f"{what} timeout", timeout)
+
+
+def check_signal_names(names: object) -> tuple[str, ...]:
+    """The names a signal wait takes: one name, or a non-empty list of distinct names
+    (the wait ends at the first of them)."""
+    if isinstance(names, str):
+        return (names,)
+    if not isinstance(names, (list, tuple)) or not names:
+        raise InvalidArgument(f"signal wait name must be a name or a non-empty list of names, got {names!r}")
+    for name in names:
+        if not isinstance(name, str):
+            raise InvalidArgument(f"signal wait names must be strings, got {name!r} in {names!r}")
+    if len(set(names)) != len(names):
+        raise InvalidArgument(f"signal wait names must be distinct, got {names!r}")
+    return tuple(names)
+
+
+def check_wait_until(what: str, timeout: object, until: object) -> datetime | None:
+    """A wait's ``until``: None, or a moment a store can hold; never with ``timeout`` too
+    (one deadline per wait)."""
+    if until is None:
+        return None
+    if timeout is not None:
+        raise InvalidArgument(f"{what} takes timeout or until, not both (got {timeout!r} and {until!r})")
+    return check_moment(f"{what} until", until)

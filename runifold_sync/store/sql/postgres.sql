@@ -266,7 +266,8 @@ SET state = 'waiting', head = %(head)s::jsonb, revision = t.revision + 1,
     -- A signal that arrived while the worker was deciding to wait wakes the task now.
     ready_at = CASE WHEN EXISTS (
         SELECT 1 FROM runifold_signals s
-        WHERE s.task_id = t.task_id AND s.name = %(signal)s::text AND s.consumed_at IS NULL
+        WHERE s.task_id = t.task_id AND s.consumed_at IS NULL
+            AND s.name = ANY(string_to_array(%(signal)s::text, E'\n'))
     ) THEN clock.now ELSE %(wake_at)s::timestamptz END
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
@@ -564,7 +565,9 @@ WHERE task_id = %(task_id)s AND consumed_at IS NULL;
 -- Moves only ready_at: updated_at keeps the suspension time, so the claim that resumes
 -- the task can tell how long it waited.
 UPDATE runifold_tasks SET ready_at = %(now)s
-WHERE task_id = %(task_id)s AND state = 'waiting' AND waiting_for_signal = %(name)s;
+-- waiting_for_signal holds the names a wait takes, one a line.
+WHERE task_id = %(task_id)s AND state = 'waiting'
+    AND %(name)s::text = ANY(string_to_array(waiting_for_signal, E'\n'));
 
 -- name: pending_signals
 SELECT signal_id, name, payload_text AS payload, sender, reason, sent_at FROM runifold_signals
@@ -655,7 +658,8 @@ WHERE t.task_id = %(task_id)s AND t.state = 'waiting' AND t.waiting_for_signal =
     AND (t.ready_at IS NULL OR t.ready_at > %(now)s)
     AND EXISTS (
         SELECT 1 FROM runifold_signals s
-        WHERE s.task_id = t.task_id AND s.name = %(name)s AND s.consumed_at IS NULL
+        WHERE s.task_id = t.task_id AND s.consumed_at IS NULL
+            AND s.name = ANY(string_to_array(%(name)s::text, E'\n'))
     );
 
 -- name: register_worker
