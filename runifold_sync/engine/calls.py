@@ -16,7 +16,7 @@ import time
 from collections.abc import Collection, Mapping
 from typing import Any, NoReturn
 
-from ..errors import AmbiguousEffect, OutputMismatch, OutputNotSerializable, gave_up_after
+from ..errors import AmbiguousEffect, OutputMismatch, OutputNotSerializable, StepFailed, gave_up_after
 from ..model import crashpoints
 from ..model.checkpoint import EntryKind, EntryStatus, JournalEntry
 from ..model.codec import MAX_NESTING_DEPTH, NotJsonable, from_json, structure, to_json
@@ -30,6 +30,7 @@ from ..model.effects import (
     resolved,
 )
 from ..model.inputs import fit_output, problems, type_name
+from ..model.tracebacks import kept_traceback, storable
 from ..model.values import bounded
 from ..store.records import EffectResolution, Lease
 from ..workflow.specs import StepSpec
@@ -46,6 +47,25 @@ log = logging.getLogger("runifold_sync.workflow.context")  # the engine's logger
 
 # Bound once, for the replay of every step (see replay._DONE).
 _STEP, _EFFECT, _DONE = EntryKind.STEP, EntryKind.EFFECT, EntryStatus.DONE
+_FAILED = EntryStatus.FAILED
+# The failures a main function can catch as StepFailed: a body's own, after its retries.
+_CATCHABLE = ("step_error", "step_timeout")
+
+
+def replayed_failure(entry: JournalEntry) -> StepFailed:
+    """The StepFailed a recorded final failure raises again on replay."""
+    out = entry.output
+    return StepFailed(
+        out["step_id"],
+        entry.call_id,
+        out["attempts"],
+        out["error_class"],
+        out["message"],
+        out["reason"],
+        out["cause"],
+        entry.key,
+        out.get("traceback"),
+    )
 
 
 def structured(spec: StepSpec, raw: Any, text: str | None = None) -> Any:
@@ -119,6 +139,8 @@ class Calls:
         call_id, entry = self._cursor.take(spec.step_id, _STEP)
         if entry is not None and entry.status == _DONE:
             return structured(spec, entry.output)
+        if entry is not None and entry.status == _FAILED:
+            raise replayed_failure(entry)
         prior = self._timeouts.unfinished(call_id)
         if prior is not None:
             self._timeouts.next_attempt(spec, call_id, prior, None)
@@ -148,6 +170,8 @@ class Calls:
         call_id, entry = self._cursor.take(spec.step_id, _EFFECT)
         if entry is not None and finished(entry):
             return structured(spec, entry.output)
+        if entry is not None and entry.status == _FAILED:
+            raise replayed_failure(entry)
         timed = spec.timeout is not None
         prior = None if entry is None else self._timeouts.unfinished(call_id)
         ran = RAN  # the evidence if its body runs now
@@ -337,7 +361,37 @@ class Calls:
             assert error is not None
             interrupt = self._after_failure(spec, key, error, failures)
         log.warning("%s", interrupt.reason, exc_info=error, extra=task_fields(self._lease))
+        if isinstance(interrupt, FailRequested) and interrupt.cause in _CATCHABLE:
+            raise self._record_failure(spec, call_id, key, failures, interrupt) from error
         raise interrupt from error
+
+    def _record_failure(
+        self, spec: StepSpec, call_id: str, key: str | None, attempts: int, failure: FailRequested
+    ) -> StepFailed:
+        """Record the final failure of a body in the journal (in place of an effect's
+        intent) and commit it, then hand the main function a StepFailed to catch. The
+        commit comes first: a crash after it replays the same StepFailed rather than run
+        the body past its attempts, one before it runs the last attempt again."""
+        error = failure.error
+        error_class = "Exception" if error is None else type(error).__name__
+        message = "" if error is None else str(error)
+        with self._commits.lock:
+            journal, position = self._cursor.journal, self._cursor.position
+            under = journal[position] if position < len(journal) else None  # an effect's intent
+            output = {
+                "step_id": spec.step_id,
+                "attempts": attempts,
+                "error_class": error_class,
+                "message": storable(message),  # a message may hold what JSON columns refuse
+                "reason": storable(failure.reason),
+                "cause": failure.cause,
+                "traceback": None if error is None else kept_traceback(error),
+            }
+            entry = JournalEntry(call_id, spec.kind, _FAILED, output, key=key)
+            self._cursor.fail(under, entry)
+            self._commits.checkpoint.step_failures.pop(call_id, None)
+        self._commits.commit(f"{call_id}:failed")
+        return replayed_failure(entry)
 
     def _transaction(
         self, spec: StepSpec, call_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]

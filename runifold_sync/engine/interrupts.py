@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from typing import cast
 
-from ..errors import AmbiguousEffect, LeaseLostError, StoreUnavailable
+from ..errors import AmbiguousEffect, LeaseLostError, StepFailed, StoreUnavailable
 from ..model.outcomes import FailureCause
 
 
@@ -88,6 +89,19 @@ class FailRequested(Interrupt):
         """The key of the effect whose outcome is unknown: the task stays recoverable
         through ``resolve_effect``."""
         return self.error.key if isinstance(self.error, AmbiguousEffect) else None
+
+
+def uncaught(failed: StepFailed) -> FailRequested:
+    """The task's failure when a StepFailed leaves the main function (or a branch)
+    uncaught: the failure the step would have ended the task with had nothing been able
+    to catch it, the same on the claim that raised it and on a replay."""
+    return FailRequested(
+        failed.reason,
+        cause=cast(FailureCause, failed.cause),
+        error=failed,
+        step_id=failed.step_id,
+        effect_key=failed.effect_key,
+    )
 
 
 class ContinueRequested(Interrupt):

@@ -88,6 +88,7 @@ class EntryStatus(enum.StrEnum):
     DONE = "done"
     INTENT = "intent"  # an effect that was called but has no recorded result
     PENDING = "pending"  # a wait not over yet, or branches not all finished
+    FAILED = "failed"  # a step or effect that failed for good: its output says how (StepFailed)
 
 
 # Structured by a dict lookup instead of calling the enum class (which cattrs does by

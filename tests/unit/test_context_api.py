@@ -41,6 +41,7 @@ AUTHORING_API = {
     "wait_child",
     "wait_children",
     "run_child",
+    "now",  # store time recorded in the journal, replayed
 }
 
 

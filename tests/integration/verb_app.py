@@ -1,0 +1,78 @@
+"""The workflow of the crash-point cases of the workflow verbs (issue 48), and a worker
+process for it.
+
+    RUNIFOLD_CRASH_AT=point[:subject] python -m tests.integration.verb_app --url URL --ledger PATH --task T
+
+``verbs`` reads ``ctx.now()`` and hands it to a step (``stamp``), calls a step that always
+fails on its one attempt (``doomed``), catches its ``StepFailed`` and runs a fallback
+(``fallback``), then runs a long step that reports progress with ``heartbeat`` and
+resumes from the last details a crashed attempt left (``crunch``). Each body appends
+``<body> <task> <pid> <detail>`` to the ledger, so the test counts what really ran and
+sees what each received.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from runifold_sync import (
+    RetryPolicy,
+    StepContext,
+    Workflow,
+    WorkflowContext,
+    WorkflowDefinition,
+    WorkflowRegistry,
+)
+from runifold_sync.errors import StepFailed
+from tests.support import ledger
+
+from .crash_app import LEDGER_ENV, drive_one_task
+
+flow = Workflow("verbs", 1)
+CRUNCH_ITEMS = 4
+
+
+def _record(body: str, ctx: StepContext, detail: object = "-") -> None:
+    ledger.append(Path(os.environ[LEDGER_ENV]), body, ctx.task_id, os.getpid(), detail)
+
+
+@flow.step()
+def stamp(ctx: StepContext, at: str) -> str:
+    _record("stamp", ctx, at)
+    return at
+
+
+@flow.step(retry=RetryPolicy(max_attempts=1))
+def doomed(ctx: StepContext, order: str) -> str:
+    _record("doomed", ctx)
+    raise RuntimeError(f"no stock for {order}")
+
+
+@flow.step()
+def fallback(ctx: StepContext, failed: str) -> str:
+    _record("fallback", ctx)
+    return f"backordered after {failed}"
+
+
+@flow.main
+def verbs_main(ctx: WorkflowContext, order: str) -> dict[str, Any]:
+    at = stamp(ctx, ctx.now().isoformat())
+    try:
+        doomed(ctx, order)
+        plan = "in stock"
+    except StepFailed as failed:
+        plan = fallback(ctx, failed.error_class)
+    return {"at": at, "plan": plan}
+
+
+def registry() -> WorkflowRegistry:
+    reg = WorkflowRegistry()
+    reg.register(WorkflowDefinition(flow))
+    return reg
+
+
+if __name__ == "__main__":
+    sys.exit(drive_one_task("python -m tests.integration.verb_app", registry()))
