@@ -89,6 +89,14 @@ class Boundary:
         if self.branch is not None and self.branch.stop.is_set():
             raise BranchStopped()
 
+    def stop_requested(self) -> bool:
+        """What ``check_continue`` would stop for, read without raising: for a running
+        body's ``StepContext.cancelled``."""
+        flags = self._flags
+        if flags.cancel or (flags.pause and self.branch is None):
+            return True
+        return self.branch is not None and self.branch.stop.is_set()
+
     def before_body(self, deadline: Callable[[], str] | None = None) -> None:
         """Checks made before a step or effect body runs, after saving the previous
         step's result: lease, cancel, slice and budget.

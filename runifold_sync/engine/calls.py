@@ -16,7 +16,14 @@ import time
 from collections.abc import Collection, Mapping
 from typing import Any, NoReturn
 
-from ..errors import AmbiguousEffect, OutputMismatch, OutputNotSerializable, StepFailed, gave_up_after
+from ..errors import (
+    AmbiguousEffect,
+    InvalidArgument,
+    OutputMismatch,
+    OutputNotSerializable,
+    StepFailed,
+    gave_up_after,
+)
 from ..model import crashpoints
 from ..model.checkpoint import EntryKind, EntryStatus, JournalEntry
 from ..model.codec import MAX_NESTING_DEPTH, NotJsonable, from_json, structure, to_json
@@ -32,6 +39,8 @@ from ..model.effects import (
 from ..model.inputs import fit_output, problems, type_name
 from ..model.tracebacks import kept_traceback, storable
 from ..model.values import bounded
+from ..store import checks
+from ..store.checks import MAX_EVENT_BYTES
 from ..store.records import EffectResolution, Lease
 from ..workflow.specs import StepSpec
 from ..workflow.step_context import StepContext
@@ -106,6 +115,51 @@ def encode_output(spec: StepSpec, call_id: str, value: Any) -> str:
     except NotJsonable as exc:
         error = OutputNotSerializable(call_id, str(exc))
         raise FailRequested(str(error), cause="not_serializable", error=error, step_id=spec.step_id) from exc
+
+
+class BodyRuntime:
+    """What a running body's ``ctx`` reaches of its run (``StepRuntime``): heartbeats
+    with details, the stop flags, and events. ``transactional``: the body runs inside the
+    store's transaction, where a commit of its own cannot be made."""
+
+    def __init__(self, commits: Commits, boundary: Boundary, transactional: bool) -> None:
+        self._commits = commits
+        self._boundary = boundary
+        self._transactional = transactional
+
+    def heartbeat(self, call_id: str, details: Any) -> None:
+        self._boundary.check_lease()
+        if details is None:
+            return
+        if self._transactional:
+            raise InvalidArgument(
+                f"heartbeat details of {call_id!r}: a transaction step cannot commit them (its body "
+                "runs inside the store's transaction); call heartbeat() without details"
+            )
+        try:
+            text = to_json(details, max_depth=MAX_NESTING_DEPTH)
+        except NotJsonable as exc:
+            raise InvalidArgument(f"heartbeat details of {call_id!r} are not JSON: {exc}") from exc
+        if len(text) > MAX_EVENT_BYTES:
+            raise InvalidArgument(
+                f"heartbeat details of {call_id!r} are {len(text)} bytes encoded, over {MAX_EVENT_BYTES}: "
+                "keep a position or an id there, not the data"
+            )
+        with self._commits.lock:
+            self._commits.checkpoint.heartbeats[call_id] = from_json(text)
+        self._commits.commit(f"{call_id}:heartbeat")
+
+    def cancelled(self) -> bool:
+        return self._boundary.stop_requested()
+
+    def set_event(self, call_id: str, key: str, value: Any) -> None:
+        value_json = checks.check_event(key, value)
+        if self._transactional:
+            raise InvalidArgument(
+                f"set_event from {call_id!r}: a transaction step cannot commit an event of its own "
+                "(its body runs inside the store's transaction); set it from the main function"
+            )
+        self._commits.commit_event(key, value_json)
 
 
 class Calls:
@@ -290,7 +344,10 @@ class Calls:
         retry or a terminal failure according to its retry policy; its result's text."""
         with self._commits.lock:
             failures = self._commits.checkpoint.step_failures.get(call_id, 0)
+            last = self._commits.checkpoint.heartbeats.get(call_id)
         context = StepContext(self._lease.task_id, call_id, failures + 1, self._lease.fencing_token, key)
+        context.last_heartbeat = last
+        context.runtime = BodyRuntime(self._commits, self._boundary, transactional=False)
         with self._spans.call(spec, context):
             return self._attempt(spec, context, args, kwargs)
 
@@ -313,6 +370,8 @@ class Calls:
             value, error, late = self._timeouts.run(spec, context, args, kwargs)
         if context.refused is not None:  # a refused charge fails the attempt, caught or not
             error = context.refused
+        if error is not None and spec.kind is _STEP and self._boundary.stop_requested():
+            self._stopped(spec, context, started)  # told to stop: not a failed attempt
         # A step that ended past its deadline timed out, whatever it returned. An effect's
         # late result is kept: the outside world changed, and now it is known how.
         timed_out = late and spec.kind is _STEP
@@ -325,9 +384,20 @@ class Calls:
         with self._commits.lock:
             self._boundary.account(steps=1, cost=context.cost, started=started)
             checkpoint.step_failures.pop(call_id, None)
+            checkpoint.heartbeats.pop(call_id, None)
             if spec.timeout is not None:
                 self._timeouts.unmark(call_id)
         return text
+
+    def _stopped(self, spec: StepSpec, context: StepContext, started: float) -> None:
+        """A step body that raised once its run was told to stop (``ctx.cancelled``):
+        account for what it spent and stop as the boundary does (cancel, pause, or a
+        stopped branch), its last heartbeat kept for the attempt that runs after a pause."""
+        with self._commits.lock:
+            self._boundary.account(steps=0, cost=context.cost, started=started)
+            if spec.timeout is not None:
+                self._timeouts.unmark(context.call_id)
+        self._boundary.check_continue()
 
     def _failed(
         self,
@@ -390,6 +460,7 @@ class Calls:
             entry = JournalEntry(call_id, spec.kind, _FAILED, output, key=key)
             self._cursor.fail(under, entry)
             self._commits.checkpoint.step_failures.pop(call_id, None)
+            self._commits.checkpoint.heartbeats.pop(call_id, None)
         self._commits.commit(f"{call_id}:failed")
         return replayed_failure(entry)
 
@@ -402,6 +473,7 @@ class Calls:
         with self._commits.lock:
             failures = self._commits.checkpoint.step_failures.get(call_id, 0)
         context = StepContext(self._lease.task_id, call_id, failures + 1, self._lease.fencing_token, None)
+        context.runtime = BodyRuntime(self._commits, self._boundary, transactional=True)
         started = time.monotonic()
         outputs: list[Any] = []
 
@@ -423,6 +495,7 @@ class Calls:
             output = from_json(text)
             self._boundary.account(steps=1, cost=context.cost, started=started)
             self._commits.checkpoint.step_failures.pop(call_id, None)
+            self._commits.checkpoint.heartbeats.pop(call_id, None)
             outputs.append(checked(spec, output, text))  # one that does not fit rolls it all back
             self._cursor.record(JournalEntry(call_id, _STEP, _DONE, output), text)
             self._completed(spec, call_id)

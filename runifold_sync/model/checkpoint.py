@@ -146,6 +146,9 @@ class Checkpoint:
     # Calls with a timeout whose body is running (or was, under a worker that never came
     # back), by call id; left out of the head while empty.
     deadlines: dict[str, CallDeadline] = attrs.Factory(dict)
+    # The details of each running call's last ``StepContext.heartbeat``, by call id, for
+    # its next attempt; dropped when the call completes or fails for good.
+    heartbeats: dict[str, Any] = attrs.Factory(dict)
     # Parallel branches keep their own journals, keyed "parallel#1/<branch>", and the
     # share of usage each consumed against its reservation.
     branch_journals: dict[str, list[JournalEntry]] = attrs.Factory(dict)
@@ -406,6 +409,7 @@ _PRIVATE = ("_rows", "_rows_open", "_tailed", "_texts")
 # and every commit encodes its head anew.
 _OMITTED_WHILE_EMPTY = (
     "deadlines",
+    "heartbeats",
     "step_failures",
     "branch_usage",
     "compensating_for",

@@ -10,6 +10,12 @@ finishing the task; the ledger the bodies write says what ran, and with what.
   raised. Killed before that commit, the recovery runs the failed attempt again (the
   failure was never recorded); after it, the recovery replays the recorded failure and
   the body never runs again. Either way the fallback runs once.
+- A step body's ``heartbeat(details)`` commits them (``<call id>:heartbeat``). Killed
+  before the first such commit, the recovery's attempt starts from nothing and runs item
+  0 again; after it, the attempt reads ``last_heartbeat`` and goes on from item 1.
+- A step body's ``set_event`` commits at once (``event:<key>``): unpublished when killed
+  before that commit, published after it; the recovery runs the body again (it was not
+  recorded), from its last heartbeat (every item done), and publishes it again.
 """
 
 from __future__ import annotations
@@ -39,22 +45,34 @@ class Case:
     journal: tuple[str, ...]  # "call id:status" after the crash
     runs: dict[str, int]  # how often each body ran in all
     same_time: bool = True  # the result carries the time the first stamp was given
+    items: tuple[str, ...] = ("0", "1", "2", "3")  # the crunch items processed, in order
+    published: bool = False  # the crunch body's event is stored right after the crash
 
+
+NOW, STAMP, FAILED, FELL_BACK = "now#1:done", "stamp#1:done", "doomed#1:failed", "fallback#1:done"
+ONCE = {"stamp": 1, "doomed": 1, "fallback": 1}
 
 CASES = {
-    "now_before_commit": Case("before_commit:stamp#1", (), {"stamp": 2, "doomed": 1, "fallback": 1}, False),
-    "now_after_commit": Case(
-        "after_commit:stamp#1", ("now#1:done", "stamp#1:done"), {"stamp": 1, "doomed": 1, "fallback": 1}
-    ),
+    "now_before_commit": Case("before_commit:stamp#1", (), ONCE | {"stamp": 2, "crunch": 1}, False),
+    "now_after_commit": Case("after_commit:stamp#1", (NOW, STAMP), ONCE | {"crunch": 1}),
     "failed_before_commit": Case(
-        "before_commit:doomed#1:failed",
-        ("now#1:done", "stamp#1:done"),
-        {"stamp": 1, "doomed": 2, "fallback": 1},
+        "before_commit:doomed#1:failed", (NOW, STAMP), ONCE | {"doomed": 2, "crunch": 1}
     ),
-    "failed_after_commit": Case(
-        "after_commit:doomed#1:failed",
-        ("now#1:done", "stamp#1:done", "doomed#1:failed"),
-        {"stamp": 1, "doomed": 1, "fallback": 1},
+    "failed_after_commit": Case("after_commit:doomed#1:failed", (NOW, STAMP, FAILED), ONCE | {"crunch": 1}),
+    "heartbeat_before_commit": Case(
+        "before_commit:crunch#1:heartbeat",
+        (NOW, STAMP, FAILED, FELL_BACK),
+        ONCE | {"crunch": 2},
+        items=("0", "0", "1", "2", "3"),
+    ),
+    "heartbeat_after_commit": Case(
+        "after_commit:crunch#1:heartbeat", (NOW, STAMP, FAILED, FELL_BACK), ONCE | {"crunch": 2}
+    ),
+    "body_event_before_commit": Case(
+        "before_commit:event:crunched", (NOW, STAMP, FAILED, FELL_BACK), ONCE | {"crunch": 2}
+    ),
+    "body_event_after_commit": Case(
+        "after_commit:event:crunched", (NOW, STAMP, FAILED, FELL_BACK), ONCE | {"crunch": 2}, published=True
     ),
 }
 
@@ -78,6 +96,7 @@ def test_verb_crash_point(
     journal = tuple(f"{e['call_id']}:{e['status']}" for e in entries(store, TASK))
     assert journal == case.journal
     first_stamp = ledger.read(ledger_path)[0]
+    assert [e.key for e in store.published_events(TASK)] == (["crunched"] if case.published else [])
     store.set_clock_offset(crash_app.LEASE.value * 3)  # past the dead worker's lease
 
     worker = WorkflowWorker(
@@ -92,7 +111,10 @@ def test_verb_crash_point(
     assert isinstance(record.result, dict)
     assert record.result["plan"] == "backordered after RuntimeError"
     lines = ledger.read(ledger_path)
-    assert Counter(line[0] for line in lines) == case.runs
+    assert Counter(line[0] for line in lines if line[0] != "item") == case.runs
+    assert tuple(line[3] for line in lines if line[0] == "item") == case.items
+    assert store.get_event(TASK, "crunched") == verb_app.CRUNCH_ITEMS
+    assert record.result["crunched"] == verb_app.CRUNCH_ITEMS
     stamps = [line[3] for line in lines if line[0] == "stamp"]
     assert stamps[0] == first_stamp[3]
     # The time the workflow returns is the time its (last) stamp was given: replayed when

@@ -5,8 +5,9 @@ process for it.
 
 ``verbs`` reads ``ctx.now()`` and hands it to a step (``stamp``), calls a step that always
 fails on its one attempt (``doomed``), catches its ``StepFailed`` and runs a fallback
-(``fallback``), then runs a long step that reports progress with ``heartbeat`` and
-resumes from the last details a crashed attempt left (``crunch``). Each body appends
+(``fallback``), then runs a long step (``crunch``) that reports progress with
+``heartbeat`` after each item, resumes from the last details a crashed attempt left
+(``last_heartbeat``), and publishes an event from its body when done. Each body appends
 ``<body> <task> <pid> <detail>`` to the ledger, so the test counts what really ran and
 sees what each received.
 """
@@ -57,6 +58,17 @@ def fallback(ctx: StepContext, failed: str) -> str:
     return f"backordered after {failed}"
 
 
+@flow.step()
+def crunch(ctx: StepContext, items: int) -> int:
+    start = 0 if ctx.last_heartbeat is None else ctx.last_heartbeat["next"]
+    _record("crunch", ctx, start)
+    for item in range(start, items):
+        _record("item", ctx, item)
+        ctx.heartbeat({"next": item + 1})
+    ctx.set_event("crunched", items)
+    return items
+
+
 @flow.main
 def verbs_main(ctx: WorkflowContext, order: str) -> dict[str, Any]:
     at = stamp(ctx, ctx.now().isoformat())
@@ -65,7 +77,7 @@ def verbs_main(ctx: WorkflowContext, order: str) -> dict[str, Any]:
         plan = "in stock"
     except StepFailed as failed:
         plan = fallback(ctx, failed.error_class)
-    return {"at": at, "plan": plan}
+    return {"at": at, "plan": plan, "crunched": crunch(ctx, CRUNCH_ITEMS)}
 
 
 def registry() -> WorkflowRegistry:
