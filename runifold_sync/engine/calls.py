@@ -176,7 +176,10 @@ class Calls:
         resolutions: Mapping[str, EffectResolution],
         timeouts: Timeouts,
         spans: ClaimSpans,
+        undo_with_args: Collection[str] = (),
     ) -> None:
+        self._undo_with_args = undo_with_args  # step ids whose compensation takes their arguments
+        self._arguments: dict[str, Any] = {}  # call id -> [args, kwargs] of a call in flight that needs them
         self._cursor = cursor
         self._spans = spans
         self._commits = commits
@@ -195,6 +198,7 @@ class Calls:
             return structured(spec, entry.output)
         if entry is not None and entry.status == _FAILED:
             raise replayed_failure(entry)
+        self._keep_arguments(spec, call_id, args, kwargs)
         prior = self._timeouts.unfinished(call_id)
         if prior is not None:
             self._timeouts.next_attempt(spec, call_id, prior, None)
@@ -226,6 +230,7 @@ class Calls:
             return structured(spec, entry.output)
         if entry is not None and entry.status == _FAILED:
             raise replayed_failure(entry)
+        self._keep_arguments(spec, call_id, args, kwargs)
         timed = spec.timeout is not None
         prior = None if entry is None else self._timeouts.unfinished(call_id)
         ran = RAN  # the evidence if its body runs now
@@ -533,6 +538,30 @@ class Calls:
         branches (caller holds the lock): the undo runs in exactly the reverse order."""
         if spec.step_id in self._undoable:
             self._commits.checkpoint.undo.append(call_id)
+            arguments = self._arguments.pop(call_id, None)
+            if arguments is not None:
+                self._commits.checkpoint.compensation_args[call_id] = arguments
+
+    def _keep_arguments(
+        self, spec: StepSpec, call_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        """Hold a call's arguments in their JSON form, before its body runs, when its
+        compensation takes them: recorded when it completes. Ones that are not JSON fail
+        the task here, before anything ran, naming the step."""
+        if spec.step_id not in self._undo_with_args:
+            return
+        try:
+            text = to_json([list(args), kwargs], max_depth=MAX_NESTING_DEPTH)
+        except NotJsonable as exc:
+            error = OutputNotSerializable(f"{call_id} arguments", str(exc))
+            raise FailRequested(
+                f"the compensation of {spec.kind} {spec.step_id!r} takes its arguments, which must be "
+                f"JSON values: {exc}",
+                cause="not_serializable",
+                error=error,
+                step_id=spec.step_id,
+            ) from exc
+        self._arguments[call_id] = from_json(text)
 
 
 class _BodyFailed(Exception):

@@ -62,7 +62,7 @@ def open_wait(
     if entry is not None and finished(entry):
         output: dict[str, Any] = entry.output
         return output
-    boundary.check_continue()
+    boundary.check_continue(waiting=True)
     now = store.now()
     if entry is None:
         due = None if timeout is None else (now + timeout).timestamp()
@@ -152,7 +152,7 @@ class Waits:
         with self._spans.wait("timer", call_id) as span:
             now = self._store.now()
             if entry is None:
-                self._boundary.check_continue()
+                self._boundary.check_continue(waiting=True)
                 due = deadline(now).timestamp()
                 entry = JournalEntry(call_id, EntryKind.TIMER, EntryStatus.PENDING, due=due)
                 self._cursor.begin(entry)

@@ -163,6 +163,9 @@ class Checkpoint:
     # reads it too: a queued or waiting task whose ``undo`` is longer than its
     # ``compensated`` is not cancelled at once but left for a worker to compensate.
     undo: list[str] = attrs.Factory(list)
+    # The arguments ([args, kwargs], JSON) of completed calls whose compensation takes
+    # them (``compensate_for(..., with_args=True)``), by call id; left out while empty.
+    compensation_args: dict[str, Any] = attrs.Factory(dict)
     # What the store holds (see ``write``): how many leading entries of each journal are
     # rows, the text of each row stored unfinished (it may still change), the journals
     # with entries past their rows (their tail, in the head) or fewer entries than rows,
@@ -416,6 +419,7 @@ _OMITTED_WHILE_EMPTY = (
     "compensation_reason",
     "compensated",
     "undo",
+    "compensation_args",
 )
 _unstructure_head = make_dict_unstructure_fn(
     Checkpoint,

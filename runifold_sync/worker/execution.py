@@ -285,9 +285,12 @@ class ClaimExecutor:
                 # its lease expires. (Failing it would also record in-memory progress,
                 # such as a consumed signal, that the store never committed.)
                 raise
-            except StepFailed as failed:  # a step's final failure nothing caught: the task fails of it
-                raise uncaught(failed) from failed
             except Exception as exc:
+                if ctx.cancel_delivered:  # a finally: block that raised while the cancel unwound main
+                    raise CancelRequested() from exc
+                if isinstance(exc, StepFailed):  # a step's final failure nothing caught
+                    ctx.forget_failure(exc.call_id)
+                    raise uncaught(exc) from exc
                 raise FailRequested(
                     f"workflow main raised {type(exc).__name__}: {exc}", cause="workflow_error", error=exc
                 ) from exc

@@ -7,7 +7,8 @@ backend, run by real workers over real stores.
 - a main function that catches it goes on (a fallback step); a replay raises the same
   ``StepFailed`` from the journal without running the body again;
 - uncaught, the task fails exactly as it did before the catch existed: the same reason,
-  cause, step id and error class;
+  cause, step id and error class, and a journal without the failure, so a retry runs the
+  step again;
 - an effect's final failure is recorded in place of its intent and caught the same way.
 
 (The crash points around the failure's commit are in
@@ -162,7 +163,13 @@ def test_an_uncaught_final_failure_fails_the_task_as_it_always_did(backend: Back
     assert outcome.error.traceback is not None and "KeyError: 'sku-1'" in outcome.error.traceback
     record = store.get_task("t1")
     assert record.reason == outcome.reason
-    assert [(e["call_id"], e["status"]) for e in entries(store, "t1")] == [("reserve#1", "failed")]
+    # Recorded (committed) for the main function to catch, then taken back out as the task
+    # failed of it uncaught: the journal ends where it did, so an operator's retry runs the
+    # step again.
+    assert entries(store, "t1") == []
+    store.requeue("t1", actor="ops", reason="stock fixed")
+    assert isinstance(run_once(store, strict, "w2"), Failed)
+    assert RAN == {"reserve": 2}
 
 
 # --- an effect ---------------------------------------------------------------------------------

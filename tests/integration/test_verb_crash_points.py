@@ -16,6 +16,11 @@ finishing the task; the ledger the bodies write says what ran, and with what.
 - A step body's ``set_event`` commits at once (``event:<key>``): unpublished when killed
   before that commit, published after it; the recovery runs the body again (it was not
   recorded), from its last heartbeat (every item done), and publishes it again.
+- A step in a ``finally:`` block runs as a cancel unwinds the main function, in the claim
+  the cancel reached, but it is not replayed after a crash: a task whose cancel is
+  requested is never run again, only compensated. Killed before the cleanup step's body,
+  it never runs; a compensation, whose every step is committed, runs whatever the crash
+  (and it is given its step's arguments, recorded with the step's commit).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import attrs
 import pytest
 
 from runifold_sync import WorkerId, WorkflowTask, WorkflowWorker
-from runifold_sync.store import TaskOutcome
+from runifold_sync.store import TaskOutcome, TaskState
 from tests.support import ledger, processes
 from tests.support.backends import Backend
 from tests.support.journals import entries
@@ -124,3 +129,61 @@ def test_verb_crash_point(
         assert record.result["at"] == first_stamp[3]
     recorded = [e for e in entries(store, TASK) if e["kind"] == "now"]
     assert [e["output"] for e in recorded] == [record.result["at"]]
+
+
+@attrs.frozen
+class CleanupCase:
+    crash: str
+    journal: tuple[str, ...]  # "call id:status" after the crash
+    runs: dict[str, int]  # how often each body ran in all
+
+
+CLEANUP_CASES = {
+    # The step's commit carries the arguments its compensation takes.
+    "args_after_commit": CleanupCase("after_commit:hold#1", ("hold#1:done",), {"hold": 1, "unhold": 1}),
+    # The finally: step never began: it is lost; the compensation runs all the same.
+    "finally_before_step": CleanupCase("before_step:release#1", ("hold#1:done",), {"hold": 1, "unhold": 1}),
+    # It ran, uncommitted: not run again (the task is only compensated now).
+    "finally_after_step": CleanupCase(
+        "after_step:release#1", ("hold#1:done",), {"hold": 1, "release": 1, "unhold": 1}
+    ),
+    # Committed with the undo's start: the acknowledgement of the cancel is all that is left.
+    "finally_before_cancel": CleanupCase(
+        "before_transition:cancel", ("hold#1:done", "release#1:done"), {"hold": 1, "release": 1, "unhold": 1}
+    ),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", list(CLEANUP_CASES))
+def test_cleanup_crash_point(
+    name: str, backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    case = CLEANUP_CASES[name]
+    ledger_path = tmp_path / "ledger.txt"
+    monkeypatch.setenv(crash_app.LEDGER_ENV, str(ledger_path))
+    monkeypatch.setenv(verb_app.URL_ENV, backend.url)
+    store = backend.open()
+    store.enqueue(WorkflowTask.new("cleanup", 1, "room-7", checkpoint_id=TASK))
+
+    env = dict(os.environ, RUNIFOLD_CRASH_AT=case.crash)
+    args = ["--url", backend.url, "--ledger", str(ledger_path), "--task", TASK]
+    proc = processes.run("tests.integration.verb_app", *args, env=env, timeout_s=60)
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    assert case.crash.split(":")[0] in proc.stderr
+    journal = tuple(f"{e['call_id']}:{e['status']}" for e in entries(store, TASK))
+    assert journal == case.journal
+    store.set_clock_offset(crash_app.LEASE.value * 3)  # past the dead worker's lease
+
+    worker = WorkflowWorker(
+        store, verb_app.registry(), WorkerId.parse("recovery"), crash_app.LEASE, crash_app.HEARTBEAT
+    )
+    try:
+        crash_app.drive(worker, TASK)
+    finally:
+        worker.close()
+    record = store.get_task(TASK)
+    assert record.state is TaskState.CANCELLED, (record.state, record.reason)
+    lines = ledger.read(ledger_path)
+    assert Counter(line[0] for line in lines) == case.runs
+    assert [line[3] for line in lines if line[0] == "unhold"] == ["room-7"]  # the step's argument

@@ -10,6 +10,11 @@ fails on its one attempt (``doomed``), catches its ``StepFailed`` and runs a fal
 (``last_heartbeat``), and publishes an event from its body when done. Each body appends
 ``<body> <task> <pid> <detail>`` to the ledger, so the test counts what really ran and
 sees what each received.
+
+``cleanup`` holds a room (``hold``, whose body cancels its own task, as an operator
+would while it runs; its compensation ``unhold`` takes the step's arguments), then calls
+``work`` in a ``try:`` whose ``finally:`` calls ``release``: the cancel reaches the main
+function at ``work``'s boundary, and ``release`` runs as the cancel unwinds it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from runifold_sync import (
     WorkflowContext,
     WorkflowDefinition,
     WorkflowRegistry,
+    open_store,
 )
 from runifold_sync.errors import StepFailed
 from tests.support import ledger
@@ -34,6 +40,7 @@ from .crash_app import LEDGER_ENV, drive_one_task
 
 flow = Workflow("verbs", 1)
 CRUNCH_ITEMS = 4
+URL_ENV = "VERB_STORE_URL"  # where hold's body cancels its task
 
 
 def _record(body: str, ctx: StepContext, detail: object = "-") -> None:
@@ -80,9 +87,50 @@ def verbs_main(ctx: WorkflowContext, order: str) -> dict[str, Any]:
     return {"at": at, "plan": plan, "crunched": crunch(ctx, CRUNCH_ITEMS)}
 
 
+cleanup = Workflow("cleanup", 1)
+
+
+@cleanup.step()
+def hold(ctx: StepContext, room: str) -> str:
+    _record("hold", ctx)
+    store = open_store(os.environ[URL_ENV])
+    try:
+        store.cancel(ctx.task_id, "ops", "guest left")
+    finally:
+        store.close()
+    return f"held {room}"
+
+
+@cleanup.compensate_for("hold", with_args=True)
+def unhold(ctx: StepContext, held: str, room: str) -> None:
+    _record("unhold", ctx, room)
+
+
+@cleanup.step()
+def work(ctx: StepContext, held: str) -> str:
+    _record("work", ctx)
+    return held
+
+
+@cleanup.step()
+def release(ctx: StepContext, held: str) -> str:
+    _record("release", ctx)
+    return f"released {held}"
+
+
+@cleanup.main
+def cleanup_main(ctx: WorkflowContext, room: str) -> str:
+    held = hold(ctx, room)
+    try:
+        return work(ctx, held)
+    finally:
+        release(ctx, held)
+
+
 def registry() -> WorkflowRegistry:
     reg = WorkflowRegistry()
     reg.register(WorkflowDefinition(flow))
+    reg.register(WorkflowDefinition(cleanup))
     return reg
 
 
