@@ -25,7 +25,7 @@ from ..store.records import ClaimedTask, Lease
 from ..workflow.context import Branches, WorkflowContext
 from ..workflow.registry import WorkflowDefinition
 from ..workflow.specs import StepSpec
-from ..workflow.waiting import ApprovalDecision, ApprovalTimedOut, ChildHandle, ChildTimedOut
+from ..workflow.waiting import ApprovalDecision, ApprovalTimedOut, ChildHandle, ChildTimedOut, Fired, WaitItem
 from .boundary import Boundary, BranchScope
 from .branches import Parent, run_parallel, run_race
 from .calls import Calls
@@ -266,6 +266,9 @@ class TaskRun:
 
     def now(self) -> datetime:
         return self.waits.now()
+
+    def wait_any(self, items: tuple[WaitItem, ...], result_type: Any, payload_type: Any) -> Fired:
+        return self.waits.wait_any(items, result_type, payload_type)
 
     def wait_for_signals(
         self, names: tuple[str, ...], timeout: timedelta | None, until: datetime | None, payload_type: Any

@@ -80,6 +80,7 @@ class EntryKind(enum.StrEnum):
     CHILD = "child"  # ctx.start_child: the child task's id
     CHILDREN = "children"  # ctx.wait_child and ctx.wait_children: how the children ended
     NOW = "now"  # ctx.now: the store time recorded at that point of the run
+    ANY = "any"  # ctx.wait_any: which of its children, signals and timers fired first
 
 
 class EntryStatus(enum.StrEnum):

@@ -26,8 +26,11 @@ from .waiting import (
     ChildHandle,
     ChildStart,
     ChildTimedOut,
+    Fired,
     SignalReceived,
+    WaitItem,
     check_signal_names,
+    check_wait_items,
     check_wait_timeout,
     check_wait_until,
 )
@@ -86,6 +89,8 @@ class Runtime(Protocol):
     def set_event(self, key: str, value: Any) -> None: ...
 
     def now(self) -> datetime: ...
+
+    def wait_any(self, items: tuple[WaitItem, ...], result_type: Any, payload_type: Any) -> Fired: ...
 
     def wait_for_signals(
         self, names: tuple[str, ...], timeout: timedelta | None, until: datetime | None, payload_type: Any
@@ -223,6 +228,20 @@ class WorkflowContext:
         check_wait_timeout("child wait", timeout)  # before the child is started, not after
         handle = self.start_child(name, version, input, **start)
         return self.wait_child(handle, timeout=timeout, result_type=result_type)
+
+    def wait_any(
+        self, items: Sequence[WaitItem], *, result_type: Any = Any, payload_type: Any = Any
+    ) -> Fired:
+        """Wait durably (the worker is freed) for the first of ``items`` to fire: a child
+        (:class:`ChildHandle`) that ends, a signal name (declared on the workflow) that
+        arrives, or a timer (a ``timedelta`` from the wait's start, or a ``datetime``).
+        Returns :class:`Fired`: its index in ``items``, the item and its value (the
+        child's result as ``result_type``, or its :class:`ChildFailed`, returned, not
+        raised; the payload as ``payload_type``; None for a timer). When several are
+        ready at once the first in ``items`` wins. What fired is committed before the
+        call returns, and a replay returns it again; the others are left as they are (a
+        signal stays pending, a child runs on)."""
+        return self._engine.wait_any(check_wait_items(items), result_type, payload_type)
 
     # --- parallel branches and races ------------------------------------------------
 

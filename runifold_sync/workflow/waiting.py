@@ -49,6 +49,21 @@ class ApprovalTimedOut:
     escalated: bool
 
 
+@attrs.frozen
+class Fired:
+    """What ``ctx.wait_any`` returns: which of the things it waited for came first.
+
+    ``index`` is its position in the list given and ``item`` the item itself; ``value``
+    is a child's result (structured as ``result_type``, or the :class:`ChildFailed` it
+    ended with, returned rather than raised), a signal's payload (``payload_type``), or
+    None for a timer. ``name`` is the signal's name, None for the others."""
+
+    index: int
+    item: Any
+    value: Any
+    name: str | None = None
+
+
 class ChildStart(TypedDict, total=False):
     """``start_child``'s options, which ``run_child`` passes on."""
 
@@ -64,6 +79,11 @@ class ChildHandle:
     task_id: str
     name: str
     version: int
+
+
+# What ctx.wait_any takes: a child, a signal name, a timer (a duration from the wait's
+# start, or a moment).
+WaitItem = ChildHandle | str | timedelta | datetime
 
 
 @attrs.frozen
@@ -107,3 +127,33 @@ def check_wait_until(what: str, timeout: object, until: object) -> datetime | No
     if timeout is not None:
         raise InvalidArgument(f"{what} takes timeout or until, not both (got {timeout!r} and {until!r})")
     return check_moment(f"{what} until", until)
+
+
+def check_wait_items(items: object) -> tuple[WaitItem, ...]:
+    """``ctx.wait_any``'s list: non-empty, each a ChildHandle, a signal name, a positive
+    timedelta or a moment, no child or name twice."""
+    if isinstance(items, (str, ChildHandle)) or not isinstance(items, (list, tuple)) or not items:
+        raise InvalidArgument(
+            "wait_any needs a non-empty list of child handles, signal names and timers "
+            f"(timedelta or datetime), got {items!r}"
+        )
+    seen: set[object] = set()
+    for item in items:
+        if isinstance(item, ChildHandle):
+            key: object = ("child", item.task_id)
+        elif isinstance(item, str):
+            key = ("signal", item)
+        elif isinstance(item, timedelta):
+            check_wait_timeout("wait_any timer", item)
+            continue
+        elif isinstance(item, datetime):
+            check_moment("wait_any timer", item)
+            continue
+        else:
+            raise InvalidArgument(
+                f"wait_any items must be child handles, signal names, timedelta or datetime, got {item!r}"
+            )
+        if key in seen:
+            raise InvalidArgument(f"wait_any lists {item!r} twice")
+        seen.add(key)
+    return tuple(items)

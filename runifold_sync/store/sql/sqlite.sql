@@ -530,7 +530,9 @@ SELECT COUNT(*) AS entries FROM runifold_journal WHERE task_id = :task_id AND jo
 -- A child ended: its parent, if it waits for this child, is due now (BEGIN IMMEDIATE
 -- orders this against the parent's suspend, which checks for an ended child itself).
 UPDATE runifold_tasks
-SET ready_at = CASE WHEN state = 'waiting' AND waiting_for_child = :task_id
+-- waiting_for_child holds the children a wait takes (ctx.wait_any), one a line.
+SET ready_at = CASE WHEN state = 'waiting'
+    AND instr(char(10) || waiting_for_child || char(10), char(10) || :task_id || char(10)) > 0
     AND (ready_at IS NULL OR ready_at > :now) THEN :now ELSE ready_at END
 WHERE task_id = :parent_id
 RETURNING ready_at = :now AS woke;
@@ -542,7 +544,8 @@ WHERE task_id = :task_id AND state = 'waiting' AND waiting_for_child = :child
     AND (ready_at IS NULL OR ready_at > :now)
     AND EXISTS (
         SELECT 1 FROM runifold_tasks c
-        WHERE c.task_id = :child AND c.state IN ('terminal', 'cancelled')
+        WHERE instr(char(10) || :child || char(10), char(10) || c.task_id || char(10)) > 0
+            AND c.state IN ('terminal', 'cancelled')
     );
 
 -- name: unfinished_children
