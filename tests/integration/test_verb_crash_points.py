@@ -21,6 +21,10 @@ finishing the task; the ledger the bodies write says what ran, and with what.
   requested is never run again, only compensated. Killed before the cleanup step's body,
   it never runs; a compensation, whose every step is committed, runs whatever the crash
   (and it is given its step's arguments, recorded with the step's commit).
+- What fired in a ``ctx.wait_any`` is committed at once (``any#1``; for a signal, in the
+  write that consumes it). Killed before that commit, the recovery decides again (the
+  signal still pending, the child still ended: the same choice here); after it, it
+  replays the choice, and the signal is consumed exactly once.
 """
 
 from __future__ import annotations
@@ -187,3 +191,50 @@ def test_cleanup_crash_point(
     lines = ledger.read(ledger_path)
     assert Counter(line[0] for line in lines) == case.runs
     assert [line[3] for line in lines if line[0] == "unhold"] == ["room-7"]  # the step's argument
+
+
+ANY_CASES = {
+    # (input, crash, journal after the crash, pending "stop" signals after the crash, fired)
+    "signal_before_commit": ("by-signal", "before_commit:any#1", (), 1, 0),
+    "signal_after_commit": ("by-signal", "after_commit:any#1", ("child:chore#1", "any#1"), 0, 0),
+    "child_before_commit": ("by-child", "before_commit:any#1", ("child:chore#1", "any#1"), 0, 1),
+    "child_after_commit": ("by-child", "after_commit:any#1", ("child:chore#1", "any#1"), 0, 1),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", list(ANY_CASES))
+def test_wait_any_crash_point(
+    name: str, backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    order, crash, journal_after, pending_after, fired = ANY_CASES[name]
+    ledger_path = tmp_path / "ledger.txt"
+    monkeypatch.setenv(crash_app.LEDGER_ENV, str(ledger_path))
+    store = backend.open()
+    store.enqueue(WorkflowTask.new("anyone", 1, order, checkpoint_id=TASK))
+    if order == "by-signal":
+        store.send_signal(TASK, "stop", "enough", signal_id="s1", sender="ops")
+
+    env = dict(os.environ, RUNIFOLD_CRASH_AT=crash)
+    args = ["--url", backend.url, "--ledger", str(ledger_path), "--task", TASK]
+    proc = processes.run("tests.integration.verb_app", *args, env=env, timeout_s=60)
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    assert tuple(e["call_id"] for e in entries(store, TASK)) == journal_after
+    assert len(store.pending_signals(TASK)) == pending_after
+    store.set_clock_offset(crash_app.LEASE.value * 3)  # past the dead worker's lease
+
+    worker = WorkflowWorker(
+        store, verb_app.registry(), WorkerId.parse("recovery"), crash_app.LEASE, crash_app.HEARTBEAT
+    )
+    try:
+        crash_app.drive(worker, TASK)
+    finally:
+        worker.close()
+    record = store.get_task(TASK)
+    assert record.outcome == TaskOutcome.COMPLETED, record.reason
+    value = "enough" if fired == 0 else f"chore {order} done"
+    assert record.result == {"fired": fired, "value": value}
+    assert store.pending_signals(TASK) == []
+    consumed = [e for e in store.history(TASK) if e.kind == "signal_consumed"]
+    assert len(consumed) == (1 if order == "by-signal" else 0)
+    assert [line[0] for line in ledger.read(ledger_path)] == ["note"]

@@ -15,6 +15,9 @@ sees what each received.
 would while it runs; its compensation ``unhold`` takes the step's arguments), then calls
 ``work`` in a ``try:`` whose ``finally:`` calls ``release``: the cancel reaches the main
 function at ``work``'s boundary, and ``release`` runs as the cancel unwinds it.
+
+``anyone`` starts a child (``chore``) and waits for the first of signal ``stop`` and that
+child (``ctx.wait_any``), then records which fired in a step (``note``).
 """
 
 from __future__ import annotations
@@ -127,10 +130,36 @@ def cleanup_main(ctx: WorkflowContext, room: str) -> str:
         release(ctx, held)
 
 
+chore = Workflow("chore", 1)
+
+
+@chore.main
+def chore_main(ctx: WorkflowContext, order: str) -> str:
+    return f"chore {order} done"
+
+
+anyone = Workflow("anyone", 1, signals=["stop"])
+
+
+@anyone.step()
+def note(ctx: StepContext, fired: int) -> int:
+    _record("note", ctx, fired)
+    return fired
+
+
+@anyone.main
+def anyone_main(ctx: WorkflowContext, order: str) -> dict[str, Any]:
+    child = ctx.start_child("chore", 1, order)
+    fired = ctx.wait_any(["stop", child])
+    return {"fired": note(ctx, fired.index), "value": fired.value}
+
+
 def registry() -> WorkflowRegistry:
     reg = WorkflowRegistry()
     reg.register(WorkflowDefinition(flow))
     reg.register(WorkflowDefinition(cleanup))
+    reg.register(WorkflowDefinition(chore))
+    reg.register(WorkflowDefinition(anyone))
     return reg
 
 
