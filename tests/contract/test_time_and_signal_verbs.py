@@ -166,7 +166,8 @@ def test_a_wait_for_several_names_ends_at_the_first_and_keeps_the_others(backend
     assert isinstance(outcome, Suspended) and outcome.reason.startswith("waiting for signal 'approve|reject'")
     store.send_signal("t1", "note", "unrelated", signal_id="n1", sender="bob")
     assert store.get_task("t1").ready_at is None or store.get_task("t1").ready_at > store.now()
-    store.send_signal("t1", "reject", {"why": "late"}, signal_id="s1", sender="alice")
+    delivery = store.send_signal("t1", "reject", {"why": "late"}, signal_id="s1", sender="alice")
+    assert delivery.checked.value == "waiting"  # the store knows the task waits for it
     task = store.get_task("t1")
     assert task.ready_at is not None and task.ready_at <= store.now()  # the store woke it for "reject"
     store.send_signal("t1", "approve", {"ok": True}, signal_id="s2", sender="carol")

@@ -42,6 +42,7 @@ AUTHORING_API = {
     "wait_children",
     "run_child",
     "now",  # store time recorded in the journal, replayed
+    "wait_any",  # the first of several children, signal names and timers
 }
 
 
