@@ -201,7 +201,7 @@ class Calls:
         self._keep_arguments(spec, call_id, args, kwargs)
         prior = self._timeouts.unfinished(call_id)
         if prior is not None:
-            self._timeouts.next_attempt(spec, call_id, prior, None)
+            self._next_attempt(spec, call_id, prior, None)
         if spec.timeout is None:
             self._boundary.before_body()
         else:
@@ -250,11 +250,25 @@ class Calls:
                 return self._finish_effect(spec, entry, output, evidence)
             ran = known
             if prior is not None:
-                self._timeouts.next_attempt(spec, call_id, prior, entry.key)
+                self._next_attempt(spec, call_id, prior, entry.key)
             if timed:  # running it again: its new deadline is durable first
                 self._commits.commit(self._timeouts.mark(spec, call_id))
         text = self._execute(spec, call_id, entry.key, args, kwargs)
         return self._finish_effect(spec, entry, from_json(text), ran, text)
+
+    def _next_attempt(self, spec: StepSpec, call_id: str, prior: Unfinished, key: str | None) -> None:
+        """Count an attempt an earlier claim began and never ended; when that was the last
+        one and it timed out, the main function gets a StepFailed, as if the attempt had
+        timed out under this claim."""
+        try:
+            self._timeouts.next_attempt(spec, call_id, prior, key)
+        except FailRequested as failure:
+            if failure.cause not in _CATCHABLE:
+                raise
+            with self._commits.lock:
+                attempts = self._commits.checkpoint.step_failures.get(call_id, 0)
+            log.warning("%s", failure.reason, extra=task_fields(self._lease))
+            raise self._record_failure(spec, call_id, key, attempts, failure) from None
 
     def _continue_after_intent(self, entry: JournalEntry) -> None:
         """The intent's commit may have answered with a cancel (or the branch was stopped

@@ -17,6 +17,8 @@ backend, run by real workers over real stores.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
@@ -51,6 +53,7 @@ TWICE = RetryPolicy(max_attempts=2, initial_backoff=timedelta(seconds=1))
 @pytest.fixture(autouse=True)
 def _fresh() -> Iterator[None]:
     RAN.clear()
+    HUNG_RELEASE.clear()
     yield
     RAN.clear()
 
@@ -210,3 +213,54 @@ def test_an_effects_non_retryable_failure_is_caught_in_place_of_its_intent(backe
         ("send_refund#1", "effect", "failed", "t1/send_refund#1")
     ]
     assert RAN == {"send_refund": 1}
+
+
+# --- a last attempt found hung by a later claim ----------------------------------------------
+
+HUNG_RELEASE = threading.Event()
+SHORT = timedelta(milliseconds=300)
+
+wedge = Workflow("wedge", 1)
+
+
+@wedge.step(timeout=SHORT, retry=RetryPolicy(max_attempts=1))
+def stuck(ctx: StepContext, n: int) -> int:
+    RAN["stuck"] += 1
+    assert HUNG_RELEASE.wait(30), "the test never released the hung attempt"
+    return n
+
+
+@wedge.main
+def wedge_main(ctx: WorkflowContext, n: int) -> str:
+    try:
+        return f"got {stuck(ctx, n)}"
+    except StepFailed as failed:
+        return f"fell back after {failed.error_class} x{failed.attempts}"
+
+
+def test_a_last_attempt_found_hung_by_another_worker_is_caught_there(backend: Backend) -> None:
+    store, other_store = backend.open(), backend.open()
+    store.enqueue(WorkflowTask.new("wedge", 1, 1, checkpoint_id="t1"))
+    registry = WorkflowRegistry()
+    registry.register(WorkflowDefinition(wedge))
+    lease, beat = LeaseDuration(timedelta(seconds=1)), timedelta(milliseconds=100)
+    stuck_worker = WorkflowWorker(store, registry, WorkerId.parse("stuck"), lease, beat)
+    other = WorkflowWorker(other_store, registry, WorkerId.parse("other"), lease, beat)
+    thread = threading.Thread(target=stuck_worker.run_once, daemon=True)
+    try:
+        thread.start()
+        deadline = time.monotonic() + 15
+        while not RAN:  # the stuck worker's attempt began before the other looks
+            assert time.monotonic() < deadline, "the first attempt never began"
+            time.sleep(0.01)
+        while (outcome := other.run_once()).kind == "idle":  # taken over once the lease lapses
+            assert time.monotonic() < deadline, "no worker took the hung task over"
+            time.sleep(0.02)
+    finally:
+        HUNG_RELEASE.set()
+        thread.join(10)
+        stuck_worker.close()
+        other.close()
+    assert outcome == Completed("t1", "fell back after StepTimedOut x1"), outcome
+    assert RAN == {"stuck": 1}  # the body never ran again
+    assert [(e["call_id"], e["status"]) for e in entries(store, "t1")] == [("stuck#1", "failed")]
