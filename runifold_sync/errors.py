@@ -313,6 +313,30 @@ class TaskFailed(RunifoldError):
         return f"task {self.task_id!r} {self.outcome}: {self.reason or 'no reason recorded'}"
 
 
+@_detailed
+class StepFailed(RunifoldError):
+    """A step or effect failed for good (its retries used up, a non-retryable error, or
+    its timeout on the last attempt), raised at its call in the main function, which may
+    catch it: a fallback step, a compensation path. Uncaught, the task fails as it would
+    have without the catch (``reason``, with the step's error class and message).
+
+    Recorded in the journal before it is raised, so a replay raises it again with the
+    same fields; only the first raise has the original exception as ``__cause__``."""
+
+    step_id: str
+    call_id: str
+    attempts: int
+    error_class: str
+    message: str
+    reason: str  # the task's failure reason when nothing catches it
+    cause: str = "step_error"  # or "step_timeout"
+    effect_key: str | None = None
+    traceback: str | None = None  # the step's error's, as the task's failure keeps it
+
+    def __str__(self) -> str:
+        return self.reason
+
+
 def gave_up_after(attempts: int) -> str:
     """How a failure reason ends when a step's retries are used up: ``gave up after
     1 attempt`` or ``... 3 attempts`` (``RetryPolicy(max_attempts=1)`` is common)."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..errors import InvalidArgument, OutputNotSerializable, StoreUnavailable
+from ..errors import InvalidArgument, OutputNotSerializable, StepFailed, StoreUnavailable
 from ..model.checkpoint import EntryKind, EntryStatus, JournalEntry
 from ..model.codec import NotJsonable, structure, to_jsonable
 from ..model.values import Budget, bounded, check_int, check_name
@@ -32,6 +32,7 @@ from .interrupts import (
     UnknownPatch,
     Unwind,
     YieldRequested,
+    uncaught,
 )
 from .replay import Cursor
 
@@ -146,6 +147,9 @@ class _Runner:
                 return
             except StoreUnavailable as exc:  # ends the cycle, as in the main function
                 self._interrupted(key, Unwind(exc))
+                return
+            except StepFailed as failed:  # a step's final failure the branch did not catch
+                self._interrupted(key, uncaught(failed))
                 return
             except Exception as exc:
                 failure = FailRequested(

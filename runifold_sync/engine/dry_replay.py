@@ -68,7 +68,8 @@ class _DryCursor(Cursor):
         if self.position >= len(self.journal):
             raise ReachedEnd()
         call_id, entry = super().take(name, kind)
-        if entry is None or entry.status != EntryStatus.DONE:
+        # A step's recorded final failure replays as its StepFailed, as a claim does.
+        if entry is None or entry.status not in (EntryStatus.DONE, EntryStatus.FAILED):
             raise ReachedEnd()
         return call_id, entry
 

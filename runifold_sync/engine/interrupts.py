@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from typing import cast
 
-from ..errors import AmbiguousEffect, LeaseLostError, StoreUnavailable
+from ..errors import AmbiguousEffect, LeaseLostError, StepFailed, StoreUnavailable
 from ..model.outcomes import FailureCause
 
 
@@ -108,6 +109,19 @@ class UnknownPatch(Interrupt):
             f"the run recorded {self.marker!r} at position {self.position}, where this code calls "
             f"{self.call_id!r}: it needs a worker whose code has that patch"
         )
+
+
+def uncaught(failed: StepFailed) -> FailRequested:
+    """The task's failure when a StepFailed leaves the main function (or a branch)
+    uncaught: the failure the step would have ended the task with had nothing been able
+    to catch it, the same on the claim that raised it and on a replay."""
+    return FailRequested(
+        failed.reason,
+        cause=cast(FailureCause, failed.cause),
+        error=failed,
+        step_id=failed.step_id,
+        effect_key=failed.effect_key,
+    )
 
 
 class ContinueRequested(Interrupt):

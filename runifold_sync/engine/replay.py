@@ -32,6 +32,7 @@ from .interrupts import FailRequested, UnknownPatch
 # Bound once: on Python 3.11 reading an enum member from its class is a Python-level
 # lookup that cost more than the rest of a replayed call's checks.
 _DONE = EntryStatus.DONE
+_FAILED = EntryStatus.FAILED
 _PATCH = EntryKind.PATCH
 
 
@@ -91,7 +92,7 @@ class Cursor:
                 raise UnknownPatch(entry.call_id, position, call_id)
             error = NonDeterminism(self.task_id, position, entry.call_id, call_id)
             raise FailRequested(str(error), cause="nondeterminism", error=error, step_id=name)
-        if entry.status == _DONE:
+        if entry.status == _DONE or entry.status == _FAILED:  # both replay without running
             self._position += 1
         return call_id, entry
 
@@ -139,6 +140,17 @@ class Cursor:
             entry.output = output
             if evidence is not None:
                 entry.evidence = evidence
+        self._position += 1
+
+    def fail(self, entry: JournalEntry | None, failed: JournalEntry) -> None:
+        """Record ``failed``, the final failure of the call under the cursor: in place of
+        its unfinished ``entry`` (an effect's intent), else appended; and move past it."""
+        with self.lock:
+            if entry is None:
+                self.checkpoint.append(self.key, failed)
+            else:
+                entry.status = EntryStatus.FAILED
+                entry.output = failed.output
         self._position += 1
 
     def drop(self, entry: JournalEntry) -> None:

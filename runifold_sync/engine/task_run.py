@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from ..errors import InvalidArgument
-from ..model.checkpoint import Checkpoint, CheckpointWrite
+from ..model.checkpoint import MAIN, Checkpoint, CheckpointWrite, EntryKind, EntryStatus
 from ..model.codec import MAX_NESTING_DEPTH, NotJsonable, from_json, to_json
 from ..model.values import Budget
 from ..store import checks
@@ -25,7 +25,7 @@ from ..store.records import ClaimedTask, Lease
 from ..workflow.context import Branches, WorkflowContext
 from ..workflow.registry import WorkflowDefinition
 from ..workflow.specs import StepSpec
-from ..workflow.waiting import ApprovalDecision, ApprovalTimedOut, ChildHandle, ChildTimedOut
+from ..workflow.waiting import ApprovalDecision, ApprovalTimedOut, ChildHandle, ChildTimedOut, Fired, WaitItem
 from .boundary import Boundary, BranchScope
 from .branches import Parent, run_parallel, run_race
 from .calls import Calls
@@ -93,6 +93,7 @@ class TaskRun:
             boundary=self.boundary,
             lease=lease,
             undoable=definition.workflow.compensations,
+            undo_with_args=definition.workflow.compensation_args,
             resolutions=self._claimed.resolutions,
             timeouts=Timeouts(commits=self.commits, boundary=self.boundary, flags=self._flags, lease=lease),
             spans=self._spans,
@@ -161,6 +162,29 @@ class TaskRun:
     @property
     def revision(self) -> int:
         return self.commits.revision
+
+    def forget_failure(self, call_id: str) -> None:
+        """Take the recorded final failure ``call_id`` back out of the main journal when
+        nothing was recorded after it, as the task fails of it uncaught: the journal then
+        ends where it did before there was a failure to catch, so an operator's ``retry``
+        runs the step again (an effect's entry goes back to its intent, which a retry
+        reconciles as it always did). With calls recorded after it (a ``finally:`` block's),
+        it stays: a replay must meet it where it was."""
+        journal = self.checkpoint.journal
+        if not journal or journal[-1].call_id != call_id or journal[-1].status != EntryStatus.FAILED:
+            return
+        entry = journal[-1]
+        with self.commits.lock:
+            if entry.kind == EntryKind.EFFECT:
+                entry.status, entry.output = EntryStatus.INTENT, None
+            else:
+                self.checkpoint.remove(MAIN, entry)
+
+    @property
+    def cancel_delivered(self) -> bool:
+        """A cancel reached the main function in this claim: however it then ends (a
+        ``finally:`` block that raised, or waited), the task ends cancelled."""
+        return self._flags.cancel_delivered
 
     def encode(self) -> CheckpointWrite:
         """What changed in the checkpoint since the last commit, its run time brought up
@@ -251,6 +275,17 @@ class TaskRun:
 
     def deprecate_patch(self, change_id: str) -> None:
         self.cursor.patch(change_id, record=False)
+
+    def now(self) -> datetime:
+        return self.waits.now()
+
+    def wait_any(self, items: tuple[WaitItem, ...], result_type: Any, payload_type: Any) -> Fired:
+        return self.waits.wait_any(items, result_type, payload_type)
+
+    def wait_for_signals(
+        self, names: tuple[str, ...], timeout: timedelta | None, until: datetime | None, payload_type: Any
+    ) -> Any:
+        return self.waits.wait_for_signals(names, timeout, until, payload_type)
 
     def continue_as_new(self, input: Any) -> NoReturn:
         """Check ``input`` against the workflow's input type here, at the call, then end

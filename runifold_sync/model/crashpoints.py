@@ -54,7 +54,9 @@ POINTS = {
     "completion_held": "task id; the task returned and its completion is held for its claim "
     "batch's one commit (held_completions.py), which has not been sent",
     "before_commit": "call id (effect intents: '<call id>:intent'; events: 'event:<key>'; the "
-    "deadline of a step or effect with a timeout, committed before its body: '<call id>:deadline'); "
+    "deadline of a step or effect with a timeout, committed before its body: '<call id>:deadline'; "
+    "a step's final failure, before StepFailed is raised: '<call id>:failed'; a body's heartbeat "
+    "details: '<call id>:heartbeat'; what a ctx.wait_any fired: 'any#<n>'); "
     "a checkpoint commit is about to be sent",
     "after_commit": "as before_commit; the commit returned",
     "before_heartbeat": "task id, of the running task or of one claimed ahead; a lease "

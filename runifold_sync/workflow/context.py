@@ -26,7 +26,13 @@ from .waiting import (
     ChildHandle,
     ChildStart,
     ChildTimedOut,
+    Fired,
+    SignalReceived,
+    WaitItem,
+    check_signal_names,
+    check_wait_items,
     check_wait_timeout,
+    check_wait_until,
 )
 
 if TYPE_CHECKING:
@@ -81,6 +87,14 @@ class Runtime(Protocol):
     def continue_as_new(self, input: Any) -> NoReturn: ...
 
     def set_event(self, key: str, value: Any) -> None: ...
+
+    def now(self) -> datetime: ...
+
+    def wait_any(self, items: tuple[WaitItem, ...], result_type: Any, payload_type: Any) -> Fired: ...
+
+    def wait_for_signals(
+        self, names: tuple[str, ...], timeout: timedelta | None, until: datetime | None, payload_type: Any
+    ) -> Any: ...
 
     def patched(self, change_id: str) -> bool: ...
 
@@ -143,11 +157,30 @@ class WorkflowContext:
 
     # --- signals and approvals -------------------------------------------------------
 
-    def wait_for_signal(self, name: str, *, timeout: timedelta | None = None, payload_type: Any = Any) -> Any:
+    def wait_for_signal(
+        self,
+        name: str | Sequence[str],
+        *,
+        timeout: timedelta | None = None,
+        until: datetime | None = None,
+        payload_type: Any = Any,
+    ) -> Any:
         """Wait durably for a signal named ``name`` (declared on the workflow). Returns its
         payload, structured as ``payload_type``, or :class:`SignalTimedOut`. A signal sent
-        before the wait is kept for it; the definition's sender policy may refuse one."""
-        return self._engine.wait_for_signal(name, timeout, payload_type)
+        before the wait is kept for it; the definition's sender policy may refuse one.
+
+        ``name`` may be a list of names: the first of them to arrive ends the wait, which
+        then returns a :class:`SignalReceived` (its name and payload); the others stay
+        pending for a later wait. The deadline is ``timeout`` from the wait's start or
+        the moment ``until`` (store time), not both."""
+        names = check_signal_names(name)
+        deadline = check_wait_until("signal wait", timeout, until)
+        if isinstance(name, str) and deadline is None:
+            return self._engine.wait_for_signal(name, timeout, payload_type)
+        received = self._engine.wait_for_signals(names, timeout, deadline, payload_type)
+        if isinstance(name, str) and isinstance(received, SignalReceived):
+            return received.payload
+        return received
 
     def request_approval(
         self,
@@ -214,6 +247,20 @@ class WorkflowContext:
         handle = self.start_child(name, version, input, **start)
         return self.wait_child(handle, timeout=timeout, result_type=result_type)
 
+    def wait_any(
+        self, items: Sequence[WaitItem], *, result_type: Any = Any, payload_type: Any = Any
+    ) -> Fired:
+        """Wait durably (the worker is freed) for the first of ``items`` to fire: a child
+        (:class:`ChildHandle`) that ends, a signal name (declared on the workflow) that
+        arrives, or a timer (a ``timedelta`` from the wait's start, or a ``datetime``).
+        Returns :class:`Fired`: its index in ``items``, the item and its value (the
+        child's result as ``result_type``, or its :class:`ChildFailed`, returned, not
+        raised; the payload as ``payload_type``; None for a timer). When several are
+        ready at once the first in ``items`` wins. What fired is committed before the
+        call returns, and a replay returns it again; the others are left as they are (a
+        signal stays pending, a child runs on)."""
+        return self._engine.wait_any(check_wait_items(items), result_type, payload_type)
+
     # --- parallel branches and races ------------------------------------------------
 
     def parallel(
@@ -276,6 +323,17 @@ class WorkflowContext:
         then the new path: runs that recorded the marker pass it, new runs record none.
         When no run that recorded it is left either, the call can go."""
         self._engine.deprecate_patch(check_change_id(change_id))
+
+    # --- time ------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """Store time (UTC) as recorded for this point of the run: the first run reads the
+        store's clock and records it in the journal; every replay returns the recorded
+        value, so code that branches on the time takes the same branch again. No write of
+        its own: the record is committed with the next commit (a step's, an effect's
+        intent, an event, a wait); a crash before that loses it together with whatever
+        used it, and the replay reads the clock afresh."""
+        return self._engine.now()
 
     # --- runs ------------------------------------------------------------------------
 

@@ -39,6 +39,8 @@ class Workflow:
         self.signals = check_names("signals", "signal name", signals)
         self.steps: dict[str, StepSpec] = {}
         self.compensations: dict[str, Callable[..., Any]] = {}
+        # Steps whose compensation is also given the step's arguments (recorded with them).
+        self.compensation_args: set[str] = set()
         self.main_fn: Callable[..., Any] | None = None
         self._fingerprint: str | None = None  # cleared by each declaration
 
@@ -103,18 +105,27 @@ class Workflow:
         )
 
     def compensate_for(
-        self, step_id: str
-    ) -> Callable[[Callable[[StepContext, Any], None]], Callable[[StepContext, Any], None]]:
+        self, step_id: str, *, with_args: bool = False
+    ) -> Callable[[Callable[..., None]], Callable[..., None]]:
         """Declare how to undo a completed step ``step_id`` when the task later fails or is
         cancelled: ``fn(ctx, step_output)``. Compensations run newest first, each one
-        checkpointed, so a crash in the middle resumes where it stopped."""
-        check_name("step id", step_id)
+        checkpointed, so a crash in the middle resumes where it stopped.
 
-        def decorate(fn: Callable[[StepContext, Any], None]) -> Callable[[StepContext, Any], None]:
+        ``with_args=True``: ``fn(ctx, step_output, *args, **kwargs)`` with the arguments
+        the step was called with, recorded (as JSON, so they must be JSON values) when it
+        completes and structured back by the step's annotations; part of the
+        fingerprint, since checkpoints then hold them."""
+        check_name("step id", step_id)
+        if not isinstance(with_args, bool):
+            raise InvalidArgument(f"compensate_for with_args must be True or False, got {with_args!r}")
+
+        def decorate(fn: Callable[..., None]) -> Callable[..., None]:
             _check_function(f"@workflow.compensate_for({step_id!r})", fn)
             if step_id in self.compensations:
                 raise InvalidArgument(f"{self!r} already has a compensation for {step_id!r}")
             self.compensations[step_id] = fn
+            if with_args:
+                self.compensation_args.add(step_id)
             self._fingerprint = None
             return fn
 
@@ -160,6 +171,8 @@ class Workflow:
                 sid for sid in self.compensations if sid not in self.steps or self.steps[sid].patch is None
             ),
         }
+        if self.compensation_args:  # only then: every other fingerprint stays as it was
+            schema["compensations_with_args"] = sorted(self.compensation_args)
         digest = hashlib.sha256(json.dumps(schema, sort_keys=True).encode())
         self._fingerprint = digest.hexdigest()[:16]
         return self._fingerprint

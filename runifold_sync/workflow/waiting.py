@@ -4,12 +4,13 @@ API, not the engine, so that user code and tests can name them without the engin
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import TypedDict
+from datetime import datetime, timedelta
+from typing import Any, TypedDict
 
 import attrs
 
 from ..errors import InvalidArgument
+from ..model.moments import check_moment
 from ..model.values import check_duration_bound
 
 
@@ -18,6 +19,15 @@ class SignalTimedOut:
     """``ctx.wait_for_signal`` returns this instead of a payload when its timeout passed."""
 
     name: str
+
+
+@attrs.frozen
+class SignalReceived:
+    """What ``ctx.wait_for_signal`` returns when it waited for several names: which one
+    came first (``name``) and its payload."""
+
+    name: str
+    payload: Any
 
 
 @attrs.frozen
@@ -39,6 +49,21 @@ class ApprovalTimedOut:
     escalated: bool
 
 
+@attrs.frozen
+class Fired:
+    """What ``ctx.wait_any`` returns: which of the things it waited for came first.
+
+    ``index`` is its position in the list given and ``item`` the item itself; ``value``
+    is a child's result (structured as ``result_type``, or the :class:`ChildFailed` it
+    ended with, returned rather than raised), a signal's payload (``payload_type``), or
+    None for a timer. ``name`` is the signal's name, None for the others."""
+
+    index: int
+    item: Any
+    value: Any
+    name: str | None = None
+
+
 class ChildStart(TypedDict, total=False):
     """``start_child``'s options, which ``run_child`` passes on."""
 
@@ -54,6 +79,11 @@ class ChildHandle:
     task_id: str
     name: str
     version: int
+
+
+# What ctx.wait_any takes: a child, a signal name, a timer (a duration from the wait's
+# start, or a moment).
+WaitItem = ChildHandle | str | timedelta | datetime
 
 
 @attrs.frozen
@@ -72,3 +102,58 @@ def check_wait_timeout(what: str, timeout: object) -> timedelta | None:
     if timeout is None:
         return None
     return check_duration_bound(f"{what} timeout", timeout)
+
+
+def check_signal_names(names: object) -> tuple[str, ...]:
+    """The names a signal wait takes: one name, or a non-empty list of distinct names
+    (the wait ends at the first of them)."""
+    if isinstance(names, str):
+        return (names,)
+    if not isinstance(names, (list, tuple)) or not names:
+        raise InvalidArgument(f"signal wait name must be a name or a non-empty list of names, got {names!r}")
+    for name in names:
+        if not isinstance(name, str):
+            raise InvalidArgument(f"signal wait names must be strings, got {name!r} in {names!r}")
+    if len(set(names)) != len(names):
+        raise InvalidArgument(f"signal wait names must be distinct, got {names!r}")
+    return tuple(names)
+
+
+def check_wait_until(what: str, timeout: object, until: object) -> datetime | None:
+    """A wait's ``until``: None, or a moment a store can hold; never with ``timeout`` too
+    (one deadline per wait)."""
+    if until is None:
+        return None
+    if timeout is not None:
+        raise InvalidArgument(f"{what} takes timeout or until, not both (got {timeout!r} and {until!r})")
+    return check_moment(f"{what} until", until)
+
+
+def check_wait_items(items: object) -> tuple[WaitItem, ...]:
+    """``ctx.wait_any``'s list: non-empty, each a ChildHandle, a signal name, a positive
+    timedelta or a moment, no child or name twice."""
+    if isinstance(items, (str, ChildHandle)) or not isinstance(items, (list, tuple)) or not items:
+        raise InvalidArgument(
+            "wait_any needs a non-empty list of child handles, signal names and timers "
+            f"(timedelta or datetime), got {items!r}"
+        )
+    seen: set[object] = set()
+    for item in items:
+        if isinstance(item, ChildHandle):
+            key: object = ("child", item.task_id)
+        elif isinstance(item, str):
+            key = ("signal", item)
+        elif isinstance(item, timedelta):
+            check_wait_timeout("wait_any timer", item)
+            continue
+        elif isinstance(item, datetime):
+            check_moment("wait_any timer", item)
+            continue
+        else:
+            raise InvalidArgument(
+                f"wait_any items must be child handles, signal names, timedelta or datetime, got {item!r}"
+            )
+        if key in seen:
+            raise InvalidArgument(f"wait_any lists {item!r} twice")
+        seen.add(key)
+    return tuple(items)

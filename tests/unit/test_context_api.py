@@ -43,6 +43,8 @@ AUTHORING_API = {
     "run_child",
     "patched",  # whether this run takes a change's new path, recorded as a marker
     "deprecate_patch",
+    "now",  # store time recorded in the journal, replayed
+    "wait_any",  # the first of several children, signal names and timers
 }
 
 

@@ -1,6 +1,6 @@
 """The dry replay of ``versions --replay`` and ``testing.replay`` over every kind of
 recorded call (steps, an effect, a timer, parallel branches with a patch inside one, a
-child and its wait, a published event): the same code continues the run and runs no
+child and its wait, a published event, a recorded time, a step failure caught): the same code continues the run and runs no
 body; a change in the main function's calls is found, naming the call, and one inside
 a finished parallel call is not a divergence (a claim does not run its branches again)."""
 
@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 
 from runifold_sync import StepContext, Workflow, WorkflowContext, WorkflowDefinition, WorkflowRegistry
-from runifold_sync.errors import NonDeterminism
+from runifold_sync.errors import NonDeterminism, StepFailed
 from runifold_sync.model.retry_policy import RetryPolicy
 from runifold_sync.ops.run_export import export_run
 from runifold_sync.sqlite import SqliteWorkflowStore
@@ -144,3 +144,46 @@ def test_a_parallel_call_still_running_has_its_branch_journals_checked(
         "step parallel#1/left/first#1",
         "parallel#1/left/flaky#1",
     )
+
+
+def test_a_caught_step_failure_and_a_recorded_time_replay_and_the_calls_after_them_are_checked(
+    sqlite_store: SqliteWorkflowStore,
+) -> None:
+    def fallback_flow(variant: str) -> WorkflowRegistry:
+        wf = Workflow("fallback", 1, signals=["go"])
+
+        @wf.step(retry=RetryPolicy(max_attempts=1))
+        def primary(ctx: StepContext, n: int) -> int:
+            RAN["primary"] += 1
+            raise RuntimeError("the primary is down")
+
+        @wf.step()
+        def secondary(ctx: StepContext, n: int) -> int:
+            RAN["secondary"] += 1
+            return n
+
+        @wf.main
+        def run(ctx: WorkflowContext, n: int) -> int:
+            ctx.now()
+            try:
+                value = primary(ctx, n)
+            except StepFailed:
+                value = secondary(ctx, n) if variant == "same" else primary(ctx, n + 1)
+            ctx.wait_for_signal("go")
+            return value
+
+        registry = WorkflowRegistry()
+        registry.register(WorkflowDefinition(wf))
+        return registry
+
+    same = fallback_flow("same")
+    sqlite_store.enqueue(same.task("fallback", 1, 7, checkpoint_id="fb1"))
+    run_until_idle(sqlite_store, same)
+    assert sqlite_store.get_task("fb1").state is TaskState.WAITING
+    exported = export_run(sqlite_store, "fb1")
+    RAN.clear()
+    replay(exported, same)  # past the recorded failure and time, to the wait: runs nothing
+    assert not RAN
+    with pytest.raises(NonDeterminism) as caught:
+        replay(exported, fallback_flow("changed"))
+    assert caught.value.requested == "primary#2"

@@ -266,7 +266,8 @@ SET state = 'waiting', head = %(head)s::jsonb, revision = t.revision + 1,
     -- A signal that arrived while the worker was deciding to wait wakes the task now.
     ready_at = CASE WHEN EXISTS (
         SELECT 1 FROM runifold_signals s
-        WHERE s.task_id = t.task_id AND s.name = %(signal)s::text AND s.consumed_at IS NULL
+        WHERE s.task_id = t.task_id AND s.consumed_at IS NULL
+            AND s.name = ANY(string_to_array(%(signal)s::text, E'\n'))
     ) THEN clock.now ELSE %(wake_at)s::timestamptz END
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
@@ -393,7 +394,7 @@ parents AS (
 ),
 parent_woken AS (
     UPDATE runifold_tasks AS p SET ready_at = CASE
-        WHEN p.state = 'waiting' AND p.waiting_for_child = ANY(c.ids)
+        WHEN p.state = 'waiting' AND string_to_array(p.waiting_for_child, E'\n') && c.ids
             AND (p.ready_at IS NULL OR p.ready_at > c.at) THEN c.at ELSE p.ready_at END
     FROM children AS c JOIN parents AS l ON l.task_id = c.parent_id
     WHERE p.task_id = ANY(ARRAY(SELECT parent_id FROM children)) AND p.task_id = c.parent_id
@@ -564,7 +565,9 @@ WHERE task_id = %(task_id)s AND consumed_at IS NULL;
 -- Moves only ready_at: updated_at keeps the suspension time, so the claim that resumes
 -- the task can tell how long it waited.
 UPDATE runifold_tasks SET ready_at = %(now)s
-WHERE task_id = %(task_id)s AND state = 'waiting' AND waiting_for_signal = %(name)s;
+-- waiting_for_signal holds the names a wait takes, one a line.
+WHERE task_id = %(task_id)s AND state = 'waiting'
+    AND %(name)s::text = ANY(string_to_array(waiting_for_signal, E'\n'));
 
 -- name: pending_signals
 SELECT signal_id, name, payload_text AS payload, sender, reason, sent_at FROM runifold_signals
@@ -655,7 +658,8 @@ WHERE t.task_id = %(task_id)s AND t.state = 'waiting' AND t.waiting_for_signal =
     AND (t.ready_at IS NULL OR t.ready_at > %(now)s)
     AND EXISTS (
         SELECT 1 FROM runifold_signals s
-        WHERE s.task_id = t.task_id AND s.name = %(name)s AND s.consumed_at IS NULL
+        WHERE s.task_id = t.task_id AND s.consumed_at IS NULL
+            AND s.name = ANY(string_to_array(%(name)s::text, E'\n'))
     );
 
 -- name: register_worker
@@ -747,7 +751,9 @@ SELECT COUNT(*) AS entries FROM runifold_journal WHERE task_id = %(task_id)s AND
 -- and then sees the child ended (wake_if_child_finished), or committed first and is
 -- woken here (the UPDATE re-reads the row it waited for).
 UPDATE runifold_tasks AS p
-SET ready_at = CASE WHEN p.state = 'waiting' AND p.waiting_for_child = %(task_id)s::text
+-- waiting_for_child holds the children a wait takes (ctx.wait_any), one a line.
+SET ready_at = CASE WHEN p.state = 'waiting'
+    AND %(task_id)s::text = ANY(string_to_array(p.waiting_for_child, E'\n'))
     AND (p.ready_at IS NULL OR p.ready_at > %(now)s) THEN %(now)s ELSE p.ready_at END
 WHERE p.task_id = %(parent_id)s::text
 RETURNING p.ready_at = %(now)s AS woke;
@@ -760,7 +766,8 @@ WHERE t.task_id = %(task_id)s AND t.state = 'waiting' AND t.waiting_for_child = 
     AND (t.ready_at IS NULL OR t.ready_at > %(now)s)
     AND EXISTS (
         SELECT 1 FROM runifold_tasks c
-        WHERE c.task_id = %(child)s::text AND c.state IN ('terminal', 'cancelled')
+        WHERE c.task_id = ANY(string_to_array(%(child)s::text, E'\n'))
+            AND c.state IN ('terminal', 'cancelled')
     );
 
 -- name: unfinished_children

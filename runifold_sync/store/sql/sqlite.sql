@@ -198,7 +198,8 @@ SET state = 'waiting', head = :head, revision = revision + 1,
     -- A signal that arrived while the worker was deciding to wait wakes the task now.
     ready_at = CASE WHEN EXISTS (
         SELECT 1 FROM runifold_signals s
-        WHERE s.task_id = :task_id AND s.name = :signal AND s.consumed_at IS NULL
+        WHERE s.task_id = :task_id AND s.consumed_at IS NULL
+            AND instr(char(10) || :signal || char(10), char(10) || s.name || char(10)) > 0
     ) THEN :now ELSE :wake_at END
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
     AND lease_expires > :now AND revision = :revision AND cancel_requested IS NULL
@@ -373,7 +374,9 @@ SELECT COUNT(*) AS pending FROM runifold_signals WHERE task_id = :task_id AND co
 -- Moves only ready_at: updated_at keeps the suspension time, so the claim that resumes
 -- the task can tell how long it waited.
 UPDATE runifold_tasks SET ready_at = :now
-WHERE task_id = :task_id AND state = 'waiting' AND waiting_for_signal = :name;
+-- waiting_for_signal holds the names a wait takes, one a line.
+WHERE task_id = :task_id AND state = 'waiting'
+    AND instr(char(10) || waiting_for_signal || char(10), char(10) || :name || char(10)) > 0;
 
 -- name: pending_signals
 SELECT signal_id, name, payload, sender, reason, sent_at FROM runifold_signals
@@ -527,7 +530,9 @@ SELECT COUNT(*) AS entries FROM runifold_journal WHERE task_id = :task_id AND jo
 -- A child ended: its parent, if it waits for this child, is due now (BEGIN IMMEDIATE
 -- orders this against the parent's suspend, which checks for an ended child itself).
 UPDATE runifold_tasks
-SET ready_at = CASE WHEN state = 'waiting' AND waiting_for_child = :task_id
+-- waiting_for_child holds the children a wait takes (ctx.wait_any), one a line.
+SET ready_at = CASE WHEN state = 'waiting'
+    AND instr(char(10) || waiting_for_child || char(10), char(10) || :task_id || char(10)) > 0
     AND (ready_at IS NULL OR ready_at > :now) THEN :now ELSE ready_at END
 WHERE task_id = :parent_id
 RETURNING ready_at = :now AS woke;
@@ -539,7 +544,8 @@ WHERE task_id = :task_id AND state = 'waiting' AND waiting_for_child = :child
     AND (ready_at IS NULL OR ready_at > :now)
     AND EXISTS (
         SELECT 1 FROM runifold_tasks c
-        WHERE c.task_id = :child AND c.state IN ('terminal', 'cancelled')
+        WHERE instr(char(10) || :child || char(10), char(10) || c.task_id || char(10)) > 0
+            AND c.state IN ('terminal', 'cancelled')
     );
 
 -- name: unfinished_children
