@@ -1,8 +1,9 @@
 """The dry replay of ``versions --replay`` and ``testing.replay`` over every kind of
 recorded call (steps, an effect, a timer, parallel branches with a patch inside one, a
-child and its wait, a published event, a recorded time, a step failure caught): the same code continues the run and runs no
-body; a change in the main function's calls is found, naming the call, and one inside
-a finished parallel call is not a divergence (a claim does not run its branches again)."""
+child and its wait, a published event, a recorded time, a step failure caught): the
+same code continues the run and runs no body; a change in the main function's calls is
+found, naming the call, and one inside a finished parallel call is not a divergence (a
+claim does not run its branches again)."""
 
 from __future__ import annotations
 
