@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
 from ..errors import CheckpointError, LeaseLostError, StoreUnavailable
 from ..model import crashpoints
+from ..model.attributes import Attribute
 from ..model.checkpoint import Checkpoint, CheckpointWrite
 from ..store.base import WorkflowStore
 from ..store.records import Committed, Lease, Signal
@@ -118,6 +119,20 @@ class Commits:
                     self._lease, self.revision, write.head_json, key, value_json, journal=write.journal
                 ),
                 f"event:{key}",
+            )
+        except StoreUnavailable as exc:
+            raise Unwind(exc) from exc
+
+    def commit_attributes(self, attributes: Sequence[Attribute]) -> None:
+        """Set search attributes in a commit of the checkpoint as it stands, named
+        ``attributes:<key>+<key>...`` for crash points; as :meth:`commit_event`, a store that does
+        not answer ends the cycle (``Unwind``)."""
+        try:
+            self._write(
+                lambda write: self._store.commit_attributes(
+                    self._lease, self.revision, write.head_json, attributes, journal=write.journal
+                ),
+                "attributes:" + "+".join(a.key for a in attributes),
             )
         except StoreUnavailable as exc:
             raise Unwind(exc) from exc

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from ..errors import InvalidArgument
+from ..model.attributes import encode_all as encode_attributes
 from ..model.checkpoint import Checkpoint, CheckpointWrite
 from ..model.codec import MAX_NESTING_DEPTH, NotJsonable, from_json, to_json
 from ..model.values import Budget
@@ -239,6 +240,16 @@ class TaskRun:
         if self.cursor.replaying:
             return
         self.commits.commit_event(key, value_json)
+
+    def set_attributes(self, values: Mapping[str, Any]) -> None:
+        """Set search attributes now, in a commit of the checkpoint as it stands, unless
+        this call is being replayed: the rule of :meth:`set_event`, for the same reasons
+        (a stored attribute never reports progress the journal lacks, and a replay never
+        puts back an older value over a newer one)."""
+        attributes = encode_attributes("set_attributes", values)
+        if not attributes or self.cursor.replaying:
+            return
+        self.commits.commit_attributes(attributes)
 
     def continue_as_new(self, input: Any) -> NoReturn:
         """Check ``input`` against the workflow's input type here, at the call, then end

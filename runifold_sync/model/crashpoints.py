@@ -53,7 +53,8 @@ POINTS = {
     "after_effect": "call id; an effect body returned, its result is not committed",
     "completion_held": "task id; the task returned and its completion is held for its claim "
     "batch's one commit (held_completions.py), which has not been sent",
-    "before_commit": "call id (effect intents: '<call id>:intent'; events: 'event:<key>'; the "
+    "before_commit": "call id (effect intents: '<call id>:intent'; events: 'event:<key>'; search attributes: "
+    "'attributes:<key>+<key>...' in the call's order; the "
     "deadline of a step or effect with a timeout, committed before its body: '<call id>:deadline'); "
     "a checkpoint commit is about to be sent",
     "after_commit": "as before_commit; the commit returned",

@@ -19,6 +19,8 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from ..errors import EventNotFound, TaskNotFound, WaitTimedOut
+from ..model.attributes import AttributeKind, AttributeValue
+from ..model.attributes import decode as decode_attribute
 from ..model.codec import from_json
 from ..model.values import TaskState, check_name
 from . import checks, row_records
@@ -78,6 +80,13 @@ class ResultOperations:
             assert text is not None  # the column is NOT NULL; JSON null is the text "null"
             published.append(PublishedEvent(task_id, row["key"], text, d.time(row["set_at"])))
         return published
+
+    def task_attributes(self, task_id: str) -> dict[str, AttributeValue]:
+        """The search attributes task ``task_id`` has set (``ctx.set_attributes``), by
+        key, each as the kind it was set as; empty for a task that set none (or does not
+        exist)."""
+        found = self.dialect.all("task_attributes", {"task_id": checks.check_task_id(task_id)})
+        return {row["key"]: decode_attribute(AttributeKind(row["kind"]), row["value"]) for row in found}
 
     def _finished(self, task_id: str) -> TaskRecord | None:
         row = self.dialect.one("select_task", {"task_id": task_id})

@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import InvalidArgument, InvalidState, LeaseLostError, StoreUnavailable
+from ..model.attributes import Attribute
 from ..model.checkpoint import JournalRow
 from ..model.outcomes import FailureDetail
 from ..model.values import LeaseDuration, WorkerId
@@ -270,6 +271,33 @@ class WorkerOperations:
             with d.transaction() as tx:
                 committed = fenced_commit(d, tx, lease, params, journal, f"event {key!r} commit")
                 tx.count("set_task_event", {"task_id": lease.task_id, "key": key, "value": value})
+                return committed
+
+        return retried(commit, lambda: self._committed(lease, revision))
+
+    @timed
+    def commit_attributes(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str,
+        attributes: Sequence[Attribute],
+        *,
+        journal: Sequence[JournalRow] = (),
+    ) -> Committed:
+        """Set the task's search ``attributes`` (``ctx.set_attributes``; per key, last
+        write wins) in the fenced write that commits the checkpoint as it stands, as
+        :meth:`commit_event` publishes an event; returns what :meth:`commit_checkpoint`
+        returns."""
+        d = self.dialect
+        params = self._progress(lease, revision, checkpoint_json)
+
+        def commit() -> Committed:
+            with d.transaction() as tx:
+                committed = fenced_commit(d, tx, lease, params, journal, "attributes commit")
+                for a in attributes:
+                    row = {"task_id": lease.task_id, "key": a.key, "kind": a.kind.value, "value": a.text}
+                    tx.count("set_task_attribute", row)
                 return committed
 
         return retried(commit, lambda: self._committed(lease, revision))

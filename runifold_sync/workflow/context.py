@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, Unpack
 
 from ..errors import InvalidArgument
+from ..model.attributes import AttributeValue
 from ..model.moments import check_moment
 from ..model.values import Budget, check_duration_bound
 from .waiting import (
@@ -81,6 +82,8 @@ class Runtime(Protocol):
     def continue_as_new(self, input: Any) -> NoReturn: ...
 
     def set_event(self, key: str, value: Any) -> None: ...
+
+    def set_attributes(self, values: Mapping[str, Any]) -> None: ...
 
 
 class WorkflowContext:
@@ -237,6 +240,16 @@ class WorkflowContext:
         publishes nothing, and the next claim's replay reaches the call and publishes it.
         Costs one fenced write (none when replayed)."""
         self._engine.set_event(key, value)
+
+    def set_attributes(self, **values: AttributeValue) -> None:
+        """Set this task's search attributes: ``ctx.set_attributes(customer="c-42",
+        amount=120)``. Each value is text, an integer, a number, a boolean or an aware
+        datetime (kept as that kind); a key set again takes the new value. Operators find
+        the task by them: ``store.list_tasks(attributes={"customer": "c-42"})``, ``list
+        --where customer=c-42``, the dashboard's task list; ``store.task_attributes``
+        reads them. Committed before the call returns, with the progress made so far, as
+        :meth:`set_event` is (same replay rule); one fenced write, none when replayed."""
+        self._engine.set_attributes(values)
 
     # --- runs ------------------------------------------------------------------------
 

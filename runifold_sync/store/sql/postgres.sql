@@ -847,7 +847,9 @@ WITH events AS (DELETE FROM runifold_events WHERE task_id = ANY(%(ids)s::text[])
     journal AS (DELETE FROM runifold_journal WHERE task_id = ANY(%(ids)s::text[])),
     signals AS (DELETE FROM runifold_signals WHERE task_id = ANY(%(ids)s::text[])),
     resolutions AS (DELETE FROM runifold_effect_resolutions WHERE task_id = ANY(%(ids)s::text[])),
-    published AS (DELETE FROM runifold_task_events WHERE task_id = ANY(%(ids)s::text[]))
+    published AS (DELETE FROM runifold_task_events WHERE task_id = ANY(%(ids)s::text[])),
+    attributes AS (DELETE FROM runifold_task_attributes WHERE task_id = ANY(%(ids)s::text[])),
+    streams AS (DELETE FROM runifold_task_streams WHERE task_id = ANY(%(ids)s::text[]))
 DELETE FROM runifold_tasks
 WHERE task_id = ANY(%(ids)s::text[]) AND state IN ('terminal', 'cancelled');
 
@@ -920,6 +922,11 @@ WHERE name = %(name)s ORDER BY id;
     AND (%(definition)s::text IS NULL OR definition_name = %(definition)s::text)
     AND (%(parent)s::text IS NULL OR parent_id = %(parent)s::text)
     AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    AND (%(attribute_count)s::int = 0 OR task_id IN (
+        SELECT a.task_id
+        FROM jsonb_to_recordset(%(attributes)s::jsonb) AS f(key text, kind text, value text)
+        JOIN runifold_task_attributes a ON a.key = f.key AND a.kind = f.kind AND a.value = f.value
+        GROUP BY a.task_id HAVING count(*) = %(attribute_count)s::int))
 
 -- name: list_tasks_page
 -- The dashboard's task list (sql_reads.list_tasks_page), oldest first: of the next
@@ -987,3 +994,13 @@ SELECT 1 AS live FROM runifold_logins WHERE digest = %(digest)s AND expires_at >
 
 -- name: end_login
 DELETE FROM runifold_logins WHERE digest = %(digest)s;
+
+-- name: set_task_attribute
+-- ctx.set_attributes, inside the fenced checkpoint commit that carries it (last write wins).
+INSERT INTO runifold_task_attributes (task_id, key, kind, value, set_at)
+VALUES (%(task_id)s, %(key)s, %(kind)s, %(value)s, {now})
+ON CONFLICT (task_id, key) DO UPDATE
+SET kind = excluded.kind, value = excluded.value, set_at = excluded.set_at;
+
+-- name: task_attributes
+SELECT key, kind, value FROM runifold_task_attributes WHERE task_id = %(task_id)s ORDER BY key;

@@ -623,6 +623,12 @@ DELETE FROM runifold_effect_resolutions WHERE task_id IN (SELECT value FROM json
 -- name: prune_task_events
 DELETE FROM runifold_task_events WHERE task_id IN (SELECT value FROM json_each(:ids));
 
+-- name: prune_task_attributes
+DELETE FROM runifold_task_attributes WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_task_streams
+DELETE FROM runifold_task_streams WHERE task_id IN (SELECT value FROM json_each(:ids));
+
 -- name: prune_tasks
 DELETE FROM runifold_tasks
 WHERE task_id IN (SELECT value FROM json_each(:ids)) AND state IN ('terminal', 'cancelled');
@@ -693,6 +699,11 @@ WHERE name = :name ORDER BY id;
     AND (:definition IS NULL OR definition_name = :definition)
     AND (:parent IS NULL OR parent_id = :parent)
     AND (:queue IS NULL OR queue = :queue)
+    AND (:attribute_count = 0 OR task_id IN (
+        SELECT a.task_id FROM json_each(:attributes) f
+        JOIN runifold_task_attributes a ON a.key = json_extract(f.value, '$.key')
+            AND a.kind = json_extract(f.value, '$.kind') AND a.value = json_extract(f.value, '$.value')
+        GROUP BY a.task_id HAVING count(*) = :attribute_count))
 
 -- name: list_tasks_page
 -- The dashboard's task list (sql_reads.list_tasks_page), oldest first: of the next
@@ -757,3 +768,13 @@ SELECT 1 AS live FROM runifold_logins WHERE digest = :digest AND expires_at > {n
 
 -- name: end_login
 DELETE FROM runifold_logins WHERE digest = :digest;
+
+-- name: set_task_attribute
+-- ctx.set_attributes, inside the fenced checkpoint commit that carries it (last write wins).
+INSERT INTO runifold_task_attributes (task_id, key, kind, value, set_at)
+VALUES (:task_id, :key, :kind, :value, :now)
+ON CONFLICT (task_id, key) DO UPDATE
+SET kind = excluded.kind, value = excluded.value, set_at = excluded.set_at;
+
+-- name: task_attributes
+SELECT key, kind, value FROM runifold_task_attributes WHERE task_id = :task_id ORDER BY key;

@@ -1,0 +1,84 @@
+"""The crash cases of the workflow verbs' writes (issue 48), on every backend: a worker
+process (``tests.integration.verbs_crash_app``) killed (SIGKILL) just before and just
+after the fenced commit that carries them, then a worker in this process finishes the
+task. The crash points are the matrix's ``before_commit``/``after_commit``, with the
+subject each write names (``attributes:<key>+<key>...``):
+
+- killed before the attributes' commit, nothing of it is stored, and the step result it
+  carries is lost too (that step runs again); the resumed run sets them;
+- killed after it, the attributes are stored with the step before them; the resumed run
+  (at the journal's end) writes the same values again, and that step never runs again.
+
+Either way the task ends with the attributes set once, each step run as the commit
+order says.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from runifold_sync import WorkerId, WorkflowTask, WorkflowWorker
+from runifold_sync.store import TaskOutcome, TaskState
+from tests.support import ledger, processes
+from tests.support.backends import Backend
+
+from . import crash_app, verbs_crash_app
+
+TASK = "v1"
+
+
+@attrs.frozen
+class VerbCase:
+    crash: str  # RUNIFOLD_CRASH_AT of the worker process
+    attributes: dict[str, Any]  # stored when it died
+    ran_twice: tuple[str, ...] = ()
+
+
+VERB_CASES = {
+    "before_attributes_commit": VerbCase(
+        "before_commit:attributes:customer+stage", {}, ran_twice=("prepare",)
+    ),
+    "after_attributes_commit": VerbCase(
+        "after_commit:attributes:customer+stage", {"customer": "order-1", "stage": "prepared"}
+    ),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", list(VERB_CASES))
+def test_verb_crash_point(
+    name: str, backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    case = VERB_CASES[name]
+    ledger_path = tmp_path / "ledger.txt"
+    monkeypatch.setenv(verbs_crash_app.LEDGER_ENV, str(ledger_path))
+    store = backend.open()
+    store.enqueue(WorkflowTask.new("verbs", 1, "order-1", checkpoint_id=TASK))
+    env = dict(os.environ, RUNIFOLD_CRASH_AT=case.crash)
+    args = ["--url", backend.url, "--ledger", str(ledger_path), "--task", TASK]
+    proc = processes.run("tests.integration.verbs_crash_app", *args, env=env, timeout_s=60)
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    assert f"runifold crash point {case.crash}" in proc.stderr, proc.stderr
+    assert store.task_attributes(TASK) == case.attributes
+    store.set_clock_offset(crash_app.LEASE.value * 3)  # past the dead worker's lease
+
+    worker = WorkflowWorker(
+        store, verbs_crash_app.registry(), WorkerId.parse("recovery"), crash_app.LEASE, crash_app.HEARTBEAT
+    )
+    try:
+        crash_app.drive(worker, TASK)
+    finally:
+        worker.close()
+    record = store.get_task(TASK)
+    assert (record.state, record.outcome) == (TaskState.TERMINAL, TaskOutcome.COMPLETED)
+    assert record.result == "done"
+    assert store.task_attributes(TASK) == {"customer": "order-1", "stage": "prepared"}
+    runs = Counter(line[0] for line in ledger.read(ledger_path))
+    assert runs == {body: 2 if body in case.ran_twice else 1 for body in verbs_crash_app.BODIES}

@@ -1,0 +1,59 @@
+"""The workflow of the verbs' crash cases (``test_verb_crash_points``) and a worker
+process that runs it:
+
+    RUNIFOLD_CRASH_AT=point[:subject] python -m tests.integration.verbs_crash_app \\
+        --url URL --ledger PATH --task TASK
+
+``verbs`` runs a step, sets search attributes (``ctx.set_attributes``), runs a second
+step, and returns. Each step body appends ``<step> <task> <pid>`` to the ledger, so the
+test counts what really ran.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from runifold_sync import StepContext, Workflow, WorkflowContext, WorkflowDefinition, WorkflowRegistry
+from tests.support import ledger
+
+from .crash_app import drive_one_task
+
+LEDGER_ENV = "VERBS_CRASH_LEDGER"
+BODIES = ("prepare", "finish")
+
+flow = Workflow("verbs", 1)
+
+
+def _record(step: str, ctx: StepContext) -> None:
+    ledger.append(Path(os.environ[LEDGER_ENV]), step, ctx.task_id, os.getpid())
+
+
+@flow.step()
+def prepare(ctx: StepContext, order: str) -> str:
+    _record("prepare", ctx)
+    return f"prepared {order}"
+
+
+@flow.step()
+def finish(ctx: StepContext, prepared: str) -> str:
+    _record("finish", ctx)
+    return "done"
+
+
+@flow.main
+def verbs_main(ctx: WorkflowContext, order: str) -> str:
+    prepared = prepare(ctx, order)
+    ctx.set_attributes(customer=order, stage="prepared")
+    return finish(ctx, prepared)
+
+
+def registry() -> WorkflowRegistry:
+    reg = WorkflowRegistry()
+    reg.register(WorkflowDefinition(flow))
+    return reg
+
+
+if __name__ == "__main__":
+    sys.exit(drive_one_task("python -m tests.integration.verbs_crash_app", registry(), LEDGER_ENV))
