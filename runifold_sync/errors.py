@@ -151,6 +151,18 @@ class EventNotFound(RunifoldError, KeyError):
 
 
 @_detailed
+class ScheduleExists(RunifoldError):
+    """``store.create_schedule`` was given a name already stored: declared by a registry,
+    or created before. Delete the created one first (``store.delete_schedule``) to
+    replace it."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"a schedule named {self.name!r} is already stored; delete it first to replace it"
+
+
+@_detailed
 class ScheduleNotFound(RunifoldError, LookupError):
     """No schedule of this name is stored: none was ever declared by a worker whose
     registry adds it (``registry.add_schedule``), which stores it when it starts."""

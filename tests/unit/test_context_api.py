@@ -37,6 +37,7 @@ AUTHORING_API = {
     "race",
     "continue_as_new",
     "set_event",  # publishes a value for store.get_event, committed like a step boundary
+    "set_attributes",  # search attributes for list_tasks(attributes=), committed as set_event
     "start_child",
     "wait_child",
     "wait_children",

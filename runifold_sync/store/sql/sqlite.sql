@@ -778,3 +778,24 @@ SET kind = excluded.kind, value = excluded.value, set_at = excluded.set_at;
 
 -- name: task_attributes
 SELECT key, kind, value FROM runifold_task_attributes WHERE task_id = :task_id ORDER BY key;
+
+-- name: create_schedule
+-- store.create_schedule: a schedule created at run time, active from now; none if the name
+-- is taken (declared by a registry, or created before).
+INSERT INTO runifold_schedules (
+    name, definition_name, definition_version, cron, every_s, timezone, input, queue, origin,
+    active_since, declared_at, changed_at
+) VALUES (
+    :name, :definition_name, :definition_version, :cron, :every_s, :timezone, :input, :queue, 'created',
+    :now, :now, :now
+)
+ON CONFLICT (name) DO NOTHING
+RETURNING *;
+
+-- name: delete_created_schedule
+-- store.delete_schedule: only a schedule created at run time (a registry would store a
+-- declared one again). Its tick tasks are not touched.
+DELETE FROM runifold_schedules WHERE name = :name AND origin = 'created' RETURNING *;
+
+-- name: created_schedules
+SELECT * FROM runifold_schedules WHERE origin = 'created' ORDER BY name;
