@@ -208,9 +208,16 @@ class TaskRun:
         return self.waits.request_approval(name, approvers, timeout, escalate_to, escalation_timeout)
 
     def start_child(
-        self, name: str, version: int, input: Any, checkpoint_id: str | None, tenant: str | None, queue: str
+        self,
+        name: str,
+        version: int,
+        input: Any,
+        checkpoint_id: str | None,
+        tenant: str | None,
+        queue: str,
+        detached: bool = False,
     ) -> ChildHandle:
-        return self.children.start(name, version, input, checkpoint_id, tenant, queue)
+        return self.children.start(name, version, input, checkpoint_id, tenant, queue, detached)
 
     def wait_children(
         self, handles: Sequence[ChildHandle], timeout: timedelta | None, result_type: Any

@@ -243,6 +243,7 @@ class TaskRecord:
     # Signals refused where they were sent (send_signal); the history records the first
     # ``refusals.RECORDED_SIGNAL_REFUSALS`` of them, and only counts the rest here.
     refused_signals: int = 0
+    detached: bool = False  # a child its parent's cancel does not cancel (start_child(detached=True))
     status_note: str | None = None
 
     @property

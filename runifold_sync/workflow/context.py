@@ -66,7 +66,14 @@ class Runtime(Protocol):
     ) -> ApprovalDecision | ApprovalTimedOut: ...
 
     def start_child(
-        self, name: str, version: int, input: Any, checkpoint_id: str | None, tenant: str | None, queue: str
+        self,
+        name: str,
+        version: int,
+        input: Any,
+        checkpoint_id: str | None,
+        tenant: str | None,
+        queue: str,
+        detached: bool = False,
     ) -> ChildHandle: ...
 
     def wait_children(
@@ -159,13 +166,18 @@ class WorkflowContext:
         checkpoint_id: str | None = None,
         tenant: str | None = None,
         queue: str = "default",
+        detached: bool = False,
     ) -> ChildHandle:
         """Enqueue a task of ``name`` at ``version`` as this task's child, once: a replay
         returns the same handle. Its id is ``checkpoint_id``, else derived from this
         task's id and the call's. It runs on its own (its own budget and retries; this
         task's tenant unless ``tenant``; on the named ``queue``, ``default`` unless given,
-        whatever this task's queue) until waited for with :meth:`wait_child`."""
-        return self._engine.start_child(name, version, input, checkpoint_id, tenant, queue)
+        whatever this task's queue) until waited for with :meth:`wait_child`.
+        Cancelling this task cancels its unfinished children, except a ``detached`` one,
+        which runs on to its own end (it stays this task's child: listed, waitable)."""
+        if not isinstance(detached, bool):
+            raise InvalidArgument(f"detached must be True or False, got {detached!r}")
+        return self._engine.start_child(name, version, input, checkpoint_id, tenant, queue, detached)
 
     def wait_child(
         self, handle: ChildHandle, *, timeout: timedelta | None = None, result_type: Any = Any

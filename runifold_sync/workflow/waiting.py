@@ -45,6 +45,7 @@ class ChildStart(TypedDict, total=False):
     checkpoint_id: str | None
     tenant: str | None
     queue: str
+    detached: bool
 
 
 @attrs.frozen

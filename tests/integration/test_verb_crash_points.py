@@ -11,6 +11,10 @@ subject each write names (``attributes:<key>+<key>...``):
 
 Either way the task ends with the attributes set once, each step run as the commit
 order says.
+
+A detached child is enqueued (detached, in the one insert) before the parent's commit
+records it: killed there (``before_step:finish#1``) and then cancelled, the parent ends
+cancelled while its one detached child, not cancelled, runs to its end.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class VerbCase:
     crash: str  # RUNIFOLD_CRASH_AT of the worker process
     attributes: dict[str, Any]  # stored when it died
     ran_twice: tuple[str, ...] = ()
+    cancel: bool = False  # the parent is cancelled after the crash
 
 
 VERB_CASES = {
@@ -48,7 +53,11 @@ VERB_CASES = {
     "after_attributes_commit": VerbCase(
         "after_commit:attributes:customer+stage", {"customer": "order-1", "stage": "prepared"}
     ),
+    "detached_child_enqueued_then_cancel": VerbCase(
+        "before_step:finish#1", {"customer": "order-1", "stage": "prepared"}, cancel=True
+    ),
 }
+CHILD = f"{TASK}:child:verbs-audit-1"
 
 
 @pytest.mark.timeout(120)
@@ -67,6 +76,9 @@ def test_verb_crash_point(
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
     assert f"runifold crash point {case.crash}" in proc.stderr, proc.stderr
     assert store.task_attributes(TASK) == case.attributes
+    if case.cancel:
+        assert store.get_task(CHILD).detached
+        assert store.cancel(TASK, actor="test", reason="stop") is TaskState.LEASED
     store.set_clock_offset(crash_app.LEASE.value * 3)  # past the dead worker's lease
 
     worker = WorkflowWorker(
@@ -74,9 +86,18 @@ def test_verb_crash_point(
     )
     try:
         crash_app.drive(worker, TASK)
+        crash_app.drive(worker, CHILD)
     finally:
         worker.close()
     record = store.get_task(TASK)
+    child = store.get_task(CHILD)
+    assert (child.state, child.outcome) == (TaskState.TERMINAL, TaskOutcome.COMPLETED)
+    assert child.result == "audited order-1"
+    assert [t.task_id for t in store.list_tasks(parent=TASK)] == [CHILD]  # one child, never two
+    if case.cancel:
+        assert record.state is TaskState.CANCELLED
+        assert Counter(line[0] for line in ledger.read(ledger_path)) == {"prepare": 1}
+        return
     assert (record.state, record.outcome) == (TaskState.TERMINAL, TaskOutcome.COMPLETED)
     assert record.result == "done"
     assert store.task_attributes(TASK) == {"customer": "order-1", "stage": "prepared"}

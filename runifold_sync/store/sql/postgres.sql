@@ -13,13 +13,13 @@ SELECT {now} AS now;
 WITH clock AS (SELECT {now} AS now)
 INSERT INTO runifold_tasks (
     task_id, definition_name, definition_version, tenant, input, input_text, priority, state,
-    ready_at, created_at, updated_at, parent_id, trace_context, queue
+    ready_at, created_at, updated_at, parent_id, trace_context, queue, detached
 )
 SELECT
     %(task_id)s, %(definition_name)s, %(definition_version)s, %(tenant)s, %(input)s::text::jsonb,
     %(input)s::text, %(priority)s, 'queued',
     GREATEST(clock.now, COALESCE(%(not_before)s::timestamptz, clock.now)), clock.now, clock.now,
-    %(parent_id)s::text, %(trace_context)s::text, %(queue)s
+    %(parent_id)s::text, %(trace_context)s::text, %(queue)s, %(detached)s::boolean
 FROM clock
 ON CONFLICT (task_id) DO NOTHING
 RETURNING created_at AS at;
@@ -30,7 +30,7 @@ task_id, definition_name, definition_version, tenant, input_text AS input, prior
     state, outcome, reason, ambiguous_effect, ready_at, worker_id, fencing_token,
     lease_expires, claims_since_progress, revision, head::text AS head,
     result::text AS result, created_at, updated_at, parent_id, waiting_for_child, paused,
-    queue, fingerprint, refused_signals
+    queue, fingerprint, refused_signals, detached
 
 -- name: select_task
 SELECT {query:task_columns}
@@ -764,8 +764,9 @@ WHERE t.task_id = %(task_id)s AND t.state = 'waiting' AND t.waiting_for_child = 
     );
 
 -- name: unfinished_children
+-- The children a cancel of their parent cancels: a detached one outlives it.
 SELECT task_id FROM runifold_tasks
-WHERE parent_id = %(task_id)s AND state IN ('queued', 'leased', 'waiting')
+WHERE parent_id = %(task_id)s AND state IN ('queued', 'leased', 'waiting') AND NOT detached
 ORDER BY task_id;
 
 -- name: pause_unleased

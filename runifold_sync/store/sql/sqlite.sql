@@ -8,10 +8,10 @@ SELECT {now} AS now;
 -- name: insert_task
 INSERT INTO runifold_tasks (
     task_id, definition_name, definition_version, tenant, input, priority, state,
-    ready_at, created_at, updated_at, parent_id, trace_context, queue
+    ready_at, created_at, updated_at, parent_id, trace_context, queue, detached
 ) VALUES (
     :task_id, :definition_name, :definition_version, :tenant, :input, :priority, 'queued',
-    MAX(:now, COALESCE(:not_before, :now)), :now, :now, :parent_id, :trace_context, :queue
+    MAX(:now, COALESCE(:not_before, :now)), :now, :now, :parent_id, :trace_context, :queue, :detached
 )
 ON CONFLICT (task_id) DO NOTHING
 RETURNING :now AS at;
@@ -543,8 +543,9 @@ WHERE task_id = :task_id AND state = 'waiting' AND waiting_for_child = :child
     );
 
 -- name: unfinished_children
+-- The children a cancel of their parent cancels: a detached one outlives it.
 SELECT task_id FROM runifold_tasks
-WHERE parent_id = :task_id AND state IN ('queued', 'leased', 'waiting')
+WHERE parent_id = :task_id AND state IN ('queued', 'leased', 'waiting') AND detached = 0
 ORDER BY task_id;
 
 -- name: pause_unleased
