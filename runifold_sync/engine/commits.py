@@ -21,7 +21,7 @@ from ..model import crashpoints
 from ..model.attributes import Attribute
 from ..model.checkpoint import Checkpoint, CheckpointWrite
 from ..store.base import WorkflowStore
-from ..store.records import Committed, Lease, Signal
+from ..store.records import Committed, Lease, Signal, StreamWrite
 from .claim import LeaseFlags
 from .interrupts import FailRequested, Unwind
 
@@ -133,6 +133,20 @@ class Commits:
                     self._lease, self.revision, write.head_json, attributes, journal=write.journal
                 ),
                 "attributes:" + "+".join(a.key for a in attributes),
+            )
+        except StoreUnavailable as exc:
+            raise Unwind(exc) from exc
+
+    def commit_stream(self, write: StreamWrite) -> None:
+        """Append a stream value in a commit of the checkpoint as it stands, named
+        ``stream:<key>:<seq>`` for crash points; as :meth:`commit_event`, a store that
+        does not answer ends the cycle (``Unwind``)."""
+        try:
+            self._write(
+                lambda head: self._store.commit_stream(
+                    self._lease, self.revision, head.head_json, write, journal=head.journal
+                ),
+                f"stream:{write.key}:{write.seq}",
             )
         except StoreUnavailable as exc:
             raise Unwind(exc) from exc

@@ -22,7 +22,7 @@ from ..model.codec import MAX_NESTING_DEPTH, NotJsonable, from_json, to_json
 from ..model.values import Budget
 from ..store import checks
 from ..store.base import WorkflowStore
-from ..store.records import ClaimedTask, Lease
+from ..store.records import ClaimedTask, Lease, StreamWrite
 from ..workflow.context import Branches, WorkflowContext
 from ..workflow.registry import WorkflowDefinition
 from ..workflow.specs import StepSpec
@@ -70,6 +70,9 @@ class TaskRun:
             max_entry_bytes=max_entry_bytes,
         )
         self._open(Cursor(checkpoint, self.commits.lock, self.task_id), None)
+        # ctx.write_stream calls of this claim's run of the main function, per key: each
+        # call's seq, the same on every claim since the function runs from the top.
+        self._stream_writes: dict[str, int] = {}
 
     def _open(self, cursor: Cursor, branch: BranchScope | None) -> None:
         """Set up the parts of this run that belong to one journal."""
@@ -257,6 +260,24 @@ class TaskRun:
         if not attributes or self.cursor.replaying:
             return
         self.commits.commit_attributes(attributes)
+
+    def write_stream(self, key: str, value: Any) -> None:
+        """Append ``value`` to stream ``key`` now, in a commit of the checkpoint as it
+        stands, unless this call is being replayed: the rule of :meth:`set_event`. The
+        call's seq (its place among this run's writes to ``key``) makes a write made
+        again at the journal's end (the crash came after its commit) a no-op in the
+        store, so a value is appended once. The main function only: branches run in no
+        fixed order, so their writes would have no stable place."""
+        value_json = checks.check_stream_value(key, value)
+        if self.cursor.scope is not None:
+            raise InvalidArgument(
+                f"write_stream is for the main function, not parallel branch {self.cursor.scope!r}"
+            )
+        seq = self._stream_writes.get(key, 0) + 1
+        self._stream_writes[key] = seq
+        if self.cursor.replaying:
+            return
+        self.commits.commit_stream(StreamWrite(key, value_json, self.checkpoint.run, "", seq))
 
     def continue_as_new(self, input: Any) -> NoReturn:
         """Check ``input`` against the workflow's input type here, at the call, then end

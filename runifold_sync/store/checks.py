@@ -195,6 +195,15 @@ def check_event(key: object, value: Any) -> str:
     )
 
 
+def check_stream_value(key: object, value: Any) -> str:
+    """A stream value's key (a name) and value, as :func:`check_event` checks an event's:
+    returns the value's canonical JSON text."""
+    check_name("stream key", key)
+    return _json_text(
+        f"value of stream {key!r}", value, MAX_EVENT_BYTES, "write a reference (an id, a URL) to it"
+    )
+
+
 def check_clock_offset(offset: object) -> timedelta:
     if not isinstance(offset, timedelta):
         raise InvalidArgument(f"clock offset must be a timedelta, got {offset!r}")

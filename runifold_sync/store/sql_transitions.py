@@ -32,7 +32,17 @@ from ..model.outcomes import FailureDetail
 from ..model.values import LeaseDuration, WorkerId
 from . import checks, event_details, refusals, row_records, signal_checks
 from .dialect import Dialect, Event, FencedTransition, Row, Transaction
-from .records import BatchCompleted, ClaimedTask, ClaimRequest, Committed, Completion, Lease, Routes, Signal
+from .records import (
+    BatchCompleted,
+    ClaimedTask,
+    ClaimRequest,
+    Committed,
+    Completion,
+    Lease,
+    Routes,
+    Signal,
+    StreamWrite,
+)
 from .retries import retried
 from .timing import OperationTimer, timed
 
@@ -298,6 +308,33 @@ class WorkerOperations:
                 for a in attributes:
                     row = {"task_id": lease.task_id, "key": a.key, "kind": a.kind.value, "value": a.text}
                     tx.count("set_task_attribute", row)
+                return committed
+
+        return retried(commit, lambda: self._committed(lease, revision))
+
+    @timed
+    def commit_stream(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str,
+        write: StreamWrite,
+        *,
+        journal: Sequence[JournalRow] = (),
+    ) -> Committed:
+        """Append ``write`` to the task's stream (``ctx.write_stream``) in the fenced
+        write that commits the checkpoint as it stands, as :meth:`commit_event`
+        publishes an event; a write already there (same run, writer and seq) is not
+        appended again. Returns what :meth:`commit_checkpoint` returns."""
+        d = self.dialect
+        params = self._progress(lease, revision, checkpoint_json)
+        value = d.json_in(f"value of stream {write.key!r}", write.value_json)
+        row = {"task_id": lease.task_id, "value": value, **write.place()}
+
+        def commit() -> Committed:
+            with d.transaction() as tx:
+                committed = fenced_commit(d, tx, lease, params, journal, f"stream {write.key!r} commit")
+                tx.count("append_stream", row)
                 return committed
 
         return retried(commit, lambda: self._committed(lease, revision))

@@ -92,6 +92,8 @@ class Runtime(Protocol):
 
     def set_attributes(self, values: Mapping[str, Any]) -> None: ...
 
+    def write_stream(self, key: str, value: Any) -> None: ...
+
 
 class WorkflowContext:
     """``ctx`` in a workflow's main function (and in each of its parallel branches)."""
@@ -262,6 +264,16 @@ class WorkflowContext:
         reads them. Committed before the call returns, with the progress made so far, as
         :meth:`set_event` is (same replay rule); one fenced write, none when replayed."""
         self._engine.set_attributes(values)
+
+    def write_stream(self, key: str, value: Any) -> None:
+        """Append ``value`` (JSON, at most 64 KiB encoded) to this task's stream ``key``
+        (a name): progress or partial results a caller reads in order, as they come, with
+        ``store.read_stream(task_id, key, after=offset, timeout=...)``; the stream is
+        closed once the task finishes. Committed before the call returns, with the
+        progress made so far, and appended once whatever crashes where (a replayed call
+        writes nothing; one made again at the journal's end is recognised). The main
+        function only; one fenced write a call."""
+        self._engine.write_stream(key, value)
 
     # --- runs ------------------------------------------------------------------------
 

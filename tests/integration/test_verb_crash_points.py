@@ -2,7 +2,7 @@
 process (``tests.integration.verbs_crash_app``) killed (SIGKILL) just before and just
 after the fenced commit that carries them, then a worker in this process finishes the
 task. The crash points are the matrix's ``before_commit``/``after_commit``, with the
-subject each write names (``attributes:<key>+<key>...``):
+subject each write names (``attributes:<key>+<key>...``, ``stream:<key>:<seq>``):
 
 - killed before the attributes' commit, nothing of it is stored, and the step result it
   carries is lost too (that step runs again); the resumed run sets them;
@@ -10,7 +10,8 @@ subject each write names (``attributes:<key>+<key>...``):
   (at the journal's end) writes the same values again, and that step never runs again.
 
 Either way the task ends with the attributes set once, each step run as the commit
-order says.
+order says. The same holds of a stream value, which is moreover appended exactly once:
+made again at the journal's end after its commit, it is recognised and not appended.
 
 A detached child is enqueued (detached, in the one insert) before the parent's commit
 records it: killed there (``before_step:finish#1``) and then cancelled, the parent ends
@@ -30,6 +31,7 @@ import pytest
 
 from runifold_sync import WorkerId, WorkflowTask, WorkflowWorker
 from runifold_sync.store import TaskOutcome, TaskState
+from runifold_sync.store.records import StreamRead, StreamValue
 from tests.support import ledger, processes
 from tests.support.backends import Backend
 
@@ -44,14 +46,23 @@ class VerbCase:
     attributes: dict[str, Any]  # stored when it died
     ran_twice: tuple[str, ...] = ()
     cancel: bool = False  # the parent is cancelled after the crash
+    streamed: int = 1  # stream values stored when it died
 
 
 VERB_CASES = {
     "before_attributes_commit": VerbCase(
-        "before_commit:attributes:customer+stage", {}, ran_twice=("prepare",)
+        "before_commit:attributes:customer+stage", {}, ran_twice=("prepare",), streamed=0
     ),
     "after_attributes_commit": VerbCase(
-        "after_commit:attributes:customer+stage", {"customer": "order-1", "stage": "prepared"}
+        "after_commit:attributes:customer+stage", {"customer": "order-1", "stage": "prepared"}, streamed=0
+    ),
+    "before_stream_commit": VerbCase(
+        "before_commit:stream:progress:1", {"customer": "order-1", "stage": "prepared"}, streamed=0
+    ),
+    # The resumed run reaches the write at its journal's end and makes it again: the
+    # store recognises it (same run, writer and seq) and appends nothing.
+    "after_stream_commit": VerbCase(
+        "after_commit:stream:progress:1", {"customer": "order-1", "stage": "prepared"}
     ),
     "detached_child_enqueued_then_cancel": VerbCase(
         "before_step:finish#1", {"customer": "order-1", "stage": "prepared"}, cancel=True
@@ -76,6 +87,7 @@ def test_verb_crash_point(
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
     assert f"runifold crash point {case.crash}" in proc.stderr, proc.stderr
     assert store.task_attributes(TASK) == case.attributes
+    assert len(store.read_stream(TASK, "progress").values) == case.streamed
     if case.cancel:
         assert store.get_task(CHILD).detached
         assert store.cancel(TASK, actor="test", reason="stop") is TaskState.LEASED
@@ -94,6 +106,7 @@ def test_verb_crash_point(
     assert (child.state, child.outcome) == (TaskState.TERMINAL, TaskOutcome.COMPLETED)
     assert child.result == "audited order-1"
     assert [t.task_id for t in store.list_tasks(parent=TASK)] == [CHILD]  # one child, never two
+    assert store.read_stream(TASK, "progress") == StreamRead([StreamValue(1, "prepared order-1")], True, 1)
     if case.cancel:
         assert record.state is TaskState.CANCELLED
         assert Counter(line[0] for line in ledger.read(ledger_path)) == {"prepare": 1}

@@ -4,7 +4,8 @@ process that runs it:
     RUNIFOLD_CRASH_AT=point[:subject] python -m tests.integration.verbs_crash_app \\
         --url URL --ledger PATH --task TASK
 
-``verbs`` runs a step, sets search attributes (``ctx.set_attributes``), starts a
+``verbs`` runs a step, sets search attributes (``ctx.set_attributes``), writes a
+stream value (``ctx.write_stream``), starts a
 detached child (``verbs-audit``, ``ctx.start_child(..., detached=True)``), runs a second
 step, and returns. Each step body appends ``<step> <task> <pid>`` to the ledger, so the
 test counts what really ran.
@@ -47,6 +48,7 @@ def finish(ctx: StepContext, prepared: str) -> str:
 def verbs_main(ctx: WorkflowContext, order: str) -> str:
     prepared = prepare(ctx, order)
     ctx.set_attributes(customer=order, stage="prepared")
+    ctx.write_stream("progress", prepared)
     ctx.start_child("verbs-audit", 1, order, detached=True)
     return finish(ctx, prepared)
 

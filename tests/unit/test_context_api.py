@@ -38,6 +38,7 @@ AUTHORING_API = {
     "continue_as_new",
     "set_event",  # publishes a value for store.get_event, committed like a step boundary
     "set_attributes",  # search attributes for list_tasks(attributes=), committed as set_event
+    "write_stream",  # appends to a stream store.read_stream reads, committed as set_event
     "start_child",
     "wait_child",
     "wait_children",

@@ -1026,3 +1026,21 @@ DELETE FROM runifold_schedules WHERE name = %(name)s AND origin = 'created' RETU
 
 -- name: created_schedules
 SELECT * FROM runifold_schedules WHERE origin = 'created' ORDER BY name;
+
+-- name: append_stream
+-- ctx.write_stream, inside the fenced checkpoint commit that carries it: the next position
+-- of the task's stream key, unless this writer's seq-th write of the run is there already
+-- (a replay, or a step's re-run, writing it again). The notification wakes
+-- store.read_stream's waiters when the transaction commits.
+INSERT INTO runifold_task_streams (task_id, key, position, run, writer, seq, value, written_at)
+SELECT %(task_id)s, %(key)s, COALESCE(MAX(position), 0) + 1, %(run)s, %(writer)s, %(seq)s,
+    %(value)s::jsonb, {now}
+FROM runifold_task_streams WHERE task_id = %(task_id)s AND key = %(key)s
+ON CONFLICT (task_id, key, run, writer, seq) DO NOTHING
+RETURNING pg_notify('runifold_results', runifold_task_streams.task_id) AS notified;
+
+-- name: read_stream
+SELECT position, value::text AS value FROM runifold_task_streams
+WHERE task_id = %(task_id)s AND key = %(key)s AND position > %(after)s
+ORDER BY position
+LIMIT %(limit)s;

@@ -800,3 +800,18 @@ DELETE FROM runifold_schedules WHERE name = :name AND origin = 'created' RETURNI
 
 -- name: created_schedules
 SELECT * FROM runifold_schedules WHERE origin = 'created' ORDER BY name;
+
+-- name: append_stream
+-- ctx.write_stream, inside the fenced checkpoint commit that carries it: the next position
+-- of the task's stream key, unless this writer's seq-th write of the run is there already
+-- (a replay, or a step's re-run, writing it again).
+INSERT INTO runifold_task_streams (task_id, key, position, run, writer, seq, value, written_at)
+SELECT :task_id, :key, COALESCE(MAX(position), 0) + 1, :run, :writer, :seq, :value, :now
+FROM runifold_task_streams WHERE task_id = :task_id AND key = :key
+ON CONFLICT (task_id, key, run, writer, seq) DO NOTHING;
+
+-- name: read_stream
+SELECT position, value FROM runifold_task_streams
+WHERE task_id = :task_id AND key = :key AND position > :after
+ORDER BY position
+LIMIT :limit;

@@ -22,16 +22,19 @@ ALTER TABLE runifold_schedules ADD COLUMN queue TEXT NOT NULL DEFAULT 'default';
 ALTER TABLE runifold_tasks ADD COLUMN detached BOOLEAN NOT NULL DEFAULT FALSE;
 
 -- Streams (ctx.write_stream, store.read_stream): values appended in order per task and
--- key. position is the reader's offset (1, 2, ...); (run, seq) is the write's place in
--- the run that made it, so a replayed write of the same call is not appended twice.
+-- key. position is the reader's offset (1, 2, ...); (run, writer, seq) is the write's
+-- place in the run that made it (writer '' for the main function, else the step's call
+-- id; seq counts that writer's writes to the key), so a write made again by a replay or
+-- a step's re-run is not appended twice.
 CREATE TABLE runifold_task_streams (
     task_id TEXT NOT NULL,
     key TEXT NOT NULL,
     position BIGINT NOT NULL,
     run BIGINT NOT NULL,
+    writer TEXT NOT NULL,
     seq BIGINT NOT NULL,
     value JSONB NOT NULL,
     written_at TIMESTAMPTZ NOT NULL,
     PRIMARY KEY (task_id, key, position),
-    UNIQUE (task_id, key, run, seq)
+    UNIQUE (task_id, key, run, writer, seq)
 );
