@@ -26,7 +26,7 @@ from ..store.records import ClaimedTask, Lease, StreamWrite
 from ..workflow.context import Branches, WorkflowContext
 from ..workflow.registry import WorkflowDefinition
 from ..workflow.specs import StepSpec
-from ..workflow.waiting import ApprovalDecision, ApprovalTimedOut, ChildHandle, ChildTimedOut
+from ..workflow.waiting import ApprovalDecision, ApprovalTimedOut, ChildHandle, ChildTimedOut, Update
 from .boundary import Boundary, BranchScope
 from .branches import Parent, run_parallel, run_race
 from .calls import Calls
@@ -260,6 +260,19 @@ class TaskRun:
         if not attributes or self.cursor.replaying:
             return
         self.commits.commit_attributes(attributes)
+
+    def wait_for_update(self, name: str, timeout: timedelta | None, payload_type: Any) -> Any:
+        validator = self._definition.workflow.validators.get(name)
+        return self.waits.wait_for_update(name, timeout, payload_type, validator)
+
+    def reply(self, update: Update, value: Any) -> None:
+        """Answer ``update`` (event ``update:<id>``, ``{"reply": value}``), by the rule of
+        :meth:`set_event`: committed now unless replayed."""
+        key = checks.update_event_key(update.update_id)
+        value_json = checks.check_event(key, {"reply": value})
+        if self.cursor.replaying:
+            return
+        self.commits.commit_event(key, value_json)
 
     def write_stream(self, key: str, value: Any) -> None:
         """Append ``value`` to stream ``key`` now, in a commit of the checkpoint as it

@@ -195,6 +195,12 @@ def check_event(key: object, value: Any) -> str:
     )
 
 
+def update_event_key(update_id: str) -> str:
+    """The event that answers update ``update_id`` (``store.update`` waits for it): the
+    workflow's reply, ``{"reply": value}``, or its rejection, ``{"rejected": reason}``."""
+    return f"update:{update_id}"
+
+
 def check_stream_value(key: object, value: Any) -> str:
     """A stream value's key (a name) and value, as :func:`check_event` checks an event's:
     returns the value's canonical JSON text."""

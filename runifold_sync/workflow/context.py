@@ -27,6 +27,8 @@ from .waiting import (
     ChildHandle,
     ChildStart,
     ChildTimedOut,
+    SignalTimedOut,
+    Update,
     check_wait_timeout,
 )
 
@@ -94,6 +96,10 @@ class Runtime(Protocol):
 
     def write_stream(self, key: str, value: Any) -> None: ...
 
+    def wait_for_update(self, name: str, timeout: timedelta | None, payload_type: Any) -> Any: ...
+
+    def reply(self, update: Update, value: Any) -> None: ...
+
 
 class WorkflowContext:
     """``ctx`` in a workflow's main function (and in each of its parallel branches)."""
@@ -142,6 +148,26 @@ class WorkflowContext:
         payload, structured as ``payload_type``, or :class:`SignalTimedOut`. A signal sent
         before the wait is kept for it; the definition's sender policy may refuse one."""
         return self._engine.wait_for_signal(name, timeout, payload_type)
+
+    def wait_for_update(
+        self, name: str, *, timeout: timedelta | None = None, payload_type: Any = Any
+    ) -> Update | SignalTimedOut:
+        """Wait durably for an update named ``name`` (a declared signal a caller sends
+        with ``store.update``). Each one is first checked by the workflow's validator
+        (``@workflow.validator(name)``), its payload structured as ``payload_type``: a
+        rejected update is taken out and not recorded (the caller gets
+        :class:`UpdateRejected`), and the wait goes on; an accepted one is recorded and
+        returned as an :class:`Update`, to be answered with :meth:`reply`.
+        :class:`SignalTimedOut` when ``timeout`` passed first."""
+        return self._engine.wait_for_update(name, timeout, payload_type)  # type: ignore[no-any-return]
+
+    def reply(self, update: Update, value: Any) -> None:
+        """Answer ``update`` with ``value`` (JSON, at most 64 KiB encoded): the caller's
+        ``store.update`` returns it. Committed before the call returns, with the progress
+        made so far, as :meth:`set_event` is (same replay rule)."""
+        if not isinstance(update, Update):
+            raise InvalidArgument(f"reply needs the Update wait_for_update returned, got {update!r}")
+        self._engine.reply(update, value)
 
     def request_approval(
         self,

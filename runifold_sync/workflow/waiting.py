@@ -5,7 +5,7 @@ API, not the engine, so that user code and tests can name them without the engin
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import attrs
 
@@ -18,6 +18,18 @@ class SignalTimedOut:
     """``ctx.wait_for_signal`` returns this instead of a payload when its timeout passed."""
 
     name: str
+
+
+@attrs.frozen
+class Update:
+    """An update ``ctx.wait_for_update`` accepted: its id (the caller's ``store.update``
+    waits for the reply to it, ``ctx.reply(update, value)``), name, sender and payload,
+    structured as the wait's ``payload_type``."""
+
+    update_id: str
+    name: str
+    sender: str
+    payload: Any
 
 
 @attrs.frozen

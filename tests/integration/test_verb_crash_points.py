@@ -34,10 +34,12 @@ from runifold_sync.store import TaskOutcome, TaskState
 from runifold_sync.store.records import StreamRead, StreamValue
 from tests.support import ledger, processes
 from tests.support.backends import Backend
+from tests.support.journals import entries
 
 from . import crash_app, verbs_crash_app
 
 TASK = "v1"
+PREPARED = {"customer": "order-1", "stage": "prepared"}
 
 
 @attrs.frozen
@@ -59,6 +61,13 @@ VERB_CASES = {
     "before_stream_commit": VerbCase(
         "before_commit:stream:progress:1", {"customer": "order-1", "stage": "prepared"}, streamed=0
     ),
+    # A rejection is answered (event update:u0) before the update leaves the pending
+    # signals: killed before, the next claim rejects it; after, it rejects it again (the
+    # same answer) and takes it out. Either way no journal entry: only u1's.
+    "before_rejection_commit": VerbCase("before_commit:event:update:u0", PREPARED),
+    "after_rejection_commit": VerbCase("after_commit:event:update:u0", PREPARED),
+    "before_reply_commit": VerbCase("before_commit:event:update:u1", PREPARED),
+    "after_reply_commit": VerbCase("after_commit:event:update:u1", PREPARED),
     # The resumed run reaches the write at its journal's end and makes it again: the
     # store recognises it (same run, writer and seq) and appends nothing.
     "after_stream_commit": VerbCase(
@@ -69,6 +78,7 @@ VERB_CASES = {
     ),
 }
 CHILD = f"{TASK}:child:verbs-audit-1"
+REJECTED = {"rejected": "rejected by the validator of update 'add': ValueError: quantity must be positive"}
 
 
 @pytest.mark.timeout(120)
@@ -81,6 +91,8 @@ def test_verb_crash_point(
     monkeypatch.setenv(verbs_crash_app.LEDGER_ENV, str(ledger_path))
     store = backend.open()
     store.enqueue(WorkflowTask.new("verbs", 1, "order-1", checkpoint_id=TASK))
+    store.send_signal(TASK, "add", {"quantity": 0}, signal_id="u0", sender="test")
+    store.send_signal(TASK, "add", {"quantity": 2}, signal_id="u1", sender="test")
     env = dict(os.environ, RUNIFOLD_CRASH_AT=case.crash)
     args = ["--url", backend.url, "--ledger", str(ledger_path), "--task", TASK]
     proc = processes.run("tests.integration.verbs_crash_app", *args, env=env, timeout_s=60)
@@ -107,6 +119,12 @@ def test_verb_crash_point(
     assert child.result == "audited order-1"
     assert [t.task_id for t in store.list_tasks(parent=TASK)] == [CHILD]  # one child, never two
     assert store.read_stream(TASK, "progress") == StreamRead([StreamValue(1, "prepared order-1")], True, 1)
+    if not case.cancel:
+        assert store.get_event(TASK, "update:u0") == REJECTED
+        assert store.get_event(TASK, "update:u1") == {"reply": {"added": 2}}
+        signals = [e for e in entries(store, TASK) if e["kind"] == "signal"]
+        assert [e["output"]["signal_id"] for e in signals] == ["u1"]  # no trace of u0
+        assert store.pending_signals(TASK) == []
     if case.cancel:
         assert record.state is TaskState.CANCELLED
         assert Counter(line[0] for line in ledger.read(ledger_path)) == {"prepare": 1}

@@ -6,9 +6,10 @@ process that runs it:
 
 ``verbs`` runs a step, sets search attributes (``ctx.set_attributes``), writes a
 stream value (``ctx.write_stream``), starts a
-detached child (``verbs-audit``, ``ctx.start_child(..., detached=True)``), runs a second
-step, and returns. Each step body appends ``<step> <task> <pid>`` to the ledger, so the
-test counts what really ran.
+detached child (``verbs-audit``, ``ctx.start_child(..., detached=True)``), waits for an
+update ``add`` (the test sends ``u0``, which the validator rejects, then ``u1``) and
+replies to it, runs a second step, and returns. Each step body appends ``<step> <task>
+<pid>`` to the ledger, so the test counts what really ran.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 
 from runifold_sync import StepContext, Workflow, WorkflowContext, WorkflowDefinition, WorkflowRegistry
+from runifold_sync.workflow.waiting import Update
 from tests.support import ledger
 
 from .crash_app import drive_one_task
@@ -25,7 +27,13 @@ from .crash_app import drive_one_task
 LEDGER_ENV = "VERBS_CRASH_LEDGER"
 BODIES = ("prepare", "finish")
 
-flow = Workflow("verbs", 1)
+flow = Workflow("verbs", 1, signals=["add"])
+
+
+@flow.validator("add")
+def check_add(payload: dict[str, int]) -> None:
+    if payload["quantity"] <= 0:
+        raise ValueError("quantity must be positive")
 
 
 def _record(step: str, ctx: StepContext) -> None:
@@ -50,6 +58,9 @@ def verbs_main(ctx: WorkflowContext, order: str) -> str:
     ctx.set_attributes(customer=order, stage="prepared")
     ctx.write_stream("progress", prepared)
     ctx.start_child("verbs-audit", 1, order, detached=True)
+    update = ctx.wait_for_update("add", payload_type=dict[str, int])
+    assert isinstance(update, Update)
+    ctx.reply(update, {"added": update.payload["quantity"]})
     return finish(ctx, prepared)
 
 
