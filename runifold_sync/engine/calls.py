@@ -266,7 +266,14 @@ class Calls:
         retry or a terminal failure according to its retry policy; its result's text."""
         with self._commits.lock:
             failures = self._commits.checkpoint.step_failures.get(call_id, 0)
-        context = StepContext(self._lease.task_id, call_id, failures + 1, self._lease.fencing_token, key)
+        context = StepContext(
+            self._lease.task_id,
+            call_id,
+            failures + 1,
+            self._lease.fencing_token,
+            key,
+            streams=self._commits.stream_port(call_id),
+        )
         with self._spans.call(spec, context):
             return self._attempt(spec, context, args, kwargs)
 
@@ -347,7 +354,14 @@ class Calls:
         fails as any step's body does. Its output, for the main function."""
         with self._commits.lock:
             failures = self._commits.checkpoint.step_failures.get(call_id, 0)
-        context = StepContext(self._lease.task_id, call_id, failures + 1, self._lease.fencing_token, None)
+        context = StepContext(
+            self._lease.task_id,
+            call_id,
+            failures + 1,
+            self._lease.fencing_token,
+            None,
+            streams=self._commits.stream_port(call_id),
+        )
         started = time.monotonic()
         outputs: list[Any] = []
 

@@ -20,6 +20,7 @@ from ..errors import CheckpointError, LeaseLostError, StoreUnavailable
 from ..model import crashpoints
 from ..model.attributes import Attribute
 from ..model.checkpoint import Checkpoint, CheckpointWrite
+from ..store import checks
 from ..store.base import WorkflowStore
 from ..store.records import Committed, Lease, Signal, StreamWrite
 from .claim import LeaseFlags
@@ -150,6 +151,23 @@ class Commits:
             )
         except StoreUnavailable as exc:
             raise Unwind(exc) from exc
+
+    def stream_port(self, call_id: str) -> Callable[[str, Any, int], None]:
+        """What a step body's ``write_stream`` calls: an append fenced by the lease, its
+        place in the run being the step's call id and the write's seq. Named
+        ``stream:<key>:<call id>:<seq>`` for crash points."""
+        run = self.checkpoint.run
+
+        def write(key: str, value: Any, seq: int) -> None:
+            stream = StreamWrite(key, checks.check_stream_value(key, value), run, call_id, seq)
+            subject = f"stream:{key}:{call_id}:{seq}"
+            if crashpoints.ARMED:
+                crashpoints.reached("before_commit", subject)
+            self._store.append_stream(self._lease, stream)
+            if crashpoints.ARMED:
+                crashpoints.reached("after_commit", subject)
+
+        return write
 
     def consume_signal(self, signal: Signal, subject: str, *, accepted: bool, note: str) -> None:
         """Commit the checkpoint in the write that takes ``signal`` out of the pending

@@ -54,7 +54,8 @@ POINTS = {
     "completion_held": "task id; the task returned and its completion is held for its claim "
     "batch's one commit (held_completions.py), which has not been sent",
     "before_commit": "call id (effect intents: '<call id>:intent'; events: 'event:<key>'; search attributes: "
-    "'attributes:<key>+<key>...' in the call's order; the "
+    "'attributes:<key>+<key>...' in the call's order; stream values: 'stream:<key>:<seq>', and from a "
+    "step body, a write apart from any commit, 'stream:<key>:<call id>:<seq>'; the "
     "deadline of a step or effect with a timeout, committed before its body: '<call id>:deadline'); "
     "a checkpoint commit is about to be sent",
     "after_commit": "as before_commit; the commit returned",

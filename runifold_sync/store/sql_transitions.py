@@ -339,6 +339,26 @@ class WorkerOperations:
 
         return retried(commit, lambda: self._committed(lease, revision))
 
+    @timed
+    def append_stream(self, lease: Lease, write: StreamWrite) -> None:
+        """Append ``write`` to the task's stream from a step body
+        (``StepContext.write_stream``), fenced by ``lease`` but apart from any checkpoint
+        commit: the value is visible before the step's result is recorded. A write
+        already there (same run, writer, the step's call id, and seq) is not appended
+        again, so a re-run of the step appends only what its earlier attempts did not.
+        :class:`LeaseLostError` when the lease no longer holds."""
+        d = self.dialect
+        value = d.json_in(f"value of stream {write.key!r}", write.value_json)
+        row = {"task_id": lease.task_id, "token": lease.fencing_token, "value": value, **write.place()}
+
+        def append() -> None:  # sent again when unanswered: a second append is a no-op
+            with d.transaction() as tx:
+                if tx.one("stream_fence", row) is None:
+                    raise LeaseLostError(lease.task_id, lease.fencing_token, f"stream {write.key!r} write")
+                tx.count("append_stream", row)
+
+        retried(append)
+
     def pending_signals(self, task_id: str, name: str | None = None) -> list[Signal]:
         """Signals not yet consumed, oldest first: those named ``name``, or all of them
         when ``name`` is None (a wait reads them all, to refuse the names its definition

@@ -13,10 +13,12 @@ import time
 from datetime import timedelta
 from typing import Any
 
+import attrs
 import pytest
 
 from runifold_sync import (
     LeaseDuration,
+    RetryPolicy,
     StepContext,
     WorkerId,
     Workflow,
@@ -27,9 +29,9 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
-from runifold_sync.errors import InvalidArgument, TaskNotFound
+from runifold_sync.errors import InvalidArgument, LeaseLostError, TaskNotFound
 from runifold_sync.outcomes import Completed, Suspended
-from runifold_sync.store.records import StreamRead, StreamValue
+from runifold_sync.store.records import StreamRead, StreamValue, StreamWrite
 from tests.support.backends import Backend
 from tests.support.clock import Clock
 
@@ -153,3 +155,62 @@ def test_bad_writes_are_refused_at_the_call(store: WorkflowStore) -> None:
     assert "value of stream 'k'" in said[1] and "value of stream 'k'" in said[2]
     assert "write_stream is for the main function, not parallel branch 'parallel#1/a'" in said[3]
     assert store.read_stream("w1", "k") == StreamRead([], True, 0)
+
+
+# --- from a step body ----------------------------------------------------------------
+
+READER: list[WorkflowStore] = []
+SEEN: list[list[Any]] = []
+
+draft = Workflow("draft", 1)
+
+
+@draft.step(retry=RetryPolicy(max_attempts=2, initial_backoff=timedelta(seconds=1)))
+def write_pages(ctx: StepContext, pages: int) -> int:
+    for page in range(1, pages + 1):
+        ctx.write_stream("pages", f"page {page} (attempt {ctx.attempt})")
+        if ctx.attempt == 1 and page == 2:
+            raise ConnectionError("the first attempt fails after two pages")
+    SEEN.append([v.value for v in READER[0].read_stream(ctx.task_id, "pages").values])
+    return pages
+
+
+@draft.main
+def draft_main(ctx: WorkflowContext, pages: int) -> int:
+    written = write_pages(ctx, pages)
+    ctx.write_stream("pages", "bound")
+    return written
+
+
+def test_a_step_body_writes_values_readers_see_at_once_and_a_rerun_adds_only_the_rest(
+    backend: Backend, clock: Clock
+) -> None:
+    store = backend.open()
+    READER[:] = [backend.open()]
+    SEEN.clear()
+    store.enqueue(WorkflowTask.new("draft", 1, 3, checkpoint_id="d1"))
+    outcomes = []
+    for _ in range(4):
+        outcome = run_once(store, draft)
+        outcomes.append(outcome.kind)
+        if isinstance(outcome, Completed):
+            break
+        clock.advance(timedelta(minutes=1))  # past the retry's backoff
+    assert outcomes[-1] == "completed", outcomes
+    # Attempt 2 wrote pages 1 and 2 again (not appended: attempt 1 had) and page 3.
+    expected = ["page 1 (attempt 1)", "page 2 (attempt 1)", "page 3 (attempt 2)"]
+    assert SEEN == [expected]  # seen by another store while the step ran, before its result
+    read = store.read_stream("d1", "pages")
+    assert [v.value for v in read.values] == [*expected, "bound"]
+    assert [v.position for v in read.values] == [1, 2, 3, 4] and read.closed
+
+
+def test_a_step_stream_write_under_a_lost_lease_is_refused(store: WorkflowStore) -> None:
+    store.enqueue(WorkflowTask.new("draft", 1, 1, checkpoint_id="d2"))
+    (claimed,) = store.claim(WorkerId.parse("w9"), LEASE)
+    stale = attrs.evolve(claimed.lease, fencing_token=claimed.lease.fencing_token + 1)
+    with pytest.raises(LeaseLostError):
+        store.append_stream(stale, StreamWrite("pages", '"x"', 1, "write_pages#1", 1))
+    store.append_stream(claimed.lease, StreamWrite("pages", '"x"', 1, "write_pages#1", 1))
+    store.append_stream(claimed.lease, StreamWrite("pages", '"x"', 1, "write_pages#1", 1))  # again: no-op
+    assert store.read_stream("d2", "pages") == StreamRead([StreamValue(1, "x")], False, 1)

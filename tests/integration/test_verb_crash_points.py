@@ -61,6 +61,15 @@ VERB_CASES = {
     "before_stream_commit": VerbCase(
         "before_commit:stream:progress:1", {"customer": "order-1", "stage": "prepared"}, streamed=0
     ),
+    # A step body's stream write: killed before it, nothing; after it, the value is
+    # stored but not the step's result. Either way the step runs again, and its write,
+    # recognised as the same (call id, seq), is appended once in all.
+    "before_step_stream_write": VerbCase(
+        "before_commit:stream:steps:prepare#1:1", {}, ran_twice=("prepare",), streamed=0
+    ),
+    "after_step_stream_write": VerbCase(
+        "after_commit:stream:steps:prepare#1:1", {}, ran_twice=("prepare",), streamed=0
+    ),
     # A rejection is answered (event update:u0) before the update leaves the pending
     # signals: killed before, the next claim rejects it; after, it rejects it again (the
     # same answer) and takes it out. Either way no journal entry: only u1's.
@@ -119,6 +128,7 @@ def test_verb_crash_point(
     assert child.result == "audited order-1"
     assert [t.task_id for t in store.list_tasks(parent=TASK)] == [CHILD]  # one child, never two
     assert store.read_stream(TASK, "progress") == StreamRead([StreamValue(1, "prepared order-1")], True, 1)
+    assert store.read_stream(TASK, "steps").values == [StreamValue(1, "preparing")]
     if not case.cancel:
         assert store.get_event(TASK, "update:u0") == REJECTED
         assert store.get_event(TASK, "update:u1") == {"reply": {"added": 2}}

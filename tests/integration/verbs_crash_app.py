@@ -4,8 +4,8 @@ process that runs it:
     RUNIFOLD_CRASH_AT=point[:subject] python -m tests.integration.verbs_crash_app \\
         --url URL --ledger PATH --task TASK
 
-``verbs`` runs a step, sets search attributes (``ctx.set_attributes``), writes a
-stream value (``ctx.write_stream``), starts a
+``verbs`` runs a step (which writes to stream ``steps`` from its body), sets search
+attributes (``ctx.set_attributes``), writes a stream value (``ctx.write_stream``), starts a
 detached child (``verbs-audit``, ``ctx.start_child(..., detached=True)``), waits for an
 update ``add`` (the test sends ``u0``, which the validator rejects, then ``u1``) and
 replies to it, runs a second step, and returns. Each step body appends ``<step> <task>
@@ -43,6 +43,7 @@ def _record(step: str, ctx: StepContext) -> None:
 @flow.step()
 def prepare(ctx: StepContext, order: str) -> str:
     _record("prepare", ctx)
+    ctx.write_stream("steps", "preparing")  # from the body, apart from any commit
     return f"prepared {order}"
 
 

@@ -1044,3 +1044,12 @@ SELECT position, value::text AS value FROM runifold_task_streams
 WHERE task_id = %(task_id)s AND key = %(key)s AND position > %(after)s
 ORDER BY position
 LIMIT %(limit)s;
+
+-- name: stream_fence
+-- A step body's stream write (StepContext.write_stream): only while its lease holds. The
+-- row lock orders it with the task's other writes (parallel branches' steps, commits), so
+-- each append reads the positions the one before it committed.
+SELECT 1 AS held FROM runifold_tasks
+WHERE task_id = %(task_id)s AND fencing_token = %(token)s AND state = 'leased'
+    AND lease_expires > {now}
+FOR UPDATE;

@@ -815,3 +815,8 @@ SELECT position, value FROM runifold_task_streams
 WHERE task_id = :task_id AND key = :key AND position > :after
 ORDER BY position
 LIMIT :limit;
+
+-- name: stream_fence
+-- A step body's stream write (StepContext.write_stream): only while its lease holds.
+SELECT 1 AS held FROM runifold_tasks
+WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased' AND lease_expires > {now};
