@@ -16,6 +16,12 @@ made again at the journal's end after its commit, it is recognised and not appen
 A detached child is enqueued (detached, in the one insert) before the parent's commit
 records it: killed there (``before_step:finish#1``) and then cancelled, the parent ends
 cancelled while its one detached child, not cancelled, runs to its end.
+
+An update's rejection and reply are events (``event:update:<id>``): killed around either
+commit, the update is answered once and only the accepted one is in the journal. A step
+body's stream write (``stream:<key>:<call id>:<seq>``) is appended once however often the
+step runs again. And the tick of a schedule created at run time, by a worker
+(``schedule_app``) killed around it (``before_tick``/``after_tick``), is created once.
 """
 
 from __future__ import annotations
@@ -23,20 +29,23 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 
-from runifold_sync import WorkerId, WorkflowTask, WorkflowWorker
+from runifold_sync import Schedule, WorkerId, WorkflowTask, WorkflowWorker
 from runifold_sync.store import TaskOutcome, TaskState
 from runifold_sync.store.records import StreamRead, StreamValue
+from runifold_sync.worker.schedule_ticker import ScheduleTicks
 from tests.support import ledger, processes
 from tests.support.backends import Backend
+from tests.support.clock import Clock
 from tests.support.journals import entries
 
-from . import crash_app, verbs_crash_app
+from . import crash_app, schedule_app, verbs_crash_app
 
 TASK = "v1"
 PREPARED = {"customer": "order-1", "stage": "prepared"}
@@ -144,3 +153,43 @@ def test_verb_crash_point(
     assert store.task_attributes(TASK) == {"customer": "order-1", "stage": "prepared"}
     runs = Counter(line[0] for line in ledger.read(ledger_path))
     assert runs == {body: 2 if body in case.ran_twice else 1 for body in verbs_crash_app.BODIES}
+
+
+# --- the tick of a schedule created at run time -------------------------------------
+
+CREATED = Schedule("created-hourly", "ticked", 1, every=timedelta(hours=1))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("crash", "stored"), [("before_tick:created-hourly", False), ("after_tick:created-hourly", True)]
+)
+def test_created_schedule_tick_crash_point(
+    crash: str, stored: bool, backend: Backend, tmp_path: Path
+) -> None:
+    """A worker (``schedule_app``, whose registry serves ``ticked`` but does not declare
+    this schedule) killed just before and after creating the due tick of a schedule
+    created at run time: the tick's task is created exactly once, by the next look."""
+    store = backend.open()
+    clock = Clock(store)
+    record = store.create_schedule(CREATED)
+    tick = CREATED.times.next_after(record.active_since)
+    clock.advance(tick + timedelta(minutes=1) - store.now())
+    env = dict(os.environ, RUNIFOLD_CRASH_AT=crash)
+    proc = processes.run("tests.integration.schedule_app", "--url", backend.url, env=env, timeout_s=60)
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    assert f"runifold crash point {crash} reached" in proc.stderr, proc.stderr
+
+    def ticks() -> list[str]:
+        return [
+            t.task_id
+            for t in store.list_tasks(limit=1000)
+            if t.task_id.startswith("schedule:created-hourly:")
+        ]
+
+    assert ticks() == ([CREATED.task_id(tick)] if stored else [])
+    assert store.schedule("created-hourly").last_tick == (tick if stored else None)
+    created = ScheduleTicks(store, schedule_app.registry()).run().created
+    assert [c for c in created if "created-hourly" in c] == ([] if stored else [CREATED.task_id(tick)])
+    assert ticks() == [CREATED.task_id(tick)]
+    assert [e.kind for e in store.history(CREATED.task_id(tick))].count("enqueued") == 1
