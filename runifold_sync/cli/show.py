@@ -79,6 +79,7 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
                     "failure": failure,
                     "parent_task": related(family[0]) if family else None,
                     "children": [related(r) for r in children],
+                    "attributes": dict(report.attribute_texts()),
                     "events": [
                         {"key": p.key, "value": p.value, "set_at": p.set_at.isoformat()} for p in published
                     ],
@@ -128,6 +129,8 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
         click.echo(f"run {run}, journal of {entries} entries, {paged}:")
     for line in journal:
         click.echo(f"  {line}")
+    if report.attributes:
+        click.echo("attributes: " + ", ".join(f"{k}={v}" for k, v in report.attribute_texts()))
     if published:
         click.echo("events (ctx.set_event, by key):")
     for p in published:

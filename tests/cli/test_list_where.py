@@ -71,3 +71,23 @@ def test_a_malformed_where_is_a_usage_error_naming_it(sqlite_path: Path) -> None
             assert code != 0 and says in out, out
     code, out = _invoke("list", "--where", "a=1", "--where", "a=2", "--database", url)
     assert code != 0 and "attribute 'a' is given twice" in out
+
+
+def test_show_lists_the_attributes_as_list_where_takes_them(sqlite_path: Path) -> None:
+    url = _stored(sqlite_path)
+    code, out = _invoke("show", "o3", "--database", url, "--json")
+    assert code == 0, out
+    attributes = json.loads(out)["attributes"]
+    assert attributes == {
+        "amount": "120",
+        "customer": '"120"',
+        "due": "2026-12-24T07:30:00+00:00",
+        "rate": "0.25",
+        "stage": '"received"',
+        "vip": "false",
+    }
+    for key, text in attributes.items():  # each one, given back to list --where, finds o3
+        code, out = _invoke("list", "--where", f"{key}={text}", "--database", url, "--json")
+        assert "o3" in [t["task_id"] for t in json.loads(out)], (key, text)
+    code, out = _invoke("show", "o3", "--database", url)
+    assert code == 0 and 'attributes: amount=120, customer="120", due=2026-12-24T07:30:00+00:00' in out

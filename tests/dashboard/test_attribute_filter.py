@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from html import unescape
+from typing import Any
 
 from runifold_sync import WorkflowStore
 from runifold_sync.dashboard import create_app
@@ -48,3 +49,16 @@ def test_the_task_list_filters_by_attributes(store: WorkflowStore) -> None:
     assert "where must be key=value, got &#39;&lt;x&gt;&#39;" in get("where=%3Cx%3E", 400)
     assert "attribute &#39;a&#39; is given twice" in get("where=a%3D1&where=a%3D2", 400)
     assert "where key must be non-empty" in get("where=%3D1", 400)
+    # The task page lists them, each a link to the tasks that have it too.
+    task_page = get_page(client, "/tasks/o1")
+    assert 'id="attributes"' in task_page and "c-42" in task_page
+    link = re.search(r'href="([^"]*)">&#34;c-42&#34;</a>', task_page)
+    assert link is not None, task_page[task_page.index('id="attributes"') :][:800]
+    assert listed(get_page(client, unescape(link[1]))) == ["o1", "o2"]
+    assert "&lt;b&gt;c-7&lt;/b&gt;" in get_page(client, "/tasks/o3")
+
+
+def get_page(client: Any, path: str) -> str:
+    response = client.get(path)
+    assert response.status_code == 200, response.get_data(as_text=True)[:2000]
+    return str(response.get_data(as_text=True))
