@@ -26,7 +26,14 @@ from ..store.records import ClaimedTask, Lease, StreamWrite
 from ..workflow.context import Branches, WorkflowContext
 from ..workflow.registry import WorkflowDefinition
 from ..workflow.specs import StepSpec
-from ..workflow.waiting import ApprovalDecision, ApprovalTimedOut, ChildHandle, ChildTimedOut, Update
+from ..workflow.waiting import (
+    ApprovalDecision,
+    ApprovalTimedOut,
+    ChildHandle,
+    ChildTimedOut,
+    SignalTimedOut,
+    Update,
+)
 from .boundary import Boundary, BranchScope
 from .branches import Parent, run_parallel, run_race
 from .calls import Calls
@@ -261,7 +268,9 @@ class TaskRun:
             return
         self.commits.commit_attributes(attributes)
 
-    def wait_for_update(self, name: str, timeout: timedelta | None, payload_type: Any) -> Any:
+    def wait_for_update(
+        self, name: str, timeout: timedelta | None, payload_type: Any
+    ) -> Update | SignalTimedOut:
         validator = self._definition.workflow.validators.get(name)
         return self.waits.wait_for_update(name, timeout, payload_type, validator)
 

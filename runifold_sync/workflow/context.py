@@ -96,7 +96,9 @@ class Runtime(Protocol):
 
     def write_stream(self, key: str, value: Any) -> None: ...
 
-    def wait_for_update(self, name: str, timeout: timedelta | None, payload_type: Any) -> Any: ...
+    def wait_for_update(
+        self, name: str, timeout: timedelta | None, payload_type: Any
+    ) -> Update | SignalTimedOut: ...
 
     def reply(self, update: Update, value: Any) -> None: ...
 
@@ -159,7 +161,7 @@ class WorkflowContext:
         :class:`UpdateRejected`), and the wait goes on; an accepted one is recorded and
         returned as an :class:`Update`, to be answered with :meth:`reply`.
         :class:`SignalTimedOut` when ``timeout`` passed first."""
-        return self._engine.wait_for_update(name, timeout, payload_type)  # type: ignore[no-any-return]
+        return self._engine.wait_for_update(name, timeout, payload_type)
 
     def reply(self, update: Update, value: Any) -> None:
         """Answer ``update`` with ``value`` (JSON, at most 64 KiB encoded): the caller's
