@@ -96,8 +96,9 @@ class ScheduleOperations:
         registry has its workflow version, from that worker's next look (within
         ``schedule_ticker.CREATED_LOOK_S``), with no restart. A name already stored is
         :class:`ScheduleExists`. Its history records the creation (with ``actor`` and
-        ``reason`` when given). The store cannot check the workflow version is
-        registered anywhere (``App.create_schedule`` does, against its registry)."""
+        ``reason`` when given). The store knows no registry, so it cannot check the
+        workflow version is served anywhere: check it first against yours, as
+        ``registry.add_schedule`` does, with ``registry.tick_task(schedule, tick)``."""
         if not isinstance(schedule, Schedule):
             raise InvalidArgument(f"expected a Schedule, got {schedule!r}")
         _check_audit(actor, reason)
