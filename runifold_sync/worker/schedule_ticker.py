@@ -1,15 +1,18 @@
 """Creating schedules' due ticks from every running worker.
 
-Every ``WorkflowWorker.run`` whose registry has schedules (each process of every pool, on
-every host) runs a :class:`ScheduleTicker`: a daemon thread beside the worker loop, so a
-tick is created on time even while every worker is busy in a long step. No process is in
+Every ``WorkflowWorker.run`` (each process of every pool, on every host) runs a
+:class:`ScheduleTicker`: a daemon thread beside the worker loop, so a tick is created on
+time even while every worker is busy in a long step. It ticks the registry's schedules
+and those created at run time (``store.create_schedule``) whose workflow version the
+registry serves, which it reads again at each look. No process is in
 charge and none needs to be: a tick's task is created by ``store.create_tick``, which
 writes it and the schedule's ``last_tick`` in one transaction on the locked schedule
 row, so the first process to reach a tick creates it and the others find it done.
 
-What it costs when nothing is due: nothing. The thread knows from the store's answers
-when each schedule's next tick falls, and sleeps until the first of them (at most
-``MAX_SLEEP_S``, so a store clock moved by a drill is noticed). At a tick, each process
+What it costs when nothing is due: a look every ``CREATED_LOOK_S`` (store time and one
+indexed read of the created schedules, so a new one is picked up without a restart). The
+thread knows from the store's answers when each schedule's next tick falls, and sleeps
+until the first of them or the next look. At a tick, each process
 reads the schedule row and only the first writes; a small random delay spreads them.
 The ticks that fell while no worker ran are not created one by one: only the latest of
 them is (``ScheduleTimes.latest_due``).
