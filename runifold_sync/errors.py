@@ -121,6 +121,35 @@ class TaskNotFound(RunifoldError, LookupError):
 
 
 @_detailed
+class UpdateRejected(RunifoldError):
+    """``store.update``'s update was rejected by the workflow before it was recorded: its
+    validator (``@workflow.validator(name)``) raised, or the payload did not fit the
+    wait's type, or the sender policy refused it. ``reason`` says which; the journal
+    holds no trace of it (the task's history does)."""
+
+    task_id: str
+    name: str
+    update_id: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"update {self.name!r} ({self.update_id}) of task {self.task_id!r} was rejected: {self.reason}"
+
+
+@_detailed
+class UpdateNotAnswered(RunifoldError):
+    """The task of ``store.update``'s update finished without answering it (it never
+    waited for it, or accepted it and did not ``ctx.reply``)."""
+
+    task_id: str
+    name: str
+    update_id: str
+
+    def __str__(self) -> str:
+        return f"task {self.task_id!r} finished without answering update {self.name!r} ({self.update_id})"
+
+
+@_detailed
 class WaitTimedOut(RunifoldError, TimeoutError):
     """``store.wait_for_task`` or ``store.get_event`` waited ``timeout`` and the task did
     not finish (``key`` None) or did not publish event ``key``. A ``TimeoutError`` too, so
@@ -148,6 +177,18 @@ class EventNotFound(RunifoldError, KeyError):
 
     def __str__(self) -> str:
         return f"task {self.task_id!r} has published no event {self.key!r}"
+
+
+@_detailed
+class ScheduleExists(RunifoldError):
+    """``store.create_schedule`` was given a name already stored: declared by a registry,
+    or created before. Delete the created one first (``store.delete_schedule``) to
+    replace it."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"a schedule named {self.name!r} is already stored; delete it first to replace it"
 
 
 @_detailed

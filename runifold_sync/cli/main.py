@@ -22,6 +22,8 @@ import attrs
 import click
 
 from ..app import load_registry
+from ..errors import InvalidArgument
+from ..model.attributes import AttributeValue, parse_where
 from ..model.values import MAX_INPUT_BYTES, TaskState, WorkflowTask
 from ..store.records import SignalCheck
 from .common import (
@@ -173,6 +175,15 @@ def _limited_text(source: BinaryIO, what: str) -> str:
 @click.option("--parent", default=None, metavar="TASK", help="Only the child tasks of this task.")
 @click.option("--queue", default=None, metavar="NAME", help="Only the tasks of this named queue.")
 @click.option(
+    "--where",
+    "where",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Only tasks with this search attribute (ctx.set_attributes); repeat for several. "
+    "true/false is a boolean, 120 an integer, 1.5 a number, an ISO time with offset a time, "
+    'anything else text ("120" in double quotes: the text 120).',
+)
+@click.option(
     "--limit", type=click.IntRange(1, 10_000), default=100, show_default=True, help="At most this many."
 )
 @database_option
@@ -183,11 +194,13 @@ def list_(
     definition: str | None,
     parent: str | None,
     queue: str | None,
+    where: tuple[str, ...],
     limit: int,
     database: str | None,
     as_json: bool,
 ) -> None:
     """List tasks, oldest first, with why each unfinished one is not running."""
+    attributes = where_conditions(where)
     with opened_store(database, reads_only=True) as store:
         records = store.list_tasks(
             state=None if state is None else TaskState(state),
@@ -196,12 +209,14 @@ def list_(
             parent=parent,
             limit=limit,
             queue=queue,
+            attributes=attributes or None,
         )
     if as_json:
         click.echo(json.dumps([record_json(r) for r in records], indent=2))
         return
     if not records:  # said, so an empty answer is not mistaken for a command that failed quietly
-        filtered = any(given is not None for given in (state, tenant, definition, parent, queue))
+        given = (state, tenant, definition, parent, queue)
+        filtered = bool(where) or any(value is not None for value in given)
         click.echo("no tasks match these filters" if filtered else "no tasks")
         return
     rows = [("task", "definition", "tenant", "state", "why not running / last reason")]
@@ -212,6 +227,21 @@ def list_(
         rows.append((r.task_id, name, r.tenant, status, why))
     for line in _columns(rows):
         click.echo(line)
+
+
+def where_conditions(where: Sequence[str]) -> dict[str, AttributeValue]:
+    """``--where KEY=VALUE`` options as an attribute filter; a malformed one, or a key
+    given twice, is a usage error naming it."""
+    found: dict[str, AttributeValue] = {}
+    for condition in where:
+        try:
+            key, value = parse_where(condition)
+        except InvalidArgument as exc:
+            raise BadValue(f"--where: {exc}") from None
+        if key in found:
+            raise BadValue(f"--where: attribute {key!r} is given twice")
+        found[key] = value
+    return found
 
 
 def _columns(rows: Sequence[Sequence[str]]) -> list[str]:

@@ -93,6 +93,7 @@ def show(task_id: str, journal_limit: int, export: bool, database: str | None, a
                     "forked_from": next((e.detail["task"] for e in events if e.kind == "forked_from"), None),
                     "forks": [e.detail["task"] for e in events if e.kind == "forked"],
                     "children": [related(r) for r in children],
+                    "attributes": dict(report.attribute_texts()),
                     "events": [
                         {"key": p.key, "value": p.value, "set_at": p.set_at.isoformat()} for p in published
                     ],
@@ -146,6 +147,8 @@ def show(task_id: str, journal_limit: int, export: bool, database: str | None, a
         click.echo(f"run {run}, journal of {entries} entries, {paged}:")
     for line in journal:
         click.echo(f"  {line}")
+    if report.attributes:
+        click.echo("attributes: " + ", ".join(f"{k}={v}" for k, v in report.attribute_texts()))
     if published:
         click.echo("events (ctx.set_event, by key):")
     for p in published:

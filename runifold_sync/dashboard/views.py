@@ -14,6 +14,7 @@ import flask
 from werkzeug.routing import BaseConverter
 
 from ..errors import InvalidArgument, TaskNotFound
+from ..model.attributes import AttributeValue, parse_where
 from ..model.values import TaskOutcome, TaskState
 from ..ops.task_report import failure_line, journal_lines, refused_signals_line, task_report
 from ..store.checks import MAX_LIST_LIMIT
@@ -104,7 +105,20 @@ def _filters() -> dict[str, Any]:
         except ValueError:
             states = ", ".join(s.value for s in TaskState)
             raise InvalidArgument(f"state must be one of {states}, got {found['state']!r}") from None
+    attributes: dict[str, AttributeValue] = {}
+    for condition in _where():
+        key, value = parse_where(condition)  # refused (400) naming the condition
+        if key in attributes:
+            raise InvalidArgument(f"where: attribute {key!r} is given twice")
+        attributes[key] = value
+    if attributes:
+        found["attributes"] = attributes
     return found
+
+
+def _where() -> list[str]:
+    """The task list's attribute conditions (``where=key=value``, repeatable)."""
+    return [c.strip() for c in flask.request.args.getlist("where") if c.strip()]
 
 
 @pages.get("/tasks")
@@ -128,7 +142,9 @@ def tasks() -> flask.typing.ResponseReturnValue:
     page = store.list_tasks_page(
         after=args.get("after") or None, limit=limit, newest_first=order == "newest", **filters
     )
-    query = {k: (v.value if isinstance(v, TaskState) else v) for k, v in filters.items()}
+    query = {k: (v.value if isinstance(v, TaskState) else v) for k, v in filters.items() if k != "attributes"}
+    if "attributes" in filters:
+        query["where"] = _where()
     if limit != PAGE_SIZE:
         query["limit"] = limit
     if order != "oldest":

@@ -364,7 +364,14 @@ class Calls:
         with self._commits.lock:
             failures = self._commits.checkpoint.step_failures.get(call_id, 0)
             last = self._commits.checkpoint.heartbeats.get(call_id)
-        context = StepContext(self._lease.task_id, call_id, failures + 1, self._lease.fencing_token, key)
+        context = StepContext(
+            self._lease.task_id,
+            call_id,
+            failures + 1,
+            self._lease.fencing_token,
+            key,
+            streams=self._commits.stream_port(call_id),
+        )
         context.last_heartbeat = last
         context.runtime = BodyRuntime(self._commits, self._boundary, transactional=False)
         with self._spans.call(spec, context):
@@ -491,7 +498,14 @@ class Calls:
         fails as any step's body does. Its output, for the main function."""
         with self._commits.lock:
             failures = self._commits.checkpoint.step_failures.get(call_id, 0)
-        context = StepContext(self._lease.task_id, call_id, failures + 1, self._lease.fencing_token, None)
+        context = StepContext(
+            self._lease.task_id,
+            call_id,
+            failures + 1,
+            self._lease.fencing_token,
+            None,
+            streams=self._commits.stream_port(call_id),
+        )
         context.runtime = BodyRuntime(self._commits, self._boundary, transactional=True)
         started = time.monotonic()
         outputs: list[Any] = []

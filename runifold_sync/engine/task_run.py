@@ -16,16 +16,26 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from ..errors import InvalidArgument
+from ..model.attributes import encode_all as encode_attributes
 from ..model.checkpoint import MAIN, Checkpoint, CheckpointWrite, EntryKind, EntryStatus
 from ..model.codec import MAX_NESTING_DEPTH, NotJsonable, from_json, to_json
 from ..model.values import Budget
 from ..store import checks
 from ..store.base import WorkflowStore
-from ..store.records import ClaimedTask, Lease
+from ..store.records import ClaimedTask, Lease, StreamWrite
 from ..workflow.context import Branches, WorkflowContext
 from ..workflow.registry import WorkflowDefinition
 from ..workflow.specs import StepSpec
-from ..workflow.waiting import ApprovalDecision, ApprovalTimedOut, ChildHandle, ChildTimedOut, Fired, WaitItem
+from ..workflow.waiting import (
+    ApprovalDecision,
+    ApprovalTimedOut,
+    ChildHandle,
+    ChildTimedOut,
+    Fired,
+    SignalTimedOut,
+    Update,
+    WaitItem,
+)
 from .boundary import Boundary, BranchScope
 from .branches import Parent, run_parallel, run_race
 from .calls import Calls
@@ -73,6 +83,9 @@ class TaskRun:
             max_entry_bytes=max_entry_bytes,
         )
         self._open(self.cursor_type(checkpoint, self.commits.lock, self.task_id), None)
+        # ctx.write_stream calls of this claim's run of the main function, per key: each
+        # call's seq, the same on every claim since the function runs from the top.
+        self._stream_writes: dict[str, int] = {}
 
     def _open(self, cursor: Cursor, branch: BranchScope | None) -> None:
         """Set up the parts of this run that belong to one journal."""
@@ -235,9 +248,16 @@ class TaskRun:
         return self.waits.request_approval(name, approvers, timeout, escalate_to, escalation_timeout)
 
     def start_child(
-        self, name: str, version: int, input: Any, checkpoint_id: str | None, tenant: str | None, queue: str
+        self,
+        name: str,
+        version: int,
+        input: Any,
+        checkpoint_id: str | None,
+        tenant: str | None,
+        queue: str,
+        detached: bool = False,
     ) -> ChildHandle:
-        return self.children.start(name, version, input, checkpoint_id, tenant, queue)
+        return self.children.start(name, version, input, checkpoint_id, tenant, queue, detached)
 
     def wait_children(
         self, handles: Sequence[ChildHandle], timeout: timedelta | None, result_type: Any
@@ -286,6 +306,49 @@ class TaskRun:
         self, names: tuple[str, ...], timeout: timedelta | None, until: datetime | None, payload_type: Any
     ) -> Any:
         return self.waits.wait_for_signals(names, timeout, until, payload_type)
+
+    def set_attributes(self, values: Mapping[str, Any]) -> None:
+        """Set search attributes now, in a commit of the checkpoint as it stands, unless
+        this call is being replayed: the rule of :meth:`set_event`, for the same reasons
+        (a stored attribute never reports progress the journal lacks, and a replay never
+        puts back an older value over a newer one)."""
+        attributes = encode_attributes("set_attributes", values)
+        if not attributes or self.cursor.replaying:
+            return
+        self.commits.commit_attributes(attributes)
+
+    def wait_for_update(
+        self, name: str, timeout: timedelta | None, payload_type: Any
+    ) -> Update | SignalTimedOut:
+        validator = self._definition.workflow.validators.get(name)
+        return self.waits.wait_for_update(name, timeout, payload_type, validator)
+
+    def reply(self, update: Update, value: Any) -> None:
+        """Answer ``update`` (event ``update:<id>``, ``{"reply": value}``), by the rule of
+        :meth:`set_event`: committed now unless replayed."""
+        key = checks.update_event_key(update.update_id)
+        value_json = checks.check_event(key, {"reply": value})
+        if self.cursor.replaying:
+            return
+        self.commits.commit_event(key, value_json)
+
+    def write_stream(self, key: str, value: Any) -> None:
+        """Append ``value`` to stream ``key`` now, in a commit of the checkpoint as it
+        stands, unless this call is being replayed: the rule of :meth:`set_event`. The
+        call's seq (its place among this run's writes to ``key``) makes a write made
+        again at the journal's end (the crash came after its commit) a no-op in the
+        store, so a value is appended once. The main function only: branches run in no
+        fixed order, so their writes would have no stable place."""
+        value_json = checks.check_stream_value(key, value)
+        if self.cursor.scope is not None:
+            raise InvalidArgument(
+                f"write_stream is for the main function, not parallel branch {self.cursor.scope!r}"
+            )
+        seq = self._stream_writes.get(key, 0) + 1
+        self._stream_writes[key] = seq
+        if self.cursor.replaying:
+            return
+        self.commits.commit_stream(StreamWrite(key, value_json, self.checkpoint.run, "", seq))
 
     def continue_as_new(self, input: Any) -> NoReturn:
         """Check ``input`` against the workflow's input type here, at the call, then end

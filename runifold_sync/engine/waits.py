@@ -16,8 +16,9 @@ import attrs
 
 from ..errors import ChildFailed, InvalidArgument
 from ..model.checkpoint import EntryKind, EntryStatus, JournalEntry
-from ..model.codec import from_json, structure
+from ..model.codec import from_json, structure, to_json
 from ..model.values import TaskOutcome, TaskState, check_names
+from ..store import checks
 from ..store.base import WorkflowStore
 from ..store.records import Signal, TaskRecord
 from ..store.signal_checks import approval_payload_problem
@@ -28,6 +29,7 @@ from ..workflow.waiting import (
     Fired,
     SignalReceived,
     SignalTimedOut,
+    Update,
     WaitItem,
     check_wait_timeout,
 )
@@ -115,6 +117,10 @@ def approval_stages(
 
 # Why a delivered signal is refused by a wait (None: accepted), given its decoded payload.
 Refusal = Callable[[Signal, Any], "str | None"]
+# An update's validator (``@workflow.validator``): raising rejects the payload.
+Validator = Callable[[Any], object]
+
+
 # sender_policy(sender, signal name, payload) -> accept?
 SenderPolicy = Callable[[str, str, Any], bool]
 
@@ -210,6 +216,37 @@ class Waits:
         now = self._store.now().astimezone(UTC)
         self._cursor.record(JournalEntry(call_id, EntryKind.NOW, EntryStatus.DONE, now.isoformat()))
         return now
+
+    def wait_for_update(
+        self, name: str, timeout: timedelta | None, payload_type: Any, validator: Validator | None
+    ) -> Update | SignalTimedOut:
+        """An update (a signal ``name``) that ``validator`` accepts, or ``SignalTimedOut``.
+        A rejected one is answered first (event ``update:<id>`` holds the rejection, which
+        the caller's ``store.update`` reads), then taken out of the pending signals
+        without a journal entry: replayed, the wait knows nothing of it. A crash between
+        the two leaves it pending, and the next claim's wait rejects it again."""
+
+        def refusal(signal: Signal, payload: Any) -> str | None:
+            try:
+                structured = structure(payload, payload_type)
+            except Exception as exc:
+                return f"payload does not fit {payload_type!r}: {type(exc).__name__}: {exc}"
+            refused = self._policy_refusal(signal, payload)
+            if refused is not None or validator is None:
+                return refused
+            try:
+                validator(structured)
+            except Exception as exc:  # the validator's verdict, whatever it raised
+                return f"rejected by the validator of update {name!r}: {type(exc).__name__}: {exc}"
+            return None
+
+        def answer_refusal(signal: Signal, note: str) -> None:
+            self._commits.commit_event(checks.update_event_key(signal.signal_id), to_json({"rejected": note}))
+
+        output = self._await_signal((name,), timeout, refusal, on_refused=answer_refusal)
+        if output.get("timed_out"):
+            return SignalTimedOut(name)
+        return Update(output["signal_id"], name, output["sender"], structure(output["payload"], payload_type))
 
     def request_approval(
         self,
@@ -366,6 +403,7 @@ class Waits:
         refusal: Refusal,
         approvers: frozenset[str] | None = None,
         until: datetime | None = None,
+        on_refused: Callable[[Signal, str], None] | None = None,
     ) -> dict[str, Any]:
         """The journal output of a signal wait for the first of ``names``: the accepted
         signal (with its name when there are several), or a timeout. ``approvers``: the
@@ -401,6 +439,8 @@ class Waits:
                     if len(names) > 1:
                         accepted["name"] = signal.name
                     self._cursor.finish(entry, accepted)
+                if refused is not None and on_refused is not None:
+                    on_refused(signal, refused)
                 note = refused or f"accepted by {call_id}"
                 self._commits.consume_signal(signal, call_id, accepted=refused is None, note=note)
                 if refused is None:

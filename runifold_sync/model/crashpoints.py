@@ -56,7 +56,9 @@ POINTS = {
     "before_commit": "call id (effect intents: '<call id>:intent'; events: 'event:<key>'; the "
     "deadline of a step or effect with a timeout, committed before its body: '<call id>:deadline'; "
     "a step's final failure, before StepFailed is raised: '<call id>:failed'; a body's heartbeat "
-    "details: '<call id>:heartbeat'; what a ctx.wait_any fired: 'any#<n>'); "
+    "details: '<call id>:heartbeat'; what a ctx.wait_any fired: 'any#<n>'; search attributes: "
+    "'attributes:<key>+<key>...' in the call's order; stream values: 'stream:<key>:<seq>', and from a "
+    "step body, a write apart from any commit, 'stream:<key>:<call id>:<seq>'); "
     "a checkpoint commit is about to be sent",
     "after_commit": "as before_commit; the commit returned",
     "before_heartbeat": "task id, of the running task or of one claimed ahead; a lease "

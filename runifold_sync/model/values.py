@@ -370,6 +370,9 @@ class WorkflowTask:
     parent_id: str | None = None
     # The named queue it goes on: only workers claiming from that queue take it.
     queue: str = "default"
+    # A child (parent_id set) that cancelling its parent does not cancel
+    # (``ctx.start_child(..., detached=True)``).
+    detached: bool = False
     # What the registry that checked the task knows of its definition (set by
     # ``WorkflowRegistry.task``); the store records it with the task. Not part of what
     # the task is: enqueue's idempotency compares the fields above.
@@ -409,6 +412,10 @@ class WorkflowTask:
         check_name("task id", self.task_id)
         if self.parent_id is not None:
             check_name("parent id", self.parent_id)
+        if not isinstance(self.detached, bool):
+            raise InvalidArgument(f"detached must be True or False, got {bounded(self.detached)}")
+        if self.detached and self.parent_id is None:
+            raise InvalidArgument(f"task {self.task_id!r} is detached with no parent: only a child detaches")
         if self.declared is not None and not isinstance(self.declared, DeclaredSignals):
             raise InvalidArgument(f"declared must be None or DeclaredSignals, got {bounded(self.declared)}")
         return self

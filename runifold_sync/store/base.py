@@ -41,6 +41,7 @@ from .sql_results import ResultOperations
 from .sql_retention import RetentionOperations
 from .sql_schedules import ScheduleOperations
 from .sql_transitions import StepConnection, WorkerOperations
+from .sql_updates import UpdateOperations
 from .timing import OperationTimer
 
 # Every store opened and not yet closed, and the process that opened it: what
@@ -49,6 +50,7 @@ _open: weakref.WeakKeyDictionary[WorkflowStore, int] = weakref.WeakKeyDictionary
 
 
 class WorkflowStore(
+    UpdateOperations,
     OperatorOperations,
     WorkerOperations,
     ReadOperations,

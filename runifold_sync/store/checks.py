@@ -6,7 +6,7 @@ a bad call fails the same way on SQLite and PostgreSQL and never as a database e
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,6 +14,8 @@ import attrs
 
 from ..errors import InvalidArgument
 from ..model.admission import TenantPolicy
+from ..model.attributes import encode_all as encode_attributes
+from ..model.attributes import filter_json as attribute_filter_json
 from ..model.codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, from_json, to_json
 from ..model.moments import check_moment
 from ..model.values import (
@@ -193,6 +195,21 @@ def check_event(key: object, value: Any) -> str:
     )
 
 
+def update_event_key(update_id: str) -> str:
+    """The event that answers update ``update_id`` (``store.update`` waits for it): the
+    workflow's reply, ``{"reply": value}``, or its rejection, ``{"rejected": reason}``."""
+    return f"update:{update_id}"
+
+
+def check_stream_value(key: object, value: Any) -> str:
+    """A stream value's key (a name) and value, as :func:`check_event` checks an event's:
+    returns the value's canonical JSON text."""
+    check_name("stream key", key)
+    return _json_text(
+        f"value of stream {key!r}", value, MAX_EVENT_BYTES, "write a reference (an id, a URL) to it"
+    )
+
+
 def check_clock_offset(offset: object) -> timedelta:
     if not isinstance(offset, timedelta):
         raise InvalidArgument(f"clock offset must be a timedelta, got {offset!r}")
@@ -284,8 +301,10 @@ def list_filters(
     parent: str | None,
     limit: object,
     queue: str | None = None,
+    attributes: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The parameters of query ``list_tasks``."""
+    """The parameters of query ``list_tasks``; ``attributes``: search attributes every
+    listed task has (``ctx.set_attributes``), each of the same kind and value."""
     if state is not None and not isinstance(state, TaskState):
         raise InvalidArgument(f"state must be a TaskState, got {state!r}")
     # Each a name a task was given (checked by WorkflowTask.new), or None: no filter. A
@@ -306,7 +325,13 @@ def list_filters(
         "parent": parent,
         "queue": queue,
         "limit": limit,
-    }
+    } | attribute_filter(attributes)
+
+
+def attribute_filter(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The attribute part of ``list_filters``' parameters: none matches every task."""
+    found = [] if attributes is None else encode_attributes("attributes filter", attributes)
+    return {"attributes": attribute_filter_json(found), "attribute_count": len(found)}
 
 
 def check_routes(routes: object) -> Routes | None:

@@ -65,6 +65,7 @@ def task_record(row: Row, values: Values) -> TaskRecord:
         queue=row["queue"],
         fingerprint=row["fingerprint"],
         refused_signals=row["refused_signals"],
+        detached=bool(row["detached"]),
     )
 
 

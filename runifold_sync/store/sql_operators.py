@@ -174,7 +174,8 @@ class OperatorOperations:
           not committed yet is refused (:class:`CancelPending`): the cancel wins.
 
         The task's unfinished child tasks (``ctx.start_child``), and theirs, are cancelled
-        in the same transaction, each recorded with its parent as the actor. Completed
+        in the same transaction, each recorded with its parent as the actor; a child
+        started ``detached=True`` is not (it runs to its own end). Completed
         external writes are not undone, except by declared compensations."""
         checks.check_operator(actor, reason)
         checks.check_task_id(task_id)
@@ -331,6 +332,7 @@ def insert_tasks(d: Dialect, tx: Transaction, tasks: list[WorkflowTask]) -> list
             "parent_id": task.parent_id,
             "trace_context": traceparent,
             "queue": task.queue,
+            "detached": task.detached,
         }
         inserted = tx.one("insert_task", params)
         if inserted is None:

@@ -7,7 +7,7 @@ stands now (``TaskRecord.status_note``), derived here and never stored.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TypedDict, Unpack
 
@@ -15,6 +15,7 @@ import attrs
 
 from ..errors import InvalidArgument
 from ..model.admission import TenantAdmission, TenantPolicy, explain
+from ..model.attributes import AttributeValue
 from ..model.checkpoint import JournalRow
 from ..model.values import TaskState, WorkerId, check_count, check_int
 from . import checks, row_records
@@ -48,6 +49,7 @@ class TaskFilters(TypedDict, total=False):
     definition: str | None
     parent: str | None
     queue: str | None
+    attributes: Mapping[str, AttributeValue] | None
 
 
 # Where a walk of the tasks in creation order starts: before every task (after every
@@ -154,10 +156,13 @@ class ReadOperations:
         parent: str | None = None,
         limit: int = 100,
         queue: str | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> list[TaskRecord]:
         """Tasks matching every given filter, oldest first; ``parent``: the children of
-        that task; ``queue``: the tasks of that named queue."""
-        filters = checks.list_filters(state, tenant, definition, parent, limit, queue)
+        that task; ``queue``: the tasks of that named queue; ``attributes``: the tasks
+        whose search attributes (``ctx.set_attributes``) include each of these, of the
+        same kind and value (``{"customer": "c-42", "amount": 120}``)."""
+        filters = checks.list_filters(state, tenant, definition, parent, limit, queue, attributes)
         found = self.dialect.all("list_tasks" if parent is None else "list_children", filters)
         return self.explain_reasons(
             [row_records.found_task(self.dialect, row, row["task_id"]) for row in found]
@@ -196,6 +201,7 @@ class ReadOperations:
             filters.get("parent"),
             limit,
             filters.get("queue"),
+            filters.get("attributes"),
         )
         scan = check_int("page scan", scan, minimum=limit, maximum=100 * MAX_PAGE_SCAN)
         if not isinstance(newest_first, bool):

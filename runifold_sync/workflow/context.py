@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, Unpack
 
 from ..errors import InvalidArgument
+from ..model.attributes import AttributeValue
 from ..model.moments import check_moment
 from ..model.values import Budget, check_duration_bound
 from .waiting import (
@@ -28,6 +29,8 @@ from .waiting import (
     ChildTimedOut,
     Fired,
     SignalReceived,
+    SignalTimedOut,
+    Update,
     WaitItem,
     check_signal_names,
     check_wait_items,
@@ -71,7 +74,14 @@ class Runtime(Protocol):
     ) -> ApprovalDecision | ApprovalTimedOut: ...
 
     def start_child(
-        self, name: str, version: int, input: Any, checkpoint_id: str | None, tenant: str | None, queue: str
+        self,
+        name: str,
+        version: int,
+        input: Any,
+        checkpoint_id: str | None,
+        tenant: str | None,
+        queue: str,
+        detached: bool = False,
     ) -> ChildHandle: ...
 
     def wait_children(
@@ -99,6 +109,16 @@ class Runtime(Protocol):
     def patched(self, change_id: str) -> bool: ...
 
     def deprecate_patch(self, change_id: str) -> None: ...
+
+    def set_attributes(self, values: Mapping[str, Any]) -> None: ...
+
+    def write_stream(self, key: str, value: Any) -> None: ...
+
+    def wait_for_update(
+        self, name: str, timeout: timedelta | None, payload_type: Any
+    ) -> Update | SignalTimedOut: ...
+
+    def reply(self, update: Update, value: Any) -> None: ...
 
 
 def check_change_id(value: object) -> str:
@@ -182,6 +202,26 @@ class WorkflowContext:
             return received.payload
         return received
 
+    def wait_for_update(
+        self, name: str, *, timeout: timedelta | None = None, payload_type: Any = Any
+    ) -> Update | SignalTimedOut:
+        """Wait durably for an update named ``name`` (a declared signal a caller sends
+        with ``store.update``). Each one is first checked by the workflow's validator
+        (``@workflow.validator(name)``), its payload structured as ``payload_type``: a
+        rejected update is taken out and not recorded (the caller gets
+        :class:`UpdateRejected`), and the wait goes on; an accepted one is recorded and
+        returned as an :class:`Update`, to be answered with :meth:`reply`.
+        :class:`SignalTimedOut` when ``timeout`` passed first."""
+        return self._engine.wait_for_update(name, timeout, payload_type)
+
+    def reply(self, update: Update, value: Any) -> None:
+        """Answer ``update`` with ``value`` (JSON, at most 64 KiB encoded): the caller's
+        ``store.update`` returns it. Committed before the call returns, with the progress
+        made so far, as :meth:`set_event` is (same replay rule)."""
+        if not isinstance(update, Update):
+            raise InvalidArgument(f"reply needs the Update wait_for_update returned, got {update!r}")
+        self._engine.reply(update, value)
+
     def request_approval(
         self,
         name: str,
@@ -207,13 +247,18 @@ class WorkflowContext:
         checkpoint_id: str | None = None,
         tenant: str | None = None,
         queue: str = "default",
+        detached: bool = False,
     ) -> ChildHandle:
         """Enqueue a task of ``name`` at ``version`` as this task's child, once: a replay
         returns the same handle. Its id is ``checkpoint_id``, else derived from this
         task's id and the call's. It runs on its own (its own budget and retries; this
         task's tenant unless ``tenant``; on the named ``queue``, ``default`` unless given,
-        whatever this task's queue) until waited for with :meth:`wait_child`."""
-        return self._engine.start_child(name, version, input, checkpoint_id, tenant, queue)
+        whatever this task's queue) until waited for with :meth:`wait_child`.
+        Cancelling this task cancels its unfinished children, except a ``detached`` one,
+        which runs on to its own end (it stays this task's child: listed, waitable)."""
+        if not isinstance(detached, bool):
+            raise InvalidArgument(f"detached must be True or False, got {detached!r}")
+        return self._engine.start_child(name, version, input, checkpoint_id, tenant, queue, detached)
 
     def wait_child(
         self, handle: ChildHandle, *, timeout: timedelta | None = None, result_type: Any = Any
@@ -334,6 +379,28 @@ class WorkflowContext:
         intent, an event, a wait); a crash before that loses it together with whatever
         used it, and the replay reads the clock afresh."""
         return self._engine.now()
+
+    # --- search attributes and streams ---------------------------------------------
+
+    def set_attributes(self, **values: AttributeValue) -> None:
+        """Set this task's search attributes: ``ctx.set_attributes(customer="c-42",
+        amount=120)``. Each value is text, an integer, a number, a boolean or an aware
+        datetime (kept as that kind); a key set again takes the new value. Operators find
+        the task by them: ``store.list_tasks(attributes={"customer": "c-42"})``, ``list
+        --where customer=c-42``, the dashboard's task list; ``store.task_attributes``
+        reads them. Committed before the call returns, with the progress made so far, as
+        :meth:`set_event` is (same replay rule); one fenced write, none when replayed."""
+        self._engine.set_attributes(values)
+
+    def write_stream(self, key: str, value: Any) -> None:
+        """Append ``value`` (JSON, at most 64 KiB encoded) to this task's stream ``key``
+        (a name): progress or partial results a caller reads in order, as they come, with
+        ``store.read_stream(task_id, key, after=offset, timeout=...)``; the stream is
+        closed once the task finishes. Committed before the call returns, with the
+        progress made so far, and appended once whatever crashes where (a replayed call
+        writes nothing; one made again at the journal's end is recognised). The main
+        function only; one fenced write a call."""
+        self._engine.write_stream(key, value)
 
     # --- runs ------------------------------------------------------------------------
 

@@ -41,6 +41,9 @@ class Workflow:
         self.compensations: dict[str, Callable[..., Any]] = {}
         # Steps whose compensation is also given the step's arguments (recorded with them).
         self.compensation_args: set[str] = set()
+        # Update name (a declared signal) -> its validator (``validator``): run by the
+        # wait before an update is recorded; raising rejects it.
+        self.validators: dict[str, Callable[[Any], object]] = {}
         self.main_fn: Callable[..., Any] | None = None
         self._fingerprint: str | None = None  # cleared by each declaration
 
@@ -130,6 +133,30 @@ class Workflow:
             return fn
 
         return decorate
+
+    def validator(self, name: str) -> Callable[[Callable[[Any], R]], Callable[[Any], R]]:
+        """Declare the validator of update ``name`` (a declared signal), for
+        ``ctx.wait_for_update``: called with the update's payload (structured as the
+        wait's ``payload_type``) before the update is recorded; raising (any exception)
+        rejects it, and the caller's ``store.update`` raises :class:`UpdateRejected` with
+        the message. It must not touch the outside world: it runs again on a replay of
+        the wait, never recorded."""
+        check_name("update name", name)
+        if name not in self.signals:
+            raise InvalidArgument(
+                f"update {name!r} must be a signal {self!r} declares (signals=[...]); "
+                f"it declares {sorted(self.signals)}"
+            )
+        if name in self.validators:
+            raise InvalidArgument(f"update {name!r} of {self!r} already has a validator")
+
+        def register(fn: Callable[[Any], R]) -> Callable[[Any], R]:
+            if not callable(fn):
+                raise InvalidArgument(f"the validator of update {name!r} must be callable, got {fn!r}")
+            self.validators[name] = fn
+            return fn
+
+        return register
 
     def main(self, fn: Callable[..., R]) -> Callable[..., R]:
         """Declare the entry point ``fn(ctx, input)``; it is replayed from the top on

@@ -31,6 +31,18 @@ class SignalReceived:
 
 
 @attrs.frozen
+class Update:
+    """An update ``ctx.wait_for_update`` accepted: its id (the caller's ``store.update``
+    waits for the reply to it, ``ctx.reply(update, value)``), name, sender and payload,
+    structured as the wait's ``payload_type``."""
+
+    update_id: str
+    name: str
+    sender: str
+    payload: Any
+
+
+@attrs.frozen
 class ApprovalDecision:
     """Who decided an approval, what, and why; ``approved`` False is a rejection."""
 
@@ -70,6 +82,7 @@ class ChildStart(TypedDict, total=False):
     checkpoint_id: str | None
     tenant: str | None
     queue: str
+    detached: bool
 
 
 @attrs.frozen

@@ -37,6 +37,10 @@ AUTHORING_API = {
     "race",
     "continue_as_new",
     "set_event",  # publishes a value for store.get_event, committed like a step boundary
+    "set_attributes",  # search attributes for list_tasks(attributes=), committed as set_event
+    "write_stream",  # appends to a stream store.read_stream reads, committed as set_event
+    "wait_for_update",  # a signal the workflow's validator accepts before it is recorded
+    "reply",  # answers an update: store.update returns it
     "start_child",
     "wait_child",
     "wait_children",

@@ -30,6 +30,8 @@ SQLITE_ONLY = {
     "prune_signals",
     "prune_resolutions",
     "prune_task_events",
+    "prune_task_attributes",
+    "prune_task_streams",
     "prune_tasks",
 }
 # PostgreSQL claims in one statement (a FOR UPDATE SKIP LOCKED CTE feeding the UPDATE),

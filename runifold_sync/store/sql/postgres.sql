@@ -13,13 +13,13 @@ SELECT {now} AS now;
 WITH clock AS (SELECT {now} AS now)
 INSERT INTO runifold_tasks (
     task_id, definition_name, definition_version, tenant, input, input_text, priority, state,
-    ready_at, created_at, updated_at, parent_id, trace_context, queue
+    ready_at, created_at, updated_at, parent_id, trace_context, queue, detached
 )
 SELECT
     %(task_id)s, %(definition_name)s, %(definition_version)s, %(tenant)s, %(input)s::text::jsonb,
     %(input)s::text, %(priority)s, 'queued',
     GREATEST(clock.now, COALESCE(%(not_before)s::timestamptz, clock.now)), clock.now, clock.now,
-    %(parent_id)s::text, %(trace_context)s::text, %(queue)s
+    %(parent_id)s::text, %(trace_context)s::text, %(queue)s, %(detached)s::boolean
 FROM clock
 ON CONFLICT (task_id) DO NOTHING
 RETURNING created_at AS at;
@@ -30,7 +30,7 @@ task_id, definition_name, definition_version, tenant, input_text AS input, prior
     state, outcome, reason, ambiguous_effect, ready_at, worker_id, fencing_token,
     lease_expires, claims_since_progress, revision, head::text AS head,
     result::text AS result, created_at, updated_at, parent_id, waiting_for_child, paused,
-    queue, fingerprint, refused_signals
+    queue, fingerprint, refused_signals, detached
 
 -- name: select_task
 SELECT {query:task_columns}
@@ -771,8 +771,9 @@ WHERE t.task_id = %(task_id)s AND t.state = 'waiting' AND t.waiting_for_child = 
     );
 
 -- name: unfinished_children
+-- The children a cancel of their parent cancels: a detached one outlives it.
 SELECT task_id FROM runifold_tasks
-WHERE parent_id = %(task_id)s AND state IN ('queued', 'leased', 'waiting')
+WHERE parent_id = %(task_id)s AND state IN ('queued', 'leased', 'waiting') AND NOT detached
 ORDER BY task_id;
 
 -- name: pause_unleased
@@ -854,7 +855,9 @@ WITH events AS (DELETE FROM runifold_events WHERE task_id = ANY(%(ids)s::text[])
     journal AS (DELETE FROM runifold_journal WHERE task_id = ANY(%(ids)s::text[])),
     signals AS (DELETE FROM runifold_signals WHERE task_id = ANY(%(ids)s::text[])),
     resolutions AS (DELETE FROM runifold_effect_resolutions WHERE task_id = ANY(%(ids)s::text[])),
-    published AS (DELETE FROM runifold_task_events WHERE task_id = ANY(%(ids)s::text[]))
+    published AS (DELETE FROM runifold_task_events WHERE task_id = ANY(%(ids)s::text[])),
+    attributes AS (DELETE FROM runifold_task_attributes WHERE task_id = ANY(%(ids)s::text[])),
+    streams AS (DELETE FROM runifold_task_streams WHERE task_id = ANY(%(ids)s::text[]))
 DELETE FROM runifold_tasks
 WHERE task_id = ANY(%(ids)s::text[]) AND state IN ('terminal', 'cancelled');
 
@@ -927,6 +930,11 @@ WHERE name = %(name)s ORDER BY id;
     AND (%(definition)s::text IS NULL OR definition_name = %(definition)s::text)
     AND (%(parent)s::text IS NULL OR parent_id = %(parent)s::text)
     AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    AND (%(attribute_count)s::int = 0 OR task_id IN (
+        SELECT a.task_id
+        FROM jsonb_to_recordset(%(attributes)s::jsonb) AS f(key text, kind text, value text)
+        JOIN runifold_task_attributes a ON a.key = f.key AND a.kind = f.kind AND a.value = f.value
+        GROUP BY a.task_id HAVING count(*) = %(attribute_count)s::int))
 
 -- name: list_tasks_page
 -- The dashboard's task list (sql_reads.list_tasks_page), oldest first: of the next
@@ -1049,3 +1057,60 @@ FROM clock
 WHERE t.task_id = %(task_id)s AND t.revision = %(revision)s AND t.definition_version = %(from_version)s
     AND t.state IN ('queued', 'waiting')
 RETURNING clock.now AS at;
+-- name: set_task_attribute
+-- ctx.set_attributes, inside the fenced checkpoint commit that carries it (last write wins).
+INSERT INTO runifold_task_attributes (task_id, key, kind, value, set_at)
+VALUES (%(task_id)s, %(key)s, %(kind)s, %(value)s, {now})
+ON CONFLICT (task_id, key) DO UPDATE
+SET kind = excluded.kind, value = excluded.value, set_at = excluded.set_at;
+
+-- name: task_attributes
+SELECT key, kind, value FROM runifold_task_attributes WHERE task_id = %(task_id)s ORDER BY key;
+
+-- name: create_schedule
+-- store.create_schedule: a schedule created at run time, active from now; none if the name
+-- is taken (declared by a registry, or created before).
+INSERT INTO runifold_schedules (
+    name, definition_name, definition_version, cron, every_s, timezone, input, queue, origin,
+    active_since, declared_at, changed_at
+) VALUES (
+    %(name)s, %(definition_name)s, %(definition_version)s, %(cron)s, %(every_s)s, %(timezone)s, %(input)s, %(queue)s, 'created',
+    %(now)s, %(now)s, %(now)s
+)
+ON CONFLICT (name) DO NOTHING
+RETURNING *;
+
+-- name: delete_created_schedule
+-- store.delete_schedule: only a schedule created at run time (a registry would store a
+-- declared one again). Its tick tasks are not touched.
+DELETE FROM runifold_schedules WHERE name = %(name)s AND origin = 'created' RETURNING *;
+
+-- name: created_schedules
+SELECT * FROM runifold_schedules WHERE origin = 'created' ORDER BY name;
+
+-- name: append_stream
+-- ctx.write_stream, inside the fenced checkpoint commit that carries it: the next position
+-- of the task's stream key, unless this writer's seq-th write of the run is there already
+-- (a replay, or a step's re-run, writing it again). The notification wakes
+-- store.read_stream's waiters when the transaction commits.
+INSERT INTO runifold_task_streams (task_id, key, position, run, writer, seq, value, written_at)
+SELECT %(task_id)s, %(key)s, COALESCE(MAX(position), 0) + 1, %(run)s, %(writer)s, %(seq)s,
+    %(value)s::jsonb, {now}
+FROM runifold_task_streams WHERE task_id = %(task_id)s AND key = %(key)s
+ON CONFLICT (task_id, key, run, writer, seq) DO NOTHING
+RETURNING pg_notify('runifold_results', runifold_task_streams.task_id) AS notified;
+
+-- name: read_stream
+SELECT position, value::text AS value FROM runifold_task_streams
+WHERE task_id = %(task_id)s AND key = %(key)s AND position > %(after)s
+ORDER BY position
+LIMIT %(limit)s;
+
+-- name: stream_fence
+-- A step body's stream write (StepContext.write_stream): only while its lease holds. The
+-- row lock orders it with the task's other writes (parallel branches' steps, commits), so
+-- each append reads the positions the one before it committed.
+SELECT 1 AS held FROM runifold_tasks
+WHERE task_id = %(task_id)s AND fencing_token = %(token)s AND state = 'leased'
+    AND lease_expires > {now}
+FOR UPDATE;

@@ -8,10 +8,10 @@ SELECT {now} AS now;
 -- name: insert_task
 INSERT INTO runifold_tasks (
     task_id, definition_name, definition_version, tenant, input, priority, state,
-    ready_at, created_at, updated_at, parent_id, trace_context, queue
+    ready_at, created_at, updated_at, parent_id, trace_context, queue, detached
 ) VALUES (
     :task_id, :definition_name, :definition_version, :tenant, :input, :priority, 'queued',
-    MAX(:now, COALESCE(:not_before, :now)), :now, :now, :parent_id, :trace_context, :queue
+    MAX(:now, COALESCE(:not_before, :now)), :now, :now, :parent_id, :trace_context, :queue, :detached
 )
 ON CONFLICT (task_id) DO NOTHING
 RETURNING :now AS at;
@@ -549,8 +549,9 @@ WHERE task_id = :task_id AND state = 'waiting' AND waiting_for_child = :child
     );
 
 -- name: unfinished_children
+-- The children a cancel of their parent cancels: a detached one outlives it.
 SELECT task_id FROM runifold_tasks
-WHERE parent_id = :task_id AND state IN ('queued', 'leased', 'waiting')
+WHERE parent_id = :task_id AND state IN ('queued', 'leased', 'waiting') AND detached = 0
 ORDER BY task_id;
 
 -- name: pause_unleased
@@ -629,6 +630,12 @@ DELETE FROM runifold_effect_resolutions WHERE task_id IN (SELECT value FROM json
 -- name: prune_task_events
 DELETE FROM runifold_task_events WHERE task_id IN (SELECT value FROM json_each(:ids));
 
+-- name: prune_task_attributes
+DELETE FROM runifold_task_attributes WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_task_streams
+DELETE FROM runifold_task_streams WHERE task_id IN (SELECT value FROM json_each(:ids));
+
 -- name: prune_tasks
 DELETE FROM runifold_tasks
 WHERE task_id IN (SELECT value FROM json_each(:ids)) AND state IN ('terminal', 'cancelled');
@@ -699,6 +706,11 @@ WHERE name = :name ORDER BY id;
     AND (:definition IS NULL OR definition_name = :definition)
     AND (:parent IS NULL OR parent_id = :parent)
     AND (:queue IS NULL OR queue = :queue)
+    AND (:attribute_count = 0 OR task_id IN (
+        SELECT a.task_id FROM json_each(:attributes) f
+        JOIN runifold_task_attributes a ON a.key = json_extract(f.value, '$.key')
+            AND a.kind = json_extract(f.value, '$.kind') AND a.value = json_extract(f.value, '$.value')
+        GROUP BY a.task_id HAVING count(*) = :attribute_count))
 
 -- name: list_tasks_page
 -- The dashboard's task list (sql_reads.list_tasks_page), oldest first: of the next
@@ -811,3 +823,53 @@ SET definition_version = :version, head = :head, fingerprint = :fingerprint, upd
 WHERE task_id = :task_id AND revision = :revision AND definition_version = :from_version
     AND state IN ('queued', 'waiting')
 RETURNING :now AS at;
+-- name: set_task_attribute
+-- ctx.set_attributes, inside the fenced checkpoint commit that carries it (last write wins).
+INSERT INTO runifold_task_attributes (task_id, key, kind, value, set_at)
+VALUES (:task_id, :key, :kind, :value, :now)
+ON CONFLICT (task_id, key) DO UPDATE
+SET kind = excluded.kind, value = excluded.value, set_at = excluded.set_at;
+
+-- name: task_attributes
+SELECT key, kind, value FROM runifold_task_attributes WHERE task_id = :task_id ORDER BY key;
+
+-- name: create_schedule
+-- store.create_schedule: a schedule created at run time, active from now; none if the name
+-- is taken (declared by a registry, or created before).
+INSERT INTO runifold_schedules (
+    name, definition_name, definition_version, cron, every_s, timezone, input, queue, origin,
+    active_since, declared_at, changed_at
+) VALUES (
+    :name, :definition_name, :definition_version, :cron, :every_s, :timezone, :input, :queue, 'created',
+    :now, :now, :now
+)
+ON CONFLICT (name) DO NOTHING
+RETURNING *;
+
+-- name: delete_created_schedule
+-- store.delete_schedule: only a schedule created at run time (a registry would store a
+-- declared one again). Its tick tasks are not touched.
+DELETE FROM runifold_schedules WHERE name = :name AND origin = 'created' RETURNING *;
+
+-- name: created_schedules
+SELECT * FROM runifold_schedules WHERE origin = 'created' ORDER BY name;
+
+-- name: append_stream
+-- ctx.write_stream, inside the fenced checkpoint commit that carries it: the next position
+-- of the task's stream key, unless this writer's seq-th write of the run is there already
+-- (a replay, or a step's re-run, writing it again).
+INSERT INTO runifold_task_streams (task_id, key, position, run, writer, seq, value, written_at)
+SELECT :task_id, :key, COALESCE(MAX(position), 0) + 1, :run, :writer, :seq, :value, :now
+FROM runifold_task_streams WHERE task_id = :task_id AND key = :key
+ON CONFLICT (task_id, key, run, writer, seq) DO NOTHING;
+
+-- name: read_stream
+SELECT position, value FROM runifold_task_streams
+WHERE task_id = :task_id AND key = :key AND position > :after
+ORDER BY position
+LIMIT :limit;
+
+-- name: stream_fence
+-- A step body's stream write (StepContext.write_stream): only while its lease holds.
+SELECT 1 AS held FROM runifold_tasks
+WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased' AND lease_expires > {now};

@@ -139,6 +139,8 @@ class SqliteDialect(Dialect):
         "prune_signals",
         "prune_resolutions",
         "prune_task_events",
+        "prune_task_attributes",
+        "prune_task_streams",
         "prune_tasks",
     )
 
