@@ -14,13 +14,16 @@ import sys
 import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import attrs
 
 from ..errors import InvalidArgument
 from .codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
 from .moments import check_moment
+
+if TYPE_CHECKING:
+    from .flow import EnqueueFlow
 
 MAX_INPUT_BYTES = 1 << 20
 
@@ -350,6 +353,14 @@ class TaskOptions(TypedDict, total=False):
     priority: int
     not_before: datetime | None
     queue: str
+    concurrency_key: str | None
+    dedup_key: str | None
+    dedup_window: timedelta | None
+    singleton: bool
+    replace: bool
+    debounce: timedelta | None
+    debounce_key: str | None
+    debounce_max: timedelta | None
 
 
 @attrs.frozen
@@ -374,6 +385,11 @@ class WorkflowTask:
     # ``WorkflowRegistry.task``); the store records it with the task. Not part of what
     # the task is: enqueue's idempotency compares the fields above.
     declared: DeclaredSignals | None = attrs.field(default=None, eq=False, repr=False)
+    # The group its concurrency and rate limits count it in (``model.flow``), else None.
+    concurrency_key: str | None = None
+    # What the enqueue does when tasks share its dedup or debounce key (``model.flow``):
+    # how it is enqueued, not what it is.
+    flow: EnqueueFlow | None = attrs.field(default=None, eq=False)
 
     @classmethod
     def new(
@@ -387,10 +403,42 @@ class WorkflowTask:
         priority: int = 0,
         not_before: datetime | None = None,
         queue: str = "default",
+        concurrency_key: str | None = None,
+        dedup_key: str | None = None,
+        dedup_window: timedelta | None = None,
+        singleton: bool = False,
+        replace: bool = False,
+        debounce: timedelta | None = None,
+        debounce_key: str | None = None,
+        debounce_max: timedelta | None = None,
     ) -> WorkflowTask:
+        from .flow import EnqueueFlow, check_enqueue_flow  # flow imports this module's checks
+
         check_task_fields(name, version, tenant, priority, not_before, queue)
         task_id = uuid.uuid4().hex if checkpoint_id is None else check_name("checkpoint id", checkpoint_id)
-        return cls(task_id, name, version, input_text(input), tenant, priority, not_before, queue=queue)
+        check_enqueue_flow(
+            dedup_key=dedup_key,
+            dedup_window=dedup_window,
+            singleton=singleton,
+            replace=replace,
+            debounce=debounce,
+            debounce_key=debounce_key,
+            debounce_max=debounce_max,
+            concurrency_key=concurrency_key,
+        )
+        flow = EnqueueFlow(dedup_key, dedup_window, singleton, replace, debounce, debounce_key, debounce_max)
+        return cls(
+            task_id,
+            name,
+            version,
+            input_text(input),
+            tenant,
+            priority,
+            not_before,
+            queue=queue,
+            concurrency_key=concurrency_key,
+            flow=flow if flow.any else None,
+        )
 
     def check(self) -> WorkflowTask:
         """Each field checked as :meth:`new` checks its arguments, raising
@@ -411,6 +459,14 @@ class WorkflowTask:
             check_name("parent id", self.parent_id)
         if self.declared is not None and not isinstance(self.declared, DeclaredSignals):
             raise InvalidArgument(f"declared must be None or DeclaredSignals, got {bounded(self.declared)}")
+        if self.concurrency_key is not None:
+            check_name("concurrency_key", self.concurrency_key)
+        if self.flow is not None:
+            from .flow import EnqueueFlow, check_enqueue_flow
+
+            if not isinstance(self.flow, EnqueueFlow):
+                raise InvalidArgument(f"flow must be None or EnqueueFlow, got {bounded(self.flow)}")
+            check_enqueue_flow(concurrency_key=self.concurrency_key, **attrs.asdict(self.flow))
         return self
 
 

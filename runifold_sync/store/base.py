@@ -33,6 +33,7 @@ from . import checks
 from .dialect import Dialect
 from .outage import OutageLog
 from .records import EnqueueResult
+from .sql_flow import FlowOperations
 from .sql_operators import OperatorOperations
 from .sql_reads import ReadOperations
 from .sql_results import ResultOperations
@@ -53,6 +54,7 @@ class WorkflowStore(
     ResultOperations,
     ScheduleOperations,
     RetentionOperations,
+    FlowOperations,
     abc.ABC,
 ):
     """Semantic operations of the control plane on ``dialect``. Thread-safe: the

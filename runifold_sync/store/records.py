@@ -244,6 +244,10 @@ class TaskRecord:
     # ``refusals.RECORDED_SIGNAL_REFUSALS`` of them, and only counts the rest here.
     refused_signals: int = 0
     status_note: str | None = None
+    # The group its flow limits count it in (model.flow), and its dedup and debounce keys.
+    concurrency_key: str | None = None
+    dedup_key: str | None = None
+    debounce_key: str | None = None
 
     @property
     def input(self) -> Any:
