@@ -17,7 +17,9 @@ from typing import Any
 import attrs
 
 from ..errors import InvalidArgument
-from .values import check_int, check_name, check_positive_timedelta
+from .values import EnqueueFlow, check_enqueue_flow, check_int, check_name, check_positive_timedelta
+
+__all__ = ["SCOPES", "EnqueueFlow", "FlowGroup", "FlowLimit", "Rate", "check_enqueue_flow", "check_scope"]
 
 SCOPES = ("key", "definition", "queue")
 
@@ -133,69 +135,3 @@ class FlowGroup:
                 f"{self.limit.rate.period.total_seconds():g}s of {self.limit.rate.count} allowed{until}"
             )
         return None
-
-
-def check_enqueue_flow(
-    *,
-    dedup_key: object,
-    dedup_window: object,
-    singleton: object,
-    replace: object,
-    debounce: object,
-    debounce_key: object,
-    debounce_max: object,
-    concurrency_key: object,
-) -> None:
-    """The flow options of an enqueue, checked where they enter (``WorkflowTask.new``)."""
-    if concurrency_key is not None:
-        check_name("concurrency_key", concurrency_key)
-    if dedup_key is not None:
-        check_name("dedup_key", dedup_key)
-    if dedup_window is not None:
-        check_positive_timedelta("dedup_window", dedup_window)
-    for name, flag in (("singleton", singleton), ("replace", replace)):
-        if not isinstance(flag, bool):
-            raise InvalidArgument(f"{name} must be True or False, got {flag!r}")
-    if (dedup_window is not None or singleton) and dedup_key is None:
-        raise InvalidArgument("dedup_window and singleton=True need a dedup_key, got dedup_key=None")
-    if dedup_window is not None and singleton:
-        raise InvalidArgument("dedup_window and singleton=True are two ways to dedup; give one of them")
-    if replace and not singleton:
-        raise InvalidArgument("replace=True replaces a singleton's existing task; it needs singleton=True")
-    if debounce is not None:
-        check_positive_timedelta("debounce", debounce)
-        if debounce_key is None:
-            raise InvalidArgument("debounce needs a debounce_key, got debounce_key=None")
-        check_name("debounce_key", debounce_key)
-        if dedup_key is not None:
-            raise InvalidArgument(
-                "debounce and dedup_key are two ways to collapse enqueues; give one of them"
-            )
-    elif debounce_key is not None or debounce_max is not None:
-        raise InvalidArgument("debounce_key and debounce_max need debounce, got debounce=None")
-    if debounce_max is not None:
-        most = check_positive_timedelta("debounce_max", debounce_max)
-        assert isinstance(debounce, timedelta)
-        if most < debounce:
-            raise InvalidArgument(f"debounce_max must be at least debounce ({debounce}), got {debounce_max}")
-
-
-@attrs.frozen
-class EnqueueFlow:
-    """What an enqueue does when other tasks share its key: a task with the same
-    ``dedup_key`` created within ``dedup_window`` is returned instead of a new one; with
-    ``singleton`` an unfinished task of the key is returned (or, with ``replace``, cancelled
-    and the new one enqueued); with ``debounce`` the queued task of ``debounce_key`` takes
-    this input and waits ``debounce`` more (at most ``debounce_max`` after the first)."""
-
-    dedup_key: str | None = None
-    dedup_window: timedelta | None = None
-    singleton: bool = False
-    replace: bool = False
-    debounce: timedelta | None = None
-    debounce_key: str | None = None
-    debounce_max: timedelta | None = None
-
-    @property
-    def any(self) -> bool:
-        return self.dedup_key is not None or self.debounce is not None

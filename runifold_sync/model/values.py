@@ -14,16 +14,13 @@ import sys
 import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 import attrs
 
 from ..errors import InvalidArgument
 from .codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
 from .moments import check_moment
-
-if TYPE_CHECKING:
-    from .flow import EnqueueFlow
 
 MAX_INPUT_BYTES = 1 << 20
 
@@ -363,6 +360,72 @@ class TaskOptions(TypedDict, total=False):
     debounce_max: timedelta | None
 
 
+def check_enqueue_flow(
+    *,
+    dedup_key: object,
+    dedup_window: object,
+    singleton: object,
+    replace: object,
+    debounce: object,
+    debounce_key: object,
+    debounce_max: object,
+    concurrency_key: object,
+) -> None:
+    """The flow options of an enqueue, checked where they enter (``WorkflowTask.new``)."""
+    if concurrency_key is not None:
+        check_name("concurrency_key", concurrency_key)
+    if dedup_key is not None:
+        check_name("dedup_key", dedup_key)
+    if dedup_window is not None:
+        check_positive_timedelta("dedup_window", dedup_window)
+    for name, flag in (("singleton", singleton), ("replace", replace)):
+        if not isinstance(flag, bool):
+            raise InvalidArgument(f"{name} must be True or False, got {flag!r}")
+    if (dedup_window is not None or singleton) and dedup_key is None:
+        raise InvalidArgument("dedup_window and singleton=True need a dedup_key, got dedup_key=None")
+    if dedup_window is not None and singleton:
+        raise InvalidArgument("dedup_window and singleton=True are two ways to dedup; give one of them")
+    if replace and not singleton:
+        raise InvalidArgument("replace=True replaces a singleton's existing task; it needs singleton=True")
+    if debounce is not None:
+        check_positive_timedelta("debounce", debounce)
+        if debounce_key is None:
+            raise InvalidArgument("debounce needs a debounce_key, got debounce_key=None")
+        check_name("debounce_key", debounce_key)
+        if dedup_key is not None:
+            raise InvalidArgument(
+                "debounce and dedup_key are two ways to collapse enqueues; give one of them"
+            )
+    elif debounce_key is not None or debounce_max is not None:
+        raise InvalidArgument("debounce_key and debounce_max need debounce, got debounce=None")
+    if debounce_max is not None:
+        most = check_positive_timedelta("debounce_max", debounce_max)
+        assert isinstance(debounce, timedelta)
+        if most < debounce:
+            raise InvalidArgument(f"debounce_max must be at least debounce ({debounce}), got {debounce_max}")
+
+
+@attrs.frozen
+class EnqueueFlow:
+    """What an enqueue does when other tasks share its key: a task with the same
+    ``dedup_key`` created within ``dedup_window`` is returned instead of a new one; with
+    ``singleton`` an unfinished task of the key is returned (or, with ``replace``, cancelled
+    and the new one enqueued); with ``debounce`` the queued task of ``debounce_key`` takes
+    this input and waits ``debounce`` more (at most ``debounce_max`` after the first)."""
+
+    dedup_key: str | None = None
+    dedup_window: timedelta | None = None
+    singleton: bool = False
+    replace: bool = False
+    debounce: timedelta | None = None
+    debounce_key: str | None = None
+    debounce_max: timedelta | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.dedup_key is not None or self.debounce is not None
+
+
 @attrs.frozen
 class WorkflowTask:
     """A request to run one definition version on one input, identified by its
@@ -412,8 +475,6 @@ class WorkflowTask:
         debounce_key: str | None = None,
         debounce_max: timedelta | None = None,
     ) -> WorkflowTask:
-        from .flow import EnqueueFlow, check_enqueue_flow  # flow imports this module's checks
-
         check_task_fields(name, version, tenant, priority, not_before, queue)
         task_id = uuid.uuid4().hex if checkpoint_id is None else check_name("checkpoint id", checkpoint_id)
         check_enqueue_flow(
@@ -462,8 +523,6 @@ class WorkflowTask:
         if self.concurrency_key is not None:
             check_name("concurrency_key", self.concurrency_key)
         if self.flow is not None:
-            from .flow import EnqueueFlow, check_enqueue_flow
-
             if not isinstance(self.flow, EnqueueFlow):
                 raise InvalidArgument(f"flow must be None or EnqueueFlow, got {bounded(self.flow)}")
             check_enqueue_flow(concurrency_key=self.concurrency_key, **attrs.asdict(self.flow))

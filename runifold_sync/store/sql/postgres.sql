@@ -79,8 +79,11 @@ limits AS MATERIALIZED (
     SELECT scope, target, max_running, rate_count, rate_period FROM runifold_flow_limits
 ),
 running AS MATERIALIZED (
-    SELECT concurrency_key, definition_name, queue FROM runifold_tasks, clock
-    WHERE state = 'leased' AND lease_expires > clock.now AND EXISTS (SELECT 1 FROM limits)
+    -- Tenant by tenant, as each tenant's room counts them (a search of the leased index).
+    SELECT l.concurrency_key, l.definition_name, l.queue
+    FROM runifold_tenants p, clock, runifold_tasks l
+    WHERE l.tenant = p.tenant AND l.state = 'leased' AND l.lease_expires > clock.now
+        AND EXISTS (SELECT 1 FROM limits)
 ),
 flow_closed AS MATERIALIZED (
     SELECT g.scope, g.name FROM (

@@ -46,8 +46,11 @@ limits AS MATERIALIZED (
     SELECT scope, target, max_running, rate_count, rate_period_us FROM runifold_flow_limits
 ),
 running AS MATERIALIZED (
-    SELECT concurrency_key, definition_name, queue FROM runifold_tasks
-    WHERE state = 'leased' AND lease_expires > :now AND EXISTS (SELECT 1 FROM limits)
+    -- Tenant by tenant, as each tenant's room counts them (a search of the leased index).
+    SELECT l.concurrency_key, l.definition_name, l.queue
+    FROM runifold_tenants p CROSS JOIN runifold_tasks l INDEXED BY runifold_tasks_leased
+    WHERE l.tenant = p.tenant
+        AND l.state = 'leased' AND l.lease_expires > :now AND EXISTS (SELECT 1 FROM limits)
 ),
 flow_closed AS MATERIALIZED (
     SELECT g.scope, g.name FROM (

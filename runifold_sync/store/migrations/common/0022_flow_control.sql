@@ -1,9 +1,4 @@
 -- Version 22, the part both dialects run as written (after each one's own 0022).
--- The leases of each concurrency key, which a claim counts against the key's limit
--- (leased tasks are few: one per running task).
-CREATE INDEX runifold_tasks_concurrency ON runifold_tasks (concurrency_key, lease_expires)
-    WHERE state = 'leased' AND concurrency_key IS NOT NULL;
-
 -- The tasks of a dedup key, newest first: a dedup window or a singleton looks here.
 CREATE INDEX runifold_tasks_dedup ON runifold_tasks (dedup_key, created_at)
     WHERE dedup_key IS NOT NULL;
