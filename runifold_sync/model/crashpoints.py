@@ -70,6 +70,9 @@ POINTS = {
     "before_tick": "schedule name; the transaction creating a due tick's task (and recording "
     "the tick) is about to be sent, from the worker's schedule thread",
     "after_tick": "as before_tick; the transaction returned",
+    "flow_enqueue": "debounce key, or the dedup key of a singleton replacing its task; inside "
+    "the enqueue's transaction, the debounced input folded into the key's queued task (or the "
+    "replaced task cancelled), not committed",
 }
 
 

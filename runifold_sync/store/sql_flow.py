@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import InvalidArgument
+from ..model import crashpoints
 from ..model.flow import FlowGroup, FlowLimit, Rate, check_scope
 from ..model.values import WorkflowTask, check_name
 from .dialect import Dialect, Event, Row, Transaction
@@ -148,6 +149,8 @@ def collapsed(
         assert flow.debounce_key is not None
         tx.one("lock_flow_key", {"key": "debounce:" + flow.debounce_key})
         folded = tx.one("debounce_fold", params)
+        if crashpoints.ARMED:
+            crashpoints.reached("flow_enqueue", flow.debounce_key)
         if folded is None:
             return None
         detail = {
@@ -173,7 +176,8 @@ def collapsed(
         raise InvalidArgument(
             "replace=True cannot be used here: this enqueue cannot cancel the task it replaces"
         )
-    cancel(
-        tx, found["task_id"], "flow", f"replaced by task {task.task_id!r} of singleton key {flow.dedup_key!r}"
-    )
+    note = f"replaced by task {task.task_id!r} of singleton key {flow.dedup_key!r}"
+    cancel(tx, found["task_id"], "flow", note)
+    if crashpoints.ARMED:
+        crashpoints.reached("flow_enqueue", flow.dedup_key)
     return None
