@@ -340,7 +340,21 @@ class CapabilitySet:
         return sorted(set(needed) - self.names)
 
 
-class TaskOptions(TypedDict, total=False):
+class FlowOptions(TypedDict, total=False):
+    """The flow options of an enqueue (``model.flow``): the concurrency key its limits
+    count it under, and what the enqueue does when tasks share its dedup or debounce key."""
+
+    concurrency_key: str | None
+    dedup_key: str | None
+    dedup_window: timedelta | None
+    singleton: bool
+    replace: bool
+    debounce: timedelta | None
+    debounce_key: str | None
+    debounce_max: timedelta | None
+
+
+class TaskOptions(FlowOptions, total=False):
     """The keyword options of :meth:`WorkflowTask.new`, for the functions that pass
     them on (``WorkflowRegistry.task``, the Flask and Django ``enqueue``) so each option
     is named, typed and defaulted in one place."""
@@ -350,14 +364,6 @@ class TaskOptions(TypedDict, total=False):
     priority: int
     not_before: datetime | None
     queue: str
-    concurrency_key: str | None
-    dedup_key: str | None
-    dedup_window: timedelta | None
-    singleton: bool
-    replace: bool
-    debounce: timedelta | None
-    debounce_key: str | None
-    debounce_max: timedelta | None
 
 
 def check_enqueue_flow(

@@ -6,13 +6,15 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import attrs
 import pytest
 
-from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync import App, LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
 from runifold_sync.errors import InvalidArgument
 from runifold_sync.model.codec import to_json
 from runifold_sync.model.flow import FlowLimit, Rate
 from runifold_sync.store import TaskState
+from tests.support.backends import Backend
 from tests.support.clock import Clock
 
 LEASE = LeaseDuration(timedelta(seconds=30))
@@ -212,3 +214,36 @@ def test_debounce_max_caps_how_long_enqueues_keep_pushing_the_task_back(store: W
     clock.advance(timedelta(seconds=1))  # 25 s: the cap, though the last enqueue said 34 s
     (run,) = store.claim(W1, LEASE)
     assert (run.lease.task_id, run.input_json) == ("m0", "3")
+
+
+# --- through the App -------------------------------------------------------------------
+
+
+@attrs.frozen
+class Export:
+    customer: str
+    rows: int
+
+
+def test_a_definition_computes_the_concurrency_key_and_start_takes_the_flow_options(backend: Backend) -> None:
+    with App(backend.url) as app:
+        exports = app.workflow("export", concurrency_key=lambda export: f"customer:{export.customer}")
+
+        @exports.main
+        def run(ctx: Any, export: Export) -> int:
+            return export.rows
+
+        app.store.set_flow_limit(FlowLimit("key", "customer:*", max_running=1))
+        first = app.start("export", {"customer": "acme", "rows": 1})
+        assert app.store.get_task(first.task_id).concurrency_key == "customer:acme"
+        given = app.start("export", {"customer": "acme", "rows": 2}, concurrency_key="manual")
+        assert app.store.get_task(given.task_id).concurrency_key == "manual"
+        once = app.start(
+            "export", {"customer": "x", "rows": 3}, dedup_key="x", dedup_window=timedelta(hours=1)
+        )
+        again = app.start(
+            "export", {"customer": "x", "rows": 4}, dedup_key="x", dedup_window=timedelta(hours=1)
+        )
+        assert once.task_id == again.task_id
+        with pytest.raises(InvalidArgument, match="concurrency key that 'export' computed"):
+            app.start("export", {"customer": " spaced ", "rows": 1})
