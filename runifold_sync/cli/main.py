@@ -41,6 +41,7 @@ from .common import (
 )
 from .dashboard import dashboard
 from .fleet import migrate, stats, tenant, versions, workers
+from .flow import flow
 from .retention import prune
 from .run import demo, run
 from .schedules import schedule, schedules
@@ -428,6 +429,7 @@ for _command in (
     workers,
     stats,
     tenant,
+    flow,
     schedules,
     schedule,
     prune,
