@@ -202,16 +202,16 @@ def test_debounced_enqueues_collapse_into_one_task_with_the_latest_input(store: 
 def test_debounce_max_caps_how_long_enqueues_keep_pushing_the_task_back(store: WorkflowStore) -> None:
     clock = Clock(store)
     options: dict[str, Any] = {
-        "debounce": timedelta(seconds=10),
+        "debounce": timedelta(seconds=100),
         "debounce_key": "doc",
-        "debounce_max": timedelta(seconds=25),
+        "debounce_max": timedelta(seconds=250),
     }
-    for n in range(4):  # at 0, 8, 16 and 24 s: each pushes the run 10 s on, capped at 25 s
+    for n in range(4):  # at 0, 80, 160 and 240 s: each pushes the run 100 s on, capped at 250 s
         store.enqueue(WorkflowTask.new("orders", 1, n, checkpoint_id=f"m{n}", **options))
         if n < 3:
-            clock.advance(timedelta(seconds=8))
+            clock.advance(timedelta(seconds=80))
     assert claimed(store) == []
-    clock.advance(timedelta(seconds=1))  # 25 s: the cap, though the last enqueue said 34 s
+    clock.advance(timedelta(seconds=10))  # 250 s: the cap, though the last enqueue said 340 s
     (run,) = store.claim(W1, LEASE)
     assert (run.lease.task_id, run.input_json) == ("m0", "3")
 

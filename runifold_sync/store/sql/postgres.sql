@@ -85,28 +85,32 @@ running AS MATERIALIZED (
     WHERE l.tenant = p.tenant AND l.state = 'leased' AND l.lease_expires > clock.now
         AND EXISTS (SELECT 1 FROM limits)
 ),
+running_groups AS MATERIALIZED (
+    SELECT 'key' AS scope, concurrency_key AS name, COUNT(*) AS n FROM running
+    WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key
+    UNION ALL SELECT 'definition', definition_name, COUNT(*) FROM running GROUP BY definition_name
+    UNION ALL SELECT 'queue', queue, COUNT(*) FROM running GROUP BY queue
+),
 flow_closed AS MATERIALIZED (
+    -- g.n: the group's running tasks.
     SELECT g.scope, g.name FROM (
-        SELECT 'key' AS scope, concurrency_key AS name FROM running WHERE concurrency_key IS NOT NULL
-        UNION SELECT 'definition', definition_name FROM running
-        UNION SELECT 'queue', queue FROM running
-        UNION SELECT scope, name FROM runifold_flow_claims
-            WHERE at > (SELECT now FROM clock) - (SELECT MAX(rate_period) FROM limits)
-        UNION SELECT scope, target FROM limits WHERE scope <> 'key'
+        SELECT scope, name, MAX(n) AS n FROM (
+            SELECT scope, name, n FROM running_groups
+            UNION ALL SELECT scope, name, 0 FROM runifold_flow_claims
+                WHERE at > (SELECT now FROM clock) - (SELECT MAX(rate_period) FROM limits)
+            UNION ALL SELECT scope, target, 0 FROM limits WHERE scope <> 'key'
+        ) u GROUP BY scope, name
     ) g
     WHERE {query:flow_group_room} <= 0
 )
 
 -- name: flow_group_room
--- Part of claim_flow and claim_lease_chosen: the room of group g (g.scope, g.name) under
+-- Part of claim_flow and claim_lease_chosen: the room of group g (g.scope, g.name; g.n its
+-- running tasks) under
 -- the limit that applies to it (NULL: none). A key's limit is the row naming it, else the
 -- longest prefix pattern ("export:*") it matches.
 (SELECT LEAST(
-        COALESCE(l.max_running - (
-            SELECT COUNT(*) FROM running r
-            WHERE CASE g.scope WHEN 'key' THEN r.concurrency_key WHEN 'definition' THEN r.definition_name
-                ELSE r.queue END = g.name
-        ), %(limit)s),
+        COALESCE(l.max_running - g.n, %(limit)s),
         COALESCE(l.rate_count - (
             SELECT COUNT(*) FROM runifold_flow_claims c
             WHERE c.scope = g.scope AND c.name = g.name AND c.at > (SELECT now FROM clock) - l.rate_period
@@ -144,9 +148,11 @@ pool_groups AS MATERIALIZED (
     SELECT g.scope, g.name, {query:flow_group_room} AS room,
         (SELECT l.rate_count FROM limits l WHERE {query:flow_group_limit}) IS NOT NULL AS rated
     FROM (
-        SELECT 'key' AS scope, concurrency_key AS name FROM pool WHERE concurrency_key IS NOT NULL
-        UNION SELECT 'definition', definition_name FROM pool
-        UNION SELECT 'queue', queue FROM pool
+        SELECT p.scope, p.name, COALESCE(r.n, 0) AS n FROM (
+            SELECT 'key' AS scope, concurrency_key AS name FROM pool WHERE concurrency_key IS NOT NULL
+            UNION SELECT 'definition', definition_name FROM pool
+            UNION SELECT 'queue', queue FROM pool
+        ) p LEFT JOIN running_groups r ON r.scope = p.scope AND r.name = p.name
     ) g
     WHERE EXISTS (SELECT 1 FROM limits)
 ),

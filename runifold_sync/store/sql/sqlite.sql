@@ -42,7 +42,8 @@ tenants AS (
 -- The limits, the unexpired leases they count (read only when there is a limit), and the
 -- groups closed now (at max_running, or out of rate in their window): no claim reads a
 -- closed group's tasks, so a full key never holds back the tasks behind it.
-limits AS MATERIALIZED (
+-- Not materialized: each lookup of a group's limit reads the table's primary key.
+limits AS NOT MATERIALIZED (
     SELECT scope, target, max_running, rate_count, rate_period_us FROM runifold_flow_limits
 ),
 running AS MATERIALIZED (
@@ -52,28 +53,32 @@ running AS MATERIALIZED (
     WHERE l.tenant = p.tenant
         AND l.state = 'leased' AND l.lease_expires > :now AND EXISTS (SELECT 1 FROM limits)
 ),
+running_groups AS MATERIALIZED (
+    SELECT 'key' AS scope, concurrency_key AS name, COUNT(*) AS n FROM running
+    WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key
+    UNION ALL SELECT 'definition', definition_name, COUNT(*) FROM running GROUP BY definition_name
+    UNION ALL SELECT 'queue', queue, COUNT(*) FROM running GROUP BY queue
+),
 flow_closed AS MATERIALIZED (
+    -- g.n: the group's running tasks.
     SELECT g.scope, g.name FROM (
-        SELECT 'key' AS scope, concurrency_key AS name FROM running WHERE concurrency_key IS NOT NULL
-        UNION SELECT 'definition', definition_name FROM running
-        UNION SELECT 'queue', queue FROM running
-        UNION SELECT scope, name FROM runifold_flow_claims
-            WHERE at > :now - (SELECT MAX(rate_period_us) FROM limits)
-        UNION SELECT scope, target FROM limits WHERE scope <> 'key'
+        SELECT scope, name, MAX(n) AS n FROM (
+            SELECT scope, name, n FROM running_groups
+            UNION ALL SELECT scope, name, 0 FROM runifold_flow_claims
+                WHERE at > :now - (SELECT MAX(rate_period_us) FROM limits)
+            UNION ALL SELECT scope, target, 0 FROM limits WHERE scope <> 'key'
+        ) u GROUP BY scope, name
     ) g
     WHERE {query:flow_group_room} <= 0
 )
 
 -- name: flow_group_room
--- Part of claimable_flow and claimable_in_turns: the room of group g (g.scope, g.name)
+-- Part of claimable_flow and claimable_in_turns: the room of group g (g.scope, g.name;
+-- g.n its running tasks)
 -- under the limit that applies to it (NULL: none). A key's limit is the row naming it,
 -- else the longest prefix pattern ("export:*") it matches.
 (SELECT MIN(
-        COALESCE(l.max_running - (
-            SELECT COUNT(*) FROM running r
-            WHERE CASE g.scope WHEN 'key' THEN r.concurrency_key WHEN 'definition' THEN r.definition_name
-                ELSE r.queue END = g.name
-        ), :limit),
+        COALESCE(l.max_running - g.n, :limit),
         COALESCE(l.rate_count - (
             SELECT COUNT(*) FROM runifold_flow_claims c
             WHERE c.scope = g.scope AND c.name = g.name AND c.at > :now - l.rate_period_us
@@ -111,12 +116,14 @@ t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.updated_at, t.waiting_f
 -- before any key's second. An expired lease goes before new work of the same priority:
 -- its worker vanished, and it has waited a lease already.
 pool_groups AS MATERIALIZED (
-    SELECT DISTINCT g.scope, g.name, {query:flow_group_room} AS room,
+    SELECT g.scope, g.name, {query:flow_group_room} AS room,
         (SELECT l.rate_count FROM limits l WHERE {query:flow_group_limit}) IS NOT NULL AS rated
     FROM (
-        SELECT 'key' AS scope, concurrency_key AS name FROM pool WHERE concurrency_key IS NOT NULL
-        UNION SELECT 'definition', definition_name FROM pool
-        UNION SELECT 'queue', queue FROM pool
+        SELECT p.scope, p.name, COALESCE(r.n, 0) AS n FROM (
+            SELECT 'key' AS scope, concurrency_key AS name FROM pool WHERE concurrency_key IS NOT NULL
+            UNION SELECT 'definition', definition_name FROM pool
+            UNION SELECT 'queue', queue FROM pool
+        ) p LEFT JOIN running_groups r ON r.scope = p.scope AND r.name = p.name
     ) g
     WHERE EXISTS (SELECT 1 FROM limits)
 ),
