@@ -354,7 +354,7 @@ class FlowOptions(TypedDict, total=False):
     debounce_max: timedelta | None
 
 
-class TaskOptions(FlowOptions, total=False):
+class TaskOptions(TypedDict, total=False):
     """The keyword options of :meth:`WorkflowTask.new`, for the functions that pass
     them on (``WorkflowRegistry.task``, the Flask and Django ``enqueue``) so each option
     is named, typed and defaulted in one place."""
@@ -364,6 +364,15 @@ class TaskOptions(FlowOptions, total=False):
     priority: int
     not_before: datetime | None
     queue: str
+    # FlowOptions' keys, repeated so the task's own come first (the documented order).
+    concurrency_key: str | None
+    dedup_key: str | None
+    dedup_window: timedelta | None
+    singleton: bool
+    replace: bool
+    debounce: timedelta | None
+    debounce_key: str | None
+    debounce_max: timedelta | None
 
 
 def check_enqueue_flow(
