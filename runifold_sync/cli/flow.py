@@ -122,3 +122,23 @@ def flow_list(database: str | None, as_json: bool) -> None:
         click.echo(f"limit {limit.describe()}")
     for group in groups:
         click.echo(group_line(group))
+
+
+@flow.command("age")
+@click.option(
+    "--waited", "waited_s", type=float, required=True, help="Seconds ready per priority level gained."
+)
+@click.option("--up-to", type=int, required=True, help="The highest priority aging gives.")
+@database_option
+@json_option
+def flow_age(waited_s: float, up_to: int, database: str | None, as_json: bool) -> None:
+    """Priority aging: raise every ready task one priority level for each --waited
+    seconds it has been ready, up to --up-to. Run it periodically (cron, a schedule) so
+    lower priority work is not starved by a steady stream of higher priority work."""
+    waited = checked(seconds_duration, "--waited", waited_s, minimum_s=0.001)
+    with opened_store(database) as store:
+        raised = checked(store.age_priorities, waited, up_to=up_to)
+    if as_json:
+        echo_json({"raised": raised})
+    else:
+        click.echo(f"raised the priority of {raised} tasks")

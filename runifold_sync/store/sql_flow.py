@@ -20,12 +20,13 @@ Where each rule is enforced, so that it holds across every worker process and ho
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any
 
 from ..errors import InvalidArgument
 from ..model import crashpoints
 from ..model.flow import FlowGroup, FlowLimit, Rate, check_scope
-from ..model.values import WorkflowTask, check_name
+from ..model.values import WorkflowTask, check_name, check_positive_timedelta, check_stored_int
 from .dialect import Dialect, Event, Row, Transaction
 from .records import EnqueueResult
 
@@ -107,6 +108,20 @@ class FlowOperations:
             if reason is not None:
                 return str(reason)
         return None
+
+    def age_priorities(self, waited: timedelta, *, up_to: int) -> int:
+        """Priority aging: every ready task gains one priority level for each ``waited``
+        it has been ready (counted from its priority at enqueue), up to ``up_to``; none is
+        lowered. Run it periodically (a schedule, cron: ``flow age``) so a steady stream
+        of higher priority work delays lower priority work by at most about
+        ``waited`` times the difference, instead of for ever. Returns how many tasks rose."""
+        d = self.dialect
+        params = {
+            "waited": d.db_duration(check_positive_timedelta("waited", waited)),
+            "up_to": check_stored_int("up_to", up_to),
+        }
+        with d.transaction() as tx:
+            return len(tx.all("age_priorities", params))
 
 
 def flow_limit(row: Row, d: Dialect) -> FlowLimit:

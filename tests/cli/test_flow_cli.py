@@ -50,3 +50,16 @@ def test_flow_set_refuses_bad_values_naming_them(sqlite_path: Path) -> None:
     assert code != 0 and "--per needs --rate" in out
     code, out = _invoke("flow", "set", "tenant", "k", "--max-running", "1", "--database", url)
     assert code != 0 and "tenant" in out
+
+
+def test_flow_age_raises_long_ready_tasks(sqlite_path: Path) -> None:
+    url = f"sqlite:///{sqlite_path}"
+    with SqliteWorkflowStore.open(str(sqlite_path)) as store:
+        store.enqueue(WorkflowTask.new("o", 1, 0, checkpoint_id="old", priority=1))
+        store.set_clock_offset(timedelta(seconds=25))
+    code, out = _invoke("flow", "age", "--waited", "10", "--up-to", "9", "--json", "--database", url)
+    assert (code, json.loads(out)) == (0, {"raised": 1})
+    with SqliteWorkflowStore.open(str(sqlite_path)) as store:
+        assert store.get_task("old").priority == 3  # 1, and a level per 10 s of the 25
+    code, out = _invoke("flow", "age", "--waited", "0", "--up-to", "9", "--database", url)
+    assert code != 0 and "--waited" in out

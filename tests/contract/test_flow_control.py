@@ -247,3 +247,36 @@ def test_a_definition_computes_the_concurrency_key_and_start_takes_the_flow_opti
         assert once.task_id == again.task_id
         with pytest.raises(InvalidArgument, match="concurrency key that 'export' computed"):
             app.start("export", {"customer": " spaced ", "rows": 1})
+
+
+# --- priority aging --------------------------------------------------------------------
+
+
+def _starved_for(store: WorkflowStore, *, aging: bool) -> int | None:
+    """Store-time steps of 10 s, each bringing one priority-5 task and running one claim:
+    the step at which the priority-0 task queued first is claimed (None: not in 20)."""
+    clock = Clock(store)
+    store.enqueue(task("low", priority=0))
+    for step in range(20):
+        store.enqueue(task(f"high-{step}", priority=5))
+        if aging:
+            store.age_priorities(timedelta(seconds=10), up_to=5)
+        (claimed,) = store.claim(W1, LEASE)
+        store.complete(claimed.lease, claimed.revision, to_json({}), to_json(None))
+        if claimed.lease.task_id == "low":
+            return step
+        clock.advance(timedelta(seconds=10))
+    return None
+
+
+def test_without_aging_a_stream_of_higher_priority_work_starves_a_low_priority_task(
+    store: WorkflowStore,
+) -> None:
+    assert _starved_for(store, aging=False) is None
+
+
+def test_aging_raises_a_waiting_task_one_level_per_period_until_it_runs(store: WorkflowStore) -> None:
+    # 5 levels at one per 10 s: priority 5 after 50 s, then the oldest of its priority.
+    assert _starved_for(store, aging=True) == 5
+    assert store.get_task("low").priority == 5
+    assert store.age_priorities(timedelta(seconds=10), up_to=5) == 0  # nothing left below 5

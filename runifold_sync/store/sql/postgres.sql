@@ -1197,3 +1197,20 @@ SELECT g.scope, g.name, g.target, g.max_running, g.rate_count,
             ELSE w.queue END = g.name) AS waiting
 FROM limited g, clock
 ORDER BY g.scope, g.name;
+
+-- name: age_priorities
+-- Priority aging (store.age_priorities): a ready task gains one priority level for each
+-- %(waited)s seconds it has been ready, up to %(up_to)s (never lowered; counted from its
+-- priority at enqueue, kept in base_priority), so low priority work is not starved.
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET base_priority = COALESCE(t.base_priority, t.priority),
+    priority = LEAST(%(up_to)s, COALESCE(t.base_priority, t.priority)
+        + floor(EXTRACT(EPOCH FROM clock.now - t.ready_at) / %(waited)s)::int)
+FROM clock
+WHERE t.state IN ('queued', 'waiting') AND t.ready_at IS NOT NULL
+    AND t.ready_at <= clock.now - make_interval(secs => %(waited)s) AND t.paused IS NULL
+    AND t.priority < %(up_to)s
+    AND LEAST(%(up_to)s, COALESCE(t.base_priority, t.priority)
+        + floor(EXTRACT(EPOCH FROM clock.now - t.ready_at) / %(waited)s)::int) > t.priority
+RETURNING t.task_id;

@@ -946,3 +946,15 @@ SELECT g.scope, g.name, g.target, g.max_running, g.rate_count, g.rate_period_us 
             ELSE w.queue END = g.name) AS waiting
 FROM limited g
 ORDER BY g.scope, g.name;
+
+-- name: age_priorities
+-- Priority aging (store.age_priorities): a ready task gains one priority level for each
+-- :waited it has been ready, up to :up_to (never lowered; counted from its priority at
+-- enqueue, kept in base_priority), so low priority work is not starved for ever.
+UPDATE runifold_tasks
+SET base_priority = COALESCE(base_priority, priority),
+    priority = MAX(priority, MIN(:up_to, COALESCE(base_priority, priority) + (:now - ready_at) / :waited))
+WHERE state IN ('queued', 'waiting') AND ready_at IS NOT NULL AND ready_at <= :now - :waited
+    AND paused IS NULL AND priority < :up_to
+    AND MIN(:up_to, COALESCE(base_priority, priority) + (:now - ready_at) / :waited) > priority
+RETURNING task_id;

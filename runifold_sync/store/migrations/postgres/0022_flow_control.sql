@@ -36,3 +36,6 @@ CREATE TABLE runifold_flow_claims (
 CREATE INDEX runifold_flow_claims_window ON runifold_flow_claims (scope, name, at);
 
 CREATE INDEX runifold_flow_claims_at ON runifold_flow_claims (at);
+
+-- A task's priority before age_priorities raised it (NULL: never raised).
+ALTER TABLE runifold_tasks ADD COLUMN base_priority INTEGER;
