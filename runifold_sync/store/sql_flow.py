@@ -28,7 +28,7 @@ from ..model import crashpoints
 from ..model.flow import FlowGroup, FlowLimit, Rate, check_scope
 from ..model.values import WorkflowTask, check_name, check_positive_timedelta, check_stored_int
 from .dialect import Dialect, Event, Row, Transaction
-from .records import EnqueueResult
+from .records import EnqueueResult, TaskRecord
 
 # Cancels a task inside a transaction (``OperatorOperations._cancel_in``): how a
 # singleton's ``replace=True`` ends the task it replaces.
@@ -76,38 +76,13 @@ class FlowOperations:
         """Every limited group with tasks running, ready or claimed in its window, and
         where it stands now (running, the limit, waiting): what ``stats``, the dashboard
         and the metrics show per key."""
-        d = self.dialect
-        groups = []
-        for row in d.all("flow_group_stats", {}):
-            oldest = row["oldest_claim_at"]
-            groups.append(
-                FlowGroup(
-                    flow_limit(row, d),
-                    row["name"],
-                    d.time(row["at"]),
-                    int(row["running"]),
-                    int(row["claimed_in_window"]),
-                    int(row["waiting"]),
-                    None if oldest is None else d.time(oldest),
-                )
-            )
-        return groups
+        return read_flow_groups(self.dialect)
 
     def flow_hold(self, task_id: str) -> str | None:
         """Why ready task ``task_id`` is not being claimed by its flow limits (the limit
         that holds it, and for a rate when it may run), or None when none holds it."""
         record = self.get_task(task_id)  # type: ignore[attr-defined]
-        for group in self.flow_groups():
-            scope, name = group.limit.scope, group.name
-            member = (
-                (scope == "key" and record.concurrency_key == name)
-                or (scope == "definition" and record.definition_name == name)
-                or (scope == "queue" and record.queue == name)
-            )
-            reason = group.hold_reason() if member else None
-            if reason is not None:
-                return str(reason)
-        return None
+        return hold_of(record, self.flow_groups())
 
     def age_priorities(self, waited: timedelta, *, up_to: int) -> int:
         """Priority aging: every ready task gains one priority level for each ``waited``
@@ -122,6 +97,39 @@ class FlowOperations:
         }
         with d.transaction() as tx:
             return len(tx.all("age_priorities", params))
+
+
+def read_flow_groups(d: Dialect) -> list[FlowGroup]:
+    groups = []
+    for row in d.all("flow_group_stats", {}):
+        oldest = row["oldest_claim_at"]
+        groups.append(
+            FlowGroup(
+                flow_limit(row, d),
+                row["name"],
+                d.time(row["at"]),
+                int(row["running"]),
+                int(row["claimed_in_window"]),
+                int(row["waiting"]),
+                None if oldest is None else d.time(oldest),
+            )
+        )
+    return groups
+
+
+def hold_of(record: TaskRecord, groups: list[FlowGroup]) -> str | None:
+    """The reason the first of ``groups`` that holds ``record``'s task gives, if any."""
+    for group in groups:
+        scope, name = group.limit.scope, group.name
+        member = (
+            (scope == "key" and record.concurrency_key == name)
+            or (scope == "definition" and record.definition_name == name)
+            or (scope == "queue" and record.queue == name)
+        )
+        reason = group.hold_reason() if member else None
+        if reason is not None:
+            return reason
+    return None
 
 
 def flow_limit(row: Row, d: Dialect) -> FlowLimit:

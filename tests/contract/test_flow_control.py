@@ -90,6 +90,8 @@ def test_a_held_tasks_reason_names_the_limit_and_stats_show_the_group(store: Wor
     assert claimed(store) == ["a0"]
     reason = store.flow_hold("a1")
     assert reason is not None and "concurrency limit of key 'acct-7'" in reason and "max_running 1" in reason
+    note = store.get_task("a1").status_note  # what show, list and the dashboard print
+    assert note is not None and "concurrency limit of key 'acct-7'" in note
     (group,) = store.flow_groups()
     assert (group.name, group.running, group.waiting, group.limit.max_running) == ("acct-7", 1, 2, 1)
     assert store.flow_hold("a0") is None or "running" in store.flow_hold("a0")  # it holds a lease itself
@@ -106,6 +108,7 @@ def test_a_rate_limited_task_says_when_it_may_run(store: WorkflowStore) -> None:
     assert claimed(store) == []
     reason = store.flow_hold("t2")
     assert reason is not None and "rate limit of queue 'default'" in reason and "may run at" in reason
+    assert store.get_task("t2").status_note == reason
     clock.advance(timedelta(seconds=61))
     assert claimed(store) == ["t2"]
 
