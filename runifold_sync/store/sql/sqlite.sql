@@ -60,16 +60,22 @@ running_groups AS MATERIALIZED (
     UNION ALL SELECT 'queue', queue, COUNT(*) FROM running GROUP BY queue
 ),
 flow_closed AS MATERIALIZED (
-    -- g.n: the group's running tasks.
+    -- g.n: the group's running tasks; g.rated: it has claims in a rate's window. Only a
+    -- group with claims to count or as many running as the lowest max_running of its
+    -- scope can be closed: the rest are not looked up.
     SELECT g.scope, g.name FROM (
-        SELECT scope, name, MAX(n) AS n FROM (
-            SELECT scope, name, n FROM running_groups
-            UNION ALL SELECT scope, name, 0 FROM runifold_flow_claims
-                WHERE at > :now - (SELECT MAX(rate_period_us) FROM limits)
-            UNION ALL SELECT scope, target, 0 FROM limits WHERE scope <> 'key'
+        SELECT scope, name, MAX(n) AS n, MAX(rated) AS rated FROM (
+            SELECT scope, name, n, 0 AS rated FROM running_groups
+            -- Keys with claims in a key rate's window (a definition's or queue's rate is
+            -- its limit row's, below).
+            UNION ALL SELECT scope, name, 0, 1 FROM runifold_flow_claims
+                WHERE scope = 'key' AND at > :now - (SELECT MAX(rate_period_us) FROM limits WHERE scope = 'key')
+            UNION ALL SELECT scope, target, 0, CASE WHEN rate_count IS NULL THEN 0 ELSE 1 END
+                FROM limits WHERE scope <> 'key'
         ) u GROUP BY scope, name
     ) g
-    WHERE {query:flow_group_room} <= 0
+    WHERE (g.rated = 1 OR g.n >= (SELECT MIN(m.max_running) FROM limits m WHERE m.scope = g.scope))
+        AND {query:flow_group_room} <= 0
 )
 
 -- name: flow_group_room
