@@ -82,7 +82,7 @@ class FlowOperations:
         """Why ready task ``task_id`` is not being claimed by its flow limits (the limit
         that holds it, and for a rate when it may run), or None when none holds it."""
         record = self.get_task(task_id)  # type: ignore[attr-defined]
-        return hold_of(record, self.flow_groups())
+        return hold_of(record, read_flow_groups(self.dialect, record))
 
     def age_priorities(self, waited: timedelta, *, up_to: int) -> int:
         """Priority aging: every ready task gains one priority level for each ``waited``
@@ -99,9 +99,20 @@ class FlowOperations:
             return len(tx.all("age_priorities", params))
 
 
-def read_flow_groups(d: Dialect) -> list[FlowGroup]:
+def read_flow_groups(d: Dialect, task: TaskRecord | None = None) -> list[FlowGroup]:
+    """Every limited group (``flow_group_stats``), or with ``task`` only its own groups,
+    without their waiting counts (a read of the leases, not of the backlog)."""
     groups = []
-    for row in d.all("flow_group_stats", {}):
+    if task is None:
+        rows = d.all("flow_group_stats", {})
+    else:
+        params = {
+            "concurrency_key": task.concurrency_key,
+            "definition_name": task.definition_name,
+            "queue": task.queue,
+        }
+        rows = d.all("flow_groups_of_task", params)
+    for row in rows:
         oldest = row["oldest_claim_at"]
         groups.append(
             FlowGroup(

@@ -1220,3 +1220,25 @@ WHERE t.state IN ('queued', 'waiting') AND t.ready_at IS NOT NULL
     AND LEAST(%(up_to)s, COALESCE(t.base_priority, t.priority)
         + floor(EXTRACT(EPOCH FROM clock.now - t.ready_at) / %(waited)s)::int) > t.priority
 RETURNING t.task_id;
+
+-- name: flow_groups_of_task
+-- flow_group_stats for the groups of one task (its key, definition and queue) that a
+-- limit applies to, without the waiting count: why a ready task is held (explain_reasons).
+WITH clock AS (SELECT {now} AS now),
+limits AS (SELECT scope, target, max_running, rate_count, rate_period FROM runifold_flow_limits),
+g AS (
+    SELECT 'key'::text AS scope, %(concurrency_key)s::text AS name WHERE %(concurrency_key)s::text IS NOT NULL
+    UNION ALL SELECT 'definition', %(definition_name)s::text
+    UNION ALL SELECT 'queue', %(queue)s::text
+)
+SELECT g.scope, g.name, l.target, l.max_running, l.rate_count,
+    EXTRACT(EPOCH FROM l.rate_period)::float8 AS rate_period, clock.now AS at,
+    (SELECT COUNT(*) FROM runifold_tasks r WHERE r.state = 'leased' AND r.lease_expires > clock.now
+        AND CASE g.scope WHEN 'key' THEN r.concurrency_key WHEN 'definition' THEN r.definition_name
+            ELSE r.queue END = g.name) AS running,
+    (SELECT COUNT(*) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
+        AND c.at > clock.now - COALESCE(l.rate_period, INTERVAL '0')) AS claimed_in_window,
+    (SELECT MIN(c.at) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
+        AND c.at > clock.now - COALESCE(l.rate_period, INTERVAL '0')) AS oldest_claim_at,
+    0 AS waiting
+FROM g JOIN limits l ON {query:flow_group_limit}, clock;

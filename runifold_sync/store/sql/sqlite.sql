@@ -964,3 +964,23 @@ WHERE state IN ('queued', 'waiting') AND ready_at IS NOT NULL AND ready_at <= :n
     AND paused IS NULL AND priority < :up_to
     AND MIN(:up_to, COALESCE(base_priority, priority) + (:now - ready_at) / :waited) > priority
 RETURNING task_id;
+
+-- name: flow_groups_of_task
+-- flow_group_stats for the groups of one task (its key, definition and queue) that a
+-- limit applies to, without the waiting count: why a ready task is held (explain_reasons).
+WITH limits AS (SELECT scope, target, max_running, rate_count, rate_period_us FROM runifold_flow_limits),
+g AS (
+    SELECT 'key' AS scope, :concurrency_key AS name WHERE :concurrency_key IS NOT NULL
+    UNION ALL SELECT 'definition', :definition_name
+    UNION ALL SELECT 'queue', :queue
+)
+SELECT g.scope, g.name, l.target, l.max_running, l.rate_count, l.rate_period_us AS rate_period, {now} AS at,
+    (SELECT COUNT(*) FROM runifold_tasks r WHERE r.state = 'leased' AND r.lease_expires > {now}
+        AND CASE g.scope WHEN 'key' THEN r.concurrency_key WHEN 'definition' THEN r.definition_name
+            ELSE r.queue END = g.name) AS running,
+    (SELECT COUNT(*) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
+        AND c.at > {now} - COALESCE(l.rate_period_us, 0)) AS claimed_in_window,
+    (SELECT MIN(c.at) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
+        AND c.at > {now} - COALESCE(l.rate_period_us, 0)) AS oldest_claim_at,
+    0 AS waiting
+FROM g JOIN limits l ON {query:flow_group_limit};
