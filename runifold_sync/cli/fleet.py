@@ -16,6 +16,7 @@ from ..store.records import VersionReference
 from ..store.serving import served_versions, unserved_work
 from ..workflow.registry import WorkflowRegistry
 from .common import app_option, checked, database_option, echo_json, json_option, opened_store
+from .flow import group_json, group_line
 
 
 @click.command()
@@ -236,11 +237,13 @@ def workers(live_within: float, database: str | None, as_json: bool) -> None:
 @json_option
 def stats(live_within: float, database: str | None, as_json: bool) -> None:
     """Show queue depth and the oldest ready task's age per tenant and state, tenants
-    held back by admission, referenced definition versions no live worker serves, and
-    queued work no live worker can claim (its queue, version or steps)."""
+    held back by admission, each flow-limited group (running, limit, waiting),
+    referenced definition versions no live worker serves, and queued work no live
+    worker can claim (its queue, version or steps)."""
     with opened_store(database, reads_only=True) as store:
         queues = store.queue_stats()
         tenants = store.tenant_admission()
+        groups = store.flow_groups()
         unserved = [
             s.reference
             for s in served_versions(
@@ -262,6 +265,7 @@ def stats(live_within: float, database: str | None, as_json: bool) -> None:
                 for r in queues
             ],
             "tenants": [_admission_json(a) for a in tenants],
+            "flow": [group_json(g) for g in groups],
             "unserved": [_version_json(v) for v in unserved],
             "unserved_routes": [
                 {
@@ -285,6 +289,8 @@ def stats(live_within: float, database: str | None, as_json: bool) -> None:
         click.echo(f"{r.tenant:<16} {state:<20} {r.count:>8}{age}")
     for a in tenants:
         click.echo(_admission_line(a))
+    for g in groups:
+        click.echo(group_line(g))
     for v in unserved:
         click.echo(f"UNSERVED: {v.name} v{v.version} ({v.total} tasks): no live worker registers it")
     for u in blocked:

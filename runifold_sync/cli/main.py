@@ -43,6 +43,7 @@ from .common import (
 )
 from .dashboard import dashboard
 from .fleet import migrate, stats, tenant, versions, workers
+from .flow import flow
 from .repairs import filter_options, fork, redrive, upgrade
 from .retention import prune
 from .run import demo, run
@@ -507,6 +508,7 @@ for _command in (
     workers,
     stats,
     tenant,
+    flow,
     schedules,
     schedule,
     prune,

@@ -242,7 +242,13 @@ def versions() -> str:
 
 @pages.get("/tenants")
 def tenants() -> str:
-    return flask.render_template("tenants.html", tenants=dashboard().store.tenant_admission())
+    store = dashboard().store
+    return flask.render_template(
+        "tenants.html",
+        tenants=store.tenant_admission(),
+        flow_limits=store.flow_limits(),
+        flow_groups=store.flow_groups(),
+    )
 
 
 @pages.get("/schedules")

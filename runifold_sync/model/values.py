@@ -340,6 +340,20 @@ class CapabilitySet:
         return sorted(set(needed) - self.names)
 
 
+class FlowOptions(TypedDict, total=False):
+    """The flow options of an enqueue (``model.flow``): the concurrency key its limits
+    count it under, and what the enqueue does when tasks share its dedup or debounce key."""
+
+    concurrency_key: str | None
+    dedup_key: str | None
+    dedup_window: timedelta | None
+    singleton: bool
+    replace: bool
+    debounce: timedelta | None
+    debounce_key: str | None
+    debounce_max: timedelta | None
+
+
 class TaskOptions(TypedDict, total=False):
     """The keyword options of :meth:`WorkflowTask.new`, for the functions that pass
     them on (``WorkflowRegistry.task``, the Flask and Django ``enqueue``) so each option
@@ -350,6 +364,81 @@ class TaskOptions(TypedDict, total=False):
     priority: int
     not_before: datetime | None
     queue: str
+    # FlowOptions' keys, repeated so the task's own come first (the documented order).
+    concurrency_key: str | None
+    dedup_key: str | None
+    dedup_window: timedelta | None
+    singleton: bool
+    replace: bool
+    debounce: timedelta | None
+    debounce_key: str | None
+    debounce_max: timedelta | None
+
+
+def check_enqueue_flow(
+    *,
+    dedup_key: object,
+    dedup_window: object,
+    singleton: object,
+    replace: object,
+    debounce: object,
+    debounce_key: object,
+    debounce_max: object,
+    concurrency_key: object,
+) -> None:
+    """The flow options of an enqueue, checked where they enter (``WorkflowTask.new``)."""
+    if concurrency_key is not None:
+        check_name("concurrency_key", concurrency_key)
+    if dedup_key is not None:
+        check_name("dedup_key", dedup_key)
+    if dedup_window is not None:
+        check_positive_timedelta("dedup_window", dedup_window)
+    for name, flag in (("singleton", singleton), ("replace", replace)):
+        if not isinstance(flag, bool):
+            raise InvalidArgument(f"{name} must be True or False, got {flag!r}")
+    if (dedup_window is not None or singleton) and dedup_key is None:
+        raise InvalidArgument("dedup_window and singleton=True need a dedup_key, got dedup_key=None")
+    if dedup_window is not None and singleton:
+        raise InvalidArgument("dedup_window and singleton=True are two ways to dedup; give one of them")
+    if replace and not singleton:
+        raise InvalidArgument("replace=True replaces a singleton's existing task; it needs singleton=True")
+    if debounce is not None:
+        check_positive_timedelta("debounce", debounce)
+        if debounce_key is None:
+            raise InvalidArgument("debounce needs a debounce_key, got debounce_key=None")
+        check_name("debounce_key", debounce_key)
+        if dedup_key is not None:
+            raise InvalidArgument(
+                "debounce and dedup_key are two ways to collapse enqueues; give one of them"
+            )
+    elif debounce_key is not None or debounce_max is not None:
+        raise InvalidArgument("debounce_key and debounce_max need debounce, got debounce=None")
+    if debounce_max is not None:
+        most = check_positive_timedelta("debounce_max", debounce_max)
+        assert isinstance(debounce, timedelta)
+        if most < debounce:
+            raise InvalidArgument(f"debounce_max must be at least debounce ({debounce}), got {debounce_max}")
+
+
+@attrs.frozen
+class EnqueueFlow:
+    """What an enqueue does when other tasks share its key: a task with the same
+    ``dedup_key`` created within ``dedup_window`` is returned instead of a new one; with
+    ``singleton`` an unfinished task of the key is returned (or, with ``replace``, cancelled
+    and the new one enqueued); with ``debounce`` the queued task of ``debounce_key`` takes
+    this input and waits ``debounce`` more (at most ``debounce_max`` after the first)."""
+
+    dedup_key: str | None = None
+    dedup_window: timedelta | None = None
+    singleton: bool = False
+    replace: bool = False
+    debounce: timedelta | None = None
+    debounce_key: str | None = None
+    debounce_max: timedelta | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.dedup_key is not None or self.debounce is not None
 
 
 @attrs.frozen
@@ -377,6 +466,11 @@ class WorkflowTask:
     # ``WorkflowRegistry.task``); the store records it with the task. Not part of what
     # the task is: enqueue's idempotency compares the fields above.
     declared: DeclaredSignals | None = attrs.field(default=None, eq=False, repr=False)
+    # The group its concurrency and rate limits count it in (``model.flow``), else None.
+    concurrency_key: str | None = None
+    # What the enqueue does when tasks share its dedup or debounce key (``model.flow``):
+    # how it is enqueued, not what it is.
+    flow: EnqueueFlow | None = attrs.field(default=None, eq=False)
 
     @classmethod
     def new(
@@ -390,10 +484,40 @@ class WorkflowTask:
         priority: int = 0,
         not_before: datetime | None = None,
         queue: str = "default",
+        concurrency_key: str | None = None,
+        dedup_key: str | None = None,
+        dedup_window: timedelta | None = None,
+        singleton: bool = False,
+        replace: bool = False,
+        debounce: timedelta | None = None,
+        debounce_key: str | None = None,
+        debounce_max: timedelta | None = None,
     ) -> WorkflowTask:
         check_task_fields(name, version, tenant, priority, not_before, queue)
         task_id = uuid.uuid4().hex if checkpoint_id is None else check_name("checkpoint id", checkpoint_id)
-        return cls(task_id, name, version, input_text(input), tenant, priority, not_before, queue=queue)
+        check_enqueue_flow(
+            dedup_key=dedup_key,
+            dedup_window=dedup_window,
+            singleton=singleton,
+            replace=replace,
+            debounce=debounce,
+            debounce_key=debounce_key,
+            debounce_max=debounce_max,
+            concurrency_key=concurrency_key,
+        )
+        flow = EnqueueFlow(dedup_key, dedup_window, singleton, replace, debounce, debounce_key, debounce_max)
+        return cls(
+            task_id,
+            name,
+            version,
+            input_text(input),
+            tenant,
+            priority,
+            not_before,
+            queue=queue,
+            concurrency_key=concurrency_key,
+            flow=flow if flow.any else None,
+        )
 
     def check(self) -> WorkflowTask:
         """Each field checked as :meth:`new` checks its arguments, raising
@@ -418,6 +542,12 @@ class WorkflowTask:
             raise InvalidArgument(f"task {self.task_id!r} is detached with no parent: only a child detaches")
         if self.declared is not None and not isinstance(self.declared, DeclaredSignals):
             raise InvalidArgument(f"declared must be None or DeclaredSignals, got {bounded(self.declared)}")
+        if self.concurrency_key is not None:
+            check_name("concurrency_key", self.concurrency_key)
+        if self.flow is not None:
+            if not isinstance(self.flow, EnqueueFlow):
+                raise InvalidArgument(f"flow must be None or EnqueueFlow, got {bounded(self.flow)}")
+            check_enqueue_flow(concurrency_key=self.concurrency_key, **attrs.asdict(self.flow))
         return self
 
 

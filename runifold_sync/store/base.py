@@ -34,6 +34,7 @@ from . import checks
 from .dialect import Dialect
 from .outage import OutageLog
 from .records import EnqueueResult
+from .sql_flow import FlowOperations
 from .sql_operators import OperatorOperations
 from .sql_reads import ReadOperations
 from .sql_repairs import RepairOperations
@@ -58,6 +59,7 @@ class WorkflowStore(
     ScheduleOperations,
     RetentionOperations,
     RepairOperations,
+    FlowOperations,
     abc.ABC,
 ):
     """Semantic operations of the control plane on ``dialect``. Thread-safe: the

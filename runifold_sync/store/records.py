@@ -245,6 +245,10 @@ class TaskRecord:
     refused_signals: int = 0
     detached: bool = False  # a child its parent's cancel does not cancel (start_child(detached=True))
     status_note: str | None = None
+    # The group its flow limits count it in (model.flow), and its dedup and debounce keys.
+    concurrency_key: str | None = None
+    dedup_key: str | None = None
+    debounce_key: str | None = None
 
     @property
     def input(self) -> Any:

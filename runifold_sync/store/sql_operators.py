@@ -19,7 +19,7 @@ from ..errors import SignalConflict, StoreUnavailable, TaskNotFound
 from ..model.codec import to_json
 from ..model.trace_context import current_traceparent
 from ..model.values import DeclaredSignals, TaskState, WorkflowTask
-from . import checks, event_details, refusals, row_records, signal_checks
+from . import checks, event_details, refusals, row_records, signal_checks, sql_flow
 from .dialect import Dialect, Event, Row, Transaction
 from .records import EnqueueResult, SignalDelivery, TaskRecord
 from .retries import retried
@@ -42,11 +42,11 @@ class OperatorOperations:
         tasks = checks.check_tasks(tasks)
         if connection is not None:
             with self.dialect.joined(connection) as tx:
-                return insert_tasks(self.dialect, tx, tasks)
+                return insert_tasks(self.dialect, tx, tasks, self._cancel_in)
 
         def insert() -> list[EnqueueResult]:  # an id enqueues once: safe to send again
             with self.dialect.transaction() as tx:
-                return insert_tasks(self.dialect, tx, tasks)
+                return insert_tasks(self.dialect, tx, tasks, self._cancel_in)
 
         return retried(insert)
 
@@ -312,7 +312,9 @@ def _login_digest(login_id: str) -> str:
     return hashlib.sha256(login_id.encode()).hexdigest()
 
 
-def insert_tasks(d: Dialect, tx: Transaction, tasks: list[WorkflowTask]) -> list[EnqueueResult]:
+def insert_tasks(
+    d: Dialect, tx: Transaction, tasks: list[WorkflowTask], cancel: sql_flow.Cancel | None = None
+) -> list[EnqueueResult]:
     """Insert checked ``tasks`` inside ``tx`` with their enqueued events, waking idle
     workers when one is new: what ``enqueue_many`` does, for the operations that enqueue
     as part of a larger transaction (a schedule's tick). Each new task keeps the trace
@@ -333,7 +335,11 @@ def insert_tasks(d: Dialect, tx: Transaction, tasks: list[WorkflowTask]) -> list
             "trace_context": traceparent,
             "queue": task.queue,
             "detached": task.detached,
-        }
+        } | sql_flow.flow_params(d, task)
+        folded = sql_flow.collapsed(d, tx, task, params, cancel)
+        if folded is not None:
+            results.append(folded)
+            continue
         inserted = tx.one("insert_task", params)
         if inserted is None:
             row = tx.one("select_task", params)

@@ -18,7 +18,7 @@ from ..model.admission import TenantAdmission, TenantPolicy, explain
 from ..model.attributes import AttributeValue
 from ..model.checkpoint import JournalRow
 from ..model.values import TaskState, WorkerId, check_count, check_int
-from . import checks, row_records
+from . import checks, row_records, sql_flow
 from .dialect import Dialect
 from .records import (
     ClockReading,
@@ -376,6 +376,7 @@ class ReadOperations:
         if not any(r.state in unfinished for r in records):
             return records
         admissions = {a.policy.tenant: a for a in self.tenant_admission()}
+        limited = bool(self.dialect.all("flow_limits", {}))
         live = [w for w in self.workers() if w.live(LIVE_WITHIN)]
         now = self.now()
         explained = []
@@ -388,6 +389,10 @@ class ReadOperations:
                 )
             if note is None:
                 note = explain(record.state, record.ready_at, record.tenant, admissions)
+            ready = record.ready_at is not None and record.ready_at <= now
+            if note is None and limited and record.state in (TaskState.QUEUED, TaskState.WAITING) and ready:
+                # The flow limit that holds it, read for its own groups only.
+                note = sql_flow.hold_of(record, sql_flow.read_flow_groups(self.dialect, record))
             if note is None and record.reason is None and record.state in unfinished:
                 note = _status(record, now, anyone_live=bool(live))
             explained.append(record if note is None else attrs.evolve(record, status_note=note))

@@ -20,6 +20,7 @@ from ..model.values import (
     DefinitionIdentity,
     TaskOptions,
     WorkflowTask,
+    check_name,
 )
 from .declaration import Workflow
 
@@ -56,6 +57,11 @@ def _check_sender_policy(_inst: Any, attribute: attrs.Attribute[Any], value: Any
         )
 
 
+def _check_key_function(_inst: Any, _attr: Any, value: object) -> None:
+    if value is not None and not callable(value):
+        raise InvalidArgument(f"concurrency_key must be None or a function of the input, got {value!r}")
+
+
 @attrs.frozen
 class WorkflowDefinition:
     """A workflow with the budget and capabilities it runs under. Construction checks
@@ -72,6 +78,9 @@ class WorkflowDefinition:
     # True: structure the input as cattrs' converter does ("7" for an int becomes 7, 1 for
     # a str becomes "1", keys the class lacks are dropped) instead of strictly.
     coerce_input: bool = attrs.field(default=False, validator=_check_bool)
+    # concurrency_key(input) -> the concurrency key of a task started without one (its
+    # input as the main function takes it): the group its flow limits count it in.
+    concurrency_key: Callable[[Any], str] | None = attrs.field(default=None, validator=_check_key_function)
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.workflow, Workflow):
@@ -150,7 +159,15 @@ class WorkflowRegistry:
         definition = self.get(name, version)
         if definition is None:
             raise self._unknown(name, version)
-        definition.structure_input(from_json(task.input_json), f"input of {name!r} version {version}")
+        structured = definition.structure_input(
+            from_json(task.input_json), f"input of {name!r} version {version}"
+        )
+        if definition.concurrency_key is not None and task.concurrency_key is None:
+            key = check_name(
+                f"concurrency key that {name!r} computed from its input",
+                definition.concurrency_key(structured),
+            )
+            task = attrs.evolve(task, concurrency_key=key)
         return attrs.evolve(task, declared=definition.declared_signals)
 
     def add_schedule(self, schedule: Schedule) -> None:
