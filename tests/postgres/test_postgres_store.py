@@ -330,6 +330,21 @@ def test_store_connections_run_without_jit(pg: PostgresWorkflowStore) -> None:
     assert settings == [{"jit": "off"}, {"jit": "off"}]
 
 
+def test_a_claim_turns_jit_off_for_its_own_transaction_where_the_session_setting_cannot_reach(
+    pg: PostgresWorkflowStore, postgres_url: str
+) -> None:
+    """Behind PgBouncer's transaction pooling the pool's ``SET jit = off`` does not stick,
+    and the claim with its flow-control parts is estimated above jit_above_cost: compiling
+    it took about 200 ms a claim. The claim's first statement turns JIT off for its own
+    transaction, on a connection whose session has it on."""
+    with psycopg.connect(postgres_url) as conn:
+        conn.execute("SET jit = on")
+        conn.execute(Q["lock_limited_tenants"])
+        assert conn.execute("SHOW jit").fetchone() == ("off",)
+        conn.rollback()
+        assert conn.execute("SHOW jit").fetchone() == ("on",)
+
+
 def test_a_connection_the_server_dropped_while_idle_is_replaced_at_checkout_and_one_dropped_in_use_fails_once(
     postgres_url: str,
 ) -> None:

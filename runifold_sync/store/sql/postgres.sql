@@ -45,8 +45,12 @@ FROM runifold_tasks WHERE task_id = %(task_id)s;
 -- their tasks one at a time, and the claim statement that follows (a new snapshot under
 -- READ COMMITTED) counts every lease committed before it. Unlimited tenants are not locked.
 -- The same statement sets plan_cache_mode for the rest of the transaction (the claim's
--- generic plan, see claim_in), one round of the pipeline fewer than a SET LOCAL.
+-- generic plan, see claim_in), one round of the pipeline fewer than a SET LOCAL, and turns
+-- JIT off for it: the claim with its flow-control parts is estimated above
+-- jit_above_cost, and compiling it took about 200 ms a claim where the connection's own
+-- `SET jit = off` does not reach (behind PgBouncer's transaction pooling).
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_cache_mode,
+    set_config('jit', 'off', true) AS jit,
     ARRAY(SELECT tenant FROM runifold_tenants WHERE max_leased IS NOT NULL ORDER BY tenant FOR UPDATE)
     AS locked,
     -- Flow limits likewise (sql_flow.py): while any exists, claimers take turns, and each
