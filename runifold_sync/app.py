@@ -48,11 +48,12 @@ import attrs
 
 from .engine.spans import CycleTracer
 from .errors import AppNotLoaded, InvalidArgument, TaskFailed
+from .model import validate
 from .model.cancellation import CancellationToken
 from .model.codec import structure
 from .model.outcomes import Completed, ContinuedAsNew, Idle, Retried, RunOutcome, Suspended, Yielded
 from .model.redaction import redacted
-from .model.values import MAX_DURATION, Budget, CapabilitySet, TaskOutcome, TaskState, WorkerId
+from .model.values import Budget, CapabilitySet, TaskOutcome, TaskState, WorkerId
 from .pool.preflight import check_ids_free
 from .pool.supervisor import SupervisorReport, WorkflowSupervisor, check_base_id
 from .settings import Settings
@@ -442,7 +443,9 @@ class TaskHandle:
         when it failed or was cancelled (``.outcome``, ``.reason``), :class:`WaitTimedOut`
         when it has not finished within ``timeout``. Another process runs it, or this one
         (``app.run_once()``) before the call."""
-        record = self.app.store.wait_for_task(self.task_id, MAX_DURATION if timeout is None else timeout)
+        record = self.app.store.wait_for_task(
+            self.task_id, validate.MAX_DURATION if timeout is None else timeout
+        )
         if record.state is TaskState.CANCELLED:
             raise TaskFailed(self.task_id, "cancelled", record.reason)
         if record.outcome is not TaskOutcome.COMPLETED:

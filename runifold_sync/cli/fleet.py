@@ -9,8 +9,8 @@ import sys
 import attrs
 import click
 
+from ..model import validate
 from ..model.admission import TenantAdmission, TenantBudget, TenantPolicy
-from ..model.values import seconds_duration
 from ..store.records import VersionReference
 from ..store.serving import served_versions, unserved_work
 from ..workflow.registry import WorkflowRegistry
@@ -56,7 +56,7 @@ def versions(app_ref: str | None, live_within: float, database: str | None, as_j
     from ..app import load_registry
 
     registry = None if app_ref is None else checked(load_registry, app_ref)
-    window = checked(seconds_duration, "--live-within", live_within, minimum_s=0)
+    window = checked(validate.seconds, "--live-within", live_within, minimum_s=0)
     with opened_store(database, reads_only=True) as store:
         served = served_versions(store, window)
     references = [s.reference for s in served]
@@ -127,7 +127,7 @@ def _changed_steps(
 def workers(live_within: float, database: str | None, as_json: bool) -> None:
     """List registered workers: host, pid, start, last seen, the queues they claim from
     and the versions they serve."""
-    window = checked(seconds_duration, "--live-within", live_within, minimum_s=0)
+    window = checked(validate.seconds, "--live-within", live_within, minimum_s=0)
     with opened_store(database, reads_only=True) as store:
         records = store.workers()
     if as_json:
@@ -175,11 +175,11 @@ def stats(live_within: float, database: str | None, as_json: bool) -> None:
         unserved = [
             s.reference
             for s in served_versions(
-                store, checked(seconds_duration, "--live-within", live_within, minimum_s=0)
+                store, checked(validate.seconds, "--live-within", live_within, minimum_s=0)
             )
             if not s.live_workers
         ]
-        blocked = unserved_work(store, checked(seconds_duration, "--live-within", live_within, minimum_s=0))
+        blocked = unserved_work(store, checked(validate.seconds, "--live-within", live_within, minimum_s=0))
     if as_json:
         report = {
             "queues": [
@@ -308,7 +308,7 @@ def tenant_set(
     source = click.get_current_context().get_parameter_source("budget_window")
     if budget is None and source is not click.core.ParameterSource.DEFAULT:
         raise click.UsageError("--budget-window needs --budget: the window is the budget's")
-    window = checked(seconds_duration, "--budget-window", budget_window, minimum_s=0.001)
+    window = checked(validate.seconds, "--budget-window", budget_window, minimum_s=0.001)
     policy = checked(
         TenantPolicy, name, max_leased, None if budget is None else checked(TenantBudget, budget, window)
     )

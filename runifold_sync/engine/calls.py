@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping
 from typing import Any, NoReturn
 
 from ..errors import AmbiguousEffect, OutputMismatch, OutputNotSerializable, gave_up_after
-from ..model import crashpoints
+from ..model import crashpoints, validate
 from ..model.checkpoint import EntryKind, EntryStatus, JournalEntry
 from ..model.codec import MAX_NESTING_DEPTH, NotJsonable, from_json, structure, to_json
 from ..model.effects import (
@@ -30,7 +30,6 @@ from ..model.effects import (
     resolved,
 )
 from ..model.inputs import fit_output, problems, type_name
-from ..model.values import bounded
 from ..store.records import EffectResolution, Lease
 from ..workflow.specs import StepSpec
 from ..workflow.step_context import StepContext
@@ -72,7 +71,7 @@ def checked(spec: StepSpec, raw: Any, text: str | None, came: str = "returned") 
     try:
         return fit_output(raw, spec.output_type, text)
     except Exception as exc:
-        shown, type_ = bounded(raw), type_name(spec.output_type)
+        shown, type_ = validate.shown(raw), type_name(spec.output_type)
         error = OutputMismatch(str(spec.kind), spec.step_id, came, shown, type_, problems(exc, "output"))
         raise FailRequested(str(error), cause="bad_output", error=error, step_id=spec.step_id) from exc
 

@@ -235,7 +235,7 @@ class TaskRun:
         then, and writing it again could put back an older value over a newer one) and
         makes one at the journal's end again (the crash came before its commit, or after
         it with nothing recorded since: the same value is written again)."""
-        value_json = checks.check_event(key, value)
+        value_json = checks.event(key, value)
         if self.cursor.replaying:
             return
         self.commits.commit_event(key, value_json)

@@ -16,7 +16,8 @@ from typing import Any
 import attrs
 
 from ..errors import InvalidArgument
-from .values import TaskState, check_int, check_name, check_positive_timedelta
+from . import validate
+from .values import TaskState
 
 
 def _check_cost(_inst: Any, _attr: Any, value: Any) -> None:
@@ -34,7 +35,7 @@ INT32_MAX = 2**31 - 1  # PostgreSQL keeps max_leased as INTEGER
 
 def _check_max_leased(_inst: Any, _attr: Any, value: object) -> None:
     if value is not None:
-        check_int("TenantPolicy.max_leased", value, minimum=0, maximum=INT32_MAX)
+        validate.integer("TenantPolicy.max_leased", value, minimum=0, maximum=INT32_MAX)
 
 
 def _check_budget(_inst: Any, _attr: Any, value: object) -> None:
@@ -48,7 +49,7 @@ class TenantBudget:
 
     cost: float = attrs.field(validator=_check_cost)
     window: timedelta = attrs.field(
-        validator=lambda _i, _a, v: check_positive_timedelta("TenantBudget.window", v)
+        validator=lambda _i, _a, v: validate.positive_duration("TenantBudget.window", v)
     )
 
 
@@ -56,7 +57,7 @@ class TenantBudget:
 class TenantPolicy:
     """A tenant's admission limits; None means unlimited. ``max_leased=0`` pauses it."""
 
-    tenant: str = attrs.field(validator=lambda _i, _a, v: check_name("tenant", v))
+    tenant: str = attrs.field(validator=lambda _i, _a, v: validate.name("tenant", v))
     max_leased: int | None = attrs.field(default=None, validator=_check_max_leased)
     budget: TenantBudget | None = attrs.field(default=None, validator=_check_budget)
 

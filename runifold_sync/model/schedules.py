@@ -19,9 +19,10 @@ from typing import Any
 import attrs
 
 from ..errors import InvalidArgument
+from . import validate
 from .codec import MAX_NESTING_DEPTH, NestedTooDeep, from_json, to_json
 from .schedule_times import ScheduleTimes, cron_times, interval_times, tick_text
-from .values import MAX_INPUT_BYTES, check_name, check_version
+from .values import MAX_INPUT_BYTES
 
 TASK_PREFIX = "schedule:"
 # A name goes into task ids, log lines and file names (fence files are named by task id):
@@ -71,15 +72,15 @@ class Schedule:
     the ticks' input fits its main function."""
 
     name: str = attrs.field(validator=_check_schedule_name)
-    workflow: str = attrs.field(validator=lambda _i, _a, v: check_name("schedule workflow", v))
-    version: int = attrs.field(validator=lambda _i, _a, v: check_version(v))
+    workflow: str = attrs.field(validator=lambda _i, _a, v: validate.name("schedule workflow", v))
+    version: int = validate.field(validate.version)
     cron: str | None = attrs.field(default=None, kw_only=True)
     every: timedelta | None = attrs.field(default=None, kw_only=True)
     timezone: str = attrs.field(default="UTC", kw_only=True)
     input: Any = attrs.field(default=None, kw_only=True)  # made canonical in __attrs_post_init__
     # The named queue its ticks' tasks go on (only workers claiming from it run them).
     queue: str = attrs.field(
-        default="default", kw_only=True, validator=lambda _i, _a, v: check_name("schedule queue", v)
+        default="default", kw_only=True, validator=lambda _i, _a, v: validate.name("schedule queue", v)
     )
     times: ScheduleTimes = attrs.field(init=False, eq=False, repr=False)
 

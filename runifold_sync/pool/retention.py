@@ -25,8 +25,8 @@ from datetime import timedelta
 import attrs
 
 from ..errors import InvalidArgument
+from ..model import validate
 from ..model.cancellation import CancellationToken
-from ..model.values import check_positive_timedelta
 from ..store import checks
 from ..store.base import WorkflowStore
 
@@ -34,11 +34,11 @@ log = logging.getLogger("runifold_sync.pool.retention")
 
 
 def _check_older_than(_inst: object, _attr: object, value: timedelta) -> None:
-    checks.check_older_than("retention", value)
+    validate.duration("retention", value)
 
 
 def _check_batch(_inst: object, _attr: object, value: int) -> None:
-    checks.check_prune_batch("retention batch", value)
+    validate.integer("retention batch", value, minimum=1, maximum=checks.MAX_PRUNE_BATCH)
 
 
 def _check_share(_inst: object, _attr: object, value: float) -> None:
@@ -47,7 +47,7 @@ def _check_share(_inst: object, _attr: object, value: float) -> None:
 
 
 def _check_every(_inst: object, _attr: object, value: timedelta) -> None:
-    check_positive_timedelta("retention interval", value)
+    validate.positive_duration("retention interval", value)
 
 
 def _default_every(policy: RetentionPolicy) -> timedelta:

@@ -19,9 +19,10 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from ..errors import EventNotFound, TaskNotFound, WaitTimedOut
+from ..model import validate
 from ..model.codec import from_json
-from ..model.values import TaskState, check_name
-from . import checks, row_records
+from ..model.values import TaskState
+from . import row_records
 from .dialect import Dialect
 from .records import PublishedEvent, TaskRecord
 
@@ -42,8 +43,8 @@ class ResultOperations:
         unknown id. A failed task counts as finished, a recoverable one (an ambiguous
         effect) too: it runs again only once someone resolves it. Thread-safe: many
         threads may wait at once, on PostgreSQL over one LISTEN connection between them."""
-        checks.check_task_id(task_id)
-        timeout_s = checks.check_timeout("wait_for_task timeout", timeout)
+        validate.text("task id", task_id)
+        timeout_s = validate.duration("wait_for_task timeout", timeout).total_seconds()
         found = self._await(task_id, timeout_s, lambda: self._finished(task_id))
         if found is None:
             raise WaitTimedOut(task_id, timeout)
@@ -55,14 +56,14 @@ class ResultOperations:
         published yet is :class:`EventNotFound`; with one, the call blocks up to
         ``timeout`` for the event to appear and then raises :class:`WaitTimedOut`.
         :class:`TaskNotFound` at once for an unknown task."""
-        checks.check_task_id(task_id)
-        check_name("event key", key)
+        validate.text("task id", task_id)
+        validate.name("event key", key)
         if timeout is None:
             text = self._event_json(task_id, key)
             if text is None:
                 raise EventNotFound(task_id, key)
             return from_json(text)
-        timeout_s = checks.check_timeout("get_event timeout", timeout)
+        timeout_s = validate.duration("get_event timeout", timeout).total_seconds()
         text = self._await(task_id, timeout_s, lambda: self._event_json(task_id, key))
         if text is None:
             raise WaitTimedOut(task_id, timeout, key)
@@ -73,7 +74,7 @@ class ResultOperations:
         published none (or does not exist)."""
         d = self.dialect
         published = []
-        for row in d.all("published_events", {"task_id": checks.check_task_id(task_id)}):
+        for row in d.all("published_events", {"task_id": validate.text("task id", task_id)}):
             text = d.json_out(row["value"])
             assert text is not None  # the column is NOT NULL; JSON null is the text "null"
             published.append(PublishedEvent(task_id, row["key"], text, d.time(row["set_at"])))

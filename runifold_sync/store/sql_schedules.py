@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 
 from ..errors import InvalidArgument, ScheduleNotFound
+from ..model import validate
 from ..model.codec import to_json
 from ..model.schedule_times import tick_text
 from ..model.schedules import TASK_PREFIX, Schedule
@@ -93,10 +94,10 @@ class ScheduleOperations:
         the tick, in one transaction; unless the schedule is paused, the tick is not after
         ``ticks_after`` (this or a later tick was created already) or not due yet (after
         store time). ``created`` says whether this call created it."""
-        checks.check_text("schedule name", name)
+        validate.text("schedule name", name)
         if not isinstance(tick, datetime) or tick.tzinfo is None:
             raise InvalidArgument(f"tick must be a timezone-aware datetime, got {tick!r}")
-        (task,) = checks.check_tasks([task])
+        (task,) = checks.tasks([task])
         expected = f"{TASK_PREFIX}{name}:{tick_text(tick)}"
         if task.task_id != expected:
             raise InvalidArgument(
@@ -121,7 +122,7 @@ class ScheduleOperations:
         return [schedule_record(row, self.dialect) for row in self.dialect.all("list_schedules", {})]
 
     def schedule(self, name: str) -> ScheduleRecord:
-        row = self.dialect.one("select_schedule", {"name": checks.check_text("schedule name", name)})
+        row = self.dialect.one("select_schedule", {"name": validate.text("schedule name", name)})
         if row is None:
             raise ScheduleNotFound(name)
         return schedule_record(row, self.dialect)
@@ -143,8 +144,8 @@ class ScheduleOperations:
         run, or are pruned, as any task). A worker whose registry still adds the schedule
         stores it again, active from then: a running one at its next look, any other when
         it starts."""
-        checks.check_operator(actor, reason)
-        checks.check_text("schedule name", name)
+        checks.operator(actor, reason)
+        validate.text("schedule name", name)
         d = self.dialect
         with d.transaction() as tx:
             row = tx.one("remove_schedule", {"name": name})
@@ -158,12 +159,12 @@ class ScheduleOperations:
 
     def schedule_history(self, name: str) -> list[ScheduleEvent]:
         """What happened to schedule ``name``, oldest first."""
-        found = self.dialect.all("schedule_events", {"name": checks.check_text("schedule name", name)})
+        found = self.dialect.all("schedule_events", {"name": validate.text("schedule name", name)})
         return [schedule_event(row, self.dialect) for row in found]
 
     def _operator(self, query: str, kind: str, name: str, actor: str, reason: str) -> ScheduleRecord:
-        checks.check_operator(actor, reason)
-        checks.check_text("schedule name", name)
+        checks.operator(actor, reason)
+        validate.text("schedule name", name)
         d = self.dialect
         with d.transaction() as tx:
             params = {"name": name, "actor": actor, "reason": d.free_text(reason), "now": tx.now()}

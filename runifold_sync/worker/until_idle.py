@@ -35,8 +35,9 @@ from datetime import datetime, timedelta
 import attrs
 
 from ..errors import InvalidArgument, RunifoldError
+from ..model import validate
 from ..model.outcomes import DefinitionUnavailable, Idle, RunOutcome
-from ..model.values import LeaseDuration, TaskState, WorkerId, check_count, check_names
+from ..model.values import LeaseDuration, TaskState, WorkerId
 from ..store.base import WorkflowStore
 from ..store.checks import MAX_LIST_LIMIT
 from ..worker.worker import WorkflowWorker
@@ -99,7 +100,7 @@ def run_until_idle(
     enqueues the task a tick would."""
     if not isinstance(skip_time, bool):
         raise InvalidArgument(f"skip_time must be True or False, got {skip_time!r}")
-    check_count("max_cycles", max_cycles)
+    validate.count("max_cycles", max_cycles)
     ident = _worker_id(worker_id)
     chosen = None if queues is None else _queue_names(queues)
     serving = chosen or _queues_of(store)
@@ -162,7 +163,7 @@ def _worker(
 
 
 def _queue_names(queues: object) -> tuple[str, ...]:
-    names = check_names("queues", "queue", queues)
+    names = validate.names("queues", queues, kind="queue")
     if not names:
         raise InvalidArgument("queues must name at least one queue, got none")
     return tuple(sorted(names))

@@ -29,12 +29,11 @@ from ..engine.deadlines import DeadlineListener
 from ..engine.logs import task_fields
 from ..engine.spans import CycleTracer
 from ..errors import InvalidArgument, LeaseLostError, StoreNotWritable, StoreUnavailable
-from ..model import crashpoints
+from ..model import crashpoints, validate
 from ..model.cancellation import CancellationToken
 from ..model.outcomes import Idle, LeaseLost, RunOutcome, Yielded
-from ..model.values import LeaseDuration, WorkerId, check_count
+from ..model.values import LeaseDuration, WorkerId
 from ..store.base import WorkflowStore
-from ..store.checks import check_free_text
 from ..store.records import ClaimRequest, Routes
 from ..workflow.registry import WorkflowRegistry
 from .claim_ahead import ClaimedAhead
@@ -170,7 +169,7 @@ class WorkflowWorker:
         to continue (not counted as an attempt), instead of running it to its end: for a
         worker that must stop soon, such as a pool's child whose supervisor is gone.
         ``reason`` is recorded with the release. Safe to call from a signal handler."""
-        self._keeper.hand_back_at_boundary(check_free_text("reason", reason))
+        self._keeper.hand_back_at_boundary(validate.free_text("reason", reason))
 
     def run(
         self,
@@ -205,7 +204,7 @@ class WorkflowWorker:
         if not isinstance(shutdown, CancellationToken):
             raise InvalidArgument(f"shutdown must be a CancellationToken, got {shutdown!r}")
         if max_tasks is not None:
-            check_count("max_tasks", max_tasks)
+            validate.count("max_tasks", max_tasks)
         if on_outcome is not None and not callable(on_outcome):  # else a TypeError after the first task
             raise InvalidArgument(
                 f"on_outcome must be a function of a RunOutcome or None, got {on_outcome!r}"

@@ -17,22 +17,24 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, Unpack
 
-from ..errors import InvalidArgument
-from ..model.moments import check_moment
-from ..model.values import Budget, check_duration_bound
+from ..model import validate
+from ..model.values import Budget
 from .waiting import (
     ApprovalDecision,
     ApprovalTimedOut,
     ChildHandle,
     ChildStart,
     ChildTimedOut,
-    check_wait_timeout,
 )
 
 if TYPE_CHECKING:
     from .specs import StepSpec
 
 Branches = Mapping[str, Callable[["WorkflowContext"], Any]]
+
+
+# A wait's timeout: None (wait for ever) or a positive duration a store can add to its clock.
+_wait_timeout = validate.optional(validate.positive_duration)
 
 
 class Runtime(Protocol):
@@ -111,16 +113,12 @@ class WorkflowContext:
 
     def sleep(self, duration: timedelta) -> None:
         """Wait durably for ``duration`` of store time; the worker is freed meanwhile."""
-        if not isinstance(duration, timedelta) or duration < timedelta(0):
-            raise InvalidArgument(f"sleep duration must be a non-negative timedelta, got {duration!r}")
-        check_duration_bound("sleep duration", duration)
+        validate.duration("sleep duration", duration)
         self._engine.timer(lambda now: now + duration)
 
     def sleep_until(self, deadline: datetime) -> None:
         """Wait durably until ``deadline`` in store time."""
-        if not isinstance(deadline, datetime) or deadline.tzinfo is None:
-            raise InvalidArgument(f"sleep_until needs a timezone-aware datetime, got {deadline!r}")
-        check_moment("sleep_until deadline", deadline)  # an offset, and a moment a store can hold
+        validate.moment("sleep_until deadline", deadline)
         self._engine.timer(lambda _now: deadline)
 
     # --- signals and approvals -------------------------------------------------------
@@ -129,7 +127,7 @@ class WorkflowContext:
         """Wait durably for a signal named ``name`` (declared on the workflow). Returns its
         payload, structured as ``payload_type``, or :class:`SignalTimedOut`. A signal sent
         before the wait is kept for it; the definition's sender policy may refuse one."""
-        return self._engine.wait_for_signal(name, timeout, payload_type)
+        return self._engine.wait_for_signal(name, _wait_timeout("signal timeout", timeout), payload_type)
 
     def request_approval(
         self,
@@ -143,7 +141,9 @@ class WorkflowContext:
         """Wait for a person in ``approvers`` to send signal ``name`` with payload
         ``{"approved": bool, "reason": ...}``. Decisions from anyone else are refused and
         kept in the history. On timeout, ``escalate_to`` (if any) is asked next."""
-        return self._engine.request_approval(name, approvers, timeout, escalate_to, escalation_timeout)
+        first, later = _wait_timeout("approval timeout", timeout), escalation_timeout
+        later = _wait_timeout("approval escalation timeout", later)
+        return self._engine.request_approval(name, approvers, first, escalate_to, later)
 
     # --- child workflows ------------------------------------------------------------
 
@@ -170,7 +170,9 @@ class WorkflowContext:
         """Wait durably (the worker is freed) until the child ends, and return its
         result structured as ``result_type``; :class:`ChildFailed` when it failed or
         was cancelled; :class:`ChildTimedOut` when ``timeout`` passed first."""
-        waited = self._engine.wait_children([handle], timeout, result_type)
+        waited = self._engine.wait_children(
+            [handle], _wait_timeout("child wait timeout", timeout), result_type
+        )
         return waited if isinstance(waited, ChildTimedOut) else waited[0]
 
     def wait_children(
@@ -178,7 +180,9 @@ class WorkflowContext:
     ) -> list[Any] | ChildTimedOut:
         """Wait for all of ``handles``; their results in the same order, or
         :class:`ChildFailed` for the first (in that order) that did not complete."""
-        return self._engine.wait_children(list(handles), timeout, result_type)
+        return self._engine.wait_children(
+            list(handles), _wait_timeout("child wait timeout", timeout), result_type
+        )
 
     def run_child(
         self,
@@ -192,7 +196,7 @@ class WorkflowContext:
     ) -> Any:
         """:meth:`start_child` (``checkpoint_id``, ``tenant``, ``queue`` are its) then
         :meth:`wait_child`."""
-        check_wait_timeout("child wait", timeout)  # before the child is started, not after
+        _wait_timeout("child wait timeout", timeout)  # before the child is started, not after
         handle = self.start_child(name, version, input, **start)
         return self.wait_child(handle, timeout=timeout, result_type=result_type)
 

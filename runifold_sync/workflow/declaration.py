@@ -14,9 +14,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from ..errors import InvalidArgument
+from ..model import validate
 from ..model.checkpoint import EntryKind
 from ..model.retry_policy import RetryPolicy
-from ..model.values import bounded, check_name, check_names, check_positive_timedelta, check_version
 from .context import WorkflowContext, call_step
 from .specs import StepSpec, input_type
 from .step_context import StepContext
@@ -33,10 +33,10 @@ class Workflow:
     while tasks still reference them."""
 
     def __init__(self, name: str, version: int, *, signals: Iterable[str] = ()) -> None:
-        self.name = check_name("workflow name", name)
-        self.version = check_version(version)
+        self.name = validate.name("workflow name", name)
+        self.version = validate.version("version", version)
         # Signal names are an application contract, like step ids: part of the identity.
-        self.signals = check_names("signals", "signal name", signals)
+        self.signals = validate.names("signals", signals, kind="signal name")
         self.steps: dict[str, StepSpec] = {}
         self.compensations: dict[str, Callable[..., Any]] = {}
         self.main_fn: Callable[..., Any] | None = None
@@ -101,7 +101,7 @@ class Workflow:
         """Declare how to undo a completed step ``step_id`` when the task later fails or is
         cancelled: ``fn(ctx, step_output)``. Compensations run newest first, each one
         checkpointed, so a crash in the middle resumes where it stopped."""
-        check_name("step id", step_id)
+        validate.name("step id", step_id)
 
         def decorate(fn: Callable[[StepContext, Any], None]) -> Callable[[StepContext, Any], None]:
             _check_function(f"@workflow.compensate_for({step_id!r})", fn)
@@ -164,7 +164,7 @@ class Workflow:
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidArgument(f"retry must be a RetryPolicy, got {retry!r}")
         checked_timeout = _check_timeout(timeout)
-        caps = check_names("capabilities", "capability", capabilities)
+        caps = validate.names("capabilities", capabilities, kind="capability")
         if step_id is not None:  # refused at the call that named it, not at decoration
             _check_step_id(kind, step_id)
 
@@ -203,12 +203,12 @@ def _check_function(decorator: str, fn: object) -> None:
     """What a decorator is applied to is called later, by a worker: a value that is not
     a function is refused here, where it was written, not when a task reaches it."""
     if not callable(fn):
-        raise InvalidArgument(f"{decorator} must decorate a function, got {bounded(fn)}")
+        raise InvalidArgument(f"{decorator} must decorate a function, got {validate.shown(fn)}")
 
 
 def _check_step_id(kind: EntryKind, step_id: str) -> str:
     """A step id is schema (it names checkpoint entries): a plain, non-empty name."""
-    sid = check_name(f"{kind} id", step_id)
+    sid = validate.name(f"{kind} id", step_id)
     if "#" in sid or "/" in sid:
         raise InvalidArgument(f"{kind} id may not contain '#' or '/', got {sid!r}")
     return sid
@@ -219,4 +219,4 @@ def _check_timeout(value: object) -> timedelta | None:
     no longer than a store keeps; anything else is ``InvalidArgument`` naming it."""
     if value is None:
         return None
-    return check_positive_timedelta("timeout", value)
+    return validate.positive_duration("timeout", value)

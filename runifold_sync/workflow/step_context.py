@@ -7,7 +7,7 @@ from typing import Any
 import attrs
 
 from ..errors import InvalidArgument
-from ..model.values import check_cost
+from ..model import validate
 
 
 @attrs.define
@@ -35,7 +35,7 @@ class StepContext:
         has no infinity). A refused cost fails the attempt, never retried, since every
         attempt would charge it again."""
         try:
-            self.cost = check_cost("charge cost", cost, self.cost)
+            self.cost = validate.cost("charge cost", cost, self.cost)
         except InvalidArgument as exc:
             self.refused = exc
             raise

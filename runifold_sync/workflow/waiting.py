@@ -4,13 +4,9 @@ API, not the engine, so that user code and tests can name them without the engin
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import TypedDict
 
 import attrs
-
-from ..errors import InvalidArgument
-from ..model.values import check_duration_bound
 
 
 @attrs.frozen
@@ -62,13 +58,3 @@ class ChildTimedOut:
     timeout passed; ``task_ids`` are the children that had not ended. They keep running."""
 
     task_ids: tuple[str, ...]
-
-
-def check_wait_timeout(what: str, timeout: object) -> timedelta | None:
-    """A wait's timeout: None, or a positive timedelta no longer than ``ctx.sleep`` takes
-    (the deadline is store now plus it; ``timedelta.max`` overflowed a datetime)."""
-    if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
-        raise InvalidArgument(f"{what} timeout must be a positive timedelta or None, got {timeout!r}")
-    if timeout is None:
-        return None
-    return check_duration_bound(f"{what} timeout", timeout)

@@ -31,8 +31,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ...errors import InvalidArgument
+from ...model import validate
 from ...model.redaction import redacted, scrubbed
-from ...model.values import check_int
 
 PARAMETERS = ("pgbouncer", "listen_host", "listen_port")
 # How often an idle worker behind a transaction pooler looks for work when it has no
@@ -89,7 +89,7 @@ def parse_target(url: str) -> PostgresTarget:
             raise InvalidArgument(
                 f"store URL {redacted(url)!r}: listen_port must be a port number, got {listen['port']!r}"
             ) from None
-        check_int("listen_port", port, minimum=1, maximum=65535)
+        validate.integer("listen_port", port, minimum=1, maximum=65535)
     return PostgresTarget(conninfo, pgbouncer, make_conninfo(conninfo, **listen) if listen else None)
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import CancelPending, InvalidArgument, LeaseLostError, StoreClosed, StoreUsedAcrossFork
+from ...model import validate
 from ...model.checkpoint import JournalRow
 from ...model.codec import storable_text
 from .. import checks, event_details, refusals, row_records
@@ -330,7 +331,7 @@ class SqliteDialect(Dialect):
     def _claim_in(self, tx: SqliteTransaction, request: ClaimRequest) -> list[ClaimedTask]:
         """The claim, inside ``tx`` (a bad limit rolls it back): candidates in claim
         order, then each one leased and its history event written."""
-        limit = checks.check_claim_limit(request.limit)
+        limit = validate.integer("claim limit", request.limit, minimum=1, maximum=checks.MAX_CLAIM_LIMIT)
         conn, now = tx.raw, tx.at
         worker_id = request.worker_id.value
         claimed = []
