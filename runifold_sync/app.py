@@ -143,8 +143,7 @@ class App:
             raise InvalidArgument(
                 f"App takes a store URL or a Settings, got a {type(url_or_settings).__name__}"
             )
-        if registry is not None and not isinstance(registry, WorkflowRegistry):
-            raise InvalidArgument(f"registry must be a WorkflowRegistry or None, got {registry!r}")
+        validate.optional(validate.is_a(WorkflowRegistry))("registry", registry)
         for name, hook in (("tracer", tracer), ("cycle", cycle), ("prepare", prepare)):
             if hook is not None and not callable(hook):
                 raise InvalidArgument(f"{name} must be a function or None, got {hook!r}")

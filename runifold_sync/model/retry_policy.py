@@ -53,20 +53,10 @@ class RetryPolicy:
     # every attempt runs the same code on the same arguments.
     PROGRAMMING_ERRORS: ClassVar[tuple[type[Exception], ...]] = (TypeError, AttributeError, NameError)
 
-    max_attempts: int = attrs.field(
-        default=3, validator=lambda _i, _a, v: validate.count(f"{type(_i).__name__}.max_attempts", v)
-    )
-    initial_backoff: timedelta = attrs.field(
-        default=timedelta(seconds=1),
-        validator=lambda _i, _a, v: validate.positive_duration("initial_backoff", v),
-    )
-    max_backoff: timedelta = attrs.field(
-        default=timedelta(minutes=5),
-        validator=lambda _i, _a, v: validate.positive_duration("max_backoff", v),
-    )
-    multiplier: float = attrs.field(
-        default=2.0, validator=lambda _i, _a, v: validate.number("RetryPolicy.multiplier", v)
-    )
+    max_attempts: int = validate.field(validate.count, 3, prefix=True)
+    initial_backoff: timedelta = validate.field(validate.positive_duration, timedelta(seconds=1))
+    max_backoff: timedelta = validate.field(validate.positive_duration, timedelta(minutes=5))
+    multiplier: float = validate.field(validate.number, 2.0, name="RetryPolicy.multiplier")
     jitter: float = 0.2
     non_retryable: tuple[type[Exception], ...] = attrs.field(
         default=PROGRAMMING_ERRORS, converter=_exception_classes

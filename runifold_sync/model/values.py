@@ -74,9 +74,7 @@ class WorkerId:
 
 @attrs.frozen
 class LeaseDuration:
-    value: timedelta = attrs.field(
-        validator=lambda _i, _a, v: validate.positive_duration("lease duration", v)
-    )
+    value: timedelta = validate.field(validate.positive_duration, name="lease duration")
 
     @property
     def seconds(self) -> float:

@@ -199,8 +199,7 @@ class ReadOperations:
             filters.get("queue"),
         )
         scan = validate.integer("page scan", scan, minimum=limit, maximum=100 * MAX_PAGE_SCAN)
-        if not isinstance(newest_first, bool):
-            raise InvalidArgument(f"newest_first must be True or False, got {newest_first!r}")
+        validate.flag("newest_first", newest_first)
         after_at, after_id = _parse_cursor(after, newest_first)
         way = "_newest" if newest_first else ""
         d = self.dialect

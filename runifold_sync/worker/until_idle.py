@@ -98,8 +98,7 @@ def run_until_idle(
     other steps than its checkpoint was written by, or its tenant's budget will never
     free it. Schedules' ticks are not created here (``run_once`` creates none); a test
     enqueues the task a tick would."""
-    if not isinstance(skip_time, bool):
-        raise InvalidArgument(f"skip_time must be True or False, got {skip_time!r}")
+    validate.flag("skip_time", skip_time)
     validate.count("max_cycles", max_cycles)
     ident = _worker_id(worker_id)
     chosen = None if queues is None else _queue_names(queues)

@@ -94,12 +94,10 @@ class WorkflowWorker:
                 f"store must be a WorkflowStore, got a {type(store).__name__}"
                 + ("; a store URL is opened with open_store(url)" if isinstance(store, str) else "")
             )
-        if not isinstance(registry, WorkflowRegistry):
-            raise InvalidArgument(f"registry must be a WorkflowRegistry, got {registry!r}")
+        validate.instance("registry", registry, WorkflowRegistry)
         if not isinstance(worker_id, WorkerId):
             raise InvalidArgument(f"worker_id must be a WorkerId (use WorkerId.parse), got {worker_id!r}")
-        if observer is not None and not isinstance(observer, CycleObserver):
-            raise InvalidArgument(f"observer must be a CycleObserver or None, got {observer!r}")
+        validate.optional(validate.is_a(CycleObserver))("observer", observer)
         if tracer is not None and not (callable(getattr(tracer, "cycle", None)) and hasattr(tracer, "close")):
             raise InvalidArgument(
                 f"tracer must be a CycleTracer (with cycle and close) or None, got {tracer!r}"
@@ -201,8 +199,7 @@ class WorkflowWorker:
         schedules (:mod:`~runifold_sync.worker.schedule_ticker`); :meth:`run_once` creates none.
         Signals are the caller's: a handler should only cancel ``shutdown``. The worker
         stays open: :meth:`close` it afterwards."""
-        if not isinstance(shutdown, CancellationToken):
-            raise InvalidArgument(f"shutdown must be a CancellationToken, got {shutdown!r}")
+        validate.instance("shutdown", shutdown, CancellationToken)
         if max_tasks is not None:
             validate.count("max_tasks", max_tasks)
         if on_outcome is not None and not callable(on_outcome):  # else a TypeError after the first task
@@ -319,10 +316,8 @@ class WorkflowWorker:
         during the cycle) the completion claims nothing, since a stopping worker takes no
         new work."""
         # Checked before the claim: a completion that read them would raise with the task leased.
-        if not isinstance(claim_next, bool):
-            raise InvalidArgument(f"claim_next must be True or False, got {claim_next!r}")
-        if stopping is not None and not isinstance(stopping, CancellationToken):
-            raise InvalidArgument(f"stopping must be a CancellationToken or None, got {stopping!r}")
+        validate.flag("claim_next", claim_next)
+        validate.optional(validate.is_a(CancellationToken))("stopping", stopping)
         (outcome,) = self._cycle(claim_next=claim_next, stopping=stopping, hold=False)
         return outcome
 

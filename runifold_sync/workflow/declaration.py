@@ -72,8 +72,7 @@ class Workflow:
         interrupted call may run again or must be reconciled. An attempt that overruns
         ``timeout`` is an interrupted call too: reconciled, run again only when that is
         safe, else failed closed as ambiguous."""
-        if not isinstance(idempotent, bool):
-            raise InvalidArgument(f"idempotent must be True or False, got {idempotent!r}")
+        validate.flag("idempotent", idempotent)
         if reconcile is not None and not callable(reconcile):
             raise InvalidArgument(f"reconcile must be callable, got {reconcile!r}")
         return self._declare(EntryKind.EFFECT, effect_id, retry, capabilities, idempotent, reconcile, timeout)

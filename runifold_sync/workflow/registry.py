@@ -10,6 +10,7 @@ from typing import Any, Unpack
 import attrs
 
 from ..errors import DefinitionConflict, InvalidArgument, UnknownDefinition
+from ..model import validate
 from ..model.codec import from_json
 from ..model.inputs import fit_input
 from ..model.schedules import Schedule
@@ -23,29 +24,10 @@ from ..model.values import (
 )
 from .declaration import Workflow
 
-
-def _check_bool(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, bool):
-        raise InvalidArgument(f"WorkflowDefinition.{attribute.name} must be True or False, got {value!r}")
-
-
 # The fields a worker reads only once it runs a task of the definition: a value of the
 # wrong type there would be accepted at registration and fail every task later, inside a
 # worker (a budget without ``exceeded``, a policy that cannot be called), so each is
 # checked where the definition is made.
-
-
-def _check_budget(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, Budget):
-        raise InvalidArgument(f"WorkflowDefinition.{attribute.name} must be a Budget, got {value!r}")
-
-
-def _check_capabilities(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, CapabilitySet):
-        raise InvalidArgument(
-            f"WorkflowDefinition.{attribute.name} must be a CapabilitySet "
-            f"(CapabilitySet(['network', ...])), got {value!r}"
-        )
 
 
 def _check_sender_policy(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -63,15 +45,17 @@ class WorkflowDefinition:
     declared capabilities are granted."""
 
     workflow: Workflow
-    budget: Budget = attrs.field(factory=Budget, validator=_check_budget)
-    capabilities: CapabilitySet = attrs.field(factory=CapabilitySet, validator=_check_capabilities)
+    budget: Budget = validate.field(validate.is_a(Budget), attrs.Factory(Budget), prefix=True)
+    capabilities: CapabilitySet = validate.field(
+        validate.is_a(CapabilitySet), attrs.Factory(CapabilitySet), prefix=True
+    )
     # sender_policy(sender, signal name, payload) -> accept? Refusals are kept in history.
     sender_policy: Callable[[str, str, Any], bool] | None = attrs.field(
         default=None, validator=_check_sender_policy
     )
     # True: structure the input as cattrs' converter does ("7" for an int becomes 7, 1 for
     # a str becomes "1", keys the class lacks are dropped) instead of strictly.
-    coerce_input: bool = attrs.field(default=False, validator=_check_bool)
+    coerce_input: bool = validate.field(validate.flag, False, prefix=True)
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.workflow, Workflow):
