@@ -220,8 +220,7 @@ class ReadOperations:
         ``span`` that ends now (store time), oldest first: the overview's throughput.
         Counted from the history (its completed, failed and cancelled events), so a task
         that failed, was retried and failed again counts at each end."""
-        if not isinstance(span, timedelta) or span <= timedelta(0):
-            raise InvalidArgument(f"throughput span must be a positive timedelta, got {span!r}")
+        validate.positive_duration("throughput span", span)
         intervals = validate.integer("throughput intervals", intervals, minimum=1, maximum=MAX_INTERVALS)
         d = self.dialect
         width = span / intervals

@@ -287,9 +287,8 @@ class ProcessPool:
         transaction may run on another server connection."""
         validate.integer("min_size", min_size, minimum=0)
         validate.integer("max_size", max_size, minimum=max(min_size, 1))
-        for name, value in (("connect_timeout", connect_timeout), ("pool_timeout", pool_timeout)):
-            if not isinstance(value, timedelta) or value <= timedelta(0):
-                raise InvalidArgument(f"{name} must be a positive timedelta, got {value!r}")
+        validate.positive_duration("connect_timeout", connect_timeout)
+        validate.positive_duration("pool_timeout", pool_timeout)
         where = describe(url)
         outage = OutageLog(where, url)
         _quiet_reconnect_warnings()

@@ -478,8 +478,7 @@ class SqliteWorkflowStore(WorkflowStore):
             raise InvalidArgument("SQLite path must not be empty")
         if synchronous.upper() not in _SYNCHRONOUS:
             raise InvalidArgument(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
-        if not isinstance(busy_timeout, timedelta) or busy_timeout < timedelta(0):
-            raise InvalidArgument(f"busy_timeout must be a non-negative timedelta, got {busy_timeout!r}")
+        validate.duration("busy_timeout", busy_timeout)
         if text == ":memory:":
             # Each thread's own connection (a heartbeat's) would get its own empty database.
             raise InvalidArgument(
