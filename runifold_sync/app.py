@@ -146,7 +146,7 @@ class App:
         validate.optional(validate.is_a(WorkflowRegistry))("registry", registry)
         for name, hook in (("tracer", tracer), ("cycle", cycle), ("prepare", prepare)):
             if hook is not None and not callable(hook):
-                raise InvalidArgument(f"{name} must be a function or None, got {hook!r}")
+                raise InvalidArgument(f"{name} must be a function or None, got {validate.shown(hook)}")
         self.settings: Settings = settings.replace(**overrides)
         self.tracer: TracerFactory | None = tracer
         self._registry = registry
@@ -256,7 +256,7 @@ class App:
         }
         for field in attrs.fields(WorkflowDefinition):  # its checks now: refused where given
             if field.name in options and field.validator is not None:
-                field.validator(None, field, options[field.name])
+                field.validator(WorkflowDefinition, field, options[field.name])
         self._declared.append((workflow, options))
         return workflow
 
@@ -306,7 +306,7 @@ class App:
     def handle(self, task_id: str) -> TaskHandle:
         """The handle of a task started earlier (by any process), by its id."""
         if not isinstance(task_id, str):
-            raise InvalidArgument(f"task_id must be a string, got {task_id!r}")
+            raise InvalidArgument(f"task_id must be a string, got {validate.shown(task_id)}")
         return TaskHandle(self, task_id)
 
     # -- running ------------------------------------------------------------------------
@@ -542,7 +542,9 @@ def load_app(reference: str) -> App | WorkflowRegistry:
     ``__cause__``, traceback and all)."""
     module_name, sep, attribute = reference.partition(":")
     if not sep or not module_name or not attribute:
-        raise InvalidArgument(f"app reference must look like 'package.module:app', got {reference!r}")
+        raise InvalidArgument(
+            f"app reference must look like 'package.module:app', got {validate.shown(reference)}"
+        )
     searched = str(Path.cwd())
     if searched not in sys.path:
         sys.path.insert(0, searched)  # like `python -m`, find the app in the cwd

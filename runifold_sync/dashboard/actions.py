@@ -14,6 +14,7 @@ from collections.abc import Callable
 import flask
 
 from ..errors import InvalidArgument
+from ..model import validate
 from ..model.codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
 from ..store.base import WorkflowStore
 from . import security
@@ -70,7 +71,7 @@ def _resume(store: WorkflowStore, task_id: str, actor: str, reason: str) -> str:
 def _resolve(store: WorkflowStore, task_id: str, actor: str, reason: str) -> str:
     applied = _field("applied")
     if applied not in ("yes", "no"):
-        raise InvalidArgument(f"form field 'applied' must be yes or no, got {applied!r}")
+        raise InvalidArgument(f"form field 'applied' must be yes or no, got {validate.shown(applied)}")
     effect = store.get_task(task_id).ambiguous_effect or _field("effect_key")
     result = _json_field("result", "null") if applied == "yes" else None
     store.resolve_effect(
@@ -86,7 +87,9 @@ def _signal(store: WorkflowStore, task_id: str, actor: str, reason: str) -> str:
 def _approval(store: WorkflowStore, task_id: str, actor: str, reason: str) -> str:
     decision = _field("decision")
     if decision not in ("approve", "reject"):
-        raise InvalidArgument(f"form field 'decision' must be approve or reject, got {decision!r}")
+        raise InvalidArgument(
+            f"form field 'decision' must be approve or reject, got {validate.shown(decision)}"
+        )
     return _deliver(store, task_id, actor, reason, {"approved": decision == "approve", "reason": reason})
 
 
@@ -121,7 +124,7 @@ def act(task_id: str, action: str) -> flask.typing.ResponseReturnValue:
         return _refusal(*refused)
     run = ACTIONS.get(action)
     if run is None:
-        raise InvalidArgument(f"action must be one of {', '.join(ACTIONS)}, got {action!r}")
+        raise InvalidArgument(f"action must be one of {', '.join(ACTIONS)}, got {validate.shown(action)}")
     done = run(board.store, task_id, security.actor_name(), _field("reason"))
     flask.flash(done)
     return flask.redirect(flask.url_for("pages.task", task_id=task_id), 303)

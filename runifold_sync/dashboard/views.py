@@ -14,6 +14,7 @@ import flask
 from werkzeug.routing import BaseConverter
 
 from ..errors import InvalidArgument, TaskNotFound
+from ..model import validate
 from ..model.values import TaskOutcome, TaskState
 from ..ops.task_report import failure_line, journal_lines, refused_signals_line, task_report
 from ..store.checks import MAX_LIST_LIMIT
@@ -124,7 +125,7 @@ def tasks() -> flask.typing.ResponseReturnValue:
     limit = _limit(args.get("limit", ""))
     order = args.get("order") or "oldest"
     if order not in ("oldest", "newest"):
-        raise InvalidArgument(f"order must be oldest or newest, got {order!r}")
+        raise InvalidArgument(f"order must be oldest or newest, got {validate.shown(order)}")
     page = store.list_tasks_page(
         after=args.get("after") or None, limit=limit, newest_first=order == "newest", **filters
     )
@@ -157,7 +158,7 @@ def _limit(text: str) -> int:
     except ValueError:
         limit = 0
     if not 1 <= limit <= MAX_LIST_LIMIT:
-        raise InvalidArgument(f"limit must be an integer in 1..{MAX_LIST_LIMIT}, got {text!r}")
+        raise InvalidArgument(f"limit must be an integer in 1..{MAX_LIST_LIMIT}, got {validate.shown(text)}")
     return limit
 
 

@@ -76,9 +76,9 @@ def _check_branches(branches: Mapping[str, Branch], max_threads: int) -> None:
     for key, fn in branches.items():
         validate.name("branch name", key)
         if "/" in key or "#" in key:
-            raise InvalidArgument(f"branch name may not contain '/' or '#', got {key!r}")
+            raise InvalidArgument(f"branch name may not contain '/' or '#', got {validate.shown(key)}")
         if not callable(fn):
-            raise InvalidArgument(f"branch {key!r} must be callable with a ctx, got {fn!r}")
+            raise InvalidArgument(f"branch {key!r} must be callable with a ctx, got {validate.shown(fn)}")
     validate.integer("max_threads", max_threads, minimum=1)
 
 

@@ -177,10 +177,12 @@ def _derived_id(parent_id: str, call_id: str) -> str:
 
 def _check_wait(handles: Sequence[ChildHandle]) -> None:
     if isinstance(handles, ChildHandle) or not handles:
-        raise InvalidArgument(f"wait_children needs a non-empty list of ChildHandle, got {handles!r}")
+        raise InvalidArgument(
+            f"wait_children needs a non-empty list of ChildHandle, got {validate.shown(handles)}"
+        )
     for handle in handles:
         if not isinstance(handle, ChildHandle):
             raise InvalidArgument(
-                f"children to wait for must be ChildHandle (ctx.start_child), got {handle!r}"
+                f"children to wait for must be ChildHandle (ctx.start_child), got {validate.shown(handle)}"
             )
         validate.name("child task id", handle.task_id)

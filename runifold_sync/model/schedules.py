@@ -37,7 +37,7 @@ def _check_schedule_name(_inst: Any, _attr: Any, value: Any) -> None:
     if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise InvalidArgument(
             "schedule name must be 1-100 letters, digits and ._- starting with a letter or digit, "
-            f"got {value!r}"
+            f"got {validate.shown(value)}"
         )
 
 

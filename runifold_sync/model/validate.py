@@ -307,11 +307,13 @@ def validator(
     check: Check, *, name: str | None = None, prefix: bool = False
 ) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
     """An attrs validator running ``check`` under ``name``, else the attribute's name
-    (``prefix``: as ``Class.attribute``)."""
+    (``prefix``: as ``Class.attribute``; run on the class itself, it checks a value
+    before an instance exists)."""
 
     def run(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         field = name or attribute.name
-        check(f"{type(inst).__name__}.{field}" if prefix else field, value)
+        owner = inst if isinstance(inst, type) else type(inst)
+        check(f"{owner.__name__}.{field}" if prefix else field, value)
 
     return run
 

@@ -64,7 +64,7 @@ class WorkerId:
         if not isinstance(text, str) or not _WORKER_ID.fullmatch(text):
             raise InvalidArgument(
                 "worker id must be 1-128 characters of letters, digits and ._:@- "
-                f"starting with a letter or digit, got {text!r}"
+                f"starting with a letter or digit, got {validate.shown(text)}"
             )
         return cls(text)
 
@@ -103,7 +103,8 @@ class BudgetUsage:
         elapsed = self.elapsed_s + max(elapsed_s, 0.0)
         if not math.isfinite(elapsed):
             raise InvalidArgument(
-                f"usage elapsed_s must stay finite, got {elapsed_s!r} added to {self.elapsed_s!r}"
+                f"usage elapsed_s must stay finite, "
+                f"got {validate.shown(elapsed_s)} added to {self.elapsed_s!r}"
             )
         return BudgetUsage(
             self.steps + steps,

@@ -179,7 +179,7 @@ def check_base_id(base_id: object, concurrency: int, field: str = "base_id") -> 
     raise InvalidArgument(
         f"{field} must be 1-{room} characters of letters, digits and ._:@- starting with a "
         f"letter or digit (its workers are <{field}>-<slot>[.<n>], at most {_WORKER_ID_MAX} "
-        f"characters for {concurrency} slots), got {base_id!r}"
+        f"characters for {concurrency} slots), got {validate.shown(base_id)}"
     )
 
 
@@ -197,9 +197,11 @@ class WorkflowSupervisor:
         base_id: str = "worker",
     ) -> None:
         if not callable(worker_factory):
-            raise InvalidArgument(f"worker_factory must be callable, got {worker_factory!r}")
+            raise InvalidArgument(f"worker_factory must be callable, got {validate.shown(worker_factory)}")
         if not isinstance(config, PoolSettings):
-            raise InvalidArgument(f"config must be a PoolSettings (WorkflowSupervisorConfig), got {config!r}")
+            raise InvalidArgument(
+                f"config must be a PoolSettings (WorkflowSupervisorConfig), got {validate.shown(config)}"
+            )
         self._factory = worker_factory
         self._config = config
         self._base_id = check_base_id(base_id, config.concurrency)

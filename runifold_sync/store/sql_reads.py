@@ -80,14 +80,18 @@ def _parse_cursor(after: object, newest_first: bool) -> tuple[datetime, str]:
     if after is None:
         return (_LAST, "") if newest_first else (_FIRST, "")
     if not isinstance(after, str) or "|" not in validate.text("task page cursor", after):
-        raise InvalidArgument(f"task page cursor must be a cursor a page returned, got {after!r}")
+        raise InvalidArgument(
+            f"task page cursor must be a cursor a page returned, got {validate.shown(after)}"
+        )
     at, task_id = after.split("|", 1)
     try:
         created = datetime.fromisoformat(at)
     except ValueError:
         created = None
     if created is None or created.tzinfo is None:
-        raise InvalidArgument(f"task page cursor must be a cursor a page returned, got {after!r}")
+        raise InvalidArgument(
+            f"task page cursor must be a cursor a page returned, got {validate.shown(after)}"
+        )
     return created, task_id
 
 

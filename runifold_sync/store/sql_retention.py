@@ -86,7 +86,7 @@ class RetentionOperations:
         limit = validate.integer("prune batch", batch, minimum=1, maximum=checks.MAX_PRUNE_BATCH)
         for name, flag in (("include_ambiguous", include_ambiguous), ("dry_run", dry_run)):
             if not isinstance(flag, bool):
-                raise InvalidArgument(f"{name} must be True or False, got {flag!r}")
+                raise InvalidArgument(f"{name} must be True or False, got {validate.shown(flag)}")
         return self._walk(older_than, limit, include_ambiguous, dry_run)
 
     def _walk(

@@ -66,7 +66,9 @@ class ScheduleOperations:
         workers starting at once lock rows in the same order."""
         given = list(schedules) if isinstance(schedules, Iterable) else None
         if given is None or not all(isinstance(s, Schedule) for s in given):
-            raise InvalidArgument(f"schedules must be an iterable of Schedule, got {schedules!r}")
+            raise InvalidArgument(
+                f"schedules must be an iterable of Schedule, got {validate.shown(schedules)}"
+            )
         found = sorted(given, key=lambda s: s.name)
         d = self.dialect
         with d.transaction() as tx:
@@ -96,13 +98,13 @@ class ScheduleOperations:
         store time). ``created`` says whether this call created it."""
         validate.text("schedule name", name)
         if not isinstance(tick, datetime) or tick.tzinfo is None:
-            raise InvalidArgument(f"tick must be a timezone-aware datetime, got {tick!r}")
+            raise InvalidArgument(f"tick must be a timezone-aware datetime, got {validate.shown(tick)}")
         (task,) = checks.tasks([task])
         expected = f"{TASK_PREFIX}{name}:{tick_text(tick)}"
         if task.task_id != expected:
             raise InvalidArgument(
                 f"the tick of schedule {name!r} at {tick_text(tick)} must be task {expected!r} "
-                f"(registry.tick_task makes it), got {task.task_id!r}"
+                f"(registry.tick_task makes it), got {validate.shown(task.task_id)}"
             )
         d = self.dialect
         with d.transaction() as tx:

@@ -44,7 +44,7 @@ class StoreClock:
         """Move store time forward to ``when`` (an aware datetime), or leave it where it
         is if it is there already; returns store time then."""
         if not isinstance(when, datetime) or when.utcoffset() is None:
-            raise InvalidArgument(f"advance_to takes an aware datetime, got {when!r}")
+            raise InvalidArgument(f"advance_to takes an aware datetime, got {validate.shown(when)}")
         reading = self.store.clock_reading()
         if when <= reading.now:
             return reading.now

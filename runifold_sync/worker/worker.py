@@ -96,11 +96,13 @@ class WorkflowWorker:
             )
         validate.instance("registry", registry, WorkflowRegistry)
         if not isinstance(worker_id, WorkerId):
-            raise InvalidArgument(f"worker_id must be a WorkerId (use WorkerId.parse), got {worker_id!r}")
+            raise InvalidArgument(
+                f"worker_id must be a WorkerId (use WorkerId.parse), got {validate.shown(worker_id)}"
+            )
         validate.optional(validate.is_a(CycleObserver))("observer", observer)
         if tracer is not None and not (callable(getattr(tracer, "cycle", None)) and hasattr(tracer, "close")):
             raise InvalidArgument(
-                f"tracer must be a CycleTracer (with cycle and close) or None, got {tracer!r}"
+                f"tracer must be a CycleTracer (with cycle and close) or None, got {validate.shown(tracer)}"
             )
         self.settings = _settings(settings, lease_duration, heartbeat_interval, dict(options))
         self.store = store
@@ -204,7 +206,7 @@ class WorkflowWorker:
             validate.count("max_tasks", max_tasks)
         if on_outcome is not None and not callable(on_outcome):  # else a TypeError after the first task
             raise InvalidArgument(
-                f"on_outcome must be a function of a RunOutcome or None, got {on_outcome!r}"
+                f"on_outcome must be a function of a RunOutcome or None, got {validate.shown(on_outcome)}"
             )
         idle = IdleWait(self.store, IdleBackoff(min_backoff, max_backoff), lambda: self.routes)
         outcomes: Counter[str] = Counter()

@@ -260,6 +260,6 @@ def call_step(ctx: WorkflowContext, spec: StepSpec, args: tuple[Any, ...], kwarg
     if not isinstance(ctx, WorkflowContext):
         raise TypeError(
             f"{spec.kind} {spec.step_id!r} must be called from a workflow main function with "
-            f"its ctx as first argument, got {ctx!r}"
+            f"its ctx as first argument, got {validate.shown(ctx)}"
         )
     return ctx._engine.call(spec, args, kwargs)

@@ -74,7 +74,7 @@ class Workflow:
         safe, else failed closed as ambiguous."""
         validate.flag("idempotent", idempotent)
         if reconcile is not None and not callable(reconcile):
-            raise InvalidArgument(f"reconcile must be callable, got {reconcile!r}")
+            raise InvalidArgument(f"reconcile must be callable, got {validate.shown(reconcile)}")
         return self._declare(EntryKind.EFFECT, effect_id, retry, capabilities, idempotent, reconcile, timeout)
 
     def transaction(
@@ -161,8 +161,8 @@ class Workflow:
         if callable(step_id):
             raise InvalidArgument(f"use @workflow.{kind}() with parentheses")
         if retry is not None and not isinstance(retry, RetryPolicy):
-            raise InvalidArgument(f"retry must be a RetryPolicy, got {retry!r}")
-        checked_timeout = _check_timeout(timeout)
+            raise InvalidArgument(f"retry must be a RetryPolicy, got {validate.shown(retry)}")
+        checked_timeout = validate.optional(validate.positive_duration)("timeout", timeout)
         caps = validate.names("capabilities", capabilities, kind="capability")
         if step_id is not None:  # refused at the call that named it, not at decoration
             _check_step_id(kind, step_id)
@@ -209,13 +209,5 @@ def _check_step_id(kind: EntryKind, step_id: str) -> str:
     """A step id is schema (it names checkpoint entries): a plain, non-empty name."""
     sid = validate.name(f"{kind} id", step_id)
     if "#" in sid or "/" in sid:
-        raise InvalidArgument(f"{kind} id may not contain '#' or '/', got {sid!r}")
+        raise InvalidArgument(f"{kind} id may not contain '#' or '/', got {validate.shown(sid)}")
     return sid
-
-
-def _check_timeout(value: object) -> timedelta | None:
-    """A step's or effect's ``timeout``: None (no timeout) or a positive ``timedelta``
-    no longer than a store keeps; anything else is ``InvalidArgument`` naming it."""
-    if value is None:
-        return None
-    return validate.positive_duration("timeout", value)

@@ -34,7 +34,7 @@ def _check_sender_policy(_inst: Any, attribute: attrs.Attribute[Any], value: Any
     if value is not None and not callable(value):
         raise InvalidArgument(
             f"WorkflowDefinition.{attribute.name} must be None or a callable "
-            f"(sender, signal name, payload) -> bool, got {value!r}"
+            f"(sender, signal name, payload) -> bool, got {validate.shown(value)}"
         )
 
 
@@ -59,7 +59,7 @@ class WorkflowDefinition:
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.workflow, Workflow):
-            raise InvalidArgument(f"expected a Workflow, got {self.workflow!r}")
+            raise InvalidArgument(f"expected a Workflow, got {validate.shown(self.workflow)}")
         if self.workflow.main_fn is None:
             raise InvalidArgument(f"{self.workflow!r} has no @main function")
         for step_id in self.workflow.compensations:
@@ -106,7 +106,7 @@ class WorkflowRegistry:
 
     def register(self, definition: WorkflowDefinition) -> None:
         if not isinstance(definition, WorkflowDefinition):
-            raise InvalidArgument(f"expected a WorkflowDefinition, got {definition!r}")
+            raise InvalidArgument(f"expected a WorkflowDefinition, got {validate.shown(definition)}")
         ident = definition.identity
         key = (ident.name, ident.version)
         existing = self._definitions.get(key)
@@ -144,7 +144,7 @@ class WorkflowRegistry:
         (:class:`UnknownDefinition`, :class:`InputMismatch`), so a schedule that could
         only make failing tasks is refused here. A name is added once."""
         if not isinstance(schedule, Schedule):
-            raise InvalidArgument(f"expected a Schedule, got {schedule!r}")
+            raise InvalidArgument(f"expected a Schedule, got {validate.shown(schedule)}")
         if schedule.name in self._schedules:
             raise InvalidArgument(f"a schedule named {schedule.name!r} is already added to this registry")
         sample = schedule.times.next_after(datetime.now(UTC))

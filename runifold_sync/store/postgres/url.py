@@ -126,12 +126,13 @@ def check_conninfo(url: str, conninfo: str) -> str:
         number = port.strip()
         if number and not (number.isascii() and number.isdigit() and 1 <= int(number) <= 65535):
             raise InvalidArgument(
-                f"store URL {redacted(url)!r}: port must be a number in 1..65535, got {port!r}"
+                f"store URL {redacted(url)!r}: port must be a number in 1..65535, got {validate.shown(port)}"
             )
     sslmode = options.get("sslmode")
     if sslmode is not None and str(sslmode) not in SSLMODES:
         raise InvalidArgument(
-            f"store URL {redacted(url)!r}: sslmode must be one of {', '.join(SSLMODES)}, got {sslmode!r}"
+            f"store URL {redacted(url)!r}: sslmode must be one of {', '.join(SSLMODES)}, "
+            f"got {validate.shown(sslmode)}"
         )
     return conninfo
 
@@ -141,4 +142,6 @@ def _flag(url: str, value: str) -> bool:
         return True
     if value.lower() in _FALSE:
         return False
-    raise InvalidArgument(f"store URL {redacted(url)!r}: pgbouncer must be true or false, got {value!r}")
+    raise InvalidArgument(
+        f"store URL {redacted(url)!r}: pgbouncer must be true or false, got {validate.shown(value)}"
+    )
