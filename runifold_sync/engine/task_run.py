@@ -16,9 +16,10 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from ..errors import InvalidArgument
+from ..model import validate
 from ..model.checkpoint import Checkpoint, CheckpointWrite
-from ..model.codec import MAX_NESTING_DEPTH, NotJsonable, from_json, to_json
-from ..model.values import Budget
+from ..model.codec import from_json
+from ..model.values import MAX_INPUT_BYTES, Budget
 from ..store import checks
 from ..store.base import WorkflowStore
 from ..store.records import ClaimedTask, Lease
@@ -247,10 +248,7 @@ class TaskRun:
             raise InvalidArgument(
                 f"continue_as_new is for the main function, not parallel branch {self.cursor.scope!r}"
             )
-        try:
-            input_json = to_json(input, max_depth=MAX_NESTING_DEPTH)
-        except NotJsonable as exc:
-            raise InvalidArgument(f"continue_as_new input {input!r} is not JSON-serializable: {exc}") from exc
+        input_json = validate.json_text("continue_as_new input", input, limit=MAX_INPUT_BYTES)
         self._definition.structure_input(from_json(input_json), "continue_as_new input")
         raise ContinueRequested(input_json)
 
