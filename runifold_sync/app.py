@@ -146,7 +146,7 @@ class App:
         validate.optional(validate.is_a(WorkflowRegistry))("registry", registry)
         for name, hook in (("tracer", tracer), ("cycle", cycle), ("prepare", prepare)):
             if hook is not None and not callable(hook):
-                raise InvalidArgument(f"{name} must be a function or None, got {validate.shown(hook)}")
+                validate.refuse(name, "a function or None", hook)
         self.settings: Settings = settings.replace(**overrides)
         self.tracer: TracerFactory | None = tracer
         self._registry = registry
@@ -306,7 +306,7 @@ class App:
     def handle(self, task_id: str) -> TaskHandle:
         """The handle of a task started earlier (by any process), by its id."""
         if not isinstance(task_id, str):
-            raise InvalidArgument(f"task_id must be a string, got {validate.shown(task_id)}")
+            validate.refuse("task_id", "a string", task_id)
         return TaskHandle(self, task_id)
 
     # -- running ------------------------------------------------------------------------

@@ -135,7 +135,7 @@ def parse_queues(value: object, key: str = "RUNIFOLD_QUEUES") -> tuple[str, ...]
     elif isinstance(value, (list, tuple)):
         names = list(value)
     else:
-        raise InvalidArgument(f"{key} must be queue names, got {validate.shown(value)}")
+        validate.refuse(key, "queue names", value)
     return tuple(dict.fromkeys(validate.name(f"{key} queue", name) for name in names))
 
 

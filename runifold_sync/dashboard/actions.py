@@ -71,7 +71,7 @@ def _resume(store: WorkflowStore, task_id: str, actor: str, reason: str) -> str:
 def _resolve(store: WorkflowStore, task_id: str, actor: str, reason: str) -> str:
     applied = _field("applied")
     if applied not in ("yes", "no"):
-        raise InvalidArgument(f"form field 'applied' must be yes or no, got {validate.shown(applied)}")
+        validate.refuse("form field 'applied'", "yes or no", applied)
     effect = store.get_task(task_id).ambiguous_effect or _field("effect_key")
     result = _json_field("result", "null") if applied == "yes" else None
     store.resolve_effect(
@@ -87,9 +87,7 @@ def _signal(store: WorkflowStore, task_id: str, actor: str, reason: str) -> str:
 def _approval(store: WorkflowStore, task_id: str, actor: str, reason: str) -> str:
     decision = _field("decision")
     if decision not in ("approve", "reject"):
-        raise InvalidArgument(
-            f"form field 'decision' must be approve or reject, got {validate.shown(decision)}"
-        )
+        validate.refuse("form field 'decision'", "approve or reject", decision)
     return _deliver(store, task_id, actor, reason, {"approved": decision == "approve", "reason": reason})
 
 
@@ -124,7 +122,7 @@ def act(task_id: str, action: str) -> flask.typing.ResponseReturnValue:
         return _refusal(*refused)
     run = ACTIONS.get(action)
     if run is None:
-        raise InvalidArgument(f"action must be one of {', '.join(ACTIONS)}, got {validate.shown(action)}")
+        validate.refuse("action", f"one of {', '.join(ACTIONS)}", action)
     done = run(board.store, task_id, security.actor_name(), _field("reason"))
     flask.flash(done)
     return flask.redirect(flask.url_for("pages.task", task_id=task_id), 303)

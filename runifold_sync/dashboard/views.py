@@ -125,7 +125,7 @@ def tasks() -> flask.typing.ResponseReturnValue:
     limit = _limit(args.get("limit", ""))
     order = args.get("order") or "oldest"
     if order not in ("oldest", "newest"):
-        raise InvalidArgument(f"order must be oldest or newest, got {validate.shown(order)}")
+        validate.refuse("order", "oldest or newest", order)
     page = store.list_tasks_page(
         after=args.get("after") or None, limit=limit, newest_first=order == "newest", **filters
     )
@@ -158,7 +158,7 @@ def _limit(text: str) -> int:
     except ValueError:
         limit = 0
     if not 1 <= limit <= MAX_LIST_LIMIT:
-        raise InvalidArgument(f"limit must be an integer in 1..{MAX_LIST_LIMIT}, got {validate.shown(text)}")
+        validate.refuse("limit", f"an integer in 1..{MAX_LIST_LIMIT}", text)
     return limit
 
 

@@ -68,9 +68,7 @@ _SEVERITY: tuple[type[Interrupt], ...] = (
 
 def _check_branches(branches: Mapping[str, Branch], max_threads: int) -> None:
     if not isinstance(branches, Mapping):  # a list of functions has no names to record results by
-        raise InvalidArgument(
-            f"parallel branches must be a dict of name -> function, got {validate.shown(branches)}"
-        )
+        validate.refuse("parallel branches", "a dict of name -> function", branches)
     if not branches:
         raise InvalidArgument("parallel branches must not be empty")
     for key, fn in branches.items():
@@ -78,7 +76,7 @@ def _check_branches(branches: Mapping[str, Branch], max_threads: int) -> None:
         if "/" in key or "#" in key:
             raise InvalidArgument(f"branch name may not contain '/' or '#', got {validate.shown(key)}")
         if not callable(fn):
-            raise InvalidArgument(f"branch {key!r} must be callable with a ctx, got {validate.shown(fn)}")
+            validate.refuse(f"branch {key!r}", "callable with a ctx", fn)
     validate.integer("max_threads", max_threads, minimum=1)
 
 
@@ -87,12 +85,10 @@ def _check_reserve(reserve: object) -> dict[str, Budget]:
     if reserve is None:
         return {}
     if not isinstance(reserve, Mapping):
-        raise InvalidArgument(
-            f"reserve must be a dict of branch name -> Budget, got {validate.shown(reserve)}"
-        )
+        validate.refuse("reserve", "a dict of branch name -> Budget", reserve)
     for key, share in reserve.items():
         if not isinstance(share, Budget):
-            raise InvalidArgument(f"reserve of branch {key!r} must be a Budget, got {validate.shown(share)}")
+            validate.refuse(f"reserve of branch {key!r}", "a Budget", share)
     return dict(reserve)
 
 
@@ -227,9 +223,7 @@ def run_race(
     stop at their next step boundary; the others finish and are recorded as superseded."""
     _check_branches(branches, max_threads)
     if isinstance(cancel_safe, str) or not isinstance(cancel_safe, Iterable):
-        raise InvalidArgument(
-            f"cancel_safe must be a list of branch names, got {validate.shown(cancel_safe)}"
-        )
+        validate.refuse("cancel_safe", "a list of branch names", cancel_safe)
     safe = frozenset(cancel_safe)
     if safe - set(branches):
         raise InvalidArgument(f"cancel_safe names branches that do not exist: {sorted(safe - set(branches))}")

@@ -182,7 +182,5 @@ def _check_wait(handles: Sequence[ChildHandle]) -> None:
         )
     for handle in handles:
         if not isinstance(handle, ChildHandle):
-            raise InvalidArgument(
-                f"children to wait for must be ChildHandle (ctx.start_child), got {validate.shown(handle)}"
-            )
+            validate.refuse("children to wait for", "ChildHandle (ctx.start_child)", handle)
         validate.name("child task id", handle.task_id)

@@ -68,7 +68,7 @@ class RetryPolicy:
             or not isinstance(self.jitter, (int, float))
             or not 0 <= self.jitter < 1
         ):
-            raise InvalidArgument(f"jitter must be a number in [0, 1), got {validate.shown(self.jitter)}")
+            validate.refuse("jitter", "a number in [0, 1)", self.jitter)
 
     def backoff_s(self, failures: int) -> float:
         """Delay before the attempt after ``failures`` failures; jitter spreads a herd.

@@ -147,9 +147,7 @@ def zone(name: object, schedule: str) -> ZoneInfo:
 def cron_times(expression: object, timezone: str, schedule: str) -> CronTimes:
     """``expression`` checked: five fields cronsim reads, that fire at least once."""
     if not isinstance(expression, str):
-        raise InvalidArgument(
-            f"schedule {schedule!r}: cron must be a string, got {validate.shown(expression)}"
-        )
+        validate.refuse(f"schedule {schedule!r}: cron", "a string", expression)
     fields = expression.split()
     if len(fields) != 5:
         raise InvalidArgument(
@@ -169,9 +167,7 @@ def cron_times(expression: object, timezone: str, schedule: str) -> CronTimes:
 def interval_times(every: object, timezone: str, schedule: str) -> IntervalTimes:
     """``every`` checked: a positive whole number of seconds, at most ten years."""
     if not isinstance(every, timedelta):
-        raise InvalidArgument(
-            f"schedule {schedule!r}: every must be a datetime.timedelta, got {validate.shown(every)}"
-        )
+        validate.refuse(f"schedule {schedule!r}: every", "a datetime.timedelta", every)
     if every <= timedelta(0) or every % _SECOND or every > timedelta(days=3650):
         raise InvalidArgument(
             f"schedule {schedule!r}: every must be a positive whole number of seconds up to 3650 days, "

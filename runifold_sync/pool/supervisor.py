@@ -197,11 +197,9 @@ class WorkflowSupervisor:
         base_id: str = "worker",
     ) -> None:
         if not callable(worker_factory):
-            raise InvalidArgument(f"worker_factory must be callable, got {validate.shown(worker_factory)}")
+            validate.refuse("worker_factory", "callable", worker_factory)
         if not isinstance(config, PoolSettings):
-            raise InvalidArgument(
-                f"config must be a PoolSettings (WorkflowSupervisorConfig), got {validate.shown(config)}"
-            )
+            validate.refuse("config", "a PoolSettings (WorkflowSupervisorConfig)", config)
         self._factory = worker_factory
         self._config = config
         self._base_id = check_base_id(base_id, config.concurrency)

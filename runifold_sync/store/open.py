@@ -53,7 +53,7 @@ def open_store(url: str | None = None, *, max_pending_signals: int = MAX_PENDING
     if url is None:
         url = default_url()
     if not isinstance(url, str):
-        raise InvalidArgument(f"store URL must be a string, got {validate.shown(url)}")
+        validate.refuse("store URL", "a string", url)
     scheme = url.partition(":")[0].lower() if "://" in url else ""
     if scheme == "sqlite":
         from .sqlite.store import SqliteWorkflowStore

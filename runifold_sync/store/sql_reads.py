@@ -13,7 +13,6 @@ from typing import TypedDict, Unpack
 
 import attrs
 
-from ..errors import InvalidArgument
 from ..model import validate
 from ..model.admission import TenantAdmission, TenantPolicy, explain
 from ..model.checkpoint import JournalRow
@@ -80,18 +79,14 @@ def _parse_cursor(after: object, newest_first: bool) -> tuple[datetime, str]:
     if after is None:
         return (_LAST, "") if newest_first else (_FIRST, "")
     if not isinstance(after, str) or "|" not in validate.text("task page cursor", after):
-        raise InvalidArgument(
-            f"task page cursor must be a cursor a page returned, got {validate.shown(after)}"
-        )
+        validate.refuse("task page cursor", "a cursor a page returned", after)
     at, task_id = after.split("|", 1)
     try:
         created = datetime.fromisoformat(at)
     except ValueError:
         created = None
     if created is None or created.tzinfo is None:
-        raise InvalidArgument(
-            f"task page cursor must be a cursor a page returned, got {validate.shown(after)}"
-        )
+        validate.refuse("task page cursor", "a cursor a page returned", after)
     return created, task_id
 
 

@@ -40,7 +40,6 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..errors import InvalidArgument
 from ..model import validate
 from . import checks
 from .dialect import Dialect, Row, Transaction
@@ -86,7 +85,7 @@ class RetentionOperations:
         limit = validate.integer("prune batch", batch, minimum=1, maximum=checks.MAX_PRUNE_BATCH)
         for name, flag in (("include_ambiguous", include_ambiguous), ("dry_run", dry_run)):
             if not isinstance(flag, bool):
-                raise InvalidArgument(f"{name} must be True or False, got {validate.shown(flag)}")
+                validate.refuse(name, "True or False", flag)
         return self._walk(older_than, limit, include_ambiguous, dry_run)
 
     def _walk(

@@ -66,9 +66,7 @@ class ScheduleOperations:
         workers starting at once lock rows in the same order."""
         given = list(schedules) if isinstance(schedules, Iterable) else None
         if given is None or not all(isinstance(s, Schedule) for s in given):
-            raise InvalidArgument(
-                f"schedules must be an iterable of Schedule, got {validate.shown(schedules)}"
-            )
+            validate.refuse("schedules", "an iterable of Schedule", schedules)
         found = sorted(given, key=lambda s: s.name)
         d = self.dialect
         with d.transaction() as tx:
@@ -98,7 +96,7 @@ class ScheduleOperations:
         store time). ``created`` says whether this call created it."""
         validate.text("schedule name", name)
         if not isinstance(tick, datetime) or tick.tzinfo is None:
-            raise InvalidArgument(f"tick must be a timezone-aware datetime, got {validate.shown(tick)}")
+            validate.refuse("tick", "a timezone-aware datetime", tick)
         (task,) = checks.tasks([task])
         expected = f"{TASK_PREFIX}{name}:{tick_text(tick)}"
         if task.task_id != expected:

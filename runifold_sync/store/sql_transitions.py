@@ -179,7 +179,7 @@ class WorkerOperations:
         and its checkpoint then commit, or roll back, together. Each connection is checked
         as ``enqueue(connection=)`` checks it."""
         if not callable(step_connection):
-            raise InvalidArgument(f"step_connection must be callable, got {validate.shown(step_connection)}")
+            validate.refuse("step_connection", "callable", step_connection)
         self.step_connection = step_connection
 
     @contextmanager
@@ -368,9 +368,7 @@ class WorkerOperations:
         """The unexpired leases ``worker_id`` holds now: its running task and those it
         claimed ahead or holds for its batch's commit."""
         if not isinstance(worker_id, WorkerId):
-            raise InvalidArgument(
-                f"worker_id must be a WorkerId (use WorkerId.parse), got {validate.shown(worker_id)}"
-            )
+            validate.refuse("worker_id", "a WorkerId (use WorkerId.parse)", worker_id)
         d = self.dialect
         return [
             Lease(
@@ -397,14 +395,10 @@ class WorkerOperations:
         dead worker recorded as its expired owner). Returns the ids of the tasks handed
         back, each with a ``handed_back`` history event giving ``reason``."""
         if not isinstance(worker_id, WorkerId):
-            raise InvalidArgument(
-                f"worker_id must be a WorkerId (use WorkerId.parse), got {validate.shown(worker_id)}"
-            )
+            validate.refuse("worker_id", "a WorkerId (use WorkerId.parse)", worker_id)
         for lease in leases:
             if not isinstance(lease, Lease) or lease.worker_id != worker_id.value:
-                raise InvalidArgument(
-                    f"leases must be Leases held by worker {worker_id}, got {validate.shown(lease)}"
-                )
+                validate.refuse("leases", f"Leases held by worker {worker_id}", lease)
         d = self.dialect
         reason = d.free_text(validate.free_text("reason", reason))
         handed: list[str] = []

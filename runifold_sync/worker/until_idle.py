@@ -239,4 +239,4 @@ def _worker_id(value: object) -> WorkerId:
         return value
     if isinstance(value, str):
         return WorkerId.parse(value)
-    raise InvalidArgument(f"worker_id must be a string or a WorkerId, got {validate.shown(value)}")
+    validate.refuse("worker_id", "a string or a WorkerId", value)

@@ -96,14 +96,10 @@ class WorkflowWorker:
             )
         validate.instance("registry", registry, WorkflowRegistry)
         if not isinstance(worker_id, WorkerId):
-            raise InvalidArgument(
-                f"worker_id must be a WorkerId (use WorkerId.parse), got {validate.shown(worker_id)}"
-            )
+            validate.refuse("worker_id", "a WorkerId (use WorkerId.parse)", worker_id)
         validate.optional(validate.is_a(CycleObserver))("observer", observer)
         if tracer is not None and not (callable(getattr(tracer, "cycle", None)) and hasattr(tracer, "close")):
-            raise InvalidArgument(
-                f"tracer must be a CycleTracer (with cycle and close) or None, got {validate.shown(tracer)}"
-            )
+            validate.refuse("tracer", "a CycleTracer (with cycle and close) or None", tracer)
         self.settings = _settings(settings, lease_duration, heartbeat_interval, dict(options))
         self.store = store
         self.registry = registry
@@ -205,9 +201,7 @@ class WorkflowWorker:
         if max_tasks is not None:
             validate.count("max_tasks", max_tasks)
         if on_outcome is not None and not callable(on_outcome):  # else a TypeError after the first task
-            raise InvalidArgument(
-                f"on_outcome must be a function of a RunOutcome or None, got {validate.shown(on_outcome)}"
-            )
+            validate.refuse("on_outcome", "a function of a RunOutcome or None", on_outcome)
         idle = IdleWait(self.store, IdleBackoff(min_backoff, max_backoff), lambda: self.routes)
         outcomes: Counter[str] = Counter()
         tasks = 0

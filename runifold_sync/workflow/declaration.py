@@ -74,7 +74,7 @@ class Workflow:
         safe, else failed closed as ambiguous."""
         validate.flag("idempotent", idempotent)
         if reconcile is not None and not callable(reconcile):
-            raise InvalidArgument(f"reconcile must be callable, got {validate.shown(reconcile)}")
+            validate.refuse("reconcile", "callable", reconcile)
         return self._declare(EntryKind.EFFECT, effect_id, retry, capabilities, idempotent, reconcile, timeout)
 
     def transaction(
@@ -161,7 +161,7 @@ class Workflow:
         if callable(step_id):
             raise InvalidArgument(f"use @workflow.{kind}() with parentheses")
         if retry is not None and not isinstance(retry, RetryPolicy):
-            raise InvalidArgument(f"retry must be a RetryPolicy, got {validate.shown(retry)}")
+            validate.refuse("retry", "a RetryPolicy", retry)
         checked_timeout = validate.optional(validate.positive_duration)("timeout", timeout)
         caps = validate.names("capabilities", capabilities, kind="capability")
         if step_id is not None:  # refused at the call that named it, not at decoration

@@ -392,7 +392,7 @@ class PostgresWorkflowStore(WorkflowStore):
         ``max_pending_signals`` caps the signals a task keeps unconsumed."""
         validate.count("max_pending_signals", max_pending_signals)
         if not isinstance(url, str) or not url:
-            raise InvalidArgument(f"PostgreSQL URL must be a non-empty string, got {validate.shown(url)}")
+            validate.refuse("PostgreSQL URL", "a non-empty string", url)
         target = parse_target(url)
         pool = ProcessPool.open(
             target.conninfo,

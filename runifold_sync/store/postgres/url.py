@@ -125,9 +125,7 @@ def check_conninfo(url: str, conninfo: str) -> str:
     for port in str(options.get("port") or "").split(","):  # one per host; empty: the default
         number = port.strip()
         if number and not (number.isascii() and number.isdigit() and 1 <= int(number) <= 65535):
-            raise InvalidArgument(
-                f"store URL {redacted(url)!r}: port must be a number in 1..65535, got {validate.shown(port)}"
-            )
+            validate.refuse(f"store URL {redacted(url)!r}: port", "a number in 1..65535", port)
     sslmode = options.get("sslmode")
     if sslmode is not None and str(sslmode) not in SSLMODES:
         raise InvalidArgument(
@@ -142,6 +140,4 @@ def _flag(url: str, value: str) -> bool:
         return True
     if value.lower() in _FALSE:
         return False
-    raise InvalidArgument(
-        f"store URL {redacted(url)!r}: pgbouncer must be true or false, got {validate.shown(value)}"
-    )
+    validate.refuse(f"store URL {redacted(url)!r}: pgbouncer", "true or false", value)

@@ -477,9 +477,7 @@ class SqliteWorkflowStore(WorkflowStore):
         if not text:
             raise InvalidArgument("SQLite path must not be empty")
         if synchronous.upper() not in _SYNCHRONOUS:
-            raise InvalidArgument(
-                f"synchronous must be one of {_SYNCHRONOUS}, got {validate.shown(synchronous)}"
-            )
+            validate.refuse("synchronous", f"one of {_SYNCHRONOUS}", synchronous)
         validate.duration("busy_timeout", busy_timeout)
         if text == ":memory:":
             # Each thread's own connection (a heartbeat's) would get its own empty database.
