@@ -23,7 +23,7 @@ from runifold_sync import (
 from runifold_sync.errors import InvalidArgument
 from runifold_sync.model import crashpoints
 from runifold_sync.model.checkpoint import DEFAULT_MAX_ENTRY_BYTES
-from runifold_sync.model.validate import integer as check_int
+from runifold_sync.model.validate import integer
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 LEASE = LeaseDuration(timedelta(seconds=10))
@@ -156,18 +156,18 @@ def test_a_supervisor_base_id_as_long_as_its_worker_ids_allow_is_kept() -> None:
         ({}, 1.0, "n must be an integer, got 1.0"),
     ],
 )
-def test_check_int_refuses_values_outside_its_bounds_and_non_integers(
+def test_integer_refuses_values_outside_its_bounds_and_non_integers(
     bounds: dict[str, int], value: object, message: str
 ) -> None:
     with pytest.raises(InvalidArgument) as info:
-        check_int("n", value, **bounds)
+        integer("n", value, **bounds)
     assert str(info.value) == message
 
 
-def test_check_int_returns_the_value_at_its_bounds() -> None:
-    assert check_int("n", 1, minimum=1, maximum=5) == 1
-    assert check_int("n", 5, minimum=1, maximum=5) == 5
-    assert check_int("n", -(10**30)) == -(10**30)
+def test_integer_returns_the_value_at_its_bounds() -> None:
+    assert integer("n", 1, minimum=1, maximum=5) == 1
+    assert integer("n", 5, minimum=1, maximum=5) == 5
+    assert integer("n", -(10**30)) == -(10**30)
 
 
 def test_a_transition_block_reaches_its_before_point_and_its_after_point_only_when_the_write_returned(
