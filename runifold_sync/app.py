@@ -305,8 +305,7 @@ class App:
 
     def handle(self, task_id: str) -> TaskHandle:
         """The handle of a task started earlier (by any process), by its id."""
-        if not isinstance(task_id, str):
-            validate.refuse("task_id", "a string", task_id)
+        validate.instance("task_id", task_id, str)
         return TaskHandle(self, task_id)
 
     # -- running ------------------------------------------------------------------------

@@ -120,10 +120,15 @@ def free_text(field: str, value: object) -> str:
     return value
 
 
+_KIND_NAMES: dict[type, str] = {str: "string", int: "integer", bool: "bool"}
+
+
 def instance(field: str, value: object, kind: type[T] | tuple[type, ...]) -> T:
     """``value`` if it is a ``kind`` (a class or a tuple of classes)."""
     if not isinstance(value, kind):
-        what = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        what = " or ".join(
+            _KIND_NAMES.get(k, k.__name__) for k in (kind if isinstance(kind, tuple) else (kind,))
+        )
         refuse(field, f"a {what}", value)
     return value  # type: ignore[return-value]
 

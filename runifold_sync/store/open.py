@@ -52,8 +52,7 @@ def open_store(url: str | None = None, *, max_pending_signals: int = MAX_PENDING
     caps the signals a task keeps unconsumed (more are refused)."""
     if url is None:
         url = default_url()
-    if not isinstance(url, str):
-        validate.refuse("store URL", "a string", url)
+    validate.instance("store URL", url, str)
     scheme = url.partition(":")[0].lower() if "://" in url else ""
     if scheme == "sqlite":
         from .sqlite.store import SqliteWorkflowStore
