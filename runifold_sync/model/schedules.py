@@ -12,7 +12,6 @@ class of your own with the same fields) structures.
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,18 +26,14 @@ from .values import MAX_INPUT_BYTES
 TASK_PREFIX = "schedule:"
 # A name goes into task ids, log lines and file names (fence files are named by task id):
 # no ':' (it separates the id's parts), '/', '#' or spaces.
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # Every tick's text has the same length (``tick_text``), so the task input of this tick
 # measures the task input of every tick.
 _SAMPLE_TICK = datetime(2000, 1, 1, tzinfo=UTC)
 
 
-def _check_schedule_name(_inst: Any, _attr: Any, value: Any) -> None:
-    if not isinstance(value, str) or not _NAME.fullmatch(value):
-        raise InvalidArgument(
-            "schedule name must be 1-100 letters, digits and ._- starting with a letter or digit, "
-            f"got {validate.shown(value)}"
-        )
+_schedule_name = validate.matching(
+    r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", "1-100 letters, digits and ._- starting with a letter or digit"
+)
 
 
 def _canonical_input(name: str, value: Any) -> Any:
@@ -71,8 +66,8 @@ class Schedule:
     ``registry.add_schedule`` checks that the workflow version is registered and that
     the ticks' input fits its main function."""
 
-    name: str = attrs.field(validator=_check_schedule_name)
-    workflow: str = attrs.field(validator=lambda _i, _a, v: validate.name("schedule workflow", v))
+    name: str = validate.field(_schedule_name, name="schedule name")
+    workflow: str = validate.field(validate.name, name="schedule workflow")
     version: int = validate.field(validate.version)
     cron: str | None = attrs.field(default=None, kw_only=True)
     every: timedelta | None = attrs.field(default=None, kw_only=True)

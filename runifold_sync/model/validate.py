@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import reprlib
 import sys
 from collections.abc import Callable, Iterable
@@ -95,6 +96,19 @@ def names(
     if not isinstance(value, Iterable):
         refuse(field, shape, value)
     return frozenset(name(kind, n) for n in value)
+
+
+def matching(pattern: str, what: str) -> Callable[[str, Any], str]:
+    """The check of a string that must match ``pattern`` whole (an id with an alphabet
+    of its own), refused as ``<field> must be <what>``."""
+    compiled = re.compile(pattern)
+
+    def check(field: str, value: object) -> str:
+        if not isinstance(value, str) or not compiled.fullmatch(value):
+            refuse(field, what, value)
+        return value
+
+    return check
 
 
 def text(field: str, value: object) -> str:

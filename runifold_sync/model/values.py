@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import enum
 import math
-import re
 import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -20,7 +19,10 @@ from ..errors import InvalidArgument
 from . import validate
 
 MAX_INPUT_BYTES = 1 << 20
-_WORKER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
+_worker_id = validate.matching(
+    r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}",
+    "1-128 characters of letters, digits and ._:@- starting with a letter or digit",
+)
 
 
 class TaskState(enum.StrEnum):
@@ -61,12 +63,7 @@ class WorkerId:
 
     @classmethod
     def parse(cls, text: str) -> WorkerId:
-        if not isinstance(text, str) or not _WORKER_ID.fullmatch(text):
-            raise InvalidArgument(
-                "worker id must be 1-128 characters of letters, digits and ._:@- "
-                f"starting with a letter or digit, got {validate.shown(text)}"
-            )
-        return cls(text)
+        return cls(_worker_id("worker id", text))
 
     def __str__(self) -> str:
         return self.value

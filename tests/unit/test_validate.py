@@ -152,3 +152,11 @@ def test_a_field_checks_where_the_object_is_made_and_by_evolve() -> None:
     with pytest.raises(InvalidArgument, match=r"^_Thing\.limit must be positive"):
         _Thing(limit=timedelta(0))
     assert attrs.fields(_Thing).size.metadata["check"] is validate.count
+
+
+def test_matching_takes_a_whole_match_only_and_says_the_alphabet() -> None:
+    ident = validate.matching(r"[a-z]{1,3}", "1-3 lowercase letters")
+    assert ident("id", "abc") == "abc"
+    for bad in ("abcd", "ab1", "", 5, "abc\n"):
+        with pytest.raises(InvalidArgument, match=r"^id must be 1-3 lowercase letters, got "):
+            ident("id", bad)
