@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import attrs
 
@@ -53,7 +53,7 @@ from .model.cancellation import CancellationToken
 from .model.codec import structure
 from .model.outcomes import Completed, ContinuedAsNew, Idle, Retried, RunOutcome, Suspended, Yielded
 from .model.redaction import redacted
-from .model.values import Budget, CapabilitySet, TaskOutcome, TaskState, WorkerId
+from .model.values import Budget, CapabilitySet, FlowOptions, TaskOutcome, TaskState, WorkerId
 from .pool.preflight import check_ids_free
 from .pool.supervisor import SupervisorReport, WorkflowSupervisor, check_base_id
 from .settings import Settings
@@ -232,12 +232,15 @@ class App:
         capabilities: CapabilitySet | Iterable[str] = (),
         sender_policy: Callable[[str, str, Any], bool] | None = None,
         coerce_input: bool = False,
+        concurrency_key: Callable[[Any], str] | None = None,
     ) -> Workflow:
         """Declare workflow ``name`` at ``version`` and register it in this App: declare
         its steps and main function on what this returns (``@wf.step()``,
         ``@wf.effect(...)``, ``@wf.main``), as for a :class:`Workflow`. ``budget``,
         ``capabilities`` (granted to its steps: a ``CapabilitySet`` or names),
-        ``sender_policy`` and ``coerce_input`` are its :class:`WorkflowDefinition`'s.
+        ``sender_policy``, ``coerce_input`` and ``concurrency_key`` (a function of the
+        input giving the concurrency key of a task started without one) are its
+        :class:`WorkflowDefinition`'s.
         It is registered when the registry is next needed (a start, a worker), so its
         steps may be declared after this call; a name and version declared twice is
         :class:`InvalidArgument`."""
@@ -253,6 +256,7 @@ class App:
             "capabilities": granted,
             "sender_policy": sender_policy,
             "coerce_input": coerce_input,
+            "concurrency_key": concurrency_key,
         }
         for field in attrs.fields(WorkflowDefinition):  # its checks now: refused where given
             if field.name in options and field.validator is not None:
@@ -272,6 +276,7 @@ class App:
         queue: str = "default",
         not_before: datetime | None = None,
         connection: object = None,
+        **flow: Unpack[FlowOptions],
     ) -> TaskHandle:
         """Start workflow ``name`` on ``input`` and return its :class:`TaskHandle`.
 
@@ -286,7 +291,10 @@ class App:
         take it) and ``not_before`` (an aware datetime: not claimed before it) are the
         task's. With ``connection`` (the application's own sqlite3 or psycopg connection
         to the store's database) the task is written in that connection's open
-        transaction, and exists only if it commits."""
+        transaction, and exists only if it commits. The flow options (``concurrency_key``,
+        ``dedup_key`` with ``dedup_window`` or ``singleton``/``replace``, ``debounce`` with
+        ``debounce_key`` and ``debounce_max``) are described in the flow-control how-to;
+        a dedup, singleton or debounce may return the handle of an existing task."""
         registry = self.registry
         if version is None:
             versions = [d.identity.version for d in registry if d.identity.name == name]
@@ -300,6 +308,7 @@ class App:
             priority=priority,
             queue=queue,
             not_before=not_before,
+            **flow,
         )
         return TaskHandle(self, self.store.enqueue(task, connection=connection).task_id)
 

@@ -121,6 +121,35 @@ class TaskNotFound(RunifoldError, LookupError):
 
 
 @_detailed
+class UpdateRejected(RunifoldError):
+    """``store.update``'s update was rejected by the workflow before it was recorded: its
+    validator (``@workflow.validator(name)``) raised, or the payload did not fit the
+    wait's type, or the sender policy refused it. ``reason`` says which; the journal
+    holds no trace of it (the task's history does)."""
+
+    task_id: str
+    name: str
+    update_id: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"update {self.name!r} ({self.update_id}) of task {self.task_id!r} was rejected: {self.reason}"
+
+
+@_detailed
+class UpdateNotAnswered(RunifoldError):
+    """The task of ``store.update``'s update finished without answering it (it never
+    waited for it, or accepted it and did not ``ctx.reply``)."""
+
+    task_id: str
+    name: str
+    update_id: str
+
+    def __str__(self) -> str:
+        return f"task {self.task_id!r} finished without answering update {self.name!r} ({self.update_id})"
+
+
+@_detailed
 class WaitTimedOut(RunifoldError, TimeoutError):
     """``store.wait_for_task`` or ``store.get_event`` waited ``timeout`` and the task did
     not finish (``key`` None) or did not publish event ``key``. A ``TimeoutError`` too, so
@@ -148,6 +177,18 @@ class EventNotFound(RunifoldError, KeyError):
 
     def __str__(self) -> str:
         return f"task {self.task_id!r} has published no event {self.key!r}"
+
+
+@_detailed
+class ScheduleExists(RunifoldError):
+    """``store.create_schedule`` was given a name already stored: declared by a registry,
+    or created before. Delete the created one first (``store.delete_schedule``) to
+    replace it."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"a schedule named {self.name!r} is already stored; delete it first to replace it"
 
 
 @_detailed
@@ -311,6 +352,30 @@ class TaskFailed(RunifoldError):
 
     def __str__(self) -> str:
         return f"task {self.task_id!r} {self.outcome}: {self.reason or 'no reason recorded'}"
+
+
+@_detailed
+class StepFailed(RunifoldError):
+    """A step or effect failed for good (its retries used up, a non-retryable error, or
+    its timeout on the last attempt), raised at its call in the main function, which may
+    catch it: a fallback step, a compensation path. Uncaught, the task fails as it would
+    have without the catch (``reason``, with the step's error class and message).
+
+    Recorded in the journal before it is raised, so a replay raises it again with the
+    same fields; only the first raise has the original exception as ``__cause__``."""
+
+    step_id: str
+    call_id: str
+    attempts: int
+    error_class: str
+    message: str
+    reason: str  # the task's failure reason when nothing catches it
+    cause: str = "step_error"  # or "step_timeout"
+    effect_key: str | None = None
+    traceback: str | None = None  # the step's error's, as the task's failure keeps it
+
+    def __str__(self) -> str:
+        return self.reason
 
 
 def gave_up_after(attempts: int) -> str:

@@ -2,7 +2,7 @@
 
     python tools/chaos.py --store sqlite|postgres [--tasks 300] [--steps 5] [--processes 4]
         [--kills 30] [--stops 6] [--seed N] [--duration-limit 600] [--json PATH]
-    python tools/chaos.py --store postgres --scenario harness|failover|NAME[,NAME...]
+    python tools/chaos.py --store postgres --scenario harness|partition|failover|NAME[,NAME...]
         [--baseline-s 5] [--fault-s 5] [--recovery-s 10] [--arrival-rate 10] [--tasks N]
 
 M ``chaos-flow`` workflows of K calls (steps, an idempotent effect, a non-idempotent
@@ -35,9 +35,13 @@ the same schedule. Process timing is the operating system's.
 against a steady stream of tasks (three calls each, no timer or signal), on PostgreSQL
 clusters the run makes for itself (``chaos_scenarios.py``): ``harness`` names the five
 (``terminate-backends``, ``pool-exhaustion``, ``idle-in-transaction``, ``worker-kills``,
-``pg-restart``), ``failover`` kills the primary of a primary and synchronous standby
+``pg-restart``), ``partition`` runs the pool in a network namespace of its own and
+cuts it off from the server for half a lease (``partition-short``), then for three
+leases (``partition-long``) (this needs root and iproute2; without them the tool says
+so and exits 2), ``failover`` kills the primary of a primary and synchronous standby
 and promotes the standby. Each prints, after the invariants, the tasks it lost and
-completed twice, the time to recover and the throughput against the baseline.
+completed twice, the time to recover, the throughput against the baseline and the
+leases lost.
 """
 
 from __future__ import annotations
@@ -60,14 +64,16 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import attrs
 import chaos_audit
 import chaos_scenarios
+import netns
 from chaos_app import CHILD_TENANT, FLOW, SIGNAL, parse_ledger
 from chaos_check import Kill, Refusal, RunData, Sample, Stop, render, verify
 from chaos_db import ClusterError, Database, PostgresServer, note, retry
-from chaos_scenarios import HARNESS, SCENARIOS, Schedule, Window
+from chaos_scenarios import HARNESS, PARTITION, SCENARIOS, Schedule, Window
 from chaos_waiters import ResultWaiters
 
 from runifold_sync import BudgetUsage, WorkflowStore, WorkflowTask, open_store
@@ -89,6 +95,9 @@ FREEZE_SEARCH_S = 20.0  # how long a stop looks for a child holding a lease
 # A scenario's tasks arrive well below what four workers on two loaded cores complete
 # (about 30 a second), so the baseline is a pool keeping up.
 DEFAULT_SCENARIO_RATE = 10.0
+# A streamed scenario plans arrivals for this many times its schedule, and this much more.
+STREAM_SLACK = 2.0
+STREAM_SLACK_S = 60.0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -97,7 +106,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--scenario",
         default="mixed",
-        help="mixed (kills, stops and restarts at random, the default), harness, failover, or "
+        help="mixed (kills, stops and restarts at random, the default), harness, partition, failover, or "
         f"a comma-separated list of {', '.join(SCENARIOS)}",
     )
     p.add_argument(
@@ -115,8 +124,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--stall-limit-s", type=float, default=30.0, help="give up when no task changed for this long"
     )
-    p.add_argument("--lease-s", type=float, default=2.0)
-    p.add_argument("--heartbeat-s", type=float, default=0.5)
+    p.add_argument("--lease-s", type=float, default=None, help="workers' lease (default 2, 4 in a partition)")
+    p.add_argument("--heartbeat-s", type=float, default=None, help="their heartbeat (default 0.5, 1 there)")
     p.add_argument(
         "--claim-batch",
         type=int,
@@ -154,6 +163,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     args = p.parse_args(argv)
     args.faults = _scenarios(p, args)
+    args.stream = False
+    # A partition's short cut is half a lease; against a 2 s lease that is within TCP's
+    # own retransmission and the store's least connect timeout (2 s), which a lease must
+    # outlast, so a partition's lease is the runbook's smallest sensible one.
+    partition = bool(set(args.faults) & set(PARTITION))
+    args.lease_s = (4.0 if partition else 2.0) if args.lease_s is None else args.lease_s
+    args.heartbeat_s = (1.0 if partition else 0.5) if args.heartbeat_s is None else args.heartbeat_s
     if args.faults:
         _scenario_defaults(p, args)
     args.steps = 5 if args.steps is None else args.steps
@@ -184,15 +200,18 @@ def _scenarios(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[str
     """The faults ``--scenario`` names, in order; none for the mixed run."""
     if args.scenario == "mixed":
         return []
-    names = list(HARNESS) if args.scenario == "harness" else args.scenario.split(",")
+    groups = {"harness": list(HARNESS), "partition": list(PARTITION)}
+    names = [name for part in args.scenario.split(",") for name in groups.get(part, [part])]
     unknown = [name for name in names if name not in SCENARIOS]
     if unknown or len(set(names)) != len(names):
         p.error(
-            f"--scenario must be mixed, harness or distinct names of {', '.join(SCENARIOS)}, "
+            f"--scenario must be mixed, harness, partition or distinct names of {', '.join(SCENARIOS)}, "
             f"got {args.scenario!r}"
         )
     if "failover" in names and names[-1] != "failover":
         p.error("--scenario: failover must come last (the run goes on against the promoted standby)")
+    if "failover" in names and set(names) & set(PARTITION):
+        p.error("--scenario: a partition and a failover cannot share a run (a namespace reaches one server)")
     if args.store != "postgres":
         p.error("--scenario needs --store postgres (its faults are the server's)")
     return names
@@ -207,13 +226,20 @@ def _scenario_defaults(p: argparse.ArgumentParser, args: argparse.Namespace) -> 
         p.error("--kills, --stops and --db-restarts belong to the mixed run; a scenario's faults are its own")
     args.kills, args.stops, args.db_restarts = 0, 0, 0
     args.steps = 3 if args.steps is None else args.steps
-    length_s = Schedule(args.baseline_s, args.fault_s, args.recovery_s).length_s(len(args.faults))
+    length_s = Schedule(args.baseline_s, args.fault_s, args.recovery_s).length_s(
+        chaos_scenarios.fault_length_s(name, args.fault_s, args.lease_s) for name in args.faults
+    )
     if args.arrival_rate is None:
         args.arrival_rate = DEFAULT_SCENARIO_RATE if args.tasks is None else args.tasks / length_s
+    # Without --tasks, tasks arrive until the schedule's last recovery is over, however
+    # long its faults took (a loaded machine stretches them: a restart, the connections a
+    # fault opens); planned for STREAM_SLACK times the schedule, the ones not yet due
+    # then are never enqueued. A fixed count ran out before the last fault under load.
+    args.stream = args.tasks is None
     if args.tasks is None:
         if args.arrival_rate <= 0:
             p.error("--arrival-rate 0 (every task enqueued at the start) needs --tasks")
-        args.tasks = max(1, round(args.arrival_rate * length_s))
+        args.tasks = max(1, round(args.arrival_rate * (STREAM_SLACK * length_s + STREAM_SLACK_S)))
     args.step_ms = 5.0 if args.step_ms is None else args.step_ms
 
 
@@ -290,7 +316,14 @@ def _proc_state(pid: int) -> tuple[str, int] | None:
 class Chaos:
     """The supervisor process and what is done to its children."""
 
-    def __init__(self, args: argparse.Namespace, db: Database, workdir: Path, rng: random.Random) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        db: Database,
+        workdir: Path,
+        rng: random.Random,
+        ns: netns.Namespace | None = None,
+    ) -> None:
         self.args = args
         self.db = db
         self.workdir = workdir
@@ -306,23 +339,15 @@ class Chaos:
         self.server = PostgresServer(db.admin_url or "") if restarts else None
         env = dict(os.environ, CHAOS_STEP_MS=str(args.step_ms), PYTHONUNBUFFERED="1")
         self.err = open(workdir / "supervisor.err", "w")  # noqa: SIM115 - closed in finish()
+        # In a partition scenario the pool runs in its own namespace (``ip netns exec``
+        # execs the command in place: the process is the supervisor itself).
+        url = db.url if ns is None else _through_namespace(db.url, ns)
+        command = [sys.executable, str(TOOLS / "chaos_app.py"), "--url", chaos_scenarios.worker_url(url)]
+        command += ["--workdir", str(workdir), "--processes", str(args.processes)]
+        command += ["--lease-s", str(args.lease_s), "--heartbeat-s", str(args.heartbeat_s)]
+        command += ["--claim-batch", str(args.claim_batch)]
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(TOOLS / "chaos_app.py"),
-                "--url",
-                chaos_scenarios.worker_url(db.url),
-                "--workdir",
-                str(workdir),
-                "--processes",
-                str(args.processes),
-                "--lease-s",
-                str(args.lease_s),
-                "--heartbeat-s",
-                str(args.heartbeat_s),
-                "--claim-batch",
-                str(args.claim_batch),
-            ],
+            command if ns is None else ns.command(*command),
             stdout=subprocess.PIPE,
             stderr=self.err,
             text=True,
@@ -439,7 +464,7 @@ class Chaos:
         while time.monotonic() < deadline:
             self.resume_due()
             running = self._running_children()
-            held = self._leases()
+            held = self.leases()
             holding = {pid: wid for pid, wid in running.items() if wid in held}
             # Someone must stay running to take the frozen task over.
             if not holding or len(running) < 2:
@@ -449,7 +474,7 @@ class Chaos:
             pid = pids[min(int(action.pick * len(pids)), len(pids) - 1)]
             if not self._stop(pid):
                 continue
-            leases = self._leases().get(holding[pid], {})  # what it holds now that it cannot move
+            leases = self.leases().get(holding[pid], {})  # what it holds now that it cannot move
             if not leases:
                 os.kill(pid, signal.SIGCONT)
                 continue
@@ -490,7 +515,7 @@ class Chaos:
         finally:
             conn.close()
 
-    def _leases(self) -> dict[str, dict[str, int]]:
+    def leases(self) -> dict[str, dict[str, int]]:
         """Worker id -> {task id: fencing token} of the live leases its running process
         holds now (empty if the store cannot say). A killed process leaves its leases in
         the store under the worker id its replacement reuses until they expire; a lease
@@ -569,6 +594,28 @@ class Chaos:
         finally:
             self.err.close()
         return report
+
+
+def _through_namespace(url: str, ns: netns.Namespace) -> str:
+    """``url`` (a database on a cluster of the run's own) as a process inside ``ns``
+    reaches it: through the host end of the namespace's link."""
+    parts = urlsplit(url)
+    return parts._replace(netloc=f"{parts.username}@{ns.host_ip}:{parts.port}").geturl()
+
+
+def _make_namespace(db: Database) -> netns.Namespace:
+    """A namespace for the pool, and the run's cluster listening on its host address
+    (restarted for it); raises ``netns.NetnsError`` where none can be made."""
+    ns = netns.create()
+    try:
+        cluster = db.clusters[0]
+        netns.allow_namespace(cluster.config, ns)
+        cluster.ctl("restart")
+        cluster.wait_until(cluster.online, "answering after its restart to listen on the namespace")
+    except BaseException:
+        ns.delete()
+        raise
+    return ns
 
 
 class Watcher(threading.Thread):
@@ -663,6 +710,7 @@ class Producer(threading.Thread):
         self.specs = specs
         self.arrivals = arrivals
         self.sent = self.duplicates = 0
+        self.enqueued: list[str] = []  # in order, once the store took each
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -677,6 +725,7 @@ class Producer(threading.Thread):
                         FLOW, 1, self.specs[arrival.task_id], checkpoint_id=arrival.task_id
                     )
                     retry(partial(store.enqueue, task))
+                    self.enqueued.append(arrival.task_id)
                     continue
                 for _ in range(2 if arrival.duplicate else 1):
                     delivery = retry(partial(self._signal, store, arrival.task_id))
@@ -734,6 +783,7 @@ def _main_journal(store: WorkflowStore, task_id: str) -> list[JournalEntry]:
 def _drive(
     args: argparse.Namespace,
     db: Database,
+    ns: netns.Namespace | None,
     chaos: Chaos,
     watcher: Watcher,
     producer: Producer,
@@ -749,7 +799,12 @@ def _drive(
         chaos.perform(Action("kill", 0.0, chaos.rng.random(), 0.0), chaos.busy(watcher.busy))
         return len(chaos.kills) > kills
 
-    faults = [chaos_scenarios.make_fault(name, db, kill_one) for name in args.faults]
+    def leases_held() -> int:
+        return sum(len(leases) for leases in chaos.leases().values())
+
+    faults = [
+        chaos_scenarios.make_fault(name, db, kill_one, ns, args.lease_s, leases_held) for name in args.faults
+    ]
     schedule = Schedule(args.baseline_s, args.fault_s, args.recovery_s)
     windows = chaos_scenarios.apply_faults(
         faults,
@@ -757,6 +812,11 @@ def _drive(
         chaos.resume_due,
         lambda: time.monotonic() > deadline or chaos.proc.poll() is not None,
     )
+    if args.stream:  # the schedule is over: no more arrivals, and the run waits for what came
+        producer.stop.set()
+        producer.join()
+        watcher.total = len(producer.enqueued)
+        note(f"the schedule ended; {len(producer.enqueued)} tasks arrived during it")
     pending = list(actions)
     next_at = time.monotonic() + (pending[0].gap_s if pending else 0)
     while time.monotonic() < deadline and chaos.proc.poll() is None:
@@ -795,7 +855,14 @@ def _fault_shortfalls(windows: list[Window], faults: list[str]) -> list[str]:
     for window in windows:
         did = window.did
         if not all(
-            did.get(key, 1) for key in ("backends terminated", "connections held", "kills", "restarted")
+            did.get(key, 1)
+            for key in (
+                "backends terminated",
+                "connections held",
+                "kills",
+                "restarted",
+                "leases held at the cut",
+            )
         ):
             shortfalls.append(f"fault {window.name} did nothing: {did}")
     return shortfalls
@@ -822,7 +889,14 @@ def run(args: argparse.Namespace) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
         return 2
     failed = True
+    ns: netns.Namespace | None = None
     try:
+        if set(args.faults) & set(PARTITION):
+            try:
+                ns = _make_namespace(db)
+            except (netns.NetnsError, OSError, subprocess.TimeoutExpired) as exc:
+                print(f"chaos: cannot make a network namespace for the pool: {exc}", flush=True)
+                return 2
         specs = plan_tasks(rng, args)
         store = open_store(db.url)
         chaos_audit.install(args.store, db.url)
@@ -830,7 +904,7 @@ def run(args: argparse.Namespace) -> int:
         arrivals = plan_arrivals(rng, args, specs)
 
         started = time.monotonic()
-        chaos = Chaos(args, db, workdir, rng)
+        chaos = Chaos(args, db, workdir, rng, ns)
         watcher = Watcher(db.url, len(specs))
         producer = Producer(db.url, specs, arrivals)
         waiters = ResultWaiters(db.url, [a.task_id for a in arrivals if a.kind == "enqueue"])
@@ -842,7 +916,7 @@ def run(args: argparse.Namespace) -> int:
             producer.start()
             waiters.start()
             deadline = started + args.duration_limit
-            windows = _drive(args, db, chaos, watcher, producer, actions, deadline)
+            windows = _drive(args, db, ns, chaos, watcher, producer, actions, deadline)
             elapsed_s = time.monotonic() - started
         finally:
             waits = waiters.finish()
@@ -853,6 +927,8 @@ def run(args: argparse.Namespace) -> int:
                 if thread.ident is not None:  # started
                     thread.join(30)
 
+        if args.stream:  # only the tasks that arrived before the schedule ended
+            specs = {task_id: specs[task_id] for task_id in producer.enqueued}
         reading = time.monotonic()
         tasks, histories, journals = _read_back(store, specs)
         store.close()
@@ -928,6 +1004,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"result: {'PASS' if code == 0 else 'FAIL'} (seed {args.seed}; replay with --seed {args.seed})")
         return code
     finally:
+        if ns is not None:
+            ns.delete()
         if failed or args.keep:
             kept = f" and database {db.dbname}" if db.dbname else ""
             kept += "".join(f", cluster {cluster.name}" for cluster in db.clusters)

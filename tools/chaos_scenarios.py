@@ -16,7 +16,13 @@ the next. The faults:
 - ``pg-restart``: the server restarted (fast shutdown: every connection cut);
 - ``failover``: the primary's postmaster SIGKILLed, then the synchronous standby
   promoted ``PROMOTE_AFTER_S`` later; the store's URL names both hosts with
-  ``target_session_attrs=read-write``.
+  ``target_session_attrs=read-write``;
+- ``partition-short`` and ``partition-long`` (``partition`` names both): the pool runs
+  in a network namespace of its own (``netns.py``), and every packet between it and
+  the server is held, silently, for ``SHORT_CUT_LEASES`` of a lease (shorter than one:
+  no lease may be lost) or ``LONG_CUT_LEASES`` leases (the leases in flight expire,
+  and the pool must take its tasks back once the link returns). The tool's own
+  readers and the producer stay outside, connected.
 
 For each fault the figures are (``figures``): tasks lost (never finished) and completed
 twice (two completions, or the charge applied twice) among the tasks around it,
@@ -24,7 +30,9 @@ throughput during the fault as a share of the baseline's, the time to recover (f
 fault's end until every task it interrupted has finished and a second's completions are
 back to ``RECOVERED_SHARE`` of the baseline's), throughput from then until the next
 fault as a share of the baseline's, and pickup latency (enqueue to first claim) p99
-during and after the fault. Store time is wall time here, as for the rest of the tool.
+during and after the fault, and the leases lost to it (claims that took a task over
+from an expired lease, from the fault's start until the next fault). Store time is wall
+time here, as for the rest of the tool.
 """
 
 from __future__ import annotations
@@ -38,11 +46,17 @@ from urllib.parse import urlsplit
 import attrs
 from chaos_check import percentile
 from chaos_db import Database, PostgresServer, note
+from netns import Namespace
 
 from runifold_sync.store import TaskEvent
 
 HARNESS = ("terminate-backends", "pool-exhaustion", "idle-in-transaction", "worker-kills", "pg-restart")
-SCENARIOS = (*HARNESS, "failover")
+PARTITION = ("partition-short", "partition-long")
+SCENARIOS = (*HARNESS, *PARTITION, "failover")
+# A partition's length in leases: shorter than one, and several.
+SHORT_CUT_LEASES = 0.5
+LONG_CUT_LEASES = 3.0
+LEASE_SEARCH_S = 10.0  # how long a partition waits for a worker to hold a lease before it cuts
 WORKER_APPLICATION = "chaos-worker"
 TERMINATE_EVERY_S = 0.5
 KILL_EVERY_S = 1.0
@@ -72,12 +86,13 @@ def _database_url(db: Database) -> str:
 
 
 class Fault:
-    """One fault: ``begin``, then ``tick`` every ``TICK_S`` until its time is up (a
-    ``one_shot`` fault is done when ``begin`` returns), then ``end``, which says what it
-    did as counts."""
+    """One fault: ``begin``, then ``tick`` every ``TICK_S`` until its time is up (its
+    ``length_s``, or the schedule's fault time when None; a ``one_shot`` fault is done
+    when ``begin`` returns), then ``end``, which says what it did as counts."""
 
     name = ""
     one_shot = False
+    length_s: float | None = None
 
     def begin(self) -> None:
         raise NotImplementedError
@@ -241,7 +256,53 @@ class Failover(Fault):
         return {"primary killed": True, "promotion took s": round(self.promoted_s, 3)}
 
 
-def make_fault(name: str, db: Database, kill_one: Callable[[], bool]) -> Fault:
+class Partition(Fault):
+    """The pool's namespace cut off from the host (``Namespace.cut``) for ``length_s``,
+    at a moment a worker holds a lease (``leases_held`` counts the live leases; at most
+    ``LEASE_SEARCH_S`` is spent waiting for one), so the cut meets work in flight."""
+
+    def __init__(self, name: str, ns: Namespace, length_s: float, leases_held: Callable[[], int]) -> None:
+        self.name = name
+        self.ns = ns
+        self.length_s = length_s
+        self.leases_held = leases_held
+        self.held = 0
+
+    def begin(self) -> None:
+        deadline = time.monotonic() + LEASE_SEARCH_S
+        while (held := self.leases_held()) == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        self.ns.cut()
+        self.held = held
+
+    def end(self) -> dict[str, Any]:
+        self.ns.restore()
+        return {"cut s": self.length_s, "leases held at the cut": self.held}
+
+
+def partition_length_s(name: str, lease_s: float) -> float:
+    return lease_s * (SHORT_CUT_LEASES if name == "partition-short" else LONG_CUT_LEASES)
+
+
+def fault_length_s(name: str, fault_s: float, lease_s: float) -> float:
+    """How long fault ``name`` lasts (a one-shot fault: about none)."""
+    if name in PARTITION:
+        return partition_length_s(name, lease_s)
+    return 0.0 if name in ("pg-restart", "failover") else fault_s
+
+
+def make_fault(
+    name: str,
+    db: Database,
+    kill_one: Callable[[], bool],
+    ns: Namespace | None = None,
+    lease_s: float = 0.0,
+    leases_held: Callable[[], int] = lambda: 0,
+) -> Fault:
+    if name in PARTITION:
+        if ns is None:
+            raise RuntimeError(f"{name} needs the namespace the pool runs in")
+        return Partition(name, ns, partition_length_s(name, lease_s), leases_held)
     if name == "terminate-backends":
         return TerminateBackends(db)
     if name == "pool-exhaustion":
@@ -271,8 +332,9 @@ class Schedule:
     fault_s: float
     recovery_s: float
 
-    def length_s(self, faults: int) -> float:
-        return self.baseline_s + faults * (self.fault_s + self.recovery_s)
+    def length_s(self, fault_lengths: Iterable[float]) -> float:
+        """The whole schedule's length, given each fault's."""
+        return self.baseline_s + sum(length + self.recovery_s for length in fault_lengths)
 
 
 def apply_faults(
@@ -296,7 +358,7 @@ def apply_faults(
         note(f"fault {fault.name} begins")
         fault.begin()
         if not fault.one_shot:
-            until = time.monotonic() + schedule.fault_s
+            until = time.monotonic() + (schedule.fault_s if fault.length_s is None else fault.length_s)
             while time.monotonic() < until:
                 meanwhile()
                 fault.tick()
@@ -319,6 +381,8 @@ class TaskTimes:
     claimed: float | None  # its first claim
     completed: float | None  # its first completion
     completions: int
+    takeovers: tuple[float, ...] = ()  # claims that took it over from an expired lease
+    lost_lease_reports: tuple[float, ...] = ()  # its workers' reports of a lease lost while cut off
 
 
 def task_times(histories: dict[str, list[TaskEvent]]) -> dict[str, TaskTimes]:
@@ -326,12 +390,18 @@ def task_times(histories: dict[str, list[TaskEvent]]) -> dict[str, TaskTimes]:
     for task_id, events in histories.items():
         at = {kind: [e.at.timestamp() for e in events if e.kind == kind] for kind in ("enqueued", "claimed")}
         completed = [e.at.timestamp() for e in events if e.kind == "completed"]
+        takeovers = tuple(
+            e.at.timestamp() for e in events if e.kind == "claimed" and e.detail.get("from_state") == "leased"
+        )
+        reports = tuple(e.at.timestamp() for e in events if e.kind == "lease_lost")
         if at["enqueued"]:
             times[task_id] = TaskTimes(
                 at["enqueued"][0],
                 min(at["claimed"], default=None),
                 min(completed, default=None),
                 len(completed),
+                takeovers,
+                reports,
             )
     return times
 
@@ -383,6 +453,7 @@ def figures(
     last_completion = max((t.completed for t in tasks if t.completed is not None), default=first)
     for n, window in enumerate(windows):
         after = windows[n + 1].began if n + 1 < len(windows) else last_completion
+        next_began = windows[n + 1].began if n + 1 < len(windows) else math.inf
         # The tasks this fault could touch: enqueued before the next one, not finished before it began.
         alive = {
             tid: t
@@ -412,6 +483,12 @@ def figures(
             "pickup_p99_s_during": _rounded(percentile(_pickups(during), 99)),
             "pickup_p99_s_after": _rounded(
                 percentile(_pickups(t for t in alive.values() if t.enqueued >= window.ended), 99)
+            ),
+            "leases_lost": sum(
+                1 for t in times.values() for at in t.takeovers if window.began <= at < next_began
+            ),
+            "lost_lease_reports": sum(
+                1 for t in times.values() for at in t.lost_lease_reports if window.began <= at < next_began
             ),
             "lost_tasks": sorted(lost)[:8],
         }
@@ -467,7 +544,8 @@ def render(result: dict[str, Any]) -> list[str]:
             f"fault {fig['fault_s']}s, throughput during it {show(fig['throughput_during_fault'], '%')}, "
             f"time to recover {show(fig['time_to_recover_s'], 's')}, throughput after "
             f"{show(fig['throughput_after_recovery'], '%')} of baseline, pickup p99 during "
-            f"{show(fig['pickup_p99_s_during'], 's')} after {show(fig['pickup_p99_s_after'], 's')}; "
+            f"{show(fig['pickup_p99_s_during'], 's')} after {show(fig['pickup_p99_s_after'], 's')}, "
+            f"leases lost {fig['leases_lost']} (reported by their worker {fig['lost_lease_reports']}); "
             f"{fig['did']}"
         )
     return lines

@@ -11,10 +11,12 @@ import click
 
 from ..model import validate
 from ..model.admission import TenantAdmission, TenantBudget, TenantPolicy
+from ..ops.in_flight import ReplayFinding, VersionPatches, patches_in_flight, replay_check
 from ..store.records import VersionReference
 from ..store.serving import served_versions, unserved_work
 from ..workflow.registry import WorkflowRegistry
 from .common import app_option, checked, database_option, echo_json, json_option, opened_store
+from .flow import group_json, group_line
 
 
 @click.command()
@@ -46,20 +48,35 @@ live_option = click.option(
 @click.command()
 @app_option("Check these versions are registered.")
 @live_option
+@click.option(
+    "--replay",
+    is_flag=True,
+    help="With --app: replay every run in flight against the app's code, running no step "
+    "body or effect, and exit 1 naming each run that would diverge.",
+)
 @database_option
 @json_option
-def versions(app_ref: str | None, live_within: float, database: str | None, as_json: bool) -> None:
+def versions(
+    app_ref: str | None, live_within: float, replay: bool, database: str | None, as_json: bool
+) -> None:
     """List definition versions still referenced by queued, leased, waiting or
-    recoverable tasks, and how many live workers serve each. With --app, exit 1 when the
-    app lacks one of them or has changed its steps under the same version (another step
-    fingerprint than its tasks were checkpointed with): the deploy preflight."""
+    recoverable tasks, how many live workers serve each, and the patches (ctx.patched)
+    each run in flight has and has not recorded. With --app, exit 1 when the app lacks
+    one of them or has changed its steps under the same version (another step
+    fingerprint than its tasks were checkpointed with): the deploy preflight. With
+    --replay too, exit 1 when the app's code would not continue a run as recorded."""
     from ..app import load_registry
 
+    if replay and app_ref is None:
+        raise click.UsageError("--replay needs --app: the new code to replay the runs in flight against")
     registry = None if app_ref is None else checked(load_registry, app_ref)
     window = checked(validate.seconds, "--live-within", live_within, minimum_s=0)
     with opened_store(database, reads_only=True) as store:
         served = served_versions(store, window)
-    references = [s.reference for s in served]
+        references = [s.reference for s in served]
+        patches = patches_in_flight(store, references, registry)
+        replayed = None if not replay or registry is None else replay_check(store, references, registry)
+    diverged = () if replayed is None else replayed.diverged
     missing = [r for r in references if registry is not None and registry.get(r.name, r.version) is None]
     changed = [] if registry is None else _changed_steps(registry, references)
     if as_json:
@@ -80,7 +97,18 @@ def versions(app_ref: str | None, live_within: float, database: str | None, as_j
                         for r, app in changed
                     ],
                     "unserved": [_version_json(s.reference) for s in served if not s.live_workers],
-                },
+                    "patches": [_patches_json(p) for p in patches],
+                }
+                | (
+                    {}
+                    if replayed is None
+                    else {
+                        "replay": {
+                            "checked": replayed.checked,
+                            "diverged": [_finding_json(f) for f in diverged],
+                        }
+                    }
+                ),
                 indent=2,
             )
         )
@@ -100,8 +128,50 @@ def versions(app_ref: str | None, live_within: float, database: str | None, as_j
             )
         if not references:
             click.echo("no task references any definition version")
-    if missing or changed:
+        for p in patches:
+            click.echo(f"{p.name} v{p.version} patches: {', '.join(p.known)}")
+            for t in p.tasks:
+                click.echo(
+                    f"  {t.task_id} ({t.state}): recorded {', '.join(t.recorded) or '-'}; "
+                    f"not recorded {', '.join(t.missing) or '-'}"
+                )
+        if replayed is not None:
+            click.echo(
+                f"replayed {replayed.checked} run(s) in flight against the app: {len(diverged)} diverge"
+            )
+            for f in diverged:
+                d = f.divergence
+                click.echo(
+                    f"  DIVERGES {f.task_id} ({f.name} v{f.version}) at call {d.position}: "
+                    f"recorded {d.recorded}, new code {d.new}"
+                )
+    if missing or changed or diverged:
         sys.exit(1)
+
+
+def _patches_json(p: VersionPatches) -> dict[str, object]:
+    return {
+        "name": p.name,
+        "version": p.version,
+        "patches": list(p.known),
+        "tasks": [
+            {"task_id": t.task_id, "state": t.state, "recorded": list(t.recorded), "missing": list(t.missing)}
+            for t in p.tasks
+        ],
+    }
+
+
+def _finding_json(f: ReplayFinding) -> dict[str, object]:
+    d = f.divergence
+    return {
+        "task_id": f.task_id,
+        "name": f.name,
+        "version": f.version,
+        "position": d.position,
+        "recorded": d.recorded,
+        "new": d.new,
+        "reason": d.reason,
+    }
 
 
 def _changed_steps(
@@ -167,11 +237,13 @@ def workers(live_within: float, database: str | None, as_json: bool) -> None:
 @json_option
 def stats(live_within: float, database: str | None, as_json: bool) -> None:
     """Show queue depth and the oldest ready task's age per tenant and state, tenants
-    held back by admission, referenced definition versions no live worker serves, and
-    queued work no live worker can claim (its queue, version or steps)."""
+    held back by admission, each flow-limited group (running, limit, waiting),
+    referenced definition versions no live worker serves, and queued work no live
+    worker can claim (its queue, version or steps)."""
     with opened_store(database, reads_only=True) as store:
         queues = store.queue_stats()
         tenants = store.tenant_admission()
+        groups = store.flow_groups()
         unserved = [
             s.reference
             for s in served_versions(
@@ -193,6 +265,7 @@ def stats(live_within: float, database: str | None, as_json: bool) -> None:
                 for r in queues
             ],
             "tenants": [_admission_json(a) for a in tenants],
+            "flow": [group_json(g) for g in groups],
             "unserved": [_version_json(v) for v in unserved],
             "unserved_routes": [
                 {
@@ -216,6 +289,8 @@ def stats(live_within: float, database: str | None, as_json: bool) -> None:
         click.echo(f"{r.tenant:<16} {state:<20} {r.count:>8}{age}")
     for a in tenants:
         click.echo(_admission_line(a))
+    for g in groups:
+        click.echo(group_line(g))
     for v in unserved:
         click.echo(f"UNSERVED: {v.name} v{v.version} ({v.total} tasks): no live worker registers it")
     for u in blocked:

@@ -16,12 +16,13 @@ import pwd
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-import attrs
 import click
 
 from ..app import load_registry
+from ..errors import InvalidArgument
+from ..model.attributes import AttributeValue, parse_where
 from ..model.values import MAX_INPUT_BYTES, TaskState, WorkflowTask
 from ..store.records import SignalCheck
 from .common import (
@@ -41,6 +42,8 @@ from .common import (
 )
 from .dashboard import dashboard
 from .fleet import migrate, stats, tenant, versions, workers
+from .flow import flow
+from .repairs import filter_options, fork, redrive, upgrade
 from .retention import prune
 from .run import demo, run
 from .schedules import schedule, schedules
@@ -116,7 +119,7 @@ def enqueue(
         task = checked(registry.task, name, version, value, **options)
     with opened_store(database) as store:
         if isinstance(not_before, timedelta):  # a delay counts from store time, not this host's clock
-            task = attrs.evolve(task, not_before=store.now() + not_before)
+            task = task.evolve(not_before=store.now() + not_before)
         result = store.enqueue(task)
     if app_ref is None:  # said once the task is stored, so an error is not preceded by it
         click.echo(
@@ -172,6 +175,15 @@ def _limited_text(source: BinaryIO, what: str) -> str:
 @click.option("--parent", default=None, metavar="TASK", help="Only the child tasks of this task.")
 @click.option("--queue", default=None, metavar="NAME", help="Only the tasks of this named queue.")
 @click.option(
+    "--where",
+    "where",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Only tasks with this search attribute (ctx.set_attributes); repeat for several. "
+    "true/false is a boolean, 120 an integer, 1.5 a number, an ISO time with offset a time, "
+    'anything else text ("120" in double quotes: the text 120).',
+)
+@click.option(
     "--limit", type=click.IntRange(1, 10_000), default=100, show_default=True, help="At most this many."
 )
 @database_option
@@ -182,11 +194,13 @@ def list_(
     definition: str | None,
     parent: str | None,
     queue: str | None,
+    where: tuple[str, ...],
     limit: int,
     database: str | None,
     as_json: bool,
 ) -> None:
     """List tasks, oldest first, with why each unfinished one is not running."""
+    attributes = where_conditions(where)
     with opened_store(database, reads_only=True) as store:
         records = store.list_tasks(
             state=None if state is None else TaskState(state),
@@ -195,12 +209,14 @@ def list_(
             parent=parent,
             limit=limit,
             queue=queue,
+            attributes=attributes or None,
         )
     if as_json:
         click.echo(json.dumps([record_json(r) for r in records], indent=2))
         return
     if not records:  # said, so an empty answer is not mistaken for a command that failed quietly
-        filtered = any(given is not None for given in (state, tenant, definition, parent, queue))
+        given = (state, tenant, definition, parent, queue)
+        filtered = bool(where) or any(value is not None for value in given)
         click.echo("no tasks match these filters" if filtered else "no tasks")
         return
     rows = [("task", "definition", "tenant", "state", "why not running / last reason")]
@@ -211,6 +227,21 @@ def list_(
         rows.append((r.task_id, name, r.tenant, status, why))
     for line in _columns(rows):
         click.echo(line)
+
+
+def where_conditions(where: Sequence[str]) -> dict[str, AttributeValue]:
+    """``--where KEY=VALUE`` options as an attribute filter; a malformed one, or a key
+    given twice, is a usage error naming it."""
+    found: dict[str, AttributeValue] = {}
+    for condition in where:
+        try:
+            key, value = parse_where(condition)
+        except InvalidArgument as exc:
+            raise BadValue(f"--where: {exc}") from None
+        if key in found:
+            raise BadValue(f"--where: attribute {key!r} is given twice")
+        found[key] = value
+    return found
 
 
 def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
@@ -328,10 +359,31 @@ def _delivered(check: SignalCheck | None, name: str) -> str:
 
 
 @main.command()
-@operator_action("task_id", "cancels it")
-def cancel(task_id: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
+@click.argument("task_ids", nargs=-1)
+@filter_options
+@audit_options("cancels it")
+@database_option
+@json_option
+def cancel(
+    task_ids: tuple[str, ...],
+    actor: str,
+    reason: str,
+    dry_run: bool,
+    batch: int,
+    database: str | None,
+    as_json: bool,
+    **filters: Any,
+) -> None:
     """Cancel a task: at once if queued or waiting, at its next step boundary if running.
-    Completed external writes are not undone, except by the workflow's compensations."""
+    Completed external writes are not undone, except by the workflow's compensations.
+    With filter options instead of TASK_IDS: every unfinished task they match, a batch
+    per transaction (--dry-run first: the count and the first ids)."""
+    if any(v is not None for v in filters.values()):
+        redrive("cancel", task_ids, filters, actor, reason, dry_run, batch, database, as_json)
+        return
+    if len(task_ids) != 1:
+        raise click.UsageError("cancel takes one TASK_ID, or filter options (--definition, --state...)")
+    [task_id] = task_ids
     with opened_store(database) as store:
         state = store.cancel(task_id, actor, reason)
     if as_json:
@@ -362,9 +414,14 @@ def pause(task_id: str, actor: str, reason: str, database: str | None, as_json: 
 @main.command()
 @operator_action("task_id", "resumes it")
 def resume(task_id: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
-    """Resume a paused task: due at once, or (if it had not parked yet) running on."""
+    """Resume a paused task: due at once, or (if it had not parked yet) running on. A
+    cancelled task is queued again from its checkpoint, unless its cancellation ran
+    compensations."""
     with opened_store(database) as store:
-        state = store.resume(task_id, actor=actor, reason=reason)
+        if store.get_task(task_id).state is TaskState.CANCELLED:
+            state = store.resume_cancelled(task_id, actor=actor, reason=reason)
+        else:
+            state = store.resume(task_id, actor=actor, reason=reason)
     if as_json:
         echo_json({"task_id": task_id, "state": state.value, "paused": False})
     else:
@@ -372,9 +429,31 @@ def resume(task_id: str, actor: str, reason: str, database: str | None, as_json:
 
 
 @main.command()
-@operator_action("task_id", "requeues it")
-def retry(task_id: str, actor: str, reason: str, database: str | None, as_json: bool) -> None:
-    """Requeue a failed task; its completed steps are kept and not run again."""
+@click.argument("task_ids", nargs=-1)
+@filter_options
+@audit_options("requeues it")
+@database_option
+@json_option
+def retry(
+    task_ids: tuple[str, ...],
+    actor: str,
+    reason: str,
+    dry_run: bool,
+    batch: int,
+    database: str | None,
+    as_json: bool,
+    **filters: Any,
+) -> None:
+    """Requeue a failed task; its completed steps are kept and not run again. With
+    filter options instead of TASK_IDS: every failed task they match (redrive a batch
+    after a fix), a batch per transaction, each audited (--dry-run first: the count and
+    the first ids)."""
+    if any(v is not None for v in filters.values()):
+        redrive("retry", task_ids, filters, actor, reason, dry_run, batch, database, as_json)
+        return
+    if len(task_ids) != 1:
+        raise click.UsageError("retry takes one TASK_ID, or filter options (--definition, --outcome...)")
+    [task_id] = task_ids
     with opened_store(database) as store:
         store.requeue(task_id, actor=actor, reason=reason)
         state = store.get_task(task_id).state
@@ -428,9 +507,12 @@ for _command in (
     workers,
     stats,
     tenant,
+    flow,
     schedules,
     schedule,
     prune,
     dashboard,
+    fork,
+    upgrade,
 ):
     main.add_command(_command)

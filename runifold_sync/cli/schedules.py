@@ -44,6 +44,8 @@ def schedule_json(record: ScheduleRecord, now: datetime) -> dict[str, Any]:
         "paused_reason": record.paused_reason,
         "active_since": record.active_since.isoformat(),
         "declared_at": record.declared_at.isoformat(),
+        "origin": record.origin,  # declared by a registry, or created at run time
+        "queue": record.queue if record.origin == "created" else None,  # a declared one's: its registry's
     }
 
 

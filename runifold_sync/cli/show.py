@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from ..model.values import TaskOutcome
+from ..ops.run_export import export_run
 from ..ops.task_report import (
     failure_line,
     journal_json,
@@ -23,7 +24,7 @@ from ..ops.task_report import (
 )
 from ..store.checks import MAX_LIST_LIMIT
 from ..store.records import TaskRecord
-from .common import database_option, json_option, opened_store
+from .common import checked, database_option, json_option, opened_store
 
 
 def record_json(record: TaskRecord) -> dict[str, Any]:
@@ -54,10 +55,21 @@ def record_json(record: TaskRecord) -> dict[str, Any]:
     show_default=True,
     help="Show the newest N entries of the main journal (newest last).",
 )
+@click.option(
+    "--export",
+    "export",
+    is_flag=True,
+    help="Print the run whole as JSON (input, every journal row, history) for "
+    "runifold_sync.testing.replay: a production run as a regression test.",
+)
 @database_option
 @json_option
-def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) -> None:
+def show(task_id: str, journal_limit: int, export: bool, database: str | None, as_json: bool) -> None:
     """Show a task's state, why it is not running, its checkpoint and its history."""
+    if export:  # JSON whatever --json says: it is made to be read back
+        with opened_store(database, reads_only=True) as store:
+            click.echo(json.dumps(checked(export_run, store, task_id), indent=2))
+        return
     with opened_store(database, reads_only=True) as store:
         report = task_report(store, task_id, journal_limit)
     record, events, published, children = report.record, report.history, report.published, report.children
@@ -78,7 +90,10 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
                     "result": record.result,
                     "failure": failure,
                     "parent_task": related(family[0]) if family else None,
+                    "forked_from": next((e.detail["task"] for e in events if e.kind == "forked_from"), None),
+                    "forks": [e.detail["task"] for e in events if e.kind == "forked"],
                     "children": [related(r) for r in children],
+                    "attributes": dict(report.attribute_texts()),
                     "events": [
                         {"key": p.key, "value": p.value, "set_at": p.set_at.isoformat()} for p in published
                     ],
@@ -120,6 +135,10 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
         click.echo(
             f"{relation}: {about['task_id']} {about['definition']} v{about['version']} {about['state']}"
         )
+    for e in events:  # a fork and its original name each other
+        if e.kind in ("forked", "forked_from"):
+            relation = "fork" if e.kind == "forked" else "forked from"
+            click.echo(f"{relation}: {e.detail['task']} at {e.detail['from_step']}")
     journal = journal_lines(report)
     if run is not None:
         paged = (
@@ -128,6 +147,8 @@ def show(task_id: str, journal_limit: int, database: str | None, as_json: bool) 
         click.echo(f"run {run}, journal of {entries} entries, {paged}:")
     for line in journal:
         click.echo(f"  {line}")
+    if report.attributes:
+        click.echo("attributes: " + ", ".join(f"{k}={v}" for k, v in report.attribute_texts()))
     if published:
         click.echo("events (ctx.set_event, by key):")
     for p in published:

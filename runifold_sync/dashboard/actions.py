@@ -1,5 +1,6 @@
 """The dashboard's actions: POST ``/tasks/<task id>/<action>`` for cancel, retry, pause,
-resume, resolve (an ambiguous effect), signal and approval, and the login that lets a
+resume (a paused or a cancelled task), resolve (an ambiguous effect), signal, approval and
+fork (a new task from one of the run's steps: the answer goes to its page), and the login that lets a
 browser take them. Each is refused first by :func:`.security.refusal` (read-only 403, no
 token 401, a session's request without its CSRF token 403), then calls one store
 operation, which records the actor and the reason in the task's history, and answers
@@ -16,6 +17,7 @@ import flask
 from ..errors import InvalidArgument
 from ..model import validate
 from ..model.codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
+from ..model.values import TaskState
 from ..store.base import WorkflowStore
 from . import security
 from .board import dashboard
@@ -65,7 +67,16 @@ def _pause(store: WorkflowStore, task_id: str, actor: str, reason: str) -> str:
 
 
 def _resume(store: WorkflowStore, task_id: str, actor: str, reason: str) -> str:
+    if store.get_task(task_id).state is TaskState.CANCELLED:
+        return f"resume: task is {store.resume_cancelled(task_id, actor=actor, reason=reason).value}"
     return f"resume: task is {store.resume(task_id, actor=actor, reason=reason).value}"
+
+
+def _fork(store: WorkflowStore, task_id: str, actor: str, reason: str) -> str:
+    from_step = _field("from_step")
+    forked = store.fork(task_id, from_step=from_step, actor=actor, reason=reason)
+    flask.g.show_task = forked  # the answer goes to the new task's page
+    return f"fork: new task {forked} runs from {from_step} of {task_id}"
 
 
 def _resolve(store: WorkflowStore, task_id: str, actor: str, reason: str) -> str:
@@ -111,6 +122,7 @@ ACTIONS: dict[str, Callable[[WorkflowStore, str, str, str], str]] = {
     "resolve": _resolve,
     "signal": _signal,
     "approval": _approval,
+    "fork": _fork,
 }
 
 
@@ -125,7 +137,8 @@ def act(task_id: str, action: str) -> flask.typing.ResponseReturnValue:
         validate.refuse("action", f"one of {', '.join(ACTIONS)}", action)
     done = run(board.store, task_id, security.actor_name(), _field("reason"))
     flask.flash(done)
-    return flask.redirect(flask.url_for("pages.task", task_id=task_id), 303)
+    shown = flask.g.get("show_task", task_id)
+    return flask.redirect(flask.url_for("pages.task", task_id=shown), 303)
 
 
 def _refusal(status: int, message: str) -> tuple[str, int]:

@@ -15,6 +15,7 @@ from werkzeug.routing import BaseConverter
 
 from ..errors import InvalidArgument, TaskNotFound
 from ..model import validate
+from ..model.attributes import AttributeValue, parse_where
 from ..model.values import TaskOutcome, TaskState
 from ..ops.task_report import failure_line, journal_lines, refused_signals_line, task_report
 from ..store.checks import MAX_LIST_LIMIT
@@ -104,8 +105,21 @@ def _filters() -> dict[str, Any]:
             found["state"] = TaskState(found["state"])
         except ValueError:
             states = ", ".join(s.value for s in TaskState)
-            raise InvalidArgument(f"state must be one of {states}, got {found['state']!r}") from None
+            validate.refuse("state", f"one of {states}", found["state"])
+    attributes: dict[str, AttributeValue] = {}
+    for condition in _where():
+        key, value = parse_where(condition)  # refused (400) naming the condition
+        if key in attributes:
+            raise InvalidArgument(f"where: attribute {key!r} is given twice")
+        attributes[key] = value
+    if attributes:
+        found["attributes"] = attributes
     return found
+
+
+def _where() -> list[str]:
+    """The task list's attribute conditions (``where=key=value``, repeatable)."""
+    return [c.strip() for c in flask.request.args.getlist("where") if c.strip()]
 
 
 @pages.get("/tasks")
@@ -129,7 +143,9 @@ def tasks() -> flask.typing.ResponseReturnValue:
     page = store.list_tasks_page(
         after=args.get("after") or None, limit=limit, newest_first=order == "newest", **filters
     )
-    query = {k: (v.value if isinstance(v, TaskState) else v) for k, v in filters.items()}
+    query = {k: (v.value if isinstance(v, TaskState) else v) for k, v in filters.items() if k != "attributes"}
+    if "attributes" in filters:
+        query["where"] = _where()
     if limit != PAGE_SIZE:
         query["limit"] = limit
     if order != "oldest":
@@ -206,6 +222,10 @@ def available_actions(record: TaskRecord) -> list[str]:
         found += ["cancel", "resume" if record.paused else "pause", "signal", "approval"]
     if record.outcome is TaskOutcome.FAILED:
         found.append("resolve" if record.ambiguous_effect else "retry")
+    if record.state is TaskState.CANCELLED:
+        found.append("resume")
+    if record.checkpoint_json is not None:
+        found.append("fork")
     return found
 
 
@@ -223,7 +243,13 @@ def versions() -> str:
 
 @pages.get("/tenants")
 def tenants() -> str:
-    return flask.render_template("tenants.html", tenants=dashboard().store.tenant_admission())
+    store = dashboard().store
+    return flask.render_template(
+        "tenants.html",
+        tenants=store.tenant_admission(),
+        flow_limits=store.flow_limits(),
+        flow_groups=store.flow_groups(),
+    )
 
 
 @pages.get("/schedules")

@@ -76,18 +76,36 @@ class Boundary:
         if self._flags.expired():
             raise Unwind(LeaseLostError(self._task_id, self._fence, "next step"))
 
-    def check_continue(self) -> None:
+    def check_continue(self, waiting: bool = False) -> None:
         """The lease still held, no cancel or pause requested and the branch not stopped.
         A step that already ran is recorded first, so a cancel never hides what happened.
         A pause parks the main function; a parallel branch goes on, and the main function
         parks at its first boundary after the branches."""
         self.check_lease()
-        if self._flags.cancel:
+        flags = self._flags
+        if waiting and flags.cancel_delivered:  # a wait in a finally: block, as a cancel unwinds
+            raise CancelRequested()
+        if flags.cancel and not (flags.cancel_delivered and self.branch is None):
+            # Delivered once to the main function: the steps its ``finally:`` blocks call
+            # while the cancel unwinds it then run, as on a failure. (A branch always stops.)
+            if self.branch is None:
+                flags.cancel_delivered = True
             raise CancelRequested()
         if self._flags.pause and self.branch is None:  # branches finish; the main function parks
             raise PauseRequested()
         if self.branch is not None and self.branch.stop.is_set():
             raise BranchStopped()
+
+    def stop_requested(self) -> bool:
+        """What ``check_continue`` would stop for, read without raising: for a running
+        body's ``StepContext.cancelled`` (a cleanup step, running after the cancel was
+        delivered, is not told to stop)."""
+        flags = self._flags
+        if flags.cancel and not (flags.cancel_delivered and self.branch is None):
+            return True
+        if flags.pause and self.branch is None:
+            return True
+        return self.branch is not None and self.branch.stop.is_set()
 
     def before_body(self, deadline: Callable[[], str] | None = None) -> None:
         """Checks made before a step or effect body runs, after saving the previous

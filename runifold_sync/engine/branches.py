@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..errors import InvalidArgument, OutputNotSerializable, StoreUnavailable
+from ..errors import InvalidArgument, OutputNotSerializable, StepFailed, StoreUnavailable
 from ..model import validate
 from ..model.checkpoint import EntryKind, EntryStatus, JournalEntry
 from ..model.codec import NotJsonable, structure, to_jsonable
@@ -30,8 +30,10 @@ from .interrupts import (
     FailRequested,
     Interrupt,
     RetryRequested,
+    UnknownPatch,
     Unwind,
     YieldRequested,
+    uncaught,
 )
 from .replay import Cursor
 
@@ -58,6 +60,7 @@ class Parent:
 # of two unwinding store errors, a lost lease: see ``_Runner.worst``).
 _SEVERITY: tuple[type[Interrupt], ...] = (
     Unwind,
+    UnknownPatch,
     FailRequested,
     CancelRequested,
     RetryRequested,
@@ -143,6 +146,9 @@ class _Runner:
                 return
             except StoreUnavailable as exc:  # ends the cycle, as in the main function
                 self._interrupted(key, Unwind(exc))
+                return
+            except StepFailed as failed:  # a step's final failure the branch did not catch
+                self._interrupted(key, uncaught(failed))
                 return
             except Exception as exc:
                 failure = FailRequested(

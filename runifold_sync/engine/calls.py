@@ -16,7 +16,14 @@ import time
 from collections.abc import Collection, Mapping
 from typing import Any, NoReturn
 
-from ..errors import AmbiguousEffect, OutputMismatch, OutputNotSerializable, gave_up_after
+from ..errors import (
+    AmbiguousEffect,
+    InvalidArgument,
+    OutputMismatch,
+    OutputNotSerializable,
+    StepFailed,
+    gave_up_after,
+)
 from ..model import crashpoints, validate
 from ..model.checkpoint import EntryKind, EntryStatus, JournalEntry
 from ..model.codec import MAX_NESTING_DEPTH, NotJsonable, from_json, structure, to_json
@@ -30,6 +37,9 @@ from ..model.effects import (
     resolved,
 )
 from ..model.inputs import fit_output, problems, type_name
+from ..model.tracebacks import kept_traceback, storable
+from ..store import checks
+from ..store.checks import MAX_EVENT_BYTES
 from ..store.records import EffectResolution, Lease
 from ..workflow.specs import StepSpec
 from ..workflow.step_context import StepContext
@@ -45,6 +55,25 @@ log = logging.getLogger("runifold_sync.workflow.context")  # the engine's logger
 
 # Bound once, for the replay of every step (see replay._DONE).
 _STEP, _EFFECT, _DONE = EntryKind.STEP, EntryKind.EFFECT, EntryStatus.DONE
+_FAILED = EntryStatus.FAILED
+# The failures a main function can catch as StepFailed: a body's own, after its retries.
+_CATCHABLE = ("step_error", "step_timeout")
+
+
+def replayed_failure(entry: JournalEntry) -> StepFailed:
+    """The StepFailed a recorded final failure raises again on replay."""
+    out = entry.output
+    return StepFailed(
+        out["step_id"],
+        entry.call_id,
+        out["attempts"],
+        out["error_class"],
+        out["message"],
+        out["reason"],
+        out["cause"],
+        entry.key,
+        out.get("traceback"),
+    )
 
 
 def structured(spec: StepSpec, raw: Any, text: str | None = None) -> Any:
@@ -87,6 +116,48 @@ def encode_output(spec: StepSpec, call_id: str, value: Any) -> str:
         raise FailRequested(str(error), cause="not_serializable", error=error, step_id=spec.step_id) from exc
 
 
+class BodyRuntime:
+    """What a running body's ``ctx`` reaches of its run (``StepRuntime``): heartbeats
+    with details, the stop flags, and events. ``transactional``: the body runs inside the
+    store's transaction, where a commit of its own cannot be made."""
+
+    def __init__(self, commits: Commits, boundary: Boundary, transactional: bool) -> None:
+        self._commits = commits
+        self._boundary = boundary
+        self._transactional = transactional
+
+    def heartbeat(self, call_id: str, details: Any) -> None:
+        self._boundary.check_lease()
+        if details is None:
+            return
+        if self._transactional:
+            raise InvalidArgument(
+                f"heartbeat details of {call_id!r}: a transaction step cannot commit them (its body "
+                "runs inside the store's transaction); call heartbeat() without details"
+            )
+        text = validate.json_text(
+            f"heartbeat details of {call_id!r}",
+            details,
+            limit=MAX_EVENT_BYTES,
+            instead="keep a position or an id there, not the data",
+        )
+        with self._commits.lock:
+            self._commits.checkpoint.heartbeats[call_id] = from_json(text)
+        self._commits.commit(f"{call_id}:heartbeat")
+
+    def cancelled(self) -> bool:
+        return self._boundary.stop_requested()
+
+    def set_event(self, call_id: str, key: str, value: Any) -> None:
+        value_json = checks.event(key, value)
+        if self._transactional:
+            raise InvalidArgument(
+                f"set_event from {call_id!r}: a transaction step cannot commit an event of its own "
+                "(its body runs inside the store's transaction); set it from the main function"
+            )
+        self._commits.commit_event(key, value_json)
+
+
 class Calls:
     """The steps and effects of one journal (the main function's or a branch's)."""
 
@@ -101,7 +172,10 @@ class Calls:
         resolutions: Mapping[str, EffectResolution],
         timeouts: Timeouts,
         spans: ClaimSpans,
+        undo_with_args: Collection[str] = (),
     ) -> None:
+        self._undo_with_args = undo_with_args  # step ids whose compensation takes their arguments
+        self._arguments: dict[str, Any] = {}  # call id -> [args, kwargs] of a call in flight that needs them
         self._cursor = cursor
         self._spans = spans
         self._commits = commits
@@ -118,9 +192,12 @@ class Calls:
         call_id, entry = self._cursor.take(spec.step_id, _STEP)
         if entry is not None and entry.status == _DONE:
             return structured(spec, entry.output)
+        if entry is not None and entry.status == _FAILED:
+            raise replayed_failure(entry)
+        self._keep_arguments(spec, call_id, args, kwargs)
         prior = self._timeouts.unfinished(call_id)
         if prior is not None:
-            self._timeouts.next_attempt(spec, call_id, prior, None)
+            self._next_attempt(spec, call_id, prior, None)
         if spec.timeout is None:
             self._boundary.before_body()
         else:
@@ -147,6 +224,9 @@ class Calls:
         call_id, entry = self._cursor.take(spec.step_id, _EFFECT)
         if entry is not None and finished(entry):
             return structured(spec, entry.output)
+        if entry is not None and entry.status == _FAILED:
+            raise replayed_failure(entry)
+        self._keep_arguments(spec, call_id, args, kwargs)
         timed = spec.timeout is not None
         prior = None if entry is None else self._timeouts.unfinished(call_id)
         ran = RAN  # the evidence if its body runs now
@@ -166,11 +246,25 @@ class Calls:
                 return self._finish_effect(spec, entry, output, evidence)
             ran = known
             if prior is not None:
-                self._timeouts.next_attempt(spec, call_id, prior, entry.key)
+                self._next_attempt(spec, call_id, prior, entry.key)
             if timed:  # running it again: its new deadline is durable first
                 self._commits.commit(self._timeouts.mark(spec, call_id))
         text = self._execute(spec, call_id, entry.key, args, kwargs)
         return self._finish_effect(spec, entry, from_json(text), ran, text)
+
+    def _next_attempt(self, spec: StepSpec, call_id: str, prior: Unfinished, key: str | None) -> None:
+        """Count an attempt an earlier claim began and never ended; when that was the last
+        one and it timed out, the main function gets a StepFailed, as if the attempt had
+        timed out under this claim."""
+        try:
+            self._timeouts.next_attempt(spec, call_id, prior, key)
+        except FailRequested as failure:
+            if failure.cause not in _CATCHABLE:
+                raise
+            with self._commits.lock:
+                attempts = self._commits.checkpoint.step_failures.get(call_id, 0)
+            log.warning("%s", failure.reason, extra=task_fields(self._lease))
+            raise self._record_failure(spec, call_id, key, attempts, failure) from None
 
     def _continue_after_intent(self, entry: JournalEntry) -> None:
         """The intent's commit may have answered with a cancel (or the branch was stopped
@@ -265,7 +359,17 @@ class Calls:
         retry or a terminal failure according to its retry policy; its result's text."""
         with self._commits.lock:
             failures = self._commits.checkpoint.step_failures.get(call_id, 0)
-        context = StepContext(self._lease.task_id, call_id, failures + 1, self._lease.fencing_token, key)
+            last = self._commits.checkpoint.heartbeats.get(call_id)
+        context = StepContext(
+            self._lease.task_id,
+            call_id,
+            failures + 1,
+            self._lease.fencing_token,
+            key,
+            streams=self._commits.stream_port(call_id),
+        )
+        context.last_heartbeat = last
+        context.runtime = BodyRuntime(self._commits, self._boundary, transactional=False)
         with self._spans.call(spec, context):
             return self._attempt(spec, context, args, kwargs)
 
@@ -288,6 +392,8 @@ class Calls:
             value, error, late = self._timeouts.run(spec, context, args, kwargs)
         if context.refused is not None:  # a refused charge fails the attempt, caught or not
             error = context.refused
+        if error is not None and spec.kind is _STEP and self._boundary.stop_requested():
+            self._stopped(spec, context, started)  # told to stop: not a failed attempt
         # A step that ended past its deadline timed out, whatever it returned. An effect's
         # late result is kept: the outside world changed, and now it is known how.
         timed_out = late and spec.kind is _STEP
@@ -300,9 +406,20 @@ class Calls:
         with self._commits.lock:
             self._boundary.account(steps=1, cost=context.cost, started=started)
             checkpoint.step_failures.pop(call_id, None)
+            checkpoint.heartbeats.pop(call_id, None)
             if spec.timeout is not None:
                 self._timeouts.unmark(call_id)
         return text
+
+    def _stopped(self, spec: StepSpec, context: StepContext, started: float) -> None:
+        """A step body that raised once its run was told to stop (``ctx.cancelled``):
+        account for what it spent and stop as the boundary does (cancel, pause, or a
+        stopped branch), its last heartbeat kept for the attempt that runs after a pause."""
+        with self._commits.lock:
+            self._boundary.account(steps=0, cost=context.cost, started=started)
+            if spec.timeout is not None:
+                self._timeouts.unmark(context.call_id)
+        self._boundary.check_continue()
 
     def _failed(
         self,
@@ -336,7 +453,38 @@ class Calls:
             assert error is not None
             interrupt = self._after_failure(spec, key, error, failures)
         log.warning("%s", interrupt.reason, exc_info=error, extra=task_fields(self._lease))
+        if isinstance(interrupt, FailRequested) and interrupt.cause in _CATCHABLE:
+            raise self._record_failure(spec, call_id, key, failures, interrupt) from error
         raise interrupt from error
+
+    def _record_failure(
+        self, spec: StepSpec, call_id: str, key: str | None, attempts: int, failure: FailRequested
+    ) -> StepFailed:
+        """Record the final failure of a body in the journal (in place of an effect's
+        intent) and commit it, then hand the main function a StepFailed to catch. The
+        commit comes first: a crash after it replays the same StepFailed rather than run
+        the body past its attempts, one before it runs the last attempt again."""
+        error = failure.error
+        error_class = "Exception" if error is None else type(error).__name__
+        message = "" if error is None else str(error)
+        with self._commits.lock:
+            journal, position = self._cursor.journal, self._cursor.position
+            under = journal[position] if position < len(journal) else None  # an effect's intent
+            output = {
+                "step_id": spec.step_id,
+                "attempts": attempts,
+                "error_class": error_class,
+                "message": storable(message),  # a message may hold what JSON columns refuse
+                "reason": storable(failure.reason),
+                "cause": failure.cause,
+                "traceback": None if error is None else kept_traceback(error),
+            }
+            entry = JournalEntry(call_id, spec.kind, _FAILED, output, key=key)
+            self._cursor.fail(under, entry)
+            self._commits.checkpoint.step_failures.pop(call_id, None)
+            self._commits.checkpoint.heartbeats.pop(call_id, None)
+        self._commits.commit(f"{call_id}:failed")
+        return replayed_failure(entry)
 
     def _transaction(
         self, spec: StepSpec, call_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -346,7 +494,15 @@ class Calls:
         fails as any step's body does. Its output, for the main function."""
         with self._commits.lock:
             failures = self._commits.checkpoint.step_failures.get(call_id, 0)
-        context = StepContext(self._lease.task_id, call_id, failures + 1, self._lease.fencing_token, None)
+        context = StepContext(
+            self._lease.task_id,
+            call_id,
+            failures + 1,
+            self._lease.fencing_token,
+            None,
+            streams=self._commits.stream_port(call_id),
+        )
+        context.runtime = BodyRuntime(self._commits, self._boundary, transactional=True)
         started = time.monotonic()
         outputs: list[Any] = []
 
@@ -368,6 +524,7 @@ class Calls:
             output = from_json(text)
             self._boundary.account(steps=1, cost=context.cost, started=started)
             self._commits.checkpoint.step_failures.pop(call_id, None)
+            self._commits.checkpoint.heartbeats.pop(call_id, None)
             outputs.append(checked(spec, output, text))  # one that does not fit rolls it all back
             self._cursor.record(JournalEntry(call_id, _STEP, _DONE, output), text)
             self._completed(spec, call_id)
@@ -405,6 +562,30 @@ class Calls:
         branches (caller holds the lock): the undo runs in exactly the reverse order."""
         if spec.step_id in self._undoable:
             self._commits.checkpoint.undo.append(call_id)
+            arguments = self._arguments.pop(call_id, None)
+            if arguments is not None:
+                self._commits.checkpoint.compensation_args[call_id] = arguments
+
+    def _keep_arguments(
+        self, spec: StepSpec, call_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        """Hold a call's arguments in their JSON form, before its body runs, when its
+        compensation takes them: recorded when it completes. Ones that are not JSON fail
+        the task here, before anything ran, naming the step."""
+        if spec.step_id not in self._undo_with_args:
+            return
+        try:
+            text = to_json([list(args), kwargs], max_depth=MAX_NESTING_DEPTH)
+        except NotJsonable as exc:
+            error = OutputNotSerializable(f"{call_id} arguments", str(exc))
+            raise FailRequested(
+                f"the compensation of {spec.kind} {spec.step_id!r} takes its arguments, which must be "
+                f"JSON values: {exc}",
+                cause="not_serializable",
+                error=error,
+                step_id=spec.step_id,
+            ) from exc
+        self._arguments[call_id] = from_json(text)
 
 
 class _BodyFailed(Exception):

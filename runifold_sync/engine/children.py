@@ -16,7 +16,7 @@ the store.
 A child is a task like any other: its own definition, budget (the parent's usage is not
 charged for it), retries and tenant admission; it inherits the parent's tenant unless
 told otherwise. Cancelling the parent cancels its unfinished children
-(``store.cancel``).
+(``store.cancel``), except those started ``detached``.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ class Children:
         checkpoint_id: str | None,
         tenant: str | None,
         queue: str = "default",
+        detached: bool = False,
     ) -> ChildHandle:
         """Enqueue the child once; the recorded handle on replay. A bad ``queue`` is an
         :class:`InvalidArgument` raised to the caller before anything is recorded."""
@@ -94,7 +95,7 @@ class Children:
             queue=queue,
         )
         try:
-            self._store.enqueue(attrs.evolve(task, parent_id=parent_id))
+            self._store.enqueue(task.evolve(parent_id=parent_id, detached=detached))
         except EnqueueConflict as exc:
             raise FailRequested(
                 f"child {call_id} of task {parent_id!r}: {exc}", cause="misuse", error=exc, step_id=call_id

@@ -27,6 +27,9 @@ class LeaseFlags:
     deadline: float
     lost: bool = False
     cancel: bool = False  # store.cancel() was called (also set by a checkpoint commit)
+    # The cancel reached the main function (``CancelRequested`` raised at a boundary):
+    # from then on its ``finally:`` blocks may run steps, as they do on a failure.
+    cancel_delivered: bool = False
     pause: bool = False  # store.pause() was called (also set by a checkpoint commit)
     # Why the worker hands the task back at its next step boundary (it must stop soon).
     hand_back: str | None = None

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
 from ..errors import CheckpointError, LeaseLostError, StoreUnavailable
 from ..model import crashpoints
+from ..model.attributes import Attribute
 from ..model.checkpoint import Checkpoint, CheckpointWrite
+from ..store import checks
 from ..store.base import WorkflowStore
-from ..store.records import Committed, Lease, Signal
+from ..store.records import Committed, Lease, Signal, StreamWrite
 from .claim import LeaseFlags
 from .interrupts import FailRequested, Unwind
 
@@ -121,6 +123,51 @@ class Commits:
             )
         except StoreUnavailable as exc:
             raise Unwind(exc) from exc
+
+    def commit_attributes(self, attributes: Sequence[Attribute]) -> None:
+        """Set search attributes in a commit of the checkpoint as it stands, named
+        ``attributes:<key>+<key>...`` for crash points; as :meth:`commit_event`, a store that does
+        not answer ends the cycle (``Unwind``)."""
+        try:
+            self._write(
+                lambda write: self._store.commit_attributes(
+                    self._lease, self.revision, write.head_json, attributes, journal=write.journal
+                ),
+                "attributes:" + "+".join(a.key for a in attributes),
+            )
+        except StoreUnavailable as exc:
+            raise Unwind(exc) from exc
+
+    def commit_stream(self, write: StreamWrite) -> None:
+        """Append a stream value in a commit of the checkpoint as it stands, named
+        ``stream:<key>:<seq>`` for crash points; as :meth:`commit_event`, a store that
+        does not answer ends the cycle (``Unwind``)."""
+        try:
+            self._write(
+                lambda head: self._store.commit_stream(
+                    self._lease, self.revision, head.head_json, write, journal=head.journal
+                ),
+                f"stream:{write.key}:{write.seq}",
+            )
+        except StoreUnavailable as exc:
+            raise Unwind(exc) from exc
+
+    def stream_port(self, call_id: str) -> Callable[[str, Any, int], None]:
+        """What a step body's ``write_stream`` calls: an append fenced by the lease, its
+        place in the run being the step's call id and the write's seq. Named
+        ``stream:<key>:<call id>:<seq>`` for crash points."""
+        run = self.checkpoint.run
+
+        def write(key: str, value: Any, seq: int) -> None:
+            stream = StreamWrite(key, checks.stream_value(key, value), run, call_id, seq)
+            subject = f"stream:{key}:{call_id}:{seq}"
+            if crashpoints.ARMED:
+                crashpoints.reached("before_commit", subject)
+            self._store.append_stream(self._lease, stream)
+            if crashpoints.ARMED:
+                crashpoints.reached("after_commit", subject)
+
+        return write
 
     def consume_signal(self, signal: Signal, subject: str, *, accepted: bool, note: str) -> None:
         """Commit the checkpoint in the write that takes ``signal`` out of the pending

@@ -8,12 +8,16 @@ stopped and never undoes a step twice.
 
 from __future__ import annotations
 
+import inspect
 import time
+import typing
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..model.checkpoint import JournalEntry
+from ..model.codec import structure
 from ..store.records import Lease
+from ..workflow.specs import StepSpec
 from ..workflow.step_context import StepContext
 from .boundary import Boundary
 from .calls import structured
@@ -55,8 +59,13 @@ class Compensation:
             call_id = f"compensate:{entry.call_id}"
             context = StepContext(task_id, call_id, 1, fence, checkpoint.idempotency_key(task_id, call_id))
             started = time.monotonic()
+            output = structured(spec, entry.output)
             try:
-                self._workflow.compensations[step_id](context, structured(spec, entry.output))
+                if step_id in self._workflow.compensation_args:
+                    args, kwargs = self._arguments(entry.call_id, spec, reason)
+                    self._workflow.compensations[step_id](context, output, *args, **kwargs)
+                else:
+                    self._workflow.compensations[step_id](context, output)
             except Exception as exc:
                 with self._commits.lock:  # what it spent before raising was spent
                     self._boundary.account(steps=0, cost=context.cost, started=started)
@@ -70,6 +79,32 @@ class Compensation:
                 self._boundary.account(steps=0, cost=context.cost, started=started)
                 checkpoint.compensated.append(entry.call_id)
             self._commits.commit()
+
+    def _arguments(self, call_id: str, spec: StepSpec, reason: str) -> tuple[list[Any], dict[str, Any]]:
+        """The recorded arguments of ``call_id``, structured as its step's parameters are
+        annotated. None recorded (the step completed before ``with_args`` was declared,
+        under the same version) fails the undo rather than call it without them."""
+        recorded = self._commits.checkpoint.compensation_args.get(call_id)
+        if recorded is None:
+            raise FailRequested(
+                f"{reason}; compensation of {call_id} takes the step's arguments, but none were "
+                "recorded for it",
+                cause="compensation_error",
+                step_id=spec.step_id,
+            )
+        raw_args, raw_kwargs = recorded
+        hints = typing.get_type_hints(spec.fn)
+        params = [
+            p
+            for p in list(inspect.signature(spec.fn).parameters.values())[1:]
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        args = [
+            structure(raw, hints.get(params[n].name, Any)) if n < len(params) else raw
+            for n, raw in enumerate(raw_args)
+        ]
+        kwargs = {name: structure(raw, hints.get(name, Any)) for name, raw in raw_kwargs.items()}
+        return args, kwargs
 
     def _to_compensate(self) -> Iterator[tuple[JournalEntry, str]]:
         """Completed calls still to undo with their step ids, newest completion first."""

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from typing import cast
 
-from ..errors import AmbiguousEffect, LeaseLostError, StoreUnavailable
+from ..errors import AmbiguousEffect, LeaseLostError, StepFailed, StoreUnavailable
 from ..model.outcomes import FailureCause
 
 
@@ -88,6 +89,39 @@ class FailRequested(Interrupt):
         """The key of the effect whose outcome is unknown: the task stays recoverable
         through ``resolve_effect``."""
         return self.error.key if isinstance(self.error, AmbiguousEffect) else None
+
+
+class UnknownPatch(Interrupt):
+    """Replay met the marker ``marker`` of a patch at ``position`` where this code makes
+    call ``call_id``: the run took a patched path that this worker's code does not have
+    (an older deploy still serving). The worker hands the task back for one that has it
+    instead of failing it as non-deterministic."""
+
+    def __init__(self, marker: str, position: int, call_id: str) -> None:
+        super().__init__(marker, position, call_id)
+        self.marker = marker
+        self.position = position
+        self.call_id = call_id
+
+    @property
+    def reason(self) -> str:
+        return (
+            f"the run recorded {self.marker!r} at position {self.position}, where this code calls "
+            f"{self.call_id!r}: it needs a worker whose code has that patch"
+        )
+
+
+def uncaught(failed: StepFailed) -> FailRequested:
+    """The task's failure when a StepFailed leaves the main function (or a branch)
+    uncaught: the failure the step would have ended the task with had nothing been able
+    to catch it, the same on the claim that raised it and on a replay."""
+    return FailRequested(
+        failed.reason,
+        cause=cast(FailureCause, failed.cause),
+        error=failed,
+        step_id=failed.step_id,
+        effect_key=failed.effect_key,
+    )
 
 
 class ContinueRequested(Interrupt):

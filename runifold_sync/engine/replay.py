@@ -27,11 +27,18 @@ from typing import Any
 
 from ..errors import NonDeterminism
 from ..model.checkpoint import MAIN, Checkpoint, EntryKind, EntryStatus, JournalEntry
-from .interrupts import FailRequested
+from .interrupts import FailRequested, UnknownPatch
 
 # Bound once: on Python 3.11 reading an enum member from its class is a Python-level
 # lookup that cost more than the rest of a replayed call's checks.
 _DONE = EntryStatus.DONE
+_FAILED = EntryStatus.FAILED
+_PATCH = EntryKind.PATCH
+
+
+def patch_call_id(change_id: str) -> str:
+    """The call id of a patch's marker (one per journal, however often it is asked)."""
+    return f"patch:{change_id}"
 
 
 def finished(entry: JournalEntry | None) -> bool:
@@ -57,6 +64,7 @@ class Cursor:
         self._prefix = "" if scope is None else f"{scope}/"
         self._position = 0
         self._occurrences: Counter[str] = Counter()
+        self._patches: dict[str, bool] = {}  # what ctx.patched answered in this journal
 
     @property
     def position(self) -> int:
@@ -80,11 +88,37 @@ class Cursor:
             return call_id, None
         entry = self.journal[position]
         if entry.kind != kind or entry.call_id != call_id:
+            if entry.kind is _PATCH:  # the run took a patch's new path this code lacks
+                raise UnknownPatch(entry.call_id, position, call_id)
             error = NonDeterminism(self.task_id, position, entry.call_id, call_id)
             raise FailRequested(str(error), cause="nondeterminism", error=error, step_id=name)
-        if entry.status == _DONE:
+        if entry.status == _DONE or entry.status == _FAILED:  # both replay without running
             self._position += 1
         return call_id, entry
+
+    def patch(self, change_id: str, *, record: bool = True) -> bool:
+        """``ctx.patched(change_id)``: True when the run records (or recorded) the patch's
+        marker here, False when its journal already goes on past this point without it.
+        The first answer in a journal stands for every later call with that id. With
+        ``record`` False (``ctx.deprecate_patch``) a marker found here is passed and none
+        is made."""
+        decided = self._patches.get(change_id)
+        if decided is not None:
+            return decided
+        call_id = f"{self._prefix}{patch_call_id(change_id)}"
+        position = self._position
+        if position < len(self.journal):
+            entry = self.journal[position]
+            decided = entry.kind is _PATCH and entry.call_id == call_id
+            if decided:
+                self._position += 1
+        elif record:
+            self.record(JournalEntry(call_id, _PATCH, _DONE, output=True))
+            decided = True
+        else:
+            decided = False
+        self._patches[change_id] = decided
+        return decided
 
     def record(self, entry: JournalEntry, output_json: str | None = None) -> None:
         """Append the finished entry of a new call and move past it; ``output_json`` is
@@ -106,6 +140,17 @@ class Cursor:
             entry.output = output
             if evidence is not None:
                 entry.evidence = evidence
+        self._position += 1
+
+    def fail(self, entry: JournalEntry | None, failed: JournalEntry) -> None:
+        """Record ``failed``, the final failure of the call under the cursor: in place of
+        its unfinished ``entry`` (an effect's intent), else appended; and move past it."""
+        with self.lock:
+            if entry is None:
+                self.checkpoint.append(self.key, failed)
+            else:
+                entry.status = EntryStatus.FAILED
+                entry.output = failed.output
         self._position += 1
 
     def drop(self, entry: JournalEntry) -> None:

@@ -17,16 +17,26 @@ from typing import Any, NoReturn
 
 from ..errors import InvalidArgument
 from ..model import validate
-from ..model.checkpoint import Checkpoint, CheckpointWrite
+from ..model.attributes import encode_all as encode_attributes
+from ..model.checkpoint import MAIN, Checkpoint, CheckpointWrite, EntryKind, EntryStatus
 from ..model.codec import from_json
 from ..model.values import MAX_INPUT_BYTES, Budget
 from ..store import checks
 from ..store.base import WorkflowStore
-from ..store.records import ClaimedTask, Lease
+from ..store.records import ClaimedTask, Lease, StreamWrite
 from ..workflow.context import Branches, WorkflowContext
 from ..workflow.registry import WorkflowDefinition
 from ..workflow.specs import StepSpec
-from ..workflow.waiting import ApprovalDecision, ApprovalTimedOut, ChildHandle, ChildTimedOut
+from ..workflow.waiting import (
+    ApprovalDecision,
+    ApprovalTimedOut,
+    ChildHandle,
+    ChildTimedOut,
+    Fired,
+    SignalTimedOut,
+    Update,
+    WaitItem,
+)
 from .boundary import Boundary, BranchScope
 from .branches import Parent, run_parallel, run_race
 from .calls import Calls
@@ -43,6 +53,10 @@ from .waits import Waits
 
 class TaskRun:
     """One claim's run of a task's main function (or of one of its parallel branches)."""
+
+    # How its journals are walked: a dry replay (``dry_replay.py``) swaps in a cursor that
+    # stops where a call would run for real.
+    cursor_type: type[Cursor] = Cursor
 
     def __init__(
         self,
@@ -69,7 +83,10 @@ class TaskRun:
             flags=flags,
             max_entry_bytes=max_entry_bytes,
         )
-        self._open(Cursor(checkpoint, self.commits.lock, self.task_id), None)
+        self._open(self.cursor_type(checkpoint, self.commits.lock, self.task_id), None)
+        # ctx.write_stream calls of this claim's run of the main function, per key: each
+        # call's seq, the same on every claim since the function runs from the top.
+        self._stream_writes: dict[str, int] = {}
 
     def _open(self, cursor: Cursor, branch: BranchScope | None) -> None:
         """Set up the parts of this run that belong to one journal."""
@@ -90,6 +107,7 @@ class TaskRun:
             boundary=self.boundary,
             lease=lease,
             undoable=definition.workflow.compensations,
+            undo_with_args=definition.workflow.compensation_args,
             resolutions=self._claimed.resolutions,
             timeouts=Timeouts(commits=self.commits, boundary=self.boundary, flags=self._flags, lease=lease),
             spans=self._spans,
@@ -121,7 +139,7 @@ class TaskRun:
         journal and call ids scoped by ``key``; ``held`` are the reservations of all
         branches."""
         child = copy.copy(self)  # shares the claim's parts; _open replaces the journal's
-        cursor = Cursor(self.checkpoint, self.commits.lock, self.task_id, key)
+        cursor = self.cursor_type(self.checkpoint, self.commits.lock, self.task_id, key)
         child._open(cursor, BranchScope(key, reserve, stop, held))
         return child
 
@@ -158,6 +176,29 @@ class TaskRun:
     @property
     def revision(self) -> int:
         return self.commits.revision
+
+    def forget_failure(self, call_id: str) -> None:
+        """Take the recorded final failure ``call_id`` back out of the main journal when
+        nothing was recorded after it, as the task fails of it uncaught: the journal then
+        ends where it did before there was a failure to catch, so an operator's ``retry``
+        runs the step again (an effect's entry goes back to its intent, which a retry
+        reconciles as it always did). With calls recorded after it (a ``finally:`` block's),
+        it stays: a replay must meet it where it was."""
+        journal = self.checkpoint.journal
+        if not journal or journal[-1].call_id != call_id or journal[-1].status != EntryStatus.FAILED:
+            return
+        entry = journal[-1]
+        with self.commits.lock:
+            if entry.kind == EntryKind.EFFECT:
+                entry.status, entry.output = EntryStatus.INTENT, None
+            else:
+                self.checkpoint.remove(MAIN, entry)
+
+    @property
+    def cancel_delivered(self) -> bool:
+        """A cancel reached the main function in this claim: however it then ends (a
+        ``finally:`` block that raised, or waited), the task ends cancelled."""
+        return self._flags.cancel_delivered
 
     def encode(self) -> CheckpointWrite:
         """What changed in the checkpoint since the last commit, its run time brought up
@@ -208,9 +249,16 @@ class TaskRun:
         return self.waits.request_approval(name, approvers, timeout, escalate_to, escalation_timeout)
 
     def start_child(
-        self, name: str, version: int, input: Any, checkpoint_id: str | None, tenant: str | None, queue: str
+        self,
+        name: str,
+        version: int,
+        input: Any,
+        checkpoint_id: str | None,
+        tenant: str | None,
+        queue: str,
+        detached: bool = False,
     ) -> ChildHandle:
-        return self.children.start(name, version, input, checkpoint_id, tenant, queue)
+        return self.children.start(name, version, input, checkpoint_id, tenant, queue, detached)
 
     def wait_children(
         self, handles: Sequence[ChildHandle], timeout: timedelta | None, result_type: Any
@@ -240,6 +288,68 @@ class TaskRun:
         if self.cursor.replaying:
             return
         self.commits.commit_event(key, value_json)
+
+    def patched(self, change_id: str) -> bool:
+        """The marker is committed with the next commit: a crash before it loses the
+        marker and the path taken after it together, so the replay decides again."""
+        return self.cursor.patch(change_id)
+
+    def deprecate_patch(self, change_id: str) -> None:
+        self.cursor.patch(change_id, record=False)
+
+    def now(self) -> datetime:
+        return self.waits.now()
+
+    def wait_any(self, items: tuple[WaitItem, ...], result_type: Any, payload_type: Any) -> Fired:
+        return self.waits.wait_any(items, result_type, payload_type)
+
+    def wait_for_signals(
+        self, names: tuple[str, ...], timeout: timedelta | None, until: datetime | None, payload_type: Any
+    ) -> Any:
+        return self.waits.wait_for_signals(names, timeout, until, payload_type)
+
+    def set_attributes(self, values: Mapping[str, Any]) -> None:
+        """Set search attributes now, in a commit of the checkpoint as it stands, unless
+        this call is being replayed: the rule of :meth:`set_event`, for the same reasons
+        (a stored attribute never reports progress the journal lacks, and a replay never
+        puts back an older value over a newer one)."""
+        attributes = encode_attributes("set_attributes", values)
+        if not attributes or self.cursor.replaying:
+            return
+        self.commits.commit_attributes(attributes)
+
+    def wait_for_update(
+        self, name: str, timeout: timedelta | None, payload_type: Any
+    ) -> Update | SignalTimedOut:
+        validator = self._definition.workflow.validators.get(name)
+        return self.waits.wait_for_update(name, timeout, payload_type, validator)
+
+    def reply(self, update: Update, value: Any) -> None:
+        """Answer ``update`` (event ``update:<id>``, ``{"reply": value}``), by the rule of
+        :meth:`set_event`: committed now unless replayed."""
+        key = checks.update_event_key(update.update_id)
+        value_json = checks.event(key, {"reply": value})
+        if self.cursor.replaying:
+            return
+        self.commits.commit_event(key, value_json)
+
+    def write_stream(self, key: str, value: Any) -> None:
+        """Append ``value`` to stream ``key`` now, in a commit of the checkpoint as it
+        stands, unless this call is being replayed: the rule of :meth:`set_event`. The
+        call's seq (its place among this run's writes to ``key``) makes a write made
+        again at the journal's end (the crash came after its commit) a no-op in the
+        store, so a value is appended once. The main function only: branches run in no
+        fixed order, so their writes would have no stable place."""
+        value_json = checks.stream_value(key, value)
+        if self.cursor.scope is not None:
+            raise InvalidArgument(
+                f"write_stream is for the main function, not parallel branch {self.cursor.scope!r}"
+            )
+        seq = self._stream_writes.get(key, 0) + 1
+        self._stream_writes[key] = seq
+        if self.cursor.replaying:
+            return
+        self.commits.commit_stream(StreamWrite(key, value_json, self.checkpoint.run, "", seq))
 
     def continue_as_new(self, input: Any) -> NoReturn:
         """Check ``input`` against the workflow's input type here, at the call, then end

@@ -79,6 +79,9 @@ class EntryKind(enum.StrEnum):
     RACE = "race"
     CHILD = "child"  # ctx.start_child: the child task's id
     CHILDREN = "children"  # ctx.wait_child and ctx.wait_children: how the children ended
+    PATCH = "patch"  # ctx.patched: the marker of a run that took a patch's new path
+    NOW = "now"  # ctx.now: the store time recorded at that point of the run
+    ANY = "any"  # ctx.wait_any: which of its children, signals and timers fired first
 
 
 class EntryStatus(enum.StrEnum):
@@ -87,6 +90,7 @@ class EntryStatus(enum.StrEnum):
     DONE = "done"
     INTENT = "intent"  # an effect that was called but has no recorded result
     PENDING = "pending"  # a wait not over yet, or branches not all finished
+    FAILED = "failed"  # a step or effect that failed for good: its output says how (StepFailed)
 
 
 # Structured by a dict lookup instead of calling the enum class (which cattrs does by
@@ -144,6 +148,9 @@ class Checkpoint:
     # Calls with a timeout whose body is running (or was, under a worker that never came
     # back), by call id; left out of the head while empty.
     deadlines: dict[str, CallDeadline] = attrs.Factory(dict)
+    # The details of each running call's last ``StepContext.heartbeat``, by call id, for
+    # its next attempt; dropped when the call completes or fails for good.
+    heartbeats: dict[str, Any] = attrs.Factory(dict)
     # Parallel branches keep their own journals, keyed "parallel#1/<branch>", and the
     # share of usage each consumed against its reservation.
     branch_journals: dict[str, list[JournalEntry]] = attrs.Factory(dict)
@@ -158,6 +165,9 @@ class Checkpoint:
     # reads it too: a queued or waiting task whose ``undo`` is longer than its
     # ``compensated`` is not cancelled at once but left for a worker to compensate.
     undo: list[str] = attrs.Factory(list)
+    # The arguments ([args, kwargs], JSON) of completed calls whose compensation takes
+    # them (``compensate_for(..., with_args=True)``), by call id; left out while empty.
+    compensation_args: dict[str, Any] = attrs.Factory(dict)
     # What the store holds (see ``write``): how many leading entries of each journal are
     # rows, the text of each row stored unfinished (it may still change), the journals
     # with entries past their rows (their tail, in the head) or fewer entries than rows,
@@ -404,12 +414,14 @@ _PRIVATE = ("_rows", "_rows_open", "_tailed", "_texts")
 # and every commit encodes its head anew.
 _OMITTED_WHILE_EMPTY = (
     "deadlines",
+    "heartbeats",
     "step_failures",
     "branch_usage",
     "compensating_for",
     "compensation_reason",
     "compensated",
     "undo",
+    "compensation_args",
 )
 _unstructure_head = make_dict_unstructure_fn(
     Checkpoint,

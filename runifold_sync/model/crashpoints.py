@@ -54,7 +54,11 @@ POINTS = {
     "completion_held": "task id; the task returned and its completion is held for its claim "
     "batch's one commit (held_completions.py), which has not been sent",
     "before_commit": "call id (effect intents: '<call id>:intent'; events: 'event:<key>'; the "
-    "deadline of a step or effect with a timeout, committed before its body: '<call id>:deadline'); "
+    "deadline of a step or effect with a timeout, committed before its body: '<call id>:deadline'; "
+    "a step's final failure, before StepFailed is raised: '<call id>:failed'; a body's heartbeat "
+    "details: '<call id>:heartbeat'; what a ctx.wait_any fired: 'any#<n>'; search attributes: "
+    "'attributes:<key>+<key>...' in the call's order; stream values: 'stream:<key>:<seq>', and from a "
+    "step body, a write apart from any commit, 'stream:<key>:<call id>:<seq>'); "
     "a checkpoint commit is about to be sent",
     "after_commit": "as before_commit; the commit returned",
     "before_heartbeat": "task id, of the running task or of one claimed ahead; a lease "
@@ -70,6 +74,13 @@ POINTS = {
     "before_tick": "schedule name; the transaction creating a due tick's task (and recording "
     "the tick) is about to be sent, from the worker's schedule thread",
     "after_tick": "as before_tick; the transaction returned",
+    "within_operator": "fork, resume_cancelled, retry_batch or cancel_batch (a batch of retry or "
+    "cancel by filter) or upgrade (one task moved to a newer version); an operator's repair "
+    "has made its changes in its transaction, which has not committed",
+    "after_operator": "as within_operator; the transaction committed",
+    "flow_enqueue": "debounce key, or the dedup key of a singleton replacing its task; inside "
+    "the enqueue's transaction, the debounced input folded into the key's queued task (or the "
+    "replaced task cancelled), not committed",
 }
 
 

@@ -53,6 +53,12 @@ def _storable(text: str) -> str:
     return storable_text(text.replace("\x00", "\\x00"))
 
 
+def storable(text: str) -> str:
+    """Free text as both stores keep it in JSON (see ``_storable``): for the message of a
+    step's final failure, recorded in its journal entry."""
+    return _storable(text)
+
+
 def _bounded_piece(piece: str) -> str:
     encoded = piece.encode()
     if len(encoded) <= MAX_PIECE_BYTES:

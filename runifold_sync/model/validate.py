@@ -22,7 +22,7 @@ from typing import Any, NoReturn, TypeVar
 import attrs
 
 from ..errors import InvalidArgument
-from .codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
+from .codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, from_json, to_json
 
 T = TypeVar("T")
 Check = Callable[[str, Any], Any]
@@ -297,6 +297,25 @@ def json_text(
             f"{field} is {size} bytes encoded, over the limit of {limit}; for large data, {instead}"
         )
     return encoded
+
+
+def canonical_json(field: str, value: object, *, limit: int) -> str:
+    """Text kept as it is given (a task's input): JSON text in the canonical form
+    :func:`json_text` makes (sorted keys, compact, ASCII-only), within its checks. Text a
+    worker could not decode is refused, and so is JSON in another form: two texts of one
+    value would read as two different inputs to enqueue's idempotency."""
+    given = instance(field, value, str)
+    try:
+        decoded = from_json(given)
+    except (ValueError, RecursionError) as exc:
+        refuse(field, f"JSON text ({exc})", given)
+    if json_text(field, decoded, limit=limit) != given:
+        refuse(
+            field,
+            "canonical JSON text (sorted keys, no spaces, ASCII-only), as codec.to_json writes it",
+            given,
+        )
+    return given
 
 
 # --- composing and attrs ------------------------------------------------------------

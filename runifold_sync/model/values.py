@@ -6,6 +6,7 @@ mistake surfaces where it was made instead of later inside a worker.
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import math
 import uuid
@@ -166,6 +167,20 @@ class CapabilitySet:
         return sorted(set(needed) - self.names)
 
 
+class FlowOptions(TypedDict, total=False):
+    """The flow options of an enqueue (``model.flow``): the concurrency key its limits
+    count it under, and what the enqueue does when tasks share its dedup or debounce key."""
+
+    concurrency_key: str | None
+    dedup_key: str | None
+    dedup_window: timedelta | None
+    singleton: bool
+    replace: bool
+    debounce: timedelta | None
+    debounce_key: str | None
+    debounce_max: timedelta | None
+
+
 class TaskOptions(TypedDict, total=False):
     """The keyword options of :meth:`WorkflowTask.new`, for the functions that pass
     them on (``WorkflowRegistry.task``, the Flask and Django ``enqueue``) so each option
@@ -176,21 +191,92 @@ class TaskOptions(TypedDict, total=False):
     priority: int
     not_before: datetime | None
     queue: str
+    # FlowOptions' keys, repeated so the task's own come first (the documented order).
+    concurrency_key: str | None
+    dedup_key: str | None
+    dedup_window: timedelta | None
+    singleton: bool
+    replace: bool
+    debounce: timedelta | None
+    debounce_key: str | None
+    debounce_max: timedelta | None
+
+
+@attrs.frozen
+class EnqueueFlow:
+    """What an enqueue does when other tasks share its key: a task with the same
+    ``dedup_key`` created within ``dedup_window`` is returned instead of a new one; with
+    ``singleton`` an unfinished task of the key is returned (or, with ``replace``, cancelled
+    and the new one enqueued); with ``debounce`` the queued task of ``debounce_key`` takes
+    this input and waits ``debounce`` more (at most ``debounce_max`` after the first).
+    Each field is checked, and the fields together, where it is made."""
+
+    dedup_key: str | None = validate.field(validate.optional(validate.name), None)
+    dedup_window: timedelta | None = validate.field(validate.optional(validate.positive_duration), None)
+    singleton: bool = validate.field(validate.flag, False)
+    replace: bool = validate.field(validate.flag, False)
+    debounce: timedelta | None = validate.field(validate.optional(validate.positive_duration), None)
+    debounce_key: str | None = validate.field(validate.optional(validate.name), None)
+    debounce_max: timedelta | None = validate.field(validate.optional(validate.positive_duration), None)
+
+    @debounce_max.validator
+    def _together(self, _attribute: attrs.Attribute[Any], _value: Any) -> None:
+        """The rules between fields, run after each field's own check (attrs runs the
+        validators in field order, once every field is set)."""
+        if (self.dedup_window is not None or self.singleton) and self.dedup_key is None:
+            raise InvalidArgument("dedup_window and singleton=True need a dedup_key, got dedup_key=None")
+        if self.dedup_window is not None and self.singleton:
+            raise InvalidArgument("dedup_window and singleton=True are two ways to dedup; give one of them")
+        if self.replace and not self.singleton:
+            raise InvalidArgument(
+                "replace=True replaces a singleton's existing task; it needs singleton=True"
+            )
+        if self.debounce is None:
+            if self.debounce_key is not None or self.debounce_max is not None:
+                raise InvalidArgument("debounce_key and debounce_max need debounce, got debounce=None")
+            return
+        if self.debounce_key is None:
+            raise InvalidArgument("debounce needs a debounce_key, got debounce_key=None")
+        if self.dedup_key is not None:
+            raise InvalidArgument(
+                "debounce and dedup_key are two ways to collapse enqueues; give one of them"
+            )
+        if self.debounce_max is not None and self.debounce_max < self.debounce:
+            validate.refuse("debounce_max", f"at least debounce ({self.debounce})", self.debounce_max)
+
+    @property
+    def any(self) -> bool:
+        return self.dedup_key is not None or self.debounce is not None
+
+
+# The input text WorkflowTask.new just made canonical, or that the task being changed
+# holds (checked when it was made): its field check passes that very object without
+# decoding it again. Per thread (and per asyncio task), so no other call sees it.
+_checked_input: contextvars.ContextVar[str | None] = contextvars.ContextVar("checked_input", default=None)
+
+
+def _input_json(field: str, value: object) -> str:
+    checked = _checked_input.get()
+    if checked is not None and value is checked:
+        return checked
+    return validate.canonical_json(field, value, limit=MAX_INPUT_BYTES)
 
 
 @attrs.frozen
 class WorkflowTask:
     """A request to run one definition version on one input, identified by its
     checkpoint identity (``task_id``). Every field is checked where the task is made
-    (:meth:`new`, the class called directly, ``attrs.evolve``), so a store trusts any
-    WorkflowTask it is given; ``input_json`` is the canonical JSON text :meth:`new` makes
-    of the input. Neither checks that a definition of that name and version exists or
-    that the input fits it: ``WorkflowRegistry.task`` checks both."""
+    (:meth:`new`, the class called directly, :meth:`evolve`, ``attrs.evolve``), so a
+    store trusts any WorkflowTask it is given. ``input_json`` is canonical JSON text (the
+    text :meth:`new` makes of the input, which it does not decode again): text a worker
+    could not decode, or that two backends would keep differently, is refused here rather
+    than failing the task later inside a worker. Neither checks that a definition of that
+    name and version exists or that the input fits it: ``WorkflowRegistry.task`` checks both."""
 
     task_id: str = validate.field(validate.name, name="task id")
     definition_name: str = validate.field(validate.name, name="workflow name")
     definition_version: int = validate.field(validate.version, name="version")
-    input_json: str = validate.field(validate.is_a(str))
+    input_json: str = validate.field(_input_json)
     tenant: str = validate.field(validate.name)
     priority: int = validate.field(validate.stored_int)
     not_before: datetime | None = validate.field(validate.optional(validate.moment))
@@ -198,12 +284,25 @@ class WorkflowTask:
     parent_id: str | None = validate.field(validate.optional(validate.name), None, name="parent id")
     # The named queue it goes on: only workers claiming from that queue take it.
     queue: str = validate.field(validate.name, "default")
+    # A child (parent_id set) that cancelling its parent does not cancel
+    # (``ctx.start_child(..., detached=True)``).
+    detached: bool = validate.field(validate.flag, False)
     # What the registry that checked the task knows of its definition (set by
     # ``WorkflowRegistry.task``); the store records it with the task. Not part of what
     # the task is: enqueue's idempotency compares the fields above.
     declared: DeclaredSignals | None = validate.field(
         validate.optional(validate.is_a(DeclaredSignals)), None, eq=False, repr=False
     )
+    # The group its concurrency and rate limits count it in (``model.flow``), else None.
+    concurrency_key: str | None = validate.field(validate.optional(validate.name), None)
+    # What the enqueue does when tasks share its dedup or debounce key (``model.flow``):
+    # how it is enqueued, not what it is.
+    flow: EnqueueFlow | None = validate.field(validate.optional(validate.is_a(EnqueueFlow)), None, eq=False)
+
+    @detached.validator
+    def _only_a_child_detaches(self, _attribute: attrs.Attribute[Any], detached: bool) -> None:
+        if detached and self.parent_id is None:
+            raise InvalidArgument(f"task {self.task_id!r} is detached with no parent: only a child detaches")
 
     @classmethod
     def new(
@@ -217,9 +316,44 @@ class WorkflowTask:
         priority: int = 0,
         not_before: datetime | None = None,
         queue: str = "default",
+        concurrency_key: str | None = None,
+        dedup_key: str | None = None,
+        dedup_window: timedelta | None = None,
+        singleton: bool = False,
+        replace: bool = False,
+        debounce: timedelta | None = None,
+        debounce_key: str | None = None,
+        debounce_max: timedelta | None = None,
     ) -> WorkflowTask:
         task_id = uuid.uuid4().hex if checkpoint_id is None else validate.name("checkpoint id", checkpoint_id)
-        return cls(task_id, name, version, input_text(input), tenant, priority, not_before, queue=queue)
+        flow = EnqueueFlow(dedup_key, dedup_window, singleton, replace, debounce, debounce_key, debounce_max)
+        text = input_text(input)
+        made = _checked_input.set(text)  # canonical already: not decoded again by its field check
+        try:
+            return cls(
+                task_id,
+                name,
+                version,
+                text,
+                tenant,
+                priority,
+                not_before,
+                queue=queue,
+                concurrency_key=concurrency_key,
+                flow=flow if flow.any else None,
+            )
+        finally:
+            _checked_input.reset(made)
+
+    def evolve(self, **changes: Any) -> WorkflowTask:
+        """This task with ``changes`` (``attrs.evolve``), each checked as the constructor
+        checks it; the input text it already holds was checked when it was made, so it
+        is not decoded again unless ``changes`` replace it."""
+        kept = _checked_input.set(self.input_json)
+        try:
+            return attrs.evolve(self, **changes)
+        finally:
+            _checked_input.reset(kept)
 
 
 def input_text(input: Any) -> str:

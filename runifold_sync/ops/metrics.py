@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..model.flow import FlowGroup
 from ..model.outcomes import DefinitionUnavailable, Failed, LeaseLost, Retried, RunOutcome
 from ..store.base import WorkflowStore
 from ..store.records import ClaimedTask
@@ -189,6 +190,7 @@ class StoreCollector(Collector):
             served = served_versions(self._store)
             routes = ready_routes(self._store)
             admissions = self._store.tenant_admission()
+            groups = self._store.flow_groups()
         except Exception as exc:  # a scrape must not fail with the store: the workers' metrics still count
             self._store.outage.report(log, "store gauges unavailable", exc, {})
             up.add_metric([], 0)
@@ -243,6 +245,39 @@ class StoreCollector(Collector):
             held.add_metric([tenant, "budget"], admission.ready if over_budget else 0)
             held.add_metric([tenant, "tenant_limit"], admission.held if not over_budget else 0)
         yield from (tasks, oldest, unserved, unserved_ready, held)
+        yield from _flow_gauges(groups)
+
+
+def _flow_gauges(groups: list[FlowGroup]) -> Iterator[GaugeMetricFamily]:
+    """Per flow-limited group (scope and group: a key, a definition, a queue): its
+    running tasks, its max_running, its claims in the rate's window, and its ready tasks
+    waiting. The groups with the most waiting keep their own series; the rest are summed
+    under "other" (a limit by key prefix may make thousands of groups)."""
+    labels = ["scope", "group"]
+    running = GaugeMetricFamily("runifold_flow_running_tasks", "Leased tasks of a flow group.", labels=labels)
+    limit = GaugeMetricFamily(
+        "runifold_flow_max_running", "The max_running of a flow group (absent: no such limit).", labels=labels
+    )
+    claimed = GaugeMetricFamily(
+        "runifold_flow_window_claims", "Claims of a rate-limited flow group in its window.", labels=labels
+    )
+    waiting = GaugeMetricFamily(
+        "runifold_flow_waiting_tasks", "Ready tasks of a flow group waiting for a claim.", labels=labels
+    )
+    ranked = sorted(groups, key=lambda g: -g.waiting)
+    for group in ranked[:MAX_DEFINITION_LABELS]:
+        names = [group.limit.scope, group.name]
+        running.add_metric(names, group.running)
+        waiting.add_metric(names, group.waiting)
+        if group.limit.max_running is not None:
+            limit.add_metric(names, group.limit.max_running)
+        if group.limit.rate is not None:
+            claimed.add_metric(names, group.claimed_in_window)
+    rest = ranked[MAX_DEFINITION_LABELS:]
+    if rest:
+        running.add_metric([OTHER, OTHER], sum(g.running for g in rest))
+        waiting.add_metric([OTHER, OTHER], sum(g.waiting for g in rest))
+    yield from (running, limit, claimed, waiting)
 
 
 def _unserved_ready(routes: list[ReadyRoute]) -> GaugeMetricFamily:

@@ -6,6 +6,7 @@ they answer the same question the same way."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 import attrs
@@ -38,6 +39,13 @@ class TaskReport:
     run: int | None
     usage: dict[str, Any]
     failure: dict[str, Any] | None
+    # Its search attributes (ctx.set_attributes), by key.
+    attributes: dict[str, Any] = attrs.Factory(dict)
+
+    def attribute_texts(self) -> list[tuple[str, str]]:
+        """Each attribute as (key, value text): text quoted, a time in ISO 8601, as
+        ``list --where`` takes it back."""
+        return [(key, attribute_text(value)) for key, value in sorted(self.attributes.items())]
 
 
 def task_report(store: WorkflowStore, task_id: str, journal_limit: int) -> TaskReport:
@@ -70,7 +78,20 @@ def task_report(store: WorkflowStore, task_id: str, journal_limit: int) -> TaskR
         run=run,
         usage=usage,
         failure=failure(record, events),
+        attributes=store.task_attributes(task_id),
     )
+
+
+def attribute_text(value: Any) -> str:
+    """An attribute's value as ``list --where`` reads it: text in double quotes, a time
+    in ISO 8601, a boolean as true/false, a number as Python writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, str):
+        return f'"{value}"'
+    return repr(value)
 
 
 def journal_lines(report: TaskReport) -> list[str]:

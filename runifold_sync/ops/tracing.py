@@ -36,7 +36,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from ..engine.interrupts import FailRequested, RetryRequested, SuspendRequested
 from ..engine.spans import ClaimSpans, WaitSpan
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, StepFailed
 from ..model import validate
 from ..model.outcomes import Failed, LeaseLost, RunOutcome, Suspended
 from ..store.records import ClaimedTask
@@ -160,7 +160,7 @@ def _interrupted(exc: BaseException) -> str:
     """The outcome of a body or wait that ``exc`` left."""
     if isinstance(exc, RetryRequested):
         return "retried"
-    if isinstance(exc, FailRequested):
+    if isinstance(exc, FailRequested | StepFailed):  # a step's final failure, raised to be caught
         return "failed"
     if isinstance(exc, SuspendRequested):
         return "suspended"
@@ -176,6 +176,8 @@ def _ended(span: Span, outcome: str, exc: BaseException) -> None:
     if isinstance(exc, SuspendRequested) and exc.wake_at is not None:
         span.set_attribute("runifold.wake_at", exc.wake_at.isoformat())
     error = exc if isinstance(exc, Exception) else exc.__cause__ or getattr(exc, "error", None)
+    if isinstance(exc, StepFailed) and isinstance(exc.__cause__, Exception):
+        error = exc.__cause__  # the body's own error, as a failure without the catch recorded
     if isinstance(error, Exception):
         span.record_exception(error)
     if outcome in ("retried", "failed", "error"):

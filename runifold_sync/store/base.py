@@ -17,7 +17,8 @@ adapters, the fenced transitions and the claim), and documented where it is writ
 - waiting for a task to finish and reading the events it publishes:
   :mod:`.sql_results`;
 - schedules (declaring them, a tick's task, pause, resume and removal): :mod:`.sql_schedules`;
-- retention, deleting old finished tasks: :mod:`.sql_retention`.
+- retention, deleting old finished tasks: :mod:`.sql_retention`;
+- repairs (fork, resuming a cancelled task, retry and cancel by filter): :mod:`.sql_repairs`.
 
 The backends (:mod:`.sqlite`, :mod:`.postgres`) are a dialect and a way of opening it.
 """
@@ -34,12 +35,15 @@ from . import checks
 from .dialect import Dialect
 from .outage import OutageLog
 from .records import EnqueueResult
+from .sql_flow import FlowOperations
 from .sql_operators import OperatorOperations
 from .sql_reads import ReadOperations
+from .sql_repairs import RepairOperations
 from .sql_results import ResultOperations
 from .sql_retention import RetentionOperations
 from .sql_schedules import ScheduleOperations
 from .sql_transitions import StepConnection, WorkerOperations
+from .sql_updates import UpdateOperations
 from .timing import OperationTimer
 
 # Every store opened and not yet closed, and the process that opened it: what
@@ -48,12 +52,15 @@ _open: weakref.WeakKeyDictionary[WorkflowStore, int] = weakref.WeakKeyDictionary
 
 
 class WorkflowStore(
+    UpdateOperations,
     OperatorOperations,
     WorkerOperations,
     ReadOperations,
     ResultOperations,
     ScheduleOperations,
     RetentionOperations,
+    RepairOperations,
+    FlowOperations,
     abc.ABC,
 ):
     """Semantic operations of the control plane on ``dialect``. Thread-safe: the

@@ -7,12 +7,14 @@ a bad call fails the same way on SQLite and PostgreSQL and never as a database e
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
 from ..errors import InvalidArgument
 from ..model import validate
+from ..model.attributes import encode_all as encode_attributes
+from ..model.attributes import filter_json as attribute_filter_json
 from ..model.codec import from_json
 from ..model.values import MAX_INPUT_BYTES, DeclaredSignals, TaskState, WorkflowTask
 
@@ -82,6 +84,24 @@ def event(key: object, value: Any) -> str:
     )
 
 
+def update_event_key(update_id: str) -> str:
+    """The event that answers update ``update_id`` (``store.update`` waits for it): the
+    workflow's reply, ``{"reply": value}``, or its rejection, ``{"rejected": reason}``."""
+    return f"update:{update_id}"
+
+
+def stream_value(key: object, value: Any) -> str:
+    """A stream value's key (a name) and value, as :func:`event` checks an event's:
+    returns the value's canonical JSON text."""
+    validate.name("stream key", key)
+    return validate.json_text(
+        f"value of stream {key!r}",
+        value,
+        limit=MAX_EVENT_BYTES,
+        instead="write a reference (an id, a URL) to it",
+    )
+
+
 def signal(name: str, signal_id: str, sender: str, tenant: str, reason: str | None, payload: Any) -> str:
     """Check a delivery's arguments; returns the payload's canonical JSON text, the form
     that is stored and that deduplication compares."""
@@ -105,8 +125,10 @@ def list_filters(
     parent: str | None,
     limit: object,
     queue: str | None = None,
+    attributes: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The parameters of query ``list_tasks``."""
+    """The parameters of query ``list_tasks``; ``attributes``: search attributes every
+    listed task has (``ctx.set_attributes``), each of the same kind and value."""
     validate.optional(validate.is_a(TaskState))("state", state)
     # Each a name a task was given (checked by WorkflowTask.new), or None: no filter. A
     # value of another type matched nothing, or failed in the driver.
@@ -126,4 +148,10 @@ def list_filters(
         "parent": parent,
         "queue": queue,
         "limit": limit,
-    }
+    } | attribute_filter(attributes)
+
+
+def attribute_filter(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The attribute part of ``list_filters``' parameters: none matches every task."""
+    found = [] if attributes is None else encode_attributes("attributes filter", attributes)
+    return {"attributes": attribute_filter_json(found), "attribute_count": len(found)}

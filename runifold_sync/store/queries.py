@@ -32,7 +32,11 @@ def load_queries(dialect: str, now_expression: str) -> dict[str, str]:
             if name in queries:
                 raise RuntimeError(f"query {name!r} is defined twice (again in {file}.sql)")
             queries[name] = _compact(body).rstrip(";").replace("{now}", now_expression)
-    return {name: _INCLUDE.sub(lambda part: queries[part.group(1)], body) for name, body in queries.items()}
+
+    def expand(body: str) -> str:  # a part may include parts of its own
+        return _INCLUDE.sub(lambda part: expand(queries[part.group(1)]), body)
+
+    return {name: expand(body) for name, body in queries.items()}
 
 
 def _compact(body: str) -> str:

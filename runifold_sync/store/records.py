@@ -244,7 +244,12 @@ class TaskRecord:
     # Signals refused where they were sent (send_signal); the history records the first
     # ``refusals.RECORDED_SIGNAL_REFUSALS`` of them, and only counts the rest here.
     refused_signals: int = 0
+    detached: bool = False  # a child its parent's cancel does not cancel (start_child(detached=True))
     status_note: str | None = None
+    # The group its flow limits count it in (model.flow), and its dedup and debounce keys.
+    concurrency_key: str | None = None
+    dedup_key: str | None = None
+    debounce_key: str | None = None
 
     @property
     def input(self) -> Any:
@@ -411,3 +416,38 @@ class FinishedInterval:
     @property
     def total(self) -> int:
         return self.completed + self.failed + self.cancelled
+
+
+@attrs.frozen
+class StreamWrite:
+    """One ``ctx.write_stream``: ``value_json`` for stream ``key``, and its place in the
+    run that wrote it (``run``; ``writer``: '' for the main function; ``seq``: that
+    writer's n-th write to ``key`` in the run), which makes writing it again a no-op."""
+
+    key: str
+    value_json: str
+    run: int
+    writer: str
+    seq: int
+
+    def place(self) -> dict[str, Any]:
+        return {"key": self.key, "run": self.run, "writer": self.writer, "seq": self.seq}
+
+
+@attrs.frozen
+class StreamValue:
+    """A value of a task's stream, at ``position`` (1, 2, ...: what ``after=`` takes)."""
+
+    position: int
+    value: Any
+
+
+@attrs.frozen
+class StreamRead:
+    """What ``store.read_stream`` found: the values after the offset asked for, in
+    order, and whether the stream is ``closed`` (the task has finished, so nothing
+    follows ``values``). ``next_after`` is what to pass as ``after=`` next."""
+
+    values: list[StreamValue]
+    closed: bool
+    next_after: int

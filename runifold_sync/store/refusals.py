@@ -48,6 +48,7 @@ def already_enqueued(task: WorkflowTask, stored: Row) -> EnqueueResult:
             ("input", "input", task.input_json),
             ("parent", "parent_id", task.parent_id),
             ("queue", "queue", task.queue),
+            ("concurrency key", "concurrency_key", task.concurrency_key),
         )
         if stored[column] != given
     ]

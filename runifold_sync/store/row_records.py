@@ -63,8 +63,12 @@ def task_record(row: Row, values: Values) -> TaskRecord:
         waiting_for_child=row["waiting_for_child"],
         paused=row["paused"],
         queue=row["queue"],
+        concurrency_key=row["concurrency_key"],
+        dedup_key=row["dedup_key"],
+        debounce_key=row["debounce_key"],
         fingerprint=row["fingerprint"],
         refused_signals=row["refused_signals"],
+        detached=bool(row["detached"]),
     )
 
 

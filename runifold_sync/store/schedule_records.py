@@ -12,6 +12,7 @@ import attrs
 
 from ..model.codec import from_json
 from ..model.schedule_times import ScheduleTimes, cron_times, interval_times
+from ..model.schedules import Schedule
 from .dialect import Row, Values
 
 
@@ -37,6 +38,10 @@ class ScheduleRecord:
     paused_reason: str | None
     declared_at: datetime
     changed_at: datetime
+    # 'declared' (a registry's, stored by its workers) or 'created' (store.create_schedule),
+    # and the named queue of a created one's ticks (a declared one's is its registry's).
+    origin: str = "declared"
+    queue: str = "default"
 
     @property
     def paused(self) -> bool:
@@ -53,6 +58,19 @@ class ScheduleRecord:
             return cron_times(self.cron, self.timezone, self.name)
         assert self.every is not None
         return interval_times(self.every, self.timezone, self.name)
+
+    def schedule(self) -> Schedule:
+        """The definition as a :class:`Schedule`: what a worker ticks a created one by."""
+        return Schedule(
+            self.name,
+            self.workflow,
+            self.version,
+            cron=self.cron,
+            every=self.every,
+            timezone=self.timezone,
+            input=self.input,
+            queue=self.queue,
+        )
 
     @property
     def expression(self) -> str:
@@ -112,6 +130,8 @@ def schedule_record(row: Row, values: Values) -> ScheduleRecord:
         paused_reason=row["paused_reason"],
         declared_at=values.time(row["declared_at"]),
         changed_at=values.time(row["changed_at"]),
+        origin=row["origin"],
+        queue=row["queue"],
     )
 
 

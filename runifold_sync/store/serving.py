@@ -95,7 +95,11 @@ def no_live_worker_declares(schedule: ScheduleRecord, live: Sequence[WorkerRecor
     workflow version. So a live worker that declares it started at or before its last
     declaration and serves that version; when none does (or none is live), the schedule
     is stored but no running registry has it. False is not proof of the opposite: a live
-    worker that started earlier and serves the version may have it or not."""
+    worker that started earlier and serves the version may have it or not. A schedule
+    created at run time (``store.create_schedule``) is ticked by every live worker that
+    serves its version, whenever it started."""
+    if schedule.origin == "created":
+        return not any((schedule.workflow, schedule.version) in w.definitions for w in live)
     return not any(
         w.started_at <= schedule.declared_at and (schedule.workflow, schedule.version) in w.definitions
         for w in live

@@ -60,7 +60,8 @@ class Verdict:
 def judge(task: Row, declared: Sequence[Row], name: str, sender: str, payload_text: str) -> Verdict:
     """The verdict on signal ``name`` from ``sender`` for ``task`` (its row, as query
     ``lock_task`` reads it), given the rows of ``declared_signals`` for its version."""
-    waiting = task["state"] == "waiting" and task["waiting_for_signal"] == name
+    # waiting_for_signal holds the names a wait takes, one a line (an approval's is one name).
+    waiting = task["state"] == "waiting" and name in (task["waiting_for_signal"] or "").split("\n")
     checked = SignalCheck.WAITING if waiting else SignalCheck.DECLARED if declared else SignalCheck.UNCHECKED
     if declared:
         names = sorted(frozenset().union(*(from_json(row["signals"]) for row in declared)))

@@ -20,7 +20,7 @@ from ..model import validate
 from ..model.codec import to_json
 from ..model.trace_context import current_traceparent
 from ..model.values import DeclaredSignals, TaskState, WorkflowTask
-from . import checks, event_details, refusals, row_records, signal_checks
+from . import checks, event_details, refusals, row_records, signal_checks, sql_flow
 from .dialect import Dialect, Event, Row, Transaction
 from .records import EnqueueResult, SignalDelivery, TaskRecord
 from .retries import retried
@@ -43,11 +43,11 @@ class OperatorOperations:
         tasks = checks.tasks(tasks)
         if connection is not None:
             with self.dialect.joined(connection) as tx:
-                return insert_tasks(self.dialect, tx, tasks)
+                return insert_tasks(self.dialect, tx, tasks, self._cancel_in)
 
         def insert() -> list[EnqueueResult]:  # an id enqueues once: safe to send again
             with self.dialect.transaction() as tx:
-                return insert_tasks(self.dialect, tx, tasks)
+                return insert_tasks(self.dialect, tx, tasks, self._cancel_in)
 
         return retried(insert)
 
@@ -176,7 +176,8 @@ class OperatorOperations:
           not committed yet is refused (:class:`CancelPending`): the cancel wins.
 
         The task's unfinished child tasks (``ctx.start_child``), and theirs, are cancelled
-        in the same transaction, each recorded with its parent as the actor. Completed
+        in the same transaction, each recorded with its parent as the actor; a child
+        started ``detached=True`` is not (it runs to its own end). Completed
         external writes are not undone, except by declared compensations."""
         checks.operator(actor, reason)
         validate.text("task id", task_id)
@@ -313,7 +314,9 @@ def _login_digest(login_id: str) -> str:
     return hashlib.sha256(login_id.encode()).hexdigest()
 
 
-def insert_tasks(d: Dialect, tx: Transaction, tasks: list[WorkflowTask]) -> list[EnqueueResult]:
+def insert_tasks(
+    d: Dialect, tx: Transaction, tasks: list[WorkflowTask], cancel: sql_flow.Cancel | None = None
+) -> list[EnqueueResult]:
     """Insert checked ``tasks`` inside ``tx`` with their enqueued events, waking idle
     workers when one is new: what ``enqueue_many`` does, for the operations that enqueue
     as part of a larger transaction (a schedule's tick). Each new task keeps the trace
@@ -333,7 +336,12 @@ def insert_tasks(d: Dialect, tx: Transaction, tasks: list[WorkflowTask]) -> list
             "parent_id": task.parent_id,
             "trace_context": traceparent,
             "queue": task.queue,
-        }
+            "detached": task.detached,
+        } | sql_flow.flow_params(d, task)
+        folded = sql_flow.collapsed(d, tx, task, params, cancel)
+        if folded is not None:
+            results.append(folded)
+            continue
         inserted = tx.one("insert_task", params)
         if inserted is None:
             row = tx.one("select_task", params)

@@ -7,7 +7,7 @@ stands now (``TaskRecord.status_note``), derived here and never stored.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TypedDict, Unpack
 
@@ -15,9 +15,10 @@ import attrs
 
 from ..model import validate
 from ..model.admission import TenantAdmission, TenantPolicy, explain
+from ..model.attributes import AttributeValue
 from ..model.checkpoint import JournalRow
 from ..model.values import TaskState, WorkerId
-from . import checks, row_records
+from . import checks, row_records, sql_flow
 from .dialect import Dialect
 from .records import (
     ClockReading,
@@ -48,6 +49,7 @@ class TaskFilters(TypedDict, total=False):
     definition: str | None
     parent: str | None
     queue: str | None
+    attributes: Mapping[str, AttributeValue] | None
 
 
 # Where a walk of the tasks in creation order starts: before every task (after every
@@ -154,10 +156,13 @@ class ReadOperations:
         parent: str | None = None,
         limit: int = 100,
         queue: str | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> list[TaskRecord]:
         """Tasks matching every given filter, oldest first; ``parent``: the children of
-        that task; ``queue``: the tasks of that named queue."""
-        filters = checks.list_filters(state, tenant, definition, parent, limit, queue)
+        that task; ``queue``: the tasks of that named queue; ``attributes``: the tasks
+        whose search attributes (``ctx.set_attributes``) include each of these, of the
+        same kind and value (``{"customer": "c-42", "amount": 120}``)."""
+        filters = checks.list_filters(state, tenant, definition, parent, limit, queue, attributes)
         found = self.dialect.all("list_tasks" if parent is None else "list_children", filters)
         return self.explain_reasons(
             [row_records.found_task(self.dialect, row, row["task_id"]) for row in found]
@@ -196,6 +201,7 @@ class ReadOperations:
             filters.get("parent"),
             limit,
             filters.get("queue"),
+            filters.get("attributes"),
         )
         scan = validate.integer("page scan", scan, minimum=limit, maximum=100 * MAX_PAGE_SCAN)
         validate.flag("newest_first", newest_first)
@@ -370,6 +376,7 @@ class ReadOperations:
         if not any(r.state in unfinished for r in records):
             return records
         admissions = {a.policy.tenant: a for a in self.tenant_admission()}
+        limited = bool(self.dialect.all("flow_limits", {}))
         live = [w for w in self.workers() if w.live(LIVE_WITHIN)]
         now = self.now()
         explained = []
@@ -382,6 +389,10 @@ class ReadOperations:
                 )
             if note is None:
                 note = explain(record.state, record.ready_at, record.tenant, admissions)
+            ready = record.ready_at is not None and record.ready_at <= now
+            if note is None and limited and record.state in (TaskState.QUEUED, TaskState.WAITING) and ready:
+                # The flow limit that holds it, read for its own groups only.
+                note = sql_flow.hold_of(record, sql_flow.read_flow_groups(self.dialect, record))
             if note is None and record.reason is None and record.state in unfinished:
                 note = _status(record, now, anyone_live=bool(live))
             explained.append(record if note is None else attrs.evolve(record, status_note=note))

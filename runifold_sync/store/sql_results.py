@@ -20,11 +20,13 @@ from typing import Any, TypeVar
 
 from ..errors import EventNotFound, TaskNotFound, WaitTimedOut
 from ..model import validate
+from ..model.attributes import AttributeKind, AttributeValue
+from ..model.attributes import decode as decode_attribute
 from ..model.codec import from_json
 from ..model.values import TaskState
-from . import row_records
+from . import checks, row_records
 from .dialect import Dialect
-from .records import PublishedEvent, TaskRecord
+from .records import PublishedEvent, StreamRead, StreamValue, TaskRecord
 
 # A task in one of these states runs no more: completed or failed (terminal), or cancelled.
 FINISHED = (TaskState.TERMINAL, TaskState.CANCELLED)
@@ -79,6 +81,55 @@ class ResultOperations:
             assert text is not None  # the column is NOT NULL; JSON null is the text "null"
             published.append(PublishedEvent(task_id, row["key"], text, d.time(row["set_at"])))
         return published
+
+    def task_attributes(self, task_id: str) -> dict[str, AttributeValue]:
+        """The search attributes task ``task_id`` has set (``ctx.set_attributes``), by
+        key, each as the kind it was set as; empty for a task that set none (or does not
+        exist)."""
+        found = self.dialect.all("task_attributes", {"task_id": validate.text("task id", task_id)})
+        return {row["key"]: decode_attribute(AttributeKind(row["kind"]), row["value"]) for row in found}
+
+    def read_stream(
+        self,
+        task_id: str,
+        key: str,
+        *,
+        after: int = 0,
+        timeout: timedelta | None = None,
+        limit: int = 1000,
+    ) -> StreamRead:
+        """The values task ``task_id`` appended to stream ``key`` (``ctx.write_stream``)
+        after position ``after`` (0: from the first), in order, at most ``limit``.
+        Without ``timeout`` it reads once; with one, when nothing follows ``after`` yet
+        and the task has not finished, it blocks up to ``timeout`` for a value or the
+        task's end, and returns what it then has (maybe nothing). ``closed`` says the
+        task has finished (completed, failed or cancelled): what ``values`` holds is the
+        rest of the stream. :class:`TaskNotFound` at once for an unknown task."""
+        validate.text("task id", task_id)
+        validate.name("stream key", key)
+        after = validate.stored_int("stream offset after", after, minimum=0)
+        limit = validate.integer("stream read limit", limit, minimum=1, maximum=checks.MAX_LIST_LIMIT)
+        if timeout is None:
+            return self._stream(task_id, key, after, limit)
+        timeout_s = validate.duration("read_stream timeout", timeout).total_seconds()
+        found = self._await(task_id, timeout_s, lambda: self._stream_news(task_id, key, after, limit))
+        return found if found is not None else StreamRead([], False, after)
+
+    def _stream(self, task_id: str, key: str, after: int, limit: int) -> StreamRead:
+        """The stream as stored now: the task's state read first, so that a task seen
+        finished has written everything the read after it finds."""
+        d = self.dialect
+        task = d.one("select_task", {"task_id": task_id})
+        finished = row_records.found_task(d, task, task_id).state in FINISHED
+        rows = d.all("read_stream", {"task_id": task_id, "key": key, "after": after, "limit": limit})
+        values = [StreamValue(int(r["position"]), from_json(d.json_out(r["value"]) or "null")) for r in rows]
+        closed = finished and len(values) < limit
+        return StreamRead(values, closed, values[-1].position if values else after)
+
+    def _stream_news(self, task_id: str, key: str, after: int, limit: int) -> StreamRead | None:
+        """:meth:`_stream`, or None while it has nothing new and is open (a wait goes on)."""
+        found = self._stream(task_id, key, after, limit)
+        return found if found.values or found.closed else None
 
     def _finished(self, task_id: str) -> TaskRecord | None:
         row = self.dialect.one("select_task", {"task_id": task_id})

@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from ..errors import InvalidArgument, ScheduleNotFound
+from ..errors import InvalidArgument, InvalidState, ScheduleExists, ScheduleNotFound
 from ..model import validate
 from ..model.codec import to_json
 from ..model.schedule_times import tick_text
@@ -88,6 +88,61 @@ class ScheduleOperations:
                 if before != after:
                     tx.count("change_schedule", params)
                     _event(tx, schedule.name, "changed", None, None, {"before": before, "after": after})
+
+    def create_schedule(
+        self, schedule: Schedule, *, actor: str | None = None, reason: str | None = None
+    ) -> ScheduleRecord:
+        """Store ``schedule``, created at run time beside the ones registries declare:
+        active from now (no tick before it), ticked by every running worker whose
+        registry has its workflow version, from that worker's next look (within
+        ``schedule_ticker.CREATED_LOOK_S``), with no restart. A name already stored is
+        :class:`ScheduleExists`. Its history records the creation (with ``actor`` and
+        ``reason`` when given). The store knows no registry, so it cannot check the
+        workflow version is served anywhere: check it first against yours, as
+        ``registry.add_schedule`` does, with ``registry.tick_task(schedule, tick)``."""
+        validate.instance("schedule", schedule, Schedule)
+        _audit(actor, reason)
+        d = self.dialect
+        with d.transaction() as tx:
+            params = _definition(schedule) | {"queue": schedule.queue, "now": tx.now()}
+            row = tx.one("create_schedule", params)
+            if row is None:
+                raise ScheduleExists(schedule.name)
+            free = None if reason is None else d.free_text(reason)
+            _event(tx, schedule.name, "created", actor, free, {"expression": schedule.times.describe()})
+            return schedule_record(row, d)
+
+    def delete_schedule(
+        self, name: str, *, actor: str | None = None, reason: str | None = None
+    ) -> ScheduleRecord:
+        """Delete schedule ``name``, one created at run time (:meth:`create_schedule`):
+        no worker creates a tick of it from its next look; the tasks of ticks created
+        already stay. Returns what was stored. A schedule a registry declares is refused
+        (:class:`InvalidState`): its workers would store it again; take it out of the
+        registry, or see ``remove_schedule``."""
+        validate.text("schedule name", name)
+        _audit(actor, reason)
+        d = self.dialect
+        with d.transaction() as tx:
+            row = tx.one("delete_created_schedule", {"name": name})
+            if row is None:
+                if tx.one("select_schedule", {"name": name}) is None:
+                    raise ScheduleNotFound(name)
+                raise InvalidState(
+                    f"schedule {name!r} is declared by a registry, not created at run time: its workers "
+                    "would store it again; take it out of the registry (or use remove_schedule)"
+                )
+            record = schedule_record(row, d)
+            free = None if reason is None else d.free_text(reason)
+            _event(tx, name, "deleted", actor, free, {"expression": record.expression})
+            return record
+
+    def created_schedules(self) -> list[Schedule]:
+        """The schedules created at run time, by name, as definitions (what a worker's
+        schedule thread ticks beside its registry's)."""
+        return [
+            schedule_record(row, self.dialect).schedule() for row in self.dialect.all("created_schedules", {})
+        ]
 
     def create_tick(self, name: str, tick: datetime, task: WorkflowTask) -> TickAttempt:
         """Create ``task``, the task of schedule ``name``'s tick at ``tick``, and record
@@ -180,3 +235,9 @@ def _event(
 ) -> None:
     params = {"name": name, "kind": kind, "actor": actor, "reason": reason, "now": tx.now()}
     tx.count("insert_schedule_event", params | {"detail": json.dumps(detail, sort_keys=True)})
+
+
+def _audit(actor: str | None, reason: str | None) -> None:
+    """An optional actor and reason of a run-time schedule change: names when given."""
+    validate.optional(validate.name)("actor", actor)
+    validate.optional(validate.name)("reason", reason)

@@ -27,12 +27,23 @@ from typing import Any
 
 from ..errors import InvalidArgument, InvalidState, LeaseLostError, StoreUnavailable
 from ..model import validate
+from ..model.attributes import Attribute
 from ..model.checkpoint import JournalRow
 from ..model.outcomes import FailureDetail
 from ..model.values import LeaseDuration, WorkerId
 from . import event_details, refusals, row_records, signal_checks
 from .dialect import Dialect, Event, FencedTransition, Row, Transaction
-from .records import BatchCompleted, ClaimedTask, ClaimRequest, Committed, Completion, Lease, Routes, Signal
+from .records import (
+    BatchCompleted,
+    ClaimedTask,
+    ClaimRequest,
+    Committed,
+    Completion,
+    Lease,
+    Routes,
+    Signal,
+    StreamWrite,
+)
 from .retries import retried
 from .timing import OperationTimer, timed
 
@@ -276,6 +287,80 @@ class WorkerOperations:
                 return committed
 
         return retried(commit, lambda: self._committed(lease, revision))
+
+    @timed
+    def commit_attributes(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str,
+        attributes: Sequence[Attribute],
+        *,
+        journal: Sequence[JournalRow] = (),
+    ) -> Committed:
+        """Set the task's search ``attributes`` (``ctx.set_attributes``; per key, last
+        write wins) in the fenced write that commits the checkpoint as it stands, as
+        :meth:`commit_event` publishes an event; returns what :meth:`commit_checkpoint`
+        returns."""
+        d = self.dialect
+        params = self._progress(lease, revision, checkpoint_json)
+
+        def commit() -> Committed:
+            with d.transaction() as tx:
+                committed = fenced_commit(d, tx, lease, params, journal, "attributes commit")
+                for a in attributes:
+                    row = {"task_id": lease.task_id, "key": a.key, "kind": a.kind.value, "value": a.text}
+                    tx.count("set_task_attribute", row)
+                return committed
+
+        return retried(commit, lambda: self._committed(lease, revision))
+
+    @timed
+    def commit_stream(
+        self,
+        lease: Lease,
+        revision: int,
+        checkpoint_json: str,
+        write: StreamWrite,
+        *,
+        journal: Sequence[JournalRow] = (),
+    ) -> Committed:
+        """Append ``write`` to the task's stream (``ctx.write_stream``) in the fenced
+        write that commits the checkpoint as it stands, as :meth:`commit_event`
+        publishes an event; a write already there (same run, writer and seq) is not
+        appended again. Returns what :meth:`commit_checkpoint` returns."""
+        d = self.dialect
+        params = self._progress(lease, revision, checkpoint_json)
+        value = d.json_in(f"value of stream {write.key!r}", write.value_json)
+        row = {"task_id": lease.task_id, "value": value, **write.place()}
+
+        def commit() -> Committed:
+            with d.transaction() as tx:
+                committed = fenced_commit(d, tx, lease, params, journal, f"stream {write.key!r} commit")
+                tx.count("append_stream", row)
+                return committed
+
+        return retried(commit, lambda: self._committed(lease, revision))
+
+    @timed
+    def append_stream(self, lease: Lease, write: StreamWrite) -> None:
+        """Append ``write`` to the task's stream from a step body
+        (``StepContext.write_stream``), fenced by ``lease`` but apart from any checkpoint
+        commit: the value is visible before the step's result is recorded. A write
+        already there (same run, writer, the step's call id, and seq) is not appended
+        again, so a re-run of the step appends only what its earlier attempts did not.
+        :class:`LeaseLostError` when the lease no longer holds."""
+        d = self.dialect
+        value = d.json_in(f"value of stream {write.key!r}", write.value_json)
+        row = {"task_id": lease.task_id, "token": lease.fencing_token, "value": value, **write.place()}
+
+        def append() -> None:  # sent again when unanswered: a second append is a no-op
+            with d.transaction() as tx:
+                if tx.one("stream_fence", row) is None:
+                    raise LeaseLostError(lease.task_id, lease.fencing_token, f"stream {write.key!r} write")
+                tx.count("append_stream", row)
+
+        retried(append)
 
     def pending_signals(self, task_id: str, name: str | None = None) -> list[Signal]:
         """Signals not yet consumed, oldest first: those named ``name``, or all of them

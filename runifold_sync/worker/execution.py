@@ -21,7 +21,9 @@ from ..engine.interrupts import (
     FailRequested,
     RetryRequested,
     SuspendRequested,
+    UnknownPatch,
     YieldRequested,
+    uncaught,
     unwound,
 )
 from ..engine.logs import task_fields
@@ -34,6 +36,7 @@ from ..errors import (
     InputMismatch,
     LeaseLostError,
     OutputNotSerializable,
+    StepFailed,
     StoreUnavailable,
 )
 from ..model import crashpoints
@@ -284,6 +287,11 @@ class ClaimExecutor:
                 # such as a consumed signal, that the store never committed.)
                 raise
             except Exception as exc:
+                if ctx.cancel_delivered:  # a finally: block that raised while the cancel unwound main
+                    raise CancelRequested() from exc
+                if isinstance(exc, StepFailed):  # a step's final failure nothing caught
+                    ctx.forget_failure(exc.call_id)
+                    raise uncaught(exc) from exc
                 raise FailRequested(
                     f"workflow main raised {type(exc).__name__}: {exc}", cause="workflow_error", error=exc
                 ) from exc
@@ -366,6 +374,13 @@ class ClaimExecutor:
             with crashpoints.transition("yield"):
                 self.store.release(lease, delay=timedelta(0), reason=yielded.reason)
             return Yielded(lease.task_id)
+        except UnknownPatch as unknown:  # an older deploy met a newer one's path: not a failure
+            self._keeper.ending()
+            return self._hand_back(
+                claimed,
+                f"definition unavailable: {claimed.definition_name!r} version "
+                f"{claimed.definition_version} on worker {self.worker_id}: {unknown.reason}",
+            )
 
     def _compensate(self, claimed: ClaimedTask, ctx: TaskRun, failure: FailRequested | None) -> RunOutcome:
         """Undo completed steps (if any have compensations), then end the task cancelled
@@ -418,12 +433,12 @@ class ClaimExecutor:
         reason = failure.reason if reason is None else reason
         error = failure.error
         detail = FailureDetail(
-            error_class=None if error is None else type(error).__name__,
-            message=reason if error is None else str(error),
+            error_class=None if error is None else _error_class(error),
+            message=reason if error is None else _message(error),
             task_id=lease.task_id,
             step_id=failure.step_id,
             effect_key=failure.effect_key,
-            traceback=None if error is None else kept_traceback(error),
+            traceback=None if error is None else _traceback(error),
         )
         ambiguous_effect = failure.ambiguous_effect
         # A step's or effect's traceback was logged with its failed attempt (calls.py);
@@ -451,6 +466,19 @@ class ClaimExecutor:
         log.warning("%s", error, extra=task_fields(claimed.lease))
         self._keeper.forgive_if_cut_off(claimed.lease, claimed.revision)
         return LeaseLost(error.task_id, error.fencing_token, error.operation)
+
+
+def _error_class(error: Exception) -> str:
+    """The class a failure names: a StepFailed names the step's own error."""
+    return error.error_class if isinstance(error, StepFailed) else type(error).__name__
+
+
+def _message(error: Exception) -> str:
+    return error.message if isinstance(error, StepFailed) else str(error)
+
+
+def _traceback(error: Exception) -> str | None:
+    return error.traceback if isinstance(error, StepFailed) else kept_traceback(error)
 
 
 def _settled(cycle: Cycle) -> RunOutcome:

@@ -1,15 +1,18 @@
 """Creating schedules' due ticks from every running worker.
 
-Every ``WorkflowWorker.run`` whose registry has schedules (each process of every pool, on
-every host) runs a :class:`ScheduleTicker`: a daemon thread beside the worker loop, so a
-tick is created on time even while every worker is busy in a long step. No process is in
+Every ``WorkflowWorker.run`` (each process of every pool, on every host) runs a
+:class:`ScheduleTicker`: a daemon thread beside the worker loop, so a tick is created on
+time even while every worker is busy in a long step. It ticks the registry's schedules
+and those created at run time (``store.create_schedule``) whose workflow version the
+registry serves, which it reads again at each look. No process is in
 charge and none needs to be: a tick's task is created by ``store.create_tick``, which
 writes it and the schedule's ``last_tick`` in one transaction on the locked schedule
 row, so the first process to reach a tick creates it and the others find it done.
 
-What it costs when nothing is due: nothing. The thread knows from the store's answers
-when each schedule's next tick falls, and sleeps until the first of them (at most
-``MAX_SLEEP_S``, so a store clock moved by a drill is noticed). At a tick, each process
+What it costs when nothing is due: a look every ``CREATED_LOOK_S`` (store time and one
+indexed read of the created schedules, so a new one is picked up without a restart). The
+thread knows from the store's answers when each schedule's next tick falls, and sleeps
+until the first of them or the next look. At a tick, each process
 reads the schedule row and only the first writes; a small random delay spreads them.
 The ticks that fell while no worker ran are not created one by one: only the latest of
 them is (``ScheduleTimes.latest_due``).
@@ -24,11 +27,11 @@ import logging
 import random
 import threading
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import attrs
 
-from ..errors import ScheduleNotFound
+from ..errors import RunifoldError, ScheduleNotFound
 from ..model import crashpoints
 from ..model.schedules import Schedule
 from ..store.base import WorkflowStore
@@ -36,6 +39,9 @@ from ..workflow.registry import WorkflowRegistry
 
 log = logging.getLogger("runifold_sync.model.schedules")
 MAX_SLEEP_S = 60.0
+# How soon a running worker ticks a schedule created at run time (store.create_schedule)
+# or stops ticking a deleted one: each pass reads the created ones, one indexed read.
+CREATED_LOOK_S = 5.0
 RETRY_S = 5.0  # after a pass failed (the store unreachable): the next try
 READY_POLL_S = 0.05  # before the worker has registered: the next look
 JITTER_S = 0.02  # at most this late after a tick, so the processes reaching it do not all write
@@ -70,27 +76,48 @@ class ScheduleTicks:
         self._declared = False
 
     def run(self) -> TickPass:
-        """Declare the schedules (the first time), then create each one's due tick."""
-        schedules = self.registry.schedules
+        """Declare the schedules (the first time), then create each one's due tick: the
+        registry's, and those created at run time (``store.create_schedule``, read again
+        at every pass) whose workflow version this registry has."""
+        declared = self.registry.schedules
         if not self._declared:
-            self.store.declare_schedules(schedules)
+            self.store.declare_schedules(declared)
             self._declared = True
+        names = {s.name for s in declared}
+        runtime = [s for s in self.store.created_schedules() if s.name not in names and self._serves(s)]
+        for gone in set(self._after) - names - {s.name for s in runtime}:
+            del self._after[gone]  # a created schedule deleted since
+        schedules = [*declared, *runtime]
         now = self.store.now()
         created = []
         for schedule in schedules:
-            task_id = self._create_due(schedule, now)
+            task_id = self._create_due(schedule, now, declared=schedule.name in names)
             if task_id is not None:
                 created.append(task_id)
-        upcoming = [s.times.next_after(max(self._after[s.name], now)) for s in schedules]
+        upcoming = [
+            s.times.next_after(max(self._after[s.name], now)) for s in schedules if s.name in self._after
+        ]
         return TickPass(tuple(created), now, min(upcoming, default=None))
 
-    def _create_due(self, schedule: Schedule, now: datetime) -> str | None:
+    def _serves(self, schedule: Schedule) -> bool:
+        """Whether this registry can make the ticks' tasks of a created schedule (its
+        workflow version, an input that fits); a pool whose registry has it ticks it."""
+        try:
+            self.registry.tick_task(schedule, schedule.times.next_after(datetime.now(UTC)))
+        except RunifoldError:
+            return False
+        return True
+
+    def _create_due(self, schedule: Schedule, now: datetime, *, declared: bool = True) -> str | None:
         known = self._after.get(schedule.name)
         if known is not None and schedule.times.latest_due(known, now) is None:
             return None  # not due by what the row said last: nothing to ask
         try:
             record = self.store.schedule(schedule.name)  # a read: another process may have made it
         except ScheduleNotFound:
+            if not declared:  # a created schedule deleted since the pass read it
+                self._after.pop(schedule.name, None)
+                return None
             log.warning(
                 "schedule %s is no longer stored (an operator removed it?); this worker's registry "
                 "adds it, so it is stored again, starting from now",
@@ -108,7 +135,7 @@ class ScheduleTicks:
             crashpoints.reached("before_tick", schedule.name)
         try:
             attempt = self.store.create_tick(schedule.name, due, task)
-        except ScheduleNotFound:  # removed since the read: stored again at the next look
+        except ScheduleNotFound:  # removed since the read: stored again at the next look (if declared)
             self._after[schedule.name] = record.ticks_after
             return None
         if crashpoints.ARMED:
@@ -149,7 +176,7 @@ class ScheduleTicker:
                 delay = READY_POLL_S
                 continue
             try:
-                delay = self._ticks.run().sleep_s()
+                delay = min(self._ticks.run().sleep_s(), CREATED_LOOK_S)
             except Exception as exc:
                 self._ticks.forget()
                 self._store.outage.report(log, "creating schedule ticks failed; retrying", exc, {})

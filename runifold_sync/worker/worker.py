@@ -194,7 +194,8 @@ class WorkflowWorker:
         that error.
         ``on_outcome`` hears each cycle's outcome as it ends (pool children report them to
         their supervisor). While it runs, a thread creates the due ticks of the registry's
-        schedules (:mod:`~runifold_sync.worker.schedule_ticker`); :meth:`run_once` creates none.
+        schedules and of those created at run time that it serves
+        (:mod:`~runifold_sync.worker.schedule_ticker`); :meth:`run_once` creates none.
         Signals are the caller's: a handler should only cancel ``shutdown``. The worker
         stays open: :meth:`close` it afterwards."""
         validate.instance("shutdown", shutdown, CancellationToken)
@@ -206,11 +207,9 @@ class WorkflowWorker:
         outcomes: Counter[str] = Counter()
         tasks = 0
         refused = _RefusedWrites()
-        ticker = (
-            ScheduleTicker(self.store, self.registry, self.worker_id.value, lambda: self._registered)
-            if self.registry.schedules
-            else None
-        )
+        # Always: a schedule created at run time (store.create_schedule) may be this
+        # registry's to tick, whether or not the registry declares any.
+        ticker = ScheduleTicker(self.store, self.registry, self.worker_id.value, lambda: self._registered)
 
         def report(ended: list[RunOutcome]) -> int:
             """Count and pass on the outcomes of a cycle; how many tasks they ended."""
@@ -253,8 +252,7 @@ class WorkflowWorker:
         finally:
             if self._held:  # stopped between cycles of a batch
                 tasks += report(self._commit_held_at_stop())
-            if ticker is not None:
-                ticker.close()
+            ticker.close()
             self._ahead.release()
         return WorkerReport(dict(outcomes), tasks, max_tasks is not None and tasks >= max_tasks)
 

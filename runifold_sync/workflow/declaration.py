@@ -17,7 +17,7 @@ from ..errors import InvalidArgument
 from ..model import validate
 from ..model.checkpoint import EntryKind
 from ..model.retry_policy import RetryPolicy
-from .context import WorkflowContext, call_step
+from .context import WorkflowContext, call_step, patch_id
 from .specs import StepSpec, input_type
 from .step_context import StepContext
 
@@ -39,6 +39,11 @@ class Workflow:
         self.signals = validate.names("signals", signals, kind="signal name")
         self.steps: dict[str, StepSpec] = {}
         self.compensations: dict[str, Callable[..., Any]] = {}
+        # Steps whose compensation is also given the step's arguments (recorded with them).
+        self.compensation_args: set[str] = set()
+        # Update name (a declared signal) -> its validator (``validator``): run by the
+        # wait before an update is recorded; raising rejects it.
+        self.validators: dict[str, Callable[[Any], object]] = {}
         self.main_fn: Callable[..., Any] | None = None
         self._fingerprint: str | None = None  # cleared by each declaration
 
@@ -52,11 +57,14 @@ class Workflow:
         retry: RetryPolicy | None = None,
         capabilities: Iterable[str] = (),
         timeout: timedelta | None = None,
+        patch: str | None = None,
     ) -> Callable[[Callable[Concatenate[StepContext, P], R]], Callable[Concatenate[WorkflowContext, P], R]]:
         """Declare a deterministic step; its output is checkpointed and replayed.
         ``timeout`` bounds each attempt of its body: one that runs longer loses its task
-        and counts as a failed attempt of ``retry`` (see ``timeouts.py``)."""
-        return self._declare(EntryKind.STEP, step_id, retry, capabilities, True, None, timeout)
+        and counts as a failed attempt of ``retry`` (see ``timeouts.py``). ``patch``: the
+        step is called only on the new path of ``ctx.patched(patch)``, so adding it is a
+        compatible change (it is left out of the fingerprint)."""
+        return self._declare(EntryKind.STEP, step_id, retry, capabilities, True, None, timeout, patch=patch)
 
     def effect(
         self,
@@ -67,15 +75,19 @@ class Workflow:
         retry: RetryPolicy | None = None,
         capabilities: Iterable[str] = (),
         timeout: timedelta | None = None,
+        patch: str | None = None,
     ) -> Callable[[Callable[Concatenate[StepContext, P], R]], Callable[Concatenate[WorkflowContext, P], R]]:
-        """Declare an external write. ``idempotent`` must be stated: it decides whether an
-        interrupted call may run again or must be reconciled. An attempt that overruns
+        """Declare an external write (``patch`` as for :meth:`step`). ``idempotent`` must
+        be stated: it decides whether an interrupted call may run again or must be
+        reconciled. An attempt that overruns
         ``timeout`` is an interrupted call too: reconciled, run again only when that is
         safe, else failed closed as ambiguous."""
         validate.flag("idempotent", idempotent)
         if reconcile is not None and not callable(reconcile):
             validate.refuse("reconcile", "callable", reconcile)
-        return self._declare(EntryKind.EFFECT, effect_id, retry, capabilities, idempotent, reconcile, timeout)
+        return self._declare(
+            EntryKind.EFFECT, effect_id, retry, capabilities, idempotent, reconcile, timeout, patch=patch
+        )
 
     def transaction(
         self,
@@ -95,22 +107,54 @@ class Workflow:
         )
 
     def compensate_for(
-        self, step_id: str
-    ) -> Callable[[Callable[[StepContext, Any], None]], Callable[[StepContext, Any], None]]:
+        self, step_id: str, *, with_args: bool = False
+    ) -> Callable[[Callable[..., None]], Callable[..., None]]:
         """Declare how to undo a completed step ``step_id`` when the task later fails or is
         cancelled: ``fn(ctx, step_output)``. Compensations run newest first, each one
-        checkpointed, so a crash in the middle resumes where it stopped."""
-        validate.name("step id", step_id)
+        checkpointed, so a crash in the middle resumes where it stopped.
 
-        def decorate(fn: Callable[[StepContext, Any], None]) -> Callable[[StepContext, Any], None]:
+        ``with_args=True``: ``fn(ctx, step_output, *args, **kwargs)`` with the arguments
+        the step was called with, recorded (as JSON, so they must be JSON values) when it
+        completes and structured back by the step's annotations; part of the
+        fingerprint, since checkpoints then hold them."""
+        validate.name("step id", step_id)
+        validate.flag("compensate_for with_args", with_args)
+
+        def decorate(fn: Callable[..., None]) -> Callable[..., None]:
             _check_function(f"@workflow.compensate_for({step_id!r})", fn)
             if step_id in self.compensations:
                 raise InvalidArgument(f"{self!r} already has a compensation for {step_id!r}")
             self.compensations[step_id] = fn
+            if with_args:
+                self.compensation_args.add(step_id)
             self._fingerprint = None
             return fn
 
         return decorate
+
+    def validator(self, name: str) -> Callable[[Callable[[Any], R]], Callable[[Any], R]]:
+        """Declare the validator of update ``name`` (a declared signal), for
+        ``ctx.wait_for_update``: called with the update's payload (structured as the
+        wait's ``payload_type``) before the update is recorded; raising (any exception)
+        rejects it, and the caller's ``store.update`` raises :class:`UpdateRejected` with
+        the message. It must not touch the outside world: it runs again on a replay of
+        the wait, never recorded."""
+        validate.name("update name", name)
+        if name not in self.signals:
+            raise InvalidArgument(
+                f"update {name!r} must be a signal {self!r} declares (signals=[...]); "
+                f"it declares {sorted(self.signals)}"
+            )
+        if name in self.validators:
+            raise InvalidArgument(f"update {name!r} of {self!r} already has a validator")
+
+        def register(fn: Callable[[Any], R]) -> Callable[[Any], R]:
+            if not callable(fn):
+                validate.refuse(f"the validator of update {name!r}", "callable", fn)
+            self.validators[name] = fn
+            return fn
+
+        return register
 
     def main(self, fn: Callable[..., R]) -> Callable[..., R]:
         """Declare the entry point ``fn(ctx, input)``; it is replayed from the top on
@@ -132,19 +176,36 @@ class Workflow:
 
     def fingerprint(self) -> str:
         """Hash of the declared step graph; changes whenever a checkpoint of this
-        version could be misread. Cached: the worker asks at every claim."""
+        version could be misread. Cached: the worker asks at every claim.
+
+        Steps and effects declared with ``patch=`` (and their compensations) are left
+        out: they are called only on a patch's new path, which a run enters by recording
+        the patch's marker, so no checkpoint of the code before the patch can hold them,
+        and a worker on that older code that meets the marker hands the task back
+        (``replay.py``) rather than misread it. So a change guarded by a patch keeps the
+        fingerprint, and the tasks in flight go on under the new code."""
         if self._fingerprint is not None:
             return self._fingerprint
+        unpatched = [s for s in self.steps.values() if s.patch is None]
         schema = {
             "name": self.name,
             "version": self.version,
-            "steps": sorted((s.schema() for s in self.steps.values()), key=lambda s: s["id"]),
+            "steps": sorted((s.schema() for s in unpatched), key=lambda s: s["id"]),
             "signals": sorted(self.signals),
-            "compensations": sorted(self.compensations),
+            "compensations": sorted(
+                sid for sid in self.compensations if sid not in self.steps or self.steps[sid].patch is None
+            ),
         }
+        if self.compensation_args:  # only then: every other fingerprint stays as it was
+            schema["compensations_with_args"] = sorted(self.compensation_args)
         digest = hashlib.sha256(json.dumps(schema, sort_keys=True).encode())
         self._fingerprint = digest.hexdigest()[:16]
         return self._fingerprint
+
+    @property
+    def patches(self) -> frozenset[str]:
+        """The change ids its steps and effects are declared under (``patch=``)."""
+        return frozenset(s.patch for s in self.steps.values() if s.patch is not None)
 
     def _declare(
         self,
@@ -157,6 +218,7 @@ class Workflow:
         timeout: timedelta | None,
         *,
         transactional: bool = False,
+        patch: str | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         if callable(step_id):
             raise InvalidArgument(f"use @workflow.{kind}() with parentheses")
@@ -164,6 +226,8 @@ class Workflow:
             validate.refuse("retry", "a RetryPolicy", retry)
         checked_timeout = validate.optional(validate.positive_duration)("timeout", timeout)
         caps = validate.names("capabilities", capabilities, kind="capability")
+        if patch is not None:
+            patch_id(patch)
         if step_id is not None:  # refused at the call that named it, not at decoration
             _check_step_id(kind, step_id)
 
@@ -182,6 +246,7 @@ class Workflow:
                 reconcile,
                 checked_timeout,
                 transactional,
+                patch,
             )
             self.steps[sid] = spec
             self._fingerprint = None

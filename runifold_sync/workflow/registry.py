@@ -38,6 +38,12 @@ def _check_sender_policy(_inst: Any, attribute: attrs.Attribute[Any], value: Any
         )
 
 
+def _key_function(field: str, value: object) -> Callable[[Any], str]:
+    if not callable(value):
+        validate.refuse(field, "a function of the input", value)
+    return value
+
+
 @attrs.frozen
 class WorkflowDefinition:
     """A workflow with the budget and capabilities it runs under. Construction checks
@@ -56,6 +62,11 @@ class WorkflowDefinition:
     # True: structure the input as cattrs' converter does ("7" for an int becomes 7, 1 for
     # a str becomes "1", keys the class lacks are dropped) instead of strictly.
     coerce_input: bool = validate.field(validate.flag, False, prefix=True)
+    # concurrency_key(input) -> the concurrency key of a task started without one (its
+    # input as the main function takes it): the group its flow limits count it in.
+    concurrency_key: Callable[[Any], str] | None = validate.field(
+        validate.optional(_key_function), None, prefix=True
+    )
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.workflow, Workflow):
@@ -134,8 +145,16 @@ class WorkflowRegistry:
         definition = self.get(name, version)
         if definition is None:
             raise self._unknown(name, version)
-        definition.structure_input(from_json(task.input_json), f"input of {name!r} version {version}")
-        return attrs.evolve(task, declared=definition.declared_signals)
+        structured = definition.structure_input(
+            from_json(task.input_json), f"input of {name!r} version {version}"
+        )
+        if definition.concurrency_key is not None and task.concurrency_key is None:
+            key = validate.name(
+                f"concurrency key that {name!r} computed from its input",
+                definition.concurrency_key(structured),
+            )
+            return task.evolve(concurrency_key=key, declared=definition.declared_signals)
+        return task.evolve(declared=definition.declared_signals)
 
     def add_schedule(self, schedule: Schedule) -> None:
         """Run ``schedule`` wherever a worker of this registry runs (``WorkflowWorker.run``,

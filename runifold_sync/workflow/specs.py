@@ -67,6 +67,10 @@ class StepSpec:
     # its completion. That changes what a recorded call means (its writes are in it), so
     # it is part of ``schema``, said only when set so other steps' fingerprints stay.
     transactional: bool = False
+    # ``patch="change-id"``: the step is called only on the new path of ``ctx.patched``
+    # with that id. No checkpoint written before the patch can hold it, so it is no part
+    # of the definition's fingerprint (``Workflow.fingerprint``).
+    patch: str | None = None
 
     @property
     def output_type(self) -> Any:

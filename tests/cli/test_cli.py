@@ -208,7 +208,7 @@ def test_stats_json_reports_queues_tenant_holds_and_unserved_versions(url: str) 
     assert code == 0 and "tenant acme: 0 leased of 0" in out
     code, out = _invoke("stats", "--database", url, "--json")
     report = json.loads(out)
-    assert code == 0 and set(report) == {"queues", "tenants", "unserved", "unserved_routes"}
+    assert code == 0 and set(report) == {"queues", "tenants", "flow", "unserved", "unserved_routes"}
     queues = {(q["tenant"], q["state"]): q for q in report["queues"]}
     assert queues[("default", "queued")]["count"] == 3
     assert queues[("default", "queued")]["oldest_ready_age_s"] >= 0
@@ -330,7 +330,13 @@ def test_stats_and_list_on_an_empty_store_say_there_are_no_tasks(url: str) -> No
     assert _invoke("list", "--tenant", "acme", "--database", url) == (0, "no tasks match these filters\n")
     assert _invoke_json("list", "--database", url) == (0, [])  # --json unchanged
     code, report = _invoke_json("stats", "--database", url)
-    assert code == 0 and report == {"queues": [], "tenants": [], "unserved": [], "unserved_routes": []}
+    assert code == 0 and report == {
+        "queues": [],
+        "tenants": [],
+        "flow": [],
+        "unserved": [],
+        "unserved_routes": [],
+    }
 
 
 def test_list_prints_a_header_row_above_its_rows(url: str) -> None:

@@ -20,6 +20,7 @@ from runifold_sync.sqlite import SqliteWorkflowStore
 WITHOUT_JSON = {
     ("tenant",): "a group: it prints nothing but help",
     ("schedule",): "a group: it prints nothing but help",
+    ("flow",): "a group: it prints nothing but help",
 }
 
 

@@ -71,6 +71,8 @@ def test_schedules_lists_each_with_its_last_and_next_tick(url: str, store: Sqlit
         "paused_reason": None,
         "active_since": None,
         "declared_at": None,
+        "origin": "declared",
+        "queue": None,
         "no_live_worker_declares": True,  # ScheduleTicks here, no worker
     }
 

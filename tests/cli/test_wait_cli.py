@@ -23,6 +23,7 @@ from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 ROOT = Path(__file__).resolve().parents[2]
+WOKEN_WITHIN_S = 1.5  # a woken wait's answer on an idle machine, well within a process's start
 
 
 @pytest.fixture
@@ -87,28 +88,61 @@ def test_wait_for_an_unknown_task_or_with_a_bad_timeout_says_so(url: str) -> Non
     assert "'soon' is not a duration (30s, 5m, 1h30m, 2d)" in bad.stderr
 
 
-def test_a_waiting_process_is_woken_by_a_finish_another_process_commits(backend: Backend) -> None:
-    store = _task(backend.url, None)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    waiting = subprocess.Popen(
-        [sys.executable, "-m", "runifold_sync", "wait", "t1", "--timeout", "60s", "--database", backend.url],
+def _wait_process(url: str, task_id: str) -> subprocess.Popen[str]:
+    """``wait TASK`` run as a process, its output unbuffered: each line reaches the pipe
+    as it is printed, not at the exit."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    return subprocess.Popen(
+        [sys.executable, "-m", "runifold_sync", "wait", task_id, "--timeout", "60s", "--database", url],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
     )
+
+
+def test_a_waiting_process_is_woken_by_a_finish_another_process_commits(backend: Backend) -> None:
+    """Timed to the waiting process's first line of output (its exit, which a loaded
+    machine stretches, is not the wake), and bounded by what answering costs on this
+    machine now: a process started for a task already finished takes from its start to
+    its first line the interpreter's start, the imports, the store's opening and one
+    read. A woken process has only the read left, so it answers within that (or within
+    WOKEN_WITHIN_S on a quick machine); one that is not woken sleeps out its 60 s timeout."""
+    store = open_store(backend.url)
+    store.enqueue(WorkflowTask.new("orders", 1, {}, checkpoint_id="t0"))
+    [first] = store.claim(WorkerId.parse("w0"), LEASE)
+    store.complete(first.lease, first.revision, "{}", '"done"')
+    store.enqueue(WorkflowTask.new("orders", 1, {}, checkpoint_id="t1"))
+    started = time.monotonic()
+    answering = _wait_process(backend.url, "t0")
     try:
-        time.sleep(2.0)  # started, its first reads done: it waits
+        assert answering.stdout is not None
+        assert answering.stdout.readline() == "t0: completed\n"
+        answer_s = time.monotonic() - started
+        answering.wait(timeout=30)
+    finally:
+        answering.kill()
+
+    waiting = _wait_process(backend.url, "t1")
+    try:
+        # Past its first read (twice what a process took to answer): it waits.
+        time.sleep(max(2.0, 2 * answer_s))
         assert waiting.poll() is None
         [claimed] = store.claim(WorkerId.parse("w1"), LEASE)
         store.complete(claimed.lease, claimed.revision, "{}", '"done"')
         completed_at = time.monotonic()
-        out, err = waiting.communicate(timeout=30)
+        assert waiting.stdout is not None
+        said = waiting.stdout.readline()
+        woken_s = time.monotonic() - completed_at
+        out = waiting.stdout.read()  # what the line's read took ahead too
+        waiting.wait(timeout=30)
+        assert waiting.stderr is not None
+        err = waiting.stderr.read()
     finally:
         waiting.kill()
         store.close()
-    assert (waiting.returncode, out) == (0, 't1: completed\nresult: "done"\n'), err
-    assert time.monotonic() - completed_at < 1.5  # the process exit included
+    assert (waiting.returncode, said + out) == (0, 't1: completed\nresult: "done"\n'), err
+    assert woken_s < max(WOKEN_WITHIN_S, answer_s), (woken_s, answer_s)
 
 
 def test_show_prints_the_events_a_task_published(url: str) -> None:

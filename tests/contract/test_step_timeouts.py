@@ -149,6 +149,8 @@ def test_a_step_that_ends_past_its_timeout_is_retried_then_fails_naming_the_time
     assert last.error is not None and last.error.error_class == "StepTimedOut"
     assert RUNS == [("slow#1", 1), ("slow#1", 2)]
     checkpoint = read_checkpoint(store, "t")
+    # Its final failure was recorded for the main function to catch, and taken back out
+    # as the task failed of it uncaught (so a retry runs the step again).
     assert checkpoint is not None and checkpoint.journal == [] and checkpoint.deadlines == {}
     failed = [e for e in store.history("t") if e.kind == "failed"]
     assert [e.detail["error_class"] for e in failed] == ["StepTimedOut"]

@@ -13,6 +13,7 @@ from markupsafe import escape
 
 from runifold_sync import Schedule, WorkerId, WorkflowStore, WorkflowTask
 from runifold_sync.dashboard import create_app
+from runifold_sync.model.flow import FlowLimit
 from runifold_sync.store import TenantPolicy
 from runifold_sync.testing import run_until_idle
 
@@ -46,7 +47,10 @@ def stored_everywhere(store: WorkflowStore) -> list[str]:
         WorkerId.parse("w-1"), host=SCRIPT, pid=1, definitions=[(BREAKOUT, 7, SCRIPT)], queues=[SCRIPT]
     )
     store.declare_schedules([Schedule("nightly", BREAKOUT, 1, every=timedelta(hours=1), input=SCRIPT)])
-    return [done, waits, broken, held]
+    store.set_flow_limit(FlowLimit("key", SCRIPT, max_running=0))  # the tenants page's flow tables
+    keyed = f"{SCRIPT}-keyed"
+    store.enqueue(WorkflowTask.new(BREAKOUT, 7, None, checkpoint_id=keyed, concurrency_key=SCRIPT))
+    return [done, waits, broken, held, keyed]
 
 
 def test_no_stored_string_comes_back_raw_on_any_page(store: WorkflowStore) -> None:
@@ -77,7 +81,7 @@ def test_no_stored_string_comes_back_raw_on_any_page(store: WorkflowStore) -> No
 
 
 def test_a_task_page_shows_every_stored_field_escaped(store: WorkflowStore) -> None:
-    done, waits, broken, _ = stored_everywhere(store)
+    done, waits, broken, *_ = stored_everywhere(store)
     client = create_app(store, token="t").test_client()
     page = client.get(f"/tasks/{quote(waits, safe='')}").get_data(as_text=True)
     escaped = str(escape(SCRIPT))

@@ -141,6 +141,7 @@ def test_workers_versions_and_tenants_pages_show_the_registry_and_policies(
     assert "render</a> v2" in versions and "orders</a> v1" in versions
     tenants = text(client, "/tenants")
     assert "acme</a>" in tenants and "<td>4</td>" in tenants
+    assert "No flow limit" in tenants
 
 
 EXPECTED_HEADERS = {

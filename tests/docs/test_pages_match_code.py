@@ -78,6 +78,7 @@ def test_each_task_a_team_does_has_a_how_to_page() -> None:
         "metrics",
         "dashboard",
         "pgbouncer",
+        "flow-control",
         "deploying",
         "fleet",
     } <= pages

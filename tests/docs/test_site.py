@@ -34,7 +34,9 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 BUILD = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-q", "-b", "html"]
 SECTIONS = ["Tutorial: a workflow that survives a kill", "How-to guides", "Reference", "Explanation"]
 
-pytestmark = pytest.mark.timeout(300)
+# Builds the whole site and drives Chromium: outside the default run, inside the run of
+# every test (`pytest -m 'slow or not slow'`, as .ci/run runs it).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")

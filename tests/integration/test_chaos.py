@@ -5,9 +5,10 @@ this test process's private cluster (``private_postgres``), never the shared one
 none can be made the PostgreSQL runs fail under ``CI``, and elsewhere run on the shared
 server without the restart.
 
-The default run uses a short profile per store, whose twenty-step tasks outgrow the
-head's journal tail, so entries are committed in heads and in rows under the kills; the
-long profile of the README (300 five-step tasks, 30 kills) is marked ``slow``. The seed
+A short profile per store, whose twenty-step tasks outgrow the head's journal tail, so
+entries are committed in heads and in rows under the kills, and the long profile of the
+reliability page (300 five-step tasks, 30 kills). The module is marked ``slow``: outside
+the default run, inside the run of every test that .ci/run makes. The seed
 is fixed so a failure replays (``RUNIFOLD_CHAOS_SEED`` picks another); the tool prints
 the seed and keeps its work
 directory and database when it fails.
@@ -27,6 +28,8 @@ import pytest
 
 from runifold_sync.model.checkpoint import TAIL_ENTRIES
 from tests.support.pgcluster import ClusterAttempt
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAOS = ROOT / "tools" / "chaos.py"
@@ -134,7 +137,6 @@ def test_short_chaos_profile_keeps_every_invariant(
         assert result["db_restarts"] == int(extra[extra.index("--db-restarts") + 1])
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("store", ["sqlite", "postgres"])
 def test_long_chaos_profile_keeps_every_invariant(

@@ -57,8 +57,10 @@ from tests.support.backends import Backend
 from tests.support.journals import entries
 
 from . import crash_app
+from .test_flow_crash_points import FLOW_CASES
 from .test_held_crash_points import HELD_CASES
 from .test_pool_crash_points import POOL_CASES
+from .test_repair_crash_points import REPAIR_CASES
 from .test_schedule_crash_points import SCHEDULE_CASES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -275,8 +277,10 @@ def test_every_crash_point_and_every_transition_kind_before_and_after_is_covered
     armed = [spec.partition(":") for case in CASES.values() for spec in case.crash]
     armed += [case.crash.partition(":") for case in HELD_CASES.values()]  # their own table
     armed += [case.crash.partition(":") for case in POOL_CASES.values()]  # a pool's hand-back
+    armed += [case.partition(":") for case in FLOW_CASES.values()]  # an enqueue's flow write
     ticks = {case.crash.partition(":")[0] for case in SCHEDULE_CASES.values()}  # theirs too
-    assert {point for point, _, _ in armed} | ticks == set(crashpoints.POINTS)
+    repairs = {case.crash.partition(":")[0] for case in REPAIR_CASES.values()}  # the operator's
+    assert {point for point, _, _ in armed} | ticks | repairs == set(crashpoints.POINTS)
     # A point name alone would pass with one transition kind covered: each kind must be
     # crashed both before and after its write.
     expected = {(f"{when}_transition", kind) for when in ("before", "after") for kind in TRANSITION_KINDS}

@@ -46,6 +46,10 @@ from tests.support.pgcluster import PrivateCluster
 
 from . import partition_app
 
+# Pools of worker processes under faults for tens of seconds each: outside the default
+# run, inside the run of every test (`pytest -m 'slow or not slow'`, as .ci/run runs it).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 90.0
 HEARTBEAT_S = 2.0

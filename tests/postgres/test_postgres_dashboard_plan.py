@@ -13,7 +13,15 @@ import psycopg
 from runifold_sync.postgres import PostgresWorkflowStore
 from runifold_sync.store.postgres.statements import Q
 
-PAGE: dict[str, Any] = {"state": None, "tenant": None, "definition": None, "parent": None, "queue": None}
+PAGE: dict[str, Any] = {
+    "state": None,
+    "tenant": None,
+    "definition": None,
+    "parent": None,
+    "queue": None,
+    "attributes": "[]",
+    "attribute_count": 0,
+}
 
 
 def _seed(url: str, count: int) -> None:

@@ -15,6 +15,7 @@ from psycopg import sql
 from runifold_sync import LeaseDuration, WorkerId, WorkflowTask
 from runifold_sync.errors import InvalidArgument, StoreNotWritable, StoreUnavailable
 from runifold_sync.model.codec import to_json
+from runifold_sync.model.flow import FlowLimit, Rate
 from runifold_sync.postgres import PostgresWorkflowStore
 from runifold_sync.store.postgres.statements import Q, claim_statement, route_params
 from runifold_sync.store.records import Routes
@@ -247,10 +248,14 @@ def test_the_claim_as_production_runs_it_reads_only_its_routes_past_finished_and
     routed = [n for n in nodes if n.get("Index Name") == "runifold_tasks_routed"]
     assert all(n["Actual Rows"] <= 3 for n in routed)
     # The expired leases are read by their expiry alone, never the leased backlog.
-    expired = [
+    leased = [
         n for n in nodes if n.get("Index Name") == "runifold_tasks_leased" and n["Node Type"] == "Index Scan"
     ]
-    assert expired and all("lease_expires <=" in n["Index Cond"] and n["Actual Rows"] <= 1 for n in expired)
+    expired = [n for n in leased if "lease_expires <=" in n.get("Index Cond", "")]
+    assert expired and all(n["Actual Rows"] <= 1 for n in expired)
+    # The leases flow limits count (the running tasks) are read only while a limit exists.
+    running = [n for n in leased if "Index Cond" not in n]
+    assert running and all(n["Actual Loops"] == 0 for n in running)
     [lock] = [
         n
         for n in nodes
@@ -276,6 +281,7 @@ def test_the_claim_as_production_runs_it_reads_only_its_routes_past_finished_and
     assert pg.wait_for_work(timedelta(0)) is True
 
 
+@pytest.mark.slow  # enqueues 15,000 tasks
 def test_the_claim_reads_its_routes_in_claim_order_on_statistics_taken_before_a_bulk_enqueue(
     pg: PostgresWorkflowStore, postgres_url: str
 ) -> None:
@@ -422,3 +428,46 @@ def test_a_request_that_waited_for_a_pooled_connection_is_counted_with_its_wait(
         assert store.pool_waits().requests == 0  # taken: the count starts again
     finally:
         store.close()
+
+
+def test_the_claim_with_flow_limits_reads_the_running_tasks_and_the_rate_window_by_index(
+    pg: PostgresWorkflowStore, postgres_url: str
+) -> None:
+    """With a key limit and a rate set, the claim (as production runs it) over 20,000
+    finished tasks and 1,000 ready ones of 1,000 keys reads the leases from the partial
+    index of leased tasks (the running tasks only), the rate's claims from
+    runifold_flow_claims' indexes, and no backlog."""
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(
+            "INSERT INTO runifold_tasks (task_id, definition_name, definition_version, tenant, input, "
+            "input_text, state, outcome, created_at, updated_at) "
+            "SELECT 'done-' || g, 'orders', 1, 'default', '{}', '{}', 'terminal', 'completed', "
+            "clock_timestamp(), clock_timestamp() FROM generate_series(1, 20000) g"
+        )
+        admin.execute(
+            "INSERT INTO runifold_tasks (task_id, definition_name, definition_version, tenant, input, "
+            "input_text, state, ready_at, created_at, updated_at, concurrency_key) "
+            "SELECT 'ready-' || g, 'orders', 1, 'default', '{}', '{}', 'queued', clock_timestamp(), "
+            "clock_timestamp(), clock_timestamp(), 'key-' || g FROM generate_series(1, 1000) g"
+        )
+        admin.execute("ANALYZE runifold_tasks")
+    pg.set_flow_limit(FlowLimit("key", "key-*", max_running=1, rate=Rate(100, timedelta(seconds=1))))
+    pg.claim(W1, LEASE, limit=5, routes=ROUTES)  # some running, some claims in the window
+    nodes = _claim_as_production_runs_it(pg, 3, ROUTES)
+    scans = {
+        (n["Node Type"], n.get("Relation Name"), n.get("Index Name"))
+        for n in nodes
+        if n.get("Relation Name") in ("runifold_tasks", "runifold_flow_claims")
+        and n["Node Type"].endswith("Scan")
+    }
+    assert not [scan for scan in scans if scan[0] == "Seq Scan"], scans
+    assert {name for _, relation, name in scans if relation == "runifold_tasks"} <= {
+        "runifold_tasks_routed",
+        "runifold_tasks_pkey",
+        "runifold_tasks_leased",
+    }, scans
+    tasks = [n for n in nodes if n.get("Relation Name") == "runifold_tasks"]
+    assert all(n["Actual Rows"] <= 20 for n in tasks), [
+        (n.get("Index Name"), n["Actual Rows"]) for n in tasks
+    ]
+    assert len(pg.claim(W1, LEASE, limit=10, routes=ROUTES)) == 10

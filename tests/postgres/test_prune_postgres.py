@@ -138,6 +138,7 @@ def test_an_enqueue_whose_conflicting_task_was_pruned_in_between_creates_the_tas
     assert [e.kind for e in pg.history("old-1")] == ["enqueued"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_pool_drains_new_work_while_a_prune_deletes_50000_old_tasks(
     postgres_url: str, tmp_path: Path

@@ -10,7 +10,15 @@ from runifold_sync import WorkflowTask
 from runifold_sync.sqlite import SqliteWorkflowStore
 from runifold_sync.store.sqlite.store import _Q
 
-PAGE = {"state": None, "tenant": None, "definition": None, "parent": None, "queue": None}
+PAGE = {
+    "state": None,
+    "tenant": None,
+    "definition": None,
+    "parent": None,
+    "queue": None,
+    "attributes": "[]",
+    "attribute_count": 0,
+}
 
 
 def plan(store: SqliteWorkflowStore, name: str, params: dict[str, object]) -> list[str]:
@@ -70,3 +78,15 @@ def test_a_tasks_children_are_read_from_the_parent_index(sqlite_store: SqliteWor
     assert any(line.startswith("SEARCH runifold_tasks USING INDEX runifold_tasks_parent") for line in lines)
     assert not any(line.startswith("SCAN runifold_tasks") for line in lines), lines
     assert [t.task_id for t in sqlite_store.list_tasks(parent="t7")] == []
+
+
+def test_an_attribute_filter_reads_the_attribute_index(sqlite_store: SqliteWorkflowStore) -> None:
+    """``list_tasks(attributes=...)``: the matching tasks are found from
+    runifold_task_attributes_value (key, kind, value), not by reading every attribute."""
+    filters = PAGE | {
+        "attributes": '[{"key": "customer", "kind": "text", "value": "c-42"}]',
+        "attribute_count": 1,
+    }
+    lines = plan(sqlite_store, "list_tasks", filters | {"limit": 100})
+    assert any("USING COVERING INDEX runifold_task_attributes_value" in line for line in lines), lines
+    assert not any(line.startswith("SCAN runifold_task_attributes") for line in lines), lines

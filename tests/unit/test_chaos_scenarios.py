@@ -106,3 +106,30 @@ def test_throughput_that_stays_low_after_the_fault_is_no_recovery() -> None:
     fault = result["pg-restart"]
     assert fault["lost"] == 0
     assert fault["time_to_recover_s"] is None
+
+
+def _takeover(task_id: str, at_s: float) -> TaskEvent:
+    at = datetime.fromtimestamp(T0 + at_s, UTC)
+    return TaskEvent(0, task_id, at, "claimed", "w2", 2, {"from_state": "leased"})
+
+
+def test_a_takeover_from_an_expired_lease_counts_as_a_lease_lost_to_the_fault_it_followed() -> None:
+    """The task claimed at 4.95 s is taken over at 9 s (after its lease expired), and its
+    first worker reports the loss at 9.5 s; a takeover before the fault is not its."""
+    held = [
+        _event("t49", 4.9, "enqueued"),
+        _event("t49", 4.95, "claimed"),
+        _takeover("t49", 9.0),
+        _event("t49", 9.2, "completed"),
+        _event("t49", 9.5, "lease_lost"),
+    ]
+    early = [
+        _event("t1", 0.1, "enqueued"),
+        _event("t1", 0.2, "claimed"),
+        _takeover("t1", 3.0),
+        _event("t1", 3.1, "completed"),
+    ]
+    times = task_times({"t49": held, "t1": early})
+    assert times["t49"].takeovers == (T0 + 9.0,) and times["t49"].lost_lease_reports == (T0 + 9.5,)
+    fault = figures(times, ["t49", "t1"], [FAULT], set())["terminate-backends"]
+    assert (fault["leases_lost"], fault["lost_lease_reports"]) == (1, 1)

@@ -37,10 +37,18 @@ AUTHORING_API = {
     "race",
     "continue_as_new",
     "set_event",  # publishes a value for store.get_event, committed like a step boundary
+    "set_attributes",  # search attributes for list_tasks(attributes=), committed as set_event
+    "write_stream",  # appends to a stream store.read_stream reads, committed as set_event
+    "wait_for_update",  # a signal the workflow's validator accepts before it is recorded
+    "reply",  # answers an update: store.update returns it
     "start_child",
     "wait_child",
     "wait_children",
     "run_child",
+    "patched",  # whether this run takes a change's new path, recorded as a marker
+    "deprecate_patch",
+    "now",  # store time recorded in the journal, replayed
+    "wait_any",  # the first of several children, signal names and timers
 }
 
 

@@ -24,6 +24,7 @@ from runifold_sync import (
     WorkflowWorker,
 )
 from runifold_sync.errors import InvalidArgument, StoreUnavailable
+from runifold_sync.model.flow import FlowLimit
 from runifold_sync.ops.metrics import MAX_DEFINITION_LABELS, OTHER, PrometheusObserver, StoreCollector
 from runifold_sync.outcomes import Completed, DefinitionUnavailable, Failed, LeaseLost, Retried, Suspended
 from runifold_sync.sqlite import SqliteWorkflowStore
@@ -343,6 +344,20 @@ def test_store_gauges_count_ready_tasks_deferred_by_tenant_admission(
     assert _value(registry, "runifold_admission_deferred_tasks", tenant="globex", admission="budget") == 2
     sqlite_store.set_tenant_policy(TenantPolicy("acme", max_leased=5))
     assert _value(registry, "runifold_admission_deferred_tasks", tenant="acme", admission="tenant_limit") == 0
+
+
+def test_store_gauges_show_each_flow_groups_running_limit_and_waiting(
+    sqlite_store: SqliteWorkflowStore, registry: CollectorRegistry
+) -> None:
+    registry.register(StoreCollector(sqlite_store))
+    sqlite_store.set_flow_limit(FlowLimit("key", "acct-*", max_running=1))
+    sqlite_store.enqueue_many(
+        [WorkflowTask.new("orders", 2, n, checkpoint_id=f"t{n}", concurrency_key="acct-1") for n in range(3)]
+    )
+    sqlite_store.claim(WorkerId.parse("w1"), LeaseDuration(timedelta(seconds=30)), limit=3)
+    assert _value(registry, "runifold_flow_running_tasks", scope="key", group="acct-1") == 1
+    assert _value(registry, "runifold_flow_max_running", scope="key", group="acct-1") == 1
+    assert _value(registry, "runifold_flow_waiting_tasks", scope="key", group="acct-1") == 2
 
 
 def test_a_store_that_cannot_answer_reports_down_instead_of_failing_the_scrape(

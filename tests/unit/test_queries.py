@@ -30,7 +30,15 @@ SQLITE_ONLY = {
     "prune_signals",
     "prune_resolutions",
     "prune_task_events",
+    "prune_task_attributes",
+    "prune_task_streams",
     "prune_tasks",
+    # Flow limits as parts of the claim (as claim_flow*), and the rate's claims written a
+    # statement each (PostgreSQL writes them in CTEs of its claim).
+    "claimable_flow",
+    "claimable_flow_open",
+    "record_flow_claim",
+    "prune_flow_claims",
 }
 # PostgreSQL claims in one statement (a FOR UPDATE SKIP LOCKED CTE feeding the UPDATE),
 # after locking the tenants that have a lease limit (lock_limited_tenants), and wakes
@@ -45,6 +53,8 @@ POSTGRES_ONLY = {
     "claim_lease_chosen",
     "claim_tasks",
     "claim_routed_tasks",
+    "claim_flow",
+    "claim_flow_open",
     "lock_limited_tenants",
     "notify_work",
     "listen_work",

@@ -118,6 +118,24 @@ def test_json_text_refuses_past_its_limit_in_encoded_bytes() -> None:
         validate.json_text("f", "x" * 21, limit=22)
 
 
+def test_canonical_json_takes_only_the_text_json_text_makes() -> None:
+    text = validate.json_text("f", {"b": 1, "a": ["\u00e9"]}, limit=100)
+    assert text == '{"a":["\\u00e9"],"b":1}'
+    assert validate.canonical_json("f", text, limit=100) is text
+    assert _refused(validate.canonical_json, 5, limit=100) == "the_field must be a string, got 5"
+    assert re.fullmatch(
+        r"the_field must be JSON text \(.+\), got '\{'", _refused(validate.canonical_json, "{", limit=100)
+    )
+    # The same values written another way: spaces, key order, a raw non-ASCII letter, a
+    # float's exponent, surrounding blanks.
+    for other_form in ('{"a": 1}', '{"b":1,"a":2}', '"\u00e9"', "1e2", " 1"):
+        message = _refused(validate.canonical_json, other_form, limit=100)
+        assert message.startswith("the_field must be canonical JSON text"), message
+        assert message.endswith(f"got {other_form!r}"), message
+    assert "the_field is not JSON-serializable" in _refused(validate.canonical_json, "NaN", limit=100)
+    assert "over the limit of 4" in _refused(validate.canonical_json, '"abcd"', limit=4)
+
+
 def test_integer_bounds_are_said_in_the_message() -> None:
     assert re.search(
         r"must be an integer in 1\.\.9, got 10$", _refused(validate.integer, 10, minimum=1, maximum=9)

@@ -70,7 +70,8 @@ def fenced_statement(name: str, *, event: bool, notify: bool = False, journal: b
         if name in ENDING_TRANSITIONS:
             parts.append(
                 "parent_woken AS (UPDATE runifold_tasks p SET ready_at = CASE "
-                "WHEN p.state = 'waiting' AND p.waiting_for_child = fenced.task_id "
+                "WHEN p.state = 'waiting' "
+                "AND fenced.task_id = ANY(string_to_array(p.waiting_for_child, E'\\n')) "
                 "AND (p.ready_at IS NULL OR p.ready_at > fenced.at) THEN fenced.at ELSE p.ready_at END "
                 "FROM fenced WHERE p.task_id = ANY(ARRAY(SELECT parent_id FROM fenced)) "
                 "AND p.task_id = fenced.parent_id "

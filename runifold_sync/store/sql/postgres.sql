@@ -13,13 +13,17 @@ SELECT {now} AS now;
 WITH clock AS (SELECT {now} AS now)
 INSERT INTO runifold_tasks (
     task_id, definition_name, definition_version, tenant, input, input_text, priority, state,
-    ready_at, created_at, updated_at, parent_id, trace_context, queue
+    ready_at, created_at, updated_at, parent_id, trace_context, queue, detached,
+    concurrency_key, dedup_key, debounce_key, debounce_until
 )
 SELECT
     %(task_id)s, %(definition_name)s, %(definition_version)s, %(tenant)s, %(input)s::text::jsonb,
     %(input)s::text, %(priority)s, 'queued',
-    GREATEST(clock.now, COALESCE(%(not_before)s::timestamptz, clock.now)), clock.now, clock.now,
-    %(parent_id)s::text, %(trace_context)s::text, %(queue)s
+    GREATEST(clock.now + make_interval(secs => COALESCE(%(debounce)s::float8, 0)),
+        COALESCE(%(not_before)s::timestamptz, clock.now)), clock.now, clock.now,
+    %(parent_id)s::text, %(trace_context)s::text, %(queue)s, %(detached)s::boolean,
+    %(concurrency_key)s::text, %(dedup_key)s::text, %(debounce_key)s::text,
+    clock.now + make_interval(secs => %(debounce_max)s::float8)
 FROM clock
 ON CONFLICT (task_id) DO NOTHING
 RETURNING created_at AS at;
@@ -30,7 +34,7 @@ task_id, definition_name, definition_version, tenant, input_text AS input, prior
     state, outcome, reason, ambiguous_effect, ready_at, worker_id, fencing_token,
     lease_expires, claims_since_progress, revision, head::text AS head,
     result::text AS result, created_at, updated_at, parent_id, waiting_for_child, paused,
-    queue, fingerprint, refused_signals
+    queue, fingerprint, refused_signals, detached, concurrency_key, dedup_key, debounce_key
 
 -- name: select_task
 SELECT {query:task_columns}
@@ -44,7 +48,11 @@ FROM runifold_tasks WHERE task_id = %(task_id)s;
 -- generic plan, see claim_in), one round of the pipeline fewer than a SET LOCAL.
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_cache_mode,
     ARRAY(SELECT tenant FROM runifold_tenants WHERE max_leased IS NOT NULL ORDER BY tenant FOR UPDATE)
-    AS locked;
+    AS locked,
+    -- Flow limits likewise (sql_flow.py): while any exists, claimers take turns, and each
+    -- counts the leases and rated claims of the ones before it.
+    ARRAY(SELECT scope || ':' || target FROM runifold_flow_limits ORDER BY scope, target FOR UPDATE)
+    AS flow_locked;
 
 -- name: claim_admitted_tenants
 -- Part of claim_tasks and claim_routed_tasks (each includes it by name): the tenants a
@@ -62,17 +70,126 @@ tenants AS MATERIALIZED (
     ) < p.budget_cost END
 )
 
+-- name: claim_flow
+-- Part of claim_tasks and claim_routed_tasks: flow control by key (sql_flow.py). The
+-- limits, the unexpired leases they count (read only when there is a limit), and the
+-- groups closed now (at max_running, or out of rate in their window): no claim reads a
+-- closed group's tasks, so a full key never holds back the tasks behind it.
+limits AS MATERIALIZED (
+    SELECT scope, target, max_running, rate_count, rate_period FROM runifold_flow_limits
+),
+running AS MATERIALIZED (
+    -- Tenant by tenant, as each tenant's room counts them (a search of the leased index).
+    SELECT l.concurrency_key, l.definition_name, l.queue
+    FROM runifold_tenants p, clock, runifold_tasks l
+    WHERE l.tenant = p.tenant AND l.state = 'leased' AND l.lease_expires > clock.now
+        AND EXISTS (SELECT 1 FROM limits)
+),
+running_groups AS MATERIALIZED (
+    SELECT 'key' AS scope, concurrency_key AS name, COUNT(*) AS n FROM running
+    WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key
+    UNION ALL SELECT 'definition', definition_name, COUNT(*) FROM running GROUP BY definition_name
+    UNION ALL SELECT 'queue', queue, COUNT(*) FROM running GROUP BY queue
+),
+flow_closed AS MATERIALIZED (
+    -- g.n: the group's running tasks; g.rated: it has claims in a rate's window. Only a
+    -- group with claims to count or as many running as the lowest max_running of its
+    -- scope can be closed: the rest are not looked up.
+    SELECT g.scope, g.name FROM (
+        SELECT scope, name, MAX(n) AS n, MAX(rated) AS rated FROM (
+            SELECT scope, name, n, 0 AS rated FROM running_groups
+            -- Keys with claims in a key rate's window (a definition's or queue's rate is
+            -- its limit row's, below).
+            UNION ALL SELECT scope, name, 0, 1 FROM runifold_flow_claims
+                WHERE scope = 'key' AND at > (SELECT now FROM clock) - (SELECT MAX(rate_period) FROM limits WHERE scope = 'key')
+            UNION ALL SELECT scope, target, 0, CASE WHEN rate_count IS NULL THEN 0 ELSE 1 END
+                FROM limits WHERE scope <> 'key'
+        ) u GROUP BY scope, name
+    ) g
+    WHERE (g.rated = 1 OR g.n >= (SELECT MIN(m.max_running) FROM limits m WHERE m.scope = g.scope))
+        AND {query:flow_group_room} <= 0
+)
+
+-- name: flow_group_room
+-- Part of claim_flow and claim_lease_chosen: the room of group g (g.scope, g.name; g.n its
+-- running tasks) under
+-- the limit that applies to it (NULL: none). A key's limit is the row naming it, else the
+-- longest prefix pattern ("export:*") it matches.
+(SELECT LEAST(
+        COALESCE(l.max_running - g.n, %(limit)s),
+        COALESCE(l.rate_count - (
+            SELECT COUNT(*) FROM runifold_flow_claims c
+            WHERE c.scope = g.scope AND c.name = g.name AND c.at > (SELECT now FROM clock) - l.rate_period
+        ), %(limit)s))
+    FROM limits l WHERE {query:flow_group_limit})
+
+-- name: flow_group_limit
+-- Part of flow_group_room: the limit row l of group g.
+l.scope = g.scope AND l.target = CASE WHEN g.scope <> 'key' THEN g.name ELSE (
+        SELECT k.target FROM limits k
+        WHERE k.scope = 'key' AND (k.target = g.name OR (right(k.target, 1) = '*'
+            AND left(g.name, length(k.target) - 1) = left(k.target, length(k.target) - 1)))
+        -- A pattern: by length; a name matched exactly, first.
+        ORDER BY CASE WHEN right(k.target, 1) = '*' THEN length(k.target) ELSE 1000000 END DESC LIMIT 1
+    ) END
+
+-- name: claim_flow_open
+-- Part of the claims' scans of ready tasks (alias t): not in a closed group.
+AND (NOT EXISTS (SELECT 1 FROM flow_closed) OR (
+    NOT EXISTS (SELECT 1 FROM flow_closed f WHERE f.scope = 'key' AND f.name = t.concurrency_key)
+    AND NOT EXISTS (SELECT 1 FROM flow_closed f WHERE f.scope = 'definition' AND f.name = t.definition_name)
+    AND NOT EXISTS (SELECT 1 FROM flow_closed f WHERE f.scope = 'queue' AND f.name = t.queue)))
+
 -- name: claim_lease_chosen
 -- Part of claim_tasks and claim_routed_tasks: from the candidates (expired leases and
 -- ready tasks), the turns, the tenants marked served, the leases (a routed claim gives a
 -- task without a head its route's fingerprint; a task checkpointed under a route-less
 -- claim gets its head's) and their history events. An expired lease goes before new
 -- work of the same priority: its worker vanished, and it has waited a lease already.
-candidates AS (SELECT * FROM expired UNION ALL SELECT * FROM ready),
+pool AS (SELECT * FROM expired UNION ALL SELECT * FROM ready),
+-- The candidates within the room of their flow-control groups: each group's candidates
+-- ranked, and those past its room dropped. Within a tenant each key's first task goes
+-- before any key's second.
+pool_groups AS MATERIALIZED (
+    SELECT g.scope, g.name, {query:flow_group_room} AS room,
+        (SELECT l.rate_count FROM limits l WHERE {query:flow_group_limit}) IS NOT NULL AS rated
+    FROM (
+        SELECT p.scope, p.name, COALESCE(r.n, 0) AS n FROM (
+            SELECT 'key' AS scope, concurrency_key AS name FROM pool WHERE concurrency_key IS NOT NULL
+            UNION SELECT 'definition', definition_name FROM pool
+            UNION SELECT 'queue', queue FROM pool
+        ) p LEFT JOIN running_groups r ON r.scope = p.scope AND r.name = p.name
+    ) g
+    WHERE EXISTS (SELECT 1 FROM limits)
+),
+flowed AS (
+    SELECT p.*, kg.room AS key_room, dg.room AS definition_room, qg.room AS queue_room,
+        COALESCE(kg.rated, FALSE) AS key_rated, COALESCE(dg.rated, FALSE) AS definition_rated,
+        COALESCE(qg.rated, FALSE) AS queue_rated,
+        ROW_NUMBER() OVER (
+            PARTITION BY p.concurrency_key ORDER BY p.priority DESC, p.state = 'leased' DESC, p.ready_at
+        ) AS key_turn,
+        ROW_NUMBER() OVER (
+            PARTITION BY p.definition_name ORDER BY p.priority DESC, p.state = 'leased' DESC, p.ready_at
+        ) AS definition_turn,
+        ROW_NUMBER() OVER (
+            PARTITION BY p.queue ORDER BY p.priority DESC, p.state = 'leased' DESC, p.ready_at
+        ) AS queue_turn
+    FROM pool p
+    LEFT JOIN pool_groups kg ON kg.scope = 'key' AND kg.name = p.concurrency_key
+    LEFT JOIN pool_groups dg ON dg.scope = 'definition' AND dg.name = p.definition_name
+    LEFT JOIN pool_groups qg ON qg.scope = 'queue' AND qg.name = p.queue
+),
+candidates AS (
+    SELECT * FROM flowed
+    WHERE (key_room IS NULL OR key_turn <= key_room)
+        AND (definition_room IS NULL OR definition_turn <= definition_room)
+        AND (queue_room IS NULL OR queue_turn <= queue_room)
+),
 chosen AS MATERIALIZED (
     SELECT * FROM (
         SELECT *, ROW_NUMBER() OVER (
-            PARTITION BY tenant ORDER BY priority DESC, state = 'leased' DESC, ready_at
+            PARTITION BY tenant ORDER BY priority DESC, state = 'leased' DESC, key_turn, ready_at
         ) AS turn
         FROM candidates
     ) ranked
@@ -109,6 +226,18 @@ leased AS (
         c.updated_at AS previous_updated_at, c.waiting_for_signal AS previous_signal,
         EXISTS (SELECT 1 FROM runifold_effect_resolutions r WHERE r.task_id = t.task_id) AS resolved
 ),
+-- The claims a rate limit counts, and those older than every rate's period dropped.
+flow_claimed AS (
+    INSERT INTO runifold_flow_claims (scope, name, at)
+    SELECT 'key', concurrency_key, clock.now FROM chosen, clock WHERE key_rated
+    UNION ALL SELECT 'definition', definition_name, clock.now FROM chosen, clock WHERE definition_rated
+    UNION ALL SELECT 'queue', queue, clock.now FROM chosen, clock WHERE queue_rated
+),
+flow_pruned AS (
+    DELETE FROM runifold_flow_claims
+    WHERE EXISTS (SELECT 1 FROM chosen WHERE key_rated OR definition_rated OR queue_rated)
+        AND at <= (SELECT now FROM clock) - (SELECT MAX(rate_period) FROM limits)
+),
 -- Each claim's history event, in the same statement (detail as rows.claimed_detail).
 claimed_events AS (
     INSERT INTO runifold_events (task_id, at, kind, worker_id, fencing_token, detail)
@@ -122,7 +251,8 @@ SELECT * FROM leased
 
 -- name: claim_candidate
 -- Part of the claims' candidates: what a claim reads of a task it may lease.
-t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at, t.waiting_for_signal
+t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at, t.waiting_for_signal,
+    t.concurrency_key, t.definition_name, t.queue
 
 -- name: claim_tasks
 -- One statement: admit tenants (room under their lease limit, charges under their
@@ -132,12 +262,14 @@ t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at,
 -- tasks within a tenant.
 WITH clock AS MATERIALIZED (SELECT {now} AS now),
 {query:claim_admitted_tenants},
+{query:claim_flow},
 expired AS MATERIALIZED (
     SELECT c.*, p.served_at, p.room FROM tenants p CROSS JOIN LATERAL (
         SELECT {query:claim_candidate}, NULL::text AS route_fingerprint
         FROM runifold_tasks t
         WHERE t.tenant = p.tenant AND t.state = 'leased' AND t.lease_expires <= (SELECT now FROM clock)
             AND t.paused IS NULL
+            {query:claim_flow_open}
         ORDER BY t.priority DESC, t.lease_expires
         LIMIT GREATEST(p.room, 0)
         FOR UPDATE SKIP LOCKED
@@ -149,6 +281,7 @@ ready AS MATERIALIZED (
         FROM runifold_tasks t
         WHERE t.tenant = p.tenant AND t.state IN ('queued', 'waiting')
             AND t.ready_at IS NOT NULL AND t.ready_at <= (SELECT now FROM clock) AND t.paused IS NULL
+            {query:claim_flow_open}
         ORDER BY t.priority DESC, t.ready_at
         LIMIT GREATEST(p.room, 0)
         FOR UPDATE SKIP LOCKED
@@ -166,6 +299,7 @@ ready AS MATERIALIZED (
 -- first checkpoint is written by.
 WITH clock AS MATERIALIZED (SELECT {now} AS now),
 {query:claim_admitted_tenants},
+{query:claim_flow},
 routes AS MATERIALIZED (
     SELECT * FROM unnest(%(route_queues)s::text[], %(route_names)s::text[],
         %(route_versions)s::int[], %(route_fingerprints)s::text[]) AS r (queue, name, version, fingerprint)
@@ -180,6 +314,7 @@ expired AS MATERIALIZED (
             WHERE t.tenant = p.tenant AND t.state = 'leased' AND t.lease_expires <= (SELECT now FROM clock)
                 AND t.queue = r.queue AND t.definition_name = r.name AND t.definition_version = r.version
                 AND t.paused IS NULL
+            {query:claim_flow_open}
                 AND (t.head IS NULL OR t.fingerprint IS NULL OR t.fingerprint = r.fingerprint)
             ORDER BY t.priority DESC, t.lease_expires
             LIMIT GREATEST(p.room, 0)
@@ -197,6 +332,7 @@ ready AS MATERIALIZED (
             WHERE t.tenant = p.tenant AND t.queue = r.queue AND t.definition_name = r.name
                 AND t.definition_version = r.version AND t.state IN ('queued', 'waiting')
                 AND t.ready_at IS NOT NULL AND t.ready_at <= (SELECT now FROM clock) AND t.paused IS NULL
+            {query:claim_flow_open}
                 AND (t.head IS NULL OR t.fingerprint IS NULL OR t.fingerprint = r.fingerprint)
             ORDER BY t.priority DESC, t.ready_at
             LIMIT GREATEST(p.room, 0)
@@ -266,7 +402,8 @@ SET state = 'waiting', head = %(head)s::jsonb, revision = t.revision + 1,
     -- A signal that arrived while the worker was deciding to wait wakes the task now.
     ready_at = CASE WHEN EXISTS (
         SELECT 1 FROM runifold_signals s
-        WHERE s.task_id = t.task_id AND s.name = %(signal)s::text AND s.consumed_at IS NULL
+        WHERE s.task_id = t.task_id AND s.consumed_at IS NULL
+            AND s.name = ANY(string_to_array(%(signal)s::text, E'\n'))
     ) THEN clock.now ELSE %(wake_at)s::timestamptz END
 FROM clock
 WHERE t.task_id = %(task_id)s AND t.fencing_token = %(token)s AND t.state = 'leased'
@@ -393,7 +530,7 @@ parents AS (
 ),
 parent_woken AS (
     UPDATE runifold_tasks AS p SET ready_at = CASE
-        WHEN p.state = 'waiting' AND p.waiting_for_child = ANY(c.ids)
+        WHEN p.state = 'waiting' AND string_to_array(p.waiting_for_child, E'\n') && c.ids
             AND (p.ready_at IS NULL OR p.ready_at > c.at) THEN c.at ELSE p.ready_at END
     FROM children AS c JOIN parents AS l ON l.task_id = c.parent_id
     WHERE p.task_id = ANY(ARRAY(SELECT parent_id FROM children)) AND p.task_id = c.parent_id
@@ -564,7 +701,9 @@ WHERE task_id = %(task_id)s AND consumed_at IS NULL;
 -- Moves only ready_at: updated_at keeps the suspension time, so the claim that resumes
 -- the task can tell how long it waited.
 UPDATE runifold_tasks SET ready_at = %(now)s
-WHERE task_id = %(task_id)s AND state = 'waiting' AND waiting_for_signal = %(name)s;
+-- waiting_for_signal holds the names a wait takes, one a line.
+WHERE task_id = %(task_id)s AND state = 'waiting'
+    AND %(name)s::text = ANY(string_to_array(waiting_for_signal, E'\n'));
 
 -- name: pending_signals
 SELECT signal_id, name, payload_text AS payload, sender, reason, sent_at FROM runifold_signals
@@ -655,7 +794,8 @@ WHERE t.task_id = %(task_id)s AND t.state = 'waiting' AND t.waiting_for_signal =
     AND (t.ready_at IS NULL OR t.ready_at > %(now)s)
     AND EXISTS (
         SELECT 1 FROM runifold_signals s
-        WHERE s.task_id = t.task_id AND s.name = %(name)s AND s.consumed_at IS NULL
+        WHERE s.task_id = t.task_id AND s.consumed_at IS NULL
+            AND s.name = ANY(string_to_array(%(name)s::text, E'\n'))
     );
 
 -- name: register_worker
@@ -747,7 +887,9 @@ SELECT COUNT(*) AS entries FROM runifold_journal WHERE task_id = %(task_id)s AND
 -- and then sees the child ended (wake_if_child_finished), or committed first and is
 -- woken here (the UPDATE re-reads the row it waited for).
 UPDATE runifold_tasks AS p
-SET ready_at = CASE WHEN p.state = 'waiting' AND p.waiting_for_child = %(task_id)s::text
+-- waiting_for_child holds the children a wait takes (ctx.wait_any), one a line.
+SET ready_at = CASE WHEN p.state = 'waiting'
+    AND %(task_id)s::text = ANY(string_to_array(p.waiting_for_child, E'\n'))
     AND (p.ready_at IS NULL OR p.ready_at > %(now)s) THEN %(now)s ELSE p.ready_at END
 WHERE p.task_id = %(parent_id)s::text
 RETURNING p.ready_at = %(now)s AS woke;
@@ -760,12 +902,14 @@ WHERE t.task_id = %(task_id)s AND t.state = 'waiting' AND t.waiting_for_child = 
     AND (t.ready_at IS NULL OR t.ready_at > %(now)s)
     AND EXISTS (
         SELECT 1 FROM runifold_tasks c
-        WHERE c.task_id = %(child)s::text AND c.state IN ('terminal', 'cancelled')
+        WHERE c.task_id = ANY(string_to_array(%(child)s::text, E'\n'))
+            AND c.state IN ('terminal', 'cancelled')
     );
 
 -- name: unfinished_children
+-- The children a cancel of their parent cancels: a detached one outlives it.
 SELECT task_id FROM runifold_tasks
-WHERE parent_id = %(task_id)s AND state IN ('queued', 'leased', 'waiting')
+WHERE parent_id = %(task_id)s AND state IN ('queued', 'leased', 'waiting') AND NOT detached
 ORDER BY task_id;
 
 -- name: pause_unleased
@@ -847,7 +991,9 @@ WITH events AS (DELETE FROM runifold_events WHERE task_id = ANY(%(ids)s::text[])
     journal AS (DELETE FROM runifold_journal WHERE task_id = ANY(%(ids)s::text[])),
     signals AS (DELETE FROM runifold_signals WHERE task_id = ANY(%(ids)s::text[])),
     resolutions AS (DELETE FROM runifold_effect_resolutions WHERE task_id = ANY(%(ids)s::text[])),
-    published AS (DELETE FROM runifold_task_events WHERE task_id = ANY(%(ids)s::text[]))
+    published AS (DELETE FROM runifold_task_events WHERE task_id = ANY(%(ids)s::text[])),
+    attributes AS (DELETE FROM runifold_task_attributes WHERE task_id = ANY(%(ids)s::text[])),
+    streams AS (DELETE FROM runifold_task_streams WHERE task_id = ANY(%(ids)s::text[]))
 DELETE FROM runifold_tasks
 WHERE task_id = ANY(%(ids)s::text[]) AND state IN ('terminal', 'cancelled');
 
@@ -920,6 +1066,11 @@ WHERE name = %(name)s ORDER BY id;
     AND (%(definition)s::text IS NULL OR definition_name = %(definition)s::text)
     AND (%(parent)s::text IS NULL OR parent_id = %(parent)s::text)
     AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    AND (%(attribute_count)s::int = 0 OR task_id IN (
+        SELECT a.task_id
+        FROM jsonb_to_recordset(%(attributes)s::jsonb) AS f(key text, kind text, value text)
+        JOIN runifold_task_attributes a ON a.key = f.key AND a.kind = f.kind AND a.value = f.value
+        GROUP BY a.task_id HAVING count(*) = %(attribute_count)s::int))
 
 -- name: list_tasks_page
 -- The dashboard's task list (sql_reads.list_tasks_page), oldest first: of the next
@@ -987,3 +1138,235 @@ SELECT 1 AS live FROM runifold_logins WHERE digest = %(digest)s AND expires_at >
 
 -- name: end_login
 DELETE FROM runifold_logins WHERE digest = %(digest)s;
+
+-- Repairs (sql_repairs.py): fork, resuming a cancelled task, retry and cancel by filter.
+
+-- name: fork_head
+-- The forked task's checkpoint: the original's journal up to the fork point, and the
+-- fingerprint it was written by, so only a worker with those steps claims it.
+UPDATE runifold_tasks SET head = %(head)s::text::jsonb, fingerprint = %(fingerprint)s
+WHERE task_id = %(task_id)s AND head IS NULL;
+
+-- name: fork_journal_entry
+INSERT INTO runifold_journal (task_id, journal, position, entry)
+VALUES (%(task_id)s, %(journal)s, %(position)s, %(entry)s);
+
+-- name: resume_cancelled
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET state = 'queued', outcome = NULL, reason = NULL, cancel_requested = NULL, claims_since_progress = 0,
+    paused = NULL, ready_at = clock.now, updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.state = 'cancelled'
+RETURNING clock.now AS at;
+
+-- name: match_filters
+-- The filters of retry and cancel by filter (TaskSelector); each NULL matches any task.
+(%(definition)s::text IS NULL OR definition_name = %(definition)s::text)
+    AND (%(version)s::int IS NULL OR definition_version = %(version)s::int)
+    AND (%(state)s::text IS NULL OR state = %(state)s::text)
+    AND (%(outcome)s::text IS NULL OR outcome = %(outcome)s::text)
+    AND (%(reason_text)s::text IS NULL OR strpos(reason, %(reason_text)s::text) > 0)
+    AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+    AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    AND (%(since)s::timestamptz IS NULL OR updated_at >= %(since)s::timestamptz)
+    AND (%(until)s::timestamptz IS NULL OR updated_at < %(until)s::timestamptz)
+
+-- name: select_matching
+SELECT task_id, created_at FROM runifold_tasks
+WHERE {query:match_filters}
+    AND (%(after_at)s::timestamptz IS NULL OR (created_at, task_id) > (%(after_at)s::timestamptz, %(after_id)s::text))
+ORDER BY created_at, task_id
+LIMIT %(limit)s;
+
+-- name: count_matching
+SELECT COUNT(*) AS tasks FROM runifold_tasks WHERE {query:match_filters};
+
+-- name: upgrade_task
+-- Move an unleased task to another version of its workflow: the head's definition and
+-- the fingerprint are the new version's; only if nothing changed it since it was read.
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET definition_version = %(version)s, head = %(head)s::text::jsonb, fingerprint = %(fingerprint)s,
+    updated_at = clock.now
+FROM clock
+WHERE t.task_id = %(task_id)s AND t.revision = %(revision)s AND t.definition_version = %(from_version)s
+    AND t.state IN ('queued', 'waiting')
+RETURNING clock.now AS at;
+
+-- name: set_task_attribute
+-- ctx.set_attributes, inside the fenced checkpoint commit that carries it (last write wins).
+INSERT INTO runifold_task_attributes (task_id, key, kind, value, set_at)
+VALUES (%(task_id)s, %(key)s, %(kind)s, %(value)s, {now})
+ON CONFLICT (task_id, key) DO UPDATE
+SET kind = excluded.kind, value = excluded.value, set_at = excluded.set_at;
+
+-- name: task_attributes
+SELECT key, kind, value FROM runifold_task_attributes WHERE task_id = %(task_id)s ORDER BY key;
+
+-- name: create_schedule
+-- store.create_schedule: a schedule created at run time, active from now; none if the name
+-- is taken (declared by a registry, or created before).
+INSERT INTO runifold_schedules (
+    name, definition_name, definition_version, cron, every_s, timezone, input, queue, origin,
+    active_since, declared_at, changed_at
+) VALUES (
+    %(name)s, %(definition_name)s, %(definition_version)s, %(cron)s, %(every_s)s, %(timezone)s, %(input)s, %(queue)s, 'created',
+    %(now)s, %(now)s, %(now)s
+)
+ON CONFLICT (name) DO NOTHING
+RETURNING *;
+
+-- name: delete_created_schedule
+-- store.delete_schedule: only a schedule created at run time (a registry would store a
+-- declared one again). Its tick tasks are not touched.
+DELETE FROM runifold_schedules WHERE name = %(name)s AND origin = 'created' RETURNING *;
+
+-- name: created_schedules
+SELECT * FROM runifold_schedules WHERE origin = 'created' ORDER BY name;
+
+-- name: append_stream
+-- ctx.write_stream, inside the fenced checkpoint commit that carries it: the next position
+-- of the task's stream key, unless this writer's seq-th write of the run is there already
+-- (a replay, or a step's re-run, writing it again). The notification wakes
+-- store.read_stream's waiters when the transaction commits.
+INSERT INTO runifold_task_streams (task_id, key, position, run, writer, seq, value, written_at)
+SELECT %(task_id)s, %(key)s, COALESCE(MAX(position), 0) + 1, %(run)s, %(writer)s, %(seq)s,
+    %(value)s::jsonb, {now}
+FROM runifold_task_streams WHERE task_id = %(task_id)s AND key = %(key)s
+ON CONFLICT (task_id, key, run, writer, seq) DO NOTHING
+RETURNING pg_notify('runifold_results', runifold_task_streams.task_id) AS notified;
+
+-- name: read_stream
+SELECT position, value::text AS value FROM runifold_task_streams
+WHERE task_id = %(task_id)s AND key = %(key)s AND position > %(after)s
+ORDER BY position
+LIMIT %(limit)s;
+
+-- name: stream_fence
+-- A step body's stream write (StepContext.write_stream): only while its lease holds. The
+-- row lock orders it with the task's other writes (parallel branches' steps, commits), so
+-- each append reads the positions the one before it committed.
+SELECT 1 AS held FROM runifold_tasks
+WHERE task_id = %(task_id)s AND fencing_token = %(token)s AND state = 'leased'
+    AND lease_expires > {now}
+FOR UPDATE;
+
+-- name: lock_flow_key
+-- An enqueue with a dedup or debounce key: enqueues of the same key take turns (a
+-- transaction-level lock, so it holds through PgBouncer's transaction pooling).
+SELECT pg_advisory_xact_lock(hashtextextended('runifold:' || %(key)s, 0)) IS NULL AS locked;
+
+-- name: dedup_within
+-- The newest task of a dedup key created within the window (index runifold_tasks_dedup).
+SELECT task_id FROM runifold_tasks
+WHERE dedup_key = %(dedup_key)s AND created_at > {now} - make_interval(secs => %(window)s)
+ORDER BY created_at DESC LIMIT 1;
+
+-- name: singleton_unfinished
+-- A singleton key's unfinished task, unless a cancel is already on its way to it.
+SELECT task_id FROM runifold_tasks
+WHERE dedup_key = %(dedup_key)s AND state IN ('queued', 'waiting', 'leased') AND cancel_requested IS NULL
+ORDER BY created_at DESC LIMIT 1;
+
+-- name: debounce_fold
+-- A debounced enqueue: the key's queued task that never ran a step takes the new input
+-- and is due a window after now (never after its debounce_until). A claim that locked it
+-- first makes this wait, then find it leased: a new task is enqueued, no input is lost.
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET input = %(input)s::text::jsonb, input_text = %(input)s::text,
+    ready_at = LEAST(clock.now + make_interval(secs => %(debounce)s),
+        COALESCE(t.debounce_until, clock.now + make_interval(secs => %(debounce)s))),
+    updated_at = clock.now
+FROM clock
+WHERE t.debounce_key = %(debounce_key)s AND t.state = 'queued' AND t.head IS NULL
+    AND t.definition_name = %(definition_name)s AND t.definition_version = %(definition_version)s
+    AND t.tenant = %(tenant)s AND t.paused IS NULL
+RETURNING t.task_id, t.ready_at, clock.now AS at;
+
+-- name: set_flow_limit
+INSERT INTO runifold_flow_limits (scope, target, max_running, rate_count, rate_period, set_at)
+VALUES (%(scope)s, %(target)s, %(max_running)s, %(rate_count)s,
+    make_interval(secs => %(rate_period)s::float8), {now})
+ON CONFLICT (scope, target) DO UPDATE SET max_running = excluded.max_running,
+    rate_count = excluded.rate_count, rate_period = excluded.rate_period, set_at = excluded.set_at;
+
+-- name: remove_flow_limit
+DELETE FROM runifold_flow_limits WHERE scope = %(scope)s AND target = %(target)s RETURNING scope;
+
+-- name: flow_limits
+SELECT scope, target, max_running, rate_count, EXTRACT(EPOCH FROM rate_period)::float8 AS rate_period
+FROM runifold_flow_limits ORDER BY scope, target;
+
+-- name: flow_group_stats
+-- Every group a limit applies to that has tasks running, ready or claimed within its
+-- window: its running count, its claims in the window, its ready tasks, the oldest
+-- claim in the window (ops: stats, the dashboard, metrics).
+WITH clock AS (SELECT {now} AS now),
+limits AS (SELECT scope, target, max_running, rate_count, rate_period FROM runifold_flow_limits),
+groups AS (
+    SELECT DISTINCT 'key' AS scope, concurrency_key AS name FROM runifold_tasks
+        WHERE concurrency_key IS NOT NULL AND state IN ('queued', 'waiting', 'leased') AND ready_at IS NOT NULL
+            AND EXISTS (SELECT 1 FROM limits WHERE scope = 'key')
+    UNION SELECT scope, name FROM runifold_flow_claims
+    UNION SELECT scope, target FROM limits WHERE scope <> 'key'
+),
+limited AS (
+    SELECT g.scope, g.name, l.target, l.max_running, l.rate_count, l.rate_period
+    FROM groups g JOIN limits l ON {query:flow_group_limit}
+)
+SELECT g.scope, g.name, g.target, g.max_running, g.rate_count,
+    EXTRACT(EPOCH FROM g.rate_period)::float8 AS rate_period, clock.now AS at,
+    (SELECT COUNT(*) FROM runifold_tasks r WHERE r.state = 'leased' AND r.lease_expires > clock.now
+        AND CASE g.scope WHEN 'key' THEN r.concurrency_key WHEN 'definition' THEN r.definition_name
+            ELSE r.queue END = g.name) AS running,
+    (SELECT COUNT(*) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
+        AND c.at > clock.now - COALESCE(g.rate_period, INTERVAL '0')) AS claimed_in_window,
+    (SELECT MIN(c.at) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
+        AND c.at > clock.now - COALESCE(g.rate_period, INTERVAL '0')) AS oldest_claim_at,
+    (SELECT COUNT(*) FROM runifold_tasks w WHERE w.state IN ('queued', 'waiting') AND w.ready_at <= clock.now
+        AND w.paused IS NULL
+        AND CASE g.scope WHEN 'key' THEN w.concurrency_key WHEN 'definition' THEN w.definition_name
+            ELSE w.queue END = g.name) AS waiting
+FROM limited g, clock
+ORDER BY g.scope, g.name;
+
+-- name: age_priorities
+-- Priority aging (store.age_priorities): a ready task gains one priority level for each
+-- %(waited)s seconds it has been ready, up to %(up_to)s (never lowered; counted from its
+-- priority at enqueue, kept in base_priority), so low priority work is not starved.
+WITH clock AS (SELECT {now} AS now)
+UPDATE runifold_tasks AS t
+SET base_priority = COALESCE(t.base_priority, t.priority),
+    priority = LEAST(%(up_to)s, COALESCE(t.base_priority, t.priority)
+        + floor(EXTRACT(EPOCH FROM clock.now - t.ready_at) / %(waited)s)::int)
+FROM clock
+WHERE t.state IN ('queued', 'waiting') AND t.ready_at IS NOT NULL
+    AND t.ready_at <= clock.now - make_interval(secs => %(waited)s) AND t.paused IS NULL
+    AND t.priority < %(up_to)s
+    AND LEAST(%(up_to)s, COALESCE(t.base_priority, t.priority)
+        + floor(EXTRACT(EPOCH FROM clock.now - t.ready_at) / %(waited)s)::int) > t.priority
+RETURNING t.task_id;
+
+-- name: flow_groups_of_task
+-- flow_group_stats for the groups of one task (its key, definition and queue) that a
+-- limit applies to, without the waiting count: why a ready task is held (explain_reasons).
+WITH clock AS (SELECT {now} AS now),
+limits AS (SELECT scope, target, max_running, rate_count, rate_period FROM runifold_flow_limits),
+g AS (
+    SELECT 'key'::text AS scope, %(concurrency_key)s::text AS name WHERE %(concurrency_key)s::text IS NOT NULL
+    UNION ALL SELECT 'definition', %(definition_name)s::text
+    UNION ALL SELECT 'queue', %(queue)s::text
+)
+SELECT g.scope, g.name, l.target, l.max_running, l.rate_count,
+    EXTRACT(EPOCH FROM l.rate_period)::float8 AS rate_period, clock.now AS at,
+    (SELECT COUNT(*) FROM runifold_tasks r WHERE r.state = 'leased' AND r.lease_expires > clock.now
+        AND CASE g.scope WHEN 'key' THEN r.concurrency_key WHEN 'definition' THEN r.definition_name
+            ELSE r.queue END = g.name) AS running,
+    (SELECT COUNT(*) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
+        AND c.at > clock.now - COALESCE(l.rate_period, INTERVAL '0')) AS claimed_in_window,
+    (SELECT MIN(c.at) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
+        AND c.at > clock.now - COALESCE(l.rate_period, INTERVAL '0')) AS oldest_claim_at,
+    0 AS waiting
+FROM g JOIN limits l ON {query:flow_group_limit}, clock;

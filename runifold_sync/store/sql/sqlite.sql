@@ -8,10 +8,12 @@ SELECT {now} AS now;
 -- name: insert_task
 INSERT INTO runifold_tasks (
     task_id, definition_name, definition_version, tenant, input, priority, state,
-    ready_at, created_at, updated_at, parent_id, trace_context, queue
+    ready_at, created_at, updated_at, parent_id, trace_context, queue, detached,
+    concurrency_key, dedup_key, debounce_key, debounce_until
 ) VALUES (
     :task_id, :definition_name, :definition_version, :tenant, :input, :priority, 'queued',
-    MAX(:now, COALESCE(:not_before, :now)), :now, :now, :parent_id, :trace_context, :queue
+    MAX(:now + COALESCE(:debounce, 0), COALESCE(:not_before, :now)), :now, :now, :parent_id,
+    :trace_context, :queue, :detached, :concurrency_key, :dedup_key, :debounce_key, :now + :debounce_max
 )
 ON CONFLICT (task_id) DO NOTHING
 RETURNING :now AS at;
@@ -35,24 +37,130 @@ tenants AS (
     ) < p.budget_cost END
 )
 
+-- name: claimable_flow
+-- Part of claimable_tasks and claimable_routed_tasks: flow control by key (sql_flow.py).
+-- The limits, the unexpired leases they count (read only when there is a limit), and the
+-- groups closed now (at max_running, or out of rate in their window): no claim reads a
+-- closed group's tasks, so a full key never holds back the tasks behind it.
+-- Not materialized: each lookup of a group's limit reads the table's primary key.
+limits AS NOT MATERIALIZED (
+    SELECT scope, target, max_running, rate_count, rate_period_us FROM runifold_flow_limits
+),
+running AS MATERIALIZED (
+    -- Tenant by tenant, as each tenant's room counts them (a search of the leased index).
+    SELECT l.concurrency_key, l.definition_name, l.queue
+    FROM runifold_tenants p CROSS JOIN runifold_tasks l INDEXED BY runifold_tasks_leased
+    WHERE l.tenant = p.tenant
+        AND l.state = 'leased' AND l.lease_expires > :now AND EXISTS (SELECT 1 FROM limits)
+),
+running_groups AS MATERIALIZED (
+    SELECT 'key' AS scope, concurrency_key AS name, COUNT(*) AS n FROM running
+    WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key
+    UNION ALL SELECT 'definition', definition_name, COUNT(*) FROM running GROUP BY definition_name
+    UNION ALL SELECT 'queue', queue, COUNT(*) FROM running GROUP BY queue
+),
+flow_closed AS MATERIALIZED (
+    -- g.n: the group's running tasks; g.rated: it has claims in a rate's window. Only a
+    -- group with claims to count or as many running as the lowest max_running of its
+    -- scope can be closed: the rest are not looked up.
+    SELECT g.scope, g.name FROM (
+        SELECT scope, name, MAX(n) AS n, MAX(rated) AS rated FROM (
+            SELECT scope, name, n, 0 AS rated FROM running_groups
+            -- Keys with claims in a key rate's window (a definition's or queue's rate is
+            -- its limit row's, below).
+            UNION ALL SELECT scope, name, 0, 1 FROM runifold_flow_claims
+                WHERE scope = 'key' AND at > :now - (SELECT MAX(rate_period_us) FROM limits WHERE scope = 'key')
+            UNION ALL SELECT scope, target, 0, CASE WHEN rate_count IS NULL THEN 0 ELSE 1 END
+                FROM limits WHERE scope <> 'key'
+        ) u GROUP BY scope, name
+    ) g
+    WHERE (g.rated = 1 OR g.n >= (SELECT MIN(m.max_running) FROM limits m WHERE m.scope = g.scope))
+        AND {query:flow_group_room} <= 0
+)
+
+-- name: flow_group_room
+-- Part of claimable_flow and claimable_in_turns: the room of group g (g.scope, g.name;
+-- g.n its running tasks)
+-- under the limit that applies to it (NULL: none). A key's limit is the row naming it,
+-- else the longest prefix pattern ("export:*") it matches.
+(SELECT MIN(
+        COALESCE(l.max_running - g.n, :limit),
+        COALESCE(l.rate_count - (
+            SELECT COUNT(*) FROM runifold_flow_claims c
+            WHERE c.scope = g.scope AND c.name = g.name AND c.at > :now - l.rate_period_us
+        ), :limit))
+    FROM limits l WHERE {query:flow_group_limit})
+
+-- name: flow_group_limit
+-- Part of flow_group_room: the limit row l of group g.
+l.scope = g.scope AND l.target = CASE WHEN g.scope <> 'key' THEN g.name ELSE (
+        SELECT k.target FROM limits k
+        WHERE k.scope = 'key' AND (k.target = g.name OR (substr(k.target, -1) = '*'
+            AND substr(g.name, 1, length(k.target) - 1) = substr(k.target, 1, length(k.target) - 1)))
+        -- A pattern: by length; a name matched exactly, first.
+        ORDER BY CASE WHEN substr(k.target, -1) = '*' THEN length(k.target) ELSE 1000000 END DESC LIMIT 1
+    ) END
+
+-- name: claimable_flow_open
+-- Part of the claims' scans of ready tasks (alias x): not in a closed group.
+AND (NOT EXISTS (SELECT 1 FROM flow_closed) OR (
+    NOT EXISTS (SELECT 1 FROM flow_closed f WHERE f.scope = 'key' AND f.name = x.concurrency_key)
+    AND NOT EXISTS (SELECT 1 FROM flow_closed f WHERE f.scope = 'definition' AND f.name = x.definition_name)
+    AND NOT EXISTS (SELECT 1 FROM flow_closed f WHERE f.scope = 'queue' AND f.name = x.queue)))
+
 -- name: claim_candidate
 -- Part of the claims' candidates: what a claim reads of a task it may lease (t) and of
 -- its tenant's admission (p).
 t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.updated_at, t.waiting_for_signal, t.priority,
-    p.served_at, p.room
+    p.served_at, p.room, t.concurrency_key, t.definition_name, t.queue
 
 -- name: claimable_in_turns
 -- Part of claimable_tasks and claimable_routed_tasks: the candidates (each admitted
--- tenant's expired leases and first ready tasks, as "pool"), ranked within their tenant,
--- in claim order. An expired lease goes before new work of the same priority: its worker
--- vanished, and it has waited a lease already.
+-- tenant's expired leases and first ready tasks, as "pool") within the room of their
+-- flow-control groups (each group's candidates ranked, and those past its room dropped),
+-- ranked within their tenant, in claim order. Within a tenant each key's first task goes
+-- before any key's second. An expired lease goes before new work of the same priority:
+-- its worker vanished, and it has waited a lease already.
+pool_groups AS MATERIALIZED (
+    SELECT g.scope, g.name, {query:flow_group_room} AS room,
+        (SELECT l.rate_count FROM limits l WHERE {query:flow_group_limit}) IS NOT NULL AS rated
+    FROM (
+        SELECT p.scope, p.name, COALESCE(r.n, 0) AS n FROM (
+            SELECT 'key' AS scope, concurrency_key AS name FROM pool WHERE concurrency_key IS NOT NULL
+            UNION SELECT 'definition', definition_name FROM pool
+            UNION SELECT 'queue', queue FROM pool
+        ) p LEFT JOIN running_groups r ON r.scope = p.scope AND r.name = p.name
+    ) g
+    WHERE EXISTS (SELECT 1 FROM limits)
+),
+flowed AS (
+    SELECT p.*, kg.room AS key_room, dg.room AS definition_room, qg.room AS queue_room,
+        kg.rated AS key_rated, dg.rated AS definition_rated, qg.rated AS queue_rated,
+        ROW_NUMBER() OVER (
+            PARTITION BY p.concurrency_key ORDER BY p.priority DESC, p.state = 'leased' DESC, p.ready_at
+        ) AS key_turn,
+        ROW_NUMBER() OVER (
+            PARTITION BY p.definition_name ORDER BY p.priority DESC, p.state = 'leased' DESC, p.ready_at
+        ) AS definition_turn,
+        ROW_NUMBER() OVER (
+            PARTITION BY p.queue ORDER BY p.priority DESC, p.state = 'leased' DESC, p.ready_at
+        ) AS queue_turn
+    FROM pool p
+    LEFT JOIN pool_groups kg ON kg.scope = 'key' AND kg.name = p.concurrency_key
+    LEFT JOIN pool_groups dg ON dg.scope = 'definition' AND dg.name = p.definition_name
+    LEFT JOIN pool_groups qg ON qg.scope = 'queue' AND qg.name = p.queue
+),
 candidates AS (
     SELECT *, ROW_NUMBER() OVER (
-        PARTITION BY tenant ORDER BY priority DESC, state = 'leased' DESC, ready_at
+        PARTITION BY tenant ORDER BY priority DESC, state = 'leased' DESC, key_turn, ready_at
     ) AS turn
-    FROM pool
+    FROM flowed
+    WHERE (key_room IS NULL OR key_turn <= key_room)
+        AND (definition_room IS NULL OR definition_turn <= definition_room)
+        AND (queue_room IS NULL OR queue_turn <= queue_room)
 )
-SELECT task_id, tenant, state, worker_id, ready_at, updated_at, waiting_for_signal, route_fingerprint
+SELECT task_id, tenant, state, worker_id, ready_at, updated_at, waiting_for_signal, route_fingerprint,
+    concurrency_key, definition_name, queue, key_rated, definition_rated, queue_rated
 FROM candidates WHERE turn <= room
 ORDER BY turn, served_at IS NOT NULL, served_at, priority DESC, state = 'leased' DESC, ready_at
 LIMIT :limit
@@ -64,12 +172,14 @@ LIMIT :limit
 -- within a turn. Priority orders tasks within a tenant. The caller's BEGIN IMMEDIATE
 -- makes it exact.
 WITH {query:claimable_admitted_tenants},
+{query:claimable_flow},
 pool AS (
     SELECT {query:claim_candidate}, NULL AS route_fingerprint
     FROM tenants p JOIN runifold_tasks t ON t.task_id IN (
         SELECT x.task_id FROM runifold_tasks x
         WHERE x.tenant = p.tenant AND x.state IN ('queued', 'waiting', 'leased') AND x.state <> 'leased'
             AND x.ready_at IS NOT NULL AND x.ready_at <= :now AND x.paused IS NULL
+            {query:claimable_flow_open}
         ORDER BY x.priority DESC, x.ready_at
         LIMIT :limit
     )
@@ -80,6 +190,7 @@ pool AS (
         SELECT x.task_id FROM runifold_tasks x INDEXED BY runifold_tasks_leased
         WHERE x.tenant = p.tenant AND x.state = 'leased' AND x.lease_expires <= :now
             AND x.paused IS NULL
+            {query:claimable_flow_open}
         ORDER BY x.priority DESC, x.lease_expires
         LIMIT :limit
     )
@@ -96,6 +207,7 @@ pool AS (
 -- a route-less claim, by any); lease_task gives a task without a head the route's
 -- fingerprint.
 WITH {query:claimable_admitted_tenants},
+{query:claimable_flow},
 routes AS MATERIALIZED (
     SELECT json_extract(value, '$[0]') AS queue, json_extract(value, '$[1]') AS name,
         json_extract(value, '$[2]') AS version, json_extract(value, '$[3]') AS fingerprint
@@ -110,6 +222,7 @@ pool AS (
             -- As the index's predicate says it (SQLite matches its terms as written).
             AND x.state IN ('queued', 'waiting', 'leased') AND x.state <> 'leased'
             AND x.ready_at IS NOT NULL AND x.ready_at <= :now AND x.paused IS NULL
+            {query:claimable_flow_open}
             AND (x.head IS NULL OR x.fingerprint IS NULL OR x.fingerprint = r.fingerprint)
         ORDER BY x.priority DESC, x.ready_at
         LIMIT :limit
@@ -122,6 +235,7 @@ pool AS (
         WHERE x.tenant = p.tenant AND x.state = 'leased' AND x.lease_expires <= :now
             AND x.queue = r.queue AND x.definition_name = r.name AND x.definition_version = r.version
             AND x.paused IS NULL
+            {query:claimable_flow_open}
             AND (x.head IS NULL OR x.fingerprint IS NULL OR x.fingerprint = r.fingerprint)
         ORDER BY x.priority DESC, x.lease_expires
         LIMIT :limit
@@ -198,7 +312,8 @@ SET state = 'waiting', head = :head, revision = revision + 1,
     -- A signal that arrived while the worker was deciding to wait wakes the task now.
     ready_at = CASE WHEN EXISTS (
         SELECT 1 FROM runifold_signals s
-        WHERE s.task_id = :task_id AND s.name = :signal AND s.consumed_at IS NULL
+        WHERE s.task_id = :task_id AND s.consumed_at IS NULL
+            AND instr(char(10) || :signal || char(10), char(10) || s.name || char(10)) > 0
     ) THEN :now ELSE :wake_at END
 WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased'
     AND lease_expires > :now AND revision = :revision AND cancel_requested IS NULL
@@ -373,7 +488,9 @@ SELECT COUNT(*) AS pending FROM runifold_signals WHERE task_id = :task_id AND co
 -- Moves only ready_at: updated_at keeps the suspension time, so the claim that resumes
 -- the task can tell how long it waited.
 UPDATE runifold_tasks SET ready_at = :now
-WHERE task_id = :task_id AND state = 'waiting' AND waiting_for_signal = :name;
+-- waiting_for_signal holds the names a wait takes, one a line.
+WHERE task_id = :task_id AND state = 'waiting'
+    AND instr(char(10) || waiting_for_signal || char(10), char(10) || :name || char(10)) > 0;
 
 -- name: pending_signals
 SELECT signal_id, name, payload, sender, reason, sent_at FROM runifold_signals
@@ -527,7 +644,9 @@ SELECT COUNT(*) AS entries FROM runifold_journal WHERE task_id = :task_id AND jo
 -- A child ended: its parent, if it waits for this child, is due now (BEGIN IMMEDIATE
 -- orders this against the parent's suspend, which checks for an ended child itself).
 UPDATE runifold_tasks
-SET ready_at = CASE WHEN state = 'waiting' AND waiting_for_child = :task_id
+-- waiting_for_child holds the children a wait takes (ctx.wait_any), one a line.
+SET ready_at = CASE WHEN state = 'waiting'
+    AND instr(char(10) || waiting_for_child || char(10), char(10) || :task_id || char(10)) > 0
     AND (ready_at IS NULL OR ready_at > :now) THEN :now ELSE ready_at END
 WHERE task_id = :parent_id
 RETURNING ready_at = :now AS woke;
@@ -539,12 +658,14 @@ WHERE task_id = :task_id AND state = 'waiting' AND waiting_for_child = :child
     AND (ready_at IS NULL OR ready_at > :now)
     AND EXISTS (
         SELECT 1 FROM runifold_tasks c
-        WHERE c.task_id = :child AND c.state IN ('terminal', 'cancelled')
+        WHERE instr(char(10) || :child || char(10), char(10) || c.task_id || char(10)) > 0
+            AND c.state IN ('terminal', 'cancelled')
     );
 
 -- name: unfinished_children
+-- The children a cancel of their parent cancels: a detached one outlives it.
 SELECT task_id FROM runifold_tasks
-WHERE parent_id = :task_id AND state IN ('queued', 'leased', 'waiting')
+WHERE parent_id = :task_id AND state IN ('queued', 'leased', 'waiting') AND detached = 0
 ORDER BY task_id;
 
 -- name: pause_unleased
@@ -623,6 +744,12 @@ DELETE FROM runifold_effect_resolutions WHERE task_id IN (SELECT value FROM json
 -- name: prune_task_events
 DELETE FROM runifold_task_events WHERE task_id IN (SELECT value FROM json_each(:ids));
 
+-- name: prune_task_attributes
+DELETE FROM runifold_task_attributes WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_task_streams
+DELETE FROM runifold_task_streams WHERE task_id IN (SELECT value FROM json_each(:ids));
+
 -- name: prune_tasks
 DELETE FROM runifold_tasks
 WHERE task_id IN (SELECT value FROM json_each(:ids)) AND state IN ('terminal', 'cancelled');
@@ -693,6 +820,11 @@ WHERE name = :name ORDER BY id;
     AND (:definition IS NULL OR definition_name = :definition)
     AND (:parent IS NULL OR parent_id = :parent)
     AND (:queue IS NULL OR queue = :queue)
+    AND (:attribute_count = 0 OR task_id IN (
+        SELECT a.task_id FROM json_each(:attributes) f
+        JOIN runifold_task_attributes a ON a.key = json_extract(f.value, '$.key')
+            AND a.kind = json_extract(f.value, '$.kind') AND a.value = json_extract(f.value, '$.value')
+        GROUP BY a.task_id HAVING count(*) = :attribute_count))
 
 -- name: list_tasks_page
 -- The dashboard's task list (sql_reads.list_tasks_page), oldest first: of the next
@@ -757,3 +889,215 @@ SELECT 1 AS live FROM runifold_logins WHERE digest = :digest AND expires_at > {n
 
 -- name: end_login
 DELETE FROM runifold_logins WHERE digest = :digest;
+
+-- Repairs (sql_repairs.py): fork, resuming a cancelled task, retry and cancel by filter.
+
+-- name: fork_head
+-- The forked task's checkpoint: the original's journal up to the fork point, and the
+-- fingerprint it was written by, so only a worker with those steps claims it.
+UPDATE runifold_tasks SET head = :head, fingerprint = :fingerprint WHERE task_id = :task_id AND head IS NULL;
+
+-- name: fork_journal_entry
+INSERT INTO runifold_journal (task_id, journal, position, entry) VALUES (:task_id, :journal, :position, :entry);
+
+-- name: resume_cancelled
+UPDATE runifold_tasks
+SET state = 'queued', outcome = NULL, reason = NULL, cancel_requested = NULL, claims_since_progress = 0,
+    paused = NULL, ready_at = :now, updated_at = :now
+WHERE task_id = :task_id AND state = 'cancelled'
+RETURNING :now AS at;
+
+-- name: match_filters
+-- The filters of retry and cancel by filter (TaskSelector); each NULL matches any task.
+(:definition IS NULL OR definition_name = :definition)
+    AND (:version IS NULL OR definition_version = :version)
+    AND (:state IS NULL OR state = :state)
+    AND (:outcome IS NULL OR outcome = :outcome)
+    AND (:reason_text IS NULL OR instr(reason, :reason_text) > 0)
+    AND (:tenant IS NULL OR tenant = :tenant)
+    AND (:queue IS NULL OR queue = :queue)
+    AND (:since IS NULL OR updated_at >= :since)
+    AND (:until IS NULL OR updated_at < :until)
+
+-- name: select_matching
+SELECT task_id, created_at FROM runifold_tasks
+WHERE {query:match_filters}
+    AND (:after_at IS NULL OR created_at > :after_at OR (created_at = :after_at AND task_id > :after_id))
+ORDER BY created_at, task_id
+LIMIT :limit;
+
+-- name: count_matching
+SELECT COUNT(*) AS tasks FROM runifold_tasks WHERE {query:match_filters};
+
+-- name: upgrade_task
+-- Move an unleased task to another version of its workflow: the head's definition and
+-- the fingerprint are the new version's; only if nothing changed it since it was read.
+UPDATE runifold_tasks
+SET definition_version = :version, head = :head, fingerprint = :fingerprint, updated_at = :now
+WHERE task_id = :task_id AND revision = :revision AND definition_version = :from_version
+    AND state IN ('queued', 'waiting')
+RETURNING :now AS at;
+
+-- name: set_task_attribute
+-- ctx.set_attributes, inside the fenced checkpoint commit that carries it (last write wins).
+INSERT INTO runifold_task_attributes (task_id, key, kind, value, set_at)
+VALUES (:task_id, :key, :kind, :value, :now)
+ON CONFLICT (task_id, key) DO UPDATE
+SET kind = excluded.kind, value = excluded.value, set_at = excluded.set_at;
+
+-- name: task_attributes
+SELECT key, kind, value FROM runifold_task_attributes WHERE task_id = :task_id ORDER BY key;
+
+-- name: create_schedule
+-- store.create_schedule: a schedule created at run time, active from now; none if the name
+-- is taken (declared by a registry, or created before).
+INSERT INTO runifold_schedules (
+    name, definition_name, definition_version, cron, every_s, timezone, input, queue, origin,
+    active_since, declared_at, changed_at
+) VALUES (
+    :name, :definition_name, :definition_version, :cron, :every_s, :timezone, :input, :queue, 'created',
+    :now, :now, :now
+)
+ON CONFLICT (name) DO NOTHING
+RETURNING *;
+
+-- name: delete_created_schedule
+-- store.delete_schedule: only a schedule created at run time (a registry would store a
+-- declared one again). Its tick tasks are not touched.
+DELETE FROM runifold_schedules WHERE name = :name AND origin = 'created' RETURNING *;
+
+-- name: created_schedules
+SELECT * FROM runifold_schedules WHERE origin = 'created' ORDER BY name;
+
+-- name: append_stream
+-- ctx.write_stream, inside the fenced checkpoint commit that carries it: the next position
+-- of the task's stream key, unless this writer's seq-th write of the run is there already
+-- (a replay, or a step's re-run, writing it again).
+INSERT INTO runifold_task_streams (task_id, key, position, run, writer, seq, value, written_at)
+SELECT :task_id, :key, COALESCE(MAX(position), 0) + 1, :run, :writer, :seq, :value, :now
+FROM runifold_task_streams WHERE task_id = :task_id AND key = :key
+ON CONFLICT (task_id, key, run, writer, seq) DO NOTHING;
+
+-- name: read_stream
+SELECT position, value FROM runifold_task_streams
+WHERE task_id = :task_id AND key = :key AND position > :after
+ORDER BY position
+LIMIT :limit;
+
+-- name: stream_fence
+-- A step body's stream write (StepContext.write_stream): only while its lease holds.
+SELECT 1 AS held FROM runifold_tasks
+WHERE task_id = :task_id AND fencing_token = :token AND state = 'leased' AND lease_expires > {now};
+
+-- name: lock_flow_key
+-- An enqueue with a dedup or debounce key: the caller's BEGIN IMMEDIATE already orders
+-- it against every other writer.
+SELECT 1 AS locked;
+
+-- name: dedup_within
+-- The newest task of a dedup key created within the window (index runifold_tasks_dedup).
+SELECT task_id FROM runifold_tasks
+WHERE dedup_key = :dedup_key AND created_at > :now - :window
+ORDER BY created_at DESC LIMIT 1;
+
+-- name: singleton_unfinished
+-- A singleton key's unfinished task, unless a cancel is already on its way to it.
+SELECT task_id FROM runifold_tasks
+WHERE dedup_key = :dedup_key AND state IN ('queued', 'waiting', 'leased') AND cancel_requested IS NULL
+ORDER BY created_at DESC LIMIT 1;
+
+-- name: debounce_fold
+-- A debounced enqueue: the key's queued task that never ran a step takes the new input
+-- and is due a window after now (never after its debounce_until). A claim that leased it
+-- first leaves nothing to fold into, and a new task is enqueued: no input is lost.
+UPDATE runifold_tasks
+SET input = :input, ready_at = MIN(:now + :debounce, COALESCE(debounce_until, :now + :debounce)),
+    updated_at = :now
+WHERE debounce_key = :debounce_key AND state = 'queued' AND head IS NULL
+    AND definition_name = :definition_name AND definition_version = :definition_version
+    AND tenant = :tenant AND paused IS NULL
+RETURNING task_id, ready_at, :now AS at;
+
+-- name: set_flow_limit
+INSERT INTO runifold_flow_limits (scope, target, max_running, rate_count, rate_period_us, set_at)
+VALUES (:scope, :target, :max_running, :rate_count, :rate_period, {now})
+ON CONFLICT (scope, target) DO UPDATE SET max_running = excluded.max_running,
+    rate_count = excluded.rate_count, rate_period_us = excluded.rate_period_us, set_at = excluded.set_at;
+
+-- name: remove_flow_limit
+DELETE FROM runifold_flow_limits WHERE scope = :scope AND target = :target RETURNING scope;
+
+-- name: flow_limits
+SELECT scope, target, max_running, rate_count, rate_period_us AS rate_period FROM runifold_flow_limits
+ORDER BY scope, target;
+
+-- name: record_flow_claim
+INSERT INTO runifold_flow_claims (scope, name, at) VALUES (:scope, :name, :now);
+
+-- name: prune_flow_claims
+-- Claims older than every rate's period count toward none.
+DELETE FROM runifold_flow_claims
+WHERE at <= :now - COALESCE((SELECT MAX(rate_period_us) FROM runifold_flow_limits), 0);
+
+-- name: flow_group_stats
+-- Every group a limit applies to that has tasks running, ready or claimed within its
+-- window: its running count, its claims in the window, its ready tasks, the oldest
+-- claim in the window (ops: stats, the dashboard, metrics).
+WITH limits AS (SELECT scope, target, max_running, rate_count, rate_period_us FROM runifold_flow_limits),
+groups AS (
+    SELECT DISTINCT 'key' AS scope, concurrency_key AS name FROM runifold_tasks
+        WHERE concurrency_key IS NOT NULL AND state IN ('queued', 'waiting', 'leased') AND ready_at IS NOT NULL
+            AND EXISTS (SELECT 1 FROM limits WHERE scope = 'key')
+    UNION SELECT scope, name FROM runifold_flow_claims
+    UNION SELECT scope, target FROM limits WHERE scope <> 'key'
+),
+limited AS (
+    SELECT g.scope, g.name, l.target, l.max_running, l.rate_count, l.rate_period_us
+    FROM groups g JOIN limits l ON {query:flow_group_limit}
+)
+SELECT g.scope, g.name, g.target, g.max_running, g.rate_count, g.rate_period_us AS rate_period, {now} AS at,
+    (SELECT COUNT(*) FROM runifold_tasks r WHERE r.state = 'leased' AND r.lease_expires > {now}
+        AND CASE g.scope WHEN 'key' THEN r.concurrency_key WHEN 'definition' THEN r.definition_name
+            ELSE r.queue END = g.name) AS running,
+    (SELECT COUNT(*) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
+        AND c.at > {now} - COALESCE(g.rate_period_us, 0)) AS claimed_in_window,
+    (SELECT MIN(c.at) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
+        AND c.at > {now} - COALESCE(g.rate_period_us, 0)) AS oldest_claim_at,
+    (SELECT COUNT(*) FROM runifold_tasks w WHERE w.state IN ('queued', 'waiting') AND w.ready_at <= {now}
+        AND w.paused IS NULL
+        AND CASE g.scope WHEN 'key' THEN w.concurrency_key WHEN 'definition' THEN w.definition_name
+            ELSE w.queue END = g.name) AS waiting
+FROM limited g
+ORDER BY g.scope, g.name;
+
+-- name: age_priorities
+-- Priority aging (store.age_priorities): a ready task gains one priority level for each
+-- :waited it has been ready, up to :up_to (never lowered; counted from its priority at
+-- enqueue, kept in base_priority), so low priority work is not starved for ever.
+UPDATE runifold_tasks
+SET base_priority = COALESCE(base_priority, priority),
+    priority = MAX(priority, MIN(:up_to, COALESCE(base_priority, priority) + (:now - ready_at) / :waited))
+WHERE state IN ('queued', 'waiting') AND ready_at IS NOT NULL AND ready_at <= :now - :waited
+    AND paused IS NULL AND priority < :up_to
+    AND MIN(:up_to, COALESCE(base_priority, priority) + (:now - ready_at) / :waited) > priority
+RETURNING task_id;
+
+-- name: flow_groups_of_task
+-- flow_group_stats for the groups of one task (its key, definition and queue) that a
+-- limit applies to, without the waiting count: why a ready task is held (explain_reasons).
+WITH limits AS (SELECT scope, target, max_running, rate_count, rate_period_us FROM runifold_flow_limits),
+g AS (
+    SELECT 'key' AS scope, :concurrency_key AS name WHERE :concurrency_key IS NOT NULL
+    UNION ALL SELECT 'definition', :definition_name
+    UNION ALL SELECT 'queue', :queue
+)
+SELECT g.scope, g.name, l.target, l.max_running, l.rate_count, l.rate_period_us AS rate_period, {now} AS at,
+    (SELECT COUNT(*) FROM runifold_tasks r WHERE r.state = 'leased' AND r.lease_expires > {now}
+        AND CASE g.scope WHEN 'key' THEN r.concurrency_key WHEN 'definition' THEN r.definition_name
+            ELSE r.queue END = g.name) AS running,
+    (SELECT COUNT(*) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
+        AND c.at > {now} - COALESCE(l.rate_period_us, 0)) AS claimed_in_window,
+    (SELECT MIN(c.at) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
+        AND c.at > {now} - COALESCE(l.rate_period_us, 0)) AS oldest_claim_at,
+    0 AS waiting
+FROM g JOIN limits l ON {query:flow_group_limit};

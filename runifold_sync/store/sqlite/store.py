@@ -32,7 +32,7 @@ from ...errors import CancelPending, InvalidArgument, LeaseLostError, StoreClose
 from ...model import validate
 from ...model.checkpoint import JournalRow
 from ...model.codec import storable_text
-from .. import checks, event_details, refusals, row_records
+from .. import checks, event_details, refusals, row_records, sql_flow
 from ..base import WorkflowStore
 from ..dialect import ENDING_TRANSITIONS, Dialect, Event, FencedTransition, Params, Row, Transaction
 from ..outage import OutageLog
@@ -140,6 +140,8 @@ class SqliteDialect(Dialect):
         "prune_signals",
         "prune_resolutions",
         "prune_task_events",
+        "prune_task_attributes",
+        "prune_task_streams",
         "prune_tasks",
     )
 
@@ -343,6 +345,7 @@ class SqliteDialect(Dialect):
         for tenant in sorted({c["tenant"] for c in candidates}):
             conn.execute(_Q["mark_tenant_served"], {"tenant": tenant, "now": now})
         lease_us = in_us(request.lease.value)
+        rated = False
         for candidate in candidates:
             row = conn.execute(
                 _Q["lease_task"],
@@ -356,6 +359,9 @@ class SqliteDialect(Dialect):
             ).fetchone()
             detail = event_details.claimed(candidate["state"], candidate["worker_id"])
             self.event(tx, Event(row["task_id"], now, "claimed", detail, worker_id, row["fencing_token"]))
+            for scope, name in sql_flow.rated_claims(candidate):
+                rated = True
+                conn.execute(_Q["record_flow_claim"], {"scope": scope, "name": name, "now": now})
             resolutions = {}
             if row["resolved"]:  # rare: only tasks an operator resolved have any
                 found = conn.execute(_Q["resolutions_for_task"], {"task_id": row["task_id"]})
@@ -368,6 +374,8 @@ class SqliteDialect(Dialect):
                 "previous_signal": candidate["waiting_for_signal"],
             }
             claimed.append(row_records.claimed_task(dict(row) | timing, worker_id, self, resolutions))
+        if rated:
+            conn.execute(_Q["prune_flow_claims"], {"now": now})
         return claimed
 
     def signal_pending_after_suspend(self, tx: Transaction, task_id: str, name: str, at: Any) -> bool:
