@@ -48,11 +48,12 @@ import attrs
 
 from .engine.spans import CycleTracer
 from .errors import AppNotLoaded, InvalidArgument, TaskFailed
+from .model import validate
 from .model.cancellation import CancellationToken
 from .model.codec import structure
 from .model.outcomes import Completed, ContinuedAsNew, Idle, Retried, RunOutcome, Suspended, Yielded
 from .model.redaction import redacted
-from .model.values import MAX_DURATION, Budget, CapabilitySet, FlowOptions, TaskOutcome, TaskState, WorkerId
+from .model.values import Budget, CapabilitySet, FlowOptions, TaskOutcome, TaskState, WorkerId
 from .pool.preflight import check_ids_free
 from .pool.supervisor import SupervisorReport, WorkflowSupervisor, check_base_id
 from .settings import Settings
@@ -142,11 +143,10 @@ class App:
             raise InvalidArgument(
                 f"App takes a store URL or a Settings, got a {type(url_or_settings).__name__}"
             )
-        if registry is not None and not isinstance(registry, WorkflowRegistry):
-            raise InvalidArgument(f"registry must be a WorkflowRegistry or None, got {registry!r}")
+        validate.optional(validate.is_a(WorkflowRegistry))("registry", registry)
         for name, hook in (("tracer", tracer), ("cycle", cycle), ("prepare", prepare)):
             if hook is not None and not callable(hook):
-                raise InvalidArgument(f"{name} must be a function or None, got {hook!r}")
+                validate.refuse(name, "a function or None", hook)
         self.settings: Settings = settings.replace(**overrides)
         self.tracer: TracerFactory | None = tracer
         self._registry = registry
@@ -260,7 +260,7 @@ class App:
         }
         for field in attrs.fields(WorkflowDefinition):  # its checks now: refused where given
             if field.name in options and field.validator is not None:
-                field.validator(None, field, options[field.name])
+                field.validator(WorkflowDefinition, field, options[field.name])
         self._declared.append((workflow, options))
         return workflow
 
@@ -314,8 +314,7 @@ class App:
 
     def handle(self, task_id: str) -> TaskHandle:
         """The handle of a task started earlier (by any process), by its id."""
-        if not isinstance(task_id, str):
-            raise InvalidArgument(f"task_id must be a string, got {task_id!r}")
+        validate.instance("task_id", task_id, str)
         return TaskHandle(self, task_id)
 
     # -- running ------------------------------------------------------------------------
@@ -451,7 +450,9 @@ class TaskHandle:
         when it failed or was cancelled (``.outcome``, ``.reason``), :class:`WaitTimedOut`
         when it has not finished within ``timeout``. Another process runs it, or this one
         (``app.run_once()``) before the call."""
-        record = self.app.store.wait_for_task(self.task_id, MAX_DURATION if timeout is None else timeout)
+        record = self.app.store.wait_for_task(
+            self.task_id, validate.MAX_DURATION if timeout is None else timeout
+        )
         if record.state is TaskState.CANCELLED:
             raise TaskFailed(self.task_id, "cancelled", record.reason)
         if record.outcome is not TaskOutcome.COMPLETED:
@@ -549,7 +550,9 @@ def load_app(reference: str) -> App | WorkflowRegistry:
     ``__cause__``, traceback and all)."""
     module_name, sep, attribute = reference.partition(":")
     if not sep or not module_name or not attribute:
-        raise InvalidArgument(f"app reference must look like 'package.module:app', got {reference!r}")
+        raise InvalidArgument(
+            f"app reference must look like 'package.module:app', got {validate.shown(reference)}"
+        )
     searched = str(Path.cwd())
     if searched not in sys.path:
         sys.path.insert(0, searched)  # like `python -m`, find the app in the cwd

@@ -15,49 +15,34 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from datetime import timedelta
 from typing import Any
 
 import attrs
 
 from .errors import InvalidArgument
+from .model import validate
 from .model.redaction import redacted
-from .model.values import LeaseDuration, check_name, seconds_duration
+from .model.values import LeaseDuration
 from .pool.supervisor import PoolSettings
 from .store.open import default_url
-from .worker.settings import WorkerSettings, checked
+from .worker.settings import WorkerSettings
 from .workflow.registry import WorkflowRegistry
 
 
-def _check_url(name: str, value: object) -> object:
+def _url(name: str, value: object) -> object:
     if not isinstance(value, str) or not value:
-        raise InvalidArgument(
-            f"{name} must be a string naming a store (sqlite:///path.db, postgresql://...), got {value!r}"
-        )
+        validate.refuse(name, "a string naming a store (sqlite:///path.db, postgresql://...)", value)
     return value
 
 
-def _check_app(name: str, value: object) -> object:
+def _app(name: str, value: object) -> object:
     if value is not None and not isinstance(value, (str, WorkflowRegistry)):
-        raise InvalidArgument(
-            f"{name} must be a 'module:attribute' string naming an App or a WorkflowRegistry, "
-            f"or a WorkflowRegistry, got {value!r}"
+        validate.refuse(
+            name,
+            "a 'module:attribute' string naming an App or a WorkflowRegistry, or a WorkflowRegistry",
+            value,
         )
     return value
-
-
-def _check_flag(name: str, value: object) -> object:
-    if not isinstance(value, bool):
-        raise InvalidArgument(f"{name} must be True or False, got {value!r}")
-    return value
-
-
-def _section(kind: type) -> Any:
-    def check(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-        if not isinstance(value, kind):
-            raise InvalidArgument(f"{attribute.name} must be a {kind.__name__}, got a {type(value).__name__}")
-
-    return attrs.field(factory=kind, validator=check)
 
 
 @attrs.frozen
@@ -96,11 +81,11 @@ class Settings:
     ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``. The URL is printed
     without its password."""
 
-    database_url: str = checked(_check_url, attrs.Factory(default_url), repr=lambda url: repr(redacted(url)))
-    app: str | WorkflowRegistry | None = checked(_check_app, None)
-    worker: WorkerSettings = _section(WorkerSettings)
-    pool: PoolSettings = _section(PoolSettings)
-    tracing: bool = checked(_check_flag, False)
+    database_url: str = validate.field(_url, attrs.Factory(default_url), repr=lambda url: repr(redacted(url)))
+    app: str | WorkflowRegistry | None = validate.field(_app, None)
+    worker: WorkerSettings = validate.field(validate.is_a(WorkerSettings), attrs.Factory(WorkerSettings))
+    pool: PoolSettings = validate.field(validate.is_a(PoolSettings), attrs.Factory(PoolSettings))
+    tracing: bool = validate.field(validate.flag, False)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], *, base: Settings | None = None) -> Settings:
@@ -150,8 +135,8 @@ def parse_queues(value: object, key: str = "RUNIFOLD_QUEUES") -> tuple[str, ...]
     elif isinstance(value, (list, tuple)):
         names = list(value)
     else:
-        raise InvalidArgument(f"{key} must be queue names, got {value!r}")
-    return tuple(dict.fromkeys(check_name(f"{key} queue", name) for name in names))
+        validate.refuse(key, "queue names", value)
+    return tuple(dict.fromkeys(validate.name(f"{key} queue", name) for name in names))
 
 
 def _as_is(_key: str, value: object) -> object:
@@ -159,14 +144,13 @@ def _as_is(_key: str, value: object) -> object:
 
 
 def _seconds(key: str, value: object) -> object:
-    return seconds_duration(key, value, minimum_s=0)
+    return validate.seconds(key, value)
 
 
 def _lease(key: str, value: object) -> object:
-    lease = _seconds(key, value)
-    assert isinstance(lease, timedelta)
+    lease = validate.seconds(key, value)
     if not lease:
-        raise InvalidArgument(f"{key} must be a number of seconds above 0, got {value!r}")
+        validate.refuse(key, "a number of seconds above 0", value)
     return LeaseDuration(lease)
 
 
@@ -174,14 +158,14 @@ def _integer_text(key: str, text: str) -> object:
     try:
         return int(text)
     except ValueError:
-        raise InvalidArgument(f"{key} must be an integer, got {text!r}") from None
+        validate.refuse(key, "an integer", text)
 
 
 def _number_text(key: str, text: str) -> object:
     try:
         return float(text)
     except ValueError:
-        raise InvalidArgument(f"{key} must be a number of seconds, got {text!r}") from None
+        validate.refuse(key, "a number of seconds", text)
 
 
 _FLAGS = {
@@ -200,7 +184,7 @@ def _flag_text(key: str, text: str) -> object:
     try:
         return _FLAGS[text.lower()]
     except KeyError:
-        raise InvalidArgument(f"{key} must be one of {', '.join(_FLAGS)}, got {text!r}") from None
+        validate.refuse(key, f"one of {', '.join(_FLAGS)}", text)
 
 
 Reader = Callable[[str, Any], object]

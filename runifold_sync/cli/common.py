@@ -17,8 +17,8 @@ from typing import Any
 import click
 
 from ..errors import AppNotLoaded, InvalidArgument, RunifoldError
+from ..model import validate
 from ..model.codec import MAX_NESTING_DEPTH, NotJsonable, to_json
-from ..model.values import MAX_DURATION
 from ..store.base import WorkflowStore
 from ..store.open import DEFAULT_URL, ENV_VAR, open_store, sqlite_path
 
@@ -259,8 +259,8 @@ def _delay(ctx: click.Context, param: click.Parameter, value: str) -> timedelta 
     if not _DELAY.fullmatch(text):
         return None
     seconds = sum(float(n) * _UNIT_S[unit] for n, unit in _DELAY_PART.findall(text))
-    if seconds > MAX_DURATION.total_seconds():
-        raise click.BadParameter(f"{value!r} is longer than {MAX_DURATION.days} days", ctx, param)
+    if seconds > validate.MAX_DURATION.total_seconds():
+        raise click.BadParameter(f"{value!r} is longer than {validate.MAX_DURATION.days} days", ctx, param)
     return timedelta(seconds=seconds)
 
 

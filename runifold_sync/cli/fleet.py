@@ -9,8 +9,8 @@ import sys
 import attrs
 import click
 
+from ..model import validate
 from ..model.admission import TenantAdmission, TenantBudget, TenantPolicy
-from ..model.values import seconds_duration
 from ..ops.in_flight import ReplayFinding, VersionPatches, patches_in_flight, replay_check
 from ..store.records import VersionReference
 from ..store.serving import served_versions, unserved_work
@@ -70,7 +70,7 @@ def versions(
     if replay and app_ref is None:
         raise click.UsageError("--replay needs --app: the new code to replay the runs in flight against")
     registry = None if app_ref is None else checked(load_registry, app_ref)
-    window = checked(seconds_duration, "--live-within", live_within, minimum_s=0)
+    window = checked(validate.seconds, "--live-within", live_within, minimum_s=0)
     with opened_store(database, reads_only=True) as store:
         served = served_versions(store, window)
         references = [s.reference for s in served]
@@ -197,7 +197,7 @@ def _changed_steps(
 def workers(live_within: float, database: str | None, as_json: bool) -> None:
     """List registered workers: host, pid, start, last seen, the queues they claim from
     and the versions they serve."""
-    window = checked(seconds_duration, "--live-within", live_within, minimum_s=0)
+    window = checked(validate.seconds, "--live-within", live_within, minimum_s=0)
     with opened_store(database, reads_only=True) as store:
         records = store.workers()
     if as_json:
@@ -247,11 +247,11 @@ def stats(live_within: float, database: str | None, as_json: bool) -> None:
         unserved = [
             s.reference
             for s in served_versions(
-                store, checked(seconds_duration, "--live-within", live_within, minimum_s=0)
+                store, checked(validate.seconds, "--live-within", live_within, minimum_s=0)
             )
             if not s.live_workers
         ]
-        blocked = unserved_work(store, checked(seconds_duration, "--live-within", live_within, minimum_s=0))
+        blocked = unserved_work(store, checked(validate.seconds, "--live-within", live_within, minimum_s=0))
     if as_json:
         report = {
             "queues": [
@@ -383,7 +383,7 @@ def tenant_set(
     source = click.get_current_context().get_parameter_source("budget_window")
     if budget is None and source is not click.core.ParameterSource.DEFAULT:
         raise click.UsageError("--budget-window needs --budget: the window is the budget's")
-    window = checked(seconds_duration, "--budget-window", budget_window, minimum_s=0.001)
+    window = checked(validate.seconds, "--budget-window", budget_window, minimum_s=0.001)
     policy = checked(
         TenantPolicy, name, max_leased, None if budget is None else checked(TenantBudget, budget, window)
     )

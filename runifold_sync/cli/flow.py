@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
+from ..model import validate
 from ..model.flow import SCOPES, FlowGroup, FlowLimit, Rate
-from ..model.values import seconds_duration
 from .common import checked, database_option, echo_json, json_option, opened_store
 
 
@@ -78,7 +78,7 @@ def flow_set(
         raise click.UsageError("--per needs --rate: the period is the rate's")
     rate = None
     if rate_count is not None:
-        rate = checked(Rate, rate_count, checked(seconds_duration, "--per", per_s, minimum_s=0.001))
+        rate = checked(Rate, rate_count, checked(validate.seconds, "--per", per_s, minimum_s=0.001))
     limit = checked(FlowLimit, scope, target, max_running, rate)
     with opened_store(database) as store:
         store.set_flow_limit(limit)
@@ -135,7 +135,7 @@ def flow_age(waited_s: float, up_to: int, database: str | None, as_json: bool) -
     """Priority aging: raise every ready task one priority level for each --waited
     seconds it has been ready, up to --up-to. Run it periodically (cron, a schedule) so
     lower priority work is not starved by a steady stream of higher priority work."""
-    waited = checked(seconds_duration, "--waited", waited_s, minimum_s=0.001)
+    waited = checked(validate.seconds, "--waited", waited_s, minimum_s=0.001)
     with opened_store(database) as store:
         raised = checked(store.age_priorities, waited, up_to=up_to)
     if as_json:

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, BinaryIO
 
-import attrs
 import click
 
 from ..app import load_registry
@@ -120,7 +119,7 @@ def enqueue(
         task = checked(registry.task, name, version, value, **options)
     with opened_store(database) as store:
         if isinstance(not_before, timedelta):  # a delay counts from store time, not this host's clock
-            task = attrs.evolve(task, not_before=store.now() + not_before)
+            task = task.evolve(not_before=store.now() + not_before)
         result = store.enqueue(task)
     if app_ref is None:  # said once the task is stored, so an error is not preceded by it
         click.echo(

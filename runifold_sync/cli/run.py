@@ -15,9 +15,9 @@ import click
 from ..app import App, load_app, once_succeeded
 from ..engine.logs import LogFormat, configure_logging
 from ..errors import InvalidArgument, RunifoldError
+from ..model import validate
 from ..model.outcomes import RunOutcome
 from ..model.redaction import redacted
-from ..model.values import seconds_duration
 from ..ops.metrics_endpoint import MetricsEndpoint, serving_metrics
 from ..ops.tracing_env import env_tracer
 from ..pool.retention import RetentionPolicy
@@ -227,7 +227,7 @@ def run(
         ("--heartbeat", heartbeat_s, MIN_HEARTBEAT_S),
     ):
         if seconds is not None:  # named as given, before the settings name their variable
-            checked(seconds_duration, option, seconds, minimum_s=minimum_s)
+            checked(validate.seconds, option, seconds, minimum_s=minimum_s)
     target = checked(load_app, app_ref)
     base = target.settings if isinstance(target, App) else Settings()
     try:

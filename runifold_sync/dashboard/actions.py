@@ -15,6 +15,7 @@ from collections.abc import Callable
 import flask
 
 from ..errors import InvalidArgument
+from ..model import validate
 from ..model.codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
 from ..model.values import TaskState
 from ..store.base import WorkflowStore
@@ -81,7 +82,7 @@ def _fork(store: WorkflowStore, task_id: str, actor: str, reason: str) -> str:
 def _resolve(store: WorkflowStore, task_id: str, actor: str, reason: str) -> str:
     applied = _field("applied")
     if applied not in ("yes", "no"):
-        raise InvalidArgument(f"form field 'applied' must be yes or no, got {applied!r}")
+        validate.refuse("form field 'applied'", "yes or no", applied)
     effect = store.get_task(task_id).ambiguous_effect or _field("effect_key")
     result = _json_field("result", "null") if applied == "yes" else None
     store.resolve_effect(
@@ -97,7 +98,7 @@ def _signal(store: WorkflowStore, task_id: str, actor: str, reason: str) -> str:
 def _approval(store: WorkflowStore, task_id: str, actor: str, reason: str) -> str:
     decision = _field("decision")
     if decision not in ("approve", "reject"):
-        raise InvalidArgument(f"form field 'decision' must be approve or reject, got {decision!r}")
+        validate.refuse("form field 'decision'", "approve or reject", decision)
     return _deliver(store, task_id, actor, reason, {"approved": decision == "approve", "reason": reason})
 
 
@@ -133,7 +134,7 @@ def act(task_id: str, action: str) -> flask.typing.ResponseReturnValue:
         return _refusal(*refused)
     run = ACTIONS.get(action)
     if run is None:
-        raise InvalidArgument(f"action must be one of {', '.join(ACTIONS)}, got {action!r}")
+        validate.refuse("action", f"one of {', '.join(ACTIONS)}", action)
     done = run(board.store, task_id, security.actor_name(), _field("reason"))
     flask.flash(done)
     shown = flask.g.get("show_task", task_id)

@@ -11,7 +11,7 @@ from typing import Any
 import flask
 
 from ..errors import InvalidArgument, RunifoldError, StoreUnavailable, TaskNotFound
-from ..store import checks
+from ..model import validate
 from ..store.base import WorkflowStore
 from ..store.checks import DEFAULT_LOGIN_LIFETIME
 from ..workflow.registry import WorkflowRegistry
@@ -44,7 +44,7 @@ def create_app(
         raise InvalidArgument("dashboard secret_key must be at least 16 bytes")
     if registry is not None and not isinstance(registry, WorkflowRegistry):
         raise InvalidArgument(f"registry must be a WorkflowRegistry, got {type(registry).__name__}")
-    checks.check_login_lifetime(session_lifetime, "dashboard session_lifetime")
+    validate.positive_duration("dashboard session_lifetime", session_lifetime)
     app = flask.Flask(__name__.rsplit(".", 1)[0], static_folder="static", template_folder="templates")
     app.secret_key = secret_key or secrets.token_bytes(32)
     app.config.update(

@@ -14,6 +14,7 @@ import flask
 from werkzeug.routing import BaseConverter
 
 from ..errors import InvalidArgument, TaskNotFound
+from ..model import validate
 from ..model.attributes import AttributeValue, parse_where
 from ..model.values import TaskOutcome, TaskState
 from ..ops.task_report import failure_line, journal_lines, refused_signals_line, task_report
@@ -104,7 +105,7 @@ def _filters() -> dict[str, Any]:
             found["state"] = TaskState(found["state"])
         except ValueError:
             states = ", ".join(s.value for s in TaskState)
-            raise InvalidArgument(f"state must be one of {states}, got {found['state']!r}") from None
+            validate.refuse("state", f"one of {states}", found["state"])
     attributes: dict[str, AttributeValue] = {}
     for condition in _where():
         key, value = parse_where(condition)  # refused (400) naming the condition
@@ -138,7 +139,7 @@ def tasks() -> flask.typing.ResponseReturnValue:
     limit = _limit(args.get("limit", ""))
     order = args.get("order") or "oldest"
     if order not in ("oldest", "newest"):
-        raise InvalidArgument(f"order must be oldest or newest, got {order!r}")
+        validate.refuse("order", "oldest or newest", order)
     page = store.list_tasks_page(
         after=args.get("after") or None, limit=limit, newest_first=order == "newest", **filters
     )
@@ -173,7 +174,7 @@ def _limit(text: str) -> int:
     except ValueError:
         limit = 0
     if not 1 <= limit <= MAX_LIST_LIMIT:
-        raise InvalidArgument(f"limit must be an integer in 1..{MAX_LIST_LIMIT}, got {text!r}")
+        validate.refuse("limit", f"an integer in 1..{MAX_LIST_LIMIT}", text)
     return limit
 
 

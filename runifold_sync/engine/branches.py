@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..errors import InvalidArgument, OutputNotSerializable, StepFailed, StoreUnavailable
+from ..model import validate
 from ..model.checkpoint import EntryKind, EntryStatus, JournalEntry
 from ..model.codec import NotJsonable, structure, to_jsonable
-from ..model.values import Budget, bounded, check_int, check_name
+from ..model.values import Budget
 from ..workflow.specs import return_type
 from .boundary import Boundary
 from .commits import Commits
@@ -70,18 +71,16 @@ _SEVERITY: tuple[type[Interrupt], ...] = (
 
 def _check_branches(branches: Mapping[str, Branch], max_threads: int) -> None:
     if not isinstance(branches, Mapping):  # a list of functions has no names to record results by
-        raise InvalidArgument(
-            f"parallel branches must be a dict of name -> function, got {bounded(branches)}"
-        )
+        validate.refuse("parallel branches", "a dict of name -> function", branches)
     if not branches:
         raise InvalidArgument("parallel branches must not be empty")
     for key, fn in branches.items():
-        check_name("branch name", key)
+        validate.name("branch name", key)
         if "/" in key or "#" in key:
-            raise InvalidArgument(f"branch name may not contain '/' or '#', got {key!r}")
+            raise InvalidArgument(f"branch name may not contain '/' or '#', got {validate.shown(key)}")
         if not callable(fn):
-            raise InvalidArgument(f"branch {key!r} must be callable with a ctx, got {fn!r}")
-    check_int("max_threads", max_threads, minimum=1)
+            validate.refuse(f"branch {key!r}", "callable with a ctx", fn)
+    validate.integer("max_threads", max_threads, minimum=1)
 
 
 def _check_reserve(reserve: object) -> dict[str, Budget]:
@@ -89,10 +88,10 @@ def _check_reserve(reserve: object) -> dict[str, Budget]:
     if reserve is None:
         return {}
     if not isinstance(reserve, Mapping):
-        raise InvalidArgument(f"reserve must be a dict of branch name -> Budget, got {bounded(reserve)}")
+        validate.refuse("reserve", "a dict of branch name -> Budget", reserve)
     for key, share in reserve.items():
         if not isinstance(share, Budget):
-            raise InvalidArgument(f"reserve of branch {key!r} must be a Budget, got {bounded(share)}")
+            validate.refuse(f"reserve of branch {key!r}", "a Budget", share)
     return dict(reserve)
 
 
@@ -230,7 +229,7 @@ def run_race(
     stop at their next step boundary; the others finish and are recorded as superseded."""
     _check_branches(branches, max_threads)
     if isinstance(cancel_safe, str) or not isinstance(cancel_safe, Iterable):
-        raise InvalidArgument(f"cancel_safe must be a list of branch names, got {bounded(cancel_safe)}")
+        validate.refuse("cancel_safe", "a list of branch names", cancel_safe)
     safe = frozenset(cancel_safe)
     if safe - set(branches):
         raise InvalidArgument(f"cancel_safe names branches that do not exist: {sorted(safe - set(branches))}")

@@ -24,7 +24,7 @@ from ..errors import (
     StepFailed,
     gave_up_after,
 )
-from ..model import crashpoints
+from ..model import crashpoints, validate
 from ..model.checkpoint import EntryKind, EntryStatus, JournalEntry
 from ..model.codec import MAX_NESTING_DEPTH, NotJsonable, from_json, structure, to_json
 from ..model.effects import (
@@ -38,7 +38,6 @@ from ..model.effects import (
 )
 from ..model.inputs import fit_output, problems, type_name
 from ..model.tracebacks import kept_traceback, storable
-from ..model.values import bounded
 from ..store import checks
 from ..store.checks import MAX_EVENT_BYTES
 from ..store.records import EffectResolution, Lease
@@ -101,7 +100,7 @@ def checked(spec: StepSpec, raw: Any, text: str | None, came: str = "returned") 
     try:
         return fit_output(raw, spec.output_type, text)
     except Exception as exc:
-        shown, type_ = bounded(raw), type_name(spec.output_type)
+        shown, type_ = validate.shown(raw), type_name(spec.output_type)
         error = OutputMismatch(str(spec.kind), spec.step_id, came, shown, type_, problems(exc, "output"))
         raise FailRequested(str(error), cause="bad_output", error=error, step_id=spec.step_id) from exc
 
@@ -136,15 +135,12 @@ class BodyRuntime:
                 f"heartbeat details of {call_id!r}: a transaction step cannot commit them (its body "
                 "runs inside the store's transaction); call heartbeat() without details"
             )
-        try:
-            text = to_json(details, max_depth=MAX_NESTING_DEPTH)
-        except NotJsonable as exc:
-            raise InvalidArgument(f"heartbeat details of {call_id!r} are not JSON: {exc}") from exc
-        if len(text) > MAX_EVENT_BYTES:
-            raise InvalidArgument(
-                f"heartbeat details of {call_id!r} are {len(text)} bytes encoded, over {MAX_EVENT_BYTES}: "
-                "keep a position or an id there, not the data"
-            )
+        text = validate.json_text(
+            f"heartbeat details of {call_id!r}",
+            details,
+            limit=MAX_EVENT_BYTES,
+            instead="keep a position or an id there, not the data",
+        )
         with self._commits.lock:
             self._commits.checkpoint.heartbeats[call_id] = from_json(text)
         self._commits.commit(f"{call_id}:heartbeat")
@@ -153,7 +149,7 @@ class BodyRuntime:
         return self._boundary.stop_requested()
 
     def set_event(self, call_id: str, key: str, value: Any) -> None:
-        value_json = checks.check_event(key, value)
+        value_json = checks.event(key, value)
         if self._transactional:
             raise InvalidArgument(
                 f"set_event from {call_id!r}: a transaction step cannot commit an event of its own "

@@ -29,19 +29,20 @@ from typing import Any
 import attrs
 
 from ..errors import ChildFailed, EnqueueConflict, InvalidArgument
+from ..model import validate
 from ..model.checkpoint import EntryKind, EntryStatus, JournalEntry
 from ..model.codec import structure
-from ..model.values import TaskOutcome, TaskState, WorkflowTask, check_name
+from ..model.values import TaskOutcome, TaskState, WorkflowTask
 from ..store.base import WorkflowStore
 from ..store.records import TaskRecord
-from ..workflow.waiting import ChildHandle, ChildTimedOut, check_wait_timeout
+from ..workflow.waiting import ChildHandle, ChildTimedOut
 from .boundary import Boundary
 from .interrupts import FailRequested, SuspendRequested
 from .replay import Cursor, finished
 from .spans import ClaimSpans
 from .waits import OpenWait, open_wait
 
-_MAX_DERIVED_ID = 200  # check_name's bound on a checkpoint id
+_MAX_DERIVED_ID = 200  # validate.name's bound on a checkpoint id
 
 
 class Children:
@@ -77,7 +78,7 @@ class Children:
     ) -> ChildHandle:
         """Enqueue the child once; the recorded handle on replay. A bad ``queue`` is an
         :class:`InvalidArgument` raised to the caller before anything is recorded."""
-        check_name("queue", queue)
+        validate.name("queue", queue)
         call_id, entry = self._cursor.take(f"child:{name}", EntryKind.CHILD)
         if entry is not None and finished(entry):
             return ChildHandle(**entry.output)
@@ -94,7 +95,7 @@ class Children:
             queue=queue,
         )
         try:
-            self._store.enqueue(attrs.evolve(task, parent_id=parent_id, detached=detached))
+            self._store.enqueue(task.evolve(parent_id=parent_id, detached=detached))
         except EnqueueConflict as exc:
             raise FailRequested(
                 f"child {call_id} of task {parent_id!r}: {exc}", cause="misuse", error=exc, step_id=call_id
@@ -110,7 +111,7 @@ class Children:
     ) -> list[Any] | ChildTimedOut:
         """Each child's result structured as ``result_type``, in the order of
         ``handles``; :class:`ChildFailed` for the first that failed or was cancelled."""
-        _check_wait(handles, timeout)
+        _check_wait(handles)
         if self._branch is not None:
             raise FailRequested(
                 f"branch {self._branch!r} waits for child tasks; durable waits belong in the "
@@ -175,13 +176,12 @@ def _derived_id(parent_id: str, call_id: str) -> str:
     return "child-" + hashlib.sha256(f"{parent_id}\0{call_id}".encode()).hexdigest()
 
 
-def _check_wait(handles: Sequence[ChildHandle], timeout: timedelta | None) -> None:
+def _check_wait(handles: Sequence[ChildHandle]) -> None:
     if isinstance(handles, ChildHandle) or not handles:
-        raise InvalidArgument(f"wait_children needs a non-empty list of ChildHandle, got {handles!r}")
+        raise InvalidArgument(
+            f"wait_children needs a non-empty list of ChildHandle, got {validate.shown(handles)}"
+        )
     for handle in handles:
         if not isinstance(handle, ChildHandle):
-            raise InvalidArgument(
-                f"children to wait for must be ChildHandle (ctx.start_child), got {handle!r}"
-            )
-        check_name("child task id", handle.task_id)
-    check_wait_timeout("child wait", timeout)
+            validate.refuse("children to wait for", "ChildHandle (ctx.start_child)", handle)
+        validate.name("child task id", handle.task_id)

@@ -159,7 +159,7 @@ class Commits:
         run = self.checkpoint.run
 
         def write(key: str, value: Any, seq: int) -> None:
-            stream = StreamWrite(key, checks.check_stream_value(key, value), run, call_id, seq)
+            stream = StreamWrite(key, checks.stream_value(key, value), run, call_id, seq)
             subject = f"stream:{key}:{call_id}:{seq}"
             if crashpoints.ARMED:
                 crashpoints.reached("before_commit", subject)

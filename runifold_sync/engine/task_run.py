@@ -16,10 +16,11 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from ..errors import InvalidArgument
+from ..model import validate
 from ..model.attributes import encode_all as encode_attributes
 from ..model.checkpoint import MAIN, Checkpoint, CheckpointWrite, EntryKind, EntryStatus
-from ..model.codec import MAX_NESTING_DEPTH, NotJsonable, from_json, to_json
-from ..model.values import Budget
+from ..model.codec import from_json
+from ..model.values import MAX_INPUT_BYTES, Budget
 from ..store import checks
 from ..store.base import WorkflowStore
 from ..store.records import ClaimedTask, Lease, StreamWrite
@@ -283,7 +284,7 @@ class TaskRun:
         then, and writing it again could put back an older value over a newer one) and
         makes one at the journal's end again (the crash came before its commit, or after
         it with nothing recorded since: the same value is written again)."""
-        value_json = checks.check_event(key, value)
+        value_json = checks.event(key, value)
         if self.cursor.replaying:
             return
         self.commits.commit_event(key, value_json)
@@ -327,7 +328,7 @@ class TaskRun:
         """Answer ``update`` (event ``update:<id>``, ``{"reply": value}``), by the rule of
         :meth:`set_event`: committed now unless replayed."""
         key = checks.update_event_key(update.update_id)
-        value_json = checks.check_event(key, {"reply": value})
+        value_json = checks.event(key, {"reply": value})
         if self.cursor.replaying:
             return
         self.commits.commit_event(key, value_json)
@@ -339,7 +340,7 @@ class TaskRun:
         again at the journal's end (the crash came after its commit) a no-op in the
         store, so a value is appended once. The main function only: branches run in no
         fixed order, so their writes would have no stable place."""
-        value_json = checks.check_stream_value(key, value)
+        value_json = checks.stream_value(key, value)
         if self.cursor.scope is not None:
             raise InvalidArgument(
                 f"write_stream is for the main function, not parallel branch {self.cursor.scope!r}"
@@ -357,10 +358,7 @@ class TaskRun:
             raise InvalidArgument(
                 f"continue_as_new is for the main function, not parallel branch {self.cursor.scope!r}"
             )
-        try:
-            input_json = to_json(input, max_depth=MAX_NESTING_DEPTH)
-        except NotJsonable as exc:
-            raise InvalidArgument(f"continue_as_new input {input!r} is not JSON-serializable: {exc}") from exc
+        input_json = validate.json_text("continue_as_new input", input, limit=MAX_INPUT_BYTES)
         self._definition.structure_input(from_json(input_json), "continue_as_new input")
         raise ContinueRequested(input_json)
 

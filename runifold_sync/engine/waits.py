@@ -15,9 +15,10 @@ from typing import Any
 import attrs
 
 from ..errors import ChildFailed, InvalidArgument
+from ..model import validate
 from ..model.checkpoint import EntryKind, EntryStatus, JournalEntry
 from ..model.codec import from_json, structure, to_json
-from ..model.values import TaskOutcome, TaskState, check_names
+from ..model.values import TaskOutcome, TaskState
 from ..store import checks
 from ..store.base import WorkflowStore
 from ..store.records import Signal, TaskRecord
@@ -31,7 +32,6 @@ from ..workflow.waiting import (
     SignalTimedOut,
     Update,
     WaitItem,
-    check_wait_timeout,
 )
 from .boundary import Boundary
 from .commits import Commits
@@ -85,33 +85,33 @@ Stage = tuple[frozenset[str], timedelta | None, bool]  # approvers, timeout, esc
 def approval_stages(
     name: str,
     approvers: object,
-    timeout: object,
+    timeout: timedelta | None,
     escalate_to: object,
-    escalation_timeout: object,
+    escalation_timeout: timedelta | None,
 ) -> list[Stage]:
     """The stages of ``ctx.request_approval``, every argument checked up front (the
     escalation's only once the first stage had timed out, days later, otherwise). An
     escalation needs the first stage's timeout, and an ``escalation_timeout`` an
     escalation: either alone would be silently ignored."""
     # Each approver a name, as a signal's sender is (a number could never send one).
-    first = check_names("approvers", "approver in approvers", approvers, shape="a list of names")
+    first = validate.names("approvers", approvers, kind="approver in approvers", shape="a list of names")
     if not first:
         raise InvalidArgument(f"approval {name!r} needs at least one approver")
-    later = check_names("escalate_to", "approver in escalate_to", escalate_to, shape="a list of names")
-    first_timeout = check_wait_timeout("approval", timeout)
-    later_timeout = check_wait_timeout("approval escalation", escalation_timeout)
-    if later and first_timeout is None:
+    later = validate.names(
+        "escalate_to", escalate_to, kind="approver in escalate_to", shape="a list of names"
+    )
+    if later and timeout is None:
         raise InvalidArgument(
             f"approval {name!r} escalates to {sorted(later)} but has no timeout: it would never escalate"
         )
-    if later_timeout is not None and not later:
+    if escalation_timeout is not None and not later:
         raise InvalidArgument(
             f"approval {name!r} has an escalation_timeout but no escalate_to: there is no "
             "escalation to time out"
         )
-    stages: list[Stage] = [(first, first_timeout, False)]
+    stages: list[Stage] = [(first, timeout, False)]
     if later:
-        stages.append((later, later_timeout, True))
+        stages.append((later, escalation_timeout, True))
     return stages
 
 
@@ -414,7 +414,6 @@ class Waits:
         for one in names:
             if one not in self._signals:
                 raise FailRequested(f"signal {one!r} is not declared by {self._workflow}", cause="misuse")
-        check_wait_timeout("signal", timeout)
         wait = open_wait(
             self._cursor, self._boundary, self._store, f"signal:{name}", EntryKind.SIGNAL, timeout, until
         )

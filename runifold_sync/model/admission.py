@@ -9,56 +9,37 @@ on every host enforces the same ones.
 
 from __future__ import annotations
 
-import math
 from datetime import datetime, timedelta
-from typing import Any
 
 import attrs
 
-from ..errors import InvalidArgument
-from .values import TaskState, check_int, check_name, check_positive_timedelta
-
-
-def _check_cost(_inst: Any, _attr: Any, value: Any) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise InvalidArgument(f"TenantBudget.cost must be a finite number >= 0, got {value!r}")
-
+from . import validate
+from .values import TaskState
 
 INT32_MAX = 2**31 - 1  # PostgreSQL keeps max_leased as INTEGER
-
-
-def _check_max_leased(_inst: Any, _attr: Any, value: object) -> None:
-    if value is not None:
-        check_int("TenantPolicy.max_leased", value, minimum=0, maximum=INT32_MAX)
-
-
-def _check_budget(_inst: Any, _attr: Any, value: object) -> None:
-    if value is not None and not isinstance(value, TenantBudget):
-        raise InvalidArgument(f"TenantPolicy.budget must be None or a TenantBudget, got {value!r}")
 
 
 @attrs.frozen
 class TenantBudget:
     """At most ``cost`` units charged by a tenant's tasks within any ``window``."""
 
-    cost: float = attrs.field(validator=_check_cost)
-    window: timedelta = attrs.field(
-        validator=lambda _i, _a, v: check_positive_timedelta("TenantBudget.window", v)
-    )
+    cost: float = validate.field(validate.cost, prefix=True)
+    window: timedelta = validate.field(validate.positive_duration, prefix=True)
 
 
 @attrs.frozen
 class TenantPolicy:
     """A tenant's admission limits; None means unlimited. ``max_leased=0`` pauses it."""
 
-    tenant: str = attrs.field(validator=lambda _i, _a, v: check_name("tenant", v))
-    max_leased: int | None = attrs.field(default=None, validator=_check_max_leased)
-    budget: TenantBudget | None = attrs.field(default=None, validator=_check_budget)
+    tenant: str = validate.field(validate.name)
+    max_leased: int | None = validate.field(
+        validate.optional(validate.bounded_by(validate.integer, minimum=0, maximum=INT32_MAX)),
+        None,
+        prefix=True,
+    )
+    budget: TenantBudget | None = validate.field(
+        validate.optional(validate.is_a(TenantBudget)), None, prefix=True
+    )
 
 
 @attrs.frozen

@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 import attrs
 
 from ..errors import InvalidArgument
-from .moments import check_moment
-from .values import INT64_MAX, INT64_MIN, bounded, check_name
+from . import validate
+from .validate import INT64_MAX, INT64_MIN
 
 AttributeValue = str | int | float | bool | datetime
 
@@ -56,40 +56,36 @@ class Attribute:
 def encode(key: str, value: object) -> Attribute:
     """``value`` of attribute ``key`` checked and made canonical; InvalidArgument naming
     the key and the value for anything but the five kinds."""
-    check_name("attribute key", key)
+    validate.name("attribute key", key)
     field = f"attribute {key!r}"
     if isinstance(value, bool):  # before int: True is an int to Python
         return Attribute(key, AttributeKind.BOOLEAN, "true" if value else "false")
     if isinstance(value, int):
         if not INT64_MIN <= value <= INT64_MAX:
-            raise InvalidArgument(f"{field} must be a 64-bit integer, got {bounded(value)}")
+            validate.refuse(field, "a 64-bit integer", value)
         return Attribute(key, AttributeKind.INTEGER, str(int(value)))
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise InvalidArgument(f"{field} must be a finite number, got {value!r}")
+            validate.refuse(field, "a finite number", value)
         return Attribute(key, AttributeKind.NUMBER, repr(float(value) + 0.0))  # -0.0 as 0.0
     if isinstance(value, datetime):
-        check_moment(field, value)
+        validate.moment(field, value)
         return Attribute(key, AttributeKind.TIME, value.astimezone(UTC).isoformat(timespec="microseconds"))
     if isinstance(value, str):
         if len(value) > MAX_TEXT_CHARS:
-            raise InvalidArgument(f"{field} is longer than {MAX_TEXT_CHARS} characters: {value[:40]!r}...")
-        if any("\ud800" <= ch <= "\udfff" for ch in value):
-            raise InvalidArgument(f"{field} contains a lone surrogate, which is not a character: {value!r}")
+            validate.refuse(field, f"at most {MAX_TEXT_CHARS} characters", value)
+        validate.text(field, value)  # no NUL, no lone surrogate: what every store keeps
         return Attribute(key, AttributeKind.TEXT, value)
-    raise InvalidArgument(
-        f"{field} must be text, an integer, a number, a boolean or an aware datetime, "
-        f"got {bounded(value)} of type {type(value).__name__}"
-    )
+    validate.refuse(field, "text, an integer, a number, a boolean or an aware datetime", value)
 
 
 def encode_all(what: str, values: object) -> list[Attribute]:
     """A mapping of attributes (``set_attributes``' keywords, a filter) checked whole
     before anything is written or read."""
     if not isinstance(values, Mapping):
-        raise InvalidArgument(f"{what} must be a mapping of key to value, got {bounded(values)}")
+        validate.refuse(what, "a mapping of key to value", values)
     if len(values) > MAX_ATTRIBUTES:
-        raise InvalidArgument(f"{what} holds {len(values)} attributes, more than {MAX_ATTRIBUTES}")
+        raise InvalidArgument(f"{what} must hold at most {MAX_ATTRIBUTES} attributes, got {len(values)}")
     return [encode(key, value) for key, value in values.items()]
 
 
@@ -121,10 +117,10 @@ def parse_where(condition: str) -> tuple[str, AttributeValue]:
     anything else text; a value in double quotes is text as it stands inside them
     (``--where code='"120"'``)."""
     if not isinstance(condition, str) or "=" not in condition:
-        raise InvalidArgument(f"where must be key=value, got {condition!r}")
+        validate.refuse("where", "key=value", condition)
     key, _, text = condition.partition("=")
     key = key.strip()
-    check_name("where key", key)
+    validate.name("where key", key)
     value: AttributeValue
     if len(text) >= 2 and text.startswith('"') and text.endswith('"'):
         value = text[1:-1]

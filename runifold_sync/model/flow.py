@@ -12,42 +12,34 @@ process and host (``store/sql_flow.py``).
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
 import attrs
 
 from ..errors import InvalidArgument
-from .values import EnqueueFlow, check_enqueue_flow, check_int, check_name, check_positive_timedelta
+from . import validate
+from .admission import INT32_MAX
+from .values import EnqueueFlow
 
-__all__ = ["SCOPES", "EnqueueFlow", "FlowGroup", "FlowLimit", "Rate", "check_enqueue_flow", "check_scope"]
+__all__ = ["SCOPES", "EnqueueFlow", "FlowGroup", "FlowLimit", "Rate", "limit_scope"]
 
 SCOPES = ("key", "definition", "queue")
 
 
-def check_scope(kind: str, value: object) -> str:
+def limit_scope(field: str, value: object) -> str:
+    """What a flow limit counts: one of :data:`SCOPES`."""
     if not isinstance(value, str) or value not in SCOPES:
-        raise InvalidArgument(f"{kind} must be one of {', '.join(SCOPES)}, got {value!r}")
+        validate.refuse(field, f"one of {', '.join(SCOPES)}", value)
     return value
-
-
-def _check_max_running(_inst: Any, _attr: Any, value: object) -> None:
-    if value is not None:
-        check_int("FlowLimit.max_running", value, minimum=0, maximum=2**31 - 1)
-
-
-def _check_rate(_inst: Any, _attr: Any, value: object) -> None:
-    if value is not None and not isinstance(value, Rate):
-        raise InvalidArgument(f"FlowLimit.rate must be None or a Rate, got {value!r}")
 
 
 @attrs.frozen
 class Rate:
     """At most ``count`` claims within any ``period``, counted in store time."""
 
-    count: int = attrs.field(
-        validator=lambda _i, _a, v: check_int("Rate.count", v, minimum=1, maximum=2**31 - 1)
+    count: int = validate.field(
+        validate.bounded_by(validate.integer, minimum=1, maximum=INT32_MAX), prefix=True
     )
-    period: timedelta = attrs.field(validator=lambda _i, _a, v: check_positive_timedelta("Rate.period", v))
+    period: timedelta = validate.field(validate.positive_duration, prefix=True)
 
     def __str__(self) -> str:
         return f"{self.count} per {self.period.total_seconds():g}s"
@@ -60,10 +52,14 @@ class FlowLimit:
     several ``key`` limits match a key, the one naming it exactly wins, else the longest
     prefix pattern."""
 
-    scope: str = attrs.field(validator=lambda _i, _a, v: check_scope("FlowLimit.scope", v))
-    target: str = attrs.field(validator=lambda _i, _a, v: check_name("FlowLimit.target", v))
-    max_running: int | None = attrs.field(default=None, validator=_check_max_running)
-    rate: Rate | None = attrs.field(default=None, validator=_check_rate)
+    scope: str = validate.field(limit_scope, prefix=True)
+    target: str = validate.field(validate.name, prefix=True)
+    max_running: int | None = validate.field(
+        validate.optional(validate.bounded_by(validate.integer, minimum=0, maximum=INT32_MAX)),
+        None,
+        prefix=True,
+    )
+    rate: Rate | None = validate.field(validate.optional(validate.is_a(Rate)), None, prefix=True)
 
     def __attrs_post_init__(self) -> None:
         if self.max_running is None and self.rate is None:

@@ -43,9 +43,9 @@ from cattrs.preconf.json import make_converter
 from cattrs.v import format_exception
 
 from ..errors import InputMismatch
+from . import validate
 from .codec import converter as lax_converter
 from .codec import copied, takes_any_json
-from .values import shown
 
 # The path every problem starts from: ``input.lines[0].qty``.
 ROOT = "input"
@@ -64,10 +64,10 @@ def _described(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        text = shown(value)
+        text = validate.shown(value)
         return f"the string {text if len(text) <= 60 else text[:57] + '...'}"
     if isinstance(value, (int, float)):
-        return f"the number {shown(value)}"
+        return f"the number {validate.shown(value)}"
     if isinstance(value, list):
         return f"an array of {len(value)}"
     if isinstance(value, dict):

@@ -12,7 +12,7 @@ from typing import ClassVar
 import attrs
 
 from ..errors import InvalidArgument
-from .values import MAX_DURATION, bounded, check_count, check_positive_number, check_positive_timedelta
+from . import validate
 
 
 def _exception_classes(value: object) -> tuple[type[Exception], ...]:
@@ -22,14 +22,14 @@ def _exception_classes(value: object) -> tuple[type[Exception], ...]:
     field = "RetryPolicy.non_retryable"
     if isinstance(value, (str, bytes, type)) or not isinstance(value, Iterable):
         raise InvalidArgument(
-            f"{field} must be a tuple of exception classes, got {bounded(value)}"
+            f"{field} must be a tuple of exception classes, got {validate.shown(value)}"
             + (f"; write ({value.__name__},)" if isinstance(value, type) else "")
         )
     classes = tuple(value)
     for position, cls in enumerate(classes):
         if not isinstance(cls, type) or not issubclass(cls, BaseException):
             raise InvalidArgument(
-                f"{field} must hold exception classes, got {bounded(cls)} at position {position}"
+                f"{field} must hold exception classes, got {validate.shown(cls)} at position {position}"
             )
         if not issubclass(cls, Exception):
             raise InvalidArgument(
@@ -53,20 +53,10 @@ class RetryPolicy:
     # every attempt runs the same code on the same arguments.
     PROGRAMMING_ERRORS: ClassVar[tuple[type[Exception], ...]] = (TypeError, AttributeError, NameError)
 
-    max_attempts: int = attrs.field(
-        default=3, validator=lambda _i, _a, v: check_count(f"{type(_i).__name__}.max_attempts", v)
-    )
-    initial_backoff: timedelta = attrs.field(
-        default=timedelta(seconds=1),
-        validator=lambda _i, _a, v: check_positive_timedelta("initial_backoff", v),
-    )
-    max_backoff: timedelta = attrs.field(
-        default=timedelta(minutes=5),
-        validator=lambda _i, _a, v: check_positive_timedelta("max_backoff", v),
-    )
-    multiplier: float = attrs.field(
-        default=2.0, validator=lambda _i, _a, v: check_positive_number("RetryPolicy.multiplier", v)
-    )
+    max_attempts: int = validate.field(validate.count, 3, prefix=True)
+    initial_backoff: timedelta = validate.field(validate.positive_duration, timedelta(seconds=1))
+    max_backoff: timedelta = validate.field(validate.positive_duration, timedelta(minutes=5))
+    multiplier: float = validate.field(validate.number, 2.0, name="RetryPolicy.multiplier")
     jitter: float = 0.2
     non_retryable: tuple[type[Exception], ...] = attrs.field(
         default=PROGRAMMING_ERRORS, converter=_exception_classes
@@ -78,7 +68,7 @@ class RetryPolicy:
             or not isinstance(self.jitter, (int, float))
             or not 0 <= self.jitter < 1
         ):
-            raise InvalidArgument(f"jitter must be a number in [0, 1), got {self.jitter!r}")
+            validate.refuse("jitter", "a number in [0, 1)", self.jitter)
 
     def backoff_s(self, failures: int) -> float:
         """Delay before the attempt after ``failures`` failures; jitter spreads a herd.
@@ -94,4 +84,4 @@ class RetryPolicy:
         else:  # below the cap: multiplier ** exponent < cap / initial, or at most 1
             base = min(initial * self.multiplier**exponent, cap)
         jittered = base * random.uniform(1 - self.jitter, 1 + self.jitter)
-        return min(jittered, MAX_DURATION.total_seconds())
+        return min(jittered, validate.MAX_DURATION.total_seconds())

@@ -26,6 +26,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from ..errors import InvalidArgument
+from . import validate
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SECOND = timedelta(seconds=1)
@@ -132,7 +133,8 @@ def zone(name: object, schedule: str) -> ZoneInfo:
     """The timezone called ``name`` in the timezone database."""
     if not isinstance(name, str) or not name:
         raise InvalidArgument(
-            f"schedule {schedule!r}: timezone must be a name such as 'Europe/Berlin', got {name!r}"
+            f"schedule {schedule!r}: timezone must be a name such as 'Europe/Berlin', "
+            f"got {validate.shown(name)}"
         )
     try:
         return ZoneInfo(name)
@@ -145,7 +147,7 @@ def zone(name: object, schedule: str) -> ZoneInfo:
 def cron_times(expression: object, timezone: str, schedule: str) -> CronTimes:
     """``expression`` checked: five fields cronsim reads, that fire at least once."""
     if not isinstance(expression, str):
-        raise InvalidArgument(f"schedule {schedule!r}: cron must be a string, got {expression!r}")
+        validate.refuse(f"schedule {schedule!r}: cron", "a string", expression)
     fields = expression.split()
     if len(fields) != 5:
         raise InvalidArgument(
@@ -165,11 +167,11 @@ def cron_times(expression: object, timezone: str, schedule: str) -> CronTimes:
 def interval_times(every: object, timezone: str, schedule: str) -> IntervalTimes:
     """``every`` checked: a positive whole number of seconds, at most ten years."""
     if not isinstance(every, timedelta):
-        raise InvalidArgument(f"schedule {schedule!r}: every must be a datetime.timedelta, got {every!r}")
+        validate.refuse(f"schedule {schedule!r}: every", "a datetime.timedelta", every)
     if every <= timedelta(0) or every % _SECOND or every > timedelta(days=3650):
         raise InvalidArgument(
             f"schedule {schedule!r}: every must be a positive whole number of seconds up to 3650 days, "
-            f"got {every!r}"
+            f"got {validate.shown(every)}"
         )
     if timezone != "UTC":
         raise InvalidArgument(

@@ -12,32 +12,28 @@ class of your own with the same fields) structures.
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
 
 from ..errors import InvalidArgument
+from . import validate
 from .codec import MAX_NESTING_DEPTH, NestedTooDeep, from_json, to_json
 from .schedule_times import ScheduleTimes, cron_times, interval_times, tick_text
-from .values import MAX_INPUT_BYTES, check_name, check_version
+from .values import MAX_INPUT_BYTES
 
 TASK_PREFIX = "schedule:"
 # A name goes into task ids, log lines and file names (fence files are named by task id):
 # no ':' (it separates the id's parts), '/', '#' or spaces.
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # Every tick's text has the same length (``tick_text``), so the task input of this tick
 # measures the task input of every tick.
 _SAMPLE_TICK = datetime(2000, 1, 1, tzinfo=UTC)
 
 
-def _check_schedule_name(_inst: Any, _attr: Any, value: Any) -> None:
-    if not isinstance(value, str) or not _NAME.fullmatch(value):
-        raise InvalidArgument(
-            "schedule name must be 1-100 letters, digits and ._- starting with a letter or digit, "
-            f"got {value!r}"
-        )
+_schedule_name = validate.matching(
+    r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", "1-100 letters, digits and ._- starting with a letter or digit"
+)
 
 
 def _canonical_input(name: str, value: Any) -> Any:
@@ -70,16 +66,16 @@ class Schedule:
     ``registry.add_schedule`` checks that the workflow version is registered and that
     the ticks' input fits its main function."""
 
-    name: str = attrs.field(validator=_check_schedule_name)
-    workflow: str = attrs.field(validator=lambda _i, _a, v: check_name("schedule workflow", v))
-    version: int = attrs.field(validator=lambda _i, _a, v: check_version(v))
+    name: str = validate.field(_schedule_name, name="schedule name")
+    workflow: str = validate.field(validate.name, name="schedule workflow")
+    version: int = validate.field(validate.version)
     cron: str | None = attrs.field(default=None, kw_only=True)
     every: timedelta | None = attrs.field(default=None, kw_only=True)
     timezone: str = attrs.field(default="UTC", kw_only=True)
     input: Any = attrs.field(default=None, kw_only=True)  # made canonical in __attrs_post_init__
     # The named queue its ticks' tasks go on (only workers claiming from it run them).
     queue: str = attrs.field(
-        default="default", kw_only=True, validator=lambda _i, _a, v: check_name("schedule queue", v)
+        default="default", kw_only=True, validator=lambda _i, _a, v: validate.name("schedule queue", v)
     )
     times: ScheduleTimes = attrs.field(init=False, eq=False, repr=False)
 

@@ -6,11 +6,9 @@ mistake surfaces where it was made instead of later inside a worker.
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import math
-import re
-import reprlib
-import sys
 import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -19,132 +17,13 @@ from typing import Any, TypedDict
 import attrs
 
 from ..errors import InvalidArgument
-from .codec import MAX_NESTING_DEPTH, NestedTooDeep, NotJsonable, to_json
-from .moments import check_moment
+from . import validate
 
 MAX_INPUT_BYTES = 1 << 20
-
-# Error messages name the offending value, bounded: it may be huge, or nested deeper
-# than repr() can follow.
-_BOUNDED = reprlib.Repr()
-_BOUNDED.maxlevel, _BOUNDED.maxstring, _BOUNDED.maxother = 6, 160, 160
-
-
-def bounded(value: object) -> str:
-    """``repr`` for error messages, cut to a readable length (long strings, deep values)."""
-    try:
-        return _BOUNDED.repr(value)
-    except ValueError:  # an integer too long to print: say what it is instead
-        return f"of type {type(value).__name__} holding an integer too long to print"
-
-
-_NAME_MAX = 200
-_WORKER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
-
-
-def check_name(kind: str, value: object) -> str:
-    """Names become database keys and log fields: printable, trimmed, bounded."""
-    if not isinstance(value, str):
-        raise InvalidArgument(f"{kind} must be a string, got {value!r}")
-    if not value or value != value.strip():
-        raise InvalidArgument(f"{kind} must be non-empty without surrounding spaces, got {value!r}")
-    if len(value) > _NAME_MAX:
-        raise InvalidArgument(f"{kind} is longer than {_NAME_MAX} characters: {value[:40]!r}...")
-    if not value.isprintable():
-        surrogate = next((ch for ch in value if "\ud800" <= ch <= "\udfff"), None)
-        if surrogate is not None:  # no character at all: what undecodable bytes in argv become
-            raise InvalidArgument(
-                f"{kind} contains a lone surrogate U+{ord(surrogate):04X}, which is not a Unicode "
-                f"character (was it made from bytes that are not UTF-8?): {value!r}"
-            )
-        raise InvalidArgument(f"{kind} contains control characters: {value!r}")
-    return value
-
-
-def check_names(
-    field: str, kind: str, names: object, *, shape: str = "an iterable of names"
-) -> frozenset[str]:
-    """Declared names (signals, capabilities, approvers), each checked as ``kind``: an
-    iterable of names, never a string, whose letters iterating would declare one by one
-    ("net" as {"n", "e", "t"}). ``shape`` says what ``field`` must be in the refusal."""
-    if isinstance(names, str):
-        raise InvalidArgument(f"{field} must be {shape}, got the string {names!r}; write [{names!r}]")
-    if not isinstance(names, Iterable):
-        raise InvalidArgument(f"{field} must be {shape}, got {bounded(names)}")
-    return frozenset(check_name(kind, n) for n in names)
-
-
-# Integers a store keeps are 64-bit (SQLite INTEGER, PostgreSQL BIGINT); durations it
-# keeps or adds to its clock stay far inside what a datetime and a 64-bit count of
-# microseconds hold. Both bounds are checked where a value is made, so the database never
-# sees one it would refuse (PostgreSQL's refusal would read as an outage).
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-MAX_DURATION = timedelta(days=3650)
-
-
-def shown(value: object) -> str:
-    """``repr`` for error messages, bounded: an integer too long to print whole (Python
-    refuses past 4,300 digits) is described by its size."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
-        return f"an integer of {value.bit_length()} bits"
-    return repr(value)
-
-
-def check_int(name: str, value: object, *, minimum: int | None = None, maximum: int | None = None) -> int:
-    """An integer argument (``bool`` refused, though Python counts it as one) within
-    ``minimum``..``maximum`` where given; the error names ``name`` and the value."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        if (minimum is None or value >= minimum) and (maximum is None or value <= maximum):
-            return value
-    if minimum is None and maximum is None:
-        bounds = ""
-    elif maximum is None:
-        bounds = f" >= {minimum}"
-    elif minimum is None:
-        bounds = f" <= {maximum}"
-    else:
-        bounds = f" in {minimum}..{maximum}"
-    raise InvalidArgument(f"{name} must be an integer{bounds}, got {shown(value)}")
-
-
-def check_stored_int(name: str, value: object, *, minimum: int = INT64_MIN) -> int:
-    """An integer a store keeps: within ``minimum``..2**63-1."""
-    return check_int(name, value, minimum=minimum, maximum=INT64_MAX)
-
-
-def check_version(value: object) -> int:
-    return check_stored_int("version", value, minimum=1)
-
-
-def check_positive_timedelta(kind: str, value: object) -> timedelta:
-    if not isinstance(value, timedelta):
-        raise InvalidArgument(f"{kind} must be a datetime.timedelta, got {value!r}")
-    if value <= timedelta(0):
-        raise InvalidArgument(f"{kind} must be positive, got {value!r}")
-    return check_duration_bound(kind, value)
-
-
-def check_duration_bound(kind: str, value: timedelta) -> timedelta:
-    """A duration a store keeps or adds to its clock: at most :data:`MAX_DURATION` either way."""
-    if abs(value) > MAX_DURATION:
-        raise InvalidArgument(f"{kind} must be at most {MAX_DURATION.days} days, got {value!r}")
-    return value
-
-
-def seconds_duration(kind: str, seconds: object, *, minimum_s: float) -> timedelta:
-    """A duration given in seconds (a CLI option, a setting): a finite number from
-    ``minimum_s`` up to :data:`MAX_DURATION`."""
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, (int, float))
-        or not math.isfinite(seconds)
-        or not minimum_s <= seconds <= MAX_DURATION.total_seconds()
-    ):
-        raise InvalidArgument(
-            f"{kind} must be a number of seconds from {minimum_s} to {MAX_DURATION.total_seconds():.0f}, "
-            f"got {shown(seconds)}"
-        )
-    return timedelta(seconds=seconds)
+_worker_id = validate.matching(
+    r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}",
+    "1-128 characters of letters, digits and ._:@- starting with a letter or digit",
+)
 
 
 class TaskState(enum.StrEnum):
@@ -185,12 +64,7 @@ class WorkerId:
 
     @classmethod
     def parse(cls, text: str) -> WorkerId:
-        if not isinstance(text, str) or not _WORKER_ID.fullmatch(text):
-            raise InvalidArgument(
-                "worker id must be 1-128 characters of letters, digits and ._:@- "
-                f"starting with a letter or digit, got {text!r}"
-            )
-        return cls(text)
+        return cls(_worker_id("worker id", text))
 
     def __str__(self) -> str:
         return self.value
@@ -198,64 +72,16 @@ class WorkerId:
 
 @attrs.frozen
 class LeaseDuration:
-    value: timedelta = attrs.field(validator=lambda _i, _a, v: check_positive_timedelta("lease duration", v))
+    value: timedelta = validate.field(validate.positive_duration, name="lease duration")
 
     @property
     def seconds(self) -> float:
         return self.value.total_seconds()
 
 
-def check_count(kind: str, value: object) -> int:
-    """A setting that counts something (attempts, processes, tasks): an integer >= 1."""
-    return check_int(kind, value, minimum=1)
-
-
-_FLOAT_MAX = sys.float_info.max
-
-
-def check_positive_number(kind: str, value: object) -> float:
-    """A finite number > 0 (``bool`` refused). NaN compares false with everything and
-    infinity (or an integer past the largest float) is never reached, or overflows where
-    usage is subtracted from it: each would make a limit or factor that means nothing."""
-    if not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0:
-        if value <= _FLOAT_MAX:  # False for NaN and infinity too
-            return value
-    raise InvalidArgument(f"{kind} must be a finite number > 0, got {shown(value)}")
-
-
-def check_cost(kind: str, value: object, total: float = 0.0) -> float:
-    """``total`` plus a cost (a finite number >= 0, ``bool`` refused), refused when the
-    sum is past the largest float: usage is stored as JSON, which has no infinity, so a
-    total that overflowed could never be committed."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= _FLOAT_MAX:
-        raise InvalidArgument(f"{kind} must be a finite number >= 0, got {shown(value)}")
-    added = total + float(value)
-    if not math.isfinite(added):
-        raise InvalidArgument(
-            f"{kind} {value!r} added to {total!r} already counted is past the largest float "
-            f"({_FLOAT_MAX:g}): a total cost must stay finite"
-        )
-    return added
-
-
 # Each Budget limit takes only its own type: a limit of the wrong kind compares against
 # usage without error (``steps > 1.5``) or fails inside a worker (an int has no
 # ``total_seconds``), so it is refused where the Budget is made, naming the field.
-
-
-def _optional_count(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None:
-        check_count(f"Budget.{attribute.name}", value)
-
-
-def _optional_cost(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None:
-        check_positive_number(f"Budget.{attribute.name}", value)
-
-
-def _optional_duration(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None:
-        check_positive_timedelta(f"Budget.{attribute.name}", value)
 
 
 @attrs.frozen
@@ -275,11 +101,12 @@ class BudgetUsage:
         elapsed = self.elapsed_s + max(elapsed_s, 0.0)
         if not math.isfinite(elapsed):
             raise InvalidArgument(
-                f"usage elapsed_s must stay finite, got {elapsed_s!r} added to {self.elapsed_s!r}"
+                f"usage elapsed_s must stay finite, "
+                f"got {validate.shown(elapsed_s)} added to {self.elapsed_s!r}"
             )
         return BudgetUsage(
             self.steps + steps,
-            check_cost("cost", cost, self.cost),
+            validate.cost("cost", cost, self.cost),
             elapsed,
             self.claims + claims,
         )
@@ -306,12 +133,12 @@ class Budget:
     ``max_attempts`` counts claims that made no progress, which is how a task that
     crashes its worker every time (a poison task) is stopped."""
 
-    max_steps: int | None = attrs.field(default=None, validator=_optional_count)
-    max_cost: float | None = attrs.field(default=None, validator=_optional_cost)
-    max_duration: timedelta | None = attrs.field(default=None, validator=_optional_duration)
-    max_attempts: int = attrs.field(
-        default=5, validator=lambda _i, _a, v: check_count(f"{type(_i).__name__}.max_attempts", v)
+    max_steps: int | None = validate.field(validate.optional(validate.count), None, prefix=True)
+    max_cost: float | None = validate.field(validate.optional(validate.number), None, prefix=True)
+    max_duration: timedelta | None = validate.field(
+        validate.optional(validate.positive_duration), None, prefix=True
     )
+    max_attempts: int = validate.field(validate.count, 5, prefix=True)
 
     def limits_usage(self) -> bool:
         """True when any limit applies to usage (steps, cost or duration)."""
@@ -329,7 +156,7 @@ class Budget:
 
 
 def _capability_names(names: object) -> frozenset[str]:
-    return check_names("capabilities", "capability", names)
+    return validate.names("capabilities", names, kind="capability")
 
 
 @attrs.frozen
@@ -375,102 +202,107 @@ class TaskOptions(TypedDict, total=False):
     debounce_max: timedelta | None
 
 
-def check_enqueue_flow(
-    *,
-    dedup_key: object,
-    dedup_window: object,
-    singleton: object,
-    replace: object,
-    debounce: object,
-    debounce_key: object,
-    debounce_max: object,
-    concurrency_key: object,
-) -> None:
-    """The flow options of an enqueue, checked where they enter (``WorkflowTask.new``)."""
-    if concurrency_key is not None:
-        check_name("concurrency_key", concurrency_key)
-    if dedup_key is not None:
-        check_name("dedup_key", dedup_key)
-    if dedup_window is not None:
-        check_positive_timedelta("dedup_window", dedup_window)
-    for name, flag in (("singleton", singleton), ("replace", replace)):
-        if not isinstance(flag, bool):
-            raise InvalidArgument(f"{name} must be True or False, got {flag!r}")
-    if (dedup_window is not None or singleton) and dedup_key is None:
-        raise InvalidArgument("dedup_window and singleton=True need a dedup_key, got dedup_key=None")
-    if dedup_window is not None and singleton:
-        raise InvalidArgument("dedup_window and singleton=True are two ways to dedup; give one of them")
-    if replace and not singleton:
-        raise InvalidArgument("replace=True replaces a singleton's existing task; it needs singleton=True")
-    if debounce is not None:
-        check_positive_timedelta("debounce", debounce)
-        if debounce_key is None:
-            raise InvalidArgument("debounce needs a debounce_key, got debounce_key=None")
-        check_name("debounce_key", debounce_key)
-        if dedup_key is not None:
-            raise InvalidArgument(
-                "debounce and dedup_key are two ways to collapse enqueues; give one of them"
-            )
-    elif debounce_key is not None or debounce_max is not None:
-        raise InvalidArgument("debounce_key and debounce_max need debounce, got debounce=None")
-    if debounce_max is not None:
-        most = check_positive_timedelta("debounce_max", debounce_max)
-        assert isinstance(debounce, timedelta)
-        if most < debounce:
-            raise InvalidArgument(f"debounce_max must be at least debounce ({debounce}), got {debounce_max}")
-
-
 @attrs.frozen
 class EnqueueFlow:
     """What an enqueue does when other tasks share its key: a task with the same
     ``dedup_key`` created within ``dedup_window`` is returned instead of a new one; with
     ``singleton`` an unfinished task of the key is returned (or, with ``replace``, cancelled
     and the new one enqueued); with ``debounce`` the queued task of ``debounce_key`` takes
-    this input and waits ``debounce`` more (at most ``debounce_max`` after the first)."""
+    this input and waits ``debounce`` more (at most ``debounce_max`` after the first).
+    Each field is checked, and the fields together, where it is made."""
 
-    dedup_key: str | None = None
-    dedup_window: timedelta | None = None
-    singleton: bool = False
-    replace: bool = False
-    debounce: timedelta | None = None
-    debounce_key: str | None = None
-    debounce_max: timedelta | None = None
+    dedup_key: str | None = validate.field(validate.optional(validate.name), None)
+    dedup_window: timedelta | None = validate.field(validate.optional(validate.positive_duration), None)
+    singleton: bool = validate.field(validate.flag, False)
+    replace: bool = validate.field(validate.flag, False)
+    debounce: timedelta | None = validate.field(validate.optional(validate.positive_duration), None)
+    debounce_key: str | None = validate.field(validate.optional(validate.name), None)
+    debounce_max: timedelta | None = validate.field(validate.optional(validate.positive_duration), None)
+
+    @debounce_max.validator
+    def _together(self, _attribute: attrs.Attribute[Any], _value: Any) -> None:
+        """The rules between fields, run after each field's own check (attrs runs the
+        validators in field order, once every field is set)."""
+        if (self.dedup_window is not None or self.singleton) and self.dedup_key is None:
+            raise InvalidArgument("dedup_window and singleton=True need a dedup_key, got dedup_key=None")
+        if self.dedup_window is not None and self.singleton:
+            raise InvalidArgument("dedup_window and singleton=True are two ways to dedup; give one of them")
+        if self.replace and not self.singleton:
+            raise InvalidArgument(
+                "replace=True replaces a singleton's existing task; it needs singleton=True"
+            )
+        if self.debounce is None:
+            if self.debounce_key is not None or self.debounce_max is not None:
+                raise InvalidArgument("debounce_key and debounce_max need debounce, got debounce=None")
+            return
+        if self.debounce_key is None:
+            raise InvalidArgument("debounce needs a debounce_key, got debounce_key=None")
+        if self.dedup_key is not None:
+            raise InvalidArgument(
+                "debounce and dedup_key are two ways to collapse enqueues; give one of them"
+            )
+        if self.debounce_max is not None and self.debounce_max < self.debounce:
+            validate.refuse("debounce_max", f"at least debounce ({self.debounce})", self.debounce_max)
 
     @property
     def any(self) -> bool:
         return self.dedup_key is not None or self.debounce is not None
 
 
+# The input text WorkflowTask.new just made canonical, or that the task being changed
+# holds (checked when it was made): its field check passes that very object without
+# decoding it again. Per thread (and per asyncio task), so no other call sees it.
+_checked_input: contextvars.ContextVar[str | None] = contextvars.ContextVar("checked_input", default=None)
+
+
+def _input_json(field: str, value: object) -> str:
+    checked = _checked_input.get()
+    if checked is not None and value is checked:
+        return checked
+    return validate.canonical_json(field, value, limit=MAX_INPUT_BYTES)
+
+
 @attrs.frozen
 class WorkflowTask:
     """A request to run one definition version on one input, identified by its
-    checkpoint identity (``task_id``). :meth:`new` checks the arguments but not that a
-    definition of that name and version exists or that the input fits it:
-    ``WorkflowRegistry.task`` checks both."""
+    checkpoint identity (``task_id``). Every field is checked where the task is made
+    (:meth:`new`, the class called directly, :meth:`evolve`, ``attrs.evolve``), so a
+    store trusts any WorkflowTask it is given. ``input_json`` is canonical JSON text (the
+    text :meth:`new` makes of the input, which it does not decode again): text a worker
+    could not decode, or that two backends would keep differently, is refused here rather
+    than failing the task later inside a worker. Neither checks that a definition of that
+    name and version exists or that the input fits it: ``WorkflowRegistry.task`` checks both."""
 
-    task_id: str
-    definition_name: str
-    definition_version: int
-    input_json: str
-    tenant: str
-    priority: int
-    not_before: datetime | None
+    task_id: str = validate.field(validate.name, name="task id")
+    definition_name: str = validate.field(validate.name, name="workflow name")
+    definition_version: int = validate.field(validate.version, name="version")
+    input_json: str = validate.field(_input_json)
+    tenant: str = validate.field(validate.name)
+    priority: int = validate.field(validate.stored_int)
+    not_before: datetime | None = validate.field(validate.optional(validate.moment))
     # The task that started this one as its child (``ctx.start_child``), else None.
-    parent_id: str | None = None
+    parent_id: str | None = validate.field(validate.optional(validate.name), None, name="parent id")
     # The named queue it goes on: only workers claiming from that queue take it.
-    queue: str = "default"
+    queue: str = validate.field(validate.name, "default")
     # A child (parent_id set) that cancelling its parent does not cancel
     # (``ctx.start_child(..., detached=True)``).
-    detached: bool = False
+    detached: bool = validate.field(validate.flag, False)
     # What the registry that checked the task knows of its definition (set by
     # ``WorkflowRegistry.task``); the store records it with the task. Not part of what
     # the task is: enqueue's idempotency compares the fields above.
-    declared: DeclaredSignals | None = attrs.field(default=None, eq=False, repr=False)
+    declared: DeclaredSignals | None = validate.field(
+        validate.optional(validate.is_a(DeclaredSignals)), None, eq=False, repr=False
+    )
     # The group its concurrency and rate limits count it in (``model.flow``), else None.
-    concurrency_key: str | None = None
+    concurrency_key: str | None = validate.field(validate.optional(validate.name), None)
     # What the enqueue does when tasks share its dedup or debounce key (``model.flow``):
     # how it is enqueued, not what it is.
-    flow: EnqueueFlow | None = attrs.field(default=None, eq=False)
+    flow: EnqueueFlow | None = validate.field(validate.optional(validate.is_a(EnqueueFlow)), None, eq=False)
+
+    @detached.validator
+    def _only_a_child_detaches(self, _attribute: attrs.Attribute[Any], detached: bool) -> None:
+        if detached and self.parent_id is None:
+            raise InvalidArgument(f"task {self.task_id!r} is detached with no parent: only a child detaches")
 
     @classmethod
     def new(
@@ -493,91 +325,41 @@ class WorkflowTask:
         debounce_key: str | None = None,
         debounce_max: timedelta | None = None,
     ) -> WorkflowTask:
-        check_task_fields(name, version, tenant, priority, not_before, queue)
-        task_id = uuid.uuid4().hex if checkpoint_id is None else check_name("checkpoint id", checkpoint_id)
-        check_enqueue_flow(
-            dedup_key=dedup_key,
-            dedup_window=dedup_window,
-            singleton=singleton,
-            replace=replace,
-            debounce=debounce,
-            debounce_key=debounce_key,
-            debounce_max=debounce_max,
-            concurrency_key=concurrency_key,
-        )
+        task_id = uuid.uuid4().hex if checkpoint_id is None else validate.name("checkpoint id", checkpoint_id)
         flow = EnqueueFlow(dedup_key, dedup_window, singleton, replace, debounce, debounce_key, debounce_max)
-        return cls(
-            task_id,
-            name,
-            version,
-            input_text(input),
-            tenant,
-            priority,
-            not_before,
-            queue=queue,
-            concurrency_key=concurrency_key,
-            flow=flow if flow.any else None,
-        )
+        text = input_text(input)
+        made = _checked_input.set(text)  # canonical already: not decoded again by its field check
+        try:
+            return cls(
+                task_id,
+                name,
+                version,
+                text,
+                tenant,
+                priority,
+                not_before,
+                queue=queue,
+                concurrency_key=concurrency_key,
+                flow=flow if flow.any else None,
+            )
+        finally:
+            _checked_input.reset(made)
 
-    def check(self) -> WorkflowTask:
-        """Each field checked as :meth:`new` checks its arguments, raising
-        :class:`InvalidArgument` naming the first bad one (``input_json`` is the store's to
-        check: it is text, which :func:`input_text` makes). The store checks every task it
-        is given: one built directly or changed with ``attrs.evolve`` would otherwise
-        reach the database unchecked, and fail later inside a worker."""
-        check_task_fields(
-            self.definition_name,
-            self.definition_version,
-            self.tenant,
-            self.priority,
-            self.not_before,
-            self.queue,
-        )
-        check_name("task id", self.task_id)
-        if self.parent_id is not None:
-            check_name("parent id", self.parent_id)
-        if not isinstance(self.detached, bool):
-            raise InvalidArgument(f"detached must be True or False, got {bounded(self.detached)}")
-        if self.detached and self.parent_id is None:
-            raise InvalidArgument(f"task {self.task_id!r} is detached with no parent: only a child detaches")
-        if self.declared is not None and not isinstance(self.declared, DeclaredSignals):
-            raise InvalidArgument(f"declared must be None or DeclaredSignals, got {bounded(self.declared)}")
-        if self.concurrency_key is not None:
-            check_name("concurrency_key", self.concurrency_key)
-        if self.flow is not None:
-            if not isinstance(self.flow, EnqueueFlow):
-                raise InvalidArgument(f"flow must be None or EnqueueFlow, got {bounded(self.flow)}")
-            check_enqueue_flow(concurrency_key=self.concurrency_key, **attrs.asdict(self.flow))
-        return self
-
-
-def check_task_fields(
-    name: object, version: object, tenant: object, priority: object, not_before: object, queue: object
-) -> None:
-    """The fields of a task that :meth:`WorkflowTask.new` takes as they are, checked
-    once for it and for the store (:meth:`WorkflowTask.check`)."""
-    check_name("workflow name", name)
-    check_name("queue", queue)
-    check_version(version)
-    check_name("tenant", tenant)
-    check_stored_int("priority", priority)
-    if not_before is not None:
-        check_moment("not_before", not_before)
+    def evolve(self, **changes: Any) -> WorkflowTask:
+        """This task with ``changes`` (``attrs.evolve``), each checked as the constructor
+        checks it; the input text it already holds was checked when it was made, so it
+        is not decoded again unless ``changes`` replace it."""
+        kept = _checked_input.set(self.input_json)
+        try:
+            return attrs.evolve(self, **changes)
+        finally:
+            _checked_input.reset(kept)
 
 
 def input_text(input: Any) -> str:
     """The canonical JSON text of a workflow input, refused (naming the input) when it is
     not JSON, nests past :data:`~runifold_sync.model.codec.MAX_NESTING_DEPTH` or is over
     :data:`MAX_INPUT_BYTES` encoded: what a worker could not decode or a store keep."""
-    try:
-        input_json = to_json(input, max_depth=MAX_NESTING_DEPTH)
-    except NestedTooDeep as exc:
-        raise InvalidArgument(f"workflow input {exc}") from exc
-    except NotJsonable as exc:
-        raise InvalidArgument(f"workflow input {bounded(input)} is not JSON-serializable: {exc}") from exc
-    if len(input_json.encode()) > MAX_INPUT_BYTES:
-        raise InvalidArgument(
-            f"workflow input is {len(input_json.encode())} bytes encoded, over the "
-            f"limit of {MAX_INPUT_BYTES}; store large data outside and pass its id"
-        )
-    return input_json
+    return validate.json_text(
+        "workflow input", input, limit=MAX_INPUT_BYTES, instead="store it outside and pass its id"
+    )

@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 
 from ..errors import InvalidArgument
+from ..model import validate
 from ..model.checkpoint import Checkpoint, JournalRow
 from ..model.codec import from_json, to_json
 from ..store.base import WorkflowStore
@@ -71,7 +72,7 @@ def read_export(data: Any) -> ExportedRun:
     """An export (the decoded JSON of ``show --export``) checked and read back;
     :class:`InvalidArgument` naming the field that is missing or wrong."""
     if not isinstance(data, dict):
-        raise InvalidArgument(f"a run export must be a JSON object, got {type(data).__name__}")
+        validate.refuse("a run export", "a JSON object", data)
     if data.get("format") != FORMAT or data.get("format_version") != FORMAT_VERSION:
         raise InvalidArgument(
             f"not a run export of format {FORMAT!r} version {FORMAT_VERSION}: format "
@@ -79,9 +80,7 @@ def read_export(data: Any) -> ExportedRun:
         )
     for field, kind in (("task_id", str), ("definition", str), ("version", int), ("journal_rows", list)):
         if not isinstance(data.get(field), kind) or isinstance(data.get(field), bool):
-            raise InvalidArgument(
-                f"run export field {field!r} must be a {kind.__name__}, got {data.get(field)!r}"
-            )
+            validate.refuse(f"run export field {field!r}", f"a {kind.__name__}", data.get(field))
     if "input" not in data:
         raise InvalidArgument("run export field 'input' is missing")
     task_id = data["task_id"]

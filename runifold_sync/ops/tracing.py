@@ -37,6 +37,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from ..engine.interrupts import FailRequested, RetryRequested, SuspendRequested
 from ..engine.spans import ClaimSpans, WaitSpan
 from ..errors import InvalidArgument, StepFailed
+from ..model import validate
 from ..model.outcomes import Failed, LeaseLost, RunOutcome, Suspended
 from ..store.records import ClaimedTask
 from ..workflow.specs import StepSpec
@@ -55,7 +56,8 @@ class Tracing:
     def __init__(self, tracer_provider: TracerProvider) -> None:
         if not isinstance(tracer_provider, TracerProvider):  # else an AttributeError, later
             raise InvalidArgument(
-                f"tracer_provider must be an OpenTelemetry TracerProvider, got {tracer_provider!r}"
+                f"tracer_provider must be an OpenTelemetry TracerProvider, "
+                f"got {validate.shown(tracer_provider)}"
             )
         self._provider = tracer_provider
         self._tracer = tracer_provider.get_tracer(SCOPE)

@@ -24,30 +24,18 @@ from datetime import timedelta
 
 import attrs
 
-from ..errors import InvalidArgument
+from ..model import validate
 from ..model.cancellation import CancellationToken
-from ..model.values import check_positive_timedelta
 from ..store import checks
 from ..store.base import WorkflowStore
 
 log = logging.getLogger("runifold_sync.pool.retention")
 
 
-def _check_older_than(_inst: object, _attr: object, value: timedelta) -> None:
-    checks.check_older_than("retention", value)
-
-
-def _check_batch(_inst: object, _attr: object, value: int) -> None:
-    checks.check_prune_batch("retention batch", value)
-
-
-def _check_share(_inst: object, _attr: object, value: float) -> None:
+def _share(field: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise InvalidArgument(f"retention share must be a number in (0, 1], got {value!r}")
-
-
-def _check_every(_inst: object, _attr: object, value: timedelta) -> None:
-    check_positive_timedelta("retention interval", value)
+        validate.refuse(field, "a number in (0, 1]", value)
+    return value
 
 
 def _default_every(policy: RetentionPolicy) -> timedelta:
@@ -67,11 +55,15 @@ class RetentionPolicy:
     left. Tasks failed on an unresolved ambiguous effect are always kept: deleting them
     is an operator's call (``prune --include-ambiguous``)."""
 
-    older_than: timedelta = attrs.field(validator=_check_older_than)
-    batch: int = attrs.field(default=500, validator=_check_batch)
-    share: float = attrs.field(default=0.1, validator=_check_share)
-    every: timedelta = attrs.field(
-        default=attrs.Factory(_default_every, takes_self=True), validator=_check_every
+    older_than: timedelta = validate.field(validate.duration, name="retention")
+    batch: int = validate.field(
+        validate.bounded_by(validate.integer, minimum=1, maximum=checks.MAX_PRUNE_BATCH),
+        500,
+        name="retention batch",
+    )
+    share: float = validate.field(_share, 0.1, name="retention share")
+    every: timedelta = validate.field(
+        validate.positive_duration, attrs.Factory(_default_every, takes_self=True), name="retention interval"
     )
 
 
@@ -104,7 +96,7 @@ def paced(batches: Iterator[int], share: float, token: CancellationToken) -> Ite
     """``batches`` (a walk of :meth:`WorkflowStore.prune_batches`) with a rest after each
     batch, so that at most ``share`` of the time goes to them (1: no rest); it ends early
     when ``token`` is cancelled, leaving the rest of the walk for the next prune."""
-    _check_share(None, None, share)
+    _share("retention share", share)
     rest_per_busy_s = (1 - share) / share
     while True:
         started = time.monotonic()

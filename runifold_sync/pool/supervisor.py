@@ -61,12 +61,12 @@ from types import FrameType
 import attrs
 
 from ..errors import ForkUnsafe, InvalidArgument, StoreNotWritable, StoreUnavailable, WorkerIdInUse
-from ..model import crashpoints
+from ..model import crashpoints, validate
 from ..model.cancellation import CancellationToken
 from ..model.values import WorkerId
 from ..store.base import WorkflowStore, open_here
 from ..worker.idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
-from ..worker.settings import checked, duration, integer, seconds
+from ..worker.settings import seconds
 from ..worker.worker import WorkflowWorker
 from .preflight import check_ids_free
 from .stranded_work import StrandedWork
@@ -94,9 +94,6 @@ MAX_START_FAILURES = 5
 MAX_GENERATION = 999
 
 
-_positive = duration(timedelta(0), above=True)
-
-
 @attrs.frozen
 class PoolSettings:
     """How a pool runs its workers, each setting checked where it is made
@@ -111,11 +108,11 @@ class PoolSettings:
     that many tasks. ``WorkflowSupervisorConfig`` is another name for this class, and its
     ``with_*`` methods build a changed copy: ``WorkflowSupervisorConfig(8).with_backoff(...)``."""
 
-    concurrency: int = checked(integer(1), 1)
-    min_backoff: timedelta = checked(_positive, DEFAULT_MIN_BACKOFF)
-    max_backoff: timedelta = checked(_positive, DEFAULT_MAX_BACKOFF)
-    shutdown_grace: timedelta = checked(_positive, timedelta(seconds=60))
-    recycle_after_tasks: int | None = checked(integer(1, optional=True), None)
+    concurrency: int = validate.field(validate.count, 1)
+    min_backoff: timedelta = validate.field(validate.positive_duration, DEFAULT_MIN_BACKOFF)
+    max_backoff: timedelta = validate.field(validate.positive_duration, DEFAULT_MAX_BACKOFF)
+    shutdown_grace: timedelta = validate.field(validate.positive_duration, timedelta(seconds=60))
+    recycle_after_tasks: int | None = validate.field(validate.optional(validate.count), None)
 
     def __attrs_post_init__(self) -> None:
         if self.min_backoff > self.max_backoff:
@@ -182,7 +179,7 @@ def check_base_id(base_id: object, concurrency: int, field: str = "base_id") -> 
     raise InvalidArgument(
         f"{field} must be 1-{room} characters of letters, digits and ._:@- starting with a "
         f"letter or digit (its workers are <{field}>-<slot>[.<n>], at most {_WORKER_ID_MAX} "
-        f"characters for {concurrency} slots), got {base_id!r}"
+        f"characters for {concurrency} slots), got {validate.shown(base_id)}"
     )
 
 
@@ -200,9 +197,9 @@ class WorkflowSupervisor:
         base_id: str = "worker",
     ) -> None:
         if not callable(worker_factory):
-            raise InvalidArgument(f"worker_factory must be callable, got {worker_factory!r}")
+            validate.refuse("worker_factory", "callable", worker_factory)
         if not isinstance(config, PoolSettings):
-            raise InvalidArgument(f"config must be a PoolSettings (WorkflowSupervisorConfig), got {config!r}")
+            validate.refuse("config", "a PoolSettings (WorkflowSupervisorConfig)", config)
         self._factory = worker_factory
         self._config = config
         self._base_id = check_base_id(base_id, config.concurrency)

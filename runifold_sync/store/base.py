@@ -29,6 +29,7 @@ import abc
 import os
 import weakref
 
+from ..model import validate
 from ..model.values import WorkflowTask
 from . import checks
 from .dialect import Dialect
@@ -69,7 +70,7 @@ class WorkflowStore(
 
     def __init__(self, dialect: Dialect, *, max_pending_signals: int = checks.MAX_PENDING_SIGNALS) -> None:
         self.dialect = dialect
-        self.max_pending_signals = checks.check_pending_cap(max_pending_signals)
+        self.max_pending_signals = validate.count("max_pending_signals", max_pending_signals)
         # Hears the duration of each worker operation (``timing``); a worker with an
         # observer sets it.
         self.operation_timer: OperationTimer | None = None

@@ -16,6 +16,7 @@ import os
 from urllib.parse import unquote, urlsplit
 
 from ..errors import InvalidArgument
+from ..model import validate
 from ..model.redaction import redacted
 from .base import WorkflowStore
 from .checks import MAX_PENDING_SIGNALS
@@ -51,8 +52,7 @@ def open_store(url: str | None = None, *, max_pending_signals: int = MAX_PENDING
     caps the signals a task keeps unconsumed (more are refused)."""
     if url is None:
         url = default_url()
-    if not isinstance(url, str):
-        raise InvalidArgument(f"store URL must be a string, got {url!r}")
+    validate.instance("store URL", url, str)
     scheme = url.partition(":")[0].lower() if "://" in url else ""
     if scheme == "sqlite":
         from .sqlite.store import SqliteWorkflowStore

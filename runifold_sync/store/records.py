@@ -16,9 +16,10 @@ from typing import Any
 import attrs
 
 from ..errors import CancelPending, InvalidArgument, LeaseLostError
+from ..model import validate
 from ..model.checkpoint import JournalRow
 from ..model.codec import from_json
-from ..model.values import LeaseDuration, TaskOutcome, TaskState, WorkerId, check_name
+from ..model.values import LeaseDuration, TaskOutcome, TaskState, WorkerId
 
 
 @attrs.frozen
@@ -72,7 +73,7 @@ class Routes:
         """Checked: at least one queue, each a name."""
         if isinstance(queues, str):
             raise InvalidArgument(f"queues must be a sequence of queue names, got the string {queues!r}")
-        checked = tuple(check_name("queue", q) for q in queues)
+        checked = tuple(validate.name("queue", q) for q in queues)
         if not checked:
             raise InvalidArgument("a worker needs at least one queue")
         return cls(checked, tuple((str(n), int(v), str(f)) for n, v, f in definitions))

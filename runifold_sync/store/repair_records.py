@@ -9,44 +9,22 @@ from typing import Any
 import attrs
 
 from ..errors import InvalidArgument
-from ..model.moments import check_moment
-from ..model.values import TaskOutcome, TaskState, check_int, check_name
+from ..model import validate
+from ..model.values import TaskOutcome, TaskState
 
 MAX_REDRIVE_BATCH = 1000
 FIRST_IDS = 20  # how many ids a dry run (and a report) names
 
 
-def _name_or_none(field: str) -> Any:
-    def check(_inst: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value is not None:
-            check_name(f"filter {field}", value)
-
-    return check
+def _reason_text(field: str, value: object) -> str:
+    if not isinstance(value, str) or not value or len(value) > 1000:
+        validate.refuse(field, "1-1000 characters of text", value)
+    return value
 
 
-def _version(_inst: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None:
-        check_int("filter version", value, minimum=1)
-
-
-def _enum(kind: type) -> Any:
-    def check(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value is not None and not isinstance(value, kind):
-            raise InvalidArgument(f"filter {attribute.name} must be a {kind.__name__} or None, got {value!r}")
-
-    return check
-
-
-def _moment(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None:
-        if not isinstance(value, datetime) or value.tzinfo is None:
-            raise InvalidArgument(f"filter {attribute.name} must be a timezone-aware datetime, got {value!r}")
-        check_moment(f"filter {attribute.name}", value)
-
-
-def _reason_text(_inst: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None and (not isinstance(value, str) or not value or len(value) > 1000):
-        raise InvalidArgument(f"filter reason_contains must be 1-1000 characters of text, got {value!r}")
+def _filter(check: validate.Check, name: str) -> Any:
+    """A selector field: None (matches any task) or a value ``check`` accepts."""
+    return validate.field(validate.optional(check), None, name=f"filter {name}")
 
 
 @attrs.frozen
@@ -57,15 +35,15 @@ class TaskSelector:
     (for a failed task: when it failed), ``until`` excluded. At least one field must be
     given: a selector of every task is refused, not run."""
 
-    definition: str | None = attrs.field(default=None, validator=_name_or_none("definition"))
-    version: int | None = attrs.field(default=None, validator=_version)
-    state: TaskState | None = attrs.field(default=None, validator=_enum(TaskState))
-    outcome: TaskOutcome | None = attrs.field(default=None, validator=_enum(TaskOutcome))
-    reason_contains: str | None = attrs.field(default=None, validator=_reason_text)
-    tenant: str | None = attrs.field(default=None, validator=_name_or_none("tenant"))
-    queue: str | None = attrs.field(default=None, validator=_name_or_none("queue"))
-    since: datetime | None = attrs.field(default=None, validator=_moment)
-    until: datetime | None = attrs.field(default=None, validator=_moment)
+    definition: str | None = _filter(validate.name, "definition")
+    version: int | None = _filter(validate.version, "version")
+    state: TaskState | None = _filter(validate.is_a(TaskState), "state")
+    outcome: TaskOutcome | None = _filter(validate.is_a(TaskOutcome), "outcome")
+    reason_contains: str | None = _filter(_reason_text, "reason_contains")
+    tenant: str | None = _filter(validate.name, "tenant")
+    queue: str | None = _filter(validate.name, "queue")
+    since: datetime | None = _filter(validate.moment, "since")
+    until: datetime | None = _filter(validate.moment, "until")
 
     def __attrs_post_init__(self) -> None:
         if all(getattr(self, f.name) is None for f in attrs.fields(TaskSelector)):

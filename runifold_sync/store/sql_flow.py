@@ -24,9 +24,9 @@ from datetime import timedelta
 from typing import Any
 
 from ..errors import InvalidArgument
-from ..model import crashpoints
-from ..model.flow import FlowGroup, FlowLimit, Rate, check_scope
-from ..model.values import WorkflowTask, check_name, check_positive_timedelta, check_stored_int
+from ..model import crashpoints, validate
+from ..model.flow import FlowGroup, FlowLimit, Rate, limit_scope
+from ..model.values import WorkflowTask
 from .dialect import Dialect, Event, Row, Transaction
 from .records import EnqueueResult, TaskRecord
 
@@ -50,8 +50,7 @@ class FlowOperations:
     def set_flow_limit(self, limit: FlowLimit) -> None:
         """Store ``limit`` for its scope and target, replacing any earlier one; every
         worker's next claim applies it."""
-        if not isinstance(limit, FlowLimit):
-            raise InvalidArgument(f"expected a FlowLimit, got {limit!r}")
+        validate.instance("limit", limit, FlowLimit)
         rate = limit.rate
         params = {
             "scope": limit.scope,
@@ -64,7 +63,7 @@ class FlowOperations:
 
     def remove_flow_limit(self, scope: str, target: str) -> bool:
         """Remove the limit on ``scope`` ``target``; False when there was none."""
-        params = {"scope": check_scope("scope", scope), "target": check_name("target", target)}
+        params = {"scope": limit_scope("scope", scope), "target": validate.name("target", target)}
         with self.dialect.transaction() as tx:
             return tx.one("remove_flow_limit", params) is not None
 
@@ -92,8 +91,8 @@ class FlowOperations:
         ``waited`` times the difference, instead of for ever. Returns how many tasks rose."""
         d = self.dialect
         params = {
-            "waited": d.db_duration(check_positive_timedelta("waited", waited)),
-            "up_to": check_stored_int("up_to", up_to),
+            "waited": d.db_duration(validate.positive_duration("waited", waited)),
+            "up_to": validate.stored_int("up_to", up_to),
         }
         with d.transaction() as tx:
             return len(tx.all("age_priorities", params))

@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..errors import SignalConflict, StoreUnavailable, TaskNotFound
+from ..model import validate
 from ..model.codec import to_json
 from ..model.trace_context import current_traceparent
 from ..model.values import DeclaredSignals, TaskState, WorkflowTask
@@ -39,7 +40,7 @@ class OperatorOperations:
         exist only if it commits (and workers wake when it does). A task id is taken
         while its task is stored: once :meth:`prune` deleted it, the same id enqueues a
         new task."""
-        tasks = checks.check_tasks(tasks)
+        tasks = checks.tasks(tasks)
         if connection is not None:
             with self.dialect.joined(connection) as tx:
                 return insert_tasks(self.dialect, tx, tasks, self._cancel_in)
@@ -54,7 +55,7 @@ class OperatorOperations:
         """Record the signal names each definition version declares (a worker does at
         start, for its registry), so :meth:`send_signal` can refuse a name the task's
         version does not declare. Recorded per fingerprint, and never removed."""
-        declared = checks.check_declarations(declarations)
+        declared = checks.declarations(declarations)
         with self.dialect.transaction() as tx:
             _declare(tx, declared)
 
@@ -73,11 +74,12 @@ class OperatorOperations:
         ``result_json`` (the effect's output, when it was applied) is None or a str of
         strict JSON text, kept in canonical form; anything else raises
         :class:`InvalidArgument` naming it, and nothing is written."""
-        checks.check_resolution(applied, actor, reason)
-        checks.check_task_id(task_id)
-        checks.check_text("effect key", effect_key)
+        checks.operator(actor, reason)
+        validate.flag("applied", applied)
+        validate.text("task id", task_id)
+        validate.text("effect key", effect_key)
         d = self.dialect
-        result = d.json_in("result_json", checks.check_result_json(result_json))
+        result = d.json_in("result_json", checks.result_json(result_json))
         with d.transaction() as tx:
             params = {"task_id": task_id, "effect_key": effect_key}
             requeued = tx.one("requeue_resolved", params)
@@ -118,8 +120,8 @@ class OperatorOperations:
         with sender and reason. The delivery says what was checked (``checked``); the
         rest is checked by the wait that takes it. Wakes the task if it waits for
         ``name``."""
-        checks.check_task_id(task_id)
-        payload_text = checks.check_signal(name, signal_id, sender, tenant, reason, payload)
+        validate.text("task id", task_id)
+        payload_text = checks.signal(name, signal_id, sender, tenant, reason, payload)
         d = self.dialect
         d.json_in("signal payload", payload_text)
         with d.transaction() as tx:
@@ -177,8 +179,8 @@ class OperatorOperations:
         in the same transaction, each recorded with its parent as the actor; a child
         started ``detached=True`` is not (it runs to its own end). Completed
         external writes are not undone, except by declared compensations."""
-        checks.check_operator(actor, reason)
-        checks.check_task_id(task_id)
+        checks.operator(actor, reason)
+        validate.text("task id", task_id)
         with self.dialect.transaction() as tx:
             if tx.one("select_task", {"task_id": task_id}) is None:
                 raise TaskNotFound(task_id)
@@ -229,11 +231,11 @@ class OperatorOperations:
         one learns of it from its next checkpoint commit or heartbeat and parks there
         (``waiting``). Timers that fall due, signals and children's ends meanwhile are
         kept for its next claim. A finished task, or one already paused: InvalidState."""
-        checks.check_operator(actor, reason)
+        checks.operator(actor, reason)
         d = self.dialect
         note = d.free_text(f"paused by {actor}: {reason}")
         with d.transaction() as tx:
-            params = {"task_id": checks.check_task_id(task_id), "note": note}
+            params = {"task_id": validate.text("task id", task_id), "note": note}
             if tx.one("lock_task", params) is None:
                 raise TaskNotFound(task_id)
             for query, state in (("pause_unleased", None), ("request_pause", TaskState.LEASED)):
@@ -267,10 +269,10 @@ class OperatorOperations:
         """An operator's one-statement action: ``query`` on the task, its history event
         ``kind`` with who and why, and idle workers woken, in one transaction; a task the
         query does not match is refused with ``refusal(record)``."""
-        checks.check_operator(actor, reason)
+        checks.operator(actor, reason)
         d = self.dialect
         with d.transaction() as tx:
-            params = {"task_id": checks.check_task_id(task_id)}
+            params = {"task_id": validate.text("task id", task_id)}
             changed = tx.one(query, params)
             if changed is None:
                 raise refusal(row_records.found_task(d, tx.one("select_task", params), task_id))
@@ -287,7 +289,7 @@ class OperatorOperations:
         browser's cookie, so a logout or an expiry ends it for every process serving the
         dashboard. Expired logins are deleted here, so their rows stay as few as the
         logins of one lifetime."""
-        lifetime = checks.check_login_lifetime(lifetime)
+        lifetime = validate.positive_duration("login lifetime", lifetime)
         login_id = secrets.token_urlsafe(32)
         params = {"digest": _login_digest(login_id), "lifetime": self.dialect.db_duration(lifetime)}
         with self.dialect.transaction() as tx:
@@ -298,12 +300,12 @@ class OperatorOperations:
     def login_live(self, login_id: str) -> bool:
         """Whether the login ``login_id`` was started here and has neither ended nor
         expired."""
-        params = {"digest": _login_digest(checks.check_text("login id", login_id))}
+        params = {"digest": _login_digest(validate.text("login id", login_id))}
         return self.dialect.one("live_login", params) is not None
 
     def end_login(self, login_id: str) -> None:
         """End a login (an operator logged out); one that is not live is left as it is."""
-        self.dialect.execute("end_login", {"digest": _login_digest(checks.check_text("login id", login_id))})
+        self.dialect.execute("end_login", {"digest": _login_digest(validate.text("login id", login_id))})
 
 
 def _login_digest(login_id: str) -> str:

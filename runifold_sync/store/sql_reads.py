@@ -13,11 +13,11 @@ from typing import TypedDict, Unpack
 
 import attrs
 
-from ..errors import InvalidArgument
+from ..model import validate
 from ..model.admission import TenantAdmission, TenantPolicy, explain
 from ..model.attributes import AttributeValue
 from ..model.checkpoint import JournalRow
-from ..model.values import TaskState, WorkerId, check_count, check_int
+from ..model.values import TaskState, WorkerId
 from . import checks, row_records, sql_flow
 from .dialect import Dialect
 from .records import (
@@ -80,15 +80,15 @@ def _parse_cursor(after: object, newest_first: bool) -> tuple[datetime, str]:
     (created_at, task_id) the page starts after (before, walking newest first)."""
     if after is None:
         return (_LAST, "") if newest_first else (_FIRST, "")
-    if not isinstance(after, str) or "|" not in checks.check_text("task page cursor", after):
-        raise InvalidArgument(f"task page cursor must be a cursor a page returned, got {after!r}")
+    if not isinstance(after, str) or "|" not in validate.text("task page cursor", after):
+        validate.refuse("task page cursor", "a cursor a page returned", after)
     at, task_id = after.split("|", 1)
     try:
         created = datetime.fromisoformat(at)
     except ValueError:
         created = None
     if created is None or created.tzinfo is None:
-        raise InvalidArgument(f"task page cursor must be a cursor a page returned, got {after!r}")
+        validate.refuse("task page cursor", "a cursor a page returned", after)
     return created, task_id
 
 
@@ -125,7 +125,7 @@ class ReadOperations:
     # --- reads -----------------------------------------------------------------------
 
     def get_task(self, task_id: str) -> TaskRecord:
-        params = {"task_id": checks.check_task_id(task_id)}
+        params = {"task_id": validate.text("task id", task_id)}
         row = retried(lambda: self.dialect.one("select_task", params))
         return self.explain_reasons([row_records.found_task(self.dialect, row, task_id)])[0]
 
@@ -133,15 +133,15 @@ class ReadOperations:
         """Every stored journal entry of ``task_id``, by journal (the main function's,
         keyed ``""``, first) and position: what a claim loads to replay. Empty for an
         unknown task or one that has recorded nothing."""
-        params = {"task_id": checks.check_task_id(task_id)}
+        params = {"task_id": validate.text("task id", task_id)}
         found = retried(lambda: self.dialect.all("journal_rows", params))
         return [JournalRow(row["journal"], row["position"], row["entry"]) for row in found]
 
     def journal_tail(self, task_id: str, limit: int) -> tuple[int, list[JournalRow]]:
         """How many entries the main journal of ``task_id`` holds, and its newest
         ``limit`` in order: what ``show`` prints of a long journal."""
-        checks.check_task_id(task_id)
-        limit = checks.check_journal_limit(limit)
+        validate.text("task id", task_id)
+        limit = validate.integer("journal limit", limit, minimum=1, maximum=checks.MAX_LIST_LIMIT)
         length = self.dialect.one("journal_length", {"task_id": task_id})
         found = self.dialect.all("journal_tail", {"task_id": task_id, "limit": limit})
         rows = [JournalRow(row["journal"], row["position"], row["entry"]) for row in reversed(found)]
@@ -203,9 +203,8 @@ class ReadOperations:
             filters.get("queue"),
             filters.get("attributes"),
         )
-        scan = check_int("page scan", scan, minimum=limit, maximum=100 * MAX_PAGE_SCAN)
-        if not isinstance(newest_first, bool):
-            raise InvalidArgument(f"newest_first must be True or False, got {newest_first!r}")
+        scan = validate.integer("page scan", scan, minimum=limit, maximum=100 * MAX_PAGE_SCAN)
+        validate.flag("newest_first", newest_first)
         after_at, after_id = _parse_cursor(after, newest_first)
         way = "_newest" if newest_first else ""
         d = self.dialect
@@ -226,9 +225,8 @@ class ReadOperations:
         ``span`` that ends now (store time), oldest first: the overview's throughput.
         Counted from the history (its completed, failed and cancelled events), so a task
         that failed, was retried and failed again counts at each end."""
-        if not isinstance(span, timedelta) or span <= timedelta(0):
-            raise InvalidArgument(f"throughput span must be a positive timedelta, got {span!r}")
-        intervals = check_int("throughput intervals", intervals, minimum=1, maximum=MAX_INTERVALS)
+        validate.positive_duration("throughput span", span)
+        intervals = validate.integer("throughput intervals", intervals, minimum=1, maximum=MAX_INTERVALS)
         d = self.dialect
         width = span / intervals
         since = self.now() - span
@@ -265,7 +263,7 @@ class ReadOperations:
         return [row_records.queue_stats(row) for row in self.dialect.all("queue_stats", {})]
 
     def history(self, task_id: str) -> list[TaskEvent]:
-        found = self.dialect.all("task_events", {"task_id": checks.check_task_id(task_id)})
+        found = self.dialect.all("task_events", {"task_id": validate.text("task id", task_id)})
         return [row_records.task_event(row, self.dialect) for row in found]
 
     # --- tenant admission ------------------------------------------------------------
@@ -273,7 +271,7 @@ class ReadOperations:
     def set_tenant_policy(self, policy: TenantPolicy) -> None:
         """Store ``policy`` for its tenant, replacing any earlier one; claims on every
         worker apply it from their next claim."""
-        checks.check_policy(policy)
+        validate.instance("policy", policy, TenantPolicy)
         budget = policy.budget
         params = {
             "tenant": policy.tenant,
@@ -306,10 +304,10 @@ class ReadOperations:
         or (name, version, step fingerprint)) and the queues it claims from."""
         params = {
             "worker_id": worker_id.value,
-            "host": checks.check_text("host", host),
-            "pid": check_count("pid", pid),
+            "host": validate.text("host", host),
+            "pid": validate.count("pid", pid),
             "definitions": json.dumps([list(d) for d in definitions]),
-            "queues": json.dumps(sorted({checks.check_text("queue", q) for q in queues})),
+            "queues": json.dumps(sorted({validate.text("queue", q) for q in queues})),
         }
         self.dialect.execute("register_worker", params)
 
@@ -321,10 +319,12 @@ class ReadOperations:
     @timed
     def worker_seen(self, worker_id: WorkerId, pid: int) -> None:
         """Refresh ``last_seen`` of a running worker (its heartbeat thread calls this)."""
-        self.dialect.execute("worker_seen", {"worker_id": worker_id.value, "pid": check_count("pid", pid)})
+        self.dialect.execute("worker_seen", {"worker_id": worker_id.value, "pid": validate.count("pid", pid)})
 
     def worker_stopped(self, worker_id: WorkerId, pid: int) -> None:
-        self.dialect.execute("worker_stopped", {"worker_id": worker_id.value, "pid": check_count("pid", pid)})
+        self.dialect.execute(
+            "worker_stopped", {"worker_id": worker_id.value, "pid": validate.count("pid", pid)}
+        )
 
     def workers(self) -> list[WorkerRecord]:
         return [row_records.worker_record(row, self.dialect) for row in self.dialect.all("list_workers", {})]
@@ -339,7 +339,7 @@ class ReadOperations:
 
     def set_clock_offset(self, offset: timedelta) -> None:
         """Shift store time for every process using this database (tests and drills)."""
-        offset = checks.check_clock_offset(offset)
+        offset = validate.any_duration("clock offset", offset)
         self.dialect.execute("set_clock_offset", {"offset": self.dialect.db_duration(offset)})
 
     def clock_reading(self) -> ClockReading:

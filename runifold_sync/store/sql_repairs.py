@@ -28,7 +28,7 @@ from typing import Any
 import attrs
 
 from ..errors import InvalidArgument, InvalidState, TaskNotFound
-from ..model import crashpoints
+from ..model import crashpoints, validate
 from ..model.checkpoint import (
     DEFAULT_MAX_ENTRY_BYTES,
     Checkpoint,
@@ -38,7 +38,7 @@ from ..model.checkpoint import (
     JournalRow,
 )
 from ..model.codec import from_json, to_json
-from ..model.values import DefinitionIdentity, TaskState, WorkflowTask, check_int, check_name
+from ..model.values import DefinitionIdentity, TaskState, WorkflowTask
 from . import checks, event_details, row_records
 from .dialect import Dialect, Event, Transaction
 from .repair_records import FIRST_IDS, MAX_REDRIVE_BATCH, Redrive, TaskSelector
@@ -84,12 +84,11 @@ class RepairOperations:
         task's id (``new_task_id``, else ``<task id>.fork-<random>``). Refused
         (:class:`InvalidState`) for a task that never ran and at or after an effect
         whose outcome is unknown."""
-        checks.check_operator(actor, reason)
-        checks.check_task_id(task_id)
-        check_name("from_step", from_step)
-        if definition is not None and not isinstance(definition, DefinitionIdentity):
-            raise InvalidArgument(f"fork definition must be a DefinitionIdentity or None, got {definition!r}")
-        new_id = checks.check_task_id(new_task_id) if new_task_id is not None else None
+        checks.operator(actor, reason)
+        validate.text("task id", task_id)
+        validate.name("from_step", from_step)
+        validate.optional(validate.is_a(DefinitionIdentity))("fork definition", definition)
+        new_id = validate.optional(validate.text)("new_task_id", new_task_id)
         d = self.dialect
 
         def fork() -> str:
@@ -157,10 +156,10 @@ class RepairOperations:
         and goes on from where the cancel stopped it. Refused (:class:`InvalidState`)
         for a task that is not cancelled, and for one whose cancellation ran (or began)
         its compensations. Its children cancelled with it stay cancelled."""
-        checks.check_operator(actor, reason)
+        checks.operator(actor, reason)
         d = self.dialect
         with d.transaction() as tx:
-            params = {"task_id": checks.check_task_id(task_id)}
+            params = {"task_id": validate.text("task id", task_id)}
             if tx.one("lock_task", params) is None:
                 raise TaskNotFound(task_id)
             record = row_records.found_task(d, tx.one("select_task", params), task_id)
@@ -194,11 +193,10 @@ class RepairOperations:
         ``revision`` (when the caller replayed its journal against that version: the
         ``upgrade`` command). False, changing nothing, when it moved on, is leased, or
         is of another version meanwhile; the caller lists it as not moved."""
-        checks.check_operator(actor, reason)
-        checks.check_task_id(task_id)
-        if not isinstance(definition, DefinitionIdentity):
-            raise InvalidArgument(f"upgrade definition must be a DefinitionIdentity, got {definition!r}")
-        check_int("revision", revision, minimum=0)
+        checks.operator(actor, reason)
+        validate.text("task id", task_id)
+        validate.instance("upgrade definition", definition, DefinitionIdentity)
+        validate.stored_int("revision", revision, minimum=0)
         d = self.dialect
         with d.transaction() as tx:
             record = row_records.found_task(d, tx.one("select_task", {"task_id": task_id}), task_id)
@@ -280,12 +278,10 @@ class RepairOperations:
         dry_run: bool,
         progress: Progress | None,
     ) -> Redrive:
-        checks.check_operator(actor, reason)
-        if not isinstance(selector, TaskSelector):
-            raise InvalidArgument(f"expected a TaskSelector, got {selector!r}")
-        batch = check_int("batch", batch, minimum=1, maximum=MAX_REDRIVE_BATCH)
-        if not isinstance(dry_run, bool):
-            raise InvalidArgument(f"dry_run must be True or False, got {dry_run!r}")
+        checks.operator(actor, reason)
+        validate.instance("selector", selector, TaskSelector)
+        batch = validate.integer("batch", batch, minimum=1, maximum=MAX_REDRIVE_BATCH)
+        validate.flag("dry_run", dry_run)
         d = self.dialect
         filters = _filter_params(d, selector)
         window = {"after_at": None, "after_id": None}

@@ -19,10 +19,11 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from ..errors import EventNotFound, TaskNotFound, WaitTimedOut
+from ..model import validate
 from ..model.attributes import AttributeKind, AttributeValue
 from ..model.attributes import decode as decode_attribute
 from ..model.codec import from_json
-from ..model.values import INT64_MAX, TaskState, check_int, check_name
+from ..model.values import TaskState
 from . import checks, row_records
 from .dialect import Dialect
 from .records import PublishedEvent, StreamRead, StreamValue, TaskRecord
@@ -44,8 +45,8 @@ class ResultOperations:
         unknown id. A failed task counts as finished, a recoverable one (an ambiguous
         effect) too: it runs again only once someone resolves it. Thread-safe: many
         threads may wait at once, on PostgreSQL over one LISTEN connection between them."""
-        checks.check_task_id(task_id)
-        timeout_s = checks.check_timeout("wait_for_task timeout", timeout)
+        validate.text("task id", task_id)
+        timeout_s = validate.duration("wait_for_task timeout", timeout).total_seconds()
         found = self._await(task_id, timeout_s, lambda: self._finished(task_id))
         if found is None:
             raise WaitTimedOut(task_id, timeout)
@@ -57,14 +58,14 @@ class ResultOperations:
         published yet is :class:`EventNotFound`; with one, the call blocks up to
         ``timeout`` for the event to appear and then raises :class:`WaitTimedOut`.
         :class:`TaskNotFound` at once for an unknown task."""
-        checks.check_task_id(task_id)
-        check_name("event key", key)
+        validate.text("task id", task_id)
+        validate.name("event key", key)
         if timeout is None:
             text = self._event_json(task_id, key)
             if text is None:
                 raise EventNotFound(task_id, key)
             return from_json(text)
-        timeout_s = checks.check_timeout("get_event timeout", timeout)
+        timeout_s = validate.duration("get_event timeout", timeout).total_seconds()
         text = self._await(task_id, timeout_s, lambda: self._event_json(task_id, key))
         if text is None:
             raise WaitTimedOut(task_id, timeout, key)
@@ -75,7 +76,7 @@ class ResultOperations:
         published none (or does not exist)."""
         d = self.dialect
         published = []
-        for row in d.all("published_events", {"task_id": checks.check_task_id(task_id)}):
+        for row in d.all("published_events", {"task_id": validate.text("task id", task_id)}):
             text = d.json_out(row["value"])
             assert text is not None  # the column is NOT NULL; JSON null is the text "null"
             published.append(PublishedEvent(task_id, row["key"], text, d.time(row["set_at"])))
@@ -85,7 +86,7 @@ class ResultOperations:
         """The search attributes task ``task_id`` has set (``ctx.set_attributes``), by
         key, each as the kind it was set as; empty for a task that set none (or does not
         exist)."""
-        found = self.dialect.all("task_attributes", {"task_id": checks.check_task_id(task_id)})
+        found = self.dialect.all("task_attributes", {"task_id": validate.text("task id", task_id)})
         return {row["key"]: decode_attribute(AttributeKind(row["kind"]), row["value"]) for row in found}
 
     def read_stream(
@@ -104,13 +105,13 @@ class ResultOperations:
         task's end, and returns what it then has (maybe nothing). ``closed`` says the
         task has finished (completed, failed or cancelled): what ``values`` holds is the
         rest of the stream. :class:`TaskNotFound` at once for an unknown task."""
-        checks.check_task_id(task_id)
-        check_name("stream key", key)
-        after = check_int("stream offset after", after, minimum=0, maximum=INT64_MAX)
-        limit = check_int("stream read limit", limit, minimum=1, maximum=checks.MAX_LIST_LIMIT)
+        validate.text("task id", task_id)
+        validate.name("stream key", key)
+        after = validate.stored_int("stream offset after", after, minimum=0)
+        limit = validate.integer("stream read limit", limit, minimum=1, maximum=checks.MAX_LIST_LIMIT)
         if timeout is None:
             return self._stream(task_id, key, after, limit)
-        timeout_s = checks.check_timeout("read_stream timeout", timeout)
+        timeout_s = validate.duration("read_stream timeout", timeout).total_seconds()
         found = self._await(task_id, timeout_s, lambda: self._stream_news(task_id, key, after, limit))
         return found if found is not None else StreamRead([], False, after)
 

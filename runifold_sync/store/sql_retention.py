@@ -40,7 +40,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..errors import InvalidArgument
+from ..model import validate
 from . import checks
 from .dialect import Dialect, Row, Transaction
 
@@ -81,11 +81,11 @@ class RetentionOperations:
         gives how many tasks it deleted (or would), until the walk is done. For callers
         that report progress or pace themselves (the CLI, a pool's retention); stopping
         early leaves the rest for the next prune. Arguments are checked here, at once."""
-        checks.check_older_than("older_than", older_than)
-        limit = checks.check_prune_batch("prune batch", batch)
+        validate.duration("older_than", older_than)
+        limit = validate.integer("prune batch", batch, minimum=1, maximum=checks.MAX_PRUNE_BATCH)
         for name, flag in (("include_ambiguous", include_ambiguous), ("dry_run", dry_run)):
             if not isinstance(flag, bool):
-                raise InvalidArgument(f"{name} must be True or False, got {flag!r}")
+                validate.refuse(name, "True or False", flag)
         return self._walk(older_than, limit, include_ambiguous, dry_run)
 
     def _walk(

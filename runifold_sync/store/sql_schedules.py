@@ -22,10 +22,11 @@ from typing import Any
 import attrs
 
 from ..errors import InvalidArgument, InvalidState, ScheduleExists, ScheduleNotFound
+from ..model import validate
 from ..model.codec import to_json
 from ..model.schedule_times import tick_text
 from ..model.schedules import TASK_PREFIX, Schedule
-from ..model.values import WorkflowTask, check_name
+from ..model.values import WorkflowTask
 from . import checks
 from .dialect import Dialect, Transaction
 from .schedule_records import ScheduleEvent, ScheduleRecord, TickAttempt, schedule_event, schedule_record
@@ -65,7 +66,7 @@ class ScheduleOperations:
         workers starting at once lock rows in the same order."""
         given = list(schedules) if isinstance(schedules, Iterable) else None
         if given is None or not all(isinstance(s, Schedule) for s in given):
-            raise InvalidArgument(f"schedules must be an iterable of Schedule, got {schedules!r}")
+            validate.refuse("schedules", "an iterable of Schedule", schedules)
         found = sorted(given, key=lambda s: s.name)
         d = self.dialect
         with d.transaction() as tx:
@@ -99,9 +100,8 @@ class ScheduleOperations:
         ``reason`` when given). The store knows no registry, so it cannot check the
         workflow version is served anywhere: check it first against yours, as
         ``registry.add_schedule`` does, with ``registry.tick_task(schedule, tick)``."""
-        if not isinstance(schedule, Schedule):
-            raise InvalidArgument(f"expected a Schedule, got {schedule!r}")
-        _check_audit(actor, reason)
+        validate.instance("schedule", schedule, Schedule)
+        _audit(actor, reason)
         d = self.dialect
         with d.transaction() as tx:
             params = _definition(schedule) | {"queue": schedule.queue, "now": tx.now()}
@@ -120,8 +120,8 @@ class ScheduleOperations:
         already stay. Returns what was stored. A schedule a registry declares is refused
         (:class:`InvalidState`): its workers would store it again; take it out of the
         registry, or see ``remove_schedule``."""
-        checks.check_text("schedule name", name)
-        _check_audit(actor, reason)
+        validate.text("schedule name", name)
+        _audit(actor, reason)
         d = self.dialect
         with d.transaction() as tx:
             row = tx.one("delete_created_schedule", {"name": name})
@@ -149,15 +149,15 @@ class ScheduleOperations:
         the tick, in one transaction; unless the schedule is paused, the tick is not after
         ``ticks_after`` (this or a later tick was created already) or not due yet (after
         store time). ``created`` says whether this call created it."""
-        checks.check_text("schedule name", name)
+        validate.text("schedule name", name)
         if not isinstance(tick, datetime) or tick.tzinfo is None:
-            raise InvalidArgument(f"tick must be a timezone-aware datetime, got {tick!r}")
-        (task,) = checks.check_tasks([task])
+            validate.refuse("tick", "a timezone-aware datetime", tick)
+        (task,) = checks.tasks([task])
         expected = f"{TASK_PREFIX}{name}:{tick_text(tick)}"
         if task.task_id != expected:
             raise InvalidArgument(
                 f"the tick of schedule {name!r} at {tick_text(tick)} must be task {expected!r} "
-                f"(registry.tick_task makes it), got {task.task_id!r}"
+                f"(registry.tick_task makes it), got {validate.shown(task.task_id)}"
             )
         d = self.dialect
         with d.transaction() as tx:
@@ -177,7 +177,7 @@ class ScheduleOperations:
         return [schedule_record(row, self.dialect) for row in self.dialect.all("list_schedules", {})]
 
     def schedule(self, name: str) -> ScheduleRecord:
-        row = self.dialect.one("select_schedule", {"name": checks.check_text("schedule name", name)})
+        row = self.dialect.one("select_schedule", {"name": validate.text("schedule name", name)})
         if row is None:
             raise ScheduleNotFound(name)
         return schedule_record(row, self.dialect)
@@ -199,8 +199,8 @@ class ScheduleOperations:
         run, or are pruned, as any task). A worker whose registry still adds the schedule
         stores it again, active from then: a running one at its next look, any other when
         it starts."""
-        checks.check_operator(actor, reason)
-        checks.check_text("schedule name", name)
+        checks.operator(actor, reason)
+        validate.text("schedule name", name)
         d = self.dialect
         with d.transaction() as tx:
             row = tx.one("remove_schedule", {"name": name})
@@ -214,12 +214,12 @@ class ScheduleOperations:
 
     def schedule_history(self, name: str) -> list[ScheduleEvent]:
         """What happened to schedule ``name``, oldest first."""
-        found = self.dialect.all("schedule_events", {"name": checks.check_text("schedule name", name)})
+        found = self.dialect.all("schedule_events", {"name": validate.text("schedule name", name)})
         return [schedule_event(row, self.dialect) for row in found]
 
     def _operator(self, query: str, kind: str, name: str, actor: str, reason: str) -> ScheduleRecord:
-        checks.check_operator(actor, reason)
-        checks.check_text("schedule name", name)
+        checks.operator(actor, reason)
+        validate.text("schedule name", name)
         d = self.dialect
         with d.transaction() as tx:
             params = {"name": name, "actor": actor, "reason": d.free_text(reason), "now": tx.now()}
@@ -237,9 +237,7 @@ def _event(
     tx.count("insert_schedule_event", params | {"detail": json.dumps(detail, sort_keys=True)})
 
 
-def _check_audit(actor: str | None, reason: str | None) -> None:
+def _audit(actor: str | None, reason: str | None) -> None:
     """An optional actor and reason of a run-time schedule change: names when given."""
-    if actor is not None:
-        check_name("actor", actor)
-    if reason is not None:
-        check_name("reason", reason)
+    validate.optional(validate.name)("actor", actor)
+    validate.optional(validate.name)("reason", reason)

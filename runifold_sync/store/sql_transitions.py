@@ -26,11 +26,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import InvalidArgument, InvalidState, LeaseLostError, StoreUnavailable
+from ..model import validate
 from ..model.attributes import Attribute
 from ..model.checkpoint import JournalRow
 from ..model.outcomes import FailureDetail
 from ..model.values import LeaseDuration, WorkerId
-from . import checks, event_details, refusals, row_records, signal_checks
+from . import event_details, refusals, row_records, signal_checks
 from .dialect import Dialect, Event, FencedTransition, Row, Transaction
 from .records import (
     BatchCompleted,
@@ -96,7 +97,9 @@ class WorkerOperations:
         expired lease), raising each one's fencing token and claim count. With ``routes``
         (a worker's queues and definitions) only tasks it can run are taken; None takes
         any task."""
-        request = ClaimRequest(worker_id, lease, limit, checks.check_routes(routes))
+        request = ClaimRequest(
+            worker_id, lease, limit, validate.optional(validate.is_a(Routes))("routes", routes)
+        )
         with self._claiming(request):
             return self.dialect.claim(request)
 
@@ -187,7 +190,7 @@ class WorkerOperations:
         and its checkpoint then commit, or roll back, together. Each connection is checked
         as ``enqueue(connection=)`` checks it."""
         if not callable(step_connection):
-            raise InvalidArgument(f"step_connection must be callable, got {step_connection!r}")
+            validate.refuse("step_connection", "callable", step_connection)
         self.step_connection = step_connection
 
     @contextmanager
@@ -223,8 +226,8 @@ class WorkerOperations:
         that child task ends (at once if it has). Refused with :class:`CancelPending`
         while a cancel is requested."""
         d = self.dialect
-        reason = d.free_text(checks.check_free_text("reason", reason))
-        wake_at = checks.check_wake_at(wake_at)
+        reason = d.free_text(validate.free_text("reason", reason))
+        wake_at = validate.optional(validate.moment)("wake_at", wake_at)
         params = self._progress(lease, revision, checkpoint_json) | {
             "wake_at": None if wake_at is None else d.db_time(wake_at),
             "reason": reason,
@@ -364,7 +367,7 @@ class WorkerOperations:
         when ``name`` is None (a wait reads them all, to refuse the names its definition
         does not declare)."""
         query = "all_pending_signals" if name is None else "pending_signals"
-        params = {"task_id": checks.check_task_id(task_id), "name": name}
+        params = {"task_id": validate.text("task id", task_id), "name": name}
         found = retried(lambda: self.dialect.all(query, params))
         return [row_records.signal(row, self.dialect) for row in found]
 
@@ -424,11 +427,11 @@ class WorkerOperations:
         """Requeue after ``delay`` counted from store now; returns when it is due.
         Refused with :class:`CancelPending` while a cancel is requested."""
         d = self.dialect
-        reason = d.free_text(checks.check_free_text("reason", reason))
+        reason = d.free_text(validate.free_text("reason", reason))
         params = {
             "revision": revision,
             "head": d.json_in("checkpoint", checkpoint_json),
-            "delay": d.db_duration(checks.check_delay(delay)),
+            "delay": d.db_duration(validate.any_duration("delay", delay)),
             "reason": reason,
         }
         detail = event_details.retried(reason, delay)
@@ -439,8 +442,8 @@ class WorkerOperations:
     def release(self, lease: Lease, *, delay: timedelta, reason: str) -> None:
         """Hand the task back unchanged; the claim does not count as an attempt."""
         d = self.dialect
-        reason = d.free_text(checks.check_free_text("reason", reason))
-        params = {"delay": d.db_duration(checks.check_delay(delay)), "reason": reason}
+        reason = d.free_text(validate.free_text("reason", reason))
+        params = {"delay": d.db_duration(validate.any_duration("delay", delay)), "reason": reason}
         change = FencedTransition("release", lease, params, "released", {"reason": reason}, notify=True)
         # No revision to check a lost answer against: a release that applied and is
         # refused when sent again reports the lease lost, which leaves the task queued.
@@ -450,7 +453,7 @@ class WorkerOperations:
         """The unexpired leases ``worker_id`` holds now: its running task and those it
         claimed ahead or holds for its batch's commit."""
         if not isinstance(worker_id, WorkerId):
-            raise InvalidArgument(f"worker_id must be a WorkerId (use WorkerId.parse), got {worker_id!r}")
+            validate.refuse("worker_id", "a WorkerId (use WorkerId.parse)", worker_id)
         d = self.dialect
         return [
             Lease(
@@ -477,12 +480,12 @@ class WorkerOperations:
         dead worker recorded as its expired owner). Returns the ids of the tasks handed
         back, each with a ``handed_back`` history event giving ``reason``."""
         if not isinstance(worker_id, WorkerId):
-            raise InvalidArgument(f"worker_id must be a WorkerId (use WorkerId.parse), got {worker_id!r}")
+            validate.refuse("worker_id", "a WorkerId (use WorkerId.parse)", worker_id)
         for lease in leases:
             if not isinstance(lease, Lease) or lease.worker_id != worker_id.value:
-                raise InvalidArgument(f"leases must be Leases held by worker {worker_id}, got {lease!r}")
+                validate.refuse("leases", f"Leases held by worker {worker_id}", lease)
         d = self.dialect
-        reason = d.free_text(checks.check_free_text("reason", reason))
+        reason = d.free_text(validate.free_text("reason", reason))
         handed: list[str] = []
         with d.transaction() as tx:
             for lease in leases:
@@ -588,7 +591,7 @@ class WorkerOperations:
         recoverable through :meth:`resolve_effect`. ``error`` (what failed, where) is
         recorded in the ``failed`` event's detail."""
         d = self.dialect
-        reason = d.free_text(checks.check_free_text("reason", reason))
+        reason = d.free_text(validate.free_text("reason", reason))
         params = {
             "revision": revision,
             "head": d.json_in("checkpoint", checkpoint_json),
@@ -669,7 +672,10 @@ class WorkerOperations:
         idle workers, not a reservation: another worker may claim it first. PostgreSQL
         wakes on ``NOTIFY runifold_tasks`` and when the earliest timer comes due; SQLite,
         which has no notifications, polls."""
-        return self.dialect.wait_for_work(checks.check_wait_timeout(timeout), checks.check_routes(routes))
+        return self.dialect.wait_for_work(
+            validate.duration("wait timeout", timeout).total_seconds(),
+            validate.optional(validate.is_a(Routes))("routes", routes),
+        )
 
 
 class StepTransaction:

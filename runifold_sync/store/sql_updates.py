@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..errors import UpdateNotAnswered, UpdateRejected, WaitTimedOut
+from ..model import validate
 from ..model.codec import from_json
 from . import checks
 from .sql_operators import OperatorOperations
@@ -50,9 +51,9 @@ class UpdateOperations(OperatorOperations, ResultOperations):
         on). ``update_id`` (default: a new one) deduplicates, as a signal id does: the
         same id and content is one update. Refused where it is sent as a signal is
         (``send_signal``: an undeclared name, a finished task...)."""
-        checks.check_task_id(task_id)
-        timeout_s = checks.check_timeout("update timeout", timeout)
-        given = uuid.uuid4().hex if update_id is None else checks.check_text("update id", update_id)
+        validate.text("task id", task_id)
+        timeout_s = validate.duration("update timeout", timeout).total_seconds()
+        given = uuid.uuid4().hex if update_id is None else validate.text("update id", update_id)
         self.send_signal(task_id, name, payload, signal_id=given, sender=sender, tenant=tenant)
         key = checks.update_event_key(given)
 

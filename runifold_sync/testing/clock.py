@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from ..errors import InvalidArgument
+from ..model import validate
 from ..store.base import WorkflowStore
 
 
@@ -34,8 +35,7 @@ class StoreClock:
     def advance(self, delta: timedelta) -> datetime:
         """Move store time forward by ``delta`` (a positive ``timedelta``); returns the
         new store time. Store time never runs backwards, so a negative step is refused."""
-        if not isinstance(delta, timedelta) or delta <= timedelta(0):
-            raise InvalidArgument(f"advance takes a positive timedelta, got {delta!r}")
+        validate.positive_duration("advance delta", delta)
         reading = self.store.clock_reading()
         self.store.set_clock_offset(reading.offset + delta)
         return reading.now + delta
@@ -44,7 +44,7 @@ class StoreClock:
         """Move store time forward to ``when`` (an aware datetime), or leave it where it
         is if it is there already; returns store time then."""
         if not isinstance(when, datetime) or when.utcoffset() is None:
-            raise InvalidArgument(f"advance_to takes an aware datetime, got {when!r}")
+            raise InvalidArgument(f"advance_to takes an aware datetime, got {validate.shown(when)}")
         reading = self.store.clock_reading()
         if when <= reading.now:
             return reading.now

@@ -13,7 +13,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ..errors import InvalidArgument, InvalidState
+from ..errors import InvalidState
+from ..model import validate
 from ..model.checkpoint import JournalEntry
 from ..model.values import TaskOutcome, TaskState
 from ..store.base import WorkflowStore
@@ -53,8 +54,7 @@ def approve(
     """Decide the approval ``name`` of ``task_id`` as ``approver``: approve it, or reject
     it with ``approved=False``. The store refuses an approver the waiting approval does
     not list, as it would in production."""
-    if not isinstance(approved, bool):
-        raise InvalidArgument(f"approved must be True or False, got {approved!r}")
+    validate.flag("approved", approved)
     payload = {"approved": approved, "reason": reason}
     return send_signal(store, task_id, name, payload, sender=approver, reason=reason)
 

@@ -30,6 +30,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from ..model import validate
+
 if TYPE_CHECKING:
     from ..store.base import WorkflowStore
     from .clock import StoreClock
@@ -55,7 +57,7 @@ def database_prefix(default: str) -> str:
     if not _PREFIX.fullmatch(prefix):
         raise InvalidArgument(
             f"{DATABASE_PREFIX_VARIABLE} must be 1 to 40 lowercase letters, digits and underscores, "
-            f"not starting with a digit, got {prefix!r}"
+            f"not starting with a digit, got {validate.shown(prefix)}"
         )
     return prefix
 

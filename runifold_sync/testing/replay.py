@@ -9,6 +9,7 @@ from typing import Any
 
 from ..engine.dry_replay import dry_replay
 from ..errors import InvalidArgument, NonDeterminism
+from ..model import validate
 from ..ops.run_export import read_export
 from ..workflow.registry import WorkflowRegistry
 
@@ -21,8 +22,7 @@ def replay(history: Any, registry: WorkflowRegistry) -> None:
     position, the call recorded there and the call the code makes instead.
     :class:`~runifold_sync.errors.UnknownDefinition` when the registry lacks the
     version."""
-    if not isinstance(registry, WorkflowRegistry):
-        raise InvalidArgument(f"replay needs a WorkflowRegistry, got {registry!r}")
+    validate.instance("registry", registry, WorkflowRegistry)
     data = _loaded(history)
     run = read_export(data)
     definition = registry.get(run.definition, run.version)
@@ -51,6 +51,4 @@ def _loaded(history: Any) -> Any:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise InvalidArgument(f"replay history is not JSON: {exc}") from exc
-    raise InvalidArgument(
-        f"replay history must be an export (dict), its JSON text or a file path, got {type(history).__name__}"
-    )
+    validate.refuse("replay history", "an export (dict), its JSON text or a file path", history)

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidArgument
-from ..model.values import check_positive_timedelta
+from ..model import validate
 
 if TYPE_CHECKING:
     from ..model.cancellation import CancellationToken
@@ -26,8 +26,8 @@ IDLE_WAIT_SLICE_S = 0.5
 
 def check_backoff_bounds(minimum: object, maximum: object) -> tuple[timedelta, timedelta]:
     """Both bounds positive timedeltas, the minimum not above the maximum."""
-    low = check_positive_timedelta("minimum backoff", minimum)
-    high = check_positive_timedelta("maximum backoff", maximum)
+    low = validate.positive_duration("minimum backoff", minimum)
+    high = validate.positive_duration("maximum backoff", maximum)
     if low > high:
         raise InvalidArgument(f"minimum backoff {low} is above maximum backoff {high}")
     return low, high

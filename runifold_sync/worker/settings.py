@@ -11,72 +11,30 @@ reader of ``RUNIFOLD_*`` settings names the setting as it was given
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import attrs
 
 from ..errors import InvalidArgument
+from ..model import validate
 from ..model.checkpoint import DEFAULT_MAX_ENTRY_BYTES
-from ..model.values import LeaseDuration, check_int, check_name
+from ..model.values import LeaseDuration
 
 MAX_CLAIM_BATCH = 100
 MIN_ENTRY_BYTES = 1024
-
-Check = Callable[[str, Any], object]
-
-
-def checked(check: Check, default: Any, **kwargs: Any) -> Any:
-    """An attrs field whose validator is ``check(field name, value)``, kept in its metadata."""
-
-    def validate(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        check(attribute.name, value)
-
-    return attrs.field(default=default, validator=validate, metadata={"check": check}, **kwargs)
-
-
-def integer(minimum: int, maximum: int | None = None, *, optional: bool = False) -> Check:
-    def check(name: str, value: object) -> object:
-        if value is None and optional:
-            return value
-        return check_int(name, value, minimum=minimum, maximum=maximum)
-
-    return check
 
 
 def seconds(value: timedelta) -> str:
     return f"{value.total_seconds():g} s"
 
 
-def duration(minimum: timedelta, *, above: bool = False) -> Check:
-    """A timedelta of at least ``minimum`` (``above``: greater than it)."""
-
-    def check(name: str, value: object) -> object:
-        if not isinstance(value, timedelta):
-            raise InvalidArgument(f"{name} must be a datetime.timedelta, got {value!r}")
-        if not (value > minimum if above else value >= minimum):
-            bound = f"above {seconds(minimum)}" if above else f"of at least {seconds(minimum)}"
-            raise InvalidArgument(f"{name} must be a duration {bound}, got {seconds(value)}")
-        return value
-
-    return check
-
-
-def _check_lease(name: str, value: object) -> object:
-    if not isinstance(value, LeaseDuration):
-        raise InvalidArgument(f"{name} must be a LeaseDuration, got {value!r}")
-    return value  # positive, as every LeaseDuration is
-
-
-def _check_queues(name: str, value: object) -> object:
+def _queues(name: str, value: object) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, tuple):
-        raise InvalidArgument(f"{name} must be a tuple of queue names, got {value!r}")
+        validate.refuse(name, "a tuple of queue names", value)
     if not value:
         raise InvalidArgument(f"{name} must name at least one queue")
-    for queue in value:
-        check_name("queue", queue)
-    return value
+    return tuple(validate.name("queue", queue) for queue in value)
 
 
 def _queue_tuple(value: object) -> object:
@@ -104,16 +62,22 @@ class WorkerSettings:
     ``unavailable_delay`` (a safety net: claims take only what the worker serves).
     ``queues`` are the named queues it claims from."""
 
-    lease_duration: LeaseDuration = checked(_check_lease, LeaseDuration(timedelta(seconds=30)))
-    heartbeat_interval: timedelta = checked(
-        duration(timedelta(0), above=True),
+    lease_duration: LeaseDuration = validate.field(
+        validate.is_a(LeaseDuration), LeaseDuration(timedelta(seconds=30))
+    )
+    heartbeat_interval: timedelta = validate.field(
+        validate.positive_duration,
         attrs.Factory(lambda s: default_heartbeat(s.lease_duration), takes_self=True),
     )
-    claim_batch: int = checked(integer(1, MAX_CLAIM_BATCH), 1)
-    max_steps_per_claim: int | None = checked(integer(1, optional=True), None)
-    max_entry_bytes: int = checked(integer(MIN_ENTRY_BYTES), DEFAULT_MAX_ENTRY_BYTES)
-    unavailable_delay: timedelta = checked(duration(timedelta(0)), timedelta(seconds=5))
-    queues: tuple[str, ...] = checked(_check_queues, ("default",), converter=_queue_tuple)
+    claim_batch: int = validate.field(
+        validate.bounded_by(validate.integer, minimum=1, maximum=MAX_CLAIM_BATCH), 1
+    )
+    max_steps_per_claim: int | None = validate.field(validate.optional(validate.count), None)
+    max_entry_bytes: int = validate.field(
+        validate.bounded_by(validate.integer, minimum=MIN_ENTRY_BYTES), DEFAULT_MAX_ENTRY_BYTES
+    )
+    unavailable_delay: timedelta = validate.field(validate.duration, timedelta(seconds=5))
+    queues: tuple[str, ...] = validate.field(_queues, ("default",), converter=_queue_tuple)
 
     def __attrs_post_init__(self) -> None:
         """A heartbeat clearly shorter than the lease: one missed beat must not lose it."""

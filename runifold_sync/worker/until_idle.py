@@ -35,8 +35,9 @@ from datetime import datetime, timedelta
 import attrs
 
 from ..errors import InvalidArgument, RunifoldError
+from ..model import validate
 from ..model.outcomes import DefinitionUnavailable, Idle, RunOutcome
-from ..model.values import LeaseDuration, TaskState, WorkerId, check_count, check_names
+from ..model.values import LeaseDuration, TaskState, WorkerId
 from ..store.base import WorkflowStore
 from ..store.checks import MAX_LIST_LIMIT
 from ..worker.worker import WorkflowWorker
@@ -97,9 +98,8 @@ def run_until_idle(
     other steps than its checkpoint was written by, or its tenant's budget will never
     free it. Schedules' ticks are not created here (``run_once`` creates none); a test
     enqueues the task a tick would."""
-    if not isinstance(skip_time, bool):
-        raise InvalidArgument(f"skip_time must be True or False, got {skip_time!r}")
-    check_count("max_cycles", max_cycles)
+    validate.flag("skip_time", skip_time)
+    validate.count("max_cycles", max_cycles)
     ident = _worker_id(worker_id)
     chosen = None if queues is None else _queue_names(queues)
     serving = chosen or _queues_of(store)
@@ -162,7 +162,7 @@ def _worker(
 
 
 def _queue_names(queues: object) -> tuple[str, ...]:
-    names = check_names("queues", "queue", queues)
+    names = validate.names("queues", queues, kind="queue")
     if not names:
         raise InvalidArgument("queues must name at least one queue, got none")
     return tuple(sorted(names))
@@ -239,4 +239,4 @@ def _worker_id(value: object) -> WorkerId:
         return value
     if isinstance(value, str):
         return WorkerId.parse(value)
-    raise InvalidArgument(f"worker_id must be a string or a WorkerId, got {value!r}")
+    validate.refuse("worker_id", "a string or a WorkerId", value)

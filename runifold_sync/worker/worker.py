@@ -29,12 +29,11 @@ from ..engine.deadlines import DeadlineListener
 from ..engine.logs import task_fields
 from ..engine.spans import CycleTracer
 from ..errors import InvalidArgument, LeaseLostError, StoreNotWritable, StoreUnavailable
-from ..model import crashpoints
+from ..model import crashpoints, validate
 from ..model.cancellation import CancellationToken
 from ..model.outcomes import Idle, LeaseLost, RunOutcome, Yielded
-from ..model.values import LeaseDuration, WorkerId, check_count
+from ..model.values import LeaseDuration, WorkerId
 from ..store.base import WorkflowStore
-from ..store.checks import check_free_text
 from ..store.records import ClaimRequest, Routes
 from ..workflow.registry import WorkflowRegistry
 from .claim_ahead import ClaimedAhead
@@ -95,16 +94,12 @@ class WorkflowWorker:
                 f"store must be a WorkflowStore, got a {type(store).__name__}"
                 + ("; a store URL is opened with open_store(url)" if isinstance(store, str) else "")
             )
-        if not isinstance(registry, WorkflowRegistry):
-            raise InvalidArgument(f"registry must be a WorkflowRegistry, got {registry!r}")
+        validate.instance("registry", registry, WorkflowRegistry)
         if not isinstance(worker_id, WorkerId):
-            raise InvalidArgument(f"worker_id must be a WorkerId (use WorkerId.parse), got {worker_id!r}")
-        if observer is not None and not isinstance(observer, CycleObserver):
-            raise InvalidArgument(f"observer must be a CycleObserver or None, got {observer!r}")
+            validate.refuse("worker_id", "a WorkerId (use WorkerId.parse)", worker_id)
+        validate.optional(validate.is_a(CycleObserver))("observer", observer)
         if tracer is not None and not (callable(getattr(tracer, "cycle", None)) and hasattr(tracer, "close")):
-            raise InvalidArgument(
-                f"tracer must be a CycleTracer (with cycle and close) or None, got {tracer!r}"
-            )
+            validate.refuse("tracer", "a CycleTracer (with cycle and close) or None", tracer)
         self.settings = _settings(settings, lease_duration, heartbeat_interval, dict(options))
         self.store = store
         self.registry = registry
@@ -170,7 +165,7 @@ class WorkflowWorker:
         to continue (not counted as an attempt), instead of running it to its end: for a
         worker that must stop soon, such as a pool's child whose supervisor is gone.
         ``reason`` is recorded with the release. Safe to call from a signal handler."""
-        self._keeper.hand_back_at_boundary(check_free_text("reason", reason))
+        self._keeper.hand_back_at_boundary(validate.free_text("reason", reason))
 
     def run(
         self,
@@ -203,14 +198,11 @@ class WorkflowWorker:
         (:mod:`~runifold_sync.worker.schedule_ticker`); :meth:`run_once` creates none.
         Signals are the caller's: a handler should only cancel ``shutdown``. The worker
         stays open: :meth:`close` it afterwards."""
-        if not isinstance(shutdown, CancellationToken):
-            raise InvalidArgument(f"shutdown must be a CancellationToken, got {shutdown!r}")
+        validate.instance("shutdown", shutdown, CancellationToken)
         if max_tasks is not None:
-            check_count("max_tasks", max_tasks)
+            validate.count("max_tasks", max_tasks)
         if on_outcome is not None and not callable(on_outcome):  # else a TypeError after the first task
-            raise InvalidArgument(
-                f"on_outcome must be a function of a RunOutcome or None, got {on_outcome!r}"
-            )
+            validate.refuse("on_outcome", "a function of a RunOutcome or None", on_outcome)
         idle = IdleWait(self.store, IdleBackoff(min_backoff, max_backoff), lambda: self.routes)
         outcomes: Counter[str] = Counter()
         tasks = 0
@@ -318,10 +310,8 @@ class WorkflowWorker:
         during the cycle) the completion claims nothing, since a stopping worker takes no
         new work."""
         # Checked before the claim: a completion that read them would raise with the task leased.
-        if not isinstance(claim_next, bool):
-            raise InvalidArgument(f"claim_next must be True or False, got {claim_next!r}")
-        if stopping is not None and not isinstance(stopping, CancellationToken):
-            raise InvalidArgument(f"stopping must be a CancellationToken or None, got {stopping!r}")
+        validate.flag("claim_next", claim_next)
+        validate.optional(validate.is_a(CancellationToken))("stopping", stopping)
         (outcome,) = self._cycle(claim_next=claim_next, stopping=stopping, hold=False)
         return outcome
 

@@ -18,9 +18,9 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, Unpack
 
 from ..errors import InvalidArgument
+from ..model import validate
 from ..model.attributes import AttributeValue
-from ..model.moments import check_moment
-from ..model.values import Budget, check_duration_bound
+from ..model.values import Budget
 from .waiting import (
     ApprovalDecision,
     ApprovalTimedOut,
@@ -32,16 +32,16 @@ from .waiting import (
     SignalTimedOut,
     Update,
     WaitItem,
-    check_signal_names,
-    check_wait_items,
-    check_wait_timeout,
-    check_wait_until,
 )
 
 if TYPE_CHECKING:
     from .specs import StepSpec
 
 Branches = Mapping[str, Callable[["WorkflowContext"], Any]]
+
+
+# A wait's timeout: None (wait for ever) or a positive duration a store can add to its clock.
+_wait_timeout = validate.optional(validate.positive_duration)
 
 
 class Runtime(Protocol):
@@ -121,18 +121,71 @@ class Runtime(Protocol):
     def reply(self, update: Update, value: Any) -> None: ...
 
 
-def check_change_id(value: object) -> str:
-    """A patch's change id names a journal marker, as a step id names an entry: a plain
-    name without ``#`` or ``/``."""
-    if not isinstance(value, str):
-        raise InvalidArgument(f"patch change id must be a string, got {value!r}")
-    if not value or value != value.strip() or len(value) > 200 or not value.isprintable():
+def _patch_id(field: str, value: object) -> str:
+    """A patch's change id names a journal marker, as a step id names an entry: a name
+    (:func:`validate.name`) without ``#`` or ``/``."""
+    text = validate.name(field, value)
+    if "#" in text or "/" in text:
+        validate.refuse(field, "a name without '#' or '/'", text)
+    return text
+
+
+def patch_id(value: object) -> str:
+    """``value`` as a patch's change id (``ctx.patched``, ``@workflow.step(patch=)``)."""
+    return _patch_id("patch change id", value)
+
+
+def _signal_names(field: str, value: object) -> tuple[str, ...]:
+    """What a signal wait waits for: one name, or a non-empty list of distinct names
+    (the wait ends at the first of them to arrive)."""
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, (list, tuple)) or not value:
+        validate.refuse(field, "a name or a non-empty list of names", value)
+    if not all(isinstance(one, str) for one in value):
+        validate.refuse(f"{field}s", "strings", value)
+    if len(set(value)) != len(value):
+        validate.refuse(f"{field}s", "distinct", value)
+    return tuple(value)
+
+
+def _wait_until(what: str, timeout: object, until: object) -> datetime | None:
+    """A wait's ``until``: None, or a moment a store can hold; never with ``timeout`` too
+    (one deadline per wait)."""
+    if until is None:
+        return None
+    if timeout is not None:
         raise InvalidArgument(
-            f"patch change id must be 1-200 printable characters without surrounding spaces, got {value!r}"
+            f"{what} takes timeout or until, not both, got {validate.shown(timeout)} "
+            f"and {validate.shown(until)}"
         )
-    if "#" in value or "/" in value:
-        raise InvalidArgument(f"patch change id may not contain '#' or '/', got {value!r}")
-    return value
+    return validate.moment(f"{what} until", until)
+
+
+def _wait_items(items: object) -> tuple[WaitItem, ...]:
+    """``ctx.wait_any``'s list: non-empty, each a ChildHandle, a signal name, a positive
+    timedelta or a moment, no child or name twice."""
+    if isinstance(items, (str, ChildHandle)) or not isinstance(items, (list, tuple)) or not items:
+        what = "a non-empty list of child handles, signal names and timers (timedelta or datetime)"
+        validate.refuse("wait_any items", what, items)
+    seen: set[object] = set()
+    for item in items:
+        if isinstance(item, ChildHandle):
+            key: object = ("child", item.task_id)
+        elif isinstance(item, str):
+            key = ("signal", item)
+        elif isinstance(item, timedelta):
+            validate.positive_duration("wait_any timer", item)
+            continue
+        elif isinstance(item, datetime):
+            validate.moment("wait_any timer", item)
+            continue
+        else:
+            validate.refuse("wait_any item", "a child handle, a signal name, a timedelta or a datetime", item)
+        if key in seen:
+            validate.refuse("wait_any items", "distinct", items)
+        seen.add(key)
+    return tuple(items)
 
 
 class WorkflowContext:
@@ -163,16 +216,12 @@ class WorkflowContext:
 
     def sleep(self, duration: timedelta) -> None:
         """Wait durably for ``duration`` of store time; the worker is freed meanwhile."""
-        if not isinstance(duration, timedelta) or duration < timedelta(0):
-            raise InvalidArgument(f"sleep duration must be a non-negative timedelta, got {duration!r}")
-        check_duration_bound("sleep duration", duration)
+        validate.duration("sleep duration", duration)
         self._engine.timer(lambda now: now + duration)
 
     def sleep_until(self, deadline: datetime) -> None:
         """Wait durably until ``deadline`` in store time."""
-        if not isinstance(deadline, datetime) or deadline.tzinfo is None:
-            raise InvalidArgument(f"sleep_until needs a timezone-aware datetime, got {deadline!r}")
-        check_moment("sleep_until deadline", deadline)  # an offset, and a moment a store can hold
+        validate.moment("sleep_until deadline", deadline)
         self._engine.timer(lambda _now: deadline)
 
     # --- signals and approvals -------------------------------------------------------
@@ -193,8 +242,9 @@ class WorkflowContext:
         then returns a :class:`SignalReceived` (its name and payload); the others stay
         pending for a later wait. The deadline is ``timeout`` from the wait's start or
         the moment ``until`` (store time), not both."""
-        names = check_signal_names(name)
-        deadline = check_wait_until("signal wait", timeout, until)
+        names = _signal_names("signal wait name", name)
+        timeout = _wait_timeout("signal timeout", timeout)
+        deadline = _wait_until("signal wait", timeout, until)
         if isinstance(name, str) and deadline is None:
             return self._engine.wait_for_signal(name, timeout, payload_type)
         received = self._engine.wait_for_signals(names, timeout, deadline, payload_type)
@@ -212,14 +262,13 @@ class WorkflowContext:
         :class:`UpdateRejected`), and the wait goes on; an accepted one is recorded and
         returned as an :class:`Update`, to be answered with :meth:`reply`.
         :class:`SignalTimedOut` when ``timeout`` passed first."""
-        return self._engine.wait_for_update(name, timeout, payload_type)
+        return self._engine.wait_for_update(name, _wait_timeout("update timeout", timeout), payload_type)
 
     def reply(self, update: Update, value: Any) -> None:
         """Answer ``update`` with ``value`` (JSON, at most 64 KiB encoded): the caller's
         ``store.update`` returns it. Committed before the call returns, with the progress
         made so far, as :meth:`set_event` is (same replay rule)."""
-        if not isinstance(update, Update):
-            raise InvalidArgument(f"reply needs the Update wait_for_update returned, got {update!r}")
+        validate.instance("update (the Update wait_for_update returned)", update, Update)
         self._engine.reply(update, value)
 
     def request_approval(
@@ -234,7 +283,9 @@ class WorkflowContext:
         """Wait for a person in ``approvers`` to send signal ``name`` with payload
         ``{"approved": bool, "reason": ...}``. Decisions from anyone else are refused and
         kept in the history. On timeout, ``escalate_to`` (if any) is asked next."""
-        return self._engine.request_approval(name, approvers, timeout, escalate_to, escalation_timeout)
+        first, later = _wait_timeout("approval timeout", timeout), escalation_timeout
+        later = _wait_timeout("approval escalation timeout", later)
+        return self._engine.request_approval(name, approvers, first, escalate_to, later)
 
     # --- child workflows ------------------------------------------------------------
 
@@ -256,8 +307,7 @@ class WorkflowContext:
         whatever this task's queue) until waited for with :meth:`wait_child`.
         Cancelling this task cancels its unfinished children, except a ``detached`` one,
         which runs on to its own end (it stays this task's child: listed, waitable)."""
-        if not isinstance(detached, bool):
-            raise InvalidArgument(f"detached must be True or False, got {detached!r}")
+        validate.flag("detached", detached)
         return self._engine.start_child(name, version, input, checkpoint_id, tenant, queue, detached)
 
     def wait_child(
@@ -266,7 +316,9 @@ class WorkflowContext:
         """Wait durably (the worker is freed) until the child ends, and return its
         result structured as ``result_type``; :class:`ChildFailed` when it failed or
         was cancelled; :class:`ChildTimedOut` when ``timeout`` passed first."""
-        waited = self._engine.wait_children([handle], timeout, result_type)
+        waited = self._engine.wait_children(
+            [handle], _wait_timeout("child wait timeout", timeout), result_type
+        )
         return waited if isinstance(waited, ChildTimedOut) else waited[0]
 
     def wait_children(
@@ -274,7 +326,9 @@ class WorkflowContext:
     ) -> list[Any] | ChildTimedOut:
         """Wait for all of ``handles``; their results in the same order, or
         :class:`ChildFailed` for the first (in that order) that did not complete."""
-        return self._engine.wait_children(list(handles), timeout, result_type)
+        return self._engine.wait_children(
+            list(handles), _wait_timeout("child wait timeout", timeout), result_type
+        )
 
     def run_child(
         self,
@@ -288,7 +342,7 @@ class WorkflowContext:
     ) -> Any:
         """:meth:`start_child` (``checkpoint_id``, ``tenant``, ``queue`` are its) then
         :meth:`wait_child`."""
-        check_wait_timeout("child wait", timeout)  # before the child is started, not after
+        _wait_timeout("child wait timeout", timeout)  # before the child is started, not after
         handle = self.start_child(name, version, input, **start)
         return self.wait_child(handle, timeout=timeout, result_type=result_type)
 
@@ -304,7 +358,7 @@ class WorkflowContext:
         ready at once the first in ``items`` wins. What fired is committed before the
         call returns, and a replay returns it again; the others are left as they are (a
         signal stays pending, a child runs on)."""
-        return self._engine.wait_any(check_wait_items(items), result_type, payload_type)
+        return self._engine.wait_any(_wait_items(items), result_type, payload_type)
 
     # --- parallel branches and races ------------------------------------------------
 
@@ -360,14 +414,14 @@ class WorkflowContext:
         new path are declared with ``patch="x"`` so the definition's fingerprint stays
         and the running tasks are not stranded. A worker still on the old code that meets
         the marker hands the task back for one that has the patch."""
-        return self._engine.patched(check_change_id(change_id))
+        return self._engine.patched(patch_id(change_id))
 
     def deprecate_patch(self, change_id: str) -> None:
         """Once no run without the marker of ``change_id`` is left (``versions`` lists
         them), replace ``if ctx.patched(x): new else: old`` by ``ctx.deprecate_patch(x)``
         then the new path: runs that recorded the marker pass it, new runs record none.
         When no run that recorded it is left either, the call can go."""
-        self._engine.deprecate_patch(check_change_id(change_id))
+        self._engine.deprecate_patch(patch_id(change_id))
 
     # --- time ------------------------------------------------------------------------
 
@@ -420,6 +474,6 @@ def call_step(ctx: WorkflowContext, spec: StepSpec, args: tuple[Any, ...], kwarg
     if not isinstance(ctx, WorkflowContext):
         raise TypeError(
             f"{spec.kind} {spec.step_id!r} must be called from a workflow main function with "
-            f"its ctx as first argument, got {ctx!r}"
+            f"its ctx as first argument, got {validate.shown(ctx)}"
         )
     return ctx._engine.call(spec, args, kwargs)

@@ -14,10 +14,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from ..errors import InvalidArgument
+from ..model import validate
 from ..model.checkpoint import EntryKind
 from ..model.retry_policy import RetryPolicy
-from ..model.values import bounded, check_name, check_names, check_positive_timedelta, check_version
-from .context import WorkflowContext, call_step, check_change_id
+from .context import WorkflowContext, call_step, patch_id
 from .specs import StepSpec, input_type
 from .step_context import StepContext
 
@@ -33,10 +33,10 @@ class Workflow:
     while tasks still reference them."""
 
     def __init__(self, name: str, version: int, *, signals: Iterable[str] = ()) -> None:
-        self.name = check_name("workflow name", name)
-        self.version = check_version(version)
+        self.name = validate.name("workflow name", name)
+        self.version = validate.version("version", version)
         # Signal names are an application contract, like step ids: part of the identity.
-        self.signals = check_names("signals", "signal name", signals)
+        self.signals = validate.names("signals", signals, kind="signal name")
         self.steps: dict[str, StepSpec] = {}
         self.compensations: dict[str, Callable[..., Any]] = {}
         # Steps whose compensation is also given the step's arguments (recorded with them).
@@ -82,10 +82,9 @@ class Workflow:
         reconciled. An attempt that overruns
         ``timeout`` is an interrupted call too: reconciled, run again only when that is
         safe, else failed closed as ambiguous."""
-        if not isinstance(idempotent, bool):
-            raise InvalidArgument(f"idempotent must be True or False, got {idempotent!r}")
+        validate.flag("idempotent", idempotent)
         if reconcile is not None and not callable(reconcile):
-            raise InvalidArgument(f"reconcile must be callable, got {reconcile!r}")
+            validate.refuse("reconcile", "callable", reconcile)
         return self._declare(
             EntryKind.EFFECT, effect_id, retry, capabilities, idempotent, reconcile, timeout, patch=patch
         )
@@ -118,9 +117,8 @@ class Workflow:
         the step was called with, recorded (as JSON, so they must be JSON values) when it
         completes and structured back by the step's annotations; part of the
         fingerprint, since checkpoints then hold them."""
-        check_name("step id", step_id)
-        if not isinstance(with_args, bool):
-            raise InvalidArgument(f"compensate_for with_args must be True or False, got {with_args!r}")
+        validate.name("step id", step_id)
+        validate.flag("compensate_for with_args", with_args)
 
         def decorate(fn: Callable[..., None]) -> Callable[..., None]:
             _check_function(f"@workflow.compensate_for({step_id!r})", fn)
@@ -141,7 +139,7 @@ class Workflow:
         rejects it, and the caller's ``store.update`` raises :class:`UpdateRejected` with
         the message. It must not touch the outside world: it runs again on a replay of
         the wait, never recorded."""
-        check_name("update name", name)
+        validate.name("update name", name)
         if name not in self.signals:
             raise InvalidArgument(
                 f"update {name!r} must be a signal {self!r} declares (signals=[...]); "
@@ -152,7 +150,7 @@ class Workflow:
 
         def register(fn: Callable[[Any], R]) -> Callable[[Any], R]:
             if not callable(fn):
-                raise InvalidArgument(f"the validator of update {name!r} must be callable, got {fn!r}")
+                validate.refuse(f"the validator of update {name!r}", "callable", fn)
             self.validators[name] = fn
             return fn
 
@@ -225,11 +223,11 @@ class Workflow:
         if callable(step_id):
             raise InvalidArgument(f"use @workflow.{kind}() with parentheses")
         if retry is not None and not isinstance(retry, RetryPolicy):
-            raise InvalidArgument(f"retry must be a RetryPolicy, got {retry!r}")
-        checked_timeout = _check_timeout(timeout)
-        caps = check_names("capabilities", "capability", capabilities)
+            validate.refuse("retry", "a RetryPolicy", retry)
+        checked_timeout = validate.optional(validate.positive_duration)("timeout", timeout)
+        caps = validate.names("capabilities", capabilities, kind="capability")
         if patch is not None:
-            check_change_id(patch)
+            patch_id(patch)
         if step_id is not None:  # refused at the call that named it, not at decoration
             _check_step_id(kind, step_id)
 
@@ -269,20 +267,12 @@ def _check_function(decorator: str, fn: object) -> None:
     """What a decorator is applied to is called later, by a worker: a value that is not
     a function is refused here, where it was written, not when a task reaches it."""
     if not callable(fn):
-        raise InvalidArgument(f"{decorator} must decorate a function, got {bounded(fn)}")
+        raise InvalidArgument(f"{decorator} must decorate a function, got {validate.shown(fn)}")
 
 
 def _check_step_id(kind: EntryKind, step_id: str) -> str:
     """A step id is schema (it names checkpoint entries): a plain, non-empty name."""
-    sid = check_name(f"{kind} id", step_id)
+    sid = validate.name(f"{kind} id", step_id)
     if "#" in sid or "/" in sid:
-        raise InvalidArgument(f"{kind} id may not contain '#' or '/', got {sid!r}")
+        raise InvalidArgument(f"{kind} id may not contain '#' or '/', got {validate.shown(sid)}")
     return sid
-
-
-def _check_timeout(value: object) -> timedelta | None:
-    """A step's or effect's ``timeout``: None (no timeout) or a positive ``timedelta``
-    no longer than a store keeps; anything else is ``InvalidArgument`` naming it."""
-    if value is None:
-        return None
-    return check_positive_timedelta("timeout", value)

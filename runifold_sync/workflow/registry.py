@@ -10,6 +10,7 @@ from typing import Any, Unpack
 import attrs
 
 from ..errors import DefinitionConflict, InvalidArgument, UnknownDefinition
+from ..model import validate
 from ..model.codec import from_json
 from ..model.inputs import fit_input
 from ..model.schedules import Schedule
@@ -20,15 +21,8 @@ from ..model.values import (
     DefinitionIdentity,
     TaskOptions,
     WorkflowTask,
-    check_name,
 )
 from .declaration import Workflow
-
-
-def _check_bool(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, bool):
-        raise InvalidArgument(f"WorkflowDefinition.{attribute.name} must be True or False, got {value!r}")
-
 
 # The fields a worker reads only once it runs a task of the definition: a value of the
 # wrong type there would be accepted at registration and fail every task later, inside a
@@ -36,30 +30,18 @@ def _check_bool(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None
 # checked where the definition is made.
 
 
-def _check_budget(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, Budget):
-        raise InvalidArgument(f"WorkflowDefinition.{attribute.name} must be a Budget, got {value!r}")
-
-
-def _check_capabilities(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, CapabilitySet):
-        raise InvalidArgument(
-            f"WorkflowDefinition.{attribute.name} must be a CapabilitySet "
-            f"(CapabilitySet(['network', ...])), got {value!r}"
-        )
-
-
 def _check_sender_policy(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not callable(value):
         raise InvalidArgument(
             f"WorkflowDefinition.{attribute.name} must be None or a callable "
-            f"(sender, signal name, payload) -> bool, got {value!r}"
+            f"(sender, signal name, payload) -> bool, got {validate.shown(value)}"
         )
 
 
-def _check_key_function(_inst: Any, _attr: Any, value: object) -> None:
-    if value is not None and not callable(value):
-        raise InvalidArgument(f"concurrency_key must be None or a function of the input, got {value!r}")
+def _key_function(field: str, value: object) -> Callable[[Any], str]:
+    if not callable(value):
+        validate.refuse(field, "a function of the input", value)
+    return value
 
 
 @attrs.frozen
@@ -69,22 +51,26 @@ class WorkflowDefinition:
     declared capabilities are granted."""
 
     workflow: Workflow
-    budget: Budget = attrs.field(factory=Budget, validator=_check_budget)
-    capabilities: CapabilitySet = attrs.field(factory=CapabilitySet, validator=_check_capabilities)
+    budget: Budget = validate.field(validate.is_a(Budget), attrs.Factory(Budget), prefix=True)
+    capabilities: CapabilitySet = validate.field(
+        validate.is_a(CapabilitySet), attrs.Factory(CapabilitySet), prefix=True
+    )
     # sender_policy(sender, signal name, payload) -> accept? Refusals are kept in history.
     sender_policy: Callable[[str, str, Any], bool] | None = attrs.field(
         default=None, validator=_check_sender_policy
     )
     # True: structure the input as cattrs' converter does ("7" for an int becomes 7, 1 for
     # a str becomes "1", keys the class lacks are dropped) instead of strictly.
-    coerce_input: bool = attrs.field(default=False, validator=_check_bool)
+    coerce_input: bool = validate.field(validate.flag, False, prefix=True)
     # concurrency_key(input) -> the concurrency key of a task started without one (its
     # input as the main function takes it): the group its flow limits count it in.
-    concurrency_key: Callable[[Any], str] | None = attrs.field(default=None, validator=_check_key_function)
+    concurrency_key: Callable[[Any], str] | None = validate.field(
+        validate.optional(_key_function), None, prefix=True
+    )
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.workflow, Workflow):
-            raise InvalidArgument(f"expected a Workflow, got {self.workflow!r}")
+            raise InvalidArgument(f"expected a Workflow, got {validate.shown(self.workflow)}")
         if self.workflow.main_fn is None:
             raise InvalidArgument(f"{self.workflow!r} has no @main function")
         for step_id in self.workflow.compensations:
@@ -131,7 +117,7 @@ class WorkflowRegistry:
 
     def register(self, definition: WorkflowDefinition) -> None:
         if not isinstance(definition, WorkflowDefinition):
-            raise InvalidArgument(f"expected a WorkflowDefinition, got {definition!r}")
+            raise InvalidArgument(f"expected a WorkflowDefinition, got {validate.shown(definition)}")
         ident = definition.identity
         key = (ident.name, ident.version)
         existing = self._definitions.get(key)
@@ -163,12 +149,12 @@ class WorkflowRegistry:
             from_json(task.input_json), f"input of {name!r} version {version}"
         )
         if definition.concurrency_key is not None and task.concurrency_key is None:
-            key = check_name(
+            key = validate.name(
                 f"concurrency key that {name!r} computed from its input",
                 definition.concurrency_key(structured),
             )
-            task = attrs.evolve(task, concurrency_key=key)
-        return attrs.evolve(task, declared=definition.declared_signals)
+            return task.evolve(concurrency_key=key, declared=definition.declared_signals)
+        return task.evolve(declared=definition.declared_signals)
 
     def add_schedule(self, schedule: Schedule) -> None:
         """Run ``schedule`` wherever a worker of this registry runs (``WorkflowWorker.run``,
@@ -177,7 +163,7 @@ class WorkflowRegistry:
         (:class:`UnknownDefinition`, :class:`InputMismatch`), so a schedule that could
         only make failing tasks is refused here. A name is added once."""
         if not isinstance(schedule, Schedule):
-            raise InvalidArgument(f"expected a Schedule, got {schedule!r}")
+            raise InvalidArgument(f"expected a Schedule, got {validate.shown(schedule)}")
         if schedule.name in self._schedules:
             raise InvalidArgument(f"a schedule named {schedule.name!r} is already added to this registry")
         sample = schedule.times.next_after(datetime.now(UTC))

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 import attrs
 
 from ..errors import InvalidArgument
-from ..model.values import check_cost
+from ..model import validate
 
 
 class StepRuntime(Protocol):
@@ -96,7 +96,7 @@ class StepContext:
         has no infinity). A refused cost fails the attempt, never retried, since every
         attempt would charge it again."""
         try:
-            self.cost = check_cost("charge cost", cost, self.cost)
+            self.cost = validate.cost("charge cost", cost, self.cost)
         except InvalidArgument as exc:
             self.refused = exc
             raise

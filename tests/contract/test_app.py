@@ -216,7 +216,7 @@ def test_app_settings_come_from_a_url_a_settings_object_keywords_or_the_environm
         App(5)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="'concurency' is not a setting"):
         App(backend.url, concurency=3)
-    with pytest.raises(InvalidArgument, match="registry must be a WorkflowRegistry or None"):
+    with pytest.raises(InvalidArgument, match="registry must be a WorkflowRegistry, got"):
         App(backend.url, registry="mod:registry")  # type: ignore[arg-type]
 
 

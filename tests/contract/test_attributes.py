@@ -143,6 +143,8 @@ bad = Workflow("bad-attributes", 1)
 
 @bad.main
 def bad_main(ctx: WorkflowContext, value: Any) -> str:
+    if value == "NUL":  # an input cannot hold a NUL character: made here
+        value = "a\x00b"
     try:
         ctx.set_attributes(weight=value)
     except InvalidArgument as exc:
@@ -150,13 +152,17 @@ def bad_main(ctx: WorkflowContext, value: Any) -> str:
     return "accepted"
 
 
+NO_KIND = "attribute 'weight' must be text, an integer, a number, a boolean or an aware datetime"
+
+
 @pytest.mark.parametrize(
     ("value", "says"),
     [
-        (None, "attribute 'weight' must be text, an integer, a number, a boolean or an aware datetime"),
-        ([1, 2], "got [1, 2] of type list"),
-        (2**70, "attribute 'weight' must be a 64-bit integer"),
-        ("x" * 1001, "attribute 'weight' is longer than 1000 characters"),
+        (None, f"{NO_KIND}, got None"),
+        ([1, 2], f"{NO_KIND}, got [1, 2]"),
+        (2**70, f"attribute 'weight' must be a 64-bit integer, got {2**70}"),
+        ("x" * 1001, "attribute 'weight' must be at most 1000 characters, got 'xxx"),
+        ("NUL", "attribute 'weight' must not contain a NUL character, got 'a\\x00b'"),
     ],
 )
 def test_a_value_of_no_attribute_kind_is_refused_at_the_call(backend: Backend, value: Any, says: str) -> None:

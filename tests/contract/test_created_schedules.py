@@ -85,7 +85,7 @@ def test_names_taken_and_declared_schedules_are_refused(store: WorkflowStore) ->
     assert store.schedule("declared").origin == "declared"
     with pytest.raises(ScheduleNotFound):
         store.delete_schedule("nobody")
-    with pytest.raises(InvalidArgument, match="expected a Schedule"):
+    with pytest.raises(InvalidArgument, match="^schedule must be a Schedule, got 'nightly'$"):
         store.create_schedule("nightly")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="actor must be non-empty"):
         store.delete_schedule("nightly", actor=" ")

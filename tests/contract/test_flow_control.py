@@ -114,14 +114,20 @@ def test_a_rate_limited_task_says_when_it_may_run(store: WorkflowStore) -> None:
 
 
 def test_flow_limits_refuse_bad_values_naming_them() -> None:
-    with pytest.raises(InvalidArgument, match="scope"):
+    with pytest.raises(
+        InvalidArgument, match="^FlowLimit.scope must be one of key, definition, queue, got 'tenant'$"
+    ):
         FlowLimit("tenant", "x", max_running=1)
     with pytest.raises(InvalidArgument, match="max_running or rate"):
         FlowLimit("key", "x")
-    with pytest.raises(InvalidArgument, match="max_running"):
+    with pytest.raises(
+        InvalidArgument, match=r"^FlowLimit.max_running must be an integer in 0\.\.2147483647, got -1$"
+    ):
         FlowLimit("key", "x", max_running=-1)
-    with pytest.raises(InvalidArgument, match="Rate.period"):
+    with pytest.raises(InvalidArgument, match=r"^Rate.period must be positive, got datetime.timedelta\(0\)$"):
         Rate(1, timedelta(0))
+    with pytest.raises(InvalidArgument, match="^FlowLimit.rate must be a Rate, got 5$"):
+        FlowLimit("key", "x", rate=5)  # type: ignore[arg-type]
 
 
 # --- dedup windows and singletons ------------------------------------------------------
@@ -172,8 +178,14 @@ def test_flow_options_refuse_bad_combinations_naming_them() -> None:
         task("x", debounce=timedelta(seconds=1))
     with pytest.raises(InvalidArgument, match="debounce_max"):
         task("x", debounce=timedelta(seconds=2), debounce_key="k", debounce_max=timedelta(seconds=1))
-    with pytest.raises(InvalidArgument, match="concurrency_key"):
+    with pytest.raises(
+        InvalidArgument, match="^concurrency_key must be non-empty without surrounding spaces"
+    ):
         task("x", concurrency_key=" padded ")
+    with pytest.raises(InvalidArgument, match=r"^debounce must be positive, got datetime.timedelta\(0\)$"):
+        task("x", debounce=timedelta(0), debounce_key="k")
+    with pytest.raises(InvalidArgument, match="^singleton must be True or False, got 1$"):
+        task("x", dedup_key="k", singleton=1)  # type: ignore[arg-type]
 
 
 # --- debounce --------------------------------------------------------------------------
@@ -250,6 +262,11 @@ def test_a_definition_computes_the_concurrency_key_and_start_takes_the_flow_opti
         assert once.task_id == again.task_id
         with pytest.raises(InvalidArgument, match="concurrency key that 'export' computed"):
             app.start("export", {"customer": " spaced ", "rows": 1})
+        with pytest.raises(
+            InvalidArgument,
+            match="^WorkflowDefinition.concurrency_key must be a function of the input, got 'k'$",
+        ):
+            app.workflow("keyed", concurrency_key="k")  # type: ignore[arg-type]
 
 
 # --- priority aging --------------------------------------------------------------------

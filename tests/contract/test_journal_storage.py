@@ -230,7 +230,7 @@ def misused_main(ctx: WorkflowContext, how: str) -> None:
 @pytest.mark.parametrize(
     ("how", "message"),
     [
-        ("input", "continue_as_new input <object object at"),
+        ("input", "continue_as_new input is not JSON-serializable"),
         ("branch", "continue_as_new is for the main function, not parallel branch 'parallel#1/a'"),
     ],
 )

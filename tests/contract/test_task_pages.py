@@ -111,7 +111,9 @@ def test_throughput_counts_the_tasks_finished_in_each_interval(store: WorkflowSt
 
 
 def test_throughput_refuses_a_bad_span_or_count(store: WorkflowStore) -> None:
-    with pytest.raises(InvalidArgument, match="throughput span must be a positive timedelta"):
+    with pytest.raises(
+        InvalidArgument, match=r"throughput span must be positive, got datetime.timedelta\(0\)"
+    ):
         store.finished_per_interval(timedelta(0), 12)
     with pytest.raises(InvalidArgument, match="throughput intervals"):
         store.finished_per_interval(timedelta(hours=1), 0)

@@ -29,6 +29,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.errors import InvalidArgument
 from runifold_sync.outcomes import Completed, Failed, Suspended
 from runifold_sync.workflow.waiting import SignalReceived, SignalTimedOut
 from tests.support.backends import Backend
@@ -131,8 +132,15 @@ def naive_main(ctx: WorkflowContext, _: None) -> Any:
 @pytest.mark.parametrize(
     ("flow", "message"),
     [
-        (both_flow, "takes timeout or until, not both"),
-        (naive_flow, "signal wait until must be a timezone-aware"),
+        (
+            both_flow,
+            "signal wait takes timeout or until, not both, got datetime.timedelta(seconds=3600) "
+            "and datetime.datetime(2030, 1, 1, 0, 0, tzinfo=datetime.timezone.utc)",
+        ),
+        (
+            naive_flow,
+            "signal wait until must be a timezone-aware datetime, got datetime.datetime(2030, 1, 1, 0, 0)",
+        ),
     ],
 )
 def test_a_bad_until_fails_at_the_call_naming_it(backend: Backend, flow: Workflow, message: str) -> None:
@@ -141,6 +149,36 @@ def test_a_bad_until_fails_at_the_call_naming_it(backend: Backend, flow: Workflo
     outcome = run_once(store, flow)
     assert isinstance(outcome, Failed) and message in outcome.reason, outcome
     assert outcome.error is not None and outcome.error.error_class == "InvalidArgument"
+
+
+bad_names = Workflow("bad-names", 1, signals=["go", "stop"])
+
+
+@bad_names.main
+def bad_names_main(ctx: WorkflowContext, _: None) -> dict[str, str]:
+    refused = {}
+    cases: dict[str, Any] = {"empty": [], "number": 5, "not text": ["go", 7], "twice": ["go", "go"]}
+    for case, names in cases.items():
+        try:
+            ctx.wait_for_signal(names)
+        except InvalidArgument as exc:
+            refused[case] = str(exc)
+    return refused
+
+
+def test_bad_signal_names_are_refused_at_the_call_naming_them(backend: Backend) -> None:
+    store = backend.open()
+    store.enqueue(WorkflowTask.new("bad-names", 1, None, checkpoint_id="t1"))
+    assert run_once(store, bad_names) == Completed(
+        "t1",
+        {
+            "empty": "signal wait name must be a name or a non-empty list of names, got []",
+            "number": "signal wait name must be a name or a non-empty list of names, got 5",
+            "not text": "signal wait names must be strings, got ['go', 7]",
+            "twice": "signal wait names must be distinct, got ['go', 'go']",
+        },
+    )
+    assert entries(store, "t1") == []  # refused before any wait was kept
 
 
 # --- several names --------------------------------------------------------------------------

@@ -198,10 +198,11 @@ def bad_main(ctx: WorkflowContext, case: str) -> Any:
 def test_bad_items_are_refused_at_the_call(backend: Backend) -> None:
     store = backend.open()
     expected = {
-        "empty": "wait_any needs a non-empty list",
-        "twice": "wait_any lists 'stop' twice",
-        "number": "wait_any items must be child handles, signal names, timedelta or datetime, got 3",
-        "negative": "wait_any timer timeout must be a positive timedelta",
+        "empty": "wait_any items must be a non-empty list of child handles, signal names and timers "
+        "(timedelta or datetime), got []",
+        "twice": "wait_any items must be distinct, got ['stop', 'stop']",
+        "number": "wait_any item must be a child handle, a signal name, a timedelta or a datetime, got 3",
+        "negative": "wait_any timer must be positive, got datetime.timedelta(days=-1)",
     }
     for case in expected:
         store.enqueue(WorkflowTask.new("bad-any", 1, case, checkpoint_id=case))

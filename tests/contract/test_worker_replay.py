@@ -122,10 +122,10 @@ def test_sleep_until_a_naive_datetime_is_refused_with_invalid_argument_naming_it
 ) -> None:
     store.enqueue(WorkflowTask.new("naive-until", 1, None, checkpoint_id="n1"))
     reason = (
-        "workflow main raised InvalidArgument: sleep_until needs a timezone-aware datetime, "
+        "workflow main raised InvalidArgument: sleep_until deadline must be a timezone-aware datetime, "
         "got datetime.datetime(2030, 1, 1, 0, 0)"
     )
-    message = "sleep_until needs a timezone-aware datetime, got datetime.datetime(2030, 1, 1, 0, 0)"
+    message = "sleep_until deadline must be a timezone-aware datetime, got " + repr(datetime(2030, 1, 1))
     error = FailureDetail("InvalidArgument", message, "n1")
     assert _run_once(store, naive, "w1") == Failed(
         "n1", reason, recoverable=False, cause="workflow_error", error=error

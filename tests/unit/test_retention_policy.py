@@ -42,8 +42,8 @@ def test_a_pool_looks_again_every_tenth_of_its_retention_from_a_second_to_a_minu
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        ({"older_than": timedelta(seconds=-1)}, "retention must be a non-negative timedelta, got"),
-        ({"older_than": "30d"}, "retention must be a non-negative timedelta, got '30d'"),
+        ({"older_than": timedelta(seconds=-1)}, "retention must be non-negative, got"),
+        ({"older_than": "30d"}, "retention must be a datetime.timedelta, got '30d'"),
         (
             {"older_than": timedelta(days=1), "batch": 0},
             "retention batch must be an integer in 1..10000, got 0",

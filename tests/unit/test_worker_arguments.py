@@ -62,7 +62,7 @@ def test_a_tracer_provider_that_is_not_one_is_refused_naming_it() -> None:
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda w: w.run_once(stopping=5), "stopping must be a CancellationToken or None, got 5"),
+        (lambda w: w.run_once(stopping=5), "stopping must be a CancellationToken, got 5"),
         (lambda w: w.run_once(claim_next="yes"), "claim_next must be True or False, got 'yes'"),
         (
             lambda w: w.run(CancellationToken(), on_outcome=5),

@@ -1,5 +1,5 @@
 """``WorkerSettings`` (a worker's settings, their defaults and checks in one place), the
-one integer check they and the rest of the package use (``models.check_int``), and the
+one integer check they and the rest of the package use (``validate.integer``), and the
 crash-point bracket around each claim-ending write (``crashpoints.transition``)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from runifold_sync import (
 from runifold_sync.errors import InvalidArgument
 from runifold_sync.model import crashpoints
 from runifold_sync.model.checkpoint import DEFAULT_MAX_ENTRY_BYTES
-from runifold_sync.model.values import check_int
+from runifold_sync.model.validate import integer
 from runifold_sync.sqlite import SqliteWorkflowStore
 
 LEASE = LeaseDuration(timedelta(seconds=10))
@@ -80,13 +80,13 @@ def test_a_worker_takes_its_settings_as_keywords_or_as_an_object_and_keywords_ov
         ({"max_entry_bytes": 1023}, "max_entry_bytes must be an integer >= 1024, got 1023"),
         (
             {"unavailable_delay": timedelta(seconds=-1)},
-            "unavailable_delay must be a duration of at least 0 s, got -1 s",
+            "unavailable_delay must be non-negative, got datetime.timedelta(days=-1, seconds=86399)",
         ),
         ({"lease_duration": timedelta(seconds=30)}, "lease_duration must be a LeaseDuration, got"),
         ({"heartbeat_interval": 5}, "heartbeat_interval must be a datetime.timedelta, got 5"),
         (
             {"heartbeat_interval": timedelta(0)},
-            "heartbeat_interval must be a duration above 0 s, got 0 s",
+            "heartbeat_interval must be positive, got datetime.timedelta(0)",
         ),
         (
             {"heartbeat_interval": timedelta(seconds=16)},
@@ -106,11 +106,13 @@ def test_a_bad_setting_is_refused_naming_the_field_and_the_value(
 def test_a_supervisor_config_checks_its_fields_however_it_is_built() -> None:
     with pytest.raises(InvalidArgument, match="min_backoff 2 s is above max_backoff 1 s"):
         WorkflowSupervisorConfig(1, min_backoff=timedelta(seconds=2), max_backoff=timedelta(seconds=1))
-    with pytest.raises(InvalidArgument, match="min_backoff must be a duration above 0 s, got 0 s"):
+    with pytest.raises(InvalidArgument, match=r"min_backoff must be positive, got datetime.timedelta\(0\)"):
         WorkflowSupervisorConfig(1).with_backoff(timedelta(0), timedelta(seconds=1))
     with pytest.raises(InvalidArgument, match="recycle_after_tasks must be an integer >= 1, got 0"):
         WorkflowSupervisorConfig(1).with_recycling(0)
-    with pytest.raises(InvalidArgument, match="shutdown_grace must be a duration above 0 s, got 0 s"):
+    with pytest.raises(
+        InvalidArgument, match=r"shutdown_grace must be positive, got datetime.timedelta\(0\)"
+    ):
         WorkflowSupervisorConfig(1, shutdown_grace=timedelta(0))
     assert WorkflowSupervisorConfig(1).with_recycling(5).recycle_after_tasks == 5
     assert WorkflowSupervisorConfig(8).with_backoff(
@@ -154,18 +156,18 @@ def test_a_supervisor_base_id_as_long_as_its_worker_ids_allow_is_kept() -> None:
         ({}, 1.0, "n must be an integer, got 1.0"),
     ],
 )
-def test_check_int_refuses_values_outside_its_bounds_and_non_integers(
+def test_integer_refuses_values_outside_its_bounds_and_non_integers(
     bounds: dict[str, int], value: object, message: str
 ) -> None:
     with pytest.raises(InvalidArgument) as info:
-        check_int("n", value, **bounds)
+        integer("n", value, **bounds)
     assert str(info.value) == message
 
 
-def test_check_int_returns_the_value_at_its_bounds() -> None:
-    assert check_int("n", 1, minimum=1, maximum=5) == 1
-    assert check_int("n", 5, minimum=1, maximum=5) == 5
-    assert check_int("n", -(10**30)) == -(10**30)
+def test_integer_returns_the_value_at_its_bounds() -> None:
+    assert integer("n", 1, minimum=1, maximum=5) == 1
+    assert integer("n", 5, minimum=1, maximum=5) == 5
+    assert integer("n", -(10**30)) == -(10**30)
 
 
 def test_a_transition_block_reaches_its_before_point_and_its_after_point_only_when_the_write_returned(

@@ -16,6 +16,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
 from ...errors import InvalidArgument
+from ...model import validate
 
 # What names one database of one running server, and its schema version.
 IDENTITY = (
@@ -43,7 +44,8 @@ def checked(connection: object, store: dict[str, Any], where: str) -> DictRows:
     own database)."""
     if not isinstance(connection, psycopg.Connection):
         raise InvalidArgument(
-            f"connection must be a psycopg 3 connection to {where} for a PostgreSQL store, got {connection!r}"
+            f"connection must be a psycopg 3 connection to {where} for a PostgreSQL store, "
+            f"got {validate.shown(connection)}"
         )
     status = connection.info.transaction_status
     if connection.closed or status == TransactionStatus.UNKNOWN:

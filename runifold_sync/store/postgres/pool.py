@@ -45,8 +45,8 @@ from ...errors import (
     StoreUnavailable,
     StoreUsedAcrossFork,
 )
+from ...model import validate
 from ...model.redaction import redacted, scrubbed
-from ...model.values import check_int
 from .. import retries
 from ..outage import OutageLog
 from ..timing import PoolWaits
@@ -285,11 +285,10 @@ class ProcessPool:
         """The pool on ``url`` (libpq's form, see ``pgurl``). Behind a transaction pooler
         (``pgbouncer``) no statement is prepared and no session setting is made: the next
         transaction may run on another server connection."""
-        check_int("min_size", min_size, minimum=0)
-        check_int("max_size", max_size, minimum=max(min_size, 1))
-        for name, value in (("connect_timeout", connect_timeout), ("pool_timeout", pool_timeout)):
-            if not isinstance(value, timedelta) or value <= timedelta(0):
-                raise InvalidArgument(f"{name} must be a positive timedelta, got {value!r}")
+        validate.integer("min_size", min_size, minimum=0)
+        validate.integer("max_size", max_size, minimum=max(min_size, 1))
+        validate.positive_duration("connect_timeout", connect_timeout)
+        validate.positive_duration("pool_timeout", pool_timeout)
         where = describe(url)
         outage = OutageLog(where, url)
         _quiet_reconnect_warnings()

@@ -33,6 +33,7 @@ import psycopg
 from psycopg.rows import DictRow
 
 from ...errors import CancelPending, InvalidArgument, LeaseLostError, StoreUnavailable
+from ...model import validate
 from ...model.checkpoint import JournalRow
 from .. import checks, refusals
 from ..base import WorkflowStore
@@ -389,9 +390,9 @@ class PostgresWorkflowStore(WorkflowStore):
         and migrate the schema. ``connect_timeout`` bounds the wait for
         the first connections, ``pool_timeout`` the wait for a free one later;
         ``max_pending_signals`` caps the signals a task keeps unconsumed."""
-        checks.check_pending_cap(max_pending_signals)
+        validate.count("max_pending_signals", max_pending_signals)
         if not isinstance(url, str) or not url:
-            raise InvalidArgument(f"PostgreSQL URL must be a non-empty string, got {url!r}")
+            validate.refuse("PostgreSQL URL", "a non-empty string", url)
         target = parse_target(url)
         pool = ProcessPool.open(
             target.conninfo,

@@ -31,8 +31,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ...errors import InvalidArgument
+from ...model import validate
 from ...model.redaction import redacted, scrubbed
-from ...model.values import check_int
 
 PARAMETERS = ("pgbouncer", "listen_host", "listen_port")
 # How often an idle worker behind a transaction pooler looks for work when it has no
@@ -89,7 +89,7 @@ def parse_target(url: str) -> PostgresTarget:
             raise InvalidArgument(
                 f"store URL {redacted(url)!r}: listen_port must be a port number, got {listen['port']!r}"
             ) from None
-        check_int("listen_port", port, minimum=1, maximum=65535)
+        validate.integer("listen_port", port, minimum=1, maximum=65535)
     return PostgresTarget(conninfo, pgbouncer, make_conninfo(conninfo, **listen) if listen else None)
 
 
@@ -125,13 +125,12 @@ def check_conninfo(url: str, conninfo: str) -> str:
     for port in str(options.get("port") or "").split(","):  # one per host; empty: the default
         number = port.strip()
         if number and not (number.isascii() and number.isdigit() and 1 <= int(number) <= 65535):
-            raise InvalidArgument(
-                f"store URL {redacted(url)!r}: port must be a number in 1..65535, got {port!r}"
-            )
+            validate.refuse(f"store URL {redacted(url)!r}: port", "a number in 1..65535", port)
     sslmode = options.get("sslmode")
     if sslmode is not None and str(sslmode) not in SSLMODES:
         raise InvalidArgument(
-            f"store URL {redacted(url)!r}: sslmode must be one of {', '.join(SSLMODES)}, got {sslmode!r}"
+            f"store URL {redacted(url)!r}: sslmode must be one of {', '.join(SSLMODES)}, "
+            f"got {validate.shown(sslmode)}"
         )
     return conninfo
 
@@ -141,4 +140,4 @@ def _flag(url: str, value: str) -> bool:
         return True
     if value.lower() in _FALSE:
         return False
-    raise InvalidArgument(f"store URL {redacted(url)!r}: pgbouncer must be true or false, got {value!r}")
+    validate.refuse(f"store URL {redacted(url)!r}: pgbouncer", "true or false", value)

@@ -13,6 +13,7 @@ import os
 import sqlite3
 
 from ...errors import InvalidArgument
+from ...model import validate
 from ..queries import load_migrations
 from . import clock as sqlite_clock
 
@@ -22,7 +23,8 @@ def checked(path: str, connection: object) -> sqlite3.Connection:
     this code's schema version, and given the store-time function."""
     if not isinstance(connection, sqlite3.Connection):
         raise InvalidArgument(
-            f"connection must be a sqlite3.Connection to {path!r} for a SQLite store, got {connection!r}"
+            f"connection must be a sqlite3.Connection to {path!r} for a SQLite store, "
+            f"got {validate.shown(connection)}"
         )
     try:
         autocommit = connection.isolation_level is None and not connection.in_transaction

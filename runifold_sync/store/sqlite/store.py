@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import CancelPending, InvalidArgument, LeaseLostError, StoreClosed, StoreUsedAcrossFork
+from ...model import validate
 from ...model.checkpoint import JournalRow
 from ...model.codec import storable_text
 from .. import checks, event_details, refusals, row_records, sql_flow
@@ -332,7 +333,7 @@ class SqliteDialect(Dialect):
     def _claim_in(self, tx: SqliteTransaction, request: ClaimRequest) -> list[ClaimedTask]:
         """The claim, inside ``tx`` (a bad limit rolls it back): candidates in claim
         order, then each one leased and its history event written."""
-        limit = checks.check_claim_limit(request.limit)
+        limit = validate.integer("claim limit", request.limit, minimum=1, maximum=checks.MAX_CLAIM_LIMIT)
         conn, now = tx.raw, tx.at
         worker_id = request.worker_id.value
         claimed = []
@@ -484,9 +485,8 @@ class SqliteWorkflowStore(WorkflowStore):
         if not text:
             raise InvalidArgument("SQLite path must not be empty")
         if synchronous.upper() not in _SYNCHRONOUS:
-            raise InvalidArgument(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
-        if not isinstance(busy_timeout, timedelta) or busy_timeout < timedelta(0):
-            raise InvalidArgument(f"busy_timeout must be a non-negative timedelta, got {busy_timeout!r}")
+            validate.refuse("synchronous", f"one of {_SYNCHRONOUS}", synchronous)
+        validate.duration("busy_timeout", busy_timeout)
         if text == ":memory:":
             # Each thread's own connection (a heartbeat's) would get its own empty database.
             raise InvalidArgument(

@@ -13,8 +13,9 @@ from django.db import close_old_connections, connections  # type: ignore[import-
 from runifold_sync.app import App, once_succeeded
 from runifold_sync.contrib.django import runifold_settings, store_preparation
 from runifold_sync.errors import RunifoldError
-from runifold_sync.model.values import check_count
 from runifold_sync.ops.tracing_env import env_tracer
+
+from .....model import validate
 
 
 @contextmanager
@@ -58,7 +59,7 @@ class Command(BaseCommand):  # type: ignore[misc]
         worker_id: str | None = options["worker_id"]
         try:
             if concurrency is not None:
-                check_count("--concurrency", concurrency)
+                validate.count("--concurrency", concurrency)
             settings = runifold_settings()
             tracer = env_tracer() if settings.tracing else None
             if options["once"]:
