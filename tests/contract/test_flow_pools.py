@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from runifold_sync import WorkflowTask, open_store
 from runifold_sync.model.flow import FlowLimit, Rate
+from runifold_sync.store import TaskEvent
 from tests.support import spawned
 from tests.support.backends import Backend
 from tests.support.flow_workers import hold_and_complete, keyed_enqueuer
@@ -53,21 +54,30 @@ def completed_once(reports: list[dict[str, Any]], expected: set[str], *, shared:
         assert sum(1 for r in reports if r.get("completed")) >= 2, "the claimers did not run concurrently"
 
 
-def lease_spans(url: str, task_ids: set[str]) -> dict[str, list[tuple[datetime, datetime]]]:
-    """Each task's lease spans (claimed to completed, store time), by concurrency key."""
-    spans: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
-    with open_store(url) as store:
+def moment(event: TaskEvent, kind: str) -> tuple[Any, ...]:
+    """Where ``event`` falls among the writes of the run, comparable across tasks. SQLite
+    takes one writer at a time, so its event ids follow commit order, whereas its store
+    time is each process's boot clock calibrated on its own (processes disagree by a
+    fraction of a millisecond, enough to show a claim that committed after a completion
+    as overlapping it). PostgreSQL's store time is the server's one clock."""
+    return (event.event_id,) if kind == "sqlite" else (event.at,)
+
+
+def lease_spans(backend: Backend, task_ids: set[str]) -> dict[str, list[tuple[Any, Any]]]:
+    """Each task's lease span (claimed to completed, in commit order), by concurrency key."""
+    spans: dict[str, list[tuple[Any, Any]]] = defaultdict(list)
+    with open_store(backend.url) as store:
         for task_id in task_ids:
             key = store.get_task(task_id).concurrency_key
             events = store.history(task_id)
-            claimed = [e.at for e in events if e.kind == "claimed"]
-            ended = [e.at for e in events if e.kind == "completed"]
+            claimed = [moment(e, backend.kind) for e in events if e.kind == "claimed"]
+            ended = [moment(e, backend.kind) for e in events if e.kind == "completed"]
             assert len(claimed) == len(ended) == 1, events  # leases never expired here
             spans[str(key)].append((claimed[0], ended[0]))
     return spans
 
 
-def most_at_once(spans: list[tuple[datetime, datetime]]) -> int:
+def most_at_once(spans: list[tuple[Any, Any]]) -> int:
     """The most spans holding at one instant (half-open: an end before a start at a tie)."""
     edges = sorted([(end, 0) for _, end in spans] + [(start, 1) for start, _ in spans])
     held = most = 0
@@ -98,7 +108,7 @@ def test_concurrency_limits_hold_across_processes_and_a_full_key_blocks_no_other
     reports = run(url, claimers=3, hold_s=0.02, patience_s=1.0)
     ids = {t.task_id for t in tasks}
     completed_once(reports, ids)
-    spans = lease_spans(url, ids)
+    spans = lease_spans(backend, ids)
     assert most_at_once(spans["hot"]) == 1
     for k in range(5):
         assert 1 <= most_at_once(spans[f"k{k}"]) <= 2
@@ -179,6 +189,6 @@ def test_singletons_never_overlap_across_processes(backend: Backend) -> None:
             spans = []
             for task_id in {t for k, t in enqueued if k == key}:
                 events = store.history(task_id)
-                start = next(e.at for e in events if e.kind == "enqueued")
-                spans.append((start, next(e.at for e in events if e.kind == "completed")))
+                start = next(moment(e, backend.kind) for e in events if e.kind == "enqueued")
+                spans.append((start, next(moment(e, backend.kind) for e in events if e.kind == "completed")))
             assert most_at_once(spans) == 1, key
