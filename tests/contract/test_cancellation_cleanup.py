@@ -24,24 +24,20 @@ import attrs
 import pytest
 
 from runifold_sync import (
-    LeaseDuration,
     RetryPolicy,
     StepContext,
-    WorkerId,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
-    WorkflowRegistry,
     WorkflowStore,
     WorkflowTask,
-    WorkflowWorker,
 )
 from runifold_sync.outcomes import Cancelled, Failed, Suspended
 from tests.support.backends import Backend
 from tests.support.clock import Clock
 from tests.support.journals import entries
+from tests.support.workers import run_cycle
 
-LEASE = LeaseDuration(timedelta(seconds=30))
 READER: list[WorkflowStore] = []  # the store a body cancels its own task through, as an operator would
 RAN: Counter[str] = Counter()
 UNDONE: list[Any] = []
@@ -57,13 +53,7 @@ def _fresh() -> Iterator[None]:
 
 
 def run_once(store: WorkflowStore, workflow: Workflow, worker_id: str = "w1") -> Any:
-    registry = WorkflowRegistry()
-    registry.register(WorkflowDefinition(workflow))
-    worker = WorkflowWorker(store, registry, WorkerId.parse(worker_id), LEASE, timedelta(seconds=5))
-    try:
-        return worker.run_once()
-    finally:
-        worker.close()
+    return run_cycle(store, WorkflowDefinition(workflow), worker_id=worker_id)
 
 
 # --- finally: on cancellation as on failure ----------------------------------------------------

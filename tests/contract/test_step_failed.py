@@ -44,8 +44,8 @@ from runifold_sync.outcomes import Completed, Failed, Retried, Suspended
 from tests.support.backends import Backend
 from tests.support.clock import Clock
 from tests.support.journals import entries
+from tests.support.workers import run_cycle
 
-LEASE = LeaseDuration(timedelta(seconds=30))
 RAN: Counter[str] = Counter()
 TWICE = RetryPolicy(max_attempts=2, initial_backoff=timedelta(seconds=1))
 
@@ -59,13 +59,7 @@ def _fresh() -> Iterator[None]:
 
 
 def run_once(store: WorkflowStore, workflow: Workflow, worker_id: str = "w1") -> Any:
-    registry = WorkflowRegistry()
-    registry.register(WorkflowDefinition(workflow))
-    worker = WorkflowWorker(store, registry, WorkerId.parse(worker_id), LEASE, timedelta(seconds=5))
-    try:
-        return worker.run_once()
-    finally:
-        worker.close()
+    return run_cycle(store, WorkflowDefinition(workflow), worker_id=worker_id)
 
 
 def fields(failed: StepFailed) -> dict[str, Any]:

@@ -24,16 +24,15 @@ from runifold_sync import (
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
-    WorkflowRegistry,
     WorkflowStore,
     WorkflowTask,
-    WorkflowWorker,
 )
 from runifold_sync.errors import InvalidArgument, LeaseLostError, TaskNotFound
 from runifold_sync.outcomes import Completed, Suspended
 from runifold_sync.store.records import StreamRead, StreamValue, StreamWrite
 from tests.support.backends import Backend
 from tests.support.clock import Clock
+from tests.support.workers import run_cycle
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 
@@ -55,14 +54,7 @@ def report_main(ctx: WorkflowContext, chapters: int) -> str:
 
 
 def run_once(store: WorkflowStore, *workflows: Workflow) -> Any:
-    registry = WorkflowRegistry()
-    for workflow in workflows or (report,):
-        registry.register(WorkflowDefinition(workflow))
-    worker = WorkflowWorker(store, registry, WorkerId.parse("w1"), LEASE, timedelta(seconds=5))
-    try:
-        return worker.run_once()
-    finally:
-        worker.close()
+    return run_cycle(store, *(WorkflowDefinition(w) for w in workflows or (report,)), worker_id="w1")
 
 
 def test_values_are_read_in_order_after_an_offset_and_the_end_closes_the_stream(

@@ -19,15 +19,11 @@ from typing import Any
 import pytest
 
 from runifold_sync import (
-    LeaseDuration,
-    WorkerId,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
-    WorkflowRegistry,
     WorkflowStore,
     WorkflowTask,
-    WorkflowWorker,
 )
 from runifold_sync.errors import InvalidArgument
 from runifold_sync.outcomes import Completed, Failed, Suspended
@@ -35,18 +31,11 @@ from runifold_sync.workflow.waiting import SignalReceived, SignalTimedOut
 from tests.support.backends import Backend
 from tests.support.clock import Clock
 from tests.support.journals import entries
-
-LEASE = LeaseDuration(timedelta(seconds=30))
+from tests.support.workers import run_cycle
 
 
 def run_once(store: WorkflowStore, workflow: Workflow, worker_id: str = "w1") -> Any:
-    registry = WorkflowRegistry()
-    registry.register(WorkflowDefinition(workflow))
-    worker = WorkflowWorker(store, registry, WorkerId.parse(worker_id), LEASE, timedelta(seconds=5))
-    try:
-        return worker.run_once()
-    finally:
-        worker.close()
+    return run_cycle(store, WorkflowDefinition(workflow), worker_id=worker_id)
 
 
 # --- ctx.now() ------------------------------------------------------------------------------

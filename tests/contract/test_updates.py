@@ -16,16 +16,12 @@ from typing import Any
 import pytest
 
 from runifold_sync import (
-    LeaseDuration,
     SignalTimedOut,
-    WorkerId,
     Workflow,
     WorkflowContext,
     WorkflowDefinition,
-    WorkflowRegistry,
     WorkflowStore,
     WorkflowTask,
-    WorkflowWorker,
 )
 from runifold_sync.errors import (
     InvalidArgument,
@@ -37,8 +33,8 @@ from runifold_sync.errors import (
 from runifold_sync.outcomes import Completed, Suspended
 from tests.support.backends import Backend
 from tests.support.journals import entries
+from tests.support.workers import run_cycle
 
-LEASE = LeaseDuration(timedelta(seconds=30))
 WAIT = timedelta(seconds=20)
 
 cart = Workflow("cart", 1, signals=["add", "note"])
@@ -65,13 +61,7 @@ def cart_main(ctx: WorkflowContext, size: int) -> list[str]:
 
 
 def run_once(store: WorkflowStore) -> Any:
-    registry = WorkflowRegistry()
-    registry.register(WorkflowDefinition(cart))
-    worker = WorkflowWorker(store, registry, WorkerId.parse("w1"), LEASE, timedelta(seconds=5))
-    try:
-        return worker.run_once()
-    finally:
-        worker.close()
+    return run_cycle(store, WorkflowDefinition(cart), worker_id="w1")
 
 
 def answered(backend: Backend, task_id: str, payload: Any, name: str = "add") -> Any:
