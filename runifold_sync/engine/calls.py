@@ -118,8 +118,8 @@ def encode_output(spec: StepSpec, call_id: str, value: Any) -> str:
 
 class BodyRuntime:
     """What a running body's ``ctx`` reaches of its run (``StepRuntime``): heartbeats
-    with details, the stop flags, and events. ``transactional``: the body runs inside the
-    store's transaction, where a commit of its own cannot be made."""
+    with details, the stop flags, events and stream writes. ``transactional``: the body
+    runs inside the store's transaction, where a commit of its own cannot be made."""
 
     def __init__(self, commits: Commits, boundary: Boundary, transactional: bool) -> None:
         self._commits = commits
@@ -156,6 +156,9 @@ class BodyRuntime:
                 "(its body runs inside the store's transaction); set it from the main function"
             )
         self._commits.commit_event(key, value_json)
+
+    def write_stream(self, call_id: str, key: str, value: Any, seq: int) -> None:
+        self._commits.append_stream(call_id, key, value, seq)
 
 
 class Calls:
@@ -366,7 +369,6 @@ class Calls:
             failures + 1,
             self._lease.fencing_token,
             key,
-            streams=self._commits.stream_port(call_id),
         )
         context.last_heartbeat = last
         context.runtime = BodyRuntime(self._commits, self._boundary, transactional=False)
@@ -500,7 +502,6 @@ class Calls:
             failures + 1,
             self._lease.fencing_token,
             None,
-            streams=self._commits.stream_port(call_id),
         )
         context.runtime = BodyRuntime(self._commits, self._boundary, transactional=True)
         started = time.monotonic()

@@ -152,22 +152,17 @@ class Commits:
         except StoreUnavailable as exc:
             raise Unwind(exc) from exc
 
-    def stream_port(self, call_id: str) -> Callable[[str, Any, int], None]:
-        """What a step body's ``write_stream`` calls: an append fenced by the lease, its
-        place in the run being the step's call id and the write's seq. Named
+    def append_stream(self, call_id: str, key: str, value: Any, seq: int) -> None:
+        """A step body's ``write_stream``: an append fenced by the lease, its place in the
+        run being the step's call id and the write's seq. Named
         ``stream:<key>:<call id>:<seq>`` for crash points."""
-        run = self.checkpoint.run
-
-        def write(key: str, value: Any, seq: int) -> None:
-            stream = StreamWrite(key, checks.stream_value(key, value), run, call_id, seq)
-            subject = f"stream:{key}:{call_id}:{seq}"
-            if crashpoints.ARMED:
-                crashpoints.reached("before_commit", subject)
-            self._store.append_stream(self._lease, stream)
-            if crashpoints.ARMED:
-                crashpoints.reached("after_commit", subject)
-
-        return write
+        stream = StreamWrite(key, checks.stream_value(key, value), self.checkpoint.run, call_id, seq)
+        subject = f"stream:{key}:{call_id}:{seq}"
+        if crashpoints.ARMED:
+            crashpoints.reached("before_commit", subject)
+        self._store.append_stream(self._lease, stream)
+        if crashpoints.ARMED:
+            crashpoints.reached("after_commit", subject)
 
     def consume_signal(self, signal: Signal, subject: str, *, accepted: bool, note: str) -> None:
         """Commit the checkpoint in the write that takes ``signal`` out of the pending

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import attrs
@@ -20,6 +19,8 @@ class StepRuntime(Protocol):
     def cancelled(self) -> bool: ...
 
     def set_event(self, call_id: str, key: str, value: Any) -> None: ...
+
+    def write_stream(self, call_id: str, key: str, value: Any, seq: int) -> None: ...
 
 
 @attrs.define
@@ -73,9 +74,7 @@ class StepContext:
             raise InvalidArgument(f"set_event needs a running step; {self.call_id!r} has no run behind it")
         self.runtime.set_event(self.call_id, key, value)
 
-    # Appends to the task's stream: (key, value, seq); set by the engine for a step body
-    # run under a lease (write_stream), None where there is no run (reconcile).
-    streams: Callable[[str, Any, int], None] | None = attrs.field(default=None, repr=False, eq=False)
+    # Each stream key's writes so far in this attempt: the seq of the next one.
     _stream_writes: dict[str, int] = attrs.field(factory=dict, init=False, repr=False, eq=False)
 
     def write_stream(self, key: str, value: Any) -> None:
@@ -84,11 +83,11 @@ class StepContext:
         result is recorded. A re-run of this step (after a crash or a retry) appends only
         the values past the ones its earlier attempts wrote: the n-th write of the call
         to ``key`` is written once."""
-        if self.streams is None:
+        if self.runtime is None:
             raise InvalidArgument(f"write_stream is not available here ({self.call_id}): no run to write to")
         seq = self._stream_writes.get(key, 0) + 1
         self._stream_writes[key] = seq
-        self.streams(key, value, seq)
+        self.runtime.write_stream(self.call_id, key, value, seq)
 
     def charge(self, cost: float) -> None:
         """Add ``cost`` units (tokens, cents...) to the task's budget usage: a finite
