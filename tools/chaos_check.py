@@ -270,7 +270,8 @@ def _stale_writes(data: RunData, journals: dict[str, list[dict[str, Any]]]) -> I
     first) while the task's token was a newer grant is a stale write; so is a task write
     that lowered the task's token or revision. Results taken from a reconcile carry the
     token of the run they found, not the writer's, and are skipped. From the history: no
-    event under a token after an event under a higher one. From the final journals: no
+    event under a token after an event under a higher one, but for a ``lease_lost`` report,
+    which names the claim its writer lost and so comes after the takeover. From the final journals: no
     entry committed under a lower token than one before it, or above the task's final
     token."""
     for write in data.writes:
@@ -293,8 +294,20 @@ def _stale_writes(data: RunData, journals: dict[str, list[dict[str, Any]]]) -> I
             )
     for tid, events in sorted(data.histories.items()):
         highest = 0
+        claims = {(e.fencing_token, e.worker_id) for e in events if e.kind == "claimed"}
         for event in events:
             if event.fencing_token is None:
+                continue
+            if event.kind == "lease_lost":
+                # The report of a worker that lived through losing its lease: written after
+                # the loss by design, unfenced, and naming the claim it reports on. Its one
+                # effect is to take that claim off the crash-loop count; it must name a
+                # claim its writer really held.
+                if (event.fencing_token, event.worker_id) not in claims:
+                    yield (
+                        f"{tid} event {event.event_id} 'lease_lost' by {event.worker_id} reports "
+                        f"token {event.fencing_token}, a claim it never held"
+                    )
                 continue
             if event.fencing_token < highest:
                 yield (

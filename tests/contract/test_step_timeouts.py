@@ -125,8 +125,8 @@ def _fresh() -> None:
     RELEASE.clear()
 
 
-def _worker(store: WorkflowStore, name: str) -> WorkflowWorker:
-    return WorkflowWorker(store, _registry(), WorkerId.parse(name), LEASE, HEARTBEAT)
+def _worker(store: WorkflowStore, name: str, lease: LeaseDuration = LEASE) -> WorkflowWorker:
+    return WorkflowWorker(store, _registry(), WorkerId.parse(name), lease, HEARTBEAT)
 
 
 def test_a_step_that_ends_past_its_timeout_is_retried_then_fails_naming_the_timeout(
@@ -134,7 +134,11 @@ def test_a_step_that_ends_past_its_timeout_is_retried_then_fails_naming_the_time
 ) -> None:
     store.enqueue(WorkflowTask.new("late-step", 1, 7, checkpoint_id="t"))
     clock = Clock(store)
-    worker = _worker(store, "w1")
+    # The heartbeat stops extending the lease once the body overruns its timeout, so the
+    # attempt's end must reach the store within the lease: a long one here, as the case
+    # is the late end, not the lost lease (under a 1 s lease a busy machine could delay the
+    # commit past it).
+    worker = _worker(store, "w1", LeaseDuration(timedelta(seconds=30)))
     try:
         first = worker.run_once()
         assert isinstance(first, Retried), first

@@ -185,6 +185,23 @@ def test_an_event_under_an_older_token_after_a_newer_one_is_a_stale_write() -> N
     assert _nonzero(verdict) == {"writes accepted from a stale fencing token": 1}
 
 
+def test_the_old_owners_lease_lost_report_after_the_takeover_is_not_a_stale_write() -> None:
+    """The worker cut off from the store reports its lost claim once it reaches the store
+    again, after the takeover; the report names the claim it lost, its writer must have
+    held it."""
+    data = _clean()
+    report = _event(5, 5.0, "lease_lost", "chaos-0", 1)
+    verdict = verify(attrs.evolve(data, histories={"t1": [*data.histories["t1"], report]}))
+    assert _nonzero(verdict) == {}
+    forged = _event(5, 5.0, "lease_lost", "chaos-1", 3)
+    verdict = verify(attrs.evolve(data, histories={"t1": [*data.histories["t1"], forged]}))
+    assert _nonzero(verdict) == {"writes accepted from a stale fencing token": 1}
+    assert verdict.details == [
+        "writes accepted from a stale fencing token: t1 event 5 'lease_lost' by chaos-1 reports "
+        "token 3, a claim it never held"
+    ]
+
+
 def test_a_checkpoint_entry_committed_under_an_older_token_is_a_stale_write() -> None:
     data = _clean()
     journal = _journal(data)
