@@ -6,6 +6,11 @@ A file is a sequence of blocks, each starting with a ``-- name: NAME`` line. The
 same way, and ``{query:NAME}`` stands for the text of query NAME, so a part that two
 statements share (the claims' tenant admission and leasing) is written once.
 
+A block named ``NAME@VARIANT`` is another text of part NAME: every query that includes
+NAME, directly or through other parts, is also loaded as ``QUERY@VARIANT`` with that text
+in its place (the claims ``@unflowed``: without their flow-control parts, for a store
+where no flow limit is set).
+
 Comment lines and indentation are dropped from the text sent: psycopg converts a
 statement's placeholders once and keeps the result only for statements up to 4 KB, and
 the claim, with its comments, was longer (converted anew on every claim).
@@ -18,7 +23,7 @@ from importlib import resources
 
 from ..errors import SchemaTooNew
 
-_HEADER = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
+_HEADER = re.compile(r"^-- name: ([a-z_]+(?:@[a-z_]+)?)\s*$", re.MULTILINE)
 _INCLUDE = re.compile(r"\{query:([a-z_]+)\}")
 
 
@@ -33,10 +38,19 @@ def load_queries(dialect: str, now_expression: str) -> dict[str, str]:
                 raise RuntimeError(f"query {name!r} is defined twice (again in {file}.sql)")
             queries[name] = _compact(body).rstrip(";").replace("{now}", now_expression)
 
-    def expand(body: str) -> str:  # a part may include parts of its own
-        return _INCLUDE.sub(lambda part: expand(queries[part.group(1)]), body)
+    def expand(body: str, variant: str = "") -> str:  # a part may include parts of its own
+        def include(part: re.Match[str]) -> str:
+            name = part.group(1)
+            return expand(queries.get(name + variant, queries[name]), variant)
 
-    return {name: expand(body) for name, body in queries.items()}
+        return _INCLUDE.sub(include, body)
+
+    expanded = {name: expand(body) for name, body in queries.items() if "@" not in name}
+    for variant in {name[name.index("@") :] for name in queries if "@" in name}:
+        for name, body in queries.items():
+            if "@" not in name and (text := expand(body, variant)) != expanded[name]:
+                expanded[name + variant] = text
+    return expanded
 
 
 def _compact(body: str) -> str:

@@ -14,6 +14,7 @@ from runifold_sync.errors import InvalidArgument
 from runifold_sync.model.codec import to_json
 from runifold_sync.model.flow import FlowLimit, Rate
 from runifold_sync.store import TaskState
+from runifold_sync.store.records import ClaimRequest, Completion
 from tests.support.backends import Backend
 from tests.support.clock import Clock
 
@@ -46,6 +47,29 @@ def test_a_key_at_max_running_is_skipped_and_its_next_task_runs_when_a_lease_end
     done = next(c for c in first if c.lease.task_id == "c1-0")
     store.complete(done.lease, done.revision, to_json({}), to_json(None))
     assert claimed(store) == ["c1-1"]
+
+
+def test_a_limit_set_elsewhere_binds_the_next_claim_after_claims_made_without_limits(
+    backend: Backend,
+) -> None:
+    """A store claims without the flow-control parts while no limit is set. Another
+    process (an operator's CLI) sets one: the first claim after it holds it, whether it
+    is a claim alone or the claim of a completion, and nothing it would have leased past
+    the limit stays leased."""
+    claimer, operator = backend.open(), backend.open()
+    claimer.enqueue_many([task(f"k{n}", concurrency_key="k") for n in range(6)])
+    [first] = claimer.claim(W1, LEASE)  # no limit set: k0, without flow control
+    operator.set_flow_limit(FlowLimit("key", "k", max_running=2))
+    assert [c.lease.task_id for c in claimer.claim(W1, LEASE, limit=5)] == ["k1"]
+    assert claimer.claim(W1, LEASE, limit=5) == []
+    operator.remove_flow_limit("key", "k")
+    [after] = claimer.claim(W1, LEASE)  # the limit gone: without flow control again
+    operator.set_flow_limit(FlowLimit("key", "k", max_running=3))
+    done = Completion(first.lease, first.revision, to_json({}), to_json(None))
+    batch = claimer.complete_batch([done], then_claim=ClaimRequest(W1, LEASE, 5))
+    assert not batch.refused and [c.lease.task_id for c in batch.claimed] == ["k3"]
+    leased = [t for t in claimer.list_tasks() if t.state is TaskState.LEASED]
+    assert sorted(t.task_id for t in leased) == ["k1", "k2", "k3"] and after.lease.task_id == "k2"
 
 
 def test_an_exact_key_limit_wins_over_a_prefix_pattern_and_the_longest_prefix_over_a_shorter(

@@ -173,12 +173,13 @@ FINISHED = 200_000
 
 
 def _claim_as_production_runs_it(
-    pg: PostgresWorkflowStore, limit: int, routes: Routes
+    pg: PostgresWorkflowStore, limit: int, routes: Routes, *, flowed: bool = True
 ) -> list[dict[str, Any]]:
-    """The nodes of the plan a worker's claim (``routes``, ``limit``) runs on: its exact
-    text prepared on a store connection and executed on its generic plan (EXPLAIN
-    ANALYZE, rolled back), as ``claim_in`` runs it."""
-    text, names = numbered(claim_statement(limit, routes))
+    """The nodes of the plan a worker's claim (``routes``, ``limit``; with flow control or
+    without, as sent while no limit is set) runs on: its exact text prepared on a store
+    connection and executed on its generic plan (EXPLAIN ANALYZE, rolled back), as
+    ``claim_in`` runs it."""
+    text, names = numbered(claim_statement(limit, routes, flowed=flowed))
     params = {"worker_id": "worker-1", "lease": 30.0}
     arguments = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
     with pg.dialect.pool.connection() as conn, conn.transaction():
@@ -256,6 +257,16 @@ def test_the_claim_as_production_runs_it_reads_only_its_routes_past_finished_and
     # The leases flow limits count (the running tasks) are read only while a limit exists.
     running = [n for n in leased if "Index Cond" not in n]
     assert running and all(n["Actual Loops"] == 0 for n in running)
+    # The claim sent while no limit is set reads the same indexes, and no running task.
+    unflowed = _claim_as_production_runs_it(pg, 3, ROUTES, flowed=False)
+    assert {
+        (n["Node Type"], n.get("Index Name"))
+        for n in unflowed
+        if n.get("Relation Name") == "runifold_tasks" and n["Node Type"].endswith("Scan")
+    } == scans
+    leased = [n for n in unflowed if n.get("Index Name") == "runifold_tasks_leased"]
+    assert not [n for n in leased if "Index Cond" not in n]
+    assert not [n for n in unflowed if str(n.get("Relation Name", "")).startswith("runifold_flow")]
     [lock] = [
         n
         for n in nodes

@@ -37,8 +37,15 @@ SQLITE_ONLY = {
     # statement each (PostgreSQL writes them in CTEs of its claim).
     "claimable_flow",
     "claimable_flow_open",
+    "claimable_flow_admitted",
     "record_flow_claim",
     "prune_flow_claims",
+    # Whether a claim needs its flow parts, asked first under BEGIN IMMEDIATE (PostgreSQL's
+    # lock_limited_tenants answers it), and the claims without them.
+    "flow_limits_set",
+    "claimable_in_turns@unflowed",
+    "claimable_tasks@unflowed",
+    "claimable_routed_tasks@unflowed",
 }
 # PostgreSQL claims in one statement (a FOR UPDATE SKIP LOCKED CTE feeding the UPDATE),
 # after locking the tenants that have a lease limit (lock_limited_tenants), and wakes
@@ -55,6 +62,11 @@ POSTGRES_ONLY = {
     "claim_routed_tasks",
     "claim_flow",
     "claim_flow_open",
+    "claim_flow_candidates",
+    "claim_flow_counted",
+    "claim_lease_chosen@unflowed",
+    "claim_tasks@unflowed",
+    "claim_routed_tasks@unflowed",
     "lock_limited_tenants",
     "notify_work",
     "listen_work",
@@ -73,6 +85,24 @@ def test_both_dialects_define_the_same_query_names_apart_from_the_listed_excepti
     assert SQLITE_ONLY <= sqlite and not SQLITE_ONLY & postgres
     assert POSTGRES_ONLY <= postgres and not POSTGRES_ONLY & sqlite
     assert sqlite - SQLITE_ONLY == postgres - POSTGRES_ONLY
+
+
+CLAIMS = {
+    "sqlite": ["claimable_tasks", "claimable_routed_tasks"],
+    "postgres": ["claim_tasks", "claim_routed_tasks"],
+}
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_a_claims_unflowed_variant_is_the_claim_without_its_flow_parts(dialect: str) -> None:
+    """A part's ``@unflowed`` text replaces it in every query that includes it, however
+    deep: the variant reads no flow table, and the claim itself reads them."""
+    queries = load_queries(dialect, "NOW")
+    for name in CLAIMS[dialect]:
+        assert "runifold_flow_limits" in queries[name] and "flow_closed" in queries[name]
+        unflowed = queries[name + "@unflowed"]
+        assert "runifold_flow" not in unflowed and "flow_closed" not in unflowed and "limits" not in unflowed
+        assert "key_turn" in unflowed  # each key's first task still before its second
 
 
 @pytest.mark.parametrize("dialect", ["sqlite", "postgres"])

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import attrs
 from psycopg.rows import DictRow
 
 from ...errors import InvalidArgument
@@ -93,19 +94,21 @@ def journal_records(journal: Sequence[JournalRow]) -> list[dict[str, Any]]:
     return [{"journal": row.journal, "position": row.position, "entry": row.entry_json} for row in journal]
 
 
-def claim_with_limit(limit: int, *, routed: bool = False) -> str:
+def claim_with_limit(limit: int, *, routed: bool = False, flowed: bool = True) -> str:
     """The key in ``Q`` of the claim statement (``routed``: for a worker's routes, still
-    with their placeholders) with ``limit`` (checked) in its text, built on first use."""
-    name = "claim_routed_tasks" if routed else "claim_tasks"
+    with their placeholders; ``flowed``: with flow control, else its ``@unflowed`` text)
+    with ``limit`` (checked) in its text, built on first use."""
+    name = ("claim_routed_tasks" if routed else "claim_tasks") + ("" if flowed else "@unflowed")
     key = f"{name}+limit{limit}"
     if key not in Q:
         Q[key] = Q[name].replace("%(limit)s", str(limit))
     return key
 
 
-# The routed claim's text per (limit, routes): a worker's routes change only when its
-# registry does, so each worker sends one statement, prepared once.
-_ROUTED_CLAIMS: dict[tuple[int, Routes], str] = {}
+# The routed claim's text per (limit, routes, flowed): a worker's routes change only when
+# its registry does, so each worker sends one statement, prepared once (two, if flow limits
+# come and go).
+_ROUTED_CLAIMS: dict[tuple[int, Routes, bool], str] = {}
 
 
 def _literal(text: str) -> str:
@@ -114,13 +117,14 @@ def _literal(text: str) -> str:
     return "E'" + text.replace("\\", "\\\\").replace("'", "''").replace("%", "%%") + "'"
 
 
-def claim_statement(limit: int, routes: Routes | None) -> str:
+def claim_statement(limit: int, routes: Routes | None, *, flowed: bool = True) -> str:
     """The text of the claim (``limit`` checked), with ``routes`` written in as array
     literals: as parameters the statement ran about a fifth slower (its generic plan
-    could not know there is one route, or which), and written in it is planned for them."""
+    could not know there is one route, or which), and written in it is planned for them.
+    ``flowed``: with its flow-control parts (else only right while no flow limit is set)."""
     if routes is None:
-        return Q[claim_with_limit(limit)]
-    key = (limit, routes)
+        return Q[claim_with_limit(limit, flowed=flowed)]
+    key = (limit, routes, flowed)
     text = _ROUTED_CLAIMS.get(key)
     if text is None:
         each = routes.routes
@@ -130,7 +134,7 @@ def claim_statement(limit: int, routes: Routes | None) -> str:
             "route_versions": "ARRAY[" + ", ".join(str(int(r.version)) for r in each) + "]::int[]",
             "route_fingerprints": "ARRAY[" + ", ".join(_literal(r.fingerprint) for r in each) + "]",
         }
-        text = Q[claim_with_limit(limit, routed=True)]
+        text = Q[claim_with_limit(limit, routed=True, flowed=flowed)]
         for name, value in arrays.items():
             text = text.replace(f"%({name})s", value)
         _ROUTED_CLAIMS[key] = text
@@ -164,8 +168,26 @@ def _claim_order(row: DictRow) -> tuple[Any, ...]:
     )
 
 
-def claim_in(conn: Connection, request: ClaimRequest, values: Values) -> list[ClaimedTask]:
-    """The claim, inside the caller's pipelined transaction (a bad limit rolls it back)."""
+class FlowLimitsAppeared(Exception):
+    """A claim sent without its flow-control parts found a flow limit set: its transaction
+    must roll back and the claim be made again with them."""
+
+
+@attrs.define
+class FlowSight:
+    """Whether the last claim on a store saw a flow limit set. A claim is pipelined (its
+    statement sent before the answer of the one that locks the limits), so it is sent as
+    the last claim found things: without the flow-control parts while no limit is set
+    (which halved claims/s where none was), and made again with them, by the caller, when
+    its own lock statement finds one after all."""
+
+    limits_set: bool = True  # until a claim has looked
+
+
+def claim_in(conn: Connection, request: ClaimRequest, values: Values, sight: FlowSight) -> list[ClaimedTask]:
+    """The claim, inside the caller's pipelined transaction (a bad limit rolls it back).
+    Raises :class:`FlowLimitsAppeared` for a claim sent without flow control that found a
+    limit set (the transaction must roll back; ``sight`` now says to claim with it)."""
     limit = validate.integer("claim limit", request.limit, minimum=1, maximum=checks.MAX_CLAIM_LIMIT)
     claimed = []
     params = {"worker_id": request.worker_id.value, "lease": request.lease.seconds}
@@ -177,8 +199,14 @@ def claim_in(conn: Connection, request: ClaimRequest, values: Values) -> list[Cl
     # (checked to be an integer) written into the text: as a parameter the planner
     # guessed thousands of rows and leased them through a scan of the whole table.
     # lock_limited_tenants sets it (transaction-local) as it takes the tenant locks.
-    conn.execute(Q["lock_limited_tenants"])
-    leased = conn.execute(claim_statement(limit, request.routes), params).fetchall()
+    locks = conn.execute(Q["lock_limited_tenants"])
+    flowed = sight.limits_set
+    leased = conn.execute(claim_statement(limit, request.routes, flowed=flowed), params).fetchall()
+    lock_row = locks.fetchone()
+    assert lock_row is not None
+    sight.limits_set = bool(lock_row["flow_locked"])
+    if sight.limits_set and not flowed:
+        raise FlowLimitsAppeared()
     # UPDATE ... RETURNING has no order: hand tasks out in claim order.
     leased.sort(key=_claim_order)
     for row in leased:

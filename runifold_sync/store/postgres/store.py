@@ -24,10 +24,10 @@ processes and hosts claiming from one database.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import DictRow
@@ -46,6 +46,8 @@ from . import joined as pg_joined
 from .listen import ResultListener
 from .pool import Connection, ProcessPool, describe, with_network_params
 from .statements import (
+    FlowLimitsAppeared,
+    FlowSight,
     Q,
     batch_params,
     canonical,
@@ -62,6 +64,8 @@ from .statements import (
 )
 from .url import POLL_INTERVAL_S, PostgresTarget, parse_target
 from .wait import DirectListener, notified, poll, wait_until_due
+
+T = TypeVar("T")
 
 # pg_advisory_xact_lock key that serializes migrations of one database ("RUNIFOLD").
 _MIGRATION_LOCK = 0x52554E49464F4C44
@@ -134,6 +138,7 @@ class PostgresDialect(Dialect):
         self.listener = listener
         self.results = results  # None: watches of a task poll (a pooler, nowhere to LISTEN)
         self._identity: DictRow | None = None  # pg_joined.IDENTITY of this database, once read
+        self.flow_sight = FlowSight()
 
     # --- statements --------------------------------------------------------------------
 
@@ -237,6 +242,11 @@ class PostgresDialect(Dialect):
         transaction, and when none matched, raising before COMMIT rolls the claim back."""
         if any(c.name != "complete" for c in completions):
             raise ValueError(f"complete_all takes completions only, got {[c.name for c in completions]}")
+        return self._retrying_unflowed(lambda: self._complete_all(completions, request))
+
+    def _complete_all(
+        self, completions: Sequence[FencedTransition], request: ClaimRequest | None
+    ) -> BatchCompleted:
         refused: dict[str, CancelPending | LeaseLostError] = {}
         try:
             with self.pool.pipelined_transaction() as conn:
@@ -247,7 +257,7 @@ class PostgresDialect(Dialect):
                 else:
                     conn.execute(Q["use_generic_plans"])
                     sent = conn.execute(Q["complete_batch"], batch_params(completions))
-                claimed = [] if request is None else claim_in(conn, request, self)
+                claimed = [] if request is None else claim_in(conn, request, self, self.flow_sight)
                 done = {row["task_id"] for row in sent.fetchall()}
                 for change in completions:
                     if change.lease.task_id not in done:
@@ -267,8 +277,20 @@ class PostgresDialect(Dialect):
     def claim(self, request: ClaimRequest) -> list[ClaimedTask]:
         # Pipelined: BEGIN, the tenant locks and the claim (with its events) go out
         # together, and the claim statement still runs after the locks are held.
-        with self.pool.pipelined_transaction() as conn:
-            return claim_in(conn, request, self)
+        def attempt() -> list[ClaimedTask]:
+            with self.pool.pipelined_transaction() as conn:
+                return claim_in(conn, request, self, self.flow_sight)
+
+        return self._retrying_unflowed(attempt)
+
+    def _retrying_unflowed(self, attempt: Callable[[], T]) -> T:
+        """``attempt`` (a transaction with a claim), made again once if its claim went
+        without flow control and found a limit set (rolled back: nothing of it stays);
+        the second is sent with flow control."""
+        try:
+            return attempt()
+        except FlowLimitsAppeared:
+            return attempt()
 
     def signal_pending_after_suspend(self, tx: Transaction, task_id: str, name: str, at: Any) -> bool:
         """A delivery that held the row lock while the suspend waited for it committed

@@ -112,7 +112,10 @@ flow_closed AS MATERIALIZED (
     ) g
     WHERE (g.rated = 1 OR g.n >= (SELECT MIN(m.max_running) FROM limits m WHERE m.scope = g.scope))
         AND {query:flow_group_room} <= 0
-)
+),
+
+-- name: claim_flow@unflowed
+-- With no flow limit set, nothing to count.
 
 -- name: flow_group_room
 -- Part of claim_flow and claim_lease_chosen: the room of group g (g.scope, g.name; g.n its
@@ -144,6 +147,9 @@ AND (NOT EXISTS (SELECT 1 FROM flow_closed) OR (
     AND NOT EXISTS (SELECT 1 FROM flow_closed f WHERE f.scope = 'definition' AND f.name = t.definition_name)
     AND NOT EXISTS (SELECT 1 FROM flow_closed f WHERE f.scope = 'queue' AND f.name = t.queue)))
 
+-- name: claim_flow_open@unflowed
+-- With no flow limit set, every group is open.
+
 -- name: claim_lease_chosen
 -- Part of claim_tasks and claim_routed_tasks: from the candidates (expired leases and
 -- ready tasks), the turns, the tenants marked served, the leases (a routed claim gives a
@@ -151,45 +157,7 @@ AND (NOT EXISTS (SELECT 1 FROM flow_closed) OR (
 -- claim gets its head's) and their history events. An expired lease goes before new
 -- work of the same priority: its worker vanished, and it has waited a lease already.
 pool AS (SELECT * FROM expired UNION ALL SELECT * FROM ready),
--- The candidates within the room of their flow-control groups: each group's candidates
--- ranked, and those past its room dropped. Within a tenant each key's first task goes
--- before any key's second.
-pool_groups AS MATERIALIZED (
-    SELECT g.scope, g.name, {query:flow_group_room} AS room,
-        (SELECT l.rate_count FROM limits l WHERE {query:flow_group_limit}) IS NOT NULL AS rated
-    FROM (
-        SELECT p.scope, p.name, COALESCE(r.n, 0) AS n FROM (
-            SELECT 'key' AS scope, concurrency_key AS name FROM pool WHERE concurrency_key IS NOT NULL
-            UNION SELECT 'definition', definition_name FROM pool
-            UNION SELECT 'queue', queue FROM pool
-        ) p LEFT JOIN running_groups r ON r.scope = p.scope AND r.name = p.name
-    ) g
-    WHERE EXISTS (SELECT 1 FROM limits)
-),
-flowed AS (
-    SELECT p.*, kg.room AS key_room, dg.room AS definition_room, qg.room AS queue_room,
-        COALESCE(kg.rated, FALSE) AS key_rated, COALESCE(dg.rated, FALSE) AS definition_rated,
-        COALESCE(qg.rated, FALSE) AS queue_rated,
-        ROW_NUMBER() OVER (
-            PARTITION BY p.concurrency_key ORDER BY p.priority DESC, p.state = 'leased' DESC, p.ready_at
-        ) AS key_turn,
-        ROW_NUMBER() OVER (
-            PARTITION BY p.definition_name ORDER BY p.priority DESC, p.state = 'leased' DESC, p.ready_at
-        ) AS definition_turn,
-        ROW_NUMBER() OVER (
-            PARTITION BY p.queue ORDER BY p.priority DESC, p.state = 'leased' DESC, p.ready_at
-        ) AS queue_turn
-    FROM pool p
-    LEFT JOIN pool_groups kg ON kg.scope = 'key' AND kg.name = p.concurrency_key
-    LEFT JOIN pool_groups dg ON dg.scope = 'definition' AND dg.name = p.definition_name
-    LEFT JOIN pool_groups qg ON qg.scope = 'queue' AND qg.name = p.queue
-),
-candidates AS (
-    SELECT * FROM flowed
-    WHERE (key_room IS NULL OR key_turn <= key_room)
-        AND (definition_room IS NULL OR definition_turn <= definition_room)
-        AND (queue_room IS NULL OR queue_turn <= queue_room)
-),
+{query:claim_flow_candidates}
 chosen AS MATERIALIZED (
     SELECT * FROM (
         SELECT *, ROW_NUMBER() OVER (
@@ -230,7 +198,72 @@ leased AS (
         c.updated_at AS previous_updated_at, c.waiting_for_signal AS previous_signal,
         EXISTS (SELECT 1 FROM runifold_effect_resolutions r WHERE r.task_id = t.task_id) AS resolved
 ),
--- The claims a rate limit counts, and those older than every rate's period dropped.
+{query:claim_flow_counted}
+-- Each claim's history event, in the same statement (detail as rows.claimed_detail).
+claimed_events AS (
+    INSERT INTO runifold_events (task_id, at, kind, worker_id, fencing_token, detail)
+    SELECT task_id, at, 'claimed', %(worker_id)s, fencing_token,
+        jsonb_build_object('from_state', from_state)
+            || CASE WHEN from_state = 'leased'
+                THEN jsonb_build_object('expired_owner', previous_worker) ELSE '{}'::jsonb END
+    FROM leased
+)
+SELECT * FROM leased
+
+-- name: claim_flow_candidates
+-- Part of claim_lease_chosen: the candidates within the room of their flow-control groups:
+-- each group's candidates ranked, and those past its room dropped. Within a tenant each
+-- key's first task goes before any key's second.
+pool_groups AS MATERIALIZED (
+    SELECT g.scope, g.name, {query:flow_group_room} AS room,
+        (SELECT l.rate_count FROM limits l WHERE {query:flow_group_limit}) IS NOT NULL AS rated
+    FROM (
+        SELECT p.scope, p.name, COALESCE(r.n, 0) AS n FROM (
+            SELECT 'key' AS scope, concurrency_key AS name FROM pool WHERE concurrency_key IS NOT NULL
+            UNION SELECT 'definition', definition_name FROM pool
+            UNION SELECT 'queue', queue FROM pool
+        ) p LEFT JOIN running_groups r ON r.scope = p.scope AND r.name = p.name
+    ) g
+    WHERE EXISTS (SELECT 1 FROM limits)
+),
+flowed AS (
+    SELECT p.*, kg.room AS key_room, dg.room AS definition_room, qg.room AS queue_room,
+        COALESCE(kg.rated, FALSE) AS key_rated, COALESCE(dg.rated, FALSE) AS definition_rated,
+        COALESCE(qg.rated, FALSE) AS queue_rated,
+        ROW_NUMBER() OVER (
+            PARTITION BY p.concurrency_key ORDER BY p.priority DESC, p.state = 'leased' DESC, p.ready_at
+        ) AS key_turn,
+        ROW_NUMBER() OVER (
+            PARTITION BY p.definition_name ORDER BY p.priority DESC, p.state = 'leased' DESC, p.ready_at
+        ) AS definition_turn,
+        ROW_NUMBER() OVER (
+            PARTITION BY p.queue ORDER BY p.priority DESC, p.state = 'leased' DESC, p.ready_at
+        ) AS queue_turn
+    FROM pool p
+    LEFT JOIN pool_groups kg ON kg.scope = 'key' AND kg.name = p.concurrency_key
+    LEFT JOIN pool_groups dg ON dg.scope = 'definition' AND dg.name = p.definition_name
+    LEFT JOIN pool_groups qg ON qg.scope = 'queue' AND qg.name = p.queue
+),
+candidates AS (
+    SELECT * FROM flowed
+    WHERE (key_room IS NULL OR key_turn <= key_room)
+        AND (definition_room IS NULL OR definition_turn <= definition_room)
+        AND (queue_room IS NULL OR queue_turn <= queue_room)
+),
+
+-- name: claim_flow_candidates@unflowed
+-- With no flow limit set, every candidate, each key's first task still before its second.
+candidates AS (
+    SELECT p.*, FALSE AS key_rated, FALSE AS definition_rated, FALSE AS queue_rated,
+        ROW_NUMBER() OVER (
+            PARTITION BY p.concurrency_key ORDER BY p.priority DESC, p.state = 'leased' DESC, p.ready_at
+        ) AS key_turn
+    FROM pool p
+),
+
+-- name: claim_flow_counted
+-- Part of claim_lease_chosen: the claims a rate limit counts, and those older than every
+-- rate's period dropped.
 flow_claimed AS (
     INSERT INTO runifold_flow_claims (scope, name, at)
     SELECT 'key', concurrency_key, clock.now FROM chosen, clock WHERE key_rated
@@ -242,16 +275,9 @@ flow_pruned AS (
     WHERE EXISTS (SELECT 1 FROM chosen WHERE key_rated OR definition_rated OR queue_rated)
         AND at <= (SELECT now FROM clock) - (SELECT MAX(rate_period) FROM limits)
 ),
--- Each claim's history event, in the same statement (detail as rows.claimed_detail).
-claimed_events AS (
-    INSERT INTO runifold_events (task_id, at, kind, worker_id, fencing_token, detail)
-    SELECT task_id, at, 'claimed', %(worker_id)s, fencing_token,
-        jsonb_build_object('from_state', from_state)
-            || CASE WHEN from_state = 'leased'
-                THEN jsonb_build_object('expired_owner', previous_worker) ELSE '{}'::jsonb END
-    FROM leased
-)
-SELECT * FROM leased
+
+-- name: claim_flow_counted@unflowed
+-- With no flow limit set, no claim to count.
 
 -- name: claim_candidate
 -- Part of the claims' candidates: what a claim reads of a task it may lease.
@@ -266,7 +292,7 @@ t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.priority, t.updated_at,
 -- tasks within a tenant.
 WITH clock AS MATERIALIZED (SELECT {now} AS now),
 {query:claim_admitted_tenants},
-{query:claim_flow},
+{query:claim_flow}
 expired AS MATERIALIZED (
     SELECT c.*, p.served_at, p.room FROM tenants p CROSS JOIN LATERAL (
         SELECT {query:claim_candidate}, NULL::text AS route_fingerprint
@@ -303,7 +329,7 @@ ready AS MATERIALIZED (
 -- first checkpoint is written by.
 WITH clock AS MATERIALIZED (SELECT {now} AS now),
 {query:claim_admitted_tenants},
-{query:claim_flow},
+{query:claim_flow}
 routes AS MATERIALIZED (
     SELECT * FROM unnest(%(route_queues)s::text[], %(route_names)s::text[],
         %(route_versions)s::int[], %(route_fingerprints)s::text[]) AS r (queue, name, version, fingerprint)

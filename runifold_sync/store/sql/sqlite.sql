@@ -76,7 +76,10 @@ flow_closed AS MATERIALIZED (
     ) g
     WHERE (g.rated = 1 OR g.n >= (SELECT MIN(m.max_running) FROM limits m WHERE m.scope = g.scope))
         AND {query:flow_group_room} <= 0
-)
+),
+
+-- name: claimable_flow@unflowed
+-- With no flow limit set, nothing to count.
 
 -- name: flow_group_room
 -- Part of claimable_flow and claimable_in_turns: the room of group g (g.scope, g.name;
@@ -108,6 +111,9 @@ AND (NOT EXISTS (SELECT 1 FROM flow_closed) OR (
     AND NOT EXISTS (SELECT 1 FROM flow_closed f WHERE f.scope = 'definition' AND f.name = x.definition_name)
     AND NOT EXISTS (SELECT 1 FROM flow_closed f WHERE f.scope = 'queue' AND f.name = x.queue)))
 
+-- name: claimable_flow_open@unflowed
+-- With no flow limit set, every group is open.
+
 -- name: claim_candidate
 -- Part of the claims' candidates: what a claim reads of a task it may lease (t) and of
 -- its tenant's admission (p).
@@ -121,6 +127,22 @@ t.task_id, t.tenant, t.state, t.worker_id, t.ready_at, t.updated_at, t.waiting_f
 -- ranked within their tenant, in claim order. Within a tenant each key's first task goes
 -- before any key's second. An expired lease goes before new work of the same priority:
 -- its worker vanished, and it has waited a lease already.
+{query:claimable_flow_admitted}
+candidates AS (
+    SELECT *, ROW_NUMBER() OVER (
+        PARTITION BY tenant ORDER BY priority DESC, state = 'leased' DESC, key_turn, ready_at
+    ) AS turn
+    FROM admitted
+)
+SELECT task_id, tenant, state, worker_id, ready_at, updated_at, waiting_for_signal, route_fingerprint,
+    concurrency_key, definition_name, queue, key_rated, definition_rated, queue_rated
+FROM candidates WHERE turn <= room
+ORDER BY turn, served_at IS NOT NULL, served_at, priority DESC, state = 'leased' DESC, ready_at
+LIMIT :limit
+
+-- name: claimable_flow_admitted
+-- Part of claimable_in_turns: the candidates within the room of their flow-control groups
+-- (each group's candidates ranked, and those past its room dropped).
 pool_groups AS MATERIALIZED (
     SELECT g.scope, g.name, {query:flow_group_room} AS room,
         (SELECT l.rate_count FROM limits l WHERE {query:flow_group_limit}) IS NOT NULL AS rated
@@ -150,20 +172,26 @@ flowed AS (
     LEFT JOIN pool_groups dg ON dg.scope = 'definition' AND dg.name = p.definition_name
     LEFT JOIN pool_groups qg ON qg.scope = 'queue' AND qg.name = p.queue
 ),
-candidates AS (
-    SELECT *, ROW_NUMBER() OVER (
-        PARTITION BY tenant ORDER BY priority DESC, state = 'leased' DESC, key_turn, ready_at
-    ) AS turn
-    FROM flowed
+admitted AS (
+    SELECT * FROM flowed
     WHERE (key_room IS NULL OR key_turn <= key_room)
         AND (definition_room IS NULL OR definition_turn <= definition_room)
         AND (queue_room IS NULL OR queue_turn <= queue_room)
-)
-SELECT task_id, tenant, state, worker_id, ready_at, updated_at, waiting_for_signal, route_fingerprint,
-    concurrency_key, definition_name, queue, key_rated, definition_rated, queue_rated
-FROM candidates WHERE turn <= room
-ORDER BY turn, served_at IS NOT NULL, served_at, priority DESC, state = 'leased' DESC, ready_at
-LIMIT :limit
+),
+
+-- name: claimable_flow_admitted@unflowed
+-- With no flow limit set, every candidate, each key's first task still before its second.
+admitted AS (
+    SELECT p.*, 0 AS key_rated, 0 AS definition_rated, 0 AS queue_rated,
+        ROW_NUMBER() OVER (
+            PARTITION BY p.concurrency_key ORDER BY p.priority DESC, p.state = 'leased' DESC, p.ready_at
+        ) AS key_turn
+    FROM pool p
+),
+
+-- name: flow_limits_set
+-- First statement of a claim: under its BEGIN IMMEDIATE, whether it needs flow control.
+SELECT EXISTS (SELECT 1 FROM runifold_flow_limits) AS limits_set;
 
 -- name: claimable_tasks
 -- Admit tenants (room under their lease limit, charges under their budget), take each
@@ -172,7 +200,7 @@ LIMIT :limit
 -- within a turn. Priority orders tasks within a tenant. The caller's BEGIN IMMEDIATE
 -- makes it exact.
 WITH {query:claimable_admitted_tenants},
-{query:claimable_flow},
+{query:claimable_flow}
 pool AS (
     SELECT {query:claim_candidate}, NULL AS route_fingerprint
     FROM tenants p JOIN runifold_tasks t ON t.task_id IN (
@@ -207,7 +235,7 @@ pool AS (
 -- a route-less claim, by any); lease_task gives a task without a head the route's
 -- fingerprint.
 WITH {query:claimable_admitted_tenants},
-{query:claimable_flow},
+{query:claimable_flow}
 routes AS MATERIALIZED (
     SELECT json_extract(value, '$[0]') AS queue, json_extract(value, '$[1]') AS name,
         json_extract(value, '$[2]') AS version, json_extract(value, '$[3]') AS fingerprint

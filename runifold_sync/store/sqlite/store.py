@@ -337,11 +337,14 @@ class SqliteDialect(Dialect):
         conn, now = tx.raw, tx.at
         worker_id = request.worker_id.value
         claimed = []
+        # Without a flow limit set, the claim without its flow-control parts.
+        variant = "" if conn.execute(_Q["flow_limits_set"]).fetchone()[0] else "@unflowed"
         if request.routes is None:
-            candidates = conn.execute(_Q["claimable_tasks"], {"now": now, "limit": limit}).fetchall()
+            query = _Q["claimable_tasks" + variant]
+            candidates = conn.execute(query, {"now": now, "limit": limit}).fetchall()
         else:
             params = {"now": now, "limit": limit, "routes": _routes_json(request.routes)}
-            candidates = conn.execute(_Q["claimable_routed_tasks"], params).fetchall()
+            candidates = conn.execute(_Q["claimable_routed_tasks" + variant], params).fetchall()
         for tenant in sorted({c["tenant"] for c in candidates}):
             conn.execute(_Q["mark_tenant_served"], {"tenant": tenant, "now": now})
         lease_us = in_us(request.lease.value)
