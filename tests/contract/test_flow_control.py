@@ -3,7 +3,7 @@ task, what a held task's reason says, dedup windows, singletons and debounce."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
@@ -17,6 +17,7 @@ from runifold_sync.store import TaskState
 from runifold_sync.store.records import ClaimRequest, Completion
 from tests.support.backends import Backend
 from tests.support.clock import Clock
+from tests.support.old_schema import schema_at
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 W1 = WorkerId.parse("worker-1")
@@ -324,3 +325,17 @@ def test_aging_raises_a_waiting_task_one_level_per_period_until_it_runs(store: W
     assert _starved_for(store, aging=True) == 5
     assert store.get_task("low").priority == 5
     assert store.age_priorities(timedelta(seconds=10), up_to=5) == 0  # nothing left below 5
+
+
+def test_migration_numbers_the_claims_a_rate_counts_in_their_order(backend: Backend) -> None:
+    """Claims recorded before version 24 are numbered per group in the order they were
+    made (whatever order their rows are in), so a window counted by numbers counts them."""
+    ph = "?" if backend.kind == "sqlite" else "%s"
+    with schema_at(backend, 23) as execute:
+        for name, at in [("a", 3), ("b", 1), ("a", 1), ("a", 2)]:
+            stamp = at * 1_000_000 if backend.kind == "sqlite" else datetime.fromtimestamp(at, UTC)
+            insert = f"INSERT INTO runifold_flow_claims (scope, name, at) VALUES ('key', {ph}, {ph})"
+            execute(insert, (name, stamp))
+    backend.open()
+    rows = backend.query("SELECT name, seq FROM runifold_flow_claims ORDER BY name, at")
+    assert rows == [("a", 1), ("a", 2), ("a", 3), ("b", 1)]

@@ -32,15 +32,6 @@ def task(task_id: str = "t1", **options: Any) -> WorkflowTask:
     return WorkflowTask.new("orders", 1, {"order_id": task_id}, checkpoint_id=task_id, **options)
 
 
-def raw_query(backend: Backend, sql: str) -> list[tuple[Any, ...]]:
-    """Read the database behind the store, as an operator would."""
-    if backend.kind == "sqlite":
-        with sqlite3.connect(sqlite_path(backend.url)) as conn:
-            return conn.execute(sql).fetchall()
-    with psycopg.connect(backend.direct_url) as pg:
-        return pg.execute(sql.encode()).fetchall()
-
-
 SCHEMA_SQL = {
     "sqlite": "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name",
     "postgres": (
@@ -56,7 +47,7 @@ SCHEMA_SQL = {
 def test_a_fresh_database_is_migrated_through_every_version_once(backend: Backend) -> None:
     store = backend.open()
     every = [(version,) for version, _script in load_migrations(backend.kind)]
-    assert raw_query(backend, "SELECT version FROM runifold_schema ORDER BY version") == every
+    assert backend.query("SELECT version FROM runifold_schema ORDER BY version") == every
     assert every[-1] == (LATEST,)
     assert store.migrate() == LATEST
 
@@ -64,12 +55,12 @@ def test_a_fresh_database_is_migrated_through_every_version_once(backend: Backen
 def test_migrating_a_migrated_database_again_changes_nothing(backend: Backend) -> None:
     store = backend.open()
     store.enqueue(task())
-    schema = raw_query(backend, SCHEMA_SQL[backend.kind])
-    versions = raw_query(backend, "SELECT version, applied_at FROM runifold_schema")
+    schema = backend.query(SCHEMA_SQL[backend.kind])
+    versions = backend.query("SELECT version, applied_at FROM runifold_schema")
     assert store.migrate() == LATEST
     assert backend.open().migrate() == LATEST
-    assert raw_query(backend, SCHEMA_SQL[backend.kind]) == schema
-    assert raw_query(backend, "SELECT version, applied_at FROM runifold_schema") == versions
+    assert backend.query(SCHEMA_SQL[backend.kind]) == schema
+    assert backend.query("SELECT version, applied_at FROM runifold_schema") == versions
     assert store.get_task("t1").input == {"order_id": "t1"}
     assert [e.kind for e in store.history("t1")] == ["enqueued"]
 
@@ -85,7 +76,7 @@ def test_stores_opened_at_once_on_a_fresh_database_migrate_it_exactly_once(backe
         stores = list(pool.map(lambda _: open_after_barrier(), range(6)))
     assert [s.migrate() for s in stores] == [LATEST] * 6
     every = [(version,) for version, _script in load_migrations(backend.kind)]
-    assert raw_query(backend, "SELECT version FROM runifold_schema ORDER BY version") == every
+    assert backend.query("SELECT version FROM runifold_schema ORDER BY version") == every
 
 
 @pytest.mark.timeout(120)
@@ -103,7 +94,7 @@ def test_processes_started_at_once_on_a_fresh_database_migrate_it_exactly_once(b
     assert reports == [("migrated", LATEST)] * 6
     assert [process.exitcode for process in processes] == [0] * 6
     every = [(version,) for version, _script in load_migrations(backend.kind)]
-    assert raw_query(backend, "SELECT version FROM runifold_schema ORDER BY version") == every
+    assert backend.query("SELECT version FROM runifold_schema ORDER BY version") == every
 
 
 def test_a_database_migrated_by_a_newer_version_is_refused(backend: Backend) -> None:
@@ -245,7 +236,7 @@ def _fresh_schema(backend: Backend, request: pytest.FixtureRequest) -> list[tupl
         other = Backend("postgres", with_database(admin, dbname), with_database(admin, dbname))
     try:
         other.open()
-        return raw_query(other, SCHEMA_SQL[backend.kind])
+        return other.query(SCHEMA_SQL[backend.kind])
     finally:
         other.close_all()
 
@@ -287,6 +278,6 @@ def test_a_database_at_version_1_with_tasks_migrates_to_the_fresh_schema_keeping
                 b"'1970-01-01Z', '1970-01-01Z', '1970-01-01Z')"
             )
     store = backend.open()
-    assert raw_query(backend, SCHEMA_SQL[backend.kind]) == _fresh_schema(backend, request)
+    assert backend.query(SCHEMA_SQL[backend.kind]) == _fresh_schema(backend, request)
     assert store.get_task("old").input == {"order_id": "old"}
     assert store.claim(WorkerId.parse("w"), LeaseDuration(timedelta(seconds=30)))[0].lease.task_id == "old"

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,6 +35,7 @@ from psycopg import sql
 from runifold_sync import WorkflowStore, open_store
 from runifold_sync.postgres import PostgresWorkflowStore
 from runifold_sync.sqlite import SqliteWorkflowStore
+from runifold_sync.store.open import sqlite_path as sqlite_file
 from runifold_sync.testing.plugin import database_prefix
 
 from .clock import Clock
@@ -80,6 +83,14 @@ class Backend:
         store = open_store(self.url)
         self.opened.append(store)
         return store
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        """Rows of ``sql`` read from the database behind the store, as an operator would."""
+        if self.kind == "sqlite":
+            with closing(sqlite3.connect(sqlite_file(self.url))) as conn:
+                return conn.execute(sql).fetchall()
+        with psycopg.connect(self.direct_url) as pg:
+            return pg.execute(sql.encode()).fetchall()
 
     def close_all(self) -> None:
         for store in self.opened:

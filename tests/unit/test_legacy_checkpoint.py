@@ -11,11 +11,9 @@ finish without running any recorded call again, on both backends.
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import timedelta
 from typing import Any
 
-import psycopg
 import pytest
 
 from runifold_sync import (
@@ -32,9 +30,8 @@ from runifold_sync.errors import CheckpointError
 from runifold_sync.model.checkpoint import Checkpoint, EntryKind, EntryStatus
 from runifold_sync.store import TaskState
 from runifold_sync.store.checkpoints import read_checkpoint
-from runifold_sync.store.queries import load_migrations
-from runifold_sync.store.sqlite.schema import migration_statements
 from tests.support.backends import Backend
+from tests.support.old_schema import schema_at
 
 LEGACY_TEXT = (
     '{"branch_journals":{"parallel#1/x":[{"call_id":"parallel#1/x/add#1","due":null,'
@@ -97,41 +94,24 @@ def main(ctx: WorkflowContext, n: int) -> dict[str, Any]:
 def _schema_6_with_tasks(backend: Backend, tasks: dict[str, tuple[str, str]]) -> None:
     """Build ``backend``'s database with the migrations up to version 6, as the previous
     release left it, holding ``tasks`` (task id -> (state, checkpoint text))."""
-    scripts = [(version, script) for version, script in load_migrations(backend.kind) if version <= 6]
-    assert [version for version, _ in scripts] == [1, 2, 3, 4, 5, 6]
-    if backend.kind == "sqlite":
-        now = "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)"
-        conn = sqlite3.connect(backend.url.removeprefix("sqlite:///"))
-        conn.execute("CREATE TABLE runifold_schema (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)")
-        for version, script in scripts:
-            for statement in migration_statements(script):
-                conn.execute(statement)
-            conn.execute("INSERT INTO runifold_schema VALUES (?, datetime('now'))", (version,))
+    with schema_at(backend, 6) as execute:
         for task_id, (state, text) in tasks.items():
-            conn.execute(
-                "INSERT INTO runifold_tasks (task_id, definition_name, definition_version, tenant, input, "
-                f"state, ready_at, created_at, updated_at, revision, checkpoint) VALUES (?, 'legacy', 1, "
-                f"'default', '1', ?, {now}, {now}, {now}, 3, ?)",
-                (task_id, state, text),
-            )
-        conn.commit()
-        conn.close()
-        return
-    with psycopg.connect(backend.direct_url, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE runifold_schema "
-            "(version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-        )
-        for version, script in scripts:
-            conn.execute(script.encode())
-            conn.execute("INSERT INTO runifold_schema (version) VALUES (%s)", (version,))
-        for task_id, (state, text) in tasks.items():
-            conn.execute(
-                "INSERT INTO runifold_tasks (task_id, definition_name, definition_version, tenant, input, "
-                "input_text, state, ready_at, created_at, updated_at, revision, checkpoint) "
-                "VALUES (%s, 'legacy', 1, 'default', '1'::jsonb, '1', %s, now(), now(), now(), 3, %s::jsonb)",
-                (task_id, state, text),
-            )
+            if backend.kind == "sqlite":
+                now = "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)"
+                execute(
+                    "INSERT INTO runifold_tasks (task_id, definition_name, definition_version, tenant, "
+                    f"input, state, ready_at, created_at, updated_at, revision, checkpoint) VALUES (?, "
+                    f"'legacy', 1, 'default', '1', ?, {now}, {now}, {now}, 3, ?)",
+                    (task_id, state, text),
+                )
+            else:
+                execute(
+                    "INSERT INTO runifold_tasks (task_id, definition_name, definition_version, tenant, "
+                    "input, input_text, state, ready_at, created_at, updated_at, revision, checkpoint) "
+                    "VALUES (%s, 'legacy', 1, 'default', '1'::jsonb, '1', %s, now(), now(), now(), 3, "
+                    "%s::jsonb)",
+                    (task_id, state, text),
+                )
 
 
 def test_migration_splits_a_legacy_checkpoint_into_rows_and_its_task_replays_to_the_end(

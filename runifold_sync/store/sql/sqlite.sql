@@ -39,63 +39,77 @@ tenants AS (
 
 -- name: claimable_flow
 -- Part of claimable_tasks and claimable_routed_tasks: flow control by key (sql_flow.py).
--- The limits, the unexpired leases they count (read only when there is a limit), and the
+-- The limits, the unexpired leases they count, the claims in each rate's window, and the
 -- groups closed now (at max_running, or out of rate in their window): no claim reads a
--- closed group's tasks, so a full key never holds back the tasks behind it.
+-- closed group's tasks, so a full key never holds back the tasks behind it. A group is
+-- closed by either limit alone, so the two are found apart, each only where a limit of
+-- its kind is set.
 -- Not materialized: each lookup of a group's limit reads the table's primary key.
 limits AS NOT MATERIALIZED (
     SELECT scope, target, max_running, rate_count, rate_period_us FROM runifold_flow_limits
 ),
+floors AS MATERIALIZED (
+    -- Each scope's lowest max_running: a group with fewer running is open to it.
+    SELECT scope, MIN(max_running) AS floor FROM limits WHERE max_running IS NOT NULL GROUP BY scope
+),
 running AS MATERIALIZED (
-    -- Tenant by tenant, as each tenant's room counts them (a search of the leased index).
-    SELECT l.concurrency_key, l.definition_name, l.queue
+    -- For a definition's or a queue's max_running (a key's running tasks are counted
+    -- where its tasks are read: flow_key_open), tenant by tenant, as each tenant's room
+    -- counts them (a search of the leased index).
+    SELECT l.definition_name, l.queue
     FROM runifold_tenants p CROSS JOIN runifold_tasks l INDEXED BY runifold_tasks_leased
-    WHERE l.tenant = p.tenant
-        AND l.state = 'leased' AND l.lease_expires > :now AND EXISTS (SELECT 1 FROM limits)
+    WHERE l.tenant = p.tenant AND l.state = 'leased' AND l.lease_expires > :now
+        AND EXISTS (SELECT 1 FROM floors WHERE scope <> 'key')
 ),
 running_groups AS MATERIALIZED (
-    SELECT 'key' AS scope, concurrency_key AS name, COUNT(*) AS n FROM running
-    WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key
-    UNION ALL SELECT 'definition', definition_name, COUNT(*) FROM running GROUP BY definition_name
-    UNION ALL SELECT 'queue', queue, COUNT(*) FROM running GROUP BY queue
+    SELECT 'definition' AS scope, definition_name AS name, COUNT(*) AS n FROM running
+    WHERE EXISTS (SELECT 1 FROM floors WHERE scope = 'definition') GROUP BY definition_name
+    UNION ALL SELECT 'queue', queue, COUNT(*) FROM running
+    WHERE EXISTS (SELECT 1 FROM floors WHERE scope = 'queue') GROUP BY queue
+),
+rate_used AS MATERIALIZED (
+    -- Each rated group with its claims in its window: every definition or queue with a
+    -- rate, and the keys claimed within the longest key rate's period.
+    SELECT g.scope, g.name, l.rate_count - {query:flow_window_claims} AS room
+    FROM (
+        SELECT scope, target AS name FROM limits WHERE scope <> 'key' AND rate_count IS NOT NULL
+        UNION SELECT scope, name FROM runifold_flow_claims
+        WHERE scope = 'key' AND at > :now - (
+            SELECT MAX(rate_period_us) FROM limits WHERE scope = 'key' AND rate_count IS NOT NULL)
+    ) g, limits l
+    WHERE {query:flow_group_limit} AND l.rate_count IS NOT NULL
 ),
 flow_closed AS MATERIALIZED (
-    -- g.n: the group's running tasks; g.rated: it has claims in a rate's window. Only a
-    -- group with claims to count or as many running as the lowest max_running of its
-    -- scope can be closed: the rest are not looked up.
-    SELECT g.scope, g.name FROM (
-        SELECT scope, name, MAX(n) AS n, MAX(rated) AS rated FROM (
-            SELECT scope, name, n, 0 AS rated FROM running_groups
-            -- Keys with claims in a key rate's window (a definition's or queue's rate is
-            -- its limit row's, below).
-            UNION ALL SELECT scope, name, 0, 1 FROM runifold_flow_claims
-                WHERE scope = 'key' AND at > :now - (SELECT MAX(rate_period_us) FROM limits WHERE scope = 'key')
-            UNION ALL SELECT scope, target, 0, CASE WHEN rate_count IS NULL THEN 0 ELSE 1 END
-                FROM limits WHERE scope <> 'key'
-        ) u GROUP BY scope, name
-    ) g
-    WHERE (g.rated = 1 OR g.n >= (SELECT MIN(m.max_running) FROM limits m WHERE m.scope = g.scope))
-        AND {query:flow_group_room} <= 0
+    SELECT g.scope, g.name FROM running_groups g JOIN floors f ON f.scope = g.scope, limits l
+    WHERE g.n >= f.floor AND {query:flow_group_limit} AND l.max_running <= g.n
+    UNION ALL SELECT scope, name FROM rate_used WHERE room <= 0
 ),
 
 -- name: claimable_flow@unflowed
 -- With no flow limit set, nothing to count.
 
+-- name: flow_window_claims
+-- Part of claimable_flow: the claims of group g (g.scope, g.name) in the window of its
+-- limit l's rate: its last claim's number less its first one in the window (claims are
+-- numbered in order, per group), two index probes however many the window holds.
+COALESCE((
+    SELECT c.seq FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
+    ORDER BY c.at DESC, c.seq DESC LIMIT 1
+) - (
+    SELECT c.seq FROM runifold_flow_claims c
+    WHERE c.scope = g.scope AND c.name = g.name AND c.at > :now - l.rate_period_us
+    ORDER BY c.at, c.seq LIMIT 1
+) + 1, 0)
+
 -- name: flow_group_room
--- Part of claimable_flow and claimable_in_turns: the room of group g (g.scope, g.name;
--- g.n its running tasks)
--- under the limit that applies to it (NULL: none). A key's limit is the row naming it,
--- else the longest prefix pattern ("export:*") it matches.
-(SELECT MIN(
-        COALESCE(l.max_running - g.n, :limit),
-        COALESCE(l.rate_count - (
-            SELECT COUNT(*) FROM runifold_flow_claims c
-            WHERE c.scope = g.scope AND c.name = g.name AND c.at > :now - l.rate_period_us
-        ), :limit))
-    FROM limits l WHERE {query:flow_group_limit})
+-- Part of claimable_flow_admitted: the room of group g (g.scope, g.name, g.n its running
+-- tasks) under the limit l that applies to it, u its rate's room (NULL: no claim counted).
+MIN(COALESCE(l.max_running - g.n, :limit), COALESCE(u.room, l.rate_count, :limit))
 
 -- name: flow_group_limit
--- Part of flow_group_room: the limit row l of group g.
+-- Part of the claims' flow control and of the flow stats: the limit row l of group g. A
+-- key's limit is the row naming it, else the longest prefix pattern ("export:*") it
+-- matches.
 l.scope = g.scope AND l.target = CASE WHEN g.scope <> 'key' THEN g.name ELSE (
         SELECT k.target FROM limits k
         WHERE k.scope = 'key' AND (k.target = g.name OR (substr(k.target, -1) = '*'
@@ -105,11 +119,18 @@ l.scope = g.scope AND l.target = CASE WHEN g.scope <> 'key' THEN g.name ELSE (
     ) END
 
 -- name: claimable_flow_open
--- Part of the claims' scans of ready tasks (alias x): not in a closed group.
+-- Part of the claims' scans of ready tasks (alias x): not in a closed group, and its key
+-- (if a key's max_running applies to it) below that limit.
 AND (NOT EXISTS (SELECT 1 FROM flow_closed) OR (
     NOT EXISTS (SELECT 1 FROM flow_closed f WHERE f.scope = 'key' AND f.name = x.concurrency_key)
     AND NOT EXISTS (SELECT 1 FROM flow_closed f WHERE f.scope = 'definition' AND f.name = x.definition_name)
     AND NOT EXISTS (SELECT 1 FROM flow_closed f WHERE f.scope = 'queue' AND f.name = x.queue)))
+AND (x.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM floors WHERE scope = 'key')
+    OR NOT EXISTS (
+        SELECT 1 FROM limits l, (SELECT 'key' AS scope, x.concurrency_key AS name) g
+        WHERE {query:flow_group_limit} AND l.max_running IS NOT NULL AND l.max_running <= (
+            SELECT COUNT(*) FROM runifold_tasks r INDEXED BY runifold_tasks_leased_key
+            WHERE r.concurrency_key = x.concurrency_key AND r.state = 'leased' AND r.lease_expires > :now)))
 
 -- name: claimable_flow_open@unflowed
 -- With no flow limit set, every group is open.
@@ -144,16 +165,20 @@ LIMIT :limit
 -- Part of claimable_in_turns: the candidates within the room of their flow-control groups
 -- (each group's candidates ranked, and those past its room dropped).
 pool_groups AS MATERIALIZED (
-    SELECT g.scope, g.name, {query:flow_group_room} AS room,
-        (SELECT l.rate_count FROM limits l WHERE {query:flow_group_limit}) IS NOT NULL AS rated
+    SELECT g.scope, g.name, {query:flow_group_room} AS room, l.rate_count IS NOT NULL AS rated
     FROM (
-        SELECT p.scope, p.name, COALESCE(r.n, 0) AS n FROM (
+        SELECT p.scope, p.name, CASE WHEN p.scope <> 'key' THEN COALESCE(r.n, 0) ELSE (
+                SELECT COUNT(*) FROM runifold_tasks t INDEXED BY runifold_tasks_leased_key
+                WHERE t.concurrency_key = p.name AND t.state = 'leased' AND t.lease_expires > :now
+            ) END AS n
+        FROM (
             SELECT 'key' AS scope, concurrency_key AS name FROM pool WHERE concurrency_key IS NOT NULL
             UNION SELECT 'definition', definition_name FROM pool
             UNION SELECT 'queue', queue FROM pool
         ) p LEFT JOIN running_groups r ON r.scope = p.scope AND r.name = p.name
     ) g
-    WHERE EXISTS (SELECT 1 FROM limits)
+    JOIN limits l ON {query:flow_group_limit}
+    LEFT JOIN rate_used u ON u.scope = g.scope AND u.name = g.name
 ),
 flowed AS (
     SELECT p.*, kg.room AS key_room, dg.room AS definition_room, qg.room AS queue_room,
@@ -1060,7 +1085,14 @@ SELECT scope, target, max_running, rate_count, rate_period_us AS rate_period FRO
 ORDER BY scope, target;
 
 -- name: record_flow_claim
-INSERT INTO runifold_flow_claims (scope, name, at) VALUES (:scope, :name, :now);
+-- Numbered one past the group's last claim, and never stamped before it (a store clock set
+-- back), so the numbers keep the claims' order (flow_window_claims).
+INSERT INTO runifold_flow_claims (scope, name, at, seq)
+SELECT :scope, :name, MAX(:now, COALESCE(last.at, :now)), COALESCE(last.seq, 0) + 1
+FROM (SELECT 1) LEFT JOIN (
+    SELECT at, seq FROM runifold_flow_claims WHERE scope = :scope AND name = :name
+    ORDER BY at DESC, seq DESC LIMIT 1
+) last;
 
 -- name: prune_flow_claims
 -- Claims older than every rate's period count toward none.
