@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 
-from ..engine.claim import LeaseFlags
-from ..engine.deadlines import DeadlineListener, RunningBodies, describe_timeout
+from ..engine.claim import Claim
+from ..engine.deadlines import describe_timeout
 from ..engine.logs import task_fields
 from ..errors import ForkUnsafe, LeaseLostError, StoreClosed
 from ..model import crashpoints
@@ -70,7 +70,7 @@ class LeaseKeeper:
         # The running task's (task id, fencing token) once its claim-ending write began:
         # a heartbeat refused after that found the task ended by this worker, not lost.
         self._ending: tuple[str, int] | None = None
-        self._flags = LeaseFlags(0.0)
+        self._claim: Claim | None = None  # the running task's (kept after unwatch)
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._worker_id: WorkerId | None = None  # refreshed in the worker registry when set
@@ -85,7 +85,6 @@ class LeaseKeeper:
         # commit (held_completions.py).
         self._completion_held: set[str] = set()
         self._watched_at = 0.0  # monotonic time the running task's watch began
-        self._deadline_listener: DeadlineListener | None = None
         self._overdue_told: str | None = None  # the overdue body already logged
         self._on_beat: Callable[[], None] | None = None  # see each_beat
         self._hand_back: str | None = None  # see hand_back_at_boundary
@@ -101,12 +100,6 @@ class LeaseKeeper:
         # and the (task, token) of each one queued until told, so each is queued once.
         self._forgiven: list[tuple[Lease, int]] = []
         self._forgiven_claims: set[tuple[str, int]] = set()
-
-    def report_deadlines(self, listener: DeadlineListener) -> None:
-        """Tell ``listener`` the earliest deadline of the bodies with a timeout running in
-        the tasks watched from now on (see :class:`~runifold_sync.engine.deadlines.RunningBodies`)."""
-        with self._lock:
-            self._deadline_listener = listener
 
     def announce(self, worker_id: WorkerId) -> None:
         """Keep ``worker_id``'s ``last_seen`` fresh in the store's worker registry, idle or not."""
@@ -125,33 +118,32 @@ class LeaseKeeper:
             self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
             self._thread.start()
 
-    def watch(self, lease: Lease, extended_at: float | None = None, revision: int = 0) -> LeaseFlags:
-        """Start extending ``lease`` (of a claim that saw ``revision``), last extended (or
-        claimed) at monotonic time ``extended_at`` (default now); returns the flags the
-        heartbeat thread sets."""
+    def watch(self, claim: Claim, extended_at: float | None = None) -> None:
+        """Start extending ``claim``'s lease, last extended (or claimed) at monotonic time
+        ``extended_at`` (default now), and setting its flags."""
         start = time.monotonic() if extended_at is None else extended_at
+        lease = claim.lease
         with self._lock:
             self._lease = lease
             self._watched = (lease.task_id, lease.fencing_token)
-            self._watched_revision = revision
+            self._watched_revision = claim.claimed.revision
             self._ending = None
             self._watched_at = time.monotonic()
-            expires = start + self._duration.seconds
-            offset = lease.expires_at.timestamp() - expires
-            flags = LeaseFlags(expires, store_offset_s=offset, bodies=RunningBodies(self._deadline_listener))
-            self._flags = flags
-            flags.hand_back = self._hand_back
-            if lease.cancel_requested is not None:  # requested while a previous owner ran
-                flags.cancel = True
+            claim.deadline = start + self._duration.seconds
+            claim.store_offset_s = lease.expires_at.timestamp() - claim.deadline
+            claim.hand_back = self._hand_back
+            claim.requested(lease.cancel_requested, None)  # requested while a previous owner ran
+            self._claim = claim
             self._start()
-        return flags
 
     def hand_back_at_boundary(self, reason: str) -> None:
         """Have the running task, and any watched from now on, handed back at its next
         step boundary for ``reason``. Takes no lock (a signal handler calls it on the
         thread that may hold one); ``watch`` reads it after making a claim's flags."""
         self._hand_back = reason
-        self._flags.hand_back = reason
+        claim = self._claim
+        if claim is not None:
+            claim.hand_back = reason
 
     def hold(self, leases: list[Lease], *, hand_back: bool = True) -> None:
         """Keep ``leases`` (claimed ahead, not running yet) alive until taken; with
@@ -213,8 +205,13 @@ class LeaseKeeper:
         or starved) counts as before."""
         with self._lock:
             extended = self._lost_held.pop(lease.task_id, None)
-            if extended is None and self._watched == (lease.task_id, lease.fencing_token):
-                extended = self._flags.deadline - self._duration.seconds
+            claim = self._claim
+            if (
+                extended is None
+                and claim is not None
+                and self._watched == (lease.task_id, lease.fencing_token)
+            ):
+                extended = claim.deadline - self._duration.seconds
             if extended is not None and self._failed_at >= extended:
                 self._forgive(lease, revision)
 
@@ -286,7 +283,7 @@ class LeaseKeeper:
             with self._lock:
                 if self._stop:
                     return
-                lease, flags, worker_id = self._lease, self._flags, self._worker_id
+                lease, claim, worker_id = self._lease, self._claim, self._worker_id
             # Claims lost while cut off first: a worker that takes one of their tasks over
             # once the network heals may be counting them as crashes meanwhile.
             if not self._send_forgiven():
@@ -301,7 +298,7 @@ class LeaseKeeper:
                 except Exception as exc:
                     self._failed(exc, "worker registry update failed", {"worker_id": str(worker_id)})
             # The running task's lease first: leases claimed ahead must not delay it.
-            if lease is not None and not self._extend_current(lease, flags):
+            if lease is not None and claim is not None and not self._extend_current(lease, claim):
                 return
             if not self._hand_back_held() or not self._extend_held():
                 return
@@ -375,7 +372,7 @@ class LeaseKeeper:
         waits = self._store.pool_waits()
         self._observer.pool_wait(waits.requests, waits.waited, waits.wait_s)
 
-    def _beat_landed(self, flags: LeaseFlags, started: float) -> None:
+    def _beat_landed(self, flags: Claim, started: float) -> None:
         """Report a beat sent at ``started`` that just got its answer: how late it was
         against the beat due an interval after the last extension, and the lease left."""
         if self._observer is not None:
@@ -412,7 +409,7 @@ class LeaseKeeper:
                 self._failed(exc, "could not hand back a task claimed ahead", task_fields(lease))
         return True
 
-    def _extend_current(self, lease: Lease, flags: LeaseFlags) -> bool:
+    def _extend_current(self, lease: Lease, flags: Claim) -> bool:
         """Extend the running task's lease, unless a body is past its timeout; False when
         the store was closed under the keeper."""
         if self._past_timeout(lease, flags):
@@ -454,17 +451,14 @@ class LeaseKeeper:
                         self._forgive(lease, self._watched_revision)  # ran out while cut off
             return True
         self._beat_landed(flags, started)
-        if renewed.cancel_requested is not None:
-            flags.cancel = True
-        if renewed.paused is not None:
-            flags.pause = True
+        flags.requested(renewed.cancel_requested, renewed.paused)
         with self._lock:
             if self._lease is lease:
                 self._lease = renewed
                 flags.deadline = started + self._duration.seconds
         return True
 
-    def _past_timeout(self, lease: Lease, flags: LeaseFlags) -> bool:
+    def _past_timeout(self, lease: Lease, flags: Claim) -> bool:
         """True while a body of the running task is past its timeout: its lease is then
         left to run out (said once per body), since the task must not stay with a body
         that cannot be interrupted. Extensions resume if the body ends while the lease

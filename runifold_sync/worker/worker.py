@@ -158,7 +158,7 @@ class WorkflowWorker:
         None once none runs: a body cannot be interrupted from inside, so this is how a
         pool's child tells its supervisor when to kill it. Called from the thread that
         runs the body; it should only pass the value on."""
-        self._keeper.report_deadlines(listener)
+        self._executor.deadlines = listener
 
     def hand_back_at_boundary(self, reason: str) -> None:
         """Hand the running task back at its next step boundary, released for any worker
