@@ -64,9 +64,8 @@ from ..store.outage import is_outage
 from ..store.records import ClaimedTask, Completion
 from ..store.retries import retrying_until
 from ..workflow.registry import WorkflowDefinition, WorkflowRegistry
-from .claim_ahead import ClaimedAhead
+from .batch import ClaimedAhead, Held, HeldCompletion, HeldCompletions
 from .heartbeat import LeaseKeeper
-from .held_completions import Held, HeldCompletion, HeldCompletions
 from .settings import WorkerSettings
 
 log = logging.getLogger("runifold_sync.worker.worker")
