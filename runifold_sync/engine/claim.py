@@ -32,6 +32,9 @@ class Claim:
     lock) for every task was a measurable share of a one-step task's CPU."""
 
     claimed: ClaimedTask
+    lease: Lease = attrs.field(  # the claimed task's, which every fenced write carries
+        init=False, default=attrs.Factory(lambda self: self.claimed.lease, takes_self=True)
+    )
     max_steps_per_claim: int | None = None  # bodies run before the task is handed back
     max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
     spans: ClaimSpans = NO_SPANS  # the claim's bodies and waits report to its cycle span
@@ -50,10 +53,6 @@ class Claim:
     # Why the worker hands the task back at its next step boundary (it must stop soon).
     hand_back: str | None = None
 
-    @property
-    def lease(self) -> Lease:
-        return self.claimed.lease
-
     def expired(self) -> bool:
         """Lost, or past the deadline: a resumed (SIGCONT) or starved process must not
         start a body before its heartbeat thread has even run again."""
@@ -62,8 +61,7 @@ class Claim:
     def check_lease(self) -> None:
         """Unwind the run when the lease is gone: nothing new may start under it."""
         if self.lost or time.monotonic() >= self.deadline:
-            lease = self.claimed.lease
-            raise Unwind(LeaseLostError(lease.task_id, lease.fencing_token, "next step"))
+            raise Unwind(LeaseLostError(self.lease.task_id, self.lease.fencing_token, "next step"))
 
     def requested(self, cancel: str | None, pause: str | None) -> None:
         """Note what the store answered a heartbeat or a commit with: a cancel or a pause
