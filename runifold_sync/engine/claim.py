@@ -63,14 +63,6 @@ class Claim:
         if self.lost or time.monotonic() >= self.deadline:
             raise Unwind(LeaseLostError(self.lease.task_id, self.lease.fencing_token, "next step"))
 
-    def requested(self, cancel: str | None, pause: str | None) -> None:
-        """Note what the store answered a heartbeat or a commit with: a cancel or a pause
-        requested (the task row's, None when there is none)."""
-        if cancel is not None:
-            self.cancel = True
-        if pause is not None:
-            self.pause = True
-
     def store_now(self) -> float:
         """Store time now, in epoch seconds, as the lease's expiry tells it (off by at most
         the latency of the write that set it)."""

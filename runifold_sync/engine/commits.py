@@ -225,7 +225,10 @@ class Commits:
         """The checkpoint as the store now has it (caller holds the lock)."""
         self.checkpoint.stored(write)
         self.progress.revision = committed.revision
-        self.claim.requested(committed.cancel_requested, committed.paused)
+        if committed.cancel_requested is not None:
+            self.claim.cancel = True
+        if committed.paused is not None:
+            self.claim.pause = True
         self.progress.unsaved = None
         if crashpoints.ARMED:
             crashpoints.reached("after_commit", subject)

@@ -138,7 +138,8 @@ class LeaseKeeper:
             claim.deadline = start + self.duration.seconds
             claim.store_offset_s = lease.expires_at.timestamp() - claim.deadline
             claim.hand_back = self._hand_back
-            claim.requested(lease.cancel_requested, None)  # requested while a previous owner ran
+            if lease.cancel_requested is not None:  # requested while a previous owner ran
+                claim.cancel = True
             self._claim = claim
             self._start()
 
@@ -341,7 +342,10 @@ class LeaseKeeper:
                         self._forgive(lease, claim.claimed.revision)  # ran out while cut off
             return
         self._beat_landed(claim, started)
-        claim.requested(renewed.cancel_requested, renewed.paused)
+        if renewed.cancel_requested is not None:
+            claim.cancel = True
+        if renewed.paused is not None:
+            claim.pause = True
         with self._lock:
             if self._lease is lease:
                 self._lease = renewed
