@@ -154,7 +154,7 @@ def read_journal_writes(kind: str, url: str) -> list[JournalWrite]:
 
 
 # Completed events written in the same transaction as another task's: the held
-# completions of a claim batch (held_completions.py). A SQLite transaction stamps all
+# completions of a claim batch (batch.py). A SQLite transaction stamps all
 # its events with one store time; PostgreSQL's share the inserting transaction (xmin).
 _BATCHED = {
     "sqlite": "SELECT count(*) FROM runifold_events e WHERE e.kind = 'completed' AND EXISTS ("

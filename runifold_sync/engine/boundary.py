@@ -16,11 +16,10 @@ from datetime import timedelta
 
 import attrs
 
-from ..errors import InvalidArgument, LeaseLostError
+from ..errors import InvalidArgument
 from ..model.values import Budget, BudgetUsage
-from .claim import LeaseFlags
 from .commits import Commits
-from .interrupts import BranchStopped, CancelRequested, FailRequested, PauseRequested, Unwind, YieldRequested
+from .interrupts import BranchStopped, CancelRequested, FailRequested, PauseRequested, YieldRequested
 
 
 @attrs.frozen
@@ -51,47 +50,30 @@ class Boundary:
     """The checks and the usage accounting of one journal: the main function's, or one
     parallel branch's (``branch``), whose usage also counts against its share."""
 
-    def __init__(
-        self,
-        *,
-        commits: Commits,
-        flags: LeaseFlags,
-        budget: Budget,
-        task_id: str,
-        fence: int,
-        max_steps_per_claim: int | None,
-        branch: BranchScope | None = None,
-    ) -> None:
-        self._commits = commits
+    def __init__(self, commits: Commits, budget: Budget, branch: BranchScope | None = None) -> None:
+        self.commits = commits
+        self.claim = commits.claim  # its flags are set by the heartbeat thread
         self._progress = commits.progress
-        self._flags = flags  # set by the heartbeat thread
         self._budget = budget
-        self._task_id = task_id
-        self._fence = fence
-        self._max_steps_per_claim = max_steps_per_claim
         self.branch = branch
         self.executed = 0  # bodies this journal ran in this claim, against the slice
-
-    def check_lease(self) -> None:
-        if self._flags.expired():
-            raise Unwind(LeaseLostError(self._task_id, self._fence, "next step"))
 
     def check_continue(self, waiting: bool = False) -> None:
         """The lease still held, no cancel or pause requested and the branch not stopped.
         A step that already ran is recorded first, so a cancel never hides what happened.
         A pause parks the main function; a parallel branch goes on, and the main function
         parks at its first boundary after the branches."""
-        self.check_lease()
-        flags = self._flags
-        if waiting and flags.cancel_delivered:  # a wait in a finally: block, as a cancel unwinds
+        claim = self.claim
+        claim.check_lease()
+        if waiting and claim.cancel_delivered:  # a wait in a finally: block, as a cancel unwinds
             raise CancelRequested()
-        if flags.cancel and not (flags.cancel_delivered and self.branch is None):
+        if claim.cancel and not (claim.cancel_delivered and self.branch is None):
             # Delivered once to the main function: the steps its ``finally:`` blocks call
             # while the cancel unwinds it then run, as on a failure. (A branch always stops.)
             if self.branch is None:
-                flags.cancel_delivered = True
+                claim.cancel_delivered = True
             raise CancelRequested()
-        if self._flags.pause and self.branch is None:  # branches finish; the main function parks
+        if claim.pause and self.branch is None:  # branches finish; the main function parks
             raise PauseRequested()
         if self.branch is not None and self.branch.stop.is_set():
             raise BranchStopped()
@@ -100,10 +82,10 @@ class Boundary:
         """What ``check_continue`` would stop for, read without raising: for a running
         body's ``StepContext.cancelled`` (a cleanup step, running after the cancel was
         delivered, is not told to stop)."""
-        flags = self._flags
-        if flags.cancel and not (flags.cancel_delivered and self.branch is None):
+        claim = self.claim
+        if claim.cancel and not (claim.cancel_delivered and self.branch is None):
             return True
-        if flags.pause and self.branch is None:
+        if claim.pause and self.branch is None:
             return True
         return self.branch is not None and self.branch.stop.is_set()
 
@@ -116,15 +98,16 @@ class Boundary:
         previous result, so it is made after the checks (a body refused by them leaves no
         deadline behind), and the check its answer can change (a cancel) is made again."""
         if deadline is None:
-            self._commits.commit_unsaved()
+            self.commits.commit_unsaved()
         self.check_continue()
-        if self._flags.hand_back is not None:
-            raise YieldRequested(self._flags.hand_back)
-        if self._max_steps_per_claim is not None and self.executed >= self._max_steps_per_claim:
+        claim = self.claim
+        if claim.hand_back is not None:
+            raise YieldRequested(claim.hand_back)
+        if claim.max_steps_per_claim is not None and self.executed >= claim.max_steps_per_claim:
             raise YieldRequested()
         self.check_budget(next_steps=1)
         if deadline is not None:
-            self._commits.commit(deadline())
+            self.commits.commit(deadline())
             self.check_continue()
 
     def check_budget(self, next_steps: int = 0) -> None:

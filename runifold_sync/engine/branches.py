@@ -48,12 +48,16 @@ Fork = Callable[[str, "Budget | None", threading.Event, Mapping[str, Budget]], "
 @attrs.frozen
 class Parent:
     """What the branches of one parallel or race call need of the journal that makes
-    the call: its cursor, boundary checks and commits, and how to give a branch a ctx."""
+    the call: its cursor, boundary checks (and through them the claim's commits), and how
+    to give a branch a ctx."""
 
     cursor: Cursor
     boundary: Boundary
-    commits: Commits
     fork: Fork
+
+    @property
+    def commits(self) -> Commits:
+        return self.boundary.commits
 
 
 # When several branches are interrupted, the most consequential interruption wins (and

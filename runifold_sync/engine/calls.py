@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Mapping
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..errors import (
     AmbiguousEffect,
@@ -40,16 +39,16 @@ from ..model.inputs import fit_output, problems, type_name
 from ..model.tracebacks import kept_traceback, storable
 from ..store import checks
 from ..store.checks import MAX_EVENT_BYTES
-from ..store.records import EffectResolution, Lease
 from ..workflow.specs import StepSpec
 from ..workflow.step_context import StepContext
 from .boundary import Boundary
-from .commits import Commits
 from .interrupts import BranchStopped, CancelRequested, FailRequested, RetryRequested
 from .logs import task_fields
 from .replay import Cursor, finished
-from .spans import ClaimSpans
 from .timeouts import Timeouts, Unfinished
+
+if TYPE_CHECKING:
+    from ..workflow.declaration import Workflow
 
 log = logging.getLogger("runifold_sync.workflow.context")  # the engine's logger kept its name
 
@@ -121,13 +120,13 @@ class BodyRuntime:
     with details, the stop flags, events and stream writes. ``transactional``: the body
     runs inside the store's transaction, where a commit of its own cannot be made."""
 
-    def __init__(self, commits: Commits, boundary: Boundary, transactional: bool) -> None:
-        self._commits = commits
+    def __init__(self, boundary: Boundary, transactional: bool) -> None:
+        self._commits = boundary.commits
         self._boundary = boundary
         self._transactional = transactional
 
     def heartbeat(self, call_id: str, details: Any) -> None:
-        self._boundary.check_lease()
+        self._boundary.claim.check_lease()
         if details is None:
             return
         if self._transactional:
@@ -164,29 +163,16 @@ class BodyRuntime:
 class Calls:
     """The steps and effects of one journal (the main function's or a branch's)."""
 
-    def __init__(
-        self,
-        *,
-        cursor: Cursor,
-        commits: Commits,
-        boundary: Boundary,
-        lease: Lease,
-        undoable: Collection[str],
-        resolutions: Mapping[str, EffectResolution],
-        timeouts: Timeouts,
-        spans: ClaimSpans,
-        undo_with_args: Collection[str] = (),
-    ) -> None:
-        self._undo_with_args = undo_with_args  # step ids whose compensation takes their arguments
-        self._arguments: dict[str, Any] = {}  # call id -> [args, kwargs] of a call in flight that needs them
+    def __init__(self, cursor: Cursor, boundary: Boundary, workflow: Workflow) -> None:
         self._cursor = cursor
-        self._spans = spans
-        self._commits = commits
         self._boundary = boundary
-        self._lease = lease
-        self._timeouts = timeouts
-        self._undoable = undoable  # step ids that declare a compensation
-        self._resolutions = resolutions  # the claim's answers about ambiguous effects
+        self._commits = boundary.commits
+        self._claim = claim = boundary.claim
+        self._timeouts = Timeouts(boundary)
+        self._undoable = workflow.compensations  # step ids that declare a compensation
+        self._undo_with_args = workflow.compensation_args  # those whose compensation takes their arguments
+        self._arguments: dict[str, Any] = {}  # call id -> [args, kwargs] of a call in flight that needs them
+        self._resolutions = claim.claimed.resolutions  # the claim's answers about ambiguous effects
 
     def call(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """What calling a declared step or effect with ``ctx`` does."""
@@ -235,7 +221,7 @@ class Calls:
         ran = RAN  # the evidence if its body runs now
         self._boundary.before_body()
         if entry is None:
-            key = self._commits.checkpoint.idempotency_key(self._lease.task_id, call_id)
+            key = self._commits.checkpoint.idempotency_key(self._claim.lease.task_id, call_id)
             entry = JournalEntry(call_id, _EFFECT, EntryStatus.INTENT, key=key)
             self._cursor.begin(entry)
             if timed:  # its deadline is durable with the intent
@@ -266,7 +252,7 @@ class Calls:
                 raise
             with self._commits.lock:
                 attempts = self._commits.checkpoint.step_failures.get(call_id, 0)
-            log.warning("%s", failure.reason, extra=task_fields(self._lease))
+            log.warning("%s", failure.reason, extra=task_fields(self._claim.lease))
             raise self._record_failure(spec, call_id, key, attempts, failure) from None
 
     def _continue_after_intent(self, entry: JournalEntry) -> None:
@@ -312,7 +298,7 @@ class Calls:
         if spec.idempotent:
             return RAN
         if spec.reconcile is not None:
-            lease = self._lease
+            lease = self._claim.lease
             context = StepContext(lease.task_id, entry.call_id, 0, lease.fencing_token, entry.key)
             try:
                 evidence = spec.reconcile(context, *args, **kwargs)
@@ -330,7 +316,7 @@ class Calls:
             if evidence.status is EffectStatus.NOT_APPLIED:
                 return RERUN_RECONCILED
         entry.evidence = None  # the next resolution of this key answers this interruption
-        error = AmbiguousEffect(self._lease.task_id, spec.step_id, entry.key)
+        error = AmbiguousEffect(self._claim.lease.task_id, spec.step_id, entry.key)
         reason = str(error) if prior is None else f"{prior.describe(spec)}; {error}"
         raise FailRequested(
             reason, cause="ambiguous_effect", error=error, step_id=spec.step_id, effect_key=entry.key
@@ -363,16 +349,11 @@ class Calls:
         with self._commits.lock:
             failures = self._commits.checkpoint.step_failures.get(call_id, 0)
             last = self._commits.checkpoint.heartbeats.get(call_id)
-        context = StepContext(
-            self._lease.task_id,
-            call_id,
-            failures + 1,
-            self._lease.fencing_token,
-            key,
-        )
+        lease = self._claim.lease
+        context = StepContext(lease.task_id, call_id, failures + 1, lease.fencing_token, key)
         context.last_heartbeat = last
-        context.runtime = BodyRuntime(self._commits, self._boundary, transactional=False)
-        with self._spans.call(spec, context):
+        context.runtime = BodyRuntime(self._boundary, transactional=False)
+        with self._claim.spans.call(spec, context):
             return self._attempt(spec, context, args, kwargs)
 
     def _attempt(
@@ -403,7 +384,7 @@ class Calls:
             self._failed(spec, key, context, started, error, timed_out)
         if crashpoints.ARMED:
             crashpoints.reached(f"after_{spec.kind}", call_id)
-        self._boundary.check_lease()
+        self._claim.check_lease()
         text = encode_output(spec, call_id, value)
         with self._commits.lock:
             self._boundary.account(steps=1, cost=context.cost, started=started)
@@ -434,7 +415,7 @@ class Calls:
     ) -> NoReturn:
         """Account for a failed attempt of a body and raise what it leads to: a retry, or
         the task's failure."""
-        self._boundary.check_lease()  # a lost lease outranks the failure: record nothing
+        self._claim.check_lease()  # a lost lease outranks the failure: record nothing
         call_id, failures = context.call_id, context.attempt
         with self._commits.lock:
             self._boundary.account(steps=0, cost=context.cost, started=started)
@@ -454,7 +435,7 @@ class Calls:
         else:
             assert error is not None
             interrupt = self._after_failure(spec, key, error, failures)
-        log.warning("%s", interrupt.reason, exc_info=error, extra=task_fields(self._lease))
+        log.warning("%s", interrupt.reason, exc_info=error, extra=task_fields(self._claim.lease))
         if isinstance(interrupt, FailRequested) and interrupt.cause in _CATCHABLE:
             raise self._record_failure(spec, call_id, key, failures, interrupt) from error
         raise interrupt from error
@@ -496,14 +477,9 @@ class Calls:
         fails as any step's body does. Its output, for the main function."""
         with self._commits.lock:
             failures = self._commits.checkpoint.step_failures.get(call_id, 0)
-        context = StepContext(
-            self._lease.task_id,
-            call_id,
-            failures + 1,
-            self._lease.fencing_token,
-            None,
-        )
-        context.runtime = BodyRuntime(self._commits, self._boundary, transactional=True)
+        lease = self._claim.lease
+        context = StepContext(lease.task_id, call_id, failures + 1, lease.fencing_token, None)
+        context.runtime = BodyRuntime(self._boundary, transactional=True)
         started = time.monotonic()
         outputs: list[Any] = []
 
@@ -512,7 +488,7 @@ class Calls:
             if crashpoints.ARMED:
                 crashpoints.reached("before_step", call_id)
             try:
-                with self._spans.call(spec, context):
+                with self._claim.spans.call(spec, context):
                     value = spec.fn(context, *args, **kwargs)
             except Exception as exc:
                 raise _BodyFailed() from exc  # out of the transaction, which rolls back
@@ -520,7 +496,7 @@ class Calls:
                 raise _BodyFailed() from context.refused
             if crashpoints.ARMED:
                 crashpoints.reached("after_step", call_id)
-            self._boundary.check_lease()
+            self._claim.check_lease()
             text = encode_output(spec, call_id, value)
             output = from_json(text)
             self._boundary.account(steps=1, cost=context.cost, started=started)

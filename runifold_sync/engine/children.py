@@ -33,13 +33,11 @@ from ..model import validate
 from ..model.checkpoint import EntryKind, EntryStatus, JournalEntry
 from ..model.codec import structure
 from ..model.values import TaskOutcome, TaskState, WorkflowTask
-from ..store.base import WorkflowStore
 from ..store.records import TaskRecord
 from ..workflow.waiting import ChildHandle, ChildTimedOut
 from .boundary import Boundary
 from .interrupts import FailRequested, SuspendRequested
 from .replay import Cursor, finished
-from .spans import ClaimSpans
 from .waits import OpenWait, open_wait
 
 _MAX_DERIVED_ID = 200  # validate.name's bound on a checkpoint id
@@ -49,22 +47,13 @@ class Children:
     """The child tasks of one journal: starting them, and waiting for them (the main
     function only: waits belong there, as for timers and signals)."""
 
-    def __init__(
-        self,
-        *,
-        cursor: Cursor,
-        boundary: Boundary,
-        store: WorkflowStore,
-        tenant: str,
-        branch: str | None,
-        spans: ClaimSpans,
-    ) -> None:
+    def __init__(self, cursor: Cursor, boundary: Boundary) -> None:
         self._cursor = cursor
-        self._spans = spans
         self._boundary = boundary
-        self._store = store
-        self._tenant = tenant  # a child's tenant unless the call names one
-        self._branch = branch
+        self._store = boundary.commits.store
+        self._spans = boundary.claim.spans
+        self._tenant = boundary.claim.lease.tenant  # a child's tenant unless the call names one
+        self._branch = None if boundary.branch is None else boundary.branch.key
 
     def start(
         self,

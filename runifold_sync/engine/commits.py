@@ -22,8 +22,8 @@ from ..model.attributes import Attribute
 from ..model.checkpoint import Checkpoint, CheckpointWrite
 from ..store import checks
 from ..store.base import WorkflowStore
-from ..store.records import Committed, Lease, Signal, StreamWrite
-from .claim import LeaseFlags
+from ..store.records import Committed, Signal, StreamWrite
+from .claim import Claim
 from .interrupts import FailRequested, Unwind
 
 
@@ -56,20 +56,10 @@ class Commits:
     """The fenced writes of one claim's checkpoint, shared by its main function and its
     parallel branches: their commits form one revision sequence under ``lock``."""
 
-    def __init__(
-        self,
-        *,
-        progress: Progress,
-        store: WorkflowStore,
-        lease: Lease,
-        flags: LeaseFlags,
-        max_entry_bytes: int,
-    ) -> None:
-        self.progress = progress
-        self._store = store
-        self._lease = lease
-        self._flags = flags  # learns of a cancel from a commit's answer
-        self._max_entry_bytes = max_entry_bytes
+    def __init__(self, claim: Claim, store: WorkflowStore, checkpoint: Checkpoint) -> None:
+        self.claim = claim  # learns of a cancel or a pause from a commit's answer
+        self.store = store
+        self.progress = Progress(checkpoint, claim.claimed.revision)
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -88,7 +78,7 @@ class Commits:
         brought up to now."""
         with self.lock:
             self.progress.tick()
-            return self.checkpoint.write(self._lease.task_id, self._max_entry_bytes)
+            return self.checkpoint.write(self.claim.lease.task_id, self.claim.max_entry_bytes)
 
     def encode_next_run(self) -> tuple[int, CheckpointWrite]:
         """The number and head of the run a ``continue_as_new`` starts (its journal is
@@ -96,14 +86,14 @@ class Commits:
         with self.lock:
             self.progress.tick()
             following = self.checkpoint.next_run()
-            return following.run, following.write(self._lease.task_id, self._max_entry_bytes)
+            return following.run, following.write(self.claim.lease.task_id, self.claim.max_entry_bytes)
 
     def commit(self, subject: str = "") -> None:
         """Commit the checkpoint; ``subject`` (the call id it records) names the commit
         for crash points."""
         self._write(
-            lambda write: self._store.commit_checkpoint(
-                self._lease, self.revision, write.head_json, journal=write.journal
+            lambda write: self.store.commit_checkpoint(
+                self.claim.lease, self.revision, write.head_json, journal=write.journal
             ),
             subject,
         )
@@ -116,8 +106,8 @@ class Commits:
         later entries of the journal were recorded after."""
         try:
             self._write(
-                lambda write: self._store.commit_event(
-                    self._lease, self.revision, write.head_json, key, value_json, journal=write.journal
+                lambda write: self.store.commit_event(
+                    self.claim.lease, self.revision, write.head_json, key, value_json, journal=write.journal
                 ),
                 f"event:{key}",
             )
@@ -130,8 +120,8 @@ class Commits:
         not answer ends the cycle (``Unwind``)."""
         try:
             self._write(
-                lambda write: self._store.commit_attributes(
-                    self._lease, self.revision, write.head_json, attributes, journal=write.journal
+                lambda write: self.store.commit_attributes(
+                    self.claim.lease, self.revision, write.head_json, attributes, journal=write.journal
                 ),
                 "attributes:" + "+".join(a.key for a in attributes),
             )
@@ -144,8 +134,8 @@ class Commits:
         does not answer ends the cycle (``Unwind``)."""
         try:
             self._write(
-                lambda head: self._store.commit_stream(
-                    self._lease, self.revision, head.head_json, write, journal=head.journal
+                lambda head: self.store.commit_stream(
+                    self.claim.lease, self.revision, head.head_json, write, journal=head.journal
                 ),
                 f"stream:{write.key}:{write.seq}",
             )
@@ -160,7 +150,7 @@ class Commits:
         subject = f"stream:{key}:{call_id}:{seq}"
         if crashpoints.ARMED:
             crashpoints.reached("before_commit", subject)
-        self._store.append_stream(self._lease, stream)
+        self.store.append_stream(self.claim.lease, stream)
         if crashpoints.ARMED:
             crashpoints.reached("after_commit", subject)
 
@@ -168,8 +158,8 @@ class Commits:
         """Commit the checkpoint in the write that takes ``signal`` out of the pending
         ones (accepted by the wait ``subject``, or refused with ``note``)."""
         self._write(
-            lambda write: self._store.consume_signal(
-                self._lease,
+            lambda write: self.store.consume_signal(
+                self.claim.lease,
                 self.revision,
                 write.head_json,
                 signal.signal_id,
@@ -200,14 +190,14 @@ class Commits:
         its entry) and the fenced commit of what changed, in one store transaction, so
         the body's writes are durable exactly when its completion is."""
         with self.lock:
-            with self._store.step_transaction() as tx:
+            with self.store.step_transaction() as tx:
                 run(tx.connection)
                 write = self._encoded()
                 if crashpoints.ARMED:
                     crashpoints.reached("before_commit", subject)
                 try:
                     committed = tx.commit_checkpoint(
-                        self._lease, self.revision, write.head_json, journal=write.journal
+                        self.claim.lease, self.revision, write.head_json, journal=write.journal
                     )
                 except LeaseLostError as exc:
                     raise Unwind(exc) from exc
@@ -236,9 +226,9 @@ class Commits:
         self.checkpoint.stored(write)
         self.progress.revision = committed.revision
         if committed.cancel_requested is not None:
-            self._flags.cancel = True
+            self.claim.cancel = True
         if committed.paused is not None:
-            self._flags.pause = True
+            self.claim.pause = True
         self.progress.unsaved = None
         if crashpoints.ARMED:
             crashpoints.reached("after_commit", subject)

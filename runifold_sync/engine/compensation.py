@@ -16,12 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..model.checkpoint import JournalEntry
 from ..model.codec import structure
-from ..store.records import Lease
 from ..workflow.specs import StepSpec
 from ..workflow.step_context import StepContext
 from .boundary import Boundary
 from .calls import structured
-from .commits import Commits
 from .interrupts import FailRequested
 
 if TYPE_CHECKING:
@@ -31,11 +29,10 @@ if TYPE_CHECKING:
 class Compensation:
     """The undo of one claim's task, run from its main journal."""
 
-    def __init__(self, *, commits: Commits, boundary: Boundary, workflow: Workflow, lease: Lease) -> None:
-        self._commits = commits
+    def __init__(self, boundary: Boundary, workflow: Workflow) -> None:
+        self._commits = boundary.commits
         self._boundary = boundary
         self._workflow = workflow
-        self._lease = lease
 
     def needed(self) -> bool:
         """True when a completed step has a declared compensation not yet run."""
@@ -52,9 +49,10 @@ class Compensation:
                 checkpoint.compensation_reason = reason
         if starting:  # resuming commits only after an undo: a crashing one must not count as progress
             self._commits.commit()
-        task_id, fence = self._lease.task_id, self._lease.fencing_token
+        lease = self._boundary.claim.lease
+        task_id, fence = lease.task_id, lease.fencing_token
         for entry, step_id in list(self._to_compensate()):
-            self._boundary.check_lease()
+            self._boundary.claim.check_lease()
             spec = self._workflow.steps[step_id]
             call_id = f"compensate:{entry.call_id}"
             context = StepContext(task_id, call_id, 1, fence, checkpoint.idempotency_key(task_id, call_id))

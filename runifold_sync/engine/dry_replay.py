@@ -31,7 +31,7 @@ from ..store.records import ClaimedTask, Lease
 from ..workflow.context import Branches
 from ..workflow.registry import WorkflowDefinition
 from ..workflow.specs import return_type
-from .claim import LeaseFlags
+from .claim import Claim
 from .interrupts import ContinueRequested, FailRequested, Interrupt, UnknownPatch
 from .replay import Cursor
 from .task_run import TaskRun
@@ -147,15 +147,8 @@ def dry_replay(
         claimed_at=_EPOCH,
         from_state="queued",
     )
-    run = _DryRun(
-        claimed=claimed,
-        definition=definition,
-        checkpoint=checkpoint,
-        store=cast(WorkflowStore, _NoStore()),
-        flags=LeaseFlags(deadline=float("inf")),
-        max_steps_per_claim=None,
-        max_entry_bytes=1 << 30,
-    )
+    claim = Claim(claimed, max_entry_bytes=1 << 30)
+    run = _DryRun.open(claim, definition, checkpoint, cast(WorkflowStore, _NoStore()))
     main = definition.workflow.main_fn
     assert main is not None
     raw = from_json(input_json)

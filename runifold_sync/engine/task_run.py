@@ -9,11 +9,10 @@ undo (``compensation.py``). User code sees only ``context``, the authoring facad
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Self
 
 from ..errors import InvalidArgument
 from ..model import validate
@@ -23,7 +22,7 @@ from ..model.codec import from_json
 from ..model.values import MAX_INPUT_BYTES, Budget
 from ..store import checks
 from ..store.base import WorkflowStore
-from ..store.records import ClaimedTask, Lease, StreamWrite
+from ..store.records import StreamWrite
 from ..workflow.context import Branches, WorkflowContext
 from ..workflow.registry import WorkflowDefinition
 from ..workflow.specs import StepSpec
@@ -41,13 +40,11 @@ from .boundary import Boundary, BranchScope
 from .branches import Parent, run_parallel, run_race
 from .calls import Calls
 from .children import Children
-from .claim import LeaseFlags
-from .commits import Commits, Progress
+from .claim import Claim
+from .commits import Commits
 from .compensation import Compensation
 from .interrupts import ContinueRequested
 from .replay import Cursor
-from .spans import NO_SPANS, ClaimSpans
-from .timeouts import Timeouts
 from .waits import Waits
 
 
@@ -59,89 +56,39 @@ class TaskRun:
     cursor_type: type[Cursor] = Cursor
 
     def __init__(
-        self,
-        *,
-        claimed: ClaimedTask,
-        definition: WorkflowDefinition,
-        checkpoint: Checkpoint,
-        store: WorkflowStore,
-        flags: LeaseFlags,
-        max_steps_per_claim: int | None,
-        max_entry_bytes: int,
-        spans: ClaimSpans = NO_SPANS,
+        self, commits: Commits, definition: WorkflowDefinition, branch: BranchScope | None = None
     ) -> None:
-        self._claimed = claimed
-        self._spans = spans  # the claim's bodies and waits report to its cycle span
+        """The run of one journal of a claim whose commits are ``commits``: the main
+        function's, or with ``branch`` a parallel branch's (see :meth:`open` and
+        :meth:`branch`)."""
+        self.commits = commits
         self._definition = definition
-        self._store = store
-        self._flags = flags  # set by the heartbeat thread
-        self._max_steps_per_claim = max_steps_per_claim
-        self.commits = Commits(
-            progress=Progress(checkpoint, claimed.revision),
-            store=store,
-            lease=claimed.lease,
-            flags=flags,
-            max_entry_bytes=max_entry_bytes,
+        key = None if branch is None else branch.key
+        self.cursor = cursor = self.cursor_type(
+            commits.checkpoint, commits.lock, commits.claim.lease.task_id, key
         )
-        self._open(self.cursor_type(checkpoint, self.commits.lock, self.task_id), None)
+        self.boundary = boundary = Boundary(commits, definition.budget, branch)
+        self.calls = Calls(cursor, boundary, definition.workflow)
+        self.waits = Waits(cursor, boundary, definition)
+        self.children = Children(cursor, boundary)
         # ctx.write_stream calls of this claim's run of the main function, per key: each
         # call's seq, the same on every claim since the function runs from the top.
         self._stream_writes: dict[str, int] = {}
 
-    def _open(self, cursor: Cursor, branch: BranchScope | None) -> None:
-        """Set up the parts of this run that belong to one journal."""
-        definition, lease = self._definition, self.lease
-        self.cursor = cursor
-        self.boundary = Boundary(
-            commits=self.commits,
-            flags=self._flags,
-            budget=definition.budget,
-            task_id=lease.task_id,
-            fence=lease.fencing_token,
-            max_steps_per_claim=self._max_steps_per_claim,
-            branch=branch,
-        )
-        self.calls = Calls(
-            cursor=cursor,
-            commits=self.commits,
-            boundary=self.boundary,
-            lease=lease,
-            undoable=definition.workflow.compensations,
-            undo_with_args=definition.workflow.compensation_args,
-            resolutions=self._claimed.resolutions,
-            timeouts=Timeouts(commits=self.commits, boundary=self.boundary, flags=self._flags, lease=lease),
-            spans=self._spans,
-        )
-        self.waits = Waits(
-            cursor=cursor,
-            commits=self.commits,
-            boundary=self.boundary,
-            store=self._store,
-            workflow=repr(definition.workflow),
-            signals=definition.workflow.signals,
-            sender_policy=definition.sender_policy,
-            branch=None if branch is None else branch.key,
-            spans=self._spans,
-        )
-        self.children = Children(
-            cursor=cursor,
-            boundary=self.boundary,
-            store=self._store,
-            tenant=lease.tenant,
-            branch=None if branch is None else branch.key,
-            spans=self._spans,
-        )
+    @classmethod
+    def open(
+        cls, claim: Claim, definition: WorkflowDefinition, checkpoint: Checkpoint, store: WorkflowStore
+    ) -> Self:
+        """The run of ``claim``'s main function, from ``checkpoint`` as the claim read it."""
+        return cls(Commits(claim, store, checkpoint), definition)
 
     def branch(
         self, key: str, reserve: Budget | None, stop: threading.Event, held: Mapping[str, Budget]
-    ) -> TaskRun:
-        """A run of one parallel branch: same lease, checkpoint and commits, its own
+    ) -> Self:
+        """A run of one parallel branch: same claim, checkpoint and commits, its own
         journal and call ids scoped by ``key``; ``held`` are the reservations of all
         branches."""
-        child = copy.copy(self)  # shares the claim's parts; _open replaces the journal's
-        cursor = self.cursor_type(self.checkpoint, self.commits.lock, self.task_id, key)
-        child._open(cursor, BranchScope(key, reserve, stop, held))
-        return child
+        return type(self)(self.commits, self._definition, BranchScope(key, reserve, stop, held))
 
     # --- what the worker reads and drives -----------------------------------------
 
@@ -154,20 +101,20 @@ class TaskRun:
         return WorkflowContext(self)
 
     @property
+    def claim(self) -> Claim:
+        return self.commits.claim
+
+    @property
     def task_id(self) -> str:
-        return self._claimed.lease.task_id
+        return self.commits.claim.lease.task_id
 
     @property
     def tenant(self) -> str:
-        return self._claimed.lease.tenant
-
-    @property
-    def lease(self) -> Lease:
-        return self._claimed.lease
+        return self.commits.claim.lease.tenant
 
     @property
     def fence(self) -> int:
-        return self._claimed.lease.fencing_token
+        return self.commits.claim.lease.fencing_token
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -198,7 +145,7 @@ class TaskRun:
     def cancel_delivered(self) -> bool:
         """A cancel reached the main function in this claim: however it then ends (a
         ``finally:`` block that raised, or waited), the task ends cancelled."""
-        return self._flags.cancel_delivered
+        return self.commits.claim.cancel_delivered
 
     def encode(self) -> CheckpointWrite:
         """What changed in the checkpoint since the last commit, its run time brought up
@@ -223,9 +170,7 @@ class TaskRun:
         self._compensation().run(cause, reason)
 
     def _compensation(self) -> Compensation:
-        return Compensation(
-            commits=self.commits, boundary=self.boundary, workflow=self._definition.workflow, lease=self.lease
-        )
+        return Compensation(self.boundary, self._definition.workflow)
 
     # --- the Runtime port ctx calls through -----------------------------------------
 
@@ -368,4 +313,4 @@ class TaskRun:
         ) -> WorkflowContext:
             return self.branch(key, reserve, stop, held).context
 
-        return Parent(self.cursor, self.boundary, self.commits, fork)
+        return Parent(self.cursor, self.boundary, fork)

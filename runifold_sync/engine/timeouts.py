@@ -33,12 +33,9 @@ import attrs
 
 from ..errors import StepTimedOut, gave_up_after
 from ..model.checkpoint import CallDeadline
-from ..store.records import Lease
 from ..workflow.specs import StepSpec
 from ..workflow.step_context import StepContext
 from .boundary import Boundary
-from .claim import LeaseFlags
-from .commits import Commits
 from .deadlines import describe_timeout
 from .interrupts import FailRequested, RetryRequested
 from .logs import task_fields
@@ -64,18 +61,17 @@ class Unfinished:
 class Timeouts:
     """The deadlines of one journal's calls with a timeout, in one claim."""
 
-    def __init__(self, *, commits: Commits, boundary: Boundary, flags: LeaseFlags, lease: Lease) -> None:
-        self._commits = commits
+    def __init__(self, boundary: Boundary) -> None:
+        self._commits = boundary.commits
         self._boundary = boundary
-        self._flags = flags
-        self._lease = lease
+        self._claim = boundary.claim
 
     def mark(self, spec: StepSpec, call_id: str) -> str:
         """Record the deadline of ``call_id``'s body in the checkpoint, for the commit the
         caller makes before the body runs; returns that commit's name (crash points)."""
         assert spec.timeout is not None
         timeout_s = spec.timeout.total_seconds()
-        deadline = CallDeadline(self._flags.store_now() + timeout_s, timeout_s)
+        deadline = CallDeadline(self._claim.store_now() + timeout_s, timeout_s)
         with self._commits.lock:
             self._commits.checkpoint.deadlines[call_id] = deadline
         return f"{call_id}:deadline"
@@ -92,7 +88,7 @@ class Timeouts:
         """Run a body with a timeout, watched by the heartbeat and the supervisor while it
         runs: its value or the exception it raised, and whether it ended past its deadline."""
         assert spec.timeout is not None
-        bodies = self._flags.bodies
+        bodies = self._claim.bodies
         bodies.begin(context.call_id, spec.timeout.total_seconds())
         try:
             value = spec.fn(context, *args, **kwargs)
@@ -116,7 +112,7 @@ class Timeouts:
             deadline = deadlines.pop(call_id, None)
         if deadline is None:
             return None
-        now = self._flags.store_now()
+        now = self._claim.store_now()
         self._boundary.account_lost(min(now, deadline.at) - (deadline.at - deadline.timeout_s))
         return Unfinished(now >= deadline.at, deadline.timeout_s)
 
@@ -142,7 +138,7 @@ class Timeouts:
             described,
             failures,
             spec.retry.max_attempts,
-            extra=task_fields(self._lease),
+            extra=task_fields(self._claim.lease),
         )
         self._boundary.check_budget()
 
@@ -163,7 +159,7 @@ class Timeouts:
     def _gave_up(self, spec: StepSpec, key: str | None, failures: int, timeout_s: float) -> FailRequested:
         """The task's failure after the last allowed attempt of ``spec`` timed out."""
         timeout = describe_timeout(timeout_s)
-        error = StepTimedOut(self._lease.task_id, str(spec.kind), spec.step_id, timeout, failures)
+        error = StepTimedOut(self._claim.lease.task_id, str(spec.kind), spec.step_id, timeout, failures)
         return FailRequested(
             f"{spec.kind} {spec.step_id!r} timed out after {timeout}; {gave_up_after(failures)}",
             cause="step_timeout",

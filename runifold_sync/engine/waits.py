@@ -23,6 +23,7 @@ from ..store import checks
 from ..store.base import WorkflowStore
 from ..store.records import Signal, TaskRecord
 from ..store.signal_checks import approval_payload_problem
+from ..workflow.registry import WorkflowDefinition
 from ..workflow.waiting import (
     ApprovalDecision,
     ApprovalTimedOut,
@@ -34,10 +35,8 @@ from ..workflow.waiting import (
     WaitItem,
 )
 from .boundary import Boundary
-from .commits import Commits
 from .interrupts import FailRequested, SuspendRequested
 from .replay import Cursor, finished
-from .spans import ClaimSpans
 
 
 @attrs.frozen
@@ -121,36 +120,20 @@ Refusal = Callable[[Signal, Any], "str | None"]
 Validator = Callable[[Any], object]
 
 
-# sender_policy(sender, signal name, payload) -> accept?
-SenderPolicy = Callable[[str, str, Any], bool]
-
-
 class Waits:
     """The waits of the main function's journal (``branch`` names the branch of a
     parallel call instead, where every wait is refused)."""
 
-    def __init__(
-        self,
-        *,
-        cursor: Cursor,
-        commits: Commits,
-        boundary: Boundary,
-        store: WorkflowStore,
-        workflow: str,
-        signals: frozenset[str],
-        sender_policy: SenderPolicy | None,
-        branch: str | None,
-        spans: ClaimSpans,
-    ) -> None:
+    def __init__(self, cursor: Cursor, boundary: Boundary, definition: WorkflowDefinition) -> None:
         self._cursor = cursor
-        self._spans = spans
-        self._commits = commits
         self._boundary = boundary
-        self._store = store
-        self._workflow = workflow  # how errors name the workflow
-        self._signals = signals  # the names the workflow declares
-        self._sender_policy = sender_policy
-        self._branch = branch
+        self._commits = boundary.commits
+        self._store = boundary.commits.store
+        self._spans = boundary.claim.spans
+        self._workflow = repr(definition.workflow)  # how errors name the workflow
+        self._signals = definition.workflow.signals  # the names the workflow declares
+        self._sender_policy = definition.sender_policy
+        self._branch = None if boundary.branch is None else boundary.branch.key
 
     def timer(self, deadline: Callable[[datetime], datetime]) -> None:
         """Wait until ``deadline(store now)``, computed once, when the timer is new."""
@@ -212,7 +195,7 @@ class Waits:
         call_id, entry = self._cursor.take("now", EntryKind.NOW)
         if entry is not None:
             return datetime.fromisoformat(entry.output)
-        self._boundary.check_lease()
+        self._boundary.claim.check_lease()
         now = self._store.now().astimezone(UTC)
         self._cursor.record(JournalEntry(call_id, EntryKind.NOW, EntryStatus.DONE, now.isoformat()))
         return now

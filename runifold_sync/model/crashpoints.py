@@ -52,7 +52,7 @@ POINTS = {
     "before_effect": "call id; an effect's intent is committed, its body is about to run",
     "after_effect": "call id; an effect body returned, its result is not committed",
     "completion_held": "task id; the task returned and its completion is held for its claim "
-    "batch's one commit (held_completions.py), which has not been sent",
+    "batch's one commit (batch.py), which has not been sent",
     "before_commit": "call id (effect intents: '<call id>:intent'; events: 'event:<key>'; the "
     "deadline of a step or effect with a timeout, committed before its body: '<call id>:deadline'; "
     "a step's final failure, before StepFailed is raised: '<call id>:failed'; a body's heartbeat "

@@ -15,6 +15,8 @@ from datetime import timedelta
 
 import attrs
 
+from ..engine.claim import Claim
+from ..engine.deadlines import DeadlineListener, RunningBodies
 from ..engine.interrupts import (
     CancelRequested,
     ContinueRequested,
@@ -62,9 +64,8 @@ from ..store.outage import is_outage
 from ..store.records import ClaimedTask, Completion
 from ..store.retries import retrying_until
 from ..workflow.registry import WorkflowDefinition, WorkflowRegistry
-from .claim_ahead import ClaimedAhead
+from .batch import ClaimedAhead, Held, HeldCompletion, HeldCompletions
 from .heartbeat import LeaseKeeper
-from .held_completions import Held, HeldCompletion, HeldCompletions
 from .settings import WorkerSettings
 
 log = logging.getLogger("runifold_sync.worker.worker")
@@ -100,6 +101,7 @@ class ClaimExecutor:
         self._ahead = ahead  # holds what a completion claims for the next cycle
         self._held = held  # completions waiting for their batch's commit
         self._tracer = tracer
+        self.deadlines: DeadlineListener | None = None  # hears the running bodies' deadlines
 
     def run(self, claimed: ClaimedTask, extended_at: float | None = None) -> Cycle:
         """Run ``claimed`` (its lease last extended at monotonic ``extended_at``, default
@@ -135,26 +137,20 @@ class ClaimExecutor:
             checkpoint.deadlines.clear()
         checkpoint.phase = "running"
         checkpoint.usage = checkpoint.usage.add(claims=1)
-        flags = self._keeper.watch(lease, extended_at, claimed.revision)
+        claim = Claim(
+            claimed, self._max_steps_per_claim, self._max_entry_bytes, spans, RunningBodies(self.deadlines)
+        )
+        self._keeper.watch(claim, extended_at)
         try:
             # The cycle's store calls end with the lease, and are tried again until then.
-            with retrying_until(lambda: flags.deadline):
-                ctx = TaskRun(
-                    claimed=claimed,
-                    definition=definition,
-                    checkpoint=checkpoint,
-                    store=self.store,
-                    flags=flags,
-                    max_steps_per_claim=self._max_steps_per_claim,
-                    max_entry_bytes=self._max_entry_bytes,
-                    spans=spans,
-                )
+            with retrying_until(lambda: claim.deadline):
+                ctx = TaskRun.open(claim, definition, checkpoint, self.store)
                 try:
                     return self._execute(claimed, definition, ctx)
                 except StoreUnavailable as exc:
                     # The store did not answer before the lease ran out: the cycle fails
                     # (an outage, as the worker's loop says), its lease lost while cut off.
-                    if flags.expired() and is_outage(exc):
+                    if claim.expired() and is_outage(exc):
                         self._keeper.forgive_if_cut_off(lease, claimed.revision)
                     raise
         finally:

@@ -7,7 +7,8 @@ the store's ``wait_for_work`` with a jittered backoff while there is nothing to 
 processes that each build a worker and call ``run``.
 
 Where the rest lives: executing one claimed task and its store transitions in
-``execution.py``, tasks claimed before their turn in ``claim_ahead.py``, the idle wait in
+``execution.py``, claim batching (tasks claimed before their turn, completions held for
+one commit) in ``batch.py``, the heartbeat thread in ``heartbeat.py``, the idle wait in
 ``idle_backoff.py``, the settings and their checks in ``settings.py``, the thread
 that creates schedules' ticks while ``run`` runs in ``schedule_ticker.py``.
 """
@@ -36,10 +37,9 @@ from ..model.values import LeaseDuration, WorkerId
 from ..store.base import WorkflowStore
 from ..store.records import ClaimRequest, Routes
 from ..workflow.registry import WorkflowRegistry
-from .claim_ahead import ClaimedAhead
+from .batch import ClaimedAhead, Held, HeldCompletions, HeldLeases
 from .execution import ClaimExecutor
 from .heartbeat import LeaseKeeper
-from .held_completions import Held, HeldCompletions
 from .idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF, IdleBackoff, IdleWait
 from .observer import CycleObserver
 from .schedule_ticker import ScheduleTicker
@@ -118,11 +118,11 @@ class WorkflowWorker:
         )
         self._routes_at = -1
         self._request = self._claim_request()
-        self._ahead = ClaimedAhead(store, self._keeper, self._claim_request)
+        self._ahead = ClaimedAhead(HeldLeases(self._keeper), self._claim_request)
         self._tracer = tracer
-        self._held = HeldCompletions(store, self._keeper, self._ahead)
+        self._held = HeldCompletions(self._ahead)
         # Only run() holds completions for a claim batch's one commit, and only with a
-        # batch to share it and no tracer (held_completions.py).
+        # batch to share it and no tracer (batch.py).
         self._holds = self.settings.claim_batch > 1 and self._tracer is None
         self._started: dict[str, float] = {}  # monotonic start of each held task's cycle (observer)
         self._executor = ClaimExecutor(
@@ -158,7 +158,7 @@ class WorkflowWorker:
         None once none runs: a body cannot be interrupted from inside, so this is how a
         pool's child tells its supervisor when to kill it. Called from the thread that
         runs the body; it should only pass the value on."""
-        self._keeper.report_deadlines(listener)
+        self._executor.deadlines = listener
 
     def hand_back_at_boundary(self, reason: str) -> None:
         """Hand the running task back at its next step boundary, released for any worker
@@ -273,7 +273,8 @@ class WorkflowWorker:
         if self.worker_id.value not in self.store.claims_in_doubt:
             return
         try:
-            known = self._keeper.known_task_ids()
+            running = self._keeper.running_for()
+            known = self._ahead.leases.task_ids() | (set() if running is None else {running[0]})
             for lease in self.store.leases_of(self.worker_id):
                 if lease.task_id in known:
                     continue

@@ -1,5 +1,5 @@
 """A worker process whose loop holds its completions for a claim batch's one commit
-(``held_completions.py``), for the crash points of that commit.
+(``batch.py``), for the crash points of that commit.
 
     RUNIFOLD_CRASH_AT=point[:subject] python -m tests.integration.held_app --url URL --ledger PATH
 

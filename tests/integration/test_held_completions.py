@@ -1,4 +1,4 @@
-"""Completions held for a claim batch's one commit (``held_completions.py``), in
+"""Completions held for a claim batch's one commit (``batch.py``), in
 ``WorkflowWorker.run`` on both stores: the batch's ends commit together with the next
 claim, each task is reported complete only once its end is stored, a cancel requested
 while a completion is held wins, a lease lost while held is reported lost, a stop

@@ -1,4 +1,4 @@
-"""The crash points of held completions (``held_completions.py``): a worker process
+"""The crash points of held completions (``batch.py``): a worker process
 running a claim batch of three one-step tasks (``tests.integration.held_app``) killed
 (SIGKILL) while a completion is held and around the batch's one commit, on every
 backend, then the tasks finished by a worker in this process. The ledger says which

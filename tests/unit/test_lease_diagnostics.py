@@ -25,6 +25,7 @@ from runifold_sync import (
     WorkflowTask,
     WorkflowWorker,
 )
+from runifold_sync.engine.claim import Claim
 from runifold_sync.ops.metrics import PrometheusObserver
 from runifold_sync.sqlite import SqliteWorkflowStore
 from runifold_sync.worker.heartbeat import LeaseKeeper
@@ -67,7 +68,7 @@ def test_a_step_holding_the_gil_shows_as_a_runtime_stall_and_a_late_heartbeat(
     lease = LeaseDuration(timedelta(seconds=4))
     [claimed] = sqlite_store.claim(W1, lease)
     keeper = LeaseKeeper(sqlite_store, lease, 0.5, "beats", observer)
-    keeper.watch(claimed.lease)
+    keeper.watch(Claim(claimed))
     beats = lambda: value(registry, "runifold_heartbeat_lateness_seconds_count")  # noqa: E731
     try:
         processes.wait_until(lambda: beats() >= 2, 10, "two beats on schedule")

@@ -27,7 +27,7 @@ from runifold_sync import (
     WorkflowStore,
     WorkflowTask,
 )
-from runifold_sync.engine.claim import LeaseFlags
+from runifold_sync.engine.claim import Claim
 from runifold_sync.engine.interrupts import FailRequested
 from runifold_sync.engine.replay import Cursor, finished
 from runifold_sync.engine.task_run import TaskRun
@@ -192,15 +192,8 @@ def start(store: WorkflowStore) -> Iterator[Any]:
 
     def make(*journal: JournalEntry) -> TaskRun:
         current = attrs.evolve(claimed, revision=store.get_task("r1").revision)  # as a new claim reads it
-        return TaskRun(
-            claimed=current,
-            definition=definition,
-            checkpoint=Checkpoint(definition.identity, journal=list(journal)),
-            store=store,
-            flags=LeaseFlags(deadline=time.monotonic() + 30),
-            max_steps_per_claim=None,
-            max_entry_bytes=1 << 20,
-        )
+        claim = Claim(current, deadline=time.monotonic() + 30)
+        return TaskRun.open(claim, definition, Checkpoint(definition.identity, journal=list(journal)), store)
 
     yield make
 
