@@ -328,7 +328,7 @@ def test_aging_raises_a_waiting_task_one_level_per_period_until_it_runs(store: W
 
 
 def test_migration_numbers_the_claims_a_rate_counts_in_their_order(backend: Backend) -> None:
-    """Claims recorded before version 24 are numbered per group in the order they were
+    """Claims recorded before version 25 are numbered per group in the order they were
     made (whatever order their rows are in), so a window counted by numbers counts them."""
     ph = "?" if backend.kind == "sqlite" else "%s"
     with schema_at(backend, 23) as execute:

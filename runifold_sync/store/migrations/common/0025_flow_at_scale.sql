@@ -1,4 +1,4 @@
--- Version 24, the part both dialects run as written (after each one's own 0024).
+-- Version 25, the part both dialects run as written (after each one's own 0025).
 -- A group's claims in the order they are numbered: its last, and its first in a window.
 DROP INDEX runifold_flow_claims_window;
 CREATE INDEX runifold_flow_claims_window ON runifold_flow_claims (scope, name, at, seq);
