@@ -35,6 +35,7 @@ from psycopg.rows import DictRow
 from ...errors import CancelPending, InvalidArgument, LeaseLostError, StoreUnavailable
 from ...model import validate
 from ...model.checkpoint import JournalRow
+from ...model.codec import to_json
 from .. import checks, refusals
 from ..base import WorkflowStore
 from ..dialect import Dialect, Event, FencedTransition, Params, Row, Transaction
@@ -66,6 +67,20 @@ from .wait import DirectListener, notified, poll, wait_until_due
 # pg_advisory_xact_lock key that serializes migrations of one database ("RUNIFOLD").
 _MIGRATION_LOCK = 0x52554E49464F4C44
 _CHANNEL = "runifold_tasks"
+# insert_tasks_bulk's array parameters and the insert_task parameter each one gathers.
+_BULK_ARRAYS = (
+    ("task_ids", "task_id"),
+    ("definition_names", "definition_name"),
+    ("definition_versions", "definition_version"),
+    ("tenants", "tenant"),
+    ("inputs", "input"),
+    ("priorities", "priority"),
+    ("not_befores", "not_before"),
+    ("parent_ids", "parent_id"),
+    ("queues", "queue"),
+    ("detacheds", "detached"),
+    ("concurrency_keys", "concurrency_key"),
+)
 
 log = logging.getLogger("runifold_sync.store")
 
@@ -169,6 +184,14 @@ class PostgresDialect(Dialect):
     def event(self, tx: Transaction, event: Event) -> None:
         assert isinstance(tx, PostgresTransaction)
         insert_event(tx.conn, event)
+
+    def insert_tasks(self, tx: Transaction, rows: Sequence[Params], trace_context: str | None) -> list[Row]:
+        """Query ``insert_tasks_bulk``: the tasks and their events, one array a column, in
+        one statement."""
+        params: Params = {array: [row[column] for row in rows] for array, column in _BULK_ARRAYS}
+        params["details"] = [to_json(row["detail"]) for row in rows]
+        params["trace_context"] = trace_context
+        return list(tx.all("insert_tasks_bulk", params))
 
     def notify(self, tx: Transaction) -> None:
         tx.count("notify_work", {})

@@ -28,6 +28,44 @@ FROM clock
 ON CONFLICT (task_id) DO NOTHING
 RETURNING created_at AS at;
 
+-- name: insert_tasks_bulk
+-- enqueue_many's tasks without flow options, and their enqueued events, in one statement:
+-- one round trip for the batch (the per-task insert_task and insert_event took two a
+-- task). Each array holds one value a task, in the batch's order; a task whose id is
+-- stored already is not returned (the caller answers for it one by one).
+WITH clock AS (SELECT {now} AS now),
+given AS (
+    SELECT * FROM unnest(%(task_ids)s::text[], %(definition_names)s::text[],
+        %(definition_versions)s::bigint[], %(tenants)s::text[], %(inputs)s::text[],
+        %(priorities)s::bigint[], %(not_befores)s::timestamptz[], %(parent_ids)s::text[],
+        %(queues)s::text[], %(detacheds)s::boolean[], %(concurrency_keys)s::text[],
+        %(details)s::text[])
+        WITH ORDINALITY AS g (task_id, definition_name, definition_version, tenant, input,
+            priority, not_before, parent_id, queue, detached, concurrency_key, detail, n)
+),
+inserted AS (
+    INSERT INTO runifold_tasks (
+        task_id, definition_name, definition_version, tenant, input, input_text, priority,
+        state, ready_at, created_at, updated_at, parent_id, trace_context, queue, detached,
+        concurrency_key
+    )
+    SELECT g.task_id, g.definition_name, g.definition_version, g.tenant, g.input::jsonb,
+        g.input, g.priority, 'queued', GREATEST(clock.now, COALESCE(g.not_before, clock.now)),
+        clock.now, clock.now, g.parent_id, %(trace_context)s::text, g.queue, g.detached,
+        g.concurrency_key
+    FROM given g CROSS JOIN clock
+    ORDER BY g.n
+    ON CONFLICT (task_id) DO NOTHING
+    RETURNING task_id, created_at
+),
+events AS (
+    INSERT INTO runifold_events (task_id, at, kind, detail)
+    SELECT i.task_id, i.created_at, 'enqueued', g.detail::jsonb
+    FROM inserted i JOIN given g USING (task_id)
+    ORDER BY g.n
+)
+SELECT task_id, created_at AS at FROM inserted;
+
 -- name: task_columns
 -- A task row as TaskRecord reads it (row_records.task): the JSON columns as text.
 task_id, definition_name, definition_version, tenant, input_text AS input, priority,

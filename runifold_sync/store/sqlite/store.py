@@ -53,6 +53,20 @@ from .connection import (
 )
 
 _Q = load_queries("sqlite", sqlite_clock.NOW)
+# insert_tasks_bulk's columns, in the order of each task's JSON array.
+_BULK_COLUMNS = (
+    "task_id",
+    "definition_name",
+    "definition_version",
+    "tenant",
+    "input",
+    "priority",
+    "not_before",
+    "parent_id",
+    "queue",
+    "detached",
+    "concurrency_key",
+)
 _SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
 # SQLite has no notifications: wait_for_work polls PRAGMA data_version (a read of shared
 # memory that changes when another connection commits) at this interval, and asks for
@@ -241,6 +255,23 @@ class SqliteDialect(Dialect):
                 "detail": json.dumps(event.detail, sort_keys=True),
             },
         )
+
+    def insert_tasks(self, tx: Transaction, rows: Sequence[Params], trace_context: str | None) -> list[Row]:
+        """Query ``insert_tasks_bulk`` with the tasks as one JSON array, then the new
+        ones' events (``insert_enqueued_events``): two statements a batch."""
+        tasks = json.dumps([[row[column] for column in _BULK_COLUMNS] for row in rows])
+        inserted: list[Row] = list(
+            tx.all("insert_tasks_bulk", {"tasks": tasks, "trace_context": trace_context})
+        )
+        if inserted:
+            new = {row["task_id"] for row in inserted}
+            events = [
+                [row["task_id"], json.dumps(row["detail"], sort_keys=True)]
+                for row in rows
+                if row["task_id"] in new
+            ]
+            tx.count("insert_enqueued_events", {"events": json.dumps(events)})
+        return inserted
 
     def notify(self, tx: Transaction) -> None:
         """Idle workers poll (see ``wait_for_work``): nothing to send."""
