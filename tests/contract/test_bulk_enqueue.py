@@ -129,3 +129,10 @@ def test_a_batch_in_a_committed_transaction_exists_with_its_events(
     assert [r.created for r in results] == [n != 3 for n in range(20)]
     assert len(store.list_tasks()) == 20
     assert all([e.kind for e in store.history(f"t{n:03}")] == ["enqueued"] for n in range(20))
+
+
+def test_a_batch_keeps_inputs_as_written_whatever_their_characters(store: WorkflowStore) -> None:
+    inputs = [{"text": 'caf\u00e9 \U0001f600 "quoted" \\ back'}, {"nested": [1, 2.5, None, True]}, "x\ny"]
+    batch = [WorkflowTask.new("orders", 1, value, checkpoint_id=f"u{n}") for n, value in enumerate(inputs)]
+    store.enqueue_many(batch)
+    assert [store.get_task(t.task_id).input_json for t in batch] == [t.input_json for t in batch]

@@ -23,6 +23,7 @@ processes and hosts claiming from one database.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -35,7 +36,6 @@ from psycopg.rows import DictRow
 from ...errors import CancelPending, InvalidArgument, LeaseLostError, StoreUnavailable
 from ...model import validate
 from ...model.checkpoint import JournalRow
-from ...model.codec import to_json
 from .. import checks, refusals
 from ..base import WorkflowStore
 from ..dialect import Dialect, Event, FencedTransition, Params, Row, Transaction
@@ -67,19 +67,21 @@ from .wait import DirectListener, notified, poll, wait_until_due
 # pg_advisory_xact_lock key that serializes migrations of one database ("RUNIFOLD").
 _MIGRATION_LOCK = 0x52554E49464F4C44
 _CHANNEL = "runifold_tasks"
-# insert_tasks_bulk's array parameters and the insert_task parameter each one gathers.
-_BULK_ARRAYS = (
-    ("task_ids", "task_id"),
-    ("definition_names", "definition_name"),
-    ("definition_versions", "definition_version"),
-    ("tenants", "tenant"),
-    ("inputs", "input"),
-    ("priorities", "priority"),
-    ("not_befores", "not_before"),
-    ("parent_ids", "parent_id"),
-    ("queues", "queue"),
-    ("detacheds", "detached"),
-    ("concurrency_keys", "concurrency_key"),
+# The parameters of insert_task each task of insert_tasks_bulk's JSON array has (and its
+# event's detail).
+_BULK_COLUMNS = (
+    "task_id",
+    "definition_name",
+    "definition_version",
+    "tenant",
+    "input",
+    "priority",
+    "not_before",
+    "parent_id",
+    "queue",
+    "detached",
+    "concurrency_key",
+    "detail",
 )
 
 log = logging.getLogger("runifold_sync.store")
@@ -186,12 +188,16 @@ class PostgresDialect(Dialect):
         insert_event(tx.conn, event)
 
     def insert_tasks(self, tx: Transaction, rows: Sequence[Params], trace_context: str | None) -> list[Row]:
-        """Query ``insert_tasks_bulk``: the tasks and their events, one array a column, in
-        one statement."""
-        params: Params = {array: [row[column] for row in rows] for array, column in _BULK_ARRAYS}
-        params["details"] = [to_json(row["detail"]) for row in rows]
-        params["trace_context"] = trace_context
-        return list(tx.all("insert_tasks_bulk", params))
+        """Query ``insert_tasks_bulk``: the tasks and their events, one JSON array, in one
+        statement."""
+        given = []
+        for row in rows:
+            task = {column: row[column] for column in _BULK_COLUMNS}
+            if row["not_before"] is not None:
+                task["not_before"] = row["not_before"].isoformat()
+            given.append(task)
+        tasks = json.dumps(given, ensure_ascii=False)
+        return list(tx.all("insert_tasks_bulk", {"tasks": tasks, "trace_context": trace_context}))
 
     def notify(self, tx: Transaction) -> None:
         tx.count("notify_work", {})

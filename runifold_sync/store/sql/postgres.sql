@@ -31,17 +31,18 @@ RETURNING created_at AS at;
 -- name: insert_tasks_bulk
 -- enqueue_many's tasks without flow options, and their enqueued events, in one statement:
 -- one round trip for the batch (the per-task insert_task and insert_event took two a
--- task). Each array holds one value a task, in the batch's order; a task whose id is
+-- task). %(tasks)s is a JSON array of one object a task, in the batch's order, each with
+-- its event's detail: one text parameter, which the client encodes in C rather than
+-- escaping each value of an array (three times the client CPU). A task whose id is
 -- stored already is not returned (the caller answers for it one by one).
 WITH clock AS (SELECT {now} AS now),
 given AS (
-    SELECT * FROM unnest(%(task_ids)s::text[], %(definition_names)s::text[],
-        %(definition_versions)s::bigint[], %(tenants)s::text[], %(inputs)s::text[],
-        %(priorities)s::bigint[], %(not_befores)s::timestamptz[], %(parent_ids)s::text[],
-        %(queues)s::text[], %(detacheds)s::boolean[], %(concurrency_keys)s::text[],
-        %(details)s::text[])
-        WITH ORDINALITY AS g (task_id, definition_name, definition_version, tenant, input,
-            priority, not_before, parent_id, queue, detached, concurrency_key, detail, n)
+    SELECT * FROM ROWS FROM (json_to_recordset(%(tasks)s::json) AS (task_id text,
+        definition_name text, definition_version bigint, tenant text, input text,
+        priority bigint, not_before timestamptz, parent_id text, queue text, detached boolean,
+        concurrency_key text, detail jsonb)) WITH ORDINALITY AS g (task_id, definition_name,
+        definition_version, tenant, input, priority, not_before, parent_id, queue, detached,
+        concurrency_key, detail, n)
 ),
 inserted AS (
     INSERT INTO runifold_tasks (
@@ -60,7 +61,7 @@ inserted AS (
 ),
 events AS (
     INSERT INTO runifold_events (task_id, at, kind, detail)
-    SELECT i.task_id, i.created_at, 'enqueued', g.detail::jsonb
+    SELECT i.task_id, i.created_at, 'enqueued', g.detail
     FROM inserted i JOIN given g USING (task_id)
     ORDER BY g.n
 )

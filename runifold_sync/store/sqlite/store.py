@@ -259,7 +259,7 @@ class SqliteDialect(Dialect):
     def insert_tasks(self, tx: Transaction, rows: Sequence[Params], trace_context: str | None) -> list[Row]:
         """Query ``insert_tasks_bulk`` with the tasks as one JSON array, then the new
         ones' events (``insert_enqueued_events``): two statements a batch."""
-        tasks = json.dumps([[row[column] for column in _BULK_COLUMNS] for row in rows])
+        tasks = json.dumps([[row[column] for column in _BULK_COLUMNS] for row in rows], ensure_ascii=False)
         inserted: list[Row] = list(
             tx.all("insert_tasks_bulk", {"tasks": tasks, "trace_context": trace_context})
         )
