@@ -39,6 +39,9 @@ SQLITE_ONLY = {
     "claimable_flow_open",
     "record_flow_claim",
     "prune_flow_claims",
+    # A bulk enqueue's events, a statement after its tasks (PostgreSQL writes them in a
+    # CTE of insert_tasks_bulk).
+    "insert_enqueued_events",
 }
 # PostgreSQL claims in one statement (a FOR UPDATE SKIP LOCKED CTE feeding the UPDATE),
 # after locking the tenants that have a lease limit (lock_limited_tenants), and wakes

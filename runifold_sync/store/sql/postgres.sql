@@ -711,13 +711,29 @@ GROUP BY definition_name, definition_version
 ORDER BY definition_name, definition_version;
 
 -- name: queue_stats
-WITH clock AS (SELECT {now} AS now)
+-- The unfinished tasks from the partial indexes that hold only them (a due time:
+-- runifold_tasks_routed, as the claim reads; none: runifold_tasks_unready), the finished
+-- ones from the counters the triggers of migration 24 keep: flat however many finished
+-- tasks are kept.
+WITH clock AS (SELECT {now} AS now),
+unfinished AS (
+    SELECT tenant, state, outcome, ready_at FROM runifold_tasks
+    WHERE state IN ('queued', 'waiting', 'leased') AND ready_at IS NOT NULL
+    UNION ALL
+    SELECT tenant, state, outcome, ready_at FROM runifold_tasks
+    WHERE state IN ('queued', 'waiting', 'leased') AND ready_at IS NULL
+)
 SELECT tenant, state, outcome, COUNT(*) AS count,
     EXTRACT(EPOCH FROM (SELECT now FROM clock)
         - MIN(ready_at) FILTER (WHERE state = 'queued' AND ready_at <= (SELECT now FROM clock)))
         AS oldest_ready_age_s
-FROM runifold_tasks
+FROM unfinished
 GROUP BY tenant, state, outcome
+UNION ALL
+SELECT tenant, state, NULLIF(outcome, ''), SUM(count), NULL
+FROM runifold_finished_counts
+GROUP BY tenant, state, outcome
+HAVING SUM(count) <> 0
 ORDER BY tenant, state, outcome;
 
 -- name: insert_signal

@@ -490,11 +490,27 @@ GROUP BY definition_name, definition_version
 ORDER BY definition_name, definition_version;
 
 -- name: queue_stats
+-- The unfinished tasks from the partial indexes that hold only them (a due time:
+-- runifold_tasks_routed, as the claim reads; none: runifold_tasks_unready), the finished
+-- ones from the counters the triggers of migration 24 keep: flat however many finished
+-- tasks are kept.
+WITH unfinished AS (
+    SELECT tenant, state, outcome, ready_at FROM runifold_tasks
+    WHERE state IN ('queued', 'waiting', 'leased') AND ready_at IS NOT NULL
+    UNION ALL
+    SELECT tenant, state, outcome, ready_at FROM runifold_tasks
+    WHERE state IN ('queued', 'waiting', 'leased') AND ready_at IS NULL
+)
 SELECT tenant, state, outcome, COUNT(*) AS count,
     ({now} - MIN(CASE WHEN state = 'queued' AND ready_at <= {now} THEN ready_at END))
         / 1000000.0 AS oldest_ready_age_s
-FROM runifold_tasks
+FROM unfinished
 GROUP BY tenant, state, outcome
+UNION ALL
+SELECT tenant, state, NULLIF(outcome, ''), SUM(count), NULL
+FROM runifold_finished_counts
+GROUP BY tenant, state, outcome
+HAVING SUM(count) <> 0
 ORDER BY tenant, state, outcome;
 
 -- name: insert_signal
