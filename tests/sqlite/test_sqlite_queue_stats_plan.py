@@ -14,7 +14,8 @@ def test_queue_stats_searches_the_unfinished_indexes_only(sqlite_store: SqliteWo
             "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 5000) "
             "INSERT INTO runifold_tasks (task_id, definition_name, definition_version, tenant, input, "
             "state, outcome, ready_at, created_at, updated_at) "
-            "SELECT 't-' || n, 'orders', 1, 'acme', '0', CASE WHEN n % 50 = 0 THEN 'queued' ELSE 'terminal' END, "
+            "SELECT 't-' || n, 'orders', 1, 'acme', '0', "
+            "CASE WHEN n % 50 = 0 THEN 'queued' ELSE 'terminal' END, "
             "CASE WHEN n % 50 = 0 THEN NULL ELSE 'completed' END, n, n, n FROM g"
         )
         conn.execute("ANALYZE")
