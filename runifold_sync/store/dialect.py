@@ -164,8 +164,9 @@ class Dialect(Values, abc.ABC):
         already is left out, for the caller to answer one by one."""
 
     @abc.abstractmethod
-    def notify(self, tx: Transaction) -> None:
-        """Wake idle workers when ``tx`` commits (nothing to do where they poll)."""
+    def notify(self, tx: Transaction, count: int = 1) -> None:
+        """Wake idle workers when ``tx`` commits, about ``count`` of them (the tasks it
+        made claimable); nothing to do where they poll."""
 
     @abc.abstractmethod
     def joined(self, connection: object) -> AbstractContextManager[Transaction]:

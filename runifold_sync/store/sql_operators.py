@@ -343,8 +343,9 @@ def insert_tasks(
     _insert_run(d, tx, tasks, run, traceparent, results)
     answers = [result for result in results if result is not None]
     assert len(answers) == len(tasks)
-    if any(r.created for r in answers):
-        d.notify(tx)
+    created = sum(r.created for r in answers)
+    if created:
+        d.notify(tx, created)
     return answers
 
 

@@ -62,7 +62,7 @@ from .statements import (
     utc,
 )
 from .url import POLL_INTERVAL_S, PostgresTarget, parse_target
-from .wait import DirectListener, notified, poll, wait_until_due
+from .wait import DirectListener, notified, poll, wait_until_due, wait_woken
 
 # pg_advisory_xact_lock key that serializes migrations of one database ("RUNIFOLD").
 _MIGRATION_LOCK = 0x52554E49464F4C44
@@ -151,6 +151,9 @@ class PostgresDialect(Dialect):
         self.listener = listener
         self.results = results  # None: watches of a task poll (a pooler, nowhere to LISTEN)
         self._identity: DictRow | None = None  # pg_joined.IDENTITY of this database, once read
+        # False: every idle worker a notification wakes claims, as before wake slots
+        # (``pgwait.wait_woken``); for a benchmark's baseline in the same run.
+        self.wake_slots = True
 
     # --- statements --------------------------------------------------------------------
 
@@ -199,8 +202,8 @@ class PostgresDialect(Dialect):
         tasks = json.dumps(given, ensure_ascii=False)
         return list(tx.all("insert_tasks_bulk", {"tasks": tasks, "trace_context": trace_context}))
 
-    def notify(self, tx: Transaction) -> None:
-        tx.count("notify_work", {})
+    def notify(self, tx: Transaction, count: int = 1) -> None:
+        tx.count("notify_work", {"count": count})
 
     # --- values ----------------------------------------------------------------------
 
@@ -316,9 +319,14 @@ class PostgresDialect(Dialect):
         if self.pooled:
             return wait_until_due(lambda: self._due_in(routes), poll, timeout_s)
         with self.pool.connection(longer_by_s=timeout_s) as conn:
+            conn.execute(Q["release_wake_slots"])  # its slot of an earlier wake was used
             conn.execute(Q["listen_work"])  # before looking, so no notification is missed
             try:
-                return wait_until_due(lambda: _due_in(conn, routes), lambda s: notified(conn, s), timeout_s)
+                if not self.wake_slots:
+                    return wait_until_due(
+                        lambda: _due_in(conn, routes), lambda s: notified(conn, s), timeout_s
+                    )
+                return wait_woken(conn, lambda: _due_in(conn, routes), timeout_s)
             finally:
                 conn.execute(Q["unlisten_work"])
 

@@ -577,7 +577,7 @@ parent_woken AS (
             AND (p.ready_at IS NULL OR p.ready_at > c.at) THEN c.at ELSE p.ready_at END
     FROM children AS c JOIN parents AS l ON l.task_id = c.parent_id
     WHERE p.task_id = ANY(ARRAY(SELECT parent_id FROM children)) AND p.task_id = c.parent_id
-    RETURNING CASE WHEN p.ready_at = c.at THEN pg_notify('runifold_tasks', '') END
+    RETURNING CASE WHEN p.ready_at = c.at THEN pg_notify('runifold_tasks', txid_current()::text || ':1') END
 )
 SELECT task_id FROM fenced;
 
@@ -663,7 +663,20 @@ CROSS JOIN LATERAL (
 ) x;
 
 -- name: notify_work
-NOTIFY runifold_tasks;
+-- Wakes idle workers at commit; the payload says which transaction announces how many
+-- claimable tasks, so about that many of them claim (postgres/wait.py).
+SELECT pg_notify('runifold_tasks', txid_current()::text || ':' || %(count)s::int::text);
+
+-- name: take_wake_slot
+-- One of a notification's wake slots for this connection's session, the first free one.
+SELECT s FROM generate_series(0, %(slots)s::int - 1) AS s
+WHERE pg_try_advisory_lock(%(key)s::int, s)
+LIMIT 1;
+
+-- name: release_wake_slots
+-- The wake slot this connection took at its last wait (the store takes no other session
+-- advisory lock).
+SELECT pg_advisory_unlock_all();
 
 -- name: listen_work
 LISTEN runifold_tasks;

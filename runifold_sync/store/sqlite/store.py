@@ -273,7 +273,7 @@ class SqliteDialect(Dialect):
             tx.count("insert_enqueued_events", {"events": json.dumps(events)})
         return inserted
 
-    def notify(self, tx: Transaction) -> None:
+    def notify(self, tx: Transaction, count: int = 1) -> None:
         """Idle workers poll (see ``wait_for_work``): nothing to send."""
 
     # --- values ----------------------------------------------------------------------
