@@ -67,6 +67,9 @@ POSTGRES_ONLY = {
     "await_result",  # a waiter's mark: only PostgreSQL's task ends are notified
     "complete_batch",  # SQLite completes a batch a statement a task, in one transaction
     "use_generic_plans",  # complete_batch's plan (SQLite plans nothing worth keeping)
+    # Wake slots of a notification (postgres/wait.py): SQLite's idle workers poll.
+    "take_wake_slot",
+    "release_wake_slots",
 }
 
 

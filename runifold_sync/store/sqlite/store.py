@@ -67,6 +67,8 @@ _BULK_COLUMNS = (
     "detached",
     "concurrency_key",
 )
+_BULK_INTEGERS = ("definition_version", "priority", "not_before")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
 # SQLite has no notifications: wait_for_work polls PRAGMA data_version (a read of shared
 # memory that changes when another connection commits) at this interval, and asks for
@@ -259,6 +261,10 @@ class SqliteDialect(Dialect):
     def insert_tasks(self, tx: Transaction, rows: Sequence[Params], trace_context: str | None) -> list[Row]:
         """Query ``insert_tasks_bulk`` with the tasks as one JSON array, then the new
         ones' events (``insert_enqueued_events``): two statements a batch."""
+        for row in rows:  # bound one by one, sqlite3 refused these; json_extract would store a REAL
+            for column in _BULK_INTEGERS:
+                if row[column] is not None and not _INT64_MIN <= row[column] <= _INT64_MAX:
+                    raise OverflowError(f"{column} {row[column]} does not fit a SQLite INTEGER")
         tasks = json.dumps([[row[column] for column in _BULK_COLUMNS] for row in rows], ensure_ascii=False)
         inserted: list[Row] = list(
             tx.all("insert_tasks_bulk", {"tasks": tasks, "trace_context": trace_context})
