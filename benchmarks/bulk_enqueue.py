@@ -5,17 +5,21 @@ transaction a batch: the baseline) and against ``enqueue`` one task a call, in t
 run on the same fresh store per backend. Rounds alternate between the three ways (the
 best round of each counts: other load on the machine only ever slows a round down); the
 client process's CPU a task is shown too. Target: the bulk path at least 10x the
-baseline's tasks/s on PostgreSQL.
-``python benchmarks/bulk_enqueue.py [--quick] [--backend sqlite|postgres|both]``.
+baseline's tasks/s on PostgreSQL. With ``--peers``, pgqueuer's ``enqueue`` and
+procrastinate's ``batch_defer_async`` of the same batches, each on a fresh database from
+the peers' virtualenv (``peers.py``), the best of the same number of rounds.
+``python benchmarks/bulk_enqueue.py [--quick] [--backend sqlite|postgres|both] [--peers]``.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import subprocess
 import time
 from collections.abc import Callable
 
-from common import Row, arg_parser, fresh_store, print_table, progress, rate, retry_on_restart
+from common import Row, arg_parser, fresh_store, not_measured, print_table, progress, rate, retry_on_restart
 
 from runifold_sync import WorkflowStore, WorkflowTask, open_store
 from runifold_sync.store import sql_operators
@@ -81,7 +85,48 @@ def measure(kind: str, batches: int) -> dict[str, tuple[float, float]]:
         return best
 
 
-def run(quick: bool, backends: tuple[str, ...] = ("sqlite", "postgres")) -> list[Row]:
+def peer_per_s(script: str, batches: int) -> float:
+    """The best tasks/s of ``ROUNDS`` runs of ``script``'s ``bulk`` role, each on a
+    fresh database after its ``setup`` (schema only)."""
+    import peers
+
+    best = 0.0
+    for _ in range(ROUNDS):
+        with fresh_store("postgres") as url:
+            path = str(peers.HERE / script)
+            for role in ("setup", "bulk"):
+                args = [str(peers.PYTHON), path, role, "--url", url, "--count", str(batches * BATCH)]
+                done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+                if done.returncode != 0:
+                    raise peers.PeerFailed(f"{script} {role}: {peers._tail(done.stderr)}")
+            found = json.loads(done.stdout.strip().splitlines()[-1])
+            best = max(best, found["enqueued"] / found["seconds"])
+    return best
+
+
+def peer_rows(batches: int, ours: float) -> list[Row]:
+    import peers
+
+    versions = peers.install_peers()
+    rows = []
+    for name, script in (("pgqueuer", "peer_pgqueuer.py"), ("procrastinate", "peer_procrastinate.py")):
+        figure = f"PostgreSQL: {name} {versions.get(name, '')} bulk enqueue of {BATCH}, tasks/s"
+        if versions.get(name, "!").startswith("!"):
+            rows.append(not_measured(figure, versions.get(name, "not installed")))
+            continue
+        try:
+            progress(f"bulk enqueue: {name}")
+            theirs = peer_per_s(script, batches)
+        except (peers.PeerFailed, subprocess.TimeoutExpired) as exc:
+            rows.append(not_measured(figure, str(exc)))
+            continue
+        rows.append(Row(figure, rate(theirs), f"runifold_sync {ours / theirs:.2f}x theirs"))
+    return rows
+
+
+def run(
+    quick: bool, backends: tuple[str, ...] = ("sqlite", "postgres"), *, with_peers: bool = False
+) -> list[Row]:
     batches = 3 if quick else 20
     rows = []
     for kind in backends:
@@ -117,6 +162,8 @@ def run(quick: bool, backends: tuple[str, ...] = ("sqlite", "postgres")) -> list
                 f"{single / base:.2f}x before",
             )
         )
+        if kind == "postgres" and with_peers:
+            rows += peer_rows(batches, fast)
     return rows
 
 
@@ -124,9 +171,12 @@ def main() -> None:
     parser = arg_parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="3 batches a round instead of 20")
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument(
+        "--peers", action="store_true", help="pgqueuer's and procrastinate's bulk enqueue too"
+    )
     args = parser.parse_args()
     backends = ("sqlite", "postgres") if args.backend == "both" else (args.backend,)
-    print_table(f"enqueue_many in batches of {BATCH}", run(args.quick, backends))
+    print_table(f"enqueue_many in batches of {BATCH}", run(args.quick, backends, with_peers=args.peers))
 
 
 if __name__ == "__main__":
