@@ -34,6 +34,21 @@ async def setup(url: str, count: int) -> dict[str, object]:
     return {"enqueued": count}
 
 
+async def bulk(url: str, count: int, batch: int) -> dict[str, object]:
+    """``count`` jobs enqueued in batches of ``batch`` (one ``enqueue`` call each), timed;
+    the schema installed by ``setup`` first."""
+    conn = await asyncpg.connect(url)
+    try:
+        queries = Queries(AsyncpgDriver(conn))
+        start = time.perf_counter()
+        for _ in range(count // batch):
+            await queries.enqueue(["noop"] * batch, [None] * batch, [0] * batch)
+        seconds = time.perf_counter() - start
+    finally:
+        await conn.close()
+    return {"enqueued": count // batch * batch, "seconds": seconds}
+
+
 async def work(url: str) -> dict[str, object]:
     conn = await asyncpg.connect(url)
     qm = QueueManager(Queries(AsyncpgDriver(conn)))
@@ -59,12 +74,16 @@ async def work(url: str) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("role", choices=("setup", "work"))
+    parser.add_argument("role", choices=("setup", "work", "bulk"))
     parser.add_argument("--url", required=True)
     parser.add_argument("--count", type=int, default=0)
     parser.add_argument("--index", type=int, default=0)
     parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=128)
     args = parser.parse_args()
+    if args.role == "bulk":
+        print(json.dumps(asyncio.run(bulk(args.url, args.count, args.batch))), flush=True)
+        return
     coro = setup(args.url, args.count) if args.role == "setup" else work(args.url)
     print(json.dumps(asyncio.run(coro)), flush=True)
 

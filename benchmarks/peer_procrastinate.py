@@ -36,6 +36,18 @@ async def setup(url: str, count: int) -> dict[str, object]:
     return {"enqueued": count}
 
 
+async def bulk(url: str, count: int, batch: int) -> dict[str, object]:
+    """``count`` jobs deferred in batches of ``batch`` (one ``batch_defer_async`` each),
+    timed; the schema applied by ``setup`` first."""
+    with app.replace_connector(procrastinate.PsycopgConnector(conninfo=url)):
+        async with app.open_async():
+            start = time.perf_counter()
+            for _ in range(count // batch):
+                await noop.batch_defer_async(*({} for _ in range(batch)))
+            seconds = time.perf_counter() - start
+    return {"enqueued": count // batch * batch, "seconds": seconds}
+
+
 async def work(url: str, index: int) -> dict[str, object]:
     with app.replace_connector(procrastinate.PsycopgConnector(conninfo=url)):
         async with app.open_async():
@@ -51,12 +63,16 @@ async def work(url: str, index: int) -> dict[str, object]:
 def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     parser = argparse.ArgumentParser()
-    parser.add_argument("role", choices=("setup", "work"))
+    parser.add_argument("role", choices=("setup", "work", "bulk"))
     parser.add_argument("--url", required=True)
     parser.add_argument("--count", type=int, default=0)
     parser.add_argument("--index", type=int, default=0)
     parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=128)
     args = parser.parse_args()
+    if args.role == "bulk":
+        print(json.dumps(asyncio.run(bulk(args.url, args.count, args.batch))), flush=True)
+        return
     coro = setup(args.url, args.count) if args.role == "setup" else work(args.url, args.index)
     print(json.dumps(asyncio.run(coro)), flush=True)
 

@@ -7,7 +7,9 @@ any of its own. Rows are inserted with bulk SQL (``generate_series`` on PostgreS
 followed by ``VACUUM ANALYZE`` as autovacuum would do; one ``executemany`` transaction on
 SQLite), finished rows with the head of a 5-step checkpoint. Claims alternate between the
 four databases in rounds, so machine noise hits them all alike; each
-figure is the best round.
+figure is the best round. Then ``queue_stats`` (the ``stats`` command) is timed in the
+first two databases, the best of 20 calls each, in turns: it must stay flat with the
+finished tasks (it reads unfinished tasks only, and the finished counters).
 ``python benchmarks/scale.py [--finished N] [--quick]``.
 """
 
@@ -190,11 +192,23 @@ def claim_rate(stores: dict[str, WorkflowStore], ready: int) -> dict[str, float]
     return best
 
 
+def stats_ms(stores: dict[str, WorkflowStore]) -> dict[str, float]:
+    """The best of ``STATS_CALLS`` calls of ``queue_stats`` in each store, in turns, in ms."""
+    best = dict.fromkeys(stores, float("inf"))
+    for _ in range(STATS_CALLS):
+        for name, store in stores.items():
+            started = time.perf_counter()
+            store.queue_stats()
+            best[name] = min(best[name], (time.perf_counter() - started) * 1000)
+    return best
+
+
+STATS_CALLS = 20
 CONFIGS = ("empty", "finished", "waiting", "unserved")
 
 
 @retry_on_restart
-def measure(kind: str, *, ready: int, finished: int) -> dict[str, float]:
+def measure(kind: str, *, ready: int, finished: int) -> tuple[dict[str, float], dict[str, float]]:
     fill = fill_postgres if kind == "postgres" else fill_sqlite
     with ExitStack() as stack:
         stores = {}
@@ -212,14 +226,16 @@ def measure(kind: str, *, ready: int, finished: int) -> dict[str, float]:
             )
             stores[config] = store
         progress(f"scale: {kind}: claiming {ready} tasks in each database")
-        return claim_rate(stores, ready)
+        rates = claim_rate(stores, ready)
+        progress(f"scale: {kind}: queue_stats")
+        return rates, stats_ms({name: stores[name] for name in ("empty", "finished")})
 
 
 def run(quick: bool, finished: int = 1_000_000) -> list[Row]:
     ready = 1800 if quick else 6000
     rows = []
     for kind, label in (("sqlite", "SQLite FULL"), ("postgres", "PostgreSQL")):
-        rates = measure(kind, ready=ready, finished=finished)
+        rates, stats = measure(kind, ready=ready, finished=finished)
         empty = rates["empty"]
         rows.append(Row(f"{label}: claims/s, empty table ({ready} ready)", rate(empty), "baseline"))
         ratio = rates["finished"] / empty
@@ -247,6 +263,17 @@ def run(quick: bool, finished: int = 1_000_000) -> list[Row]:
                 f"{unserved_ratio:.2f}x empty table",
                 ">= 0.80x empty table",
                 unserved_ratio >= 0.8,
+            )
+        )
+        rows.append(Row(f"{label}: queue_stats, empty table", f"{stats['empty']:.2f} ms", "baseline"))
+        stats_ratio = stats["finished"] / stats["empty"]
+        rows.append(
+            Row(
+                f"{label}: queue_stats with {finished:,} finished tasks",
+                f"{stats['finished']:.2f} ms",
+                f"{stats_ratio:.2f}x empty table",
+                "<= 2.00x empty table",
+                stats_ratio <= 2.0,
             )
         )
     return rows

@@ -78,6 +78,8 @@ POINTS = {
     "cancel by filter) or upgrade (one task moved to a newer version); an operator's repair "
     "has made its changes in its transaction, which has not committed",
     "after_operator": "as within_operator; the transaction committed",
+    "bulk_enqueue": "task id of the first of a run of enqueued tasks without flow options; inside "
+    "the enqueue's transaction, the run's tasks and events written in one go, not committed",
     "flow_enqueue": "debounce key, or the dedup key of a singleton replacing its task; inside "
     "the enqueue's transaction, the debounced input folded into the key's queued task (or the "
     "replaced task cancelled), not committed",

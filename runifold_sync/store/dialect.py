@@ -155,8 +155,18 @@ class Dialect(Values, abc.ABC):
         """Append ``event`` to the history inside ``tx``."""
 
     @abc.abstractmethod
-    def notify(self, tx: Transaction) -> None:
-        """Wake idle workers when ``tx`` commits (nothing to do where they poll)."""
+    def insert_tasks(self, tx: Transaction, rows: Sequence[Params], trace_context: str | None) -> list[Row]:
+        """Insert new tasks, each of ``rows`` the parameters of query ``insert_task`` for
+        a task without flow options plus its ``enqueued`` event's ``detail``, and their
+        events, inside ``tx``: one statement for the batch where the dialect can (a
+        producer's batch is bound by round trips and statements sent, not by rows).
+        Returns ``task_id`` and ``at`` of each task inserted; a task whose id is stored
+        already is left out, for the caller to answer one by one."""
+
+    @abc.abstractmethod
+    def notify(self, tx: Transaction, count: int = 1) -> None:
+        """Wake idle workers when ``tx`` commits, about ``count`` of them (the tasks it
+        made claimable); nothing to do where they poll."""
 
     @abc.abstractmethod
     def joined(self, connection: object) -> AbstractContextManager[Transaction]:

@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..errors import SignalConflict, StoreUnavailable, TaskNotFound
-from ..model import validate
+from ..model import crashpoints, validate
 from ..model.codec import to_json
 from ..model.trace_context import current_traceparent
 from ..model.values import DeclaredSignals, TaskState, WorkflowTask
@@ -320,45 +320,93 @@ def insert_tasks(
     """Insert checked ``tasks`` inside ``tx`` with their enqueued events, waking idle
     workers when one is new: what ``enqueue_many`` does, for the operations that enqueue
     as part of a larger transaction (a schedule's tick). Each new task keeps the trace
-    context current here (``trace_context``), which every claim of it continues."""
-    results = []
+    context current here (``trace_context``), which every claim of it continues.
+
+    Tasks without flow options go in together (:meth:`Dialect.insert_tasks`, one statement
+    for a run of them), a task with a dedup key, a singleton or a debounce one by one
+    after its key's lock (``sql_flow.collapsed``); a run is written before the flow task
+    that follows it, so a batch is applied in its order. A task whose id is stored
+    already is answered one by one as well."""
+    results: list[EnqueueResult | None] = [None] * len(tasks)
     _declare(tx, {task.declared for task in tasks if task.declared is not None})
     traceparent = current_traceparent()  # the same span is current for the whole batch
-    for task in tasks:
-        params = {
-            "task_id": task.task_id,
-            "definition_name": task.definition_name,
-            "definition_version": task.definition_version,
-            "tenant": task.tenant,
-            "input": d.json_in("workflow input", task.input_json),
-            "priority": task.priority,
-            "not_before": None if task.not_before is None else d.db_time(task.not_before),
-            "parent_id": task.parent_id,
-            "trace_context": traceparent,
-            "queue": task.queue,
-            "detached": task.detached,
-        } | sql_flow.flow_params(d, task)
-        folded = sql_flow.collapsed(d, tx, task, params, cancel)
-        if folded is not None:
-            results.append(folded)
+    run: list[int] = []  # positions of the tasks without flow options not written yet
+    for position, task in enumerate(tasks):
+        if task.flow is None:
+            run.append(position)
             continue
+        _insert_run(d, tx, tasks, run, traceparent, results)
+        run = []
+        params = _task_params(d, task, traceparent)
+        folded = sql_flow.collapsed(d, tx, task, params, cancel)
+        results[position] = folded if folded is not None else _insert_one(d, tx, task, params)
+    _insert_run(d, tx, tasks, run, traceparent, results)
+    answers = [result for result in results if result is not None]
+    assert len(answers) == len(tasks)
+    created = sum(r.created for r in answers)
+    if created:
+        d.notify(tx, created)
+    return answers
+
+
+def _task_params(d: Dialect, task: WorkflowTask, traceparent: str | None) -> dict[str, Any]:
+    """Query ``insert_task``'s parameters for ``task``."""
+    return {
+        "task_id": task.task_id,
+        "definition_name": task.definition_name,
+        "definition_version": task.definition_version,
+        "tenant": task.tenant,
+        "input": d.json_in("workflow input", task.input_json),
+        "priority": task.priority,
+        "not_before": None if task.not_before is None else d.db_time(task.not_before),
+        "parent_id": task.parent_id,
+        "trace_context": traceparent,
+        "queue": task.queue,
+        "detached": task.detached,
+    } | sql_flow.flow_params(d, task)
+
+
+def _insert_run(
+    d: Dialect,
+    tx: Transaction,
+    tasks: list[WorkflowTask],
+    run: list[int],
+    traceparent: str | None,
+    results: list[EnqueueResult | None],
+) -> None:
+    """Write the tasks at positions ``run`` (none with flow options) in one go, and
+    answer each in ``results``; an id stored already goes the one-by-one way."""
+    if not run:
+        return
+    rows = [
+        _task_params(d, tasks[p], traceparent) | {"detail": event_details.enqueued(tasks[p])} for p in run
+    ]
+    inserted = {row["task_id"] for row in d.insert_tasks(tx, rows, traceparent)}
+    if crashpoints.ARMED:
+        crashpoints.reached("bulk_enqueue", tasks[run[0]].task_id)
+    for position, params in zip(run, rows, strict=True):
+        task = tasks[position]
+        if task.task_id in inserted:
+            results[position] = EnqueueResult(task.task_id, created=True)
+        else:
+            del params["detail"]
+            results[position] = _insert_one(d, tx, task, params)
+
+
+def _insert_one(d: Dialect, tx: Transaction, task: WorkflowTask, params: dict[str, Any]) -> EnqueueResult:
+    """Insert ``task`` alone with its event, or answer for the stored task of its id."""
+    inserted = tx.one("insert_task", params)
+    if inserted is None:
+        row = tx.one("select_task", params)
+        if row is not None:
+            return refusals.already_enqueued(task, row)  # a conflict rolls the batch back
+        # On PostgreSQL, the task it conflicted with was pruned (store.prune) in
+        # between: its id is free again, so this is a new task.
         inserted = tx.one("insert_task", params)
         if inserted is None:
-            row = tx.one("select_task", params)
-            if row is not None:
-                results.append(refusals.already_enqueued(task, row))  # a conflict rolls the batch back
-                continue
-            # On PostgreSQL, the task it conflicted with was pruned (store.prune) in
-            # between: its id is free again, so this is a new task.
-            inserted = tx.one("insert_task", params)
-            if inserted is None:
-                raise StoreUnavailable(f"task {task.task_id!r} conflicted on insert but cannot be read")
-        detail = event_details.enqueued(task)
-        d.event(tx, Event(task.task_id, inserted["at"], "enqueued", detail))
-        results.append(EnqueueResult(task.task_id, created=True))
-    if any(r.created for r in results):
-        d.notify(tx)
-    return results
+            raise StoreUnavailable(f"task {task.task_id!r} conflicted on insert but cannot be read")
+    d.event(tx, Event(task.task_id, inserted["at"], "enqueued", event_details.enqueued(task)))
+    return EnqueueResult(task.task_id, created=True)
 
 
 def _declare(tx: Transaction, declarations: Iterable[DeclaredSignals]) -> None:

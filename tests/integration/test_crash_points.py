@@ -57,7 +57,7 @@ from tests.support.backends import Backend
 from tests.support.journals import entries
 
 from . import crash_app
-from .test_flow_crash_points import FLOW_CASES
+from .test_flow_crash_points import BULK_CASE, FLOW_CASES
 from .test_held_crash_points import HELD_CASES
 from .test_pool_crash_points import POOL_CASES
 from .test_repair_crash_points import REPAIR_CASES
@@ -278,6 +278,7 @@ def test_every_crash_point_and_every_transition_kind_before_and_after_is_covered
     armed += [case.crash.partition(":") for case in HELD_CASES.values()]  # their own table
     armed += [case.crash.partition(":") for case in POOL_CASES.values()]  # a pool's hand-back
     armed += [case.partition(":") for case in FLOW_CASES.values()]  # an enqueue's flow write
+    armed.append(BULK_CASE.partition(":"))  # a batch's tasks and events written together
     ticks = {case.crash.partition(":")[0] for case in SCHEDULE_CASES.values()}  # theirs too
     repairs = {case.crash.partition(":")[0] for case in REPAIR_CASES.values()}  # the operator's
     assert {point for point, _, _ in armed} | ticks | repairs == set(crashpoints.POINTS)

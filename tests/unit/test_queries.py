@@ -46,6 +46,9 @@ SQLITE_ONLY = {
     "claimable_in_turns@unflowed",
     "claimable_tasks@unflowed",
     "claimable_routed_tasks@unflowed",
+    # A bulk enqueue's events, a statement after its tasks (PostgreSQL writes them in a
+    # CTE of insert_tasks_bulk).
+    "insert_enqueued_events",
 }
 # PostgreSQL claims in one statement (a FOR UPDATE SKIP LOCKED CTE feeding the UPDATE),
 # after locking the tenants that have a lease limit (lock_limited_tenants), and wakes
@@ -76,6 +79,9 @@ POSTGRES_ONLY = {
     "await_result",  # a waiter's mark: only PostgreSQL's task ends are notified
     "complete_batch",  # SQLite completes a batch a statement a task, in one transaction
     "use_generic_plans",  # complete_batch's plan (SQLite plans nothing worth keeping)
+    # Wake slots of a notification (postgres/wait.py): SQLite's idle workers poll.
+    "take_wake_slot",
+    "release_wake_slots",
 }
 
 

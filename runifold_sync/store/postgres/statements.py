@@ -29,6 +29,8 @@ from .pool import Connection
 
 NOW = "(clock_timestamp() + make_interval(secs => (SELECT offset_s FROM runifold_clock WHERE id = 1)))"
 Q = load_queries("postgres", NOW)
+# The payload of a notification of one task made claimable (query notify_work, pgwait).
+_ONE_TASK_WAKE = "txid_current()::text || ':1'"
 # A JSON text PostgreSQL refuses as JSONB: a raw NUL, or a \u0000 escape that is not
 # itself an escaped backslash followed by "u0000".
 _NUL = re.compile(r"\x00|(?<!\\)(?:\\\\)*\\u0000")
@@ -76,9 +78,10 @@ def fenced_statement(name: str, *, event: bool, notify: bool = False, journal: b
                 "AND (p.ready_at IS NULL OR p.ready_at > fenced.at) THEN fenced.at ELSE p.ready_at END "
                 "FROM fenced WHERE p.task_id = ANY(ARRAY(SELECT parent_id FROM fenced)) "
                 "AND p.task_id = fenced.parent_id "
-                "RETURNING CASE WHEN p.ready_at = fenced.at THEN pg_notify('runifold_tasks', '') END)"
+                "RETURNING CASE WHEN p.ready_at = fenced.at "
+                f"THEN pg_notify('runifold_tasks', {_ONE_TASK_WAKE}) END)"
             )
-        notified = ", pg_notify('runifold_tasks', '') AS notified" if notify else ""
+        notified = f", pg_notify('runifold_tasks', {_ONE_TASK_WAKE}) AS notified" if notify else ""
         Q[key] = ", ".join(parts) + f" SELECT fenced.*{notified} FROM fenced"
     return key
 

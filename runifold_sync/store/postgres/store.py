@@ -23,6 +23,7 @@ processes and hosts claiming from one database.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -63,13 +64,29 @@ from .statements import (
     utc,
 )
 from .url import POLL_INTERVAL_S, PostgresTarget, parse_target
-from .wait import DirectListener, notified, poll, wait_until_due
+from .wait import DirectListener, notified, poll, wait_until_due, wait_woken
 
 T = TypeVar("T")
 
 # pg_advisory_xact_lock key that serializes migrations of one database ("RUNIFOLD").
 _MIGRATION_LOCK = 0x52554E49464F4C44
 _CHANNEL = "runifold_tasks"
+# The parameters of insert_task each task of insert_tasks_bulk's JSON array has (and its
+# event's detail).
+_BULK_COLUMNS = (
+    "task_id",
+    "definition_name",
+    "definition_version",
+    "tenant",
+    "input",
+    "priority",
+    "not_before",
+    "parent_id",
+    "queue",
+    "detached",
+    "concurrency_key",
+    "detail",
+)
 
 log = logging.getLogger("runifold_sync.store")
 
@@ -139,6 +156,9 @@ class PostgresDialect(Dialect):
         self.results = results  # None: watches of a task poll (a pooler, nowhere to LISTEN)
         self._identity: DictRow | None = None  # pg_joined.IDENTITY of this database, once read
         self.flow_sight = FlowSight()
+        # False: every idle worker a notification wakes claims, as before wake slots
+        # (``pgwait.wait_woken``); for a benchmark's baseline in the same run.
+        self.wake_slots = True
 
     # --- statements --------------------------------------------------------------------
 
@@ -175,8 +195,20 @@ class PostgresDialect(Dialect):
         assert isinstance(tx, PostgresTransaction)
         insert_event(tx.conn, event)
 
-    def notify(self, tx: Transaction) -> None:
-        tx.count("notify_work", {})
+    def insert_tasks(self, tx: Transaction, rows: Sequence[Params], trace_context: str | None) -> list[Row]:
+        """Query ``insert_tasks_bulk``: the tasks and their events, one JSON array, in one
+        statement."""
+        given = []
+        for row in rows:
+            task = {column: row[column] for column in _BULK_COLUMNS}
+            if row["not_before"] is not None:
+                task["not_before"] = row["not_before"].isoformat()
+            given.append(task)
+        tasks = json.dumps(given, ensure_ascii=False)
+        return list(tx.all("insert_tasks_bulk", {"tasks": tasks, "trace_context": trace_context}))
+
+    def notify(self, tx: Transaction, count: int = 1) -> None:
+        tx.count("notify_work", {"count": count})
 
     # --- values ----------------------------------------------------------------------
 
@@ -309,9 +341,14 @@ class PostgresDialect(Dialect):
         if self.pooled:
             return wait_until_due(lambda: self._due_in(routes), poll, timeout_s)
         with self.pool.connection(longer_by_s=timeout_s) as conn:
+            conn.execute(Q["release_wake_slots"])  # its slot of an earlier wake was used
             conn.execute(Q["listen_work"])  # before looking, so no notification is missed
             try:
-                return wait_until_due(lambda: _due_in(conn, routes), lambda s: notified(conn, s), timeout_s)
+                if not self.wake_slots:
+                    return wait_until_due(
+                        lambda: _due_in(conn, routes), lambda s: notified(conn, s), timeout_s
+                    )
+                return wait_woken(conn, lambda: _due_in(conn, routes), timeout_s)
             finally:
                 conn.execute(Q["unlisten_work"])
 

@@ -3,6 +3,17 @@ the length of one wait, on a direct connection of the store's own when a transac
 pooler is in the path (``listen_host``/``listen_port``), or by polling when there is no
 such connection (see ``pgurl``). Each way re-reads the earliest due time (a timer, a
 backoff, a lease expiry) after every wake-up, so a notification only means "look again".
+
+On the pooled LISTEN connection a notification also says how much work it announces:
+its payload is ``<transaction id>:<count>`` (query ``notify_work``; a task made
+claimable by a worker's transition counts one). Every idle worker receives it, but only
+``count`` of those that find work due go on to claim (:func:`wait_woken`): each takes
+one of the notification's wake slots, a session advisory lock on its wait connection,
+kept until that connection's next wait, so a worker that wakes late cannot take a slot
+already used. One that finds no free slot looks again after :data:`WAKE_GRACE_S` and
+claims only if work is still due then (the winner failed, or more came than
+announced). One new task so wakes about one idle worker rather than all of them, whose
+claims but one came back empty.
 """
 
 from __future__ import annotations
@@ -11,11 +22,14 @@ import logging
 import os
 import threading
 import time
+import zlib
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
 from ...errors import StoreUnavailable, StoreUsedAcrossFork
+from .statements import Q
 from .url import POLL_INTERVAL_S
 
 log = logging.getLogger("runifold_sync.store")
@@ -36,6 +50,55 @@ def wait_until_due(due_in: DueIn, block: Callable[[float], None], timeout_s: flo
         if remaining_s <= 0:
             return False
         block(remaining_s if due_in_s is None else min(remaining_s, due_in_s))
+
+
+# How long a worker that found the wake slots of the work it woke for taken waits for
+# their winners to claim it, before it claims whatever is still due.
+WAKE_GRACE_S = 0.05
+# At most this many workers wake for one notification, whatever it announces.
+MAX_WAKE_SLOTS = 64
+
+
+def wait_woken(conn: psycopg.Connection[Any], due_in: DueIn, timeout_s: float) -> bool:
+    """:func:`wait_until_due` on ``conn``, which LISTENs: True at once when work is due
+    at a look of its own (the first, a timer come due, a grace run out), and when due
+    after notifications only once it takes one of their wake slots (see the module)."""
+    deadline = time.monotonic() + timeout_s
+    woken_by: list[str] = []  # the payloads of the notifications since the last look
+    while True:
+        due_in_s = due_in()
+        block_s = due_in_s
+        if due_in_s is not None and due_in_s <= 0:
+            if not woken_by or _took_wake_slot(conn, woken_by):
+                return True
+            block_s = WAKE_GRACE_S  # others took the slots: let them claim first
+        remaining_s = deadline - time.monotonic()
+        if remaining_s <= 0:
+            return False
+        woken_by = _notifications(conn, remaining_s if block_s is None else min(remaining_s, block_s))
+
+
+def _notifications(conn: psycopg.Connection[Any], timeout_s: float) -> list[str]:
+    """The payloads of the notifications on ``conn`` within ``timeout_s`` of the first."""
+    payloads = [n.payload for n in conn.notifies(timeout=timeout_s, stop_after=1)]
+    if payloads:
+        payloads += [n.payload for n in conn.notifies(timeout=0)]
+    return payloads
+
+
+def _took_wake_slot(conn: psycopg.Connection[Any], payloads: list[str]) -> bool:
+    """Take a free wake slot of one of the notifications ``payloads`` (True), held until
+    ``release_wake_slots`` on this connection. A payload in no known form (a release
+    that did not count its work) wakes as every notification did: True."""
+    for payload in payloads:
+        notifier, _, count = payload.partition(":")
+        if not notifier or not count.isdigit():
+            return True
+        slots = min(int(count), MAX_WAKE_SLOTS)
+        key = zlib.crc32(notifier.encode()) - 2**31  # an int4, for the two-key lock form
+        if slots and conn.execute(Q["take_wake_slot"], {"key": key, "slots": slots}).fetchone():
+            return True
+    return False
 
 
 def notified(conn: psycopg.Connection[object], timeout_s: float) -> None:

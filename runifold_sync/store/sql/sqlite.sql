@@ -18,6 +18,33 @@ INSERT INTO runifold_tasks (
 ON CONFLICT (task_id) DO NOTHING
 RETURNING :now AS at;
 
+-- name: insert_tasks_bulk
+-- enqueue_many's tasks without flow options in one statement: :tasks is a JSON array of
+-- [task_id, definition_name, definition_version, tenant, input (JSON text as a string),
+-- priority, not_before, parent_id, queue, detached, concurrency_key], one a task. A task
+-- whose id is stored already is not returned (the caller answers for it one by one).
+INSERT INTO runifold_tasks (
+    task_id, definition_name, definition_version, tenant, input, priority, state,
+    ready_at, created_at, updated_at, parent_id, trace_context, queue, detached, concurrency_key
+)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+    json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'), 'queued',
+    MAX(:now, COALESCE(json_extract(value, '$[6]'), :now)), :now, :now, json_extract(value, '$[7]'),
+    :trace_context, json_extract(value, '$[8]'), json_extract(value, '$[9]'), json_extract(value, '$[10]')
+FROM json_each(:tasks)
+WHERE true  -- an INSERT ... SELECT takes an ON CONFLICT clause only after a WHERE
+ORDER BY key
+ON CONFLICT (task_id) DO NOTHING
+RETURNING task_id, :now AS at;
+
+-- name: insert_enqueued_events
+-- The enqueued events of insert_tasks_bulk's new tasks: :events is a JSON array of
+-- [task_id, detail (JSON text as a string)], in the batch's order.
+INSERT INTO runifold_events (task_id, at, kind, detail)
+SELECT json_extract(value, '$[0]'), :now, 'enqueued', json_extract(value, '$[1]')
+FROM json_each(:events)
+ORDER BY key;
+
 -- name: select_task
 SELECT * FROM runifold_tasks WHERE task_id = :task_id;
 
@@ -516,11 +543,27 @@ GROUP BY definition_name, definition_version
 ORDER BY definition_name, definition_version;
 
 -- name: queue_stats
+-- The unfinished tasks from the partial indexes that hold only them (a due time:
+-- runifold_tasks_routed, as the claim reads; none: runifold_tasks_unready), the finished
+-- ones from the counters the triggers of migration 24 keep: flat however many finished
+-- tasks are kept.
+WITH unfinished AS (
+    SELECT tenant, state, outcome, ready_at FROM runifold_tasks
+    WHERE state IN ('queued', 'waiting', 'leased') AND ready_at IS NOT NULL
+    UNION ALL
+    SELECT tenant, state, outcome, ready_at FROM runifold_tasks
+    WHERE state IN ('queued', 'waiting', 'leased') AND ready_at IS NULL
+)
 SELECT tenant, state, outcome, COUNT(*) AS count,
     ({now} - MIN(CASE WHEN state = 'queued' AND ready_at <= {now} THEN ready_at END))
         / 1000000.0 AS oldest_ready_age_s
-FROM runifold_tasks
+FROM unfinished
 GROUP BY tenant, state, outcome
+UNION ALL
+SELECT tenant, state, NULLIF(outcome, ''), SUM(count), NULL
+FROM runifold_finished_counts
+GROUP BY tenant, state, outcome
+HAVING SUM(count) <> 0
 ORDER BY tenant, state, outcome;
 
 -- name: insert_signal

@@ -53,6 +53,22 @@ from .connection import (
 )
 
 _Q = load_queries("sqlite", sqlite_clock.NOW)
+# insert_tasks_bulk's columns, in the order of each task's JSON array.
+_BULK_COLUMNS = (
+    "task_id",
+    "definition_name",
+    "definition_version",
+    "tenant",
+    "input",
+    "priority",
+    "not_before",
+    "parent_id",
+    "queue",
+    "detached",
+    "concurrency_key",
+)
+_BULK_INTEGERS = ("definition_version", "priority", "not_before")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
 # SQLite has no notifications: wait_for_work polls PRAGMA data_version (a read of shared
 # memory that changes when another connection commits) at this interval, and asks for
@@ -242,7 +258,28 @@ class SqliteDialect(Dialect):
             },
         )
 
-    def notify(self, tx: Transaction) -> None:
+    def insert_tasks(self, tx: Transaction, rows: Sequence[Params], trace_context: str | None) -> list[Row]:
+        """Query ``insert_tasks_bulk`` with the tasks as one JSON array, then the new
+        ones' events (``insert_enqueued_events``): two statements a batch."""
+        for row in rows:  # bound one by one, sqlite3 refused these; json_extract would store a REAL
+            for column in _BULK_INTEGERS:
+                if row[column] is not None and not _INT64_MIN <= row[column] <= _INT64_MAX:
+                    raise OverflowError(f"{column} {row[column]} does not fit a SQLite INTEGER")
+        tasks = json.dumps([[row[column] for column in _BULK_COLUMNS] for row in rows], ensure_ascii=False)
+        inserted: list[Row] = list(
+            tx.all("insert_tasks_bulk", {"tasks": tasks, "trace_context": trace_context})
+        )
+        if inserted:
+            new = {row["task_id"] for row in inserted}
+            events = [
+                [row["task_id"], json.dumps(row["detail"], sort_keys=True)]
+                for row in rows
+                if row["task_id"] in new
+            ]
+            tx.count("insert_enqueued_events", {"events": json.dumps(events)})
+        return inserted
+
+    def notify(self, tx: Transaction, count: int = 1) -> None:
         """Idle workers poll (see ``wait_for_work``): nothing to send."""
 
     # --- values ----------------------------------------------------------------------

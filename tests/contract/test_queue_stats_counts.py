@@ -1,0 +1,67 @@
+"""``queue_stats`` reads unfinished tasks from their partial indexes and finished ones from
+counters kept by triggers (migration 24): on every backend its counts equal a count of
+the tasks themselves after every way a task ends, comes back (an operator's requeue) or
+goes (prune), tenant by tenant."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+
+from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
+from runifold_sync.model.codec import to_json
+from runifold_sync.store import TaskOutcome, TaskState
+
+LEASE = LeaseDuration(timedelta(seconds=30))
+W1 = WorkerId.parse("worker-1")
+
+
+def _counted(store: WorkflowStore) -> Counter[tuple[str, TaskState, TaskOutcome | None]]:
+    return Counter({(s.tenant, s.state, s.outcome): s.count for s in store.queue_stats()})
+
+
+def _truth(store: WorkflowStore) -> Counter[tuple[str, TaskState, TaskOutcome | None]]:
+    return Counter((t.tenant, t.state, t.outcome) for t in store.list_tasks(limit=1000))
+
+
+def _finish(store: WorkflowStore, how: str) -> str:
+    """Claim the next task and end it ``how``; its id."""
+    (claimed,) = store.claim(W1, LEASE)
+    if how == "complete":
+        store.complete(claimed.lease, claimed.revision, to_json({}), to_json(None))
+    else:
+        store.fail(claimed.lease, claimed.revision, None, reason="boom")
+    return claimed.lease.task_id
+
+
+def test_finished_counts_follow_every_end_requeue_and_prune(store: WorkflowStore) -> None:
+    tasks = [
+        WorkflowTask.new(
+            "orders", 1, {"n": n}, checkpoint_id=f"t{n:02}", tenant="acme" if n % 3 else "globex"
+        )
+        for n in range(12)
+    ]
+    store.enqueue_many(tasks)
+    assert _counted(store) == _truth(store)
+    failed = [_finish(store, "fail") for _ in range(3)]
+    done = [_finish(store, "complete") for _ in range(4)]
+    store.cancel("t11", actor="ops", reason="not needed")
+    assert _counted(store) == _truth(store)
+    assert sum(s.count for s in store.queue_stats() if s.state is TaskState.TERMINAL) == 7
+    store.requeue(failed[0], actor="ops", reason="fixed")  # failed -> queued: one fewer failed
+    assert _counted(store) == _truth(store)
+    _finish(store, "complete")
+    store.set_clock_offset(timedelta(days=2))
+    assert store.prune(timedelta(days=1), batch=2) == 8
+    assert store.list_tasks(state=TaskState.TERMINAL) == []
+    assert _counted(store) == _truth(store)
+    assert not any(s.state in (TaskState.TERMINAL, TaskState.CANCELLED) for s in store.queue_stats())
+    assert done  # each completion above was counted, then pruned
+
+
+def test_a_waiting_task_without_a_due_time_is_counted(store: WorkflowStore) -> None:
+    store.enqueue(WorkflowTask.new("orders", 1, {}, checkpoint_id="w"))
+    (claimed,) = store.claim(W1, LEASE)
+    store.suspend(claimed.lease, claimed.revision, "{}", wake_at=None, reason="w", signal="approve")
+    assert store.get_task("w").ready_at is None
+    assert _counted(store) == _truth(store) == Counter({("default", TaskState.WAITING, None): 1})
