@@ -138,6 +138,27 @@ def test_a_rate_limited_task_says_when_it_may_run(store: WorkflowStore) -> None:
     assert claimed(store) == ["t2"]
 
 
+def test_a_rates_claims_are_counted_across_prunes_and_at_most_64_outlive_their_window(
+    backend: Backend,
+) -> None:
+    """A group's claims past its window are dropped at its every 64th claim; the window
+    is counted right before and after each drop."""
+    store = backend.open()
+    clock = Clock(store)
+    store.set_flow_limit(FlowLimit("queue", "default", rate=Rate(70, timedelta(seconds=10))))
+    store.enqueue_many([task(f"t{n:03}") for n in range(200)])
+    assert len(store.claim(W1, LEASE, limit=63)) == 63  # numbered 1..63
+    clock.advance(timedelta(seconds=11))  # all 63 out of the window, none dropped yet
+    assert backend.query("SELECT COUNT(*) FROM runifold_flow_claims") == [(63,)]
+    assert len(store.claim(W1, LEASE, limit=1)) == 1  # the 64th drops them
+    assert backend.query("SELECT COUNT(*) FROM runifold_flow_claims") == [(1,)]
+    assert len(store.claim(W1, LEASE, limit=100)) == 69  # the window's room: 70 less 1
+    assert claimed(store) == []
+    assert backend.query("SELECT MIN(seq), MAX(seq) FROM runifold_flow_claims") == [(64, 133)]
+    clock.advance(timedelta(seconds=11))
+    assert len(store.claim(W1, LEASE, limit=100)) == 67  # the rest: 200 - 133
+
+
 def test_flow_limits_refuse_bad_values_naming_them() -> None:
     with pytest.raises(
         InvalidArgument, match="^FlowLimit.scope must be one of key, definition, queue, got 'tenant'$"

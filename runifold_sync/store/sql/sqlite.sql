@@ -1135,10 +1135,14 @@ SELECT :scope, :name, MAX(:now, COALESCE(last.at, :now)), COALESCE(last.seq, 0) 
 FROM (SELECT 1) LEFT JOIN (
     SELECT at, seq FROM runifold_flow_claims WHERE scope = :scope AND name = :name
     ORDER BY at DESC, seq DESC LIMIT 1
-) last;
+) last
+RETURNING seq;
 
 -- name: prune_flow_claims
--- Claims older than every rate's period count toward none.
+-- Claims older than every rate's period count toward none. Dropped when a group's claim
+-- number is a multiple of 64, not at every claim: on PostgreSQL a delete at every claim
+-- walked the rows the previous ones had deleted, not yet vacuumed, and halved the claims/s
+-- of a rated queue. So a group keeps at most 64 claims past its window.
 DELETE FROM runifold_flow_claims
 WHERE at <= :now - COALESCE((SELECT MAX(rate_period_us) FROM runifold_flow_limits), 0);
 

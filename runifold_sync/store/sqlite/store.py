@@ -385,7 +385,7 @@ class SqliteDialect(Dialect):
         for tenant in sorted({c["tenant"] for c in candidates}):
             conn.execute(_Q["mark_tenant_served"], {"tenant": tenant, "now": now})
         lease_us = in_us(request.lease.value)
-        rated = False
+        prune = False
         for candidate in candidates:
             row = conn.execute(
                 _Q["lease_task"],
@@ -400,8 +400,8 @@ class SqliteDialect(Dialect):
             detail = event_details.claimed(candidate["state"], candidate["worker_id"])
             self.event(tx, Event(row["task_id"], now, "claimed", detail, worker_id, row["fencing_token"]))
             for scope, name in sql_flow.rated_claims(candidate):
-                rated = True
-                conn.execute(_Q["record_flow_claim"], {"scope": scope, "name": name, "now": now})
+                params = {"scope": scope, "name": name, "now": now}
+                prune |= conn.execute(_Q["record_flow_claim"], params).fetchone()["seq"] % 64 == 0
             resolutions = {}
             if row["resolved"]:  # rare: only tasks an operator resolved have any
                 found = conn.execute(_Q["resolutions_for_task"], {"task_id": row["task_id"]})
@@ -414,7 +414,7 @@ class SqliteDialect(Dialect):
                 "previous_signal": candidate["waiting_for_signal"],
             }
             claimed.append(row_records.claimed_task(dict(row) | timing, worker_id, self, resolutions))
-        if rated:
+        if prune:  # every 64th claim of a group (query prune_flow_claims)
             conn.execute(_Q["prune_flow_claims"], {"now": now})
         return claimed
 
