@@ -5,12 +5,16 @@ goes (prune), tenant by tenant."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from datetime import timedelta
 
 from runifold_sync import LeaseDuration, WorkerId, WorkflowStore, WorkflowTask
 from runifold_sync.model.codec import to_json
 from runifold_sync.store import TaskOutcome, TaskState
+from runifold_sync.store.records import Completion
+from tests.support.backends import Backend
 
 LEASE = LeaseDuration(timedelta(seconds=30))
 W1 = WorkerId.parse("worker-1")
@@ -65,3 +69,49 @@ def test_a_waiting_task_without_a_due_time_is_counted(store: WorkflowStore) -> N
     store.suspend(claimed.lease, claimed.revision, "{}", wake_at=None, reason="w", signal="approve")
     assert store.get_task("w").ready_at is None
     assert _counted(store) == _truth(store) == Counter({("default", TaskState.WAITING, None): 1})
+
+
+def test_batches_of_completions_made_at_once_in_opposite_orders_all_commit(backend: Backend) -> None:
+    """Two workers end their claim batches at the same moment, over and over, one in
+    task order and one in reverse: the counters never make one wait for the other's rows
+    in an order that deadlocks (a deadlock is a store error that stalls the worker), and
+    every end is counted."""
+    stores = [backend.open(), backend.open()]
+    stores[0].enqueue_many(
+        [WorkflowTask.new("orders", 1, {"n": n}, checkpoint_id=f"t{n:03}") for n in range(240)]
+    )
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def work(store: WorkflowStore, reverse: bool) -> None:
+        for _ in range(6):
+            claimed = store.claim(W1, LEASE, limit=20)
+            claimed.sort(key=lambda c: c.lease.task_id, reverse=reverse)
+            ends = [Completion(c.lease, c.revision, to_json({}), to_json(None)) for c in claimed]
+            barrier.wait(timeout=30)
+            try:
+                store.complete_batch(ends)
+            except BaseException as error:  # noqa: BLE001 - reported below
+                errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(store, n == 1)) for n, store in enumerate(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert errors == []
+    done = sum(s.count for s in stores[0].queue_stats() if s.state is TaskState.TERMINAL)
+    assert done == 240 and _counted(stores[0]) == _truth(stores[0])
+    for store in stores:
+        store.close()
+    # The counters of the sessions that ended are folded (once the server has seen them
+    # end; PgBouncer keeps its server sessions); the counts stay what they were.
+    reader = backend.open()
+    deadline = time.monotonic() + 10
+    while backend.name == "postgres" and (
+        backend.query("SELECT DISTINCT shard FROM runifold_finished_counts") != [(0,)]
+    ):
+        assert time.monotonic() < deadline, backend.query("SELECT shard, count FROM runifold_finished_counts")
+        assert _counted(reader) == _truth(reader)
+        time.sleep(0.1)
+    assert _counted(reader) == _truth(reader)

@@ -793,8 +793,21 @@ ORDER BY definition_name, definition_version;
 -- The unfinished tasks from the partial indexes that hold only them (a due time:
 -- runifold_tasks_routed, as the claim reads; none: runifold_tasks_unready), the finished
 -- ones from the counters the triggers of migration 24 keep: flat however many finished
--- tasks are kept.
+-- tasks are kept. The counters of sessions that have ended are folded into shard 0 on the
+-- way (by one reader at a time; the sums read are the same before and after), so the
+-- counter table stays as small as the sessions that write it.
 WITH clock AS (SELECT {now} AS now),
+folded AS (
+    DELETE FROM runifold_finished_counts c
+    WHERE c.shard <> 0 AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = c.shard)
+        AND pg_try_advisory_xact_lock(5932734160749284931)  -- 'RUNIFINC'
+    RETURNING tenant, state, outcome, count
+),
+refolded AS (
+    INSERT INTO runifold_finished_counts AS c (tenant, state, outcome, shard, count)
+    SELECT tenant, state, outcome, 0, SUM(count) FROM folded GROUP BY tenant, state, outcome
+    ON CONFLICT (tenant, state, outcome, shard) DO UPDATE SET count = c.count + EXCLUDED.count
+),
 unfinished AS (
     SELECT tenant, state, outcome, ready_at FROM runifold_tasks
     WHERE state IN ('queued', 'waiting', 'leased') AND ready_at IS NOT NULL
