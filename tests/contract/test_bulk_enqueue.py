@@ -136,3 +136,13 @@ def test_a_batch_keeps_inputs_as_written_whatever_their_characters(store: Workfl
     batch = [WorkflowTask.new("orders", 1, value, checkpoint_id=f"u{n}") for n, value in enumerate(inputs)]
     store.enqueue_many(batch)
     assert [store.get_task(t.task_id).input_json for t in batch] == [t.input_json for t in batch]
+
+
+def test_a_batch_is_claimed_in_its_order_as_tasks_enqueued_one_by_one_are(store: WorkflowStore) -> None:
+    """Tasks of one priority are served by their ready time: a batch's tasks are stamped
+    apart, in the batch's order, so the claims take them first to last."""
+    ids = [f"t{n:03}" for n in range(60)]
+    store.enqueue_many([WorkflowTask.new("orders", 1, {"n": n}, checkpoint_id=i) for n, i in enumerate(ids)])
+    stamps = [store.get_task(i).created_at for i in ids]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
+    assert [c.lease.task_id for _ in ids for c in store.claim(W1, LEASE)] == ids

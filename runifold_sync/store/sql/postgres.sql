@@ -51,10 +51,17 @@ inserted AS (
         concurrency_key
     )
     SELECT g.task_id, g.definition_name, g.definition_version, g.tenant, g.input::jsonb,
-        g.input, g.priority, 'queued', GREATEST(clock.now, COALESCE(g.not_before, clock.now)),
-        clock.now, clock.now, g.parent_id, %(trace_context)s::text, g.queue, g.detached,
+        g.input, g.priority, 'queued', GREATEST(g.at, COALESCE(g.not_before, g.at)),
+        g.at, g.at, g.parent_id, %(trace_context)s::text, g.queue, g.detached,
         g.concurrency_key
-    FROM given g CROSS JOIN clock
+    FROM (
+        -- A microsecond apart, in the batch's order and none after now: the claim serves
+        -- tasks of one priority by their ready time, so a batch keeps its order as tasks
+        -- enqueued one by one do (one stamp for all made the order arbitrary).
+        SELECT given.*, clock.now - make_interval(secs => ((SELECT COUNT(*) FROM given) - given.n) / 1e6)
+            AS at
+        FROM given CROSS JOIN clock
+    ) g
     ORDER BY g.n
     ON CONFLICT (task_id) DO NOTHING
     RETURNING task_id, created_at

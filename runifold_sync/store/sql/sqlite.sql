@@ -22,26 +22,29 @@ RETURNING :now AS at;
 -- enqueue_many's tasks without flow options in one statement: :tasks is a JSON array of
 -- [task_id, definition_name, definition_version, tenant, input (JSON text as a string),
 -- priority, not_before, parent_id, queue, detached, concurrency_key], one a task. A task
--- whose id is stored already is not returned (the caller answers for it one by one).
+-- whose id is stored already is not returned (the caller answers for it one by one). The
+-- tasks are stamped a microsecond apart, in the batch's order and none after now: the
+-- claim serves tasks of one priority by their ready time, so a batch keeps its order as
+-- tasks enqueued one by one do.
 INSERT INTO runifold_tasks (
     task_id, definition_name, definition_version, tenant, input, priority, state,
     ready_at, created_at, updated_at, parent_id, trace_context, queue, detached, concurrency_key
 )
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
     json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'), 'queued',
-    MAX(:now, COALESCE(json_extract(value, '$[6]'), :now)), :now, :now, json_extract(value, '$[7]'),
+    MAX(at, COALESCE(json_extract(value, '$[6]'), at)), at, at, json_extract(value, '$[7]'),
     :trace_context, json_extract(value, '$[8]'), json_extract(value, '$[9]'), json_extract(value, '$[10]')
-FROM json_each(:tasks)
+FROM (SELECT value, key, :now - (json_array_length(:tasks) - 1 - key) AS at FROM json_each(:tasks))
 WHERE true  -- an INSERT ... SELECT takes an ON CONFLICT clause only after a WHERE
 ORDER BY key
 ON CONFLICT (task_id) DO NOTHING
-RETURNING task_id, :now AS at;
+RETURNING task_id, created_at AS at;
 
 -- name: insert_enqueued_events
 -- The enqueued events of insert_tasks_bulk's new tasks: :events is a JSON array of
--- [task_id, detail (JSON text as a string)], in the batch's order.
+-- [task_id, detail (JSON text as a string), the task's created_at], in the batch's order.
 INSERT INTO runifold_events (task_id, at, kind, detail)
-SELECT json_extract(value, '$[0]'), :now, 'enqueued', json_extract(value, '$[1]')
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[2]'), 'enqueued', json_extract(value, '$[1]')
 FROM json_each(:events)
 ORDER BY key;
 

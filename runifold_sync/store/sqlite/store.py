@@ -270,11 +270,11 @@ class SqliteDialect(Dialect):
             tx.all("insert_tasks_bulk", {"tasks": tasks, "trace_context": trace_context})
         )
         if inserted:
-            new = {row["task_id"] for row in inserted}
+            stamped = {row["task_id"]: row["at"] for row in inserted}
             events = [
-                [row["task_id"], json.dumps(row["detail"], sort_keys=True)]
+                [row["task_id"], json.dumps(row["detail"], sort_keys=True), stamped[row["task_id"]]]
                 for row in rows
-                if row["task_id"] in new
+                if row["task_id"] in stamped
             ]
             tx.count("insert_enqueued_events", {"events": json.dumps(events)})
         return inserted
