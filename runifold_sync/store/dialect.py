@@ -54,6 +54,21 @@ class Event:
 # The fenced transitions that end a task. Each returns the task's ``parent_id``, and in the
 # same transaction wakes the parent if it waits for this task (query ``wake_parent``).
 ENDING_TRANSITIONS = frozenset({"complete", "fail", "acknowledge_cancel"})
+# What each task of a bulk insert (``Dialect.insert_tasks``) carries, in its dialect's
+# JSON array's order: the parameters of query insert_task a task without flow options has.
+BULK_TASK_COLUMNS = (
+    "task_id",
+    "definition_name",
+    "definition_version",
+    "tenant",
+    "input",
+    "priority",
+    "not_before",
+    "parent_id",
+    "queue",
+    "detached",
+    "concurrency_key",
+)
 
 
 @attrs.frozen

@@ -38,7 +38,7 @@ from ...model import validate
 from ...model.checkpoint import JournalRow
 from .. import checks, refusals
 from ..base import WorkflowStore
-from ..dialect import Dialect, Event, FencedTransition, Params, Row, Transaction
+from ..dialect import BULK_TASK_COLUMNS, Dialect, Event, FencedTransition, Params, Row, Transaction
 from ..queries import pending_migrations
 from ..records import BatchCompleted, ClaimedTask, ClaimRequest, Routes
 from ..timing import PoolWaits
@@ -71,22 +71,6 @@ T = TypeVar("T")
 # pg_advisory_xact_lock key that serializes migrations of one database ("RUNIFOLD").
 _MIGRATION_LOCK = 0x52554E49464F4C44
 _CHANNEL = "runifold_tasks"
-# The parameters of insert_task each task of insert_tasks_bulk's JSON array has (and its
-# event's detail).
-_BULK_COLUMNS = (
-    "task_id",
-    "definition_name",
-    "definition_version",
-    "tenant",
-    "input",
-    "priority",
-    "not_before",
-    "parent_id",
-    "queue",
-    "detached",
-    "concurrency_key",
-    "detail",
-)
 
 log = logging.getLogger("runifold_sync.store")
 
@@ -200,7 +184,7 @@ class PostgresDialect(Dialect):
         statement."""
         given = []
         for row in rows:
-            task = {column: row[column] for column in _BULK_COLUMNS}
+            task = {column: row[column] for column in (*BULK_TASK_COLUMNS, "detail")}
             if row["not_before"] is not None:
                 task["not_before"] = row["not_before"].isoformat()
             given.append(task)

@@ -34,7 +34,16 @@ from ...model.checkpoint import JournalRow
 from ...model.codec import storable_text
 from .. import checks, event_details, refusals, row_records, sql_flow
 from ..base import WorkflowStore
-from ..dialect import ENDING_TRANSITIONS, Dialect, Event, FencedTransition, Params, Row, Transaction
+from ..dialect import (
+    BULK_TASK_COLUMNS,
+    ENDING_TRANSITIONS,
+    Dialect,
+    Event,
+    FencedTransition,
+    Params,
+    Row,
+    Transaction,
+)
 from ..outage import OutageLog
 from ..queries import load_queries
 from ..records import BatchCompleted, ClaimedTask, ClaimRequest, Routes
@@ -53,20 +62,6 @@ from .connection import (
 )
 
 _Q = load_queries("sqlite", sqlite_clock.NOW)
-# insert_tasks_bulk's columns, in the order of each task's JSON array.
-_BULK_COLUMNS = (
-    "task_id",
-    "definition_name",
-    "definition_version",
-    "tenant",
-    "input",
-    "priority",
-    "not_before",
-    "parent_id",
-    "queue",
-    "detached",
-    "concurrency_key",
-)
 _BULK_INTEGERS = ("definition_version", "priority", "not_before")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
@@ -265,7 +260,9 @@ class SqliteDialect(Dialect):
             for column in _BULK_INTEGERS:
                 if row[column] is not None and not _INT64_MIN <= row[column] <= _INT64_MAX:
                     raise OverflowError(f"{column} {row[column]} does not fit a SQLite INTEGER")
-        tasks = json.dumps([[row[column] for column in _BULK_COLUMNS] for row in rows], ensure_ascii=False)
+        tasks = json.dumps(
+            [[row[column] for column in BULK_TASK_COLUMNS] for row in rows], ensure_ascii=False
+        )
         inserted: list[Row] = list(
             tx.all("insert_tasks_bulk", {"tasks": tasks, "trace_context": trace_context})
         )
