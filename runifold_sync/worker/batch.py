@@ -95,7 +95,7 @@ class ClaimSize:
         self.maximum = maximum
         self.adaptive = adaptive
         self.limit = 1 if adaptive else maximum
-        self.largest = self.limit  # the largest limit asked for so far (tests, diagnostics)
+        self.largest = self.limit  # the largest limit reached so far (tests, diagnostics)
         self.task_s: float | None = None  # running average of task durations, seconds
         self._budget_s = min(HOLD_BUDGET_S, lease_s / 20)
         self._running_since = 0.0  # monotonic start of the running task's cycle

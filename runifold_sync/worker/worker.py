@@ -156,7 +156,7 @@ class WorkflowWorker:
     @property
     def claim_size(self) -> ClaimSize:
         """How this worker sizes its claims: the next claim's ``limit``, the ``largest``
-        asked for so far, the running average of its tasks' durations (``task_s``)."""
+        it has reached, the running average of its tasks' durations (``task_s``)."""
         return self._ahead.size
 
     @property

@@ -235,6 +235,13 @@ def test_every_setting_name_has_its_case_here() -> None:
     assert flat == every  # every field of the tree is read from a key
 
 
+def test_claim_batch_auto_is_read_from_a_mapping_the_environment_and_keywords() -> None:
+    assert Settings.from_mapping({"RUNIFOLD_CLAIM_BATCH": 4}).worker.claim_batch == 4
+    assert Settings.from_mapping({"RUNIFOLD_CLAIM_BATCH": "auto"}).worker.claim_batch == "auto"
+    assert Settings.from_env({"RUNIFOLD_CLAIM_BATCH": "auto"}).worker.claim_batch == "auto"
+    assert Settings().replace(claim_batch=3).replace(claim_batch="auto").worker.claim_batch == "auto"
+
+
 @pytest.mark.parametrize("field", FIELDS, ids=IDS)
 def test_each_setting_has_its_default(field: Field, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RUNIFOLD_DATABASE_URL", raising=False)
