@@ -1,7 +1,9 @@
 """Interleaved A/B of two revisions of this repository: the throughput of 5-step
 workflows drained by a supervised pool (SQLite with 1 process, PostgreSQL with 4, as
 ``throughput.py`` measures them) and of one-step tasks (PostgreSQL, 4 processes, claim
-batch 10, five times as many: the shape of the pgqueuer comparison), each revision
+batch 10, five times as many: the shape of the pgqueuer comparison), and of both with
+each revision's own default claim size (no ``claim_batch`` given: comparing a revision
+before ``claim_batch="auto"`` with one after compares the defaults), each revision
 measured in turn, round after round, the order reversed every other round, so that a
 drift of the machine's speed falls on both.
 Prints every run and, per figure, the mean of each side and the ratio after/before.
@@ -44,6 +46,9 @@ FIGURES = {
     "sqlite1": ("sqlite", 1, 5, 1, "5-step workflows, steps/s"),
     "postgres4": ("postgres", 4, 5, 1, "5-step workflows, steps/s"),
     "postgres4_one_step": ("postgres", 4, 1, 10, "one-step tasks, claim batch 10, tasks/s"),
+    # Each revision's own default claim size (no claim_batch given): 1 before "auto".
+    "postgres4_one_step_default": ("postgres", 4, 1, None, "one-step tasks, default claims, tasks/s"),
+    "sqlite1_default": ("sqlite", 1, 5, None, "5-step workflows, default claims, steps/s"),
 }
 _MEASURE = """
 import json, sys
@@ -51,8 +56,9 @@ from common import measure_fresh
 workflows = int(sys.argv[1])
 figures = {}
 for name, (kind, processes, steps, batch, _what) in json.loads(sys.argv[2]).items():
+    claims = {} if batch is None else {"claim_batch": batch}
     figures[name] = measure_fresh(
-        kind, workflows=workflows * 5 // steps, steps=steps, processes=processes, claim_batch=batch
+        kind, workflows=workflows * 5 // steps, steps=steps, processes=processes, **claims
     ).steps_per_s
 print(json.dumps(figures))
 """

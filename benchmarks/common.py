@@ -44,6 +44,8 @@ from runifold_sync.errors import StoreUnavailable
 from runifold_sync.store import TaskOutcome, TaskState
 from runifold_sync.store.open import sqlite_path
 
+# A pool's claim_batch: a number, "auto", or None for the library's default.
+ClaimBatch = int | str | None
 P = ParamSpec("P")
 T = TypeVar("T")
 # The parent's pool logs each failed reconnect while a server restarts; retries say it.
@@ -207,11 +209,15 @@ def fresh_store(kind: str) -> Iterator[str]:
 
 @contextmanager
 def running_pool(
-    url: str, processes: int, *, min_backoff: timedelta = DEFAULT_MIN_BACKOFF, claim_batch: int = 1
+    url: str,
+    processes: int,
+    *,
+    min_backoff: timedelta = DEFAULT_MIN_BACKOFF,
+    claim_batch: ClaimBatch = None,
 ) -> Iterator[subprocess.Popen[str]]:
     """A supervisor (``benchmarks/pool.py``) with ``processes`` worker children, stopped
     with SIGTERM (the supervisor's own shutdown) when the block ends. Its log is shown
-    only when the block fails."""
+    only when the block fails. ``claim_batch`` None leaves the library's default."""
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(
             [
@@ -223,8 +229,7 @@ def running_pool(
                 str(processes),
                 "--min-backoff-ms",
                 str(min_backoff / timedelta(milliseconds=1)),
-                "--claim-batch",
-                str(claim_batch),
+                *([] if claim_batch is None else ["--claim-batch", str(claim_batch)]),
             ],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
@@ -397,8 +402,13 @@ class Throughput:
     steps: int  # per workflow
     processes: int
     seconds: float
-    claim_batch: int = 1
+    claim_batch: ClaimBatch = None  # None: the library's default
     cpu: CpuUse | None = None  # the machine's, while this drain ran
+
+    @property
+    def claims(self) -> str:
+        """How its workers sized their claims, for a table."""
+        return "the default claim size" if self.claim_batch is None else f"claim batch {self.claim_batch}"
 
     @property
     def steps_per_s(self) -> float:
@@ -409,7 +419,9 @@ class Throughput:
         return self.workflows / self.seconds
 
 
-def measure_pool(url: str, *, workflows: int, steps: int, processes: int, claim_batch: int = 1) -> Throughput:
+def measure_pool(
+    url: str, *, workflows: int, steps: int, processes: int, claim_batch: ClaimBatch = None
+) -> Throughput:
     """Drain ``workflows`` tasks of ``steps`` steps with a pool of ``processes`` workers:
     from the first claim to the last completion, all workers started beforehand."""
     store = open_store(url)
@@ -426,7 +438,7 @@ def measure_pool(url: str, *, workflows: int, steps: int, processes: int, claim_
 
 @retry_on_restart
 def measure_fresh(
-    kind: str, *, workflows: int, steps: int, processes: int, claim_batch: int = 1
+    kind: str, *, workflows: int, steps: int, processes: int, claim_batch: ClaimBatch = None
 ) -> Throughput:
     with fresh_store(kind) as url:
         return measure_pool(

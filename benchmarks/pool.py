@@ -1,7 +1,8 @@
 """A supervised worker pool over the benchmark workflows, stopped with SIGTERM:
 ``python benchmarks/pool.py --url URL --concurrency N``. Each child opens its own store
 after the fork; settings are the library's defaults (lease 30 s, heartbeat 10 s, idle
-backoff from ``--min-backoff-ms`` to 5 s, one task per claim unless ``--claim-batch``)."""
+backoff from ``--min-backoff-ms`` to 5 s, claims sized by the library's default unless
+``--claim-batch`` gives ``auto`` or a number)."""
 
 from __future__ import annotations
 
@@ -25,14 +26,19 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--min-backoff-ms", type=float, default=25.0)
     parser.add_argument("--max-backoff-ms", type=float, default=5000.0)
-    parser.add_argument("--claim-batch", type=int, default=1, help="tasks each worker claims at once")
+    parser.add_argument(
+        "--claim-batch",
+        type=lambda text: text if text == "auto" else int(text),
+        default=None,
+        help="tasks each worker claims at once: a number, or auto",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
+    claims = {} if args.claim_batch is None else {"claim_batch": args.claim_batch}
+
     def factory(worker_id: WorkerId) -> WorkflowWorker:
-        return WorkflowWorker(
-            open_store(args.url), registry(), worker_id, LEASE, HEARTBEAT, claim_batch=args.claim_batch
-        )
+        return WorkflowWorker(open_store(args.url), registry(), worker_id, LEASE, HEARTBEAT, **claims)
 
     config = WorkflowSupervisorConfig(args.concurrency).with_backoff(
         timedelta(milliseconds=args.min_backoff_ms), timedelta(milliseconds=args.max_backoff_ms)

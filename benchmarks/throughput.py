@@ -2,8 +2,12 @@
 supervised pool, on SQLite (``synchronous=FULL``) with 1 worker process and on
 PostgreSQL with 1, 2 and 4, each figure also as a fraction of the single-connection
 commit limit measured in the same run. SQLite with 1 process and PostgreSQL with 4 are
-measured again with ``claim_batch=10`` (ten workflows a claim, their completions held
-for one commit with the next claim): what the setting buys workflows of short steps.
+measured again with the library's default claim size (``claim_batch="auto"``: one task
+a claim, growing up to ten while the queue is deep and tasks are short) and with
+``claim_batch=10`` (ten workflows a claim, their completions held for one commit with
+the next claim), each against one task per claim (the default before ``auto``): what
+adaptive claims and the fixed setting buy workflows of short steps. ``--steps 1`` makes
+the one-step tasks of the queue comparisons.
 
 The time is store time from the first claim to the last completion (history events);
 tasks are enqueued due 1.5 s ahead so every worker is up and idle when they become due.
@@ -28,17 +32,20 @@ from common import (
     rate,
 )
 
-# (store, processes, claim batch); the targets are the default's (one task per claim).
-CONFIGS = (
+# (store, processes, claim batch: None for the library's default); the targets are one
+# task per claim's.
+CONFIGS: tuple[tuple[str, int, int | None], ...] = (
     ("sqlite", 1, 1),
     ("postgres", 1, 1),
     ("postgres", 2, 1),
     ("postgres", 4, 1),
+    ("sqlite", 1, None),
+    ("postgres", 4, None),
     ("sqlite", 1, 10),
     ("postgres", 4, 10),
 )
 LABELS = {"sqlite": "SQLite FULL", "postgres": "PostgreSQL"}
-Config = tuple[str, int, int]
+Config = tuple[str, int, int | None]
 
 
 ROUNDS = 2
@@ -75,14 +82,14 @@ def rows_for(results: dict[Config, Throughput], limits: CommitLimits) -> list[Ro
         limit = limits.sqlite if kind == "sqlite" else limits.postgres_1
         fraction = result.steps_per_s / limit
         name = f"{LABELS[kind]}, {processes} proc, {result.workflows}x{result.steps}-step workflows"
-        if batch > 1:
-            default = results[kind, processes, 1]
+        if batch != 1:
+            single = results[kind, processes, 1]
             rows.append(
                 Row(
-                    f"{name}, claim batch {batch}: steps/s",
+                    f"{name}, {result.claims}: steps/s",
                     rate(result.steps_per_s),
-                    f"{result.steps_per_s / default.steps_per_s:.2f}x one task per claim (the default); "
-                    f"{fraction:.2f}x {LABELS[kind]} commit limit (1 conn)",
+                    f"{result.steps_per_s / single.steps_per_s:.2f}x one task per claim (the default "
+                    f"before auto); {fraction:.2f}x {LABELS[kind]} commit limit (1 conn)",
                 )
             )
             continue

@@ -25,7 +25,7 @@ from .model.redaction import redacted
 from .model.values import LeaseDuration
 from .pool.supervisor import PoolSettings
 from .store.open import default_url
-from .worker.settings import WorkerSettings
+from .worker.settings import AUTO, WorkerSettings
 from .workflow.registry import WorkflowRegistry
 
 
@@ -63,7 +63,7 @@ class Settings:
     ``RUNIFOLD_TRACING``                      ``tracing``                      False
     ``RUNIFOLD_LEASE_SECONDS``                ``worker.lease_duration``        30 s
     ``RUNIFOLD_HEARTBEAT_SECONDS``            ``worker.heartbeat_interval``    a third of the lease
-    ``RUNIFOLD_CLAIM_BATCH``                  ``worker.claim_batch``           1
+    ``RUNIFOLD_CLAIM_BATCH``                  ``worker.claim_batch``           ``auto`` (1 to 10)
     ``RUNIFOLD_MAX_STEPS_PER_CLAIM``          ``worker.max_steps_per_claim``   None (no limit)
     ``RUNIFOLD_MAX_ENTRY_BYTES``              ``worker.max_entry_bytes``       1 MiB
     ``RUNIFOLD_UNAVAILABLE_DELAY_SECONDS``    ``worker.unavailable_delay``     5 s
@@ -161,6 +161,15 @@ def _integer_text(key: str, text: str) -> object:
         validate.refuse(key, "an integer", text)
 
 
+def _claim_batch_text(key: str, text: str) -> object:
+    if text.strip() == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        validate.refuse(key, "'auto' or an integer", text)
+
+
 def _number_text(key: str, text: str) -> object:
     try:
         return float(text)
@@ -197,7 +206,7 @@ _KEYS: dict[str, tuple[str, Reader, Reader]] = {
     "RUNIFOLD_TRACING": ("tracing", _as_is, _flag_text),
     "RUNIFOLD_LEASE_SECONDS": ("lease_duration", _lease, _number_text),
     "RUNIFOLD_HEARTBEAT_SECONDS": ("heartbeat_interval", _seconds, _number_text),
-    "RUNIFOLD_CLAIM_BATCH": ("claim_batch", _as_is, _integer_text),
+    "RUNIFOLD_CLAIM_BATCH": ("claim_batch", _as_is, _claim_batch_text),
     "RUNIFOLD_MAX_STEPS_PER_CLAIM": ("max_steps_per_claim", _as_is, _integer_text),
     "RUNIFOLD_MAX_ENTRY_BYTES": ("max_entry_bytes", _as_is, _integer_text),
     "RUNIFOLD_UNAVAILABLE_DELAY_SECONDS": ("unavailable_delay", _seconds, _number_text),

@@ -25,7 +25,7 @@ from ..pool.retention_process import pruning_beside
 from ..pool.supervisor import check_base_id
 from ..settings import Settings
 from ..worker.idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
-from ..worker.settings import MAX_CLAIM_BATCH
+from ..worker.settings import AUTO, MAX_CLAIM_BATCH
 from .common import (
     app_option,
     checked,
@@ -57,6 +57,17 @@ def _one_queue_each(ctx: click.Context, param: click.Parameter, value: tuple[str
                 param,
             )
     return value
+
+
+class _ClaimBatch(click.ParamType[int | str, Any]):
+    """``auto`` or a number of tasks in 1..MAX_CLAIM_BATCH."""
+
+    name = "auto|N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        if value == AUTO:
+            return AUTO
+        return click.IntRange(1, MAX_CLAIM_BATCH).convert(value, param, ctx)
 
 
 def _var(key: str) -> str:
@@ -94,11 +105,14 @@ def _var(key: str) -> str:
 )
 @click.option(
     "--claim-batch",
-    type=click.IntRange(1, MAX_CLAIM_BATCH),
+    type=_ClaimBatch(),
     default=None,
+    metavar="auto|N",
     help="Tasks each worker claims at once and runs in turn (their leases kept alive; "
-    "handed back if the task before them runs over half a lease). More saves claims on "
-    "short tasks; 1 keeps claims fairest across tenants.  [default: 1]" + _var("RUNIFOLD_CLAIM_BATCH"),
+    "handed back if the task before them runs over half a lease). 'auto' claims one task "
+    "at a time, and up to 10 while the queue is deep and tasks are short; a number claims "
+    "that many every time (1 keeps claims fairest across tenants).  [default: auto]"
+    + _var("RUNIFOLD_CLAIM_BATCH"),
 )
 @click.option(
     "--recycle-after",
@@ -192,7 +206,7 @@ def run(
     worker_id: str | None,
     lease_s: float | None,
     heartbeat_s: float | None,
-    claim_batch: int | None,
+    claim_batch: int | str | None,
     recycle_after: int | None,
     shutdown_grace_s: float | None,
     max_backoff_s: float | None,

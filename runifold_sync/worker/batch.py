@@ -1,6 +1,10 @@
 """Claim batching: the tasks a worker claimed before their turn, and the completions it
 holds so that a batch's short tasks commit their ends together.
 
+How many tasks a claim asks for is :class:`ClaimSize`'s: a fixed ``claim_batch``, or
+with ``claim_batch="auto"`` a size that grows while claims come back full and tasks are
+short, and falls to one task when they are not.
+
 Tasks claimed ahead are the rest of a claim batch, or the next task claimed in a
 completion's transaction (:class:`ClaimedAhead`). Their leases, and those of tasks whose
 completion is held, are kept alive by the heartbeat thread until the worker comes to
@@ -60,6 +64,77 @@ if TYPE_CHECKING:
     from .heartbeat import LeaseKeeper
 
 log = logging.getLogger("runifold_sync.worker.worker")
+
+
+# With claim_batch="auto": the longest a claim's tasks are expected to take together, so
+# the longest its last task is expected to wait behind the others (at most a twentieth
+# of the lease, which is well under the half lease after which held tasks go back).
+HOLD_BUDGET_S = 0.1
+# The weight of the latest task's duration in the running average of durations.
+DURATION_WEIGHT = 0.25
+
+
+class ClaimSize:
+    """How many tasks the worker's next claim asks for (``limit``).
+
+    A fixed ``claim_batch`` asks for that many every time. Adaptive (``"auto"``), a
+    worker starts at one task and doubles the size after each claim that came back full
+    (the queue is deeper than the claim), up to ``maximum`` and to as many tasks as fit
+    in the hold budget (``HOLD_BUDGET_S``, or a twentieth of the lease if less) at the
+    running average of its tasks' durations; a claim that comes back short (the queue is
+    shallow, or empty) or a task that alone outlasts the budget puts it back to one. So
+    a batch is claimed only from a queue deep enough that other workers have work of
+    their own, and only of tasks short enough that the last one waits briefly: a worker
+    whose queue turns shallow asks for one task at its next claim, and tasks that turn
+    out long are claimed one at a time (those already held are handed back as ever,
+    once the task before them has run for half a lease)."""
+
+    __slots__ = ("adaptive", "largest", "limit", "maximum", "task_s", "_budget_s", "_running_since")
+
+    def __init__(self, maximum: int, *, adaptive: bool, lease_s: float) -> None:
+        self.maximum = maximum
+        self.adaptive = adaptive
+        self.limit = 1 if adaptive else maximum
+        self.largest = self.limit  # the largest limit reached so far (tests, diagnostics)
+        self.task_s: float | None = None  # running average of task durations, seconds
+        self._budget_s = min(HOLD_BUDGET_S, lease_s / 20)
+        self._running_since = 0.0  # monotonic start of the running task's cycle
+
+    def begin(self, at: float) -> None:
+        """A task's cycle started at monotonic ``at``."""
+        self._running_since = at
+
+    def ending(self) -> int:
+        """The size of the claim made with the running task's completion, which comes
+        before :meth:`ran` hears how long the task took: one task if it has outlasted
+        the budget already."""
+        if self.adaptive and time.monotonic() - self._running_since > self._budget_s:
+            self.limit = 1
+        return self.limit
+
+    def claimed(self, asked: int, got: int) -> None:
+        """A claim for ``asked`` tasks came back with ``got``."""
+        if not self.adaptive:
+            return
+        if got < asked:
+            self.limit = 1
+            return
+        task_s = self.task_s
+        fit = self.maximum if task_s is None or task_s <= 0 else int(self._budget_s / task_s)
+        # Nothing is known of the tasks' durations before the first has run: one task.
+        self.limit = 1 if task_s is None else max(1, min(self.limit * 2, self.maximum, fit))
+        self.largest = max(self.largest, self.limit)
+
+    def ran(self, seconds: float) -> None:
+        """A task's cycle took ``seconds`` on this worker."""
+        if not self.adaptive:
+            return
+        task_s = self.task_s
+        self.task_s = seconds if task_s is None else task_s + DURATION_WEIGHT * (seconds - task_s)
+        if seconds > self._budget_s:
+            self.limit = 1
+        elif self.limit > 1 and self.limit * self.task_s > self._budget_s:
+            self.limit = max(1, int(self._budget_s / self.task_s))
 
 
 class HeldLeases:
@@ -184,8 +259,9 @@ class HeldLeases:
 class ClaimedAhead:
     """The tasks claimed before their turn, in the order they are to run."""
 
-    def __init__(self, leases: HeldLeases, request: Callable[[], ClaimRequest]) -> None:
+    def __init__(self, leases: HeldLeases, request: Callable[[], ClaimRequest], size: ClaimSize) -> None:
         self.leases = leases
+        self.size = size
         self._keeper = leases.keeper
         self._request = request  # what a completion claims for the next cycle (as of now)
         self._tasks: deque[ClaimedTask] = deque()
@@ -198,6 +274,13 @@ class ClaimedAhead:
         if claimed:
             self._tasks.extend(claimed)
             self.leases.hold([c.lease for c in claimed])
+
+    def took(self, request: ClaimRequest | None, claimed: list[ClaimedTask]) -> None:
+        """Hold what a completion claimed with ``request`` (None: it claimed nothing),
+        its size noted for the next claim."""
+        if request is not None:
+            self.size.claimed(request.limit, len(claimed))
+        self.hold(claimed)
 
     @property
     def holding(self) -> bool:
@@ -229,7 +312,9 @@ class ClaimedAhead:
         thread cannot reach the store (a task claimed then could not be kept)."""
         stopping = self.stopping is not None and self.stopping.cancelled
         if self.claim_next and not self._tasks and not stopping and not self._keeper.cut_off:
-            return self._request()
+            request = self._request()
+            limit = self.size.ending()
+            return request if request.limit == limit else attrs.evolve(request, limit=limit)
         return None
 
     def release(self) -> None:
@@ -376,7 +461,7 @@ class HeldCompletions:
         if live:
             with crashpoints.transition("complete_batch"):
                 done = self._store.complete_batch([each.completion for each in live], then_claim=then_claim)
-            self._ahead.hold(done.claimed)
+            self._ahead.took(then_claim, done.claimed)
             for each in live:
                 task_id = each.claimed.lease.task_id
                 outcomes[task_id] = done.refused.get(task_id, each.outcome)

@@ -312,7 +312,8 @@ class ClaimExecutor:
             self._keeper.ending()
             with crashpoints.transition("complete"):
                 then_claim = self._ahead.completion_claim()
-                self._ahead.hold(
+                self._ahead.took(
+                    then_claim,
                     self.store.complete(
                         lease,
                         ctx.revision,
@@ -320,7 +321,7 @@ class ClaimExecutor:
                         result_json,
                         then_claim=then_claim,
                         journal=write.journal,
-                    )
+                    ),
                 )
             return completed
         except SuspendRequested as wait:

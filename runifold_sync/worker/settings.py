@@ -12,7 +12,7 @@ reader of ``RUNIFOLD_*`` settings names the setting as it was given
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -23,6 +23,9 @@ from ..model.values import LeaseDuration
 
 MAX_CLAIM_BATCH = 100
 MIN_ENTRY_BYTES = 1024
+# ``claim_batch="auto"`` (the default): each claim's size adapts, up to this many tasks.
+AUTO: Literal["auto"] = "auto"
+AUTO_CLAIM_BATCH = 10
 
 
 def seconds(value: timedelta) -> str:
@@ -35,6 +38,15 @@ def _queues(name: str, value: object) -> tuple[str, ...]:
     if not value:
         raise InvalidArgument(f"{name} must name at least one queue")
     return tuple(validate.name("queue", queue) for queue in value)
+
+
+def claim_batch(name: str, value: object) -> int | Literal["auto"]:
+    """``"auto"`` or a fixed number of tasks a claim asks for, 1..``MAX_CLAIM_BATCH``."""
+    if value == AUTO:
+        return AUTO
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_CLAIM_BATCH:
+        return value
+    validate.refuse(name, f"'auto' or an integer in 1..{MAX_CLAIM_BATCH}", value)
 
 
 def _queue_tuple(value: object) -> object:
@@ -55,8 +67,10 @@ class WorkerSettings:
     ``lease_duration`` is how long a claim holds a task without a heartbeat, which comes
     every ``heartbeat_interval`` (at most half the lease; default a third of it).
     ``claim_batch`` tasks are claimed at once and run in turn, their leases kept alive
-    meanwhile. A claim runs at most ``max_steps_per_claim`` steps (None: no limit) before
-    the task is requeued.
+    meanwhile; ``"auto"`` (the default) sizes each claim from 1 to ``AUTO_CLAIM_BATCH``
+    by the queue's depth and how long this worker's tasks take
+    (:class:`~runifold_sync.worker.batch.ClaimSize`). A claim runs at most
+    ``max_steps_per_claim`` steps (None: no limit) before the task is requeued.
     ``max_entry_bytes`` bounds each journal entry, the checkpoint head and the result. A
     task whose definition version this worker lacks is requeued after
     ``unavailable_delay`` (a safety net: claims take only what the worker serves).
@@ -69,9 +83,7 @@ class WorkerSettings:
         validate.positive_duration,
         attrs.Factory(lambda s: default_heartbeat(s.lease_duration), takes_self=True),
     )
-    claim_batch: int = validate.field(
-        validate.bounded_by(validate.integer, minimum=1, maximum=MAX_CLAIM_BATCH), 1
-    )
+    claim_batch: int | Literal["auto"] = validate.field(claim_batch, AUTO)
     max_steps_per_claim: int | None = validate.field(validate.optional(validate.count), None)
     max_entry_bytes: int = validate.field(
         validate.bounded_by(validate.integer, minimum=MIN_ENTRY_BYTES), DEFAULT_MAX_ENTRY_BYTES
@@ -87,6 +99,16 @@ class WorkerSettings:
                 f"heartbeat_interval {seconds(self.heartbeat_interval)} must be at most half the "
                 f"lease_duration {seconds(lease)}, so one missed beat does not lose the lease"
             )
+
+    @property
+    def adaptive_claims(self) -> bool:
+        """Whether each claim's size adapts (``claim_batch="auto"``)."""
+        return self.claim_batch == AUTO
+
+    @property
+    def max_claim(self) -> int:
+        """The most tasks one claim asks for."""
+        return self.claim_batch if isinstance(self.claim_batch, int) else AUTO_CLAIM_BATCH
 
     def replace(self, **changes: Any) -> WorkerSettings:
         """A copy with ``changes`` (field names; :class:`InvalidArgument` for another

@@ -37,7 +37,7 @@ from ..model.values import LeaseDuration, WorkerId
 from ..store.base import WorkflowStore
 from ..store.records import ClaimRequest, Routes
 from ..workflow.registry import WorkflowRegistry
-from .batch import ClaimedAhead, Held, HeldCompletions, HeldLeases
+from .batch import ClaimedAhead, ClaimSize, Held, HeldCompletions, HeldLeases
 from .execution import ClaimExecutor
 from .heartbeat import LeaseKeeper
 from .idle_backoff import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF, IdleBackoff, IdleWait
@@ -118,12 +118,17 @@ class WorkflowWorker:
         )
         self._routes_at = -1
         self._request = self._claim_request()
-        self._ahead = ClaimedAhead(HeldLeases(self._keeper), self._claim_request)
+        size = ClaimSize(
+            self.settings.max_claim,
+            adaptive=self.settings.adaptive_claims,
+            lease_s=self.settings.lease_duration.value.total_seconds(),
+        )
+        self._ahead = ClaimedAhead(HeldLeases(self._keeper), self._claim_request, size)
         self._tracer = tracer
         self._held = HeldCompletions(self._ahead)
         # Only run() holds completions for a claim batch's one commit, and only with a
         # batch to share it and no tracer (batch.py).
-        self._holds = self.settings.claim_batch > 1 and self._tracer is None
+        self._holds = self.settings.max_claim > 1 and self._tracer is None
         self._started: dict[str, float] = {}  # monotonic start of each held task's cycle (observer)
         self._executor = ClaimExecutor(
             store, registry, worker_id, self.settings, self._keeper, self._ahead, self._held, self._tracer
@@ -143,10 +148,16 @@ class WorkflowWorker:
                 [(d.identity.name, d.identity.version, d.identity.fingerprint) for d in self.registry],
             )
             self._request = ClaimRequest(
-                self.worker_id, self.settings.lease_duration, self.settings.claim_batch, routes
+                self.worker_id, self.settings.lease_duration, self.settings.max_claim, routes
             )
             self._routes_at = self.registry.revision
         return self._request
+
+    @property
+    def claim_size(self) -> ClaimSize:
+        """How this worker sizes its claims: the next claim's ``limit``, the ``largest``
+        it has reached, the running average of its tasks' durations (``task_s``)."""
+        return self._ahead.size
 
     @property
     def lease_duration(self) -> LeaseDuration:
@@ -357,9 +368,10 @@ class WorkflowWorker:
             if crashpoints.ARMED:
                 crashpoints.reached("before_claim", str(self.worker_id))
             extended_at = time.monotonic()  # the lease runs from the claim, not from its answer
-            claimed = self.store.claim(
-                self.worker_id, self.lease_duration, limit=self.settings.claim_batch, routes=self.routes
-            )
+            size = self._ahead.size
+            limit = size.limit
+            claimed = self.store.claim(self.worker_id, self.lease_duration, limit=limit, routes=self.routes)
+            size.claimed(limit, len(claimed))
             if not claimed:
                 return Idle()
             task = claimed[0]
@@ -367,11 +379,17 @@ class WorkflowWorker:
         if crashpoints.ARMED:
             crashpoints.reached("after_claim", task.lease.task_id)
         observer = self._observer
-        if observer is None:
+        size = self._ahead.size
+        if observer is None and not size.adaptive:
             return self._executor.run(task, extended_at)
-        observer.claimed(task)
+        if observer is not None:
+            observer.claimed(task)
         started = time.monotonic()
+        size.begin(started)
         outcome = self._executor.run(task, extended_at)
+        size.ran(time.monotonic() - started)
+        if observer is None:
+            return outcome
         if isinstance(outcome, Held):
             self._started[task.lease.task_id] = started
         else:

@@ -140,6 +140,24 @@ def test_run_reads_the_claim_batch_from_RUNIFOLD_CLAIM_BATCH(url: str) -> None:
     assert "handed back unstarted" in json.loads(out)["reason"]
 
 
+@pytest.mark.parametrize("how", ["option", "variable"])
+def test_run_takes_claim_batch_auto_and_claims_one_task_at_first(url: str, how: str) -> None:
+    for task_id in ("t1", "t2"):
+        _invoke("enqueue", "pool-flow", "1", "--input", "1", "--checkpoint-id", task_id, "--database", url)
+    options, env = (
+        (("--claim-batch", "auto"), {}) if how == "option" else ((), {"RUNIFOLD_CLAIM_BATCH": "auto"})
+    )
+    code, out, _ = _run_once(url, *options, env=env)
+    assert code == 0 and json.loads(out)["task_id"] == "t1"
+    code, out = _invoke("show", "t2", "--database", url, "--json")
+    assert json.loads(out)["state"] == "queued" and "handed back" not in (json.loads(out)["reason"] or "")
+
+
+def test_run_refuses_a_bad_claim_batch_option_as_a_usage_error() -> None:
+    result = CliRunner().invoke(main, ["run", "--app", APP, "--once", "--claim-batch", "lots"])
+    assert result.exit_code == 2 and "'lots'" in result.output
+
+
 def test_run_refuses_a_bad_RUNIFOLD_CLAIM_BATCH_as_a_usage_error_naming_it(url: str) -> None:
     code, _, err = _run_once(url, env={"RUNIFOLD_CLAIM_BATCH": "abc"})
     assert code == 2 and "RUNIFOLD_CLAIM_BATCH" in err and "'abc'" in err

@@ -190,7 +190,7 @@ def test_a_worker_of_the_app_has_its_settings_with_overrides(backend: Backend) -
         finally:
             worker.close()
         assert app.settings.worker.claim_batch == 3
-        with pytest.raises(InvalidArgument, match="claim_batch must be an integer in 1..100, got 0"):
+        with pytest.raises(InvalidArgument, match="claim_batch must be 'auto' or an integer in 1..100"):
             app.worker(claim_batch=0)
 
 

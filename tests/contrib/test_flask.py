@@ -212,7 +212,7 @@ def test_flask_runifold_run_pool_completes_tasks_and_stops_on_sigterm(
         ("RUNIFOLD_HEARTBEAT_SECONDS", 20, "at most half the lease"),
         ("RUNIFOLD_APP", 42, "RUNIFOLD_APP must be"),
         ("RUNIFOLD_DATABASE_URL", 5, "RUNIFOLD_DATABASE_URL must be a string"),
-        ("RUNIFOLD_CLAIM_BATCH", 0, r"RUNIFOLD_CLAIM_BATCH must be an integer in 1\.\.100, got 0"),
+        ("RUNIFOLD_CLAIM_BATCH", 0, r"RUNIFOLD_CLAIM_BATCH must be 'auto' or an integer in 1\.\.100, got 0"),
     ],
 )
 def test_init_app_rejects_invalid_settings(

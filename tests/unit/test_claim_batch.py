@@ -181,7 +181,9 @@ def test_a_task_claimed_with_a_completion_is_handed_back_on_close(sqlite_store: 
     assert [e.kind for e in sqlite_store.history("b1")] == ["enqueued", "claimed", "released"]
 
 
-@pytest.mark.parametrize("batch", [0, 101, True, 2.0])
-def test_a_claim_batch_outside_1_to_100_is_refused(sqlite_store: SqliteWorkflowStore, batch: object) -> None:
-    with pytest.raises(InvalidArgument, match="claim_batch must be an integer in 1..100"):
+@pytest.mark.parametrize("batch", [0, 101, True, 2.0, "AUTO", "10"])
+def test_a_claim_batch_other_than_auto_or_1_to_100_is_refused(
+    sqlite_store: SqliteWorkflowStore, batch: object
+) -> None:
+    with pytest.raises(InvalidArgument, match="claim_batch must be 'auto' or an integer in 1..100"):
         _worker(sqlite_store, batch=batch)  # type: ignore[arg-type]

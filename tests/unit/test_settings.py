@@ -100,14 +100,14 @@ FIELDS = [
     Field(
         "RUNIFOLD_CLAIM_BATCH",
         "worker.claim_batch",
-        1,
+        "auto",
         8,
         8,
         "8",
         101,
-        "RUNIFOLD_CLAIM_BATCH must be an integer in 1..100, got 101",
+        "RUNIFOLD_CLAIM_BATCH must be 'auto' or an integer in 1..100, got 101",
         "8.5",
-        "RUNIFOLD_CLAIM_BATCH must be an integer, got '8.5'",
+        "RUNIFOLD_CLAIM_BATCH must be 'auto' or an integer, got '8.5'",
     ),
     Field(
         "RUNIFOLD_MAX_STEPS_PER_CLAIM",
@@ -235,6 +235,13 @@ def test_every_setting_name_has_its_case_here() -> None:
     assert flat == every  # every field of the tree is read from a key
 
 
+def test_claim_batch_auto_is_read_from_a_mapping_the_environment_and_keywords() -> None:
+    assert Settings.from_mapping({"RUNIFOLD_CLAIM_BATCH": 4}).worker.claim_batch == 4
+    assert Settings.from_mapping({"RUNIFOLD_CLAIM_BATCH": "auto"}).worker.claim_batch == "auto"
+    assert Settings.from_env({"RUNIFOLD_CLAIM_BATCH": "auto"}).worker.claim_batch == "auto"
+    assert Settings().replace(claim_batch=3).replace(claim_batch="auto").worker.claim_batch == "auto"
+
+
 @pytest.mark.parametrize("field", FIELDS, ids=IDS)
 def test_each_setting_has_its_default(field: Field, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RUNIFOLD_DATABASE_URL", raising=False)
@@ -273,7 +280,7 @@ def test_each_setting_refuses_a_bad_value_naming_its_key_and_the_value(field: Fi
         ({"tracing": "yes"}, "tracing must be True or False, got 'yes'"),
         ({"lease_duration": 30}, "lease_duration must be a LeaseDuration, got 30"),
         ({"heartbeat_interval": 5}, "heartbeat_interval must be a datetime.timedelta, got 5"),
-        ({"claim_batch": 0}, "claim_batch must be an integer in 1..100, got 0"),
+        ({"claim_batch": 0}, "claim_batch must be 'auto' or an integer in 1..100, got 0"),
         ({"max_steps_per_claim": 0}, "max_steps_per_claim must be an integer >= 1, got 0"),
         ({"max_entry_bytes": 10}, "max_entry_bytes must be an integer >= 1024, got 10"),
         (

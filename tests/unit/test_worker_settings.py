@@ -29,12 +29,12 @@ from runifold_sync.sqlite import SqliteWorkflowStore
 LEASE = LeaseDuration(timedelta(seconds=10))
 
 
-def test_defaults_are_a_30_s_lease_beaten_every_10_s_claiming_one_task_at_a_time() -> None:
+def test_defaults_are_a_30_s_lease_beaten_every_10_s_claims_sized_automatically() -> None:
     settings = WorkerSettings()
     assert settings == WorkerSettings(
         lease_duration=LeaseDuration(timedelta(seconds=30)),
         heartbeat_interval=timedelta(seconds=10),
-        claim_batch=1,
+        claim_batch="auto",
         max_steps_per_claim=None,
         max_entry_bytes=DEFAULT_MAX_ENTRY_BYTES,
         unavailable_delay=timedelta(seconds=5),
@@ -72,9 +72,9 @@ def test_a_worker_takes_its_settings_as_keywords_or_as_an_object_and_keywords_ov
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"claim_batch": 0}, "claim_batch must be an integer in 1..100, got 0"),
-        ({"claim_batch": 101}, "claim_batch must be an integer in 1..100, got 101"),
-        ({"claim_batch": True}, "claim_batch must be an integer in 1..100, got True"),
+        ({"claim_batch": 0}, "claim_batch must be 'auto' or an integer in 1..100, got 0"),
+        ({"claim_batch": 101}, "claim_batch must be 'auto' or an integer in 1..100, got 101"),
+        ({"claim_batch": True}, "claim_batch must be 'auto' or an integer in 1..100, got True"),
         ({"max_steps_per_claim": 0}, "max_steps_per_claim must be an integer >= 1, got 0"),
         ({"max_steps_per_claim": 2.0}, "max_steps_per_claim must be an integer >= 1, got 2.0"),
         ({"max_entry_bytes": 1023}, "max_entry_bytes must be an integer >= 1024, got 1023"),
