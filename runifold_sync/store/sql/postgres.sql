@@ -1457,6 +1457,25 @@ DELETE FROM runifold_flow_limits WHERE scope = %(scope)s AND target = %(target)s
 SELECT scope, target, max_running, rate_count, EXTRACT(EPOCH FROM rate_period)::float8 AS rate_period
 FROM runifold_flow_limits ORDER BY scope, target;
 
+-- name: flow_limited_groups
+-- Part of flow_group_stats and flow_groups_of_task: each of their groups (scope, name)
+-- with the limit that applies to it.
+limited AS (
+    SELECT g.scope, g.name, l.target, l.max_running, l.rate_count, l.rate_period
+    FROM groups g JOIN limits l ON {query:flow_group_limit}
+)
+
+-- name: flow_group_counts
+-- Part of flow_group_stats and flow_groups_of_task: group g's running tasks, its claims
+-- within the window of its rate (g.rate_period) and the oldest of them.
+    (SELECT COUNT(*) FROM runifold_tasks r WHERE r.state = 'leased' AND r.lease_expires > clock.now
+        AND CASE g.scope WHEN 'key' THEN r.concurrency_key WHEN 'definition' THEN r.definition_name
+            ELSE r.queue END = g.name) AS running,
+    (SELECT COUNT(*) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
+        AND c.at > clock.now - COALESCE(g.rate_period, INTERVAL '0')) AS claimed_in_window,
+    (SELECT MIN(c.at) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
+        AND c.at > clock.now - COALESCE(g.rate_period, INTERVAL '0')) AS oldest_claim_at
+
 -- name: flow_group_stats
 -- Every group a limit applies to that has tasks running, ready or claimed within its
 -- window: its running count, its claims in the window, its ready tasks, the oldest
@@ -1470,19 +1489,10 @@ groups AS (
     UNION SELECT scope, name FROM runifold_flow_claims
     UNION SELECT scope, target FROM limits WHERE scope <> 'key'
 ),
-limited AS (
-    SELECT g.scope, g.name, l.target, l.max_running, l.rate_count, l.rate_period
-    FROM groups g JOIN limits l ON {query:flow_group_limit}
-)
+{query:flow_limited_groups}
 SELECT g.scope, g.name, g.target, g.max_running, g.rate_count,
     EXTRACT(EPOCH FROM g.rate_period)::float8 AS rate_period, clock.now AS at,
-    (SELECT COUNT(*) FROM runifold_tasks r WHERE r.state = 'leased' AND r.lease_expires > clock.now
-        AND CASE g.scope WHEN 'key' THEN r.concurrency_key WHEN 'definition' THEN r.definition_name
-            ELSE r.queue END = g.name) AS running,
-    (SELECT COUNT(*) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
-        AND c.at > clock.now - COALESCE(g.rate_period, INTERVAL '0')) AS claimed_in_window,
-    (SELECT MIN(c.at) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
-        AND c.at > clock.now - COALESCE(g.rate_period, INTERVAL '0')) AS oldest_claim_at,
+    {query:flow_group_counts},
     (SELECT COUNT(*) FROM runifold_tasks w WHERE w.state IN ('queued', 'waiting') AND w.ready_at <= clock.now
         AND w.paused IS NULL
         AND CASE g.scope WHEN 'key' THEN w.concurrency_key WHEN 'definition' THEN w.definition_name
@@ -1512,19 +1522,14 @@ RETURNING t.task_id;
 -- limit applies to, without the waiting count: why a ready task is held (explain_reasons).
 WITH clock AS (SELECT {now} AS now),
 limits AS (SELECT scope, target, max_running, rate_count, rate_period FROM runifold_flow_limits),
-g AS (
+groups AS (
     SELECT 'key'::text AS scope, %(concurrency_key)s::text AS name WHERE %(concurrency_key)s::text IS NOT NULL
     UNION ALL SELECT 'definition', %(definition_name)s::text
     UNION ALL SELECT 'queue', %(queue)s::text
-)
-SELECT g.scope, g.name, l.target, l.max_running, l.rate_count,
-    EXTRACT(EPOCH FROM l.rate_period)::float8 AS rate_period, clock.now AS at,
-    (SELECT COUNT(*) FROM runifold_tasks r WHERE r.state = 'leased' AND r.lease_expires > clock.now
-        AND CASE g.scope WHEN 'key' THEN r.concurrency_key WHEN 'definition' THEN r.definition_name
-            ELSE r.queue END = g.name) AS running,
-    (SELECT COUNT(*) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
-        AND c.at > clock.now - COALESCE(l.rate_period, INTERVAL '0')) AS claimed_in_window,
-    (SELECT MIN(c.at) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
-        AND c.at > clock.now - COALESCE(l.rate_period, INTERVAL '0')) AS oldest_claim_at,
+),
+{query:flow_limited_groups}
+SELECT g.scope, g.name, g.target, g.max_running, g.rate_count,
+    EXTRACT(EPOCH FROM g.rate_period)::float8 AS rate_period, clock.now AS at,
+    {query:flow_group_counts},
     0 AS waiting
-FROM g JOIN limits l ON {query:flow_group_limit}, clock;
+FROM limited g, clock;

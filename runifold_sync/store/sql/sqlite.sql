@@ -1149,6 +1149,25 @@ RETURNING seq;
 DELETE FROM runifold_flow_claims
 WHERE at <= :now - COALESCE((SELECT MAX(rate_period_us) FROM runifold_flow_limits), 0);
 
+-- name: flow_limited_groups
+-- Part of flow_group_stats and flow_groups_of_task: each of their groups (scope, name)
+-- with the limit that applies to it.
+limited AS (
+    SELECT g.scope, g.name, l.target, l.max_running, l.rate_count, l.rate_period_us
+    FROM groups g JOIN limits l ON {query:flow_group_limit}
+)
+
+-- name: flow_group_counts
+-- Part of flow_group_stats and flow_groups_of_task: group g's running tasks, its claims
+-- within the window of its rate (g.rate_period_us) and the oldest of them.
+    (SELECT COUNT(*) FROM runifold_tasks r WHERE r.state = 'leased' AND r.lease_expires > {now}
+        AND CASE g.scope WHEN 'key' THEN r.concurrency_key WHEN 'definition' THEN r.definition_name
+            ELSE r.queue END = g.name) AS running,
+    (SELECT COUNT(*) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
+        AND c.at > {now} - COALESCE(g.rate_period_us, 0)) AS claimed_in_window,
+    (SELECT MIN(c.at) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
+        AND c.at > {now} - COALESCE(g.rate_period_us, 0)) AS oldest_claim_at
+
 -- name: flow_group_stats
 -- Every group a limit applies to that has tasks running, ready or claimed within its
 -- window: its running count, its claims in the window, its ready tasks, the oldest
@@ -1161,18 +1180,9 @@ groups AS (
     UNION SELECT scope, name FROM runifold_flow_claims
     UNION SELECT scope, target FROM limits WHERE scope <> 'key'
 ),
-limited AS (
-    SELECT g.scope, g.name, l.target, l.max_running, l.rate_count, l.rate_period_us
-    FROM groups g JOIN limits l ON {query:flow_group_limit}
-)
+{query:flow_limited_groups}
 SELECT g.scope, g.name, g.target, g.max_running, g.rate_count, g.rate_period_us AS rate_period, {now} AS at,
-    (SELECT COUNT(*) FROM runifold_tasks r WHERE r.state = 'leased' AND r.lease_expires > {now}
-        AND CASE g.scope WHEN 'key' THEN r.concurrency_key WHEN 'definition' THEN r.definition_name
-            ELSE r.queue END = g.name) AS running,
-    (SELECT COUNT(*) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
-        AND c.at > {now} - COALESCE(g.rate_period_us, 0)) AS claimed_in_window,
-    (SELECT MIN(c.at) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
-        AND c.at > {now} - COALESCE(g.rate_period_us, 0)) AS oldest_claim_at,
+    {query:flow_group_counts},
     (SELECT COUNT(*) FROM runifold_tasks w WHERE w.state IN ('queued', 'waiting') AND w.ready_at <= {now}
         AND w.paused IS NULL
         AND CASE g.scope WHEN 'key' THEN w.concurrency_key WHEN 'definition' THEN w.definition_name
@@ -1196,18 +1206,13 @@ RETURNING task_id;
 -- flow_group_stats for the groups of one task (its key, definition and queue) that a
 -- limit applies to, without the waiting count: why a ready task is held (explain_reasons).
 WITH limits AS (SELECT scope, target, max_running, rate_count, rate_period_us FROM runifold_flow_limits),
-g AS (
+groups AS (
     SELECT 'key' AS scope, :concurrency_key AS name WHERE :concurrency_key IS NOT NULL
     UNION ALL SELECT 'definition', :definition_name
     UNION ALL SELECT 'queue', :queue
-)
-SELECT g.scope, g.name, l.target, l.max_running, l.rate_count, l.rate_period_us AS rate_period, {now} AS at,
-    (SELECT COUNT(*) FROM runifold_tasks r WHERE r.state = 'leased' AND r.lease_expires > {now}
-        AND CASE g.scope WHEN 'key' THEN r.concurrency_key WHEN 'definition' THEN r.definition_name
-            ELSE r.queue END = g.name) AS running,
-    (SELECT COUNT(*) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
-        AND c.at > {now} - COALESCE(l.rate_period_us, 0)) AS claimed_in_window,
-    (SELECT MIN(c.at) FROM runifold_flow_claims c WHERE c.scope = g.scope AND c.name = g.name
-        AND c.at > {now} - COALESCE(l.rate_period_us, 0)) AS oldest_claim_at,
+),
+{query:flow_limited_groups}
+SELECT g.scope, g.name, g.target, g.max_running, g.rate_count, g.rate_period_us AS rate_period, {now} AS at,
+    {query:flow_group_counts},
     0 AS waiting
-FROM g JOIN limits l ON {query:flow_group_limit};
+FROM limited g;
