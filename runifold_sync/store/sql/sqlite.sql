@@ -216,12 +216,19 @@ flowed AS (
         ROW_NUMBER() OVER (
             PARTITION BY p.concurrency_key ORDER BY p.priority DESC, p.state = 'leased' DESC, p.ready_at
         ) AS key_turn,
-        ROW_NUMBER() OVER (
-            PARTITION BY p.definition_name ORDER BY p.priority DESC, p.state = 'leased' DESC, p.ready_at
-        ) AS definition_turn,
-        ROW_NUMBER() OVER (
-            PARTITION BY p.queue ORDER BY p.priority DESC, p.state = 'leased' DESC, p.ready_at
-        ) AS queue_turn
+        -- A definition's or a queue's turn matters only when its room is below the
+        -- claim's limit (otherwise the limit alone keeps the claim within it): counted
+        -- then, among the few candidates, rather than ranked by a window every time.
+        CASE WHEN dg.room IS NULL OR dg.room >= :limit THEN 1 ELSE 1 + (
+            SELECT COUNT(*) FROM pool q WHERE q.definition_name = p.definition_name
+                AND (-q.priority, q.state <> 'leased', q.ready_at, q.task_id)
+                    < (-p.priority, p.state <> 'leased', p.ready_at, p.task_id)
+        ) END AS definition_turn,
+        CASE WHEN qg.room IS NULL OR qg.room >= :limit THEN 1 ELSE 1 + (
+            SELECT COUNT(*) FROM pool q WHERE q.queue = p.queue
+                AND (-q.priority, q.state <> 'leased', q.ready_at, q.task_id)
+                    < (-p.priority, p.state <> 'leased', p.ready_at, p.task_id)
+        ) END AS queue_turn
     FROM pool p
     LEFT JOIN pool_groups kg ON kg.scope = 'key' AND kg.name = p.concurrency_key
     LEFT JOIN pool_groups dg ON dg.scope = 'definition' AND dg.name = p.definition_name
