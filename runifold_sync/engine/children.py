@@ -125,7 +125,7 @@ class Children:
             return wait
         entry, due_at = wait.entry, wait.due_at
         with self._spans.wait("children", wait.call_id) as span:
-            records = [self._store.get_task(handle.task_id) for handle in handles]
+            records = self._store.task_records([handle.task_id for handle in handles])
             ended = (TaskState.TERMINAL, TaskState.CANCELLED)
             unfinished = [r.task_id for r in records if r.state not in ended]
             if not unfinished:

@@ -298,11 +298,11 @@ class Waits:
         timers = dict(entry.output["timers"])
         with self._spans.wait("any", call_id) as span:
             accepted = self._signals_for(call_id, names, payload_type) if names else {}
-            children: dict[str, TaskRecord] = {}
+            handles = [item.task_id for item in items if isinstance(item, ChildHandle)]
+            children = dict(zip(handles, self._store.task_records(handles), strict=True))
             for index, item in enumerate(items):
                 if isinstance(item, ChildHandle):
-                    record = self._store.get_task(item.task_id)
-                    children[item.task_id] = record
+                    record = children[item.task_id]
                     if record.state in (TaskState.TERMINAL, TaskState.CANCELLED):
                         return self._fired(entry, {"index": index, "child": _child_ending(record)}, span)
                 elif isinstance(item, str):

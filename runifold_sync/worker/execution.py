@@ -243,7 +243,7 @@ class ClaimExecutor:
         deadline = time.monotonic() + self._lease_s
         while time.monotonic() < deadline:
             time.sleep(_REPORT_POLL_S)
-            if self.store.get_task(claimed.lease.task_id).claims_since_progress <= max_attempts:
+            if self.store.task_records([claimed.lease.task_id])[0].claims_since_progress <= max_attempts:
                 log.info(
                     "claims lost by a living worker were reported: not a crash loop",
                     extra=task_fields(claimed.lease),
@@ -392,7 +392,7 @@ class ClaimExecutor:
             self._keeper.ending()
             with crashpoints.transition("cancel"):
                 self.store.acknowledge_cancel(lease, ctx.revision, write.head_json, journal=write.journal)
-            return Cancelled(lease.task_id, self.store.get_task(lease.task_id).reason or "cancelled")
+            return Cancelled(lease.task_id, self.store.task_records([lease.task_id])[0].reason or "cancelled")
         ctx.checkpoint.phase = "failed"
         undone = ", ".join(ctx.checkpoint.compensated) or "nothing"
         reason = f"{ctx.checkpoint.compensation_reason or failure.reason} (compensated: {undone})"

@@ -29,6 +29,21 @@ def _fail(store: WorkflowStore, task_id: str, ambiguous_effect: str | None = Non
     store.fail(claimed.lease, claimed.revision, None, reason="boom", ambiguous_effect=ambiguous_effect)
 
 
+def test_task_records_reads_many_tasks_in_the_order_asked_as_stored(store: WorkflowStore) -> None:
+    for task_id in ("a1", "a2", "a3"):
+        _enqueue(store, task_id)
+    store.claim(W1, LEASE)  # leases a1
+    records = store.task_records(["a3", "a1", "a3"])
+    assert [r.task_id for r in records] == ["a3", "a1", "a3"]
+    assert [r.state for r in records] == [TaskState.QUEUED, TaskState.LEASED, TaskState.QUEUED]
+    # As stored: get_task explains a ready task no live worker serves, task_records does not.
+    assert store.get_task("a3").status_note is not None
+    assert records[0].status_note is None
+    assert store.task_records([]) == []
+    with pytest.raises(TaskNotFound):
+        store.task_records(["a1", "missing"])
+
+
 def test_list_tasks_filters_by_state_tenant_and_definition_oldest_first(store: WorkflowStore) -> None:
     _enqueue(store, "a1")
     _enqueue(store, "a2", name="invoices")

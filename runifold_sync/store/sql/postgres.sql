@@ -86,6 +86,10 @@ task_id, definition_name, definition_version, tenant, input_text AS input, prior
 SELECT {query:task_columns}
 FROM runifold_tasks WHERE task_id = %(task_id)s;
 
+-- name: select_tasks
+SELECT {query:task_columns}
+FROM runifold_tasks WHERE task_id = ANY(%(ids)s::text[]);
+
 -- name: lock_limited_tenants
 -- First statement of a claim: tenants with a lease limit are locked, so claimers admit
 -- their tasks one at a time, and the claim statement that follows (a new snapshot under

@@ -51,6 +51,9 @@ ORDER BY key;
 -- name: select_task
 SELECT * FROM runifold_tasks WHERE task_id = :task_id;
 
+-- name: select_tasks
+SELECT * FROM runifold_tasks WHERE task_id IN (SELECT value FROM json_each(:ids));
+
 -- name: claimable_admitted_tenants
 -- Part of claimable_tasks and claimable_routed_tasks (each includes it by name): the
 -- tenants a claim may lease for, each with its room under its lease limit and its budget.
