@@ -108,6 +108,8 @@ def run(quick: bool) -> list[Row]:
                 f"{LABELS[kind]}, 1 process: a parent waiting for {FAN_OUT} one-step children",
                 f"{parents:,.1f} workflows/s ({inline:,.1f} as {FAN_OUT} steps of one workflow)",
                 f"{parents / inline:.2f}x the same work as steps",
+                ">= 0.40x the same work as steps",
+                parents / inline >= 0.4,
             )
         )
     return rows
