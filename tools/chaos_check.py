@@ -13,7 +13,7 @@ with two owners (the history's events under a token name one worker, and the bod
 results committed under it were run by one process); every call of a task committed
 with one run only; every non-idempotent effect applied at most once, and each one
 applied recorded by its task or parking it for a reconcile; every task that did not
-complete saying why. Each finding is printed as a count; ``tests/unit/test_chaos_check.py``
+complete saying why. Each finding is printed as a count; ``tests/tools/test_chaos_check.py``
 plants each violation in a history and asserts it is counted.
 """
 

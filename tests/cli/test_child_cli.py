@@ -21,7 +21,7 @@ from runifold_sync import (
 )
 from runifold_sync.cli.main import main
 from runifold_sync.sqlite import SqliteWorkflowStore
-from tests.integration import child_app, crash_app
+from tests.system import child_app, crash_app
 
 CHILD = "p1:child:kid-1"
 

@@ -16,7 +16,7 @@ from runifold_sync.sqlite import SqliteWorkflowStore
 from runifold_sync.store import TaskOutcome
 
 ROOT = Path(__file__).resolve().parents[2]
-APP = "tests.integration.pool_app:registry"
+APP = "tests.pool.pool_app:registry"
 
 
 @pytest.fixture
@@ -121,7 +121,7 @@ def test_run_refuses_a_heartbeat_longer_than_half_the_lease(url: str) -> None:
 
 
 def test_run_refuses_an_app_reference_that_is_not_a_registry(url: str) -> None:
-    code, out = _invoke("run", "--app", "tests.integration.pool_app:STEPS", "--database", url, "--once")
+    code, out = _invoke("run", "--app", "tests.pool.pool_app:STEPS", "--database", url, "--once")
     assert code == 2 and "is not an App or a WorkflowRegistry" in out  # a usage error, as every bad --app
     code, out = _invoke("run", "--app", "no_such_module_x:registry", "--database", url, "--once")
     assert code == 2 and "cannot import 'no_such_module_x'" in out

@@ -14,7 +14,7 @@ from runifold_sync import WorkerId
 from runifold_sync.cli.main import main
 from runifold_sync.sqlite import SqliteWorkflowStore
 
-APP = "tests.integration.pool_app:registry"
+APP = "tests.pool.pool_app:registry"
 
 
 @pytest.fixture

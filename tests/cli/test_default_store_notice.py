@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 from runifold_sync.cli.main import main
 from runifold_sync.store.open import ENV_VAR
 
-APP = "tests.integration.pool_app:registry"
+APP = "tests.pool.pool_app:registry"
 NOTICE = "runifold_sync: no --database and no $RUNIFOLD_DATABASE_URL: {doing} the SQLite store {path} "
 NOTICE_END = "(name a store with either to silence this)"
 

@@ -16,7 +16,7 @@ from runifold_sync.cli.main import main
 from runifold_sync.sqlite import SqliteWorkflowStore
 from runifold_sync.store import TaskOutcome
 
-APP = "tests.integration.pool_app:registry"
+APP = "tests.pool.pool_app:registry"
 
 
 @pytest.fixture

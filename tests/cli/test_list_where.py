@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from runifold_sync.cli.main import main
 from runifold_sync.outcomes import Suspended
 from runifold_sync.sqlite import SqliteWorkflowStore
-from tests.contract.test_attributes import enqueue, run_once
+from tests.engine.test_attributes import enqueue, run_once
 
 
 def _invoke(*args: str) -> tuple[int, str]:

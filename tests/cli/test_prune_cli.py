@@ -23,7 +23,7 @@ from runifold_sync.sqlite import SqliteWorkflowStore
 from runifold_sync.store import TaskState
 from tests.support import processes
 
-APP = "tests.integration.pool_app:registry"
+APP = "tests.pool.pool_app:registry"
 LEASE = LeaseDuration(timedelta(seconds=30))
 
 

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from runifold_sync.cli.main import main
 from runifold_sync.sqlite import SqliteWorkflowStore
 from runifold_sync.worker.schedule_ticker import ScheduleTicks
-from tests.integration import schedule_app
 from tests.support.clock import Clock
+from tests.system import schedule_app
 
 ROOT = Path(__file__).resolve().parents[2]
 

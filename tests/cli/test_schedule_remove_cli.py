@@ -1,6 +1,6 @@
 """``schedule remove NAME`` and the ``schedules`` flag for a schedule no live worker
 declares, on SQLite and PostgreSQL, around a real pool (``python -m runifold_sync run``
-with ``tests.integration.schedule_app``): declared while the pool runs, flagged once it
+with ``tests.system.schedule_app``): declared while the pool runs, flagged once it
 stopped, removed with its tick tasks kept, and an unknown name an error naming it."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from runifold_sync.cli.main import main
 from tests.support import processes
 from tests.support.backends import Backend
 
-APP = "tests.integration.schedule_app:registry"
+APP = "tests.system.schedule_app:registry"
 AUDIT = ("--actor", "alice", "--reason", "report retired")
 
 

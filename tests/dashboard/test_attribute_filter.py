@@ -11,7 +11,7 @@ from typing import Any
 from runifold_sync import WorkflowStore
 from runifold_sync.dashboard import create_app
 from runifold_sync.outcomes import Suspended
-from tests.contract.test_attributes import enqueue, run_once
+from tests.engine.test_attributes import enqueue, run_once
 
 
 def listed(page: str) -> list[str]:

@@ -1,6 +1,8 @@
 """The backend fixtures of every test directory (registered by ``tests/conftest.py``):
 ``sqlite_store`` and ``pg`` for tests of one backend, ``backend`` and ``store`` for tests
-that run once per backend.
+that run once per backend; ``contract_backend`` and ``sqlite_clock``, which a module takes
+as its own ``backend`` or ``clock`` (the store contract suite's modules, the in-process
+worker tests on ``sqlite_store``).
 
 SQLite: a fresh file in ``tmp_path``. PostgreSQL: an empty database per test, on the
 server named by ``RUNIFOLD_TEST_POSTGRES_URL`` (default
@@ -400,6 +402,15 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
     yield from open_backend(request, tmp_path)
 
 
+@pytest.fixture(params=CONTRACT_BACKENDS)
+def contract_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """``backend`` of the store contract suite, which runs on a third backend too:
+    PostgreSQL through PgBouncer in transaction mode, where nothing may outlive a
+    transaction. A module of the suite takes it as its ``backend`` (``backend =
+    contract_backend``), and ``store`` and ``clock`` follow."""
+    yield from open_backend(request, tmp_path)
+
+
 @pytest.fixture
 def store(backend: Backend) -> WorkflowStore:
     return backend.open()
@@ -407,7 +418,7 @@ def store(backend: Backend) -> WorkflowStore:
 
 @pytest.fixture
 def clock(store: WorkflowStore) -> Clock:
-    """The shared clock of ``store`` (``tests/unit/conftest.py`` puts it on ``sqlite_store``)."""
+    """The shared clock of ``store`` (``sqlite_clock`` puts it on ``sqlite_store``)."""
     return Clock(store)
 
 
@@ -422,6 +433,13 @@ def sqlite_store(sqlite_path: Path) -> Iterator[SqliteWorkflowStore]:
     store = SqliteWorkflowStore.open(sqlite_path)
     yield store
     store.close()
+
+
+@pytest.fixture
+def sqlite_clock(sqlite_store: SqliteWorkflowStore) -> Clock:
+    """The shared clock of ``sqlite_store``: a module whose in-process worker tests move
+    the clock of ``sqlite_store`` takes it as its ``clock`` (``clock = sqlite_clock``)."""
+    return Clock(sqlite_store)
 
 
 @pytest.fixture

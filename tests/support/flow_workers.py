@@ -1,4 +1,4 @@
-"""The processes of the flow-control contract tests (``tests/contract/test_flow_pools.py``):
+"""The processes of the flow-control contract tests (``tests/store/test_flow_pools.py``):
 claimers that hold their leases a while, and enqueuers that race debounced enqueues
 against them. Defined here, not in the test module, so a child imports only the package
 (see ``spawned``)."""

@@ -600,7 +600,7 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
 -- does; the parents are locked in id order first, so two batches waking the same
 -- parents cannot deadlock, and they too are looked up by primary key (= ANY of an
 -- array): joined to the batch, a plan that believed the task table small scanned it
--- whole (tests/postgres/test_complete_batch_plan.py).
+-- whole (tests/store/postgres/test_complete_batch_plan.py).
 -- The completions and their journal rows come as two JSON arrays of records (each head,
 -- result and entry as JSON text inside them; why not text[]: pgstatements.journal_params).
 -- Returns the completed tasks; a task missing from the answer was refused.
