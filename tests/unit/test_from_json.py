@@ -1,0 +1,50 @@
+"""``from_json`` reads every text exactly as ``json.loads`` does, its fast path included."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from runifold_sync.model.codec import from_json, to_json
+
+# Text every store keeps (no U+0000, no lone surrogate), which to_json accepts.
+texts = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"))
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | texts,
+    lambda children: st.lists(children) | st.dictionaries(texts, children),
+    max_leaves=20,
+)
+
+
+def _read(read: Any, text: Any) -> tuple[str, Any]:
+    try:
+        return "value", read(text)
+    except Exception as exc:
+        return type(exc).__name__, str(exc)
+
+
+@given(json_values, st.sampled_from(["", " ", "\n", "\t "]), st.sampled_from(["", " ", "\n"]))
+def test_from_json_reads_text_as_json_loads_does(value: Any, before: str, after: str) -> None:
+    text = before + json.dumps(value) + after
+    assert from_json(text) == json.loads(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", " ", "[1,", "1 2", "\ufeff1", "nul", '"\\ud800', "NaN", "-Infinity", b"[1]", bytearray(b"2"), 3],
+)
+def test_from_json_accepts_and_refuses_what_json_loads_does(text: Any) -> None:
+    found, expected = _read(from_json, text), _read(json.loads, text)
+    if found[0] == "value" and isinstance(found[1], float) and found[1] != found[1]:
+        assert expected[0] == "value" and expected[1] != expected[1]  # NaN
+    else:
+        assert found == expected
+
+
+@given(json_values)
+def test_canonical_text_reads_back_equal(value: Any) -> None:
+    assert from_json(to_json(value)) == value
