@@ -47,8 +47,7 @@ class Progress:
         """Add the wall time since the last tick, and ``steps`` and ``cost`` if given,
         to usage in one update (caller holds the lock)."""
         now = time.monotonic()
-        elapsed_s = now - self.ticked_at
-        self.checkpoint.usage = self.checkpoint.usage.add(steps=steps, cost=cost, elapsed_s=elapsed_s)
+        self.checkpoint.usage = self.checkpoint.usage.spent(steps, cost, now - self.ticked_at)
         self.ticked_at = now
 
 

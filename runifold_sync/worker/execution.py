@@ -136,7 +136,7 @@ class ClaimExecutor:
             checkpoint.step_failures.clear()
             checkpoint.deadlines.clear()
         checkpoint.phase = "running"
-        checkpoint.usage = checkpoint.usage.add(claims=1)
+        checkpoint.usage = checkpoint.usage.claimed()
         claim = Claim(
             claimed, self._max_steps_per_claim, self._max_entry_bytes, spans, RunningBodies(self.deadlines)
         )
