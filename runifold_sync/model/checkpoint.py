@@ -27,8 +27,7 @@ import cattrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
 from ..errors import CheckpointError, CheckpointTooLarge
-from .codec import CANONICAL_ENCODER as _CANONICAL
-from .codec import converter, from_json, to_json
+from .codec import canonical_text, converter, from_json, to_json
 from .values import BudgetUsage, DefinitionIdentity
 
 
@@ -359,7 +358,7 @@ class Checkpoint:
         )
         raw = _unstructure_head(self)
         raw["journal_tail"] = _TAIL_MARK
-        return _CANONICAL.encode(raw).replace(_TAIL_MARK_TEXT, f'"journal_tail":{{{",".join(parts)}}}', 1)
+        return canonical_text(raw).replace(_TAIL_MARK_TEXT, f'"journal_tail":{{{",".join(parts)}}}', 1)
 
 
 def entry_json(entry: JournalEntry, output_json: str | None = None) -> str:

@@ -24,6 +24,34 @@ converter = make_converter()
 CANONICAL_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
+def _c_canonical() -> Callable[[Any], str]:
+    """``CANONICAL_ENCODER.encode``, calling the C encoder it would build itself.
+
+    ``JSONEncoder.encode`` reaches the C encoder through ``iterencode``, which builds it
+    anew on every call after two layers of Python: a step encodes its output, its journal
+    entry and its checkpoint's head, so those layers were a tenth of a step's calls.
+    The C encoder is built here as ``iterencode`` builds it (a new ``markers`` dict each
+    time, for the circular-reference check); where the interpreter has none, or it does
+    not give the same text on a sample, ``CANONICAL_ENCODER.encode`` is used as it is."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return CANONICAL_ENCODER.encode
+    default, ascii_text = CANONICAL_ENCODER.default, json.encoder.encode_basestring_ascii
+
+    def canonical(value: Any) -> str:
+        return "".join(make({}, default, ascii_text, None, ":", ",", True, False, False)(value, 0))
+
+    sample = {"b": [1, 2.5, None, True, '\u00e9\n"', -0.0, 10**20], "a": {"c": {}}, "d": "x"}
+    try:
+        same = canonical(sample) == CANONICAL_ENCODER.encode(sample) and canonical("y") == '"y"'
+    except Exception:  # an interpreter whose C encoder takes other arguments
+        same = False
+    return canonical if same else CANONICAL_ENCODER.encode
+
+
+canonical_text = _c_canonical()
+
+
 def _unstructure_set(values: set[Any] | frozenset[Any]) -> list[Any]:
     # Sets iterate in hash order, which differs between processes for strings; sorting
     # by encoded form keeps equal values equal in text (enqueue idempotency relies on it).
@@ -188,34 +216,31 @@ def _text_nests_within(text: str, limit: int) -> bool:
     return not shape
 
 
-def _plain_text(value: Any) -> str | None:
-    """The canonical text of a value the JSON encoder takes as it is (dicts, lists,
-    tuples, strings, numbers, booleans, None: what step outputs and payloads mostly are),
-    in one call of the C encoder; None for anything it refuses (attrs classes,
-    datetimes, sets, NaN, a nesting too deep for it), which cattrs then unstructures.
-    The text is the one cattrs' form would give: unstructuring leaves such values as
-    they are, and the encoder writes a non-string key, or a str or int subclass such as
-    an enum member, as it would write cattrs' form of it. A 5.6 KB step output took 290 µs
-    walked through cattrs and encoded, 85 µs encoded alone (measured)."""
-    try:
-        return CANONICAL_ENCODER.encode(value)
-    except (TypeError, ValueError, RecursionError):
-        return None
-
-
 def _encode(value: Any, max_depth: int | None) -> str:
     """The canonical text of ``value`` (sorted keys, compact), refused when it nests
     deeper than ``max_depth`` (None: no limit) or holds a string no store can keep; the
-    checks read the value itself when the encoder took it as it is, else cattrs' form."""
-    text = _plain_text(value)
-    raw = value
-    if text is None:
+    checks read the value itself when the encoder took it as it is, else cattrs' form.
+
+    A value the JSON encoder takes as it is (dicts, lists, tuples, strings, numbers,
+    booleans, None: what step outputs and payloads mostly are) is encoded in one call of
+    the C encoder; anything it refuses (attrs classes, datetimes, sets, NaN, a nesting
+    too deep for it) cattrs unstructures first. The text is the one cattrs' form would
+    give: unstructuring leaves such values as they are, and the encoder writes a
+    non-string key, or a str or int subclass such as an enum member, as it would write
+    cattrs' form of it. A 5.6 KB step output took 290 µs walked through cattrs and
+    encoded, 85 µs encoded alone (measured)."""
+    try:
+        text = canonical_text(value)
+        raw = value
+    except (TypeError, ValueError, RecursionError):
         raw, text = _unstructured_text(value, max_depth)
     # Every level opens with "[" or "{", so text with at most ``max_depth`` of them
-    # cannot nest deeper: two counts settle almost every step output; the text measure
-    # settles nearly all the rest, and the walk of the values only what it cannot.
+    # cannot nest deeper: its length or two counts settle almost every step output; the
+    # text measure settles nearly all the rest, and the walk of the values only what it
+    # cannot.
     if (
         max_depth is not None
+        and len(text) > max_depth
         and text.count("[") + text.count("{") > max_depth
         and not _text_nests_within(text, max_depth)
         and _nesting_exceeds(raw, max_depth)
@@ -232,7 +257,7 @@ def _unstructured_text(value: Any, max_depth: int | None) -> tuple[Any, str]:
     """cattrs' form of ``value`` and its canonical text."""
     try:
         raw = unstructure(value)
-        return raw, CANONICAL_ENCODER.encode(raw)
+        return raw, canonical_text(raw)
     except RecursionError as exc:
         # Either the value nests too deep for the recursive encoders or the caller's
         # stack was already deep; only the first is the value's fault.

@@ -1,4 +1,5 @@
-"""``from_json`` reads every text exactly as ``json.loads`` does, its fast path included."""
+"""The codec's fast paths give what the slow ones give: ``from_json`` reads every text as
+``json.loads`` does, ``canonical_text`` writes every value as ``CANONICAL_ENCODER.encode``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runifold_sync.model.codec import from_json, to_json
+from runifold_sync.model.codec import CANONICAL_ENCODER, canonical_text, from_json, to_json
 
 # Text every store keeps (no U+0000, no lone surrogate), which to_json accepts.
 texts = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"))
@@ -48,3 +49,31 @@ def test_from_json_accepts_and_refuses_what_json_loads_does(text: Any) -> None:
 @given(json_values)
 def test_canonical_text_reads_back_equal(value: Any) -> None:
     assert from_json(to_json(value)) == value
+
+
+def _written(write: Any, value: Any) -> tuple[str, Any]:
+    try:
+        return "text", write(value)
+    except Exception as exc:
+        return type(exc).__name__, str(exc)
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+        lambda children: (
+            st.lists(children) | st.tuples(children) | st.dictionaries(st.text() | st.integers(), children)
+        ),
+        max_leaves=20,
+    )
+)
+def test_canonical_text_writes_what_the_canonical_encoder_writes(value: Any) -> None:
+    assert _written(canonical_text, value) == _written(CANONICAL_ENCODER.encode, value)
+
+
+def test_canonical_text_refuses_what_the_canonical_encoder_refuses() -> None:
+    circular: list[Any] = []
+    circular.append(circular)
+    for value in (object(), {1j: 2}, float("nan"), circular, {1, 2}):
+        assert _written(canonical_text, value) == _written(CANONICAL_ENCODER.encode, value)
+    assert _written(canonical_text, circular)[0] == "ValueError"  # the circular check kept
