@@ -1,5 +1,6 @@
 """The codec's fast paths give what the slow ones give: ``from_json`` reads every text as
-``json.loads`` does, ``canonical_text`` writes every value as ``CANONICAL_ENCODER.encode``."""
+``json.loads`` does, ``canonical_text`` writes every value as
+``CANONICAL_ENCODER.encode``, and a scalar fits its annotation as the converters fit it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runifold_sync.model.codec import CANONICAL_ENCODER, canonical_text, from_json, to_json
+from runifold_sync.model.inputs import fit_input, fit_output, strict
 
 # Text every store keeps (no U+0000, no lone surrogate), which to_json accepts.
 texts = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"))
@@ -77,3 +79,13 @@ def test_canonical_text_refuses_what_the_canonical_encoder_refuses() -> None:
     for value in (object(), {1j: 2}, float("nan"), circular, {1, 2}):
         assert _written(canonical_text, value) == _written(CANONICAL_ENCODER.encode, value)
     assert _written(canonical_text, circular)[0] == "ValueError"  # the circular check kept
+
+
+@pytest.mark.parametrize("value", ["a", 5, 2.5, -0.0, True, False, None, 10**30])
+def test_a_scalar_of_its_annotation_fits_as_the_converters_fit_it(value: Any) -> None:
+    annotation = type(value)
+    assert fit_output(value, annotation) == strict.structure(value, annotation)
+    assert type(fit_output(value, annotation)) is annotation
+    for coerce in (False, True):
+        assert fit_input(value, annotation, coerce=coerce) == value
+        assert type(fit_input(value, annotation, coerce=coerce)) is annotation
