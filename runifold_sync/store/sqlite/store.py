@@ -236,21 +236,28 @@ class SqliteDialect(Dialect):
     def _conn(self) -> SqliteConnection:
         if self._closed:
             raise StoreClosed(f"store {self.path!r} is closed")
-        conn: SqliteConnection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            if self._pid != os.getpid():  # a new thread of a forked child
-                raise StoreUsedAcrossFork(
-                    f"store {self.path!r} was opened in process {self._pid} and cannot be "
-                    f"used in forked process {os.getpid()}; open a new store after fork"
-                )
-            try:
-                conn = SqliteConnection(self.path, self._synchronous, self._busy_timeout_s)
-            except sqlite3.Error as exc:
-                raise store_error(f"cannot open SQLite database {self.path!r}", self.path, exc) from exc
-            self._local.conn = conn
-            with self._lock:
-                self.connections.append(conn)
-        conn.check_pid()
+        try:
+            conn: SqliteConnection = self._local.conn
+        except AttributeError:  # this thread's first statement
+            conn = self._connect()
+        if conn.pid != os.getpid():
+            conn.check_pid()  # raises StoreUsedAcrossFork
+        return conn
+
+    def _connect(self) -> SqliteConnection:
+        """This thread's connection, opened."""
+        if self._pid != os.getpid():  # a new thread of a forked child
+            raise StoreUsedAcrossFork(
+                f"store {self.path!r} was opened in process {self._pid} and cannot be "
+                f"used in forked process {os.getpid()}; open a new store after fork"
+            )
+        try:
+            conn = SqliteConnection(self.path, self._synchronous, self._busy_timeout_s)
+        except sqlite3.Error as exc:
+            raise store_error(f"cannot open SQLite database {self.path!r}", self.path, exc) from exc
+        self._local.conn = conn
+        with self._lock:
+            self.connections.append(conn)
         return conn
 
     def _immediate(self, what: str) -> AbstractContextManager[sqlite3.Connection]:
@@ -276,14 +283,25 @@ class SqliteDialect(Dialect):
         conn = self._conn()
         try:
             return conn.execute(_Q[name], params).fetchall()
-        except sqlite3.Error as exc:
-            raise store_error(f"SQLite query {name} on {self.path!r} failed", self.path, exc) from exc
-        except OverflowError as exc:  # a value SQLite cannot hold: the caller's, not an outage
-            raise InvalidArgument(f"SQLite query {name} on {self.path!r} refused a value: {exc}") from exc
+        except (sqlite3.Error, OverflowError) as exc:
+            raise self._query_error(name, exc) from exc
 
     def one(self, name: str, params: Mapping[str, Any]) -> sqlite3.Row | None:
-        found = self.all(name, params)
+        """:meth:`all`'s first row: written out rather than through :meth:`all`, since a
+        step's commit is one such statement."""
+        conn = self._conn()
+        try:
+            found = conn.execute(_Q[name], params).fetchall()
+        except (sqlite3.Error, OverflowError) as exc:
+            raise self._query_error(name, exc) from exc
         return found[0] if found else None
+
+    def _query_error(self, name: str, exc: sqlite3.Error | OverflowError) -> Exception:
+        """What a failed autocommit statement raises: the store's error for a SQLite
+        error, the caller's for a value SQLite cannot hold (not an outage)."""
+        if isinstance(exc, OverflowError):
+            return InvalidArgument(f"SQLite query {name} on {self.path!r} refused a value: {exc}")
+        return store_error(f"SQLite query {name} on {self.path!r} failed", self.path, exc)
 
     def execute(self, name: str, params: Mapping[str, Any]) -> None:
         self.all(name, params)
