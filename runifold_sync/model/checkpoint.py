@@ -221,10 +221,24 @@ class Checkpoint:
             if len(journal) < start:
                 rows.extend(JournalRow(key, position, None) for position in range(len(journal), start))
             elif len(journal) > start:
-                found = [self._entry_text(task_id, entry, limit_bytes) for entry in journal[start:]]
+                # Every commit writes the whole tail: a finished entry's kept text is read
+                # here without a call per entry, and the texts are held to the limit one by
+                # one only when together they are over it (else none of them is).
+                kept = self._texts
+                tail = journal[start:]
+                found = [
+                    cached[1]
+                    if (cached := kept.get(id(entry))) is not None and cached[0] is entry
+                    else self._entry_text(task_id, entry, limit_bytes)
+                    for entry in tail
+                ]
+                size = sum(map(len, found))
+                if size > limit_bytes:
+                    for entry in tail:  # raises for the first one over the limit
+                        self._entry_text(task_id, entry, limit_bytes)
                 tails[key] = (start, found)
                 count += len(found)
-                tail_size += sum(map(len, found))
+                tail_size += size
         if count > TAIL_ENTRIES or tail_size > TAIL_BYTES:
             for key, (start, found) in tails.items():
                 rows.extend(JournalRow(key, start + n, text) for n, text in enumerate(found))
