@@ -178,7 +178,8 @@ class Checkpoint:
 
     def __attrs_post_init__(self) -> None:
         # Entries given to the constructor are not stored yet (``_loaded`` says when they are).
-        self._tailed.update(key for key, journal in self._journals() if journal)
+        if self.journal or self.branch_journals:  # a new task's has none
+            self._tailed.update(key for key, journal in self._journals() if journal)
 
     # --- journals, changed through these so a commit knows what changed -------------
 

@@ -401,7 +401,7 @@ class ClaimExecutor:
     def _check_result_size(self, task_id: str, result_json: str) -> None:
         """Hold the result to the checkpoint's size limit: it is stored in the same row
         and read back by everyone who looks at the task."""
-        size = len(result_json.encode())
+        size = len(result_json)  # canonical text is ASCII: its length is its size in bytes
         if size > self._max_entry_bytes:
             raise FailRequested(
                 f"workflow result of task {task_id!r} is {size} bytes, over the limit of "

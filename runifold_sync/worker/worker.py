@@ -337,7 +337,8 @@ class WorkflowWorker:
         self._held.allowed = hold
         outcome = self._claim_and_run(claim_next, stopping)
         ended = [] if isinstance(outcome, Held) else [outcome]
-        if self._held.due() or (self._held and not hold):
+        # A worker that never holds (one task per claim, or a tracer) has none to commit.
+        if self._holds and (self._held.due() or (self._held and not hold)):
             ended = self._commit_held() + ended
         return ended
 
