@@ -24,32 +24,38 @@ converter = make_converter()
 CANONICAL_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def _c_canonical() -> Callable[[Any], str]:
-    """``CANONICAL_ENCODER.encode``, calling the C encoder it would build itself.
+def c_encoder(encoder: json.JSONEncoder) -> Callable[[Any], str]:
+    """``encoder.encode``, calling the C encoder it would build itself.
 
     ``JSONEncoder.encode`` reaches the C encoder through ``iterencode``, which builds it
     anew on every call after two layers of Python: a step encodes its output, its journal
-    entry and its checkpoint's head, so those layers were a tenth of a step's calls.
-    The C encoder is built here as ``iterencode`` builds it (a new ``markers`` dict each
-    time, for the circular-reference check); where the interpreter has none, or it does
-    not give the same text on a sample, ``CANONICAL_ENCODER.encode`` is used as it is."""
+    entry and its checkpoint's head, and a claim and a transition their events, so those
+    layers were a tenth of a step's calls. The C encoder is built here as ``iterencode``
+    builds it (a new ``markers`` dict each time, for the circular-reference check); where
+    the interpreter has none, or it does not give the same text on a sample,
+    ``encoder.encode`` is used as it is."""
     make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:
-        return CANONICAL_ENCODER.encode
-    default, ascii_text = CANONICAL_ENCODER.default, json.encoder.encode_basestring_ascii
+    if make is None or encoder.indent is not None:
+        return encoder.encode
+    default, circular = encoder.default, encoder.check_circular
+    string = json.encoder.encode_basestring_ascii if encoder.ensure_ascii else json.encoder.encode_basestring
+    options = (encoder.key_separator, encoder.item_separator, encoder.sort_keys, encoder.skipkeys)
+    allow_nan = encoder.allow_nan
 
-    def canonical(value: Any) -> str:
-        return "".join(make({}, default, ascii_text, None, ":", ",", True, False, False)(value, 0))
+    def encode(value: Any) -> str:
+        markers = {} if circular else None
+        return "".join(make(markers, default, string, None, *options, allow_nan)(value, 0))
 
     sample = {"b": [1, 2.5, None, True, '\u00e9\n"', -0.0, 10**20], "a": {"c": {}}, "d": "x"}
     try:
-        same = canonical(sample) == CANONICAL_ENCODER.encode(sample) and canonical("y") == '"y"'
+        same = encode(sample) == encoder.encode(sample) and encode("y") == encoder.encode("y")
     except Exception:  # an interpreter whose C encoder takes other arguments
         same = False
-    return canonical if same else CANONICAL_ENCODER.encode
+    return encode if same else encoder.encode
 
 
-canonical_text = _c_canonical()
+# CANONICAL_ENCODER.encode, through the C encoder.
+canonical_text = c_encoder(CANONICAL_ENCODER)
 
 
 def _unstructure_set(values: set[Any] | frozenset[Any]) -> list[Any]:

@@ -8,10 +8,10 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runifold_sync.model.codec import CANONICAL_ENCODER, canonical_text, from_json, to_json
+from runifold_sync.model.codec import CANONICAL_ENCODER, c_encoder, canonical_text, from_json, to_json
 from runifold_sync.model.inputs import fit_input, fit_output, strict
 
 # Text every store keeps (no U+0000, no lone surrogate), which to_json accepts.
@@ -30,6 +30,7 @@ def _read(read: Any, text: Any) -> tuple[str, Any]:
         return type(exc).__name__, str(exc)
 
 
+@settings(deadline=None)  # a shared machine's pauses are no failure
 @given(json_values, st.sampled_from(["", " ", "\n", "\t "]), st.sampled_from(["", " ", "\n"]))
 def test_from_json_reads_text_as_json_loads_does(value: Any, before: str, after: str) -> None:
     text = before + json.dumps(value) + after
@@ -48,6 +49,7 @@ def test_from_json_accepts_and_refuses_what_json_loads_does(text: Any) -> None:
         assert found == expected
 
 
+@settings(deadline=None)  # a shared machine's pauses are no failure
 @given(json_values)
 def test_canonical_text_reads_back_equal(value: Any) -> None:
     assert from_json(to_json(value)) == value
@@ -60,6 +62,7 @@ def _written(write: Any, value: Any) -> tuple[str, Any]:
         return type(exc).__name__, str(exc)
 
 
+@settings(deadline=None)  # a shared machine's pauses are no failure
 @given(
     st.recursive(
         st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
@@ -89,3 +92,22 @@ def test_a_scalar_of_its_annotation_fits_as_the_converters_fit_it(value: Any) ->
     for coerce in (False, True):
         assert fit_input(value, annotation, coerce=coerce) == value
         assert type(fit_input(value, annotation, coerce=coerce)) is annotation
+
+
+@pytest.mark.parametrize(
+    "encoder",
+    [
+        json.JSONEncoder(sort_keys=True),
+        json.JSONEncoder(ensure_ascii=False, check_circular=False),
+        json.JSONEncoder(separators=(",", ":"), skipkeys=True),
+    ],
+)
+@settings(deadline=None)  # a shared machine's pauses are no failure
+@given(value=json_values)
+def test_c_encoder_writes_what_its_encoder_writes(encoder: json.JSONEncoder, value: Any) -> None:
+    assert c_encoder(encoder)(value) == encoder.encode(value)
+
+
+def test_c_encoder_leaves_an_indenting_encoder_as_it_is() -> None:
+    encoder = json.JSONEncoder(indent=2)
+    assert c_encoder(encoder) == encoder.encode

@@ -31,7 +31,7 @@ from typing import Any
 from ...errors import CancelPending, InvalidArgument, LeaseLostError, StoreClosed, StoreUsedAcrossFork
 from ...model import validate
 from ...model.checkpoint import JournalRow
-from ...model.codec import storable_text
+from ...model.codec import c_encoder, storable_text
 from .. import checks, event_details, refusals, row_records, sql_flow
 from ..base import WorkflowStore
 from ..dialect import (
@@ -95,7 +95,7 @@ def _routes_json(routes: Routes) -> str:
 
 # A history event's detail as json.dumps(detail, sort_keys=True) writes it, with one
 # encoder rather than a new one per call: every claim and transition writes an event.
-_DETAIL_ENCODER = json.JSONEncoder(sort_keys=True)
+_detail_text = c_encoder(json.JSONEncoder(sort_keys=True))
 
 
 class _Immediate:
@@ -315,7 +315,7 @@ class SqliteDialect(Dialect):
                 "kind": event.kind,
                 "worker_id": event.worker_id,
                 "token": event.token,
-                "detail": _DETAIL_ENCODER.encode(event.detail),
+                "detail": _detail_text(event.detail),
             },
         )
 
