@@ -20,6 +20,7 @@ earlier attempt applied it and only its answer was lost.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
@@ -149,7 +150,7 @@ class WorkerOperations:
         rows that changed; returns the new revision and any pending cancel request."""
         params = self._progress(lease, revision, checkpoint_json)
         return retried(
-            lambda: fenced_commit(self.dialect, None, lease, params, journal, "checkpoint commit"),
+            functools.partial(fenced_commit, self.dialect, None, lease, params, journal, "checkpoint commit"),
             lambda: self._committed(lease, revision),
         )
 
