@@ -57,6 +57,9 @@ class Boundary:
         self._budget = budget
         self.branch = branch
         self.executed = 0  # bodies this journal ran in this claim, against the slice
+        # Nothing for check_budget to check (no limit on usage, no reserve): known once,
+        # since the budget and the branch are fixed, rather than asked twice a step.
+        self._unlimited = not budget.limits_usage() and (branch is None or branch.reserve is None)
 
     def check_continue(self, waiting: bool = False) -> None:
         """The lease still held, no cancel or pause requested and the branch not stopped.
@@ -113,10 +116,10 @@ class Boundary:
     def check_budget(self, next_steps: int = 0) -> None:
         """Fail when usage (plus the steps about to run) is over the task's budget or the
         branch's reservation."""
+        if self._unlimited:
+            return  # nothing to check: skip building usage objects twice a step
         branch = self.branch
         budget = self._budget
-        if not budget.limits_usage() and (branch is None or branch.reserve is None):
-            return  # nothing to check: skip building usage objects twice a step
         with self._progress.lock:
             self._progress.tick()
             checkpoint = self._progress.checkpoint

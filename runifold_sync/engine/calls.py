@@ -45,6 +45,7 @@ from .boundary import Boundary
 from .interrupts import BranchStopped, CancelRequested, FailRequested, RetryRequested
 from .logs import task_fields
 from .replay import Cursor, finished
+from .spans import NO_SPANS
 from .timeouts import Timeouts, Unfinished
 
 if TYPE_CHECKING:
@@ -173,6 +174,10 @@ class Calls:
         self._undo_with_args = workflow.compensation_args  # those whose compensation takes their arguments
         self._arguments: dict[str, Any] = {}  # call id -> [args, kwargs] of a call in flight that needs them
         self._resolutions = claim.claimed.resolutions  # the claim's answers about ambiguous effects
+        # Read at every step: the claim's one checkpoint, its lock and progress.
+        self._checkpoint = boundary.commits.checkpoint
+        self._lock = boundary.commits.lock
+        self._progress = boundary.commits.progress
 
     def call(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """What calling a declared step or effect with ``ctx`` does."""
@@ -183,10 +188,12 @@ class Calls:
             return structured(spec, entry.output)
         if entry is not None and entry.status == _FAILED:
             raise replayed_failure(entry)
-        self._keep_arguments(spec, call_id, args, kwargs)
-        prior = self._timeouts.unfinished(call_id)
-        if prior is not None:
-            self._next_attempt(spec, call_id, prior, None)
+        if spec.step_id in self._undo_with_args:
+            self._keep_arguments(spec, call_id, args, kwargs)
+        if self._checkpoint.deadlines:  # an attempt an earlier claim began may be unfinished
+            prior = self._timeouts.unfinished(call_id)
+            if prior is not None:
+                self._next_attempt(spec, call_id, prior, None)
         if spec.timeout is None:
             self._boundary.before_body()
         else:
@@ -202,10 +209,11 @@ class Calls:
         text = self._execute(spec, call_id, None, args, kwargs)
         output = from_json(text)
         value = checked(spec, output, text)  # not recorded when it does not fit
-        with self._commits.lock:
+        with self._lock:
             self._cursor.record(JournalEntry(call_id, _STEP, _DONE, output), text)
-            self._completed(spec, call_id)
-            self._commits.defer(call_id)
+            if spec.step_id in self._undoable:
+                self._completed(spec, call_id)
+            self._progress.unsaved = call_id  # Commits.defer: committed at the next boundary
         self._boundary.check_budget()
         return value
 
@@ -215,7 +223,8 @@ class Calls:
             return structured(spec, entry.output)
         if entry is not None and entry.status == _FAILED:
             raise replayed_failure(entry)
-        self._keep_arguments(spec, call_id, args, kwargs)
+        if spec.step_id in self._undo_with_args:
+            self._keep_arguments(spec, call_id, args, kwargs)
         timed = spec.timeout is not None
         prior = None if entry is None else self._timeouts.unfinished(call_id)
         ran = RAN  # the evidence if its body runs now
@@ -353,7 +362,10 @@ class Calls:
         context = StepContext(lease.task_id, call_id, failures + 1, lease.fencing_token, key)
         context.last_heartbeat = last
         context.runtime = BodyRuntime(self._boundary, transactional=False)
-        with self._claim.spans.call(spec, context):
+        spans = self._claim.spans
+        if spans is NO_SPANS:  # tracing off: no span to enter and leave
+            return self._attempt(spec, context, args, kwargs)
+        with spans.call(spec, context):
             return self._attempt(spec, context, args, kwargs)
 
     def _attempt(
@@ -536,7 +548,8 @@ class Calls:
 
     def _completed(self, spec: StepSpec, call_id: str) -> None:
         """Note a completed call that has a compensation, in completion order across
-        branches (caller holds the lock): the undo runs in exactly the reverse order."""
+        branches (caller holds the lock): the undo runs in exactly the reverse order.
+        (A step's completion asks ``spec.step_id in self._undoable`` before calling.)"""
         if spec.step_id in self._undoable:
             self._commits.checkpoint.undo.append(call_id)
             arguments = self._arguments.pop(call_id, None)
@@ -548,7 +561,8 @@ class Calls:
     ) -> None:
         """Hold a call's arguments in their JSON form, before its body runs, when its
         compensation takes them: recorded when it completes. Ones that are not JSON fail
-        the task here, before anything ran, naming the step."""
+        the task here, before anything ran, naming the step. (Its callers ask
+        ``spec.step_id in self._undo_with_args`` before calling.)"""
         if spec.step_id not in self._undo_with_args:
             return
         try:

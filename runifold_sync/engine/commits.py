@@ -32,7 +32,7 @@ class Progress:
     """The checkpoint and its revision, shared by the main function and its parallel
     branches; the lock serializes their commits into one revision sequence."""
 
-    checkpoint: Checkpoint
+    checkpoint: Checkpoint  # never replaced: Commits keeps it too
     revision: int
     lock: threading.RLock = attrs.Factory(threading.RLock)
     # A step whose result is in the checkpoint but not yet committed: it is committed
@@ -47,8 +47,7 @@ class Progress:
         """Add the wall time since the last tick, and ``steps`` and ``cost`` if given,
         to usage in one update (caller holds the lock)."""
         now = time.monotonic()
-        elapsed_s = now - self.ticked_at
-        self.checkpoint.usage = self.checkpoint.usage.add(steps=steps, cost=cost, elapsed_s=elapsed_s)
+        self.checkpoint.usage = self.checkpoint.usage.spent(steps, cost, now - self.ticked_at)
         self.ticked_at = now
 
 
@@ -60,18 +59,14 @@ class Commits:
         self.claim = claim  # learns of a cancel or a pause from a commit's answer
         self.store = store
         self.progress = Progress(checkpoint, claim.claimed.revision)
-
-    @property
-    def checkpoint(self) -> Checkpoint:
-        return self.progress.checkpoint
+        # The claim's one checkpoint and lock (Progress never replaces them), read at
+        # every step by the calls, the cursor and the boundary: attributes, not properties.
+        self.checkpoint: Checkpoint = checkpoint
+        self.lock: threading.RLock = self.progress.lock
 
     @property
     def revision(self) -> int:
         return self.progress.revision
-
-    @property
-    def lock(self) -> threading.RLock:
-        return self.progress.lock
 
     def encode(self) -> CheckpointWrite:
         """What changed in the checkpoint since the store last took it, its run time

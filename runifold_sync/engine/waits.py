@@ -130,7 +130,7 @@ class Waits:
         self._commits = boundary.commits
         self._store = boundary.commits.store
         self._spans = boundary.claim.spans
-        self._workflow = repr(definition.workflow)  # how errors name the workflow
+        self._workflow = definition.workflow  # errors name it (by its repr), rarely: not made here
         self._signals = definition.workflow.signals  # the names the workflow declares
         self._sender_policy = definition.sender_policy
         self._branch = None if boundary.branch is None else boundary.branch.key

@@ -27,8 +27,7 @@ import cattrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
 from ..errors import CheckpointError, CheckpointTooLarge
-from .codec import CANONICAL_ENCODER as _CANONICAL
-from .codec import converter, from_json, to_json
+from .codec import canonical_text, converter, from_json, to_json
 from .values import BudgetUsage, DefinitionIdentity
 
 
@@ -179,7 +178,8 @@ class Checkpoint:
 
     def __attrs_post_init__(self) -> None:
         # Entries given to the constructor are not stored yet (``_loaded`` says when they are).
-        self._tailed.update(key for key, journal in self._journals() if journal)
+        if self.journal or self.branch_journals:  # a new task's has none
+            self._tailed.update(key for key, journal in self._journals() if journal)
 
     # --- journals, changed through these so a commit knows what changed -------------
 
@@ -222,10 +222,24 @@ class Checkpoint:
             if len(journal) < start:
                 rows.extend(JournalRow(key, position, None) for position in range(len(journal), start))
             elif len(journal) > start:
-                found = [self._entry_text(task_id, entry, limit_bytes) for entry in journal[start:]]
+                # Every commit writes the whole tail: a finished entry's kept text is read
+                # here without a call per entry, and the texts are held to the limit one by
+                # one only when together they are over it (else none of them is).
+                kept = self._texts
+                tail = journal[start:]
+                found = [
+                    cached[1]
+                    if (cached := kept.get(id(entry))) is not None and cached[0] is entry
+                    else self._entry_text(task_id, entry, limit_bytes)
+                    for entry in tail
+                ]
+                size = sum(map(len, found))
+                if size > limit_bytes:
+                    for entry in tail:  # raises for the first one over the limit
+                        self._entry_text(task_id, entry, limit_bytes)
                 tails[key] = (start, found)
                 count += len(found)
-                tail_size += sum(map(len, found))
+                tail_size += size
         if count > TAIL_ENTRIES or tail_size > TAIL_BYTES:
             for key, (start, found) in tails.items():
                 rows.extend(JournalRow(key, start + n, text) for n, text in enumerate(found))
@@ -359,18 +373,25 @@ class Checkpoint:
         )
         raw = _unstructure_head(self)
         raw["journal_tail"] = _TAIL_MARK
-        return _CANONICAL.encode(raw).replace(_TAIL_MARK_TEXT, f'"journal_tail":{{{",".join(parts)}}}', 1)
-
-
-_ENTRY_FIELDS = tuple(field.name for field in attrs.fields(JournalEntry))
+        return canonical_text(raw).replace(_TAIL_MARK_TEXT, f'"journal_tail":{{{",".join(parts)}}}', 1)
 
 
 def entry_json(entry: JournalEntry, output_json: str | None = None) -> str:
     """An entry's canonical text, its fields taken as they are: its output is already
     in its JSON form (a step's as its text reads back, or as stored), so it is encoded
     once rather than walked by cattrs first, which took longer than the encoding itself.
-    ``output_json``, the output's canonical text, is put in its place unencoded."""
-    fields = {name: getattr(entry, name) for name in _ENTRY_FIELDS}
+    ``output_json``, the output's canonical text, is put in its place unencoded.
+    The fields are named here rather than looked up by name (a test checks they are
+    all of JournalEntry's): every step encodes an entry."""
+    fields = {
+        "call_id": entry.call_id,
+        "kind": entry.kind,
+        "status": entry.status,
+        "output": entry.output,
+        "key": entry.key,
+        "due": entry.due,
+        "evidence": entry.evidence,
+    }
     if output_json is None:
         return to_json(fields)
     # Encoded with a null output, which the text then replaces: inside a string every

@@ -10,6 +10,7 @@ import functools
 import json
 import types
 import typing
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from cattrs.preconf.json import make_converter
@@ -21,6 +22,40 @@ converter = make_converter()
 # One encoder for every canonical text: ``json.dumps`` with options builds a new encoder
 # on each call, which showed up on the per-step hot path.
 CANONICAL_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def c_encoder(encoder: json.JSONEncoder) -> Callable[[Any], str]:
+    """``encoder.encode``, calling the C encoder it would build itself.
+
+    ``JSONEncoder.encode`` reaches the C encoder through ``iterencode``, which builds it
+    anew on every call after two layers of Python: a step encodes its output, its journal
+    entry and its checkpoint's head, and a claim and a transition their events, so those
+    layers were a tenth of a step's calls. The C encoder is built here as ``iterencode``
+    builds it (a new ``markers`` dict each time, for the circular-reference check); where
+    the interpreter has none, or it does not give the same text on a sample,
+    ``encoder.encode`` is used as it is."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None or encoder.indent is not None:
+        return encoder.encode
+    default, circular = encoder.default, encoder.check_circular
+    string = json.encoder.encode_basestring_ascii if encoder.ensure_ascii else json.encoder.encode_basestring
+    options = (encoder.key_separator, encoder.item_separator, encoder.sort_keys, encoder.skipkeys)
+    allow_nan = encoder.allow_nan
+
+    def encode(value: Any) -> str:
+        markers = {} if circular else None
+        return "".join(make(markers, default, string, None, *options, allow_nan)(value, 0))
+
+    sample = {"b": [1, 2.5, None, True, '\u00e9\n"', -0.0, 10**20], "a": {"c": {}}, "d": "x"}
+    try:
+        same = encode(sample) == encoder.encode(sample) and encode("y") == encoder.encode("y")
+    except Exception:  # an interpreter whose C encoder takes other arguments
+        same = False
+    return encode if same else encoder.encode
+
+
+# CANONICAL_ENCODER.encode, through the C encoder.
+canonical_text = c_encoder(CANONICAL_ENCODER)
 
 
 def _unstructure_set(values: set[Any] | frozenset[Any]) -> list[Any]:
@@ -187,34 +222,31 @@ def _text_nests_within(text: str, limit: int) -> bool:
     return not shape
 
 
-def _plain_text(value: Any) -> str | None:
-    """The canonical text of a value the JSON encoder takes as it is (dicts, lists,
-    tuples, strings, numbers, booleans, None: what step outputs and payloads mostly are),
-    in one call of the C encoder; None for anything it refuses (attrs classes,
-    datetimes, sets, NaN, a nesting too deep for it), which cattrs then unstructures.
-    The text is the one cattrs' form would give: unstructuring leaves such values as
-    they are, and the encoder writes a non-string key, or a str or int subclass such as
-    an enum member, as it would write cattrs' form of it. A 5.6 KB step output took 290 µs
-    walked through cattrs and encoded, 85 µs encoded alone (measured)."""
-    try:
-        return CANONICAL_ENCODER.encode(value)
-    except (TypeError, ValueError, RecursionError):
-        return None
-
-
 def _encode(value: Any, max_depth: int | None) -> str:
     """The canonical text of ``value`` (sorted keys, compact), refused when it nests
     deeper than ``max_depth`` (None: no limit) or holds a string no store can keep; the
-    checks read the value itself when the encoder took it as it is, else cattrs' form."""
-    text = _plain_text(value)
-    raw = value
-    if text is None:
+    checks read the value itself when the encoder took it as it is, else cattrs' form.
+
+    A value the JSON encoder takes as it is (dicts, lists, tuples, strings, numbers,
+    booleans, None: what step outputs and payloads mostly are) is encoded in one call of
+    the C encoder; anything it refuses (attrs classes, datetimes, sets, NaN, a nesting
+    too deep for it) cattrs unstructures first. The text is the one cattrs' form would
+    give: unstructuring leaves such values as they are, and the encoder writes a
+    non-string key, or a str or int subclass such as an enum member, as it would write
+    cattrs' form of it. A 5.6 KB step output took 290 µs walked through cattrs and
+    encoded, 85 µs encoded alone (measured)."""
+    try:
+        text = canonical_text(value)
+        raw = value
+    except (TypeError, ValueError, RecursionError):
         raw, text = _unstructured_text(value, max_depth)
     # Every level opens with "[" or "{", so text with at most ``max_depth`` of them
-    # cannot nest deeper: two counts settle almost every step output; the text measure
-    # settles nearly all the rest, and the walk of the values only what it cannot.
+    # cannot nest deeper: its length or two counts settle almost every step output; the
+    # text measure settles nearly all the rest, and the walk of the values only what it
+    # cannot.
     if (
         max_depth is not None
+        and len(text) > max_depth
         and text.count("[") + text.count("{") > max_depth
         and not _text_nests_within(text, max_depth)
         and _nesting_exceeds(raw, max_depth)
@@ -231,7 +263,7 @@ def _unstructured_text(value: Any, max_depth: int | None) -> tuple[Any, str]:
     """cattrs' form of ``value`` and its canonical text."""
     try:
         raw = unstructure(value)
-        return raw, CANONICAL_ENCODER.encode(raw)
+        return raw, canonical_text(raw)
     except RecursionError as exc:
         # Either the value nests too deep for the recursive encoders or the caller's
         # stack was already deep; only the first is the value's fault.
@@ -263,7 +295,23 @@ def to_jsonable(value: Any) -> Any:
 
 
 def from_json(text: str) -> Any:
-    return json.loads(text)
+    """The value of JSON ``text``, as :func:`json.loads` reads it. Canonical text (no
+    whitespace around the value) goes straight to the decoder's scanner, saving
+    ``json.loads``' layers of Python calls on every step output a worker decodes; any
+    other text (whitespace, a BOM, trailing data, not a string, no value at all) is left
+    to ``json.loads``, which accepts or refuses it with its own error."""
+    try:
+        value, end = _SCAN(text, 0)
+    except (StopIteration, TypeError):
+        return json.loads(text)
+    if end != len(text):
+        return json.loads(text)
+    return value
+
+
+# The scanner json.loads' default decoder reads a value with: the same decoding.
+# (typeshed does not list the attribute every JSONDecoder sets.)
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def storable_text(text: str) -> str:

@@ -252,9 +252,18 @@ def type_name(type_: Any) -> str:
     return repr(type_)
 
 
+# Annotations a decoded JSON scalar of exactly that type fits as it is: the strict and
+# the lax converters' hooks for them return such a value unchanged (as float(value) for
+# a float, int(value) for an int...).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def fit_input(raw: Any, type_: Any, *, coerce: bool, what: str = "input") -> Any:
     """``raw`` (decoded JSON) structured as ``type_``; ``coerce`` allows what cattrs'
-    converter allows. Raises :class:`InputMismatch` naming every wrong field."""
+    converter allows. Raises :class:`InputMismatch` naming every wrong field. A scalar of
+    exactly its annotation is what either converter would return: returned at once."""
+    if type(raw) is type_ and type_ in _SCALARS:
+        return raw
     if type_ is None or type_ is type(None) or takes_any_json(type_):
         return raw
     try:
@@ -267,7 +276,10 @@ def fit_output(raw: Any, type_: Any, text: str | None = None) -> Any:
     """A body's output as it returned it (``raw``, decoded from its canonical ``text``)
     as its return annotation ``type_``, strictly, for the main function: a copy, so what
     that does to it leaves the journal entry alone. Raises what the strict converter
-    raises (:func:`problems` names each wrong field)."""
+    raises (:func:`problems` names each wrong field). A scalar of exactly its annotation
+    (most step outputs) is what the converter would return: it is returned at once."""
+    if type(raw) is type_ and type_ in _SCALARS:
+        return raw
     raw = copied(raw, text)
     if takes_any_json(type_):
         return raw

@@ -111,6 +111,18 @@ class BudgetUsage:
             self.claims + claims,
         )
 
+    def spent(self, steps: int, cost: float, elapsed_s: float) -> BudgetUsage:
+        """This usage plus what the engine counted itself: steps it ran, a cost that
+        ``StepContext.charge`` checked, and a monotonic interval (never negative, so only
+        the total cost is checked, to stay finite). :meth:`add`, which checks each value,
+        is for values from anywhere else; this one runs at every step."""
+        total = self.cost if not cost else validate.cost("cost", cost, self.cost)
+        return BudgetUsage(self.steps + steps, total, self.elapsed_s + elapsed_s, self.claims)
+
+    def claimed(self) -> BudgetUsage:
+        """This usage with one more claim: at the start of every claim's run."""
+        return BudgetUsage(self.steps, self.cost, self.elapsed_s, self.claims + 1)
+
     def covers(self, other: BudgetUsage) -> bool:
         """True when no field of ``self`` is below ``other``'s (usage never decreased)."""
         return (

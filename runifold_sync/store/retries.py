@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from typing import TypeVar
 
@@ -66,19 +66,32 @@ class Patience:
 _PATIENCE: ContextVar[Patience | None] = ContextVar("runifold_store_patience", default=None)
 
 
-@contextmanager
-def retrying_until(until: float | Callable[[], float], attempt_s: float | None = None) -> Iterator[None]:
+def retrying_until(
+    until: float | Callable[[], float], attempt_s: float | None = None
+) -> AbstractContextManager[None]:
     """Within the block, this thread's store calls end by ``until`` (monotonic time, or a
     function giving it when it moves), each attempt within ``attempt_s`` when given, and
     the operations written with :func:`retried` try again while time is left."""
     if not callable(until):
         fixed = until
         until = lambda: fixed  # noqa: E731
-    token = _PATIENCE.set(Patience(until, attempt_s))
-    try:
-        yield
-    finally:
-        _PATIENCE.reset(token)
+    return _Patient(Patience(until, attempt_s))
+
+
+class _Patient:
+    """The block of :func:`retrying_until`: a class rather than a generator, since every
+    claim's run enters one (a generator's context manager took five calls in and out)."""
+
+    __slots__ = ("_patience", "_token")
+
+    def __init__(self, patience: Patience) -> None:
+        self._patience = patience
+
+    def __enter__(self) -> None:
+        self._token = _PATIENCE.set(self._patience)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        _PATIENCE.reset(self._token)
 
 
 def attempt_deadline(bound_s: float | None) -> float | None:

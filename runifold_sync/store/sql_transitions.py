@@ -20,6 +20,7 @@ earlier attempt applied it and only its answer was lost.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
@@ -50,6 +51,8 @@ from .timing import OperationTimer, timed
 # Opens the application's transaction for a transaction step and gives its driver
 # connection (Django: ``transaction.atomic()`` on the store's database).
 StepConnection = Callable[[], AbstractContextManager[object]]
+# The check of a claim's and a wait's routes, composed once: a worker claims at every task.
+_optional_routes = validate.optional(validate.is_a(Routes))
 
 
 class WorkerOperations:
@@ -97,23 +100,20 @@ class WorkerOperations:
         expired lease), raising each one's fencing token and claim count. With ``routes``
         (a worker's queues and definitions) only tasks it can run are taken; None takes
         any task."""
-        request = ClaimRequest(
-            worker_id, lease, limit, validate.optional(validate.is_a(Routes))("routes", routes)
-        )
-        with self._claiming(request):
-            return self.dialect.claim(request)
-
-    @contextmanager
-    def _claiming(self, request: ClaimRequest | None) -> Iterator[None]:
-        """A call that claims with ``request``: when it fails for an outage, its answer
-        may have been lost after the claim committed, so the worker is put in
-        :attr:`claims_in_doubt`."""
+        request = ClaimRequest(worker_id, lease, limit, _optional_routes("routes", routes))
         try:
-            yield
+            return self.dialect.claim(request)
         except StoreUnavailable:
-            if request is not None:
-                self.claims_in_doubt.add(request.worker_id.value)
+            self._in_doubt(request)
             raise
+
+    def _in_doubt(self, request: ClaimRequest | None) -> None:
+        """A call that claimed with ``request`` failed for an outage: its answer may have
+        been lost after the claim committed, so the worker is put in
+        :attr:`claims_in_doubt`. (Each such call catches the error itself rather than
+        through a context manager: a claim comes with every task.)"""
+        if request is not None:
+            self.claims_in_doubt.add(request.worker_id.value)
 
     @timed
     def heartbeat(self, lease: Lease, duration: LeaseDuration) -> Lease:
@@ -150,7 +150,7 @@ class WorkerOperations:
         rows that changed; returns the new revision and any pending cancel request."""
         params = self._progress(lease, revision, checkpoint_json)
         return retried(
-            lambda: fenced_commit(self.dialect, None, lease, params, journal, "checkpoint commit"),
+            functools.partial(fenced_commit, self.dialect, None, lease, params, journal, "checkpoint commit"),
             lambda: self._committed(lease, revision),
         )
 
@@ -538,8 +538,11 @@ class WorkerOperations:
             # leased is not known (see claims_in_doubt), and claiming anew would lease more.
             nonlocal claim
             request, claim = claim, None
-            with self._claiming(request):
+            try:
                 done = self.dialect.complete_all([completion], request)
+            except StoreUnavailable:
+                self._in_doubt(request)
+                raise
             if done.refused:
                 raise done.refused[lease.task_id]
             return done.claimed
@@ -563,8 +566,11 @@ class WorkerOperations:
             if task_id in seen:
                 raise InvalidArgument(f"complete_batch got task {task_id!r} twice; a task completes once")
             seen.add(task_id)
-        with self._claiming(then_claim):
+        try:
             return self.dialect.complete_all([self._completion(c) for c in completions], then_claim)
+        except StoreUnavailable:
+            self._in_doubt(then_claim)
+            raise
 
     def _completion(self, completion: Completion) -> FencedTransition:
         d = self.dialect
@@ -674,7 +680,7 @@ class WorkerOperations:
         which has no notifications, polls."""
         return self.dialect.wait_for_work(
             validate.duration("wait timeout", timeout).total_seconds(),
-            validate.optional(validate.is_a(Routes))("routes", routes),
+            _optional_routes("routes", routes),
         )
 
 

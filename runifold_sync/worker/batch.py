@@ -298,7 +298,9 @@ class ClaimedAhead:
             held = self.leases.take(task_id)
             if held is not None:
                 lease, extended_at = held
-                return attrs.evolve(task, lease=lease), extended_at
+                if lease is not task.lease:  # extended (or a cancel noted) while it waited
+                    task = attrs.evolve(task, lease=lease)
+                return task, extended_at
             if not self.leases.was_handed_back(task_id):
                 self._keeper.forgive_if_cut_off(task.lease, task.revision, self.leases.lost(task_id))
                 return LeaseLost(task_id, task.lease.fencing_token)

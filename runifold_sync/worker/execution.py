@@ -116,9 +116,10 @@ class ClaimExecutor:
     def _claim(self, claimed: ClaimedTask, extended_at: float | None, spans: ClaimSpans) -> Cycle:
         lease = claimed.lease
         definition = self.registry.get(claimed.definition_name, claimed.definition_version)
-        wanted = f"definition unavailable: {claimed.definition_name!r} version {claimed.definition_version}"
         if definition is None:
-            return self._hand_back(claimed, f"{wanted} is not registered on worker {self.worker_id}")
+            return self._hand_back(
+                claimed, f"{_wanted(claimed)} is not registered on worker {self.worker_id}"
+            )
         try:
             checkpoint = self._load_checkpoint(claimed, definition)
         except FingerprintMismatch as exc:
@@ -126,8 +127,9 @@ class ClaimExecutor:
             # steps the checkpoint was written by, so the task waits for it, never fails.
             return self._hand_back(
                 claimed,
-                f"{wanted} with the steps its checkpoint was written by (fingerprint {exc.recorded}) "
-                f"is not on worker {self.worker_id}, whose steps have fingerprint {exc.registered}",
+                f"{_wanted(claimed)} with the steps its checkpoint was written by (fingerprint "
+                f"{exc.recorded}) is not on worker {self.worker_id}, whose steps have fingerprint "
+                f"{exc.registered}",
             )
         except CheckpointError as exc:
             failure = FailRequested(str(exc), cause="checkpoint", error=exc)
@@ -136,7 +138,7 @@ class ClaimExecutor:
             checkpoint.step_failures.clear()
             checkpoint.deadlines.clear()
         checkpoint.phase = "running"
-        checkpoint.usage = checkpoint.usage.add(claims=1)
+        checkpoint.usage = checkpoint.usage.claimed()
         claim = Claim(
             claimed, self._max_steps_per_claim, self._max_entry_bytes, spans, RunningBodies(self.deadlines)
         )
@@ -401,7 +403,7 @@ class ClaimExecutor:
     def _check_result_size(self, task_id: str, result_json: str) -> None:
         """Hold the result to the checkpoint's size limit: it is stored in the same row
         and read back by everyone who looks at the task."""
-        size = len(result_json.encode())
+        size = len(result_json)  # canonical text is ASCII: its length is its size in bytes
         if size > self._max_entry_bytes:
             raise FailRequested(
                 f"workflow result of task {task_id!r} is {size} bytes, over the limit of "
@@ -463,6 +465,11 @@ class ClaimExecutor:
         log.warning("%s", error, extra=task_fields(claimed.lease))
         self._keeper.forgive_if_cut_off(claimed.lease, claimed.revision)
         return LeaseLost(error.task_id, error.fencing_token, error.operation)
+
+
+def _wanted(claimed: ClaimedTask) -> str:
+    """How a hand-back names the definition a worker lacks."""
+    return f"definition unavailable: {claimed.definition_name!r} version {claimed.definition_version}"
 
 
 def _error_class(error: Exception) -> str:

@@ -66,6 +66,7 @@ class LeaseKeeper:
     ) -> None:
         self.store = store
         self.duration = duration
+        self._duration_s = duration.seconds  # read at every claim's watch
         self._observer = observer
         self._interval_s = interval_s
         self._name = name
@@ -135,7 +136,7 @@ class LeaseKeeper:
             self._lease = lease
             self._ending = None
             self._watched_at = time.monotonic()
-            claim.deadline = start + self.duration.seconds
+            claim.deadline = start + self._duration_s
             claim.store_offset_s = lease.expires_at.timestamp() - claim.deadline
             claim.hand_back = self._hand_back
             if lease.cancel_requested is not None:  # requested while a previous owner ran

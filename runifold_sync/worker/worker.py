@@ -53,6 +53,8 @@ CLOCK_SKEW_WARNING_S = 5.0
 # How often a cut-off worker looks whether its heartbeat thread reaches the store again.
 _CUT_OFF_POLL_S = 0.1
 _LOST_ANSWER = "handed back unstarted: the answer to its claim was lost with the connection"
+# run_once's check of ``stopping``, composed once: a pool's loop calls it for every task.
+_optional_token = validate.optional(validate.is_a(CancellationToken))
 
 
 @attrs.frozen
@@ -323,7 +325,7 @@ class WorkflowWorker:
         new work."""
         # Checked before the claim: a completion that read them would raise with the task leased.
         validate.flag("claim_next", claim_next)
-        validate.optional(validate.is_a(CancellationToken))("stopping", stopping)
+        _optional_token("stopping", stopping)
         (outcome,) = self._cycle(claim_next=claim_next, stopping=stopping, hold=False)
         return outcome
 
@@ -335,7 +337,8 @@ class WorkflowWorker:
         self._held.allowed = hold
         outcome = self._claim_and_run(claim_next, stopping)
         ended = [] if isinstance(outcome, Held) else [outcome]
-        if self._held.due() or (self._held and not hold):
+        # A worker that never holds (one task per claim, or a tracer) has none to commit.
+        if self._holds and (self._held.due() or (self._held and not hold)):
             ended = self._commit_held() + ended
         return ended
 

@@ -124,7 +124,10 @@ class SqliteConnection:
             self.stamp_us = HOST_CLOCK.uptime_us()
             try:
                 cursor = self.raw.execute(sql, params)
-                self.waits.add(0.0 if refused_at is None else time.monotonic() - refused_at)
+                if refused_at is None:  # PoolWaits.add(0.0), as most statements count
+                    self.waits.requests += 1
+                else:
+                    self.waits.add(time.monotonic() - refused_at)
                 return cursor
             except sqlite3.OperationalError as exc:
                 # Errors the sqlite3 module raises itself carry no SQLite code.

@@ -23,7 +23,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from typing import Any
 from ...errors import CancelPending, InvalidArgument, LeaseLostError, StoreClosed, StoreUsedAcrossFork
 from ...model import validate
 from ...model.checkpoint import JournalRow
-from ...model.codec import storable_text
+from ...model.codec import c_encoder, storable_text
 from .. import checks, event_details, refusals, row_records, sql_flow
 from ..base import WorkflowStore
 from ..dialect import (
@@ -91,6 +91,61 @@ def _routes_json(routes: Routes) -> str:
     """``routes`` as the JSON array of [queue, name, version, fingerprint] the routed
     statements read with ``json_each``."""
     return json.dumps([[r.queue, r.name, r.version, r.fingerprint] for r in routes.routes])
+
+
+# A history event's detail as json.dumps(detail, sort_keys=True) writes it, with one
+# encoder rather than a new one per call: every claim and transition writes an event.
+_detail_text = c_encoder(json.JSONEncoder(sort_keys=True))
+
+
+class _Immediate:
+    """One ``BEGIN IMMEDIATE`` transaction on this thread's connection, committed when the
+    block succeeds and rolled back when it raises; a SQLite error becomes the store's
+    error, a value SQLite cannot hold the caller's. With ``stamped`` the block gets a
+    :class:`SqliteTransaction` at the store time read first, else the raw connection.
+    A class rather than a generator: every claim and transition enters one, and a
+    generator's context manager took five calls in and out where this takes one."""
+
+    __slots__ = ("_dialect", "_what", "_stamped", "_raw")
+
+    def __init__(self, dialect: SqliteDialect, what: str, stamped: bool) -> None:
+        self._dialect = dialect
+        self._what = what
+        self._stamped = stamped
+
+    def __enter__(self) -> Any:
+        locking = self._dialect._conn()
+        try:
+            locking.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise self._failed(exc) from exc
+        raw = self._raw = locking.raw
+        if not self._stamped:
+            return raw
+        try:
+            return SqliteTransaction(raw, raw.execute(_Q["now"]).fetchone()[0])
+        except BaseException as exc:
+            self.__exit__(type(exc), exc, exc.__traceback__)  # rolls back; raises a store error
+            raise
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        try:
+            self._raw.execute("COMMIT" if kind is None else "ROLLBACK")
+        except sqlite3.Error as error:
+            raise self._failed(error) from error
+        except OverflowError as error:
+            raise self._refused(error) from error
+        if isinstance(exc, sqlite3.Error):
+            raise self._failed(exc) from exc
+        if isinstance(exc, OverflowError):  # a value SQLite cannot hold: the caller's, not an outage
+            raise self._refused(exc) from exc
+
+    def _failed(self, exc: sqlite3.Error) -> Exception:
+        path = self._dialect.path
+        return store_error(f"{self._what} {path!r} failed", path, exc)
+
+    def _refused(self, exc: OverflowError) -> Exception:
+        return InvalidArgument(f"{self._what} {self._dialect.path!r} refused a value: {exc}")
 
 
 class SqliteTransaction:
@@ -166,51 +221,51 @@ class SqliteDialect(Dialect):
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._closed = False
+        self._routes_known: tuple[Routes, str] | None = None  # see _routes_text
+
+    def _routes_text(self, routes: Routes) -> str:
+        """``_routes_json(routes)``, kept for the routes last asked for: a worker claims
+        with one Routes until its registry changes, and claims at every task."""
+        known = self._routes_known
+        if known is None or known[0] is not routes:
+            known = self._routes_known = (routes, _routes_json(routes))
+        return known[1]
 
     # --- connections and statements ------------------------------------------------
 
     def _conn(self) -> SqliteConnection:
         if self._closed:
             raise StoreClosed(f"store {self.path!r} is closed")
-        conn: SqliteConnection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            if self._pid != os.getpid():  # a new thread of a forked child
-                raise StoreUsedAcrossFork(
-                    f"store {self.path!r} was opened in process {self._pid} and cannot be "
-                    f"used in forked process {os.getpid()}; open a new store after fork"
-                )
-            try:
-                conn = SqliteConnection(self.path, self._synchronous, self._busy_timeout_s)
-            except sqlite3.Error as exc:
-                raise store_error(f"cannot open SQLite database {self.path!r}", self.path, exc) from exc
-            self._local.conn = conn
-            with self._lock:
-                self.connections.append(conn)
-        conn.check_pid()
+        try:
+            conn: SqliteConnection = self._local.conn
+        except AttributeError:  # this thread's first statement
+            conn = self._connect()
+        if conn.pid != os.getpid():
+            conn.check_pid()  # raises StoreUsedAcrossFork
         return conn
 
-    @contextmanager
-    def _immediate(self, what: str) -> Iterator[sqlite3.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction, committed when the block succeeds."""
-        locking = self._conn()
+    def _connect(self) -> SqliteConnection:
+        """This thread's connection, opened."""
+        if self._pid != os.getpid():  # a new thread of a forked child
+            raise StoreUsedAcrossFork(
+                f"store {self.path!r} was opened in process {self._pid} and cannot be "
+                f"used in forked process {os.getpid()}; open a new store after fork"
+            )
         try:
-            locking.execute("BEGIN IMMEDIATE")
-            conn = locking.raw
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+            conn = SqliteConnection(self.path, self._synchronous, self._busy_timeout_s)
         except sqlite3.Error as exc:
-            raise store_error(f"{what} {self.path!r} failed", self.path, exc) from exc
-        except OverflowError as exc:  # a value SQLite cannot hold: the caller's, not an outage
-            raise InvalidArgument(f"{what} {self.path!r} refused a value: {exc}") from exc
+            raise store_error(f"cannot open SQLite database {self.path!r}", self.path, exc) from exc
+        self._local.conn = conn
+        with self._lock:
+            self.connections.append(conn)
+        return conn
 
-    @contextmanager
-    def transaction(self) -> Iterator[SqliteTransaction]:
-        with self._immediate("SQLite write to") as conn:
-            yield SqliteTransaction(conn, conn.execute(_Q["now"]).fetchone()[0])
+    def _immediate(self, what: str) -> AbstractContextManager[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction, committed when the block succeeds."""
+        return _Immediate(self, what, stamped=False)
+
+    def transaction(self) -> AbstractContextManager[SqliteTransaction]:
+        return _Immediate(self, "SQLite write to", stamped=True)
 
     @contextmanager
     def joined(self, connection: object) -> Iterator[SqliteTransaction]:
@@ -228,14 +283,25 @@ class SqliteDialect(Dialect):
         conn = self._conn()
         try:
             return conn.execute(_Q[name], params).fetchall()
-        except sqlite3.Error as exc:
-            raise store_error(f"SQLite query {name} on {self.path!r} failed", self.path, exc) from exc
-        except OverflowError as exc:  # a value SQLite cannot hold: the caller's, not an outage
-            raise InvalidArgument(f"SQLite query {name} on {self.path!r} refused a value: {exc}") from exc
+        except (sqlite3.Error, OverflowError) as exc:
+            raise self._query_error(name, exc) from exc
 
     def one(self, name: str, params: Mapping[str, Any]) -> sqlite3.Row | None:
-        found = self.all(name, params)
+        """:meth:`all`'s first row: written out rather than through :meth:`all`, since a
+        step's commit is one such statement."""
+        conn = self._conn()
+        try:
+            found = conn.execute(_Q[name], params).fetchall()
+        except (sqlite3.Error, OverflowError) as exc:
+            raise self._query_error(name, exc) from exc
         return found[0] if found else None
+
+    def _query_error(self, name: str, exc: sqlite3.Error | OverflowError) -> Exception:
+        """What a failed autocommit statement raises: the store's error for a SQLite
+        error, the caller's for a value SQLite cannot hold (not an outage)."""
+        if isinstance(exc, OverflowError):
+            return InvalidArgument(f"SQLite query {name} on {self.path!r} refused a value: {exc}")
+        return store_error(f"SQLite query {name} on {self.path!r} failed", self.path, exc)
 
     def execute(self, name: str, params: Mapping[str, Any]) -> None:
         self.all(name, params)
@@ -249,7 +315,7 @@ class SqliteDialect(Dialect):
                 "kind": event.kind,
                 "worker_id": event.worker_id,
                 "token": event.token,
-                "detail": json.dumps(event.detail, sort_keys=True),
+                "detail": _detail_text(event.detail),
             },
         )
 
@@ -377,7 +443,7 @@ class SqliteDialect(Dialect):
             query = _Q["claimable_tasks" + variant]
             candidates = conn.execute(query, {"now": now, "limit": limit}).fetchall()
         else:
-            params = {"now": now, "limit": limit, "routes": _routes_json(request.routes)}
+            params = {"now": now, "limit": limit, "routes": self._routes_text(request.routes)}
             candidates = conn.execute(_Q["claimable_routed_tasks" + variant], params).fetchall()
         for tenant in sorted({c["tenant"] for c in candidates}):
             conn.execute(_Q["mark_tenant_served"], {"tenant": tenant, "now": now})
@@ -431,7 +497,7 @@ class SqliteDialect(Dialect):
             if routes is None:
                 row = self.one("seconds_until_due", {})
             else:
-                row = self.one("seconds_until_routed_due", {"routes": _routes_json(routes)})
+                row = self.one("seconds_until_routed_due", {"routes": self._routes_text(routes)})
             due_in_s = None if row is None else row["due_in_s"]
             if due_in_s is not None and due_in_s <= 0:
                 return True
