@@ -5,6 +5,8 @@ a replay gets the same handle back and enqueues nothing. The id is the one the c
 gives, or one derived from the parent's id and the call's id, so the enqueue itself is
 idempotent: after a crash between the enqueue and the parent's commit, the replay's
 enqueue finds the task it made and the same handle comes back, and no second child runs.
+The enqueue does not wait for the disk (``store.enqueue_child``): the parent's commit
+that records the handle does, and makes the enqueue durable with it.
 
 Waiting (``EntryKind.CHILDREN``) is durable, like a signal wait: the parent suspends on
 the first child that has not ended and its worker is freed; that child's end (completed,
@@ -84,7 +86,7 @@ class Children:
             queue=queue,
         )
         try:
-            self._store.enqueue(task.evolve(parent_id=parent_id, detached=detached))
+            self._store.enqueue_child(task.evolve(parent_id=parent_id, detached=detached))
         except EnqueueConflict as exc:
             raise FailRequested(
                 f"child {call_id} of task {parent_id!r}: {exc}", cause="misuse", error=exc, step_id=call_id

@@ -152,8 +152,12 @@ class Dialect(Values, abc.ABC):
     prune_queries: tuple[str, ...]
 
     @abc.abstractmethod
-    def transaction(self) -> AbstractContextManager[Transaction]:
-        """One write transaction, committed when the block ends without an error."""
+    def transaction(self, *, durable: bool = True) -> AbstractContextManager[Transaction]:
+        """One write transaction, committed when the block ends without an error. With
+        ``durable=False`` its commit does not wait for the disk: it becomes durable with
+        the next commit that does (both logs are written in order), and a crash of the
+        database before that loses it. Only for a write that a later durable commit of
+        the same database depends on and that is made again if that one never happens."""
 
     @abc.abstractmethod
     def one(self, name: str, params: Mapping[str, Any]) -> Row | None:

@@ -58,6 +58,20 @@ class PrivateCluster:
         """``pg_ctlcluster <action>`` (start, stop, restart); raises when it fails."""
         _run("pg_ctlcluster", "--skip-systemctl-redirect", self.version, self.name, action, timeout=120)
 
+    def crash(self) -> None:
+        """Stop the server in immediate mode, as a crash does: no shutdown checkpoint,
+        and the log not yet flushed to disk is lost."""
+        _run(
+            "pg_ctlcluster",
+            "--skip-systemctl-redirect",
+            "-m",
+            "immediate",
+            self.version,
+            self.name,
+            "stop",
+            timeout=120,
+        )
+
     def online(self) -> bool:
         return any(c[:3] == (self.version, self.name, self.port) and c[3] for c in _listed())
 

@@ -147,8 +147,10 @@ class PostgresDialect(Dialect):
     # --- statements --------------------------------------------------------------------
 
     @contextmanager
-    def transaction(self) -> Iterator[PostgresTransaction]:
+    def transaction(self, *, durable: bool = True) -> Iterator[PostgresTransaction]:
         with self.pool.transaction() as conn:
+            if not durable:
+                conn.execute("SET LOCAL synchronous_commit = off")
             yield PostgresTransaction(conn)
 
     @contextmanager

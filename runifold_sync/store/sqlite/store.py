@@ -106,20 +106,28 @@ class _Immediate:
     A class rather than a generator: every claim and transition enters one, and a
     generator's context manager took five calls in and out where this takes one."""
 
-    __slots__ = ("_dialect", "_what", "_stamped", "_raw")
+    __slots__ = ("_dialect", "_what", "_stamped", "_raw", "_relaxed")
 
-    def __init__(self, dialect: SqliteDialect, what: str, stamped: bool) -> None:
+    def __init__(self, dialect: SqliteDialect, what: str, stamped: bool, durable: bool = True) -> None:
         self._dialect = dialect
         self._what = what
         self._stamped = stamped
+        # Not durable: this transaction's commit does not sync the log (synchronous NORMAL
+        # in WAL mode: consistent, and durable with the next commit that syncs the log),
+        # set before it begins and the connection's own setting restored after it ends.
+        self._relaxed = not durable and dialect.synchronous in ("FULL", "EXTRA")
 
     def __enter__(self) -> Any:
         locking = self._dialect._conn()
+        raw = self._raw = locking.raw
         try:
+            if self._relaxed:  # SQLite takes it only outside a transaction
+                raw.execute("PRAGMA synchronous=NORMAL")
             locking.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
+            if self._relaxed:
+                self._restore_synchronous()
             raise self._failed(exc) from exc
-        raw = self._raw = locking.raw
         if not self._stamped:
             return raw
         try:
@@ -135,10 +143,22 @@ class _Immediate:
             raise self._failed(error) from error
         except OverflowError as error:
             raise self._refused(error) from error
+        finally:
+            if self._relaxed:
+                self._restore_synchronous()
         if isinstance(exc, sqlite3.Error):
             raise self._failed(exc) from exc
         if isinstance(exc, OverflowError):  # a value SQLite cannot hold: the caller's, not an outage
             raise self._refused(exc) from exc
+
+    def _restore_synchronous(self) -> None:
+        """The connection's own log syncing back, for every transaction after this one; a
+        connection that cannot have it back is closed, so none commits unsynced unasked."""
+        try:
+            self._raw.execute(f"PRAGMA synchronous={self._dialect.synchronous}")
+        except sqlite3.Error as error:
+            self._dialect.discard_connection()
+            raise self._failed(error) from error
 
     def _failed(self, exc: sqlite3.Error) -> Exception:
         path = self._dialect.path
@@ -214,7 +234,7 @@ class SqliteDialect(Dialect):
     def __init__(self, path: str, synchronous: str, busy_timeout_s: float) -> None:
         self.path = path
         self.outage = OutageLog(f"SQLite database {path!r}")
-        self._synchronous = synchronous
+        self.synchronous = synchronous.upper()
         self._busy_timeout_s = busy_timeout_s
         self._local = threading.local()
         self.connections: list[SqliteConnection] = []  # every one opened, one per thread
@@ -252,7 +272,7 @@ class SqliteDialect(Dialect):
                 f"used in forked process {os.getpid()}; open a new store after fork"
             )
         try:
-            conn = SqliteConnection(self.path, self._synchronous, self._busy_timeout_s)
+            conn = SqliteConnection(self.path, self.synchronous, self._busy_timeout_s)
         except sqlite3.Error as exc:
             raise store_error(f"cannot open SQLite database {self.path!r}", self.path, exc) from exc
         self._local.conn = conn
@@ -260,12 +280,23 @@ class SqliteDialect(Dialect):
             self.connections.append(conn)
         return conn
 
+    def discard_connection(self) -> None:
+        """Close this thread's connection; its next statement opens a new one."""
+        conn: SqliteConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            return
+        del self._local.conn
+        with self._lock:
+            if conn in self.connections:
+                self.connections.remove(conn)
+        conn.raw.close()
+
     def _immediate(self, what: str) -> AbstractContextManager[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction, committed when the block succeeds."""
         return _Immediate(self, what, stamped=False)
 
-    def transaction(self) -> AbstractContextManager[SqliteTransaction]:
-        return _Immediate(self, "SQLite write to", stamped=True)
+    def transaction(self, *, durable: bool = True) -> AbstractContextManager[SqliteTransaction]:
+        return _Immediate(self, "SQLite write to", stamped=True, durable=durable)
 
     @contextmanager
     def joined(self, connection: object) -> Iterator[SqliteTransaction]:

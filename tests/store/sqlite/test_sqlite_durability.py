@@ -102,3 +102,16 @@ def test_step_and_heartbeat_connections_use_wal_and_the_chosen_synchronous_level
         assert outside.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
         outside.close()
+
+
+def test_a_child_enqueue_leaves_the_connection_syncing_its_commits_again(tmp_path: Path) -> None:
+    """A child's enqueue commits without syncing the log (the parent's next commit syncs
+    it); every commit after it, on the same connection, syncs again."""
+    store = SqliteWorkflowStore.open(tmp_path / "wf.db")
+    try:
+        store.enqueue_child(WorkflowTask.new("kid", 1, 1, checkpoint_id="kid-1"))
+        conn = store.dialect._conn().raw
+        assert _pragmas(conn) == ("wal", SYNCHRONOUS_FULL)
+        assert store.get_task("kid-1").state.value == "queued"
+    finally:
+        store.close()
