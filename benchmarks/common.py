@@ -207,6 +207,14 @@ def fresh_store(kind: str) -> Iterator[str]:
 # --- a worker pool in a subprocess -----------------------------------------------------
 
 
+def tree_env(tree: Path) -> dict[str, str]:
+    """The environment of a process running ``tree``'s package and benchmarks: its
+    package ahead of the one installed in this interpreter's environment."""
+    if tree == ROOT:
+        return dict(os.environ)
+    return dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{tree / 'benchmarks'}")
+
+
 @contextmanager
 def running_pool(
     url: str,
@@ -214,15 +222,18 @@ def running_pool(
     *,
     min_backoff: timedelta = DEFAULT_MIN_BACKOFF,
     claim_batch: ClaimBatch = None,
+    tree: Path = ROOT,
 ) -> Iterator[subprocess.Popen[str]]:
     """A supervisor (``benchmarks/pool.py``) with ``processes`` worker children, stopped
     with SIGTERM (the supervisor's own shutdown) when the block ends. Its log is shown
-    only when the block fails. ``claim_batch`` None leaves the library's default."""
+    only when the block fails. ``claim_batch`` None leaves the library's default.
+    ``tree`` is the checkout whose pool script and package run: another revision
+    exported as ``ab.py`` does it runs its own code."""
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(
             [
                 sys.executable,
-                str(HERE / "pool.py"),
+                str(tree / "benchmarks" / "pool.py"),
                 "--url",
                 url,
                 "--concurrency",
@@ -231,7 +242,8 @@ def running_pool(
                 str(min_backoff / timedelta(milliseconds=1)),
                 *([] if claim_batch is None else ["--claim-batch", str(claim_batch)]),
             ],
-            cwd=ROOT,
+            cwd=tree,
+            env=tree_env(tree),
             stdout=subprocess.DEVNULL,
             stderr=log,
             text=True,
