@@ -45,6 +45,23 @@ def test_payloads_are_jsonb_an_operator_can_query(pg: PostgresWorkflowStore, pos
     assert detail == ("orders",)
 
 
+def test_autovacuum_visits_the_task_table_by_its_churn_not_its_size(
+    pg: PostgresWorkflowStore, postgres_url: str
+) -> None:
+    """Migration 26: finished tasks are kept, so the default (a fifth of the rows dead)
+    would let dead row versions grow with every task ever stored."""
+    with psycopg.connect(postgres_url) as conn:
+        row = conn.execute(
+            "SELECT reloptions FROM pg_class WHERE oid = 'runifold_tasks'::regclass"
+        ).fetchone()
+    assert row is not None
+    assert set(row[0]) == {
+        "autovacuum_vacuum_scale_factor=0.01",
+        "autovacuum_vacuum_threshold=1000",
+        "autovacuum_analyze_scale_factor=0.02",
+    }
+
+
 def test_integral_floats_from_1e16_come_back_as_equal_integers(pg: PostgresWorkflowStore) -> None:
     """The one documented JSONB difference: numeric cannot tell 1e20 from 10**20. The
     input keeps its exact text (input_text), so only checkpoints and results see it."""

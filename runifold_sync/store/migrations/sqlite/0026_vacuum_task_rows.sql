@@ -1,0 +1,2 @@
+-- Version 26 changes PostgreSQL's schema only (autovacuum settings of the task table);
+-- SQLite reuses a deleted or updated row's space in its pages without a vacuum.
