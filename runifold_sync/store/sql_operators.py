@@ -45,11 +45,7 @@ class OperatorOperations:
             with self.dialect.joined(connection) as tx:
                 return insert_tasks(self.dialect, tx, tasks, self._cancel_in)
 
-        def insert() -> list[EnqueueResult]:  # an id enqueues once: safe to send again
-            with self.dialect.transaction() as tx:
-                return insert_tasks(self.dialect, tx, tasks, self._cancel_in)
-
-        return retried(insert)
+        return self._insert_retried(tasks, durable=True)
 
     def enqueue_child(self, task: WorkflowTask) -> EnqueueResult:
         """Enqueue a workflow's child task, for the engine: as :meth:`enqueue_many`, but
@@ -58,14 +54,18 @@ class OperatorOperations:
         database writes its log in order); until then a crash of the database may lose
         the child, and the parent's replay, which finds no handle recorded, enqueues it
         again. Ten children thus cost one wait for the disk rather than ten."""
-        (checked,) = checks.tasks([task])
-
-        def insert() -> list[EnqueueResult]:  # an id enqueues once: safe to send again
-            with self.dialect.transaction(durable=False) as tx:
-                return insert_tasks(self.dialect, tx, [checked], self._cancel_in)
-
-        (result,) = retried(insert)
+        (result,) = self._insert_retried(checks.tasks([task]), durable=False)
         return result
+
+    def _insert_retried(self, tasks: list[WorkflowTask], *, durable: bool) -> list[EnqueueResult]:
+        """Checked ``tasks`` inserted in a transaction of their own, sent again after an
+        outage (an id enqueues once, so that is safe)."""
+
+        def insert() -> list[EnqueueResult]:
+            with self.dialect.transaction(durable=durable) as tx:
+                return insert_tasks(self.dialect, tx, tasks, self._cancel_in)
+
+        return retried(insert)
 
     def declare_signals(self, declarations: Iterable[DeclaredSignals]) -> None:
         """Record the signal names each definition version declares (a worker does at
